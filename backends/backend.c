@@ -1,0 +1,866 @@
+/* Public backend API: argument checking, defaults for optional vtable entries, enumeration.
+ *
+ * Every check lives here, once, so a backend entry receives only valid, non-empty arguments:
+ * handles non-NULL and of this backend, sizes without overflow, every tensor range inside its
+ * buffer, geometries valid. Messages name the call and the argument that was rejected. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/backend_impl.h"
+#include "core/error.h"
+
+/* ---- kinds, names, enumeration ----------------------------------------------------------- */
+
+const dpt_backend_vtable *dpt_backend_vtable_for(dpt_backend_kind kind) {
+  switch (kind) {
+  case DPT_BACKEND_CPU:
+    return &dpt_cpu_vtable;
+  case DPT_BACKEND_OPENCL:
+#ifdef DPT_HAVE_OPENCL
+    return &dpt_opencl_vtable;
+#else
+    return NULL;
+#endif
+  case DPT_BACKEND_VULKAN:
+#ifdef DPT_HAVE_VULKAN
+    return &dpt_vulkan_vtable;
+#else
+    return NULL;
+#endif
+  default:
+    return NULL;
+  }
+}
+
+const char *dpt_backend_kind_name(dpt_backend_kind kind) {
+  switch (kind) {
+#define DPT_KIND_NAME_(name, text)                                                                 \
+  case DPT_BACKEND_##name:                                                                         \
+    return text;
+    DPT_BACKEND_KIND_MAP(DPT_KIND_NAME_)
+#undef DPT_KIND_NAME_
+  default:
+    return NULL;
+  }
+}
+
+dpt_status dpt_backend_kind_parse(const char *name, dpt_backend_kind *out) {
+  if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_backend_kind_parse: out is NULL");
+  if (!name) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_backend_kind_parse: name is NULL");
+  for (int k = 0; k < DPT_BACKEND_KIND_COUNT; ++k) {
+    if (strcmp(name, dpt_backend_kind_name((dpt_backend_kind)k)) == 0) {
+      *out = (dpt_backend_kind)k;
+      return DPT_OK;
+    }
+  }
+  return dpt_set_error(DPT_ERR_INVALID_ARG,
+                       "dpt_backend_kind_parse: unknown backend name '%s' (expected cpu, opencl "
+                       "or vulkan)",
+                       name);
+}
+
+const char *dpt_device_type_name(dpt_device_type type) {
+  switch (type) {
+  case DPT_DEVICE_CPU:
+    return "cpu";
+  case DPT_DEVICE_GPU_DISCRETE:
+    return "discrete gpu";
+  case DPT_DEVICE_GPU_INTEGRATED:
+    return "integrated gpu";
+  case DPT_DEVICE_GPU_VIRTUAL:
+    return "virtual gpu";
+  case DPT_DEVICE_ACCELERATOR:
+    return "accelerator";
+  default:
+    return "other";
+  }
+}
+
+int dpt_backend_compiled(dpt_backend_kind kind) {
+  return dpt_backend_vtable_for(kind) != NULL;
+}
+
+static dpt_status get_vtable(const char *fn, dpt_backend_kind kind,
+                             const dpt_backend_vtable **out) {
+  if ((int)kind < 0 || kind >= DPT_BACKEND_KIND_COUNT)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: kind %d is not a backend kind", fn, (int)kind);
+  *out = dpt_backend_vtable_for(kind);
+  if (!*out)
+    return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                         "%s: the %s backend is not compiled into this build of dptrain", fn,
+                         dpt_backend_kind_name(kind));
+  return DPT_OK;
+}
+
+dpt_status dpt_device_count(dpt_backend_kind kind, int *count) {
+  const dpt_backend_vtable *vt;
+  if (!count) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_device_count: count is NULL");
+  *count = 0;
+  dpt_status st = get_vtable("dpt_device_count", kind, &vt);
+  if (st != DPT_OK) return st;
+  return vt->device_count(count);
+}
+
+static dpt_status check_device_index(const char *fn, const dpt_backend_vtable *vt, int index) {
+  int count = 0;
+  dpt_status st = vt->device_count(&count);
+  if (st != DPT_OK) return st;
+  if (count == 0)
+    return dpt_error_context(DPT_ERR_UNSUPPORTED, "%s: no %s device", fn,
+                             dpt_backend_kind_name(vt->kind));
+  if (index < 0 || index >= count)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: device %d out of range (%s has %d device%s)", fn,
+                         index, dpt_backend_kind_name(vt->kind), count, count == 1 ? "" : "s");
+  return DPT_OK;
+}
+
+dpt_status dpt_device_get_info(dpt_backend_kind kind, int index, dpt_device_info *out) {
+  const dpt_backend_vtable *vt;
+  if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_device_get_info: out is NULL");
+  dpt_status st = get_vtable("dpt_device_get_info", kind, &vt);
+  if (st == DPT_OK) st = check_device_index("dpt_device_get_info", vt, index);
+  if (st != DPT_OK) return st;
+  memset(out, 0, sizeof *out);
+  st = vt->device_info(index, out);
+  out->backend = kind;
+  out->index = index;
+  return st;
+}
+
+/* ---- backend lifetime -------------------------------------------------------------------- */
+
+dpt_status dpt_backend_create(dpt_backend_kind kind, int device, dpt_backend **out) {
+  const dpt_backend_vtable *vt;
+  if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_backend_create: out is NULL");
+  *out = NULL;
+  dpt_status st = get_vtable("dpt_backend_create", kind, &vt);
+  if (st == DPT_OK) st = check_device_index("dpt_backend_create", vt, device);
+  if (st != DPT_OK) return st;
+  dpt_backend *be = calloc(1, sizeof *be);
+  if (!be) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_backend_create: out of host memory");
+  be->vt = vt;
+  st = vt->device_info(device, &be->info);
+  be->info.backend = kind;
+  be->info.index = device;
+  if (st == DPT_OK) st = vt->create(be, device);
+  if (st != DPT_OK) {
+    free(be);
+    return st;
+  }
+  *out = be;
+  return DPT_OK;
+}
+
+void dpt_backend_destroy(dpt_backend *be) {
+  if (!be) return;
+  if (be->vt->synchronize && !be->lost) (void)be->vt->synchronize(be);
+  while (be->buffers)
+    dpt_buffer_free(be->buffers);
+  be->vt->destroy(be);
+  free(be);
+}
+
+dpt_status dpt_backend_get_info(const dpt_backend *be, dpt_device_info *out) {
+  if (!be) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_backend_get_info: backend is NULL");
+  if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_backend_get_info: out is NULL");
+  *out = be->info;
+  return DPT_OK;
+}
+
+dpt_backend_kind dpt_backend_get_kind(const dpt_backend *be) {
+  return be ? be->vt->kind : DPT_BACKEND_KIND_COUNT;
+}
+
+static dpt_status check_backend(const char *fn, const dpt_backend *be) {
+  if (!be) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: backend is NULL", fn);
+  if (be->lost)
+    return dpt_set_error(DPT_ERR_DEVICE,
+                         "%s: device '%s' was lost after an earlier error; destroy the backend", fn,
+                         be->info.name);
+  return DPT_OK;
+}
+
+dpt_status dpt_backend_synchronize(dpt_backend *be) {
+  dpt_status st = check_backend("dpt_backend_synchronize", be);
+  if (st != DPT_OK) return st;
+  return be->vt->synchronize ? be->vt->synchronize(be) : DPT_OK;
+}
+
+/* ---- memory ------------------------------------------------------------------------------ */
+
+dpt_status dpt_buffer_alloc(dpt_backend *be, size_t bytes, dpt_buffer **out) {
+  if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_buffer_alloc: out is NULL");
+  *out = NULL;
+  dpt_status st = check_backend("dpt_buffer_alloc", be);
+  if (st != DPT_OK) return st;
+  if (bytes == 0) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_buffer_alloc: bytes is 0");
+  dpt_buffer *buf = calloc(1, sizeof *buf);
+  if (!buf) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_buffer_alloc: out of host memory");
+  buf->backend = be;
+  buf->size = bytes;
+  st = be->vt->buffer_alloc(be, buf);
+  if (st != DPT_OK) {
+    free(buf);
+    return st;
+  }
+  buf->next = be->buffers;
+  if (be->buffers) be->buffers->prev = buf;
+  be->buffers = buf;
+  *out = buf;
+  return DPT_OK;
+}
+
+void dpt_buffer_free(dpt_buffer *buf) {
+  if (!buf) return;
+  dpt_backend *be = buf->backend;
+  if (buf->handle) be->vt->buffer_free(be, buf);
+  if (buf->prev)
+    buf->prev->next = buf->next;
+  else
+    be->buffers = buf->next;
+  if (buf->next) buf->next->prev = buf->prev;
+  free(buf);
+}
+
+size_t dpt_buffer_size(const dpt_buffer *buf) {
+  return buf ? buf->size : 0;
+}
+
+dpt_backend *dpt_buffer_backend(const dpt_buffer *buf) {
+  return buf ? buf->backend : NULL;
+}
+
+/* The byte range [offset, offset + bytes) must lie inside the buffer. */
+static dpt_status check_bytes(const char *fn, const char *name, const dpt_buffer *buf,
+                              size_t offset, size_t bytes) {
+  if (!buf) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %s is NULL", fn, name);
+  if (offset > buf->size || bytes > buf->size - offset)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: %s range [%zu, +%zu bytes) is past the end of the buffer (%zu bytes)",
+                         fn, name, offset, bytes, buf->size);
+  return DPT_OK;
+}
+
+dpt_status dpt_buffer_upload(dpt_buffer *dst, size_t offset, const void *src, size_t bytes) {
+  const char *fn = "dpt_buffer_upload";
+  dpt_status st = check_bytes(fn, "dst", dst, offset, bytes);
+  if (st == DPT_OK) st = check_backend(fn, dst->backend);
+  if (st != DPT_OK) return st;
+  if (bytes == 0) return DPT_OK;
+  if (!src) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: src is NULL", fn);
+  return dst->backend->vt->upload(dst->backend, dst, offset, src, bytes);
+}
+
+dpt_status dpt_buffer_download(const dpt_buffer *src, size_t offset, void *dst, size_t bytes) {
+  const char *fn = "dpt_buffer_download";
+  dpt_status st = check_bytes(fn, "src", src, offset, bytes);
+  if (st == DPT_OK) st = check_backend(fn, src->backend);
+  if (st != DPT_OK) return st;
+  if (bytes == 0) return DPT_OK;
+  if (!dst) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: dst is NULL", fn);
+  return src->backend->vt->download(src->backend, src, offset, dst, bytes);
+}
+
+/* Copies through a bounded host bounce buffer for backends without a device copy. */
+static dpt_status copy_via_host(dpt_backend *be, dpt_buffer *dst, size_t dst_off,
+                                const dpt_buffer *src, size_t src_off, size_t bytes) {
+  size_t chunk = bytes < ((size_t)4 << 20) ? bytes : ((size_t)4 << 20);
+  unsigned char *tmp = malloc(chunk);
+  if (!tmp)
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_buffer_copy: cannot allocate %zu bytes",
+                         chunk);
+  dpt_status st = DPT_OK;
+  for (size_t done = 0; done < bytes && st == DPT_OK; done += chunk) {
+    size_t n = bytes - done < chunk ? bytes - done : chunk;
+    st = be->vt->download(be, src, src_off + done, tmp, n);
+    if (st == DPT_OK) st = be->vt->upload(be, dst, dst_off + done, tmp, n);
+  }
+  free(tmp);
+  return st;
+}
+
+dpt_status dpt_buffer_copy(dpt_buffer *dst, size_t dst_offset, const dpt_buffer *src,
+                           size_t src_offset, size_t bytes) {
+  const char *fn = "dpt_buffer_copy";
+  dpt_status st = check_bytes(fn, "dst", dst, dst_offset, bytes);
+  if (st == DPT_OK) st = check_bytes(fn, "src", src, src_offset, bytes);
+  if (st == DPT_OK) st = check_backend(fn, dst->backend);
+  if (st != DPT_OK) return st;
+  if (src->backend != dst->backend)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: src and dst belong to different backends", fn);
+  if (src == dst && src_offset < dst_offset + bytes && dst_offset < src_offset + bytes && bytes > 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: src and dst ranges overlap", fn);
+  if (bytes == 0) return DPT_OK;
+  dpt_backend *be = dst->backend;
+  if (be->vt->copy) return be->vt->copy(be, dst, dst_offset, src, src_offset, bytes);
+  return copy_via_host(be, dst, dst_offset, src, src_offset, bytes);
+}
+
+dpt_status dpt_buffer_fill_f32(dpt_buffer *dst, size_t offset, size_t count, float value) {
+  const char *fn = "dpt_buffer_fill_f32";
+  size_t off_bytes, bytes;
+  if (!dpt_mul_ok(offset, sizeof(float), &off_bytes) || !dpt_mul_ok(count, sizeof(float), &bytes))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: offset or count overflows", fn);
+  dpt_status st = check_bytes(fn, "dst", dst, off_bytes, bytes);
+  if (st == DPT_OK) st = check_backend(fn, dst->backend);
+  if (st != DPT_OK || count == 0) return st;
+  dpt_backend *be = dst->backend;
+  if (be->vt->fill_f32) return be->vt->fill_f32(be, dst, offset, count, value);
+  size_t chunk = count < 65536 ? count : 65536;
+  float *tmp = malloc(chunk * sizeof(float));
+  if (!tmp) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+  for (size_t i = 0; i < chunk; ++i)
+    tmp[i] = value;
+  for (size_t done = 0; done < count && st == DPT_OK; done += chunk) {
+    size_t n = count - done < chunk ? count - done : chunk;
+    st = be->vt->upload(be, dst, (offset + done) * sizeof(float), tmp, n * sizeof(float));
+  }
+  free(tmp);
+  return st;
+}
+
+/* ---- op argument checks ------------------------------------------------------------------ */
+
+const char *dpt_op_name(dpt_op op) {
+  switch (op) {
+#define DPT_OP_NAME_(NAME, name)                                                                   \
+  case DPT_OP_##NAME:                                                                              \
+    return #name;
+    DPT_OP_MAP(DPT_OP_NAME_)
+#undef DPT_OP_NAME_
+  default:
+    return NULL;
+  }
+}
+
+int dpt_backend_supports(const dpt_backend *be, dpt_op op) {
+  if (!be) return 0;
+  switch (op) {
+#define DPT_OP_SUPPORTS_(NAME, name)                                                               \
+  case DPT_OP_##NAME:                                                                              \
+    return be->vt->name != NULL;
+    DPT_OP_MAP(DPT_OP_SUPPORTS_)
+#undef DPT_OP_SUPPORTS_
+  default:
+    return 0;
+  }
+}
+
+/* One call's checking context: the op name for messages and its backend. */
+typedef struct op_check {
+  const char *fn;
+  dpt_backend *be;
+} op_check;
+
+static dpt_status op_begin(op_check *c, const char *fn, dpt_backend *be, int supported) {
+  c->fn = fn;
+  c->be = be;
+  dpt_status st = check_backend(fn, be);
+  if (st != DPT_OK) return st;
+  if (!supported)
+    return dpt_set_error(DPT_ERR_UNSUPPORTED, "%s: not implemented by the %s backend (%s)", fn,
+                         dpt_backend_kind_name(be->vt->kind), be->info.name);
+  return DPT_OK;
+}
+
+/* rows * cols elements, overflow-checked. */
+static dpt_status elems2(op_check *c, const char *what, size_t a, size_t b, size_t *out) {
+  if (!dpt_mul_ok(a, b, out))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %s size %zu x %zu overflows", c->fn, what, a, b);
+  return DPT_OK;
+}
+
+/* A tensor of `count` elements of `elem` bytes at element offset `off` must fit its buffer,
+ * which must belong to the call's backend. An empty tensor still needs a valid buffer. */
+static dpt_status check_tensor(op_check *c, const char *name, const dpt_buffer *buf, size_t off,
+                               size_t count, size_t elem) {
+  size_t off_bytes, bytes;
+  if (!buf) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %s is NULL", c->fn, name);
+  if (buf->backend != c->be)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %s belongs to another backend", c->fn, name);
+  if (!dpt_mul_ok(off, elem, &off_bytes) || !dpt_mul_ok(count, elem, &bytes) ||
+      off_bytes > buf->size || bytes > buf->size - off_bytes)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: %s (offset %zu, %zu elements of %zu bytes) is past the end of its "
+                         "buffer (%zu bytes)",
+                         c->fn, name, off, count, elem, buf->size);
+  return DPT_OK;
+}
+
+#define F32 sizeof(float)
+#define I32 sizeof(int32_t)
+#define F16 sizeof(uint16_t)
+
+/* Output `o` must not overlap input `i` unless `allow_same` and they are exactly the same
+ * range (documented in-place use). */
+static dpt_status check_alias(op_check *c, const char *oname, const dpt_buffer *ob, size_t ooff,
+                              size_t ocount, size_t oelem, const char *iname, const dpt_buffer *ib,
+                              size_t ioff, size_t icount, size_t ielem, int allow_same) {
+  if (ob != ib || ocount == 0 || icount == 0) return DPT_OK;
+  size_t o0 = ooff * oelem, o1 = o0 + ocount * oelem; /* no overflow: ranges already checked */
+  size_t i0 = ioff * ielem, i1 = i0 + icount * ielem;
+  if (o0 >= i1 || i0 >= o1) return DPT_OK;
+  if (allow_same && o0 == i0 && o1 == i1) return DPT_OK;
+  return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %s overlaps %s%s", c->fn, oname, iname,
+                       allow_same ? " (only exact in-place use is allowed)" : "");
+}
+
+static dpt_ref ref(const dpt_buffer *buf, size_t off) {
+  dpt_ref r = {(dpt_buffer *)buf, off};
+  return r;
+}
+
+#define TRY(expr)                                                                                  \
+  do {                                                                                             \
+    dpt_status try_st_ = (expr);                                                                   \
+    if (try_st_ != DPT_OK) return try_st_;                                                         \
+  } while (0)
+
+/* ---- ops --------------------------------------------------------------------------------- */
+
+/* Matrix operand with `rows` x `cols` logical storage and leading dimension ld: the last row
+ * ends at (rows-1)*ld + cols. */
+static dpt_status check_matrix(op_check *c, const char *name, const char *ldname,
+                               const dpt_buffer *buf, size_t off, size_t rows, size_t cols,
+                               size_t ld, size_t *extent) {
+  if (ld < cols || ld == 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %s %zu is smaller than the row length %zu",
+                         c->fn, ldname, ld, cols ? cols : 1);
+  size_t count = 0;
+  if (rows > 0 && cols > 0) {
+    if (!dpt_mul_ok(rows - 1, ld, &count) || !dpt_add_ok(count, cols, &count))
+      return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %s extent overflows", c->fn, name);
+  }
+  *extent = count;
+  return check_tensor(c, name, buf, off, count, F32);
+}
+
+dpt_status dpt_gemm(dpt_backend *be, int trans_a, int trans_b, size_t m, size_t n, size_t k,
+                    float alpha, const dpt_buffer *a, size_t a_off, size_t lda, const dpt_buffer *b,
+                    size_t b_off, size_t ldb, float beta, dpt_buffer *c, size_t c_off, size_t ldc) {
+  op_check ck;
+  TRY(op_begin(&ck, "dpt_gemm", be, be && be->vt->gemm));
+  size_t ea = 0, eb = 0, ec = 0;
+  TRY(check_matrix(&ck, "a", "lda", a, a_off, trans_a ? k : m, trans_a ? m : k, lda, &ea));
+  TRY(check_matrix(&ck, "b", "ldb", b, b_off, trans_b ? n : k, trans_b ? k : n, ldb, &eb));
+  TRY(check_matrix(&ck, "c", "ldc", c, c_off, m, n, ldc, &ec));
+  TRY(check_alias(&ck, "c", c, c_off, ec, F32, "a", a, a_off, ea, F32, 0));
+  TRY(check_alias(&ck, "c", c, c_off, ec, F32, "b", b, b_off, eb, F32, 0));
+  if (m == 0 || n == 0) return DPT_OK;
+  if (k == 0) {
+    /* C = beta * C row by row (C is not read when beta == 0). */
+    for (size_t r = 0; r < m; ++r) {
+      if (beta == 0.0f) {
+        TRY(dpt_buffer_fill_f32(c, c_off + r * ldc, n, 0.0f));
+      } else if (be->vt->scale) {
+        dpt_scale_args sa = {n, beta, ref(c, c_off + r * ldc)};
+        TRY(be->vt->scale(be, &sa));
+      } else {
+        return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_gemm: k == 0 needs the scale op");
+      }
+    }
+    return DPT_OK;
+  }
+  dpt_gemm_args args = {trans_a != 0,  trans_b != 0,  m,   n,   k,  alpha, beta, ref(a, a_off),
+                        ref(b, b_off), ref(c, c_off), lda, ldb, ldc};
+  return be->vt->gemm(be, &args);
+}
+
+dpt_status dpt_bias_add(dpt_backend *be, size_t rows, size_t cols, dpt_buffer *y, size_t y_off,
+                        const dpt_buffer *bias, size_t bias_off) {
+  op_check ck;
+  size_t ny = 0;
+  TRY(op_begin(&ck, "dpt_bias_add", be, be && be->vt->bias_add));
+  TRY(elems2(&ck, "y", rows, cols, &ny));
+  TRY(check_tensor(&ck, "y", y, y_off, ny, F32));
+  TRY(check_tensor(&ck, "bias", bias, bias_off, cols, F32));
+  TRY(check_alias(&ck, "y", y, y_off, ny, F32, "bias", bias, bias_off, cols, F32, 0));
+  if (ny == 0) return DPT_OK;
+  dpt_bias_add_args args = {rows, cols, ref(y, y_off), ref(bias, bias_off)};
+  return be->vt->bias_add(be, &args);
+}
+
+dpt_status dpt_bias_grad(dpt_backend *be, size_t rows, size_t cols, const dpt_buffer *dy,
+                         size_t dy_off, float beta, dpt_buffer *db, size_t db_off) {
+  op_check ck;
+  size_t ny = 0;
+  TRY(op_begin(&ck, "dpt_bias_grad", be, be && be->vt->bias_grad));
+  TRY(elems2(&ck, "dy", rows, cols, &ny));
+  TRY(check_tensor(&ck, "dy", dy, dy_off, ny, F32));
+  TRY(check_tensor(&ck, "db", db, db_off, cols, F32));
+  TRY(check_alias(&ck, "db", db, db_off, cols, F32, "dy", dy, dy_off, ny, F32, 0));
+  if (cols == 0) return DPT_OK;
+  dpt_bias_grad_args args = {rows, cols, beta, ref(dy, dy_off), ref(db, db_off)};
+  return be->vt->bias_grad(be, &args);
+}
+
+dpt_status dpt_relu_fwd(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_off, dpt_buffer *y,
+                        size_t y_off) {
+  op_check ck;
+  TRY(op_begin(&ck, "dpt_relu_fwd", be, be && be->vt->relu_fwd));
+  TRY(check_tensor(&ck, "x", x, x_off, n, F32));
+  TRY(check_tensor(&ck, "y", y, y_off, n, F32));
+  TRY(check_alias(&ck, "y", y, y_off, n, F32, "x", x, x_off, n, F32, 1));
+  if (n == 0) return DPT_OK;
+  dpt_relu_fwd_args args = {n, ref(x, x_off), ref(y, y_off)};
+  return be->vt->relu_fwd(be, &args);
+}
+
+dpt_status dpt_relu_bwd(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_off,
+                        const dpt_buffer *dy, size_t dy_off, dpt_buffer *dx, size_t dx_off) {
+  op_check ck;
+  TRY(op_begin(&ck, "dpt_relu_bwd", be, be && be->vt->relu_bwd));
+  TRY(check_tensor(&ck, "x", x, x_off, n, F32));
+  TRY(check_tensor(&ck, "dy", dy, dy_off, n, F32));
+  TRY(check_tensor(&ck, "dx", dx, dx_off, n, F32));
+  TRY(check_alias(&ck, "dx", dx, dx_off, n, F32, "x", x, x_off, n, F32, 0));
+  TRY(check_alias(&ck, "dx", dx, dx_off, n, F32, "dy", dy, dy_off, n, F32, 1));
+  if (n == 0) return DPT_OK;
+  dpt_relu_bwd_args args = {n, ref(x, x_off), ref(dy, dy_off), ref(dx, dx_off)};
+  return be->vt->relu_bwd(be, &args);
+}
+
+dpt_status dpt_softmax_xent(dpt_backend *be, size_t rows, size_t cols, const dpt_buffer *logits,
+                            size_t logits_off, const dpt_buffer *labels, size_t labels_off,
+                            float scale, dpt_buffer *dlogits, size_t dlogits_off, double *loss_sum,
+                            int64_t *correct) {
+  op_check ck;
+  size_t nl = 0;
+  TRY(op_begin(&ck, "dpt_softmax_xent", be, be && be->vt->softmax_xent));
+  if (cols == 0) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_softmax_xent: cols is 0");
+  TRY(elems2(&ck, "logits", rows, cols, &nl));
+  TRY(check_tensor(&ck, "logits", logits, logits_off, nl, F32));
+  TRY(check_tensor(&ck, "labels", labels, labels_off, rows, I32));
+  if (dlogits) {
+    TRY(check_tensor(&ck, "dlogits", dlogits, dlogits_off, nl, F32));
+    TRY(check_alias(&ck, "dlogits", dlogits, dlogits_off, nl, F32, "logits", logits, logits_off, nl,
+                    F32, 0));
+    TRY(check_alias(&ck, "dlogits", dlogits, dlogits_off, nl, F32, "labels", labels, labels_off,
+                    rows, I32, 0));
+  }
+  if (loss_sum) *loss_sum = 0.0;
+  if (correct) *correct = 0;
+  if (rows == 0 || (!dlogits && !loss_sum && !correct)) return DPT_OK;
+  dpt_softmax_xent_args args = {rows,
+                                cols,
+                                ref(logits, logits_off),
+                                ref(labels, labels_off),
+                                scale,
+                                ref(dlogits, dlogits_off),
+                                loss_sum,
+                                correct};
+  return be->vt->softmax_xent(be, &args);
+}
+
+dpt_status dpt_conv_out_size(const dpt_conv_geom *g, size_t *out_h, size_t *out_w) {
+  const char *fn = "dpt_conv_out_size";
+  if (!g) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: geometry is NULL", fn);
+  if (!out_h || !out_w) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: out_h/out_w is NULL", fn);
+  if (g->kh == 0 || g->kw == 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: kernel size kh x kw = %zu x %zu must be >= 1",
+                         fn, g->kh, g->kw);
+  if (g->stride_h == 0 || g->stride_w == 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: stride %zu x %zu must be >= 1", fn, g->stride_h,
+                         g->stride_w);
+  size_t ph, pw;
+  if (!dpt_mul_ok(g->pad_h, 2, &ph) || !dpt_add_ok(ph, g->h, &ph) ||
+      !dpt_mul_ok(g->pad_w, 2, &pw) || !dpt_add_ok(pw, g->w, &pw))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: padded size overflows", fn);
+  if (ph < g->kh || pw < g->kw)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: kernel %zu x %zu is larger than the padded input %zu x %zu", fn,
+                         g->kh, g->kw, ph, pw);
+  *out_h = (ph - g->kh) / g->stride_h + 1;
+  *out_w = (pw - g->kw) / g->stride_w + 1;
+  return DPT_OK;
+}
+
+/* Element counts of x [n,c,h,w] and col [n, c*kh*kw, oh*ow]. */
+static dpt_status conv_sizes(op_check *c, const dpt_conv_geom *g, size_t *oh, size_t *ow,
+                             size_t *nx, size_t *ncol) {
+  if (!g) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: geometry is NULL", c->fn);
+  dpt_status st = dpt_conv_out_size(g, oh, ow);
+  if (st != DPT_OK) return dpt_error_context(st, "%s", c->fn);
+  size_t t;
+  if (!dpt_mul_ok(g->n, g->c, nx) || !dpt_mul_ok(*nx, g->h, nx) || !dpt_mul_ok(*nx, g->w, nx) ||
+      !dpt_mul_ok(g->n, g->c, &t) || !dpt_mul_ok(t, g->kh, &t) || !dpt_mul_ok(t, g->kw, &t) ||
+      !dpt_mul_ok(t, *oh, &t) || !dpt_mul_ok(t, *ow, ncol))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: tensor sizes overflow", c->fn);
+  return DPT_OK;
+}
+
+dpt_status dpt_im2col(dpt_backend *be, const dpt_conv_geom *g, const dpt_buffer *x, size_t x_off,
+                      dpt_buffer *col, size_t col_off) {
+  op_check ck;
+  size_t oh = 0, ow = 0, nx = 0, ncol = 0;
+  TRY(op_begin(&ck, "dpt_im2col", be, be && be->vt->im2col));
+  TRY(conv_sizes(&ck, g, &oh, &ow, &nx, &ncol));
+  TRY(check_tensor(&ck, "x", x, x_off, nx, F32));
+  TRY(check_tensor(&ck, "col", col, col_off, ncol, F32));
+  TRY(check_alias(&ck, "col", col, col_off, ncol, F32, "x", x, x_off, nx, F32, 0));
+  if (ncol == 0) return DPT_OK;
+  dpt_im2col_args args = {*g, oh, ow, ref(x, x_off), ref(col, col_off)};
+  return be->vt->im2col(be, &args);
+}
+
+dpt_status dpt_col2im(dpt_backend *be, const dpt_conv_geom *g, const dpt_buffer *col,
+                      size_t col_off, dpt_buffer *dx, size_t dx_off) {
+  op_check ck;
+  size_t oh = 0, ow = 0, nx = 0, ncol = 0;
+  TRY(op_begin(&ck, "dpt_col2im", be, be && be->vt->col2im));
+  TRY(conv_sizes(&ck, g, &oh, &ow, &nx, &ncol));
+  TRY(check_tensor(&ck, "col", col, col_off, ncol, F32));
+  TRY(check_tensor(&ck, "dx", dx, dx_off, nx, F32));
+  TRY(check_alias(&ck, "dx", dx, dx_off, nx, F32, "col", col, col_off, ncol, F32, 0));
+  if (nx == 0) return DPT_OK;
+  dpt_col2im_args args = {*g, oh, ow, ref(col, col_off), ref(dx, dx_off)};
+  return be->vt->col2im(be, &args);
+}
+
+dpt_status dpt_pool_out_size(const dpt_pool_geom *g, size_t *out_h, size_t *out_w) {
+  const char *fn = "dpt_pool_out_size";
+  if (!g) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: geometry is NULL", fn);
+  if (!out_h || !out_w) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: out_h/out_w is NULL", fn);
+  if (g->kh == 0 || g->kw == 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: kernel size kh x kw = %zu x %zu must be >= 1",
+                         fn, g->kh, g->kw);
+  if (g->stride_h == 0 || g->stride_w == 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: stride %zu x %zu must be >= 1", fn, g->stride_h,
+                         g->stride_w);
+  if (g->h < g->kh || g->w < g->kw)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: kernel %zu x %zu is larger than the input %zu x %zu", fn, g->kh,
+                         g->kw, g->h, g->w);
+  size_t plane;
+  if (!dpt_mul_ok(g->h, g->w, &plane) || plane > (size_t)INT32_MAX)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: plane %zu x %zu too large for int32 argmax", fn,
+                         g->h, g->w);
+  *out_h = (g->h - g->kh) / g->stride_h + 1;
+  *out_w = (g->w - g->kw) / g->stride_w + 1;
+  return DPT_OK;
+}
+
+/* Element counts of x [planes, h, w] and y [planes, oh, ow]. */
+static dpt_status pool_sizes(op_check *c, const dpt_pool_geom *g, size_t *oh, size_t *ow,
+                             size_t *nx, size_t *ny) {
+  if (!g) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: geometry is NULL", c->fn);
+  dpt_status st = dpt_pool_out_size(g, oh, ow);
+  if (st != DPT_OK) return dpt_error_context(st, "%s", c->fn);
+  /* h*w <= INT32_MAX was checked, and oh*ow <= h*w. */
+  if (!dpt_mul_ok(g->planes, g->h * g->w, nx) || !dpt_mul_ok(g->planes, *oh * *ow, ny))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: tensor sizes overflow", c->fn);
+  return DPT_OK;
+}
+
+dpt_status dpt_maxpool_fwd(dpt_backend *be, const dpt_pool_geom *g, const dpt_buffer *x,
+                           size_t x_off, dpt_buffer *y, size_t y_off, dpt_buffer *argmax,
+                           size_t argmax_off) {
+  op_check ck;
+  size_t oh = 0, ow = 0, nx = 0, ny = 0;
+  TRY(op_begin(&ck, "dpt_maxpool_fwd", be, be && be->vt->maxpool_fwd));
+  TRY(pool_sizes(&ck, g, &oh, &ow, &nx, &ny));
+  TRY(check_tensor(&ck, "x", x, x_off, nx, F32));
+  TRY(check_tensor(&ck, "y", y, y_off, ny, F32));
+  TRY(check_tensor(&ck, "argmax", argmax, argmax_off, ny, I32));
+  TRY(check_alias(&ck, "y", y, y_off, ny, F32, "x", x, x_off, nx, F32, 0));
+  TRY(check_alias(&ck, "argmax", argmax, argmax_off, ny, I32, "x", x, x_off, nx, F32, 0));
+  TRY(check_alias(&ck, "argmax", argmax, argmax_off, ny, I32, "y", y, y_off, ny, F32, 0));
+  if (ny == 0) return DPT_OK;
+  dpt_maxpool_fwd_args args = {*g, oh, ow, ref(x, x_off), ref(y, y_off), ref(argmax, argmax_off)};
+  return be->vt->maxpool_fwd(be, &args);
+}
+
+dpt_status dpt_maxpool_bwd(dpt_backend *be, const dpt_pool_geom *g, const dpt_buffer *dy,
+                           size_t dy_off, const dpt_buffer *argmax, size_t argmax_off,
+                           dpt_buffer *dx, size_t dx_off) {
+  op_check ck;
+  size_t oh = 0, ow = 0, nx = 0, ny = 0;
+  TRY(op_begin(&ck, "dpt_maxpool_bwd", be, be && be->vt->maxpool_bwd));
+  TRY(pool_sizes(&ck, g, &oh, &ow, &nx, &ny));
+  TRY(check_tensor(&ck, "dy", dy, dy_off, ny, F32));
+  TRY(check_tensor(&ck, "argmax", argmax, argmax_off, ny, I32));
+  TRY(check_tensor(&ck, "dx", dx, dx_off, nx, F32));
+  TRY(check_alias(&ck, "dx", dx, dx_off, nx, F32, "dy", dy, dy_off, ny, F32, 0));
+  TRY(check_alias(&ck, "dx", dx, dx_off, nx, F32, "argmax", argmax, argmax_off, ny, I32, 0));
+  if (nx == 0) return DPT_OK;
+  dpt_maxpool_bwd_args args = {
+      *g, oh, ow, ref(dy, dy_off), ref(argmax, argmax_off), ref(dx, dx_off)};
+  return be->vt->maxpool_bwd(be, &args);
+}
+
+static dpt_status check_vocab(op_check *c, size_t vocab) {
+  if (vocab == 0) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: vocab is 0", c->fn);
+  if (vocab > (size_t)INT32_MAX)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: vocab %zu exceeds int32 indices", c->fn, vocab);
+  return DPT_OK;
+}
+
+dpt_status dpt_embed_gather(dpt_backend *be, size_t n, size_t vocab, size_t dim,
+                            const dpt_buffer *table, size_t table_off, const dpt_buffer *idx,
+                            size_t idx_off, dpt_buffer *out, size_t out_off) {
+  op_check ck;
+  size_t nt = 0, no = 0;
+  TRY(op_begin(&ck, "dpt_embed_gather", be, be && be->vt->embed_gather));
+  TRY(check_vocab(&ck, vocab));
+  TRY(elems2(&ck, "table", vocab, dim, &nt));
+  TRY(elems2(&ck, "out", n, dim, &no));
+  TRY(check_tensor(&ck, "table", table, table_off, nt, F32));
+  TRY(check_tensor(&ck, "idx", idx, idx_off, n, I32));
+  TRY(check_tensor(&ck, "out", out, out_off, no, F32));
+  TRY(check_alias(&ck, "out", out, out_off, no, F32, "table", table, table_off, nt, F32, 0));
+  TRY(check_alias(&ck, "out", out, out_off, no, F32, "idx", idx, idx_off, n, I32, 0));
+  if (no == 0) return DPT_OK;
+  dpt_embed_gather_args args = {
+      n, vocab, dim, ref(table, table_off), ref(idx, idx_off), ref(out, out_off)};
+  return be->vt->embed_gather(be, &args);
+}
+
+dpt_status dpt_embed_scatter_add(dpt_backend *be, size_t n, size_t vocab, size_t dim,
+                                 const dpt_buffer *dout, size_t dout_off, const dpt_buffer *idx,
+                                 size_t idx_off, dpt_buffer *dtable, size_t dtable_off) {
+  op_check ck;
+  size_t nt = 0, no = 0;
+  TRY(op_begin(&ck, "dpt_embed_scatter_add", be, be && be->vt->embed_scatter_add));
+  TRY(check_vocab(&ck, vocab));
+  TRY(elems2(&ck, "dtable", vocab, dim, &nt));
+  TRY(elems2(&ck, "dout", n, dim, &no));
+  TRY(check_tensor(&ck, "dout", dout, dout_off, no, F32));
+  TRY(check_tensor(&ck, "idx", idx, idx_off, n, I32));
+  TRY(check_tensor(&ck, "dtable", dtable, dtable_off, nt, F32));
+  TRY(check_alias(&ck, "dtable", dtable, dtable_off, nt, F32, "dout", dout, dout_off, no, F32, 0));
+  TRY(check_alias(&ck, "dtable", dtable, dtable_off, nt, F32, "idx", idx, idx_off, n, I32, 0));
+  if (no == 0) return DPT_OK;
+  dpt_embed_scatter_add_args args = {
+      n, vocab, dim, ref(dout, dout_off), ref(idx, idx_off), ref(dtable, dtable_off)};
+  return be->vt->embed_scatter_add(be, &args);
+}
+
+dpt_status dpt_axpy(dpt_backend *be, size_t n, float alpha, const dpt_buffer *x, size_t x_off,
+                    dpt_buffer *y, size_t y_off) {
+  op_check ck;
+  TRY(op_begin(&ck, "dpt_axpy", be, be && be->vt->axpy));
+  TRY(check_tensor(&ck, "x", x, x_off, n, F32));
+  TRY(check_tensor(&ck, "y", y, y_off, n, F32));
+  TRY(check_alias(&ck, "y", y, y_off, n, F32, "x", x, x_off, n, F32, 0));
+  if (n == 0) return DPT_OK;
+  dpt_axpy_args args = {n, alpha, ref(x, x_off), ref(y, y_off)};
+  return be->vt->axpy(be, &args);
+}
+
+dpt_status dpt_scale(dpt_backend *be, size_t n, float alpha, dpt_buffer *x, size_t x_off) {
+  op_check ck;
+  TRY(op_begin(&ck, "dpt_scale", be, be && be->vt->scale));
+  TRY(check_tensor(&ck, "x", x, x_off, n, F32));
+  if (n == 0) return DPT_OK;
+  dpt_scale_args args = {n, alpha, ref(x, x_off)};
+  return be->vt->scale(be, &args);
+}
+
+dpt_status dpt_sum(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_off, double *out) {
+  op_check ck;
+  TRY(op_begin(&ck, "dpt_sum", be, be && be->vt->sum));
+  TRY(check_tensor(&ck, "x", x, x_off, n, F32));
+  if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_sum: out is NULL");
+  *out = 0.0;
+  if (n == 0) return DPT_OK;
+  dpt_sum_args args = {n, ref(x, x_off), out};
+  return be->vt->sum(be, &args);
+}
+
+dpt_status dpt_sumsq(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_off, double *out) {
+  op_check ck;
+  TRY(op_begin(&ck, "dpt_sumsq", be, be && be->vt->sumsq));
+  TRY(check_tensor(&ck, "x", x, x_off, n, F32));
+  if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_sumsq: out is NULL");
+  *out = 0.0;
+  if (n == 0) return DPT_OK;
+  dpt_sumsq_args args = {n, ref(x, x_off), out};
+  return be->vt->sumsq(be, &args);
+}
+
+dpt_status dpt_count_nonfinite(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_off,
+                               uint64_t *out) {
+  op_check ck;
+  TRY(op_begin(&ck, "dpt_count_nonfinite", be, be && be->vt->count_nonfinite));
+  TRY(check_tensor(&ck, "x", x, x_off, n, F32));
+  if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_count_nonfinite: out is NULL");
+  *out = 0;
+  if (n == 0) return DPT_OK;
+  dpt_count_nonfinite_args args = {n, ref(x, x_off), out};
+  return be->vt->count_nonfinite(be, &args);
+}
+
+dpt_status dpt_sgd_update(dpt_backend *be, size_t n, const dpt_sgd_params *p, dpt_buffer *w,
+                          size_t w_off, const dpt_buffer *grad, size_t grad_off,
+                          dpt_buffer *velocity, size_t velocity_off) {
+  op_check ck;
+  TRY(op_begin(&ck, "dpt_sgd_update", be, be && be->vt->sgd_update));
+  if (!p) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_sgd_update: params is NULL");
+  TRY(check_tensor(&ck, "w", w, w_off, n, F32));
+  TRY(check_tensor(&ck, "grad", grad, grad_off, n, F32));
+  TRY(check_alias(&ck, "w", w, w_off, n, F32, "grad", grad, grad_off, n, F32, 0));
+  if (p->momentum != 0.0f || velocity) {
+    TRY(check_tensor(&ck, "velocity", velocity, velocity_off, n, F32));
+    TRY(check_alias(&ck, "velocity", velocity, velocity_off, n, F32, "w", w, w_off, n, F32, 0));
+    TRY(check_alias(&ck, "velocity", velocity, velocity_off, n, F32, "grad", grad, grad_off, n, F32,
+                    0));
+  }
+  if (p->nesterov && p->momentum == 0.0f)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_sgd_update: nesterov needs momentum > 0");
+  if (n == 0) return DPT_OK;
+  dpt_sgd_update_args args = {n, *p, ref(w, w_off), ref(grad, grad_off),
+                              ref(velocity, velocity_off)};
+  return be->vt->sgd_update(be, &args);
+}
+
+dpt_status dpt_adamw_update(dpt_backend *be, size_t n, const dpt_adamw_params *p, dpt_buffer *w,
+                            size_t w_off, const dpt_buffer *grad, size_t grad_off, dpt_buffer *m,
+                            size_t m_off, dpt_buffer *v, size_t v_off) {
+  op_check ck;
+  TRY(op_begin(&ck, "dpt_adamw_update", be, be && be->vt->adamw_update));
+  if (!p) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_adamw_update: params is NULL");
+  if (p->step < 1)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_adamw_update: step %lld must be >= 1",
+                         (long long)p->step);
+  if (!(p->beta1 >= 0.0f && p->beta1 < 1.0f) || !(p->beta2 >= 0.0f && p->beta2 < 1.0f))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_adamw_update: beta1 %g / beta2 %g not in [0,1)",
+                         (double)p->beta1, (double)p->beta2);
+  TRY(check_tensor(&ck, "w", w, w_off, n, F32));
+  TRY(check_tensor(&ck, "grad", grad, grad_off, n, F32));
+  TRY(check_tensor(&ck, "m", m, m_off, n, F32));
+  TRY(check_tensor(&ck, "v", v, v_off, n, F32));
+  TRY(check_alias(&ck, "w", w, w_off, n, F32, "grad", grad, grad_off, n, F32, 0));
+  TRY(check_alias(&ck, "m", m, m_off, n, F32, "w", w, w_off, n, F32, 0));
+  TRY(check_alias(&ck, "m", m, m_off, n, F32, "grad", grad, grad_off, n, F32, 0));
+  TRY(check_alias(&ck, "v", v, v_off, n, F32, "w", w, w_off, n, F32, 0));
+  TRY(check_alias(&ck, "v", v, v_off, n, F32, "grad", grad, grad_off, n, F32, 0));
+  TRY(check_alias(&ck, "v", v, v_off, n, F32, "m", m, m_off, n, F32, 0));
+  if (n == 0) return DPT_OK;
+  dpt_adamw_update_args args = {
+      n, *p, ref(w, w_off), ref(grad, grad_off), ref(m, m_off), ref(v, v_off)};
+  return be->vt->adamw_update(be, &args);
+}
+
+dpt_status dpt_f32_to_f16(dpt_backend *be, size_t n, const dpt_buffer *src, size_t src_off,
+                          dpt_buffer *dst, size_t dst_off) {
+  op_check ck;
+  TRY(op_begin(&ck, "dpt_f32_to_f16", be, be && be->vt->f32_to_f16));
+  TRY(check_tensor(&ck, "src", src, src_off, n, F32));
+  TRY(check_tensor(&ck, "dst", dst, dst_off, n, F16));
+  TRY(check_alias(&ck, "dst", dst, dst_off, n, F16, "src", src, src_off, n, F32, 0));
+  if (n == 0) return DPT_OK;
+  dpt_f32_to_f16_args args = {n, ref(src, src_off), ref(dst, dst_off)};
+  return be->vt->f32_to_f16(be, &args);
+}
+
+dpt_status dpt_f16_to_f32(dpt_backend *be, size_t n, const dpt_buffer *src, size_t src_off,
+                          dpt_buffer *dst, size_t dst_off) {
+  op_check ck;
+  TRY(op_begin(&ck, "dpt_f16_to_f32", be, be && be->vt->f16_to_f32));
+  TRY(check_tensor(&ck, "src", src, src_off, n, F16));
+  TRY(check_tensor(&ck, "dst", dst, dst_off, n, F32));
+  TRY(check_alias(&ck, "dst", dst, dst_off, n, F32, "src", src, src_off, n, F16, 0));
+  if (n == 0) return DPT_OK;
+  dpt_f16_to_f32_args args = {n, ref(src, src_off), ref(dst, dst_off)};
+  return be->vt->f16_to_f32(be, &args);
+}

@@ -1,0 +1,211 @@
+/* The backend vtable: what a backend implements, behind the public wrappers of
+ * backends/backend.c.
+ *
+ * The wrappers check every argument before calling in (handles non-NULL, buffers of this
+ * backend, sizes without overflow, every tensor range inside its buffer, geometry valid), so a
+ * backend entry may assume valid arguments and only report failures of its own (device
+ * errors, out of memory), setting the message with dpt_set_error(). Element counts of zero are
+ * filtered out by the wrappers as well: an op entry is never called with an empty tensor.
+ *
+ * Entries marked optional may be NULL: the wrapper supplies the default (through host memory
+ * for copy/fill, nothing for synchronize); an op entry left NULL makes the op return
+ * DPT_ERR_UNSUPPORTED.
+ */
+#ifndef DPTRAIN_BACKEND_IMPL_H
+#define DPTRAIN_BACKEND_IMPL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dptrain/backend.h"
+
+/* A tensor argument: buffer + offset in elements of the tensor's type. */
+typedef struct dpt_ref {
+  dpt_buffer *buf;
+  size_t off;
+} dpt_ref;
+
+struct dpt_buffer {
+  dpt_backend *backend;    /* owner */
+  size_t size;             /* bytes */
+  void *handle;            /* backend-private (host pointer, cl_mem, suballocation, ...) */
+  dpt_buffer *prev, *next; /* the backend's list of live buffers */
+};
+
+/* ---- op argument structs (one per op of DPT_OP_MAP, named dpt_<name>_args) --------------- */
+
+typedef struct dpt_gemm_args {
+  int trans_a, trans_b;
+  size_t m, n, k; /* all > 0 when the backend is called (k == 0 is handled by the wrapper) */
+  float alpha, beta;
+  dpt_ref a, b, c;
+  size_t lda, ldb, ldc;
+} dpt_gemm_args;
+
+typedef struct dpt_bias_add_args {
+  size_t rows, cols;
+  dpt_ref y, bias;
+} dpt_bias_add_args;
+
+typedef struct dpt_bias_grad_args {
+  size_t rows, cols; /* rows may be 0 here: db = beta * db */
+  float beta;
+  dpt_ref dy, db;
+} dpt_bias_grad_args;
+
+typedef struct dpt_relu_fwd_args {
+  size_t n;
+  dpt_ref x, y;
+} dpt_relu_fwd_args;
+
+typedef struct dpt_relu_bwd_args {
+  size_t n;
+  dpt_ref x, dy, dx;
+} dpt_relu_bwd_args;
+
+typedef struct dpt_softmax_xent_args {
+  size_t rows, cols;
+  dpt_ref logits, labels; /* labels: int32 */
+  float scale;
+  dpt_ref dlogits;  /* buf may be NULL: no gradient wanted */
+  double *loss_sum; /* host, may be NULL */
+  int64_t *correct; /* host, may be NULL */
+} dpt_softmax_xent_args;
+
+typedef struct dpt_im2col_args {
+  dpt_conv_geom g;
+  size_t out_h, out_w;
+  dpt_ref x, col;
+} dpt_im2col_args;
+
+typedef struct dpt_col2im_args {
+  dpt_conv_geom g;
+  size_t out_h, out_w;
+  dpt_ref col, dx;
+} dpt_col2im_args;
+
+typedef struct dpt_maxpool_fwd_args {
+  dpt_pool_geom g;
+  size_t out_h, out_w;
+  dpt_ref x, y, argmax; /* argmax: int32 */
+} dpt_maxpool_fwd_args;
+
+typedef struct dpt_maxpool_bwd_args {
+  dpt_pool_geom g;
+  size_t out_h, out_w;
+  dpt_ref dy, argmax, dx;
+} dpt_maxpool_bwd_args;
+
+typedef struct dpt_embed_gather_args {
+  size_t n, vocab, dim;
+  dpt_ref table, idx, out; /* idx: int32 */
+} dpt_embed_gather_args;
+
+typedef struct dpt_embed_scatter_add_args {
+  size_t n, vocab, dim;
+  dpt_ref dout, idx, dtable;
+} dpt_embed_scatter_add_args;
+
+typedef struct dpt_axpy_args {
+  size_t n;
+  float alpha;
+  dpt_ref x, y;
+} dpt_axpy_args;
+
+typedef struct dpt_scale_args {
+  size_t n;
+  float alpha;
+  dpt_ref x;
+} dpt_scale_args;
+
+/* sum, sumsq */
+typedef struct dpt_reduce_args {
+  size_t n;
+  dpt_ref x;
+  double *out; /* host */
+} dpt_reduce_args;
+typedef dpt_reduce_args dpt_sum_args;
+typedef dpt_reduce_args dpt_sumsq_args;
+
+typedef struct dpt_count_nonfinite_args {
+  size_t n;
+  dpt_ref x;
+  uint64_t *out; /* host */
+} dpt_count_nonfinite_args;
+
+typedef struct dpt_sgd_update_args {
+  size_t n;
+  dpt_sgd_params p;
+  dpt_ref w, grad, velocity; /* velocity.buf NULL when p.momentum == 0 */
+} dpt_sgd_update_args;
+
+typedef struct dpt_adamw_update_args {
+  size_t n;
+  dpt_adamw_params p;
+  dpt_ref w, grad, m, v;
+} dpt_adamw_update_args;
+
+/* f32_to_f16, f16_to_f32 */
+typedef struct dpt_convert_args {
+  size_t n;
+  dpt_ref src, dst;
+} dpt_convert_args;
+typedef dpt_convert_args dpt_f32_to_f16_args;
+typedef dpt_convert_args dpt_f16_to_f32_args;
+
+/* ---- the vtable --------------------------------------------------------------------------- */
+
+typedef struct dpt_backend_vtable {
+  dpt_backend_kind kind;
+
+  /* Enumeration, without creating a backend. device_count sets *count = 0 and returns DPT_OK
+   * (with the reason in the error message) when the driver is absent. */
+  dpt_status (*device_count)(int *count);
+  dpt_status (*device_info)(int index, dpt_device_info *out);
+
+  /* create fills be->ctx (and may read be->info, already filled by the wrapper via
+   * device_info). destroy is called after every buffer was freed. */
+  dpt_status (*create)(dpt_backend *be, int device);
+  void (*destroy)(dpt_backend *be);
+  dpt_status (*synchronize)(dpt_backend *be); /* optional */
+
+  /* buf->size is set; alloc sets buf->handle. free is never called with a NULL handle. */
+  dpt_status (*buffer_alloc)(dpt_backend *be, dpt_buffer *buf);
+  void (*buffer_free)(dpt_backend *be, dpt_buffer *buf);
+  dpt_status (*upload)(dpt_backend *be, dpt_buffer *dst, size_t offset, const void *src,
+                       size_t bytes);
+  dpt_status (*download)(dpt_backend *be, const dpt_buffer *src, size_t offset, void *dst,
+                         size_t bytes);
+  dpt_status (*copy)(dpt_backend *be, dpt_buffer *dst, size_t dst_offset, const dpt_buffer *src,
+                     size_t src_offset, size_t bytes); /* optional */
+  dpt_status (*fill_f32)(dpt_backend *be, dpt_buffer *dst, size_t offset_elems, size_t count,
+                         float value); /* optional */
+
+  /* One entry per op of DPT_OP_MAP: dpt_status (*gemm)(dpt_backend *, const dpt_gemm_args *);
+   * NULL = unsupported. */
+#define DPT_OP_VT_ENTRY_(NAME, name)                                                               \
+  dpt_status (*name)(dpt_backend * be, const dpt_##name##_args *a);
+  DPT_OP_MAP(DPT_OP_VT_ENTRY_)
+#undef DPT_OP_VT_ENTRY_
+} dpt_backend_vtable;
+
+struct dpt_backend {
+  const dpt_backend_vtable *vt;
+  dpt_device_info info;
+  void *ctx;           /* backend-private */
+  dpt_buffer *buffers; /* live buffers (freed on destroy) */
+  int lost;            /* set by a backend after an unrecoverable device error */
+};
+
+/* The vtables of the compiled-in backends (NULL entry = not compiled). */
+const dpt_backend_vtable *dpt_backend_vtable_for(dpt_backend_kind kind);
+extern const dpt_backend_vtable dpt_cpu_vtable;
+#ifdef DPT_HAVE_OPENCL
+extern const dpt_backend_vtable dpt_opencl_vtable;
+#endif
+#ifdef DPT_HAVE_VULKAN
+extern const dpt_backend_vtable dpt_vulkan_vtable;
+#endif
+
+#endif

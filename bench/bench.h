@@ -1,0 +1,15 @@
+/* Benchmarks: each is a whole command-line program body, shared by its own executable
+ * (bench_<name>) and by `dptrain bench <name>`. They print tables, never assert speed. */
+#ifndef DPTRAIN_BENCH_H
+#define DPTRAIN_BENCH_H
+
+/* argv[0] is the benchmark's name; returns the process exit code. */
+int dpt_bench_gemm(int argc, char **argv);
+int dpt_bench_allreduce(int argc, char **argv);
+
+/* Monotonic clock in seconds. */
+double dpt_bench_now(void);
+/* Median of n values (sorts them in place). */
+double dpt_bench_median(double *v, int n);
+
+#endif

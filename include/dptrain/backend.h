@@ -1,0 +1,310 @@
+/* dptrain: compute backends, device memory and the op set.
+ *
+ * A dpt_backend is one device driven through one API (CPU, OpenCL, Vulkan). It owns device
+ * memory (dpt_buffer), host<->device transfers and every op of the op set below. Work
+ * submitted to a backend may run asynchronously; dpt_buffer_download() and
+ * dpt_backend_synchronize() wait for it. A backend and its buffers are used by one thread at a
+ * time; different backends may be driven from different threads concurrently.
+ *
+ * Conventions of the op set:
+ *   - tensors are float32, row-major, unless said (labels and indices are int32, half
+ *     precision is IEEE binary16 stored as uint16);
+ *   - every tensor argument is a (buffer, offset) pair; offsets count ELEMENTS of the
+ *     tensor's own type from the start of the buffer; memory calls (upload, download, copy,
+ *     fill) count BYTES;
+ *   - every buffer of one call belongs to the same backend;
+ *   - an element count of zero is legal and does nothing (unless said otherwise);
+ *   - outputs never alias inputs unless said;
+ *   - a backend that lacks an op returns DPT_ERR_UNSUPPORTED, never wrong results.
+ * Every call checks its arguments (NULL handles, overflowing sizes, ranges past the end of a
+ * buffer) and returns DPT_ERR_INVALID_ARG with a message naming the argument.
+ */
+#ifndef DPTRAIN_BACKEND_H
+#define DPTRAIN_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dptrain/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dpt_backend dpt_backend;
+typedef struct dpt_buffer dpt_buffer;
+
+/* The one list of backend kinds: X(ENUM_SUFFIX, "name"). */
+#define DPT_BACKEND_KIND_MAP(X)                                                                    \
+  X(CPU, "cpu")                                                                                    \
+  X(OPENCL, "opencl")                                                                              \
+  X(VULKAN, "vulkan")
+
+typedef enum dpt_backend_kind {
+#define DPT_BACKEND_KIND_ENUM_(name, text) DPT_BACKEND_##name,
+  DPT_BACKEND_KIND_MAP(DPT_BACKEND_KIND_ENUM_)
+#undef DPT_BACKEND_KIND_ENUM_
+      DPT_BACKEND_KIND_COUNT
+} dpt_backend_kind;
+
+typedef enum dpt_device_type {
+  DPT_DEVICE_CPU = 0,
+  DPT_DEVICE_GPU_DISCRETE = 1,
+  DPT_DEVICE_GPU_INTEGRATED = 2,
+  DPT_DEVICE_GPU_VIRTUAL = 3,
+  DPT_DEVICE_ACCELERATOR = 4,
+  DPT_DEVICE_OTHER = 5
+} dpt_device_type;
+
+typedef struct dpt_device_info {
+  dpt_backend_kind backend; /* which backend drives it */
+  int index;                /* device index within that backend, 0-based */
+  dpt_device_type type;
+  char name[128];        /* device name as the driver reports it, NUL-terminated */
+  char vendor[64];       /* vendor name, NUL-terminated */
+  char driver[128];      /* driver / platform / API version, NUL-terminated */
+  uint64_t memory_bytes; /* global memory in bytes (0 if unknown) */
+} dpt_device_info;
+
+/* "cpu", "opencl", "vulkan"; NULL for values outside the list. */
+DPT_API const char *dpt_backend_kind_name(dpt_backend_kind kind);
+/* Parses a backend name; DPT_ERR_INVALID_ARG naming the valid names otherwise. */
+DPT_API dpt_status dpt_backend_kind_parse(const char *name, dpt_backend_kind *out);
+/* "cpu", "discrete gpu", "integrated gpu", ... */
+DPT_API const char *dpt_device_type_name(dpt_device_type type);
+
+/* 1 if support for the backend kind was compiled into this library, else 0. */
+DPT_API int dpt_backend_compiled(dpt_backend_kind kind);
+
+/* Number of devices of a backend present on this machine. A backend that is compiled in but
+ * has no driver reports 0 devices and returns DPT_OK (the reason is in dpt_last_error()); a
+ * backend that is not compiled in returns DPT_ERR_UNSUPPORTED. */
+DPT_API dpt_status dpt_device_count(dpt_backend_kind kind, int *count);
+DPT_API dpt_status dpt_device_get_info(dpt_backend_kind kind, int index, dpt_device_info *out);
+
+/* Creates a backend on device `device` (0-based within the kind). */
+DPT_API dpt_status dpt_backend_create(dpt_backend_kind kind, int device, dpt_backend **out);
+/* Waits for outstanding work, frees everything. NULL does nothing. Buffers still allocated
+ * on the backend must be freed first; destroying a backend with live buffers frees them too
+ * (their handles become invalid). */
+DPT_API void dpt_backend_destroy(dpt_backend *backend);
+DPT_API dpt_status dpt_backend_get_info(const dpt_backend *backend, dpt_device_info *out);
+DPT_API dpt_backend_kind dpt_backend_get_kind(const dpt_backend *backend);
+/* Waits until all work submitted to the backend has finished. */
+DPT_API dpt_status dpt_backend_synchronize(dpt_backend *backend);
+
+/* ---- memory ------------------------------------------------------------------------------ */
+
+/* Allocates `bytes` (> 0) of device memory; contents are undefined. */
+DPT_API dpt_status dpt_buffer_alloc(dpt_backend *backend, size_t bytes, dpt_buffer **out);
+/* NULL does nothing. */
+DPT_API void dpt_buffer_free(dpt_buffer *buffer);
+DPT_API size_t dpt_buffer_size(const dpt_buffer *buffer);
+DPT_API dpt_backend *dpt_buffer_backend(const dpt_buffer *buffer);
+/* Host -> device: copies `bytes` from `src` to the buffer at byte `offset`. The host memory
+ * may be reused as soon as the call returns. */
+DPT_API dpt_status dpt_buffer_upload(dpt_buffer *dst, size_t offset, const void *src, size_t bytes);
+/* Device -> host: waits for pending work writing the buffer, then copies. */
+DPT_API dpt_status dpt_buffer_download(const dpt_buffer *src, size_t offset, void *dst,
+                                       size_t bytes);
+/* Device -> device within one backend. Ranges must not overlap when src == dst. */
+DPT_API dpt_status dpt_buffer_copy(dpt_buffer *dst, size_t dst_offset, const dpt_buffer *src,
+                                   size_t src_offset, size_t bytes);
+/* Fills `count` float32 elements starting at ELEMENT offset `offset` with `value`. */
+DPT_API dpt_status dpt_buffer_fill_f32(dpt_buffer *dst, size_t offset, size_t count, float value);
+
+/* ---- the op set ---------------------------------------------------------------------------
+ * The one list of ops: X(ENUM_SUFFIX, lower_name). Adding an op: add it here, add its
+ * argument struct and entry point (backends/backend_impl.h, backends/backend.c), implement
+ * it in each backend, add its case to tests/conformance_cases.c. */
+#define DPT_OP_MAP(X)                                                                              \
+  X(GEMM, gemm)                                                                                    \
+  X(BIAS_ADD, bias_add)                                                                            \
+  X(BIAS_GRAD, bias_grad)                                                                          \
+  X(RELU_FWD, relu_fwd)                                                                            \
+  X(RELU_BWD, relu_bwd)                                                                            \
+  X(SOFTMAX_XENT, softmax_xent)                                                                    \
+  X(IM2COL, im2col)                                                                                \
+  X(COL2IM, col2im)                                                                                \
+  X(MAXPOOL_FWD, maxpool_fwd)                                                                      \
+  X(MAXPOOL_BWD, maxpool_bwd)                                                                      \
+  X(EMBED_GATHER, embed_gather)                                                                    \
+  X(EMBED_SCATTER_ADD, embed_scatter_add)                                                          \
+  X(AXPY, axpy)                                                                                    \
+  X(SCALE, scale)                                                                                  \
+  X(SUM, sum)                                                                                      \
+  X(SUMSQ, sumsq)                                                                                  \
+  X(COUNT_NONFINITE, count_nonfinite)                                                              \
+  X(SGD_UPDATE, sgd_update)                                                                        \
+  X(ADAMW_UPDATE, adamw_update)                                                                    \
+  X(F32_TO_F16, f32_to_f16)                                                                        \
+  X(F16_TO_F32, f16_to_f32)
+
+typedef enum dpt_op {
+#define DPT_OP_ENUM_(NAME, name) DPT_OP_##NAME,
+  DPT_OP_MAP(DPT_OP_ENUM_)
+#undef DPT_OP_ENUM_
+      DPT_OP_COUNT
+} dpt_op;
+
+/* "gemm", "bias_add", ...; NULL outside the list. */
+DPT_API const char *dpt_op_name(dpt_op op);
+/* 1 if the backend implements the op, else 0. */
+DPT_API int dpt_backend_supports(const dpt_backend *backend, dpt_op op);
+
+/* C[m,n] = alpha * op(A) * op(B) + beta * C, op(X) = X or X^T.
+ * A: rows-major [m,k] with leading dimension lda >= k when !trans_a, else [k,m] with lda >= m.
+ * B: [k,n] with ldb >= n when !trans_b, else [n,k] with ldb >= k.
+ * C: [m,n] with ldc >= n. With beta == 0, C is not read (NaN in C does not propagate).
+ * m, n == 0 do nothing; k == 0 scales C by beta. */
+DPT_API dpt_status dpt_gemm(dpt_backend *be, int trans_a, int trans_b, size_t m, size_t n, size_t k,
+                            float alpha, const dpt_buffer *a, size_t a_off, size_t lda,
+                            const dpt_buffer *b, size_t b_off, size_t ldb, float beta,
+                            dpt_buffer *c, size_t c_off, size_t ldc);
+
+/* y[r,c] += bias[c] for y [rows, cols]. */
+DPT_API dpt_status dpt_bias_add(dpt_backend *be, size_t rows, size_t cols, dpt_buffer *y,
+                                size_t y_off, const dpt_buffer *bias, size_t bias_off);
+
+/* db[c] = beta * db[c] + sum_r dy[r,c] for dy [rows, cols], db [cols]. With beta == 0, db is
+ * not read. rows == 0 gives db = beta * db. */
+DPT_API dpt_status dpt_bias_grad(dpt_backend *be, size_t rows, size_t cols, const dpt_buffer *dy,
+                                 size_t dy_off, float beta, dpt_buffer *db, size_t db_off);
+
+/* y = max(x, 0) over n elements. y may equal x (same buffer and offset: in place). */
+DPT_API dpt_status dpt_relu_fwd(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_off,
+                                dpt_buffer *y, size_t y_off);
+
+/* dx = dy where x > 0, else 0, over n elements (x is the forward input or output). dx may
+ * equal dy (in place). */
+DPT_API dpt_status dpt_relu_bwd(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_off,
+                                const dpt_buffer *dy, size_t dy_off, dpt_buffer *dx, size_t dx_off);
+
+/* Softmax cross-entropy over logits [rows, cols] with int32 labels [rows]:
+ *   p = softmax(logits[r]);  loss_r = -log p[label_r];
+ *   dlogits[r] = scale * (p - onehot(label_r))      (dlogits may be NULL: no gradient)
+ *   *loss_sum = sum_r loss_r (unscaled, accumulated in double)   (may be NULL)
+ *   *correct = number of rows whose first maximal logit is at label_r (may be NULL)
+ * A label outside [0, cols) makes that row's loss NaN, its gradient row zero, and it is never
+ * correct. Requesting loss_sum or correct waits for the result. cols >= 1. */
+DPT_API dpt_status dpt_softmax_xent(dpt_backend *be, size_t rows, size_t cols,
+                                    const dpt_buffer *logits, size_t logits_off,
+                                    const dpt_buffer *labels, size_t labels_off, float scale,
+                                    dpt_buffer *dlogits, size_t dlogits_off, double *loss_sum,
+                                    int64_t *correct);
+
+/* Convolution geometry shared by im2col / col2im. out_h = (h + 2*pad_h - kh) / stride_h + 1,
+ * likewise out_w; both must be >= 1. */
+typedef struct dpt_conv_geom {
+  size_t n, c, h, w;         /* input batch, channels, height, width: x is [n, c, h, w] */
+  size_t kh, kw;             /* kernel size, >= 1 */
+  size_t stride_h, stride_w; /* >= 1 */
+  size_t pad_h, pad_w;       /* zero padding on each side */
+} dpt_conv_geom;
+
+/* Output height/width for a geometry; DPT_ERR_INVALID_ARG if it is not valid. */
+DPT_API dpt_status dpt_conv_out_size(const dpt_conv_geom *g, size_t *out_h, size_t *out_w);
+
+/* col[i, c*kh*kw + ki*kw + kj, oy*out_w + ox] = x[i, c, oy*sh - ph + ki, ox*sw - pw + kj]
+ * (0 outside the image): col is [n, c*kh*kw, out_h*out_w], one gemm operand per image. */
+DPT_API dpt_status dpt_im2col(dpt_backend *be, const dpt_conv_geom *g, const dpt_buffer *x,
+                              size_t x_off, dpt_buffer *col, size_t col_off);
+
+/* The adjoint of im2col: dx = sum of col entries over every position that maps to it
+ * (dx [n,c,h,w] is overwritten). */
+DPT_API dpt_status dpt_col2im(dpt_backend *be, const dpt_conv_geom *g, const dpt_buffer *col,
+                              size_t col_off, dpt_buffer *dx, size_t dx_off);
+
+/* Max-pool geometry: x is [planes, h, w] (planes = batch * channels), no padding,
+ * out_h = (h - kh) / stride_h + 1 >= 1, likewise out_w. */
+typedef struct dpt_pool_geom {
+  size_t planes, h, w;
+  size_t kh, kw;
+  size_t stride_h, stride_w;
+} dpt_pool_geom;
+
+DPT_API dpt_status dpt_pool_out_size(const dpt_pool_geom *g, size_t *out_h, size_t *out_w);
+
+/* y[p, oy, ox] = max over the window; argmax[p, oy, ox] (int32) = index iy*w + ix within the
+ * plane of the first maximal element (row-major scan order). */
+DPT_API dpt_status dpt_maxpool_fwd(dpt_backend *be, const dpt_pool_geom *g, const dpt_buffer *x,
+                                   size_t x_off, dpt_buffer *y, size_t y_off, dpt_buffer *argmax,
+                                   size_t argmax_off);
+
+/* dx [planes, h, w] is overwritten: each dy element is added to dx at its argmax. */
+DPT_API dpt_status dpt_maxpool_bwd(dpt_backend *be, const dpt_pool_geom *g, const dpt_buffer *dy,
+                                   size_t dy_off, const dpt_buffer *argmax, size_t argmax_off,
+                                   dpt_buffer *dx, size_t dx_off);
+
+/* out[i, :] = table[idx[i], :] for table [vocab, dim], idx int32 [n], out [n, dim]. An index
+ * outside [0, vocab) gives a row of NaN (so the non-finite check catches it). */
+DPT_API dpt_status dpt_embed_gather(dpt_backend *be, size_t n, size_t vocab, size_t dim,
+                                    const dpt_buffer *table, size_t table_off,
+                                    const dpt_buffer *idx, size_t idx_off, dpt_buffer *out,
+                                    size_t out_off);
+
+/* dtable[idx[i], :] += dout[i, :] (accumulates; repeated indices add up). Indices outside
+ * [0, vocab) are ignored. */
+DPT_API dpt_status dpt_embed_scatter_add(dpt_backend *be, size_t n, size_t vocab, size_t dim,
+                                         const dpt_buffer *dout, size_t dout_off,
+                                         const dpt_buffer *idx, size_t idx_off, dpt_buffer *dtable,
+                                         size_t dtable_off);
+
+/* y += alpha * x over n elements. */
+DPT_API dpt_status dpt_axpy(dpt_backend *be, size_t n, float alpha, const dpt_buffer *x,
+                            size_t x_off, dpt_buffer *y, size_t y_off);
+
+/* x *= alpha over n elements. */
+DPT_API dpt_status dpt_scale(dpt_backend *be, size_t n, float alpha, dpt_buffer *x, size_t x_off);
+
+/* Reductions over n elements, result on the host (waits). Sums are accumulated at least in
+ * double precision on the CPU backend; other backends may use float partial sums. */
+DPT_API dpt_status dpt_sum(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_off,
+                           double *out);
+DPT_API dpt_status dpt_sumsq(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_off,
+                             double *out);
+/* Number of NaN and infinite elements. */
+DPT_API dpt_status dpt_count_nonfinite(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_off,
+                                       uint64_t *out);
+
+/* SGD with momentum, PyTorch semantics (dampening 0):
+ *   g = grad + weight_decay * w;  v = momentum * v + g;
+ *   step = nesterov ? g + momentum * v : v;  w -= lr * step.
+ * velocity may be NULL when momentum == 0. All tensors have n elements. */
+typedef struct dpt_sgd_params {
+  float lr, momentum, weight_decay;
+  int nesterov;
+} dpt_sgd_params;
+DPT_API dpt_status dpt_sgd_update(dpt_backend *be, size_t n, const dpt_sgd_params *p, dpt_buffer *w,
+                                  size_t w_off, const dpt_buffer *grad, size_t grad_off,
+                                  dpt_buffer *velocity, size_t velocity_off);
+
+/* AdamW, PyTorch semantics, `step` counts from 1:
+ *   w *= 1 - lr * weight_decay;  m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g;
+ *   w -= lr * (m / (1 - b1^step)) / (sqrt(v / (1 - b2^step)) + eps). */
+typedef struct dpt_adamw_params {
+  float lr, beta1, beta2, eps, weight_decay;
+  int64_t step;
+} dpt_adamw_params;
+DPT_API dpt_status dpt_adamw_update(dpt_backend *be, size_t n, const dpt_adamw_params *p,
+                                    dpt_buffer *w, size_t w_off, const dpt_buffer *grad,
+                                    size_t grad_off, dpt_buffer *m, size_t m_off, dpt_buffer *v,
+                                    size_t v_off);
+
+/* float32 -> IEEE binary16 (round to nearest even; overflow to infinity; NaN stays NaN) over n
+ * elements; dst offsets count uint16 elements. */
+DPT_API dpt_status dpt_f32_to_f16(dpt_backend *be, size_t n, const dpt_buffer *src, size_t src_off,
+                                  dpt_buffer *dst, size_t dst_off);
+/* IEEE binary16 -> float32 (exact). src offsets count uint16 elements. */
+DPT_API dpt_status dpt_f16_to_f32(dpt_backend *be, size_t n, const dpt_buffer *src, size_t src_off,
+                                  dpt_buffer *dst, size_t dst_off);
+
+/* Host-side reference conversions, the same rounding as the ops above. */
+DPT_API uint16_t dpt_f32_to_f16_scalar(float x);
+DPT_API float dpt_f16_to_f32_scalar(uint16_t h);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages dptrain builds, tests and runs with. Idempotent and quiet when
+# everything is present; needs root (or sudo) only when something is missing.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config check        # toolchain, Check unit tests
+  libopenblas-dev                               # CPU backend gemm
+  ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd   # OpenCL + CPU driver
+  libvulkan-dev glslc spirv-tools mesa-vulkan-drivers vulkan-validationlayers  # Vulkan + lavapipe
+  libopenmpi-dev openmpi-bin                    # MPI transport
+  zlib1g-dev                                    # gzip IDX files
+  dataset-fashion-mnist                         # the real data set
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+  [ "$status" = installed ] || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "dptrain: installing ${missing[*]}" >&2
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "dptrain: need root to install ${missing[*]}" >&2; exit 1; }
+  sudo=sudo
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
