@@ -447,8 +447,8 @@ dpt_status dpt_gemm(dpt_backend *be, int trans_a, int trans_b, size_t m, size_t 
   TRY(check_alias(&ck, "c", c, c_off, ec, F32, "a", a, a_off, ea, F32, 0));
   TRY(check_alias(&ck, "c", c, c_off, ec, F32, "b", b, b_off, eb, F32, 0));
   if (m == 0 || n == 0) return DPT_OK;
-  if (k == 0) {
-    /* C = beta * C row by row (C is not read when beta == 0). */
+  if (k == 0 || alpha == 0.0f) {
+    /* C = beta * C row by row (C is not read when beta == 0; A and B are never read). */
     for (size_t r = 0; r < m; ++r) {
       if (beta == 0.0f) {
         TRY(dpt_buffer_fill_f32(c, c_off + r * ldc, n, 0.0f));
@@ -456,7 +456,8 @@ dpt_status dpt_gemm(dpt_backend *be, int trans_a, int trans_b, size_t m, size_t 
         dpt_scale_args sa = {n, beta, ref(c, c_off + r * ldc)};
         TRY(be->vt->scale(be, &sa));
       } else {
-        return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_gemm: k == 0 needs the scale op");
+        return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_gemm: k == 0 or alpha == 0 needs the "
+                                                  "scale op");
       }
     }
     return DPT_OK;

@@ -37,7 +37,8 @@ struct dpt_buffer {
 
 typedef struct dpt_gemm_args {
   int trans_a, trans_b;
-  size_t m, n, k; /* all > 0 when the backend is called (k == 0 is handled by the wrapper) */
+  size_t m, n, k; /* all > 0 and alpha != 0 when the backend is called (the wrapper handles
+                     k == 0 and alpha == 0 as C = beta * C) */
   float alpha, beta;
   dpt_ref a, b, c;
   size_t lda, ldb, ldc;

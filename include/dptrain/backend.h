@@ -155,7 +155,8 @@ DPT_API int dpt_backend_supports(const dpt_backend *backend, dpt_op op);
 /* C[m,n] = alpha * op(A) * op(B) + beta * C, op(X) = X or X^T.
  * A: rows-major [m,k] with leading dimension lda >= k when !trans_a, else [k,m] with lda >= m.
  * B: [k,n] with ldb >= n when !trans_b, else [n,k] with ldb >= k.
- * C: [m,n] with ldc >= n. With beta == 0, C is not read (NaN in C does not propagate).
+ * C: [m,n] with ldc >= n. With beta == 0, C is not read (NaN in C does not propagate); with
+ * alpha == 0, A and B are not read (C = beta * C), as in BLAS.
  * m, n == 0 do nothing; k == 0 scales C by beta. */
 DPT_API dpt_status dpt_gemm(dpt_backend *be, int trans_a, int trans_b, size_t m, size_t n, size_t k,
                             float alpha, const dpt_buffer *a, size_t a_off, size_t lda,
@@ -171,7 +172,8 @@ DPT_API dpt_status dpt_bias_add(dpt_backend *be, size_t rows, size_t cols, dpt_b
 DPT_API dpt_status dpt_bias_grad(dpt_backend *be, size_t rows, size_t cols, const dpt_buffer *dy,
                                  size_t dy_off, float beta, dpt_buffer *db, size_t db_off);
 
-/* y = max(x, 0) over n elements. y may equal x (same buffer and offset: in place). */
+/* y = max(x, 0) over n elements; NaN in x gives NaN in y (as PyTorch's relu). y may equal x
+ * (same buffer and offset: in place). */
 DPT_API dpt_status dpt_relu_fwd(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_off,
                                 dpt_buffer *y, size_t y_off);
 
@@ -226,7 +228,8 @@ typedef struct dpt_pool_geom {
 DPT_API dpt_status dpt_pool_out_size(const dpt_pool_geom *g, size_t *out_h, size_t *out_w);
 
 /* y[p, oy, ox] = max over the window; argmax[p, oy, ox] (int32) = index iy*w + ix within the
- * plane of the first maximal element (row-major scan order). */
+ * plane of the first maximal element (row-major scan order). A window holding NaN gives NaN,
+ * with argmax at its first NaN. */
 DPT_API dpt_status dpt_maxpool_fwd(dpt_backend *be, const dpt_pool_geom *g, const dpt_buffer *x,
                                    size_t x_off, dpt_buffer *y, size_t y_off, dpt_buffer *argmax,
                                    size_t argmax_off);

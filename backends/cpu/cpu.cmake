@@ -1,0 +1,15 @@
+# CPU backend: always built. OpenBLAS gemm when DPT_WITH_OPENBLAS.
+list(APPEND DPT_SOURCES backends/cpu/cpu_backend.c backends/cpu/cpu_gemm.c backends/cpu/cpu_ops.c
+     backends/half.c)
+if(DPT_WITH_OPENBLAS)
+  list(APPEND DPT_PRIVATE_LIBS PkgConfig::DPT_OPENBLAS)
+  list(APPEND DPT_PRIVATE_DEFS DPT_HAVE_OPENBLAS)
+  list(APPEND DPT_PKG_REQUIRES_PRIVATE openblas)
+endif()
+# The portable gemm's micro-kernels are written as acc += a * b on vectors: let the compiler
+# fuse that into FMA where the kernel's target has it (ISO C mode turns contraction off). The
+# file's other code is packing and bookkeeping, unaffected. No -march: one binary for every
+# x86-64, the AVX2 kernel is picked at run time.
+if(CMAKE_C_COMPILER_ID MATCHES "GNU|Clang")
+  set_property(SOURCE backends/cpu/cpu_gemm.c APPEND PROPERTY COMPILE_OPTIONS -ffp-contract=fast)
+endif()

@@ -1,0 +1,172 @@
+/* The CPU backend: one device (this machine), buffers in ordinary host memory, every op run
+ * synchronously on the calling thread. It is the reference the other backends are tested
+ * against, so its ops favour clarity and accuracy (double accumulators) over speed, except
+ * gemm (cpu_gemm.c). */
+#define _POSIX_C_SOURCE 200809L /* sysconf */
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backends/cpu/cpu_internal.h"
+#include "core/error.h"
+
+/* Buffers are aligned for the widest vector loads (AVX-512) and a cache line. */
+enum { DPT_CPU_ALIGN = 64 };
+
+static dpt_status dpt_cpu_device_count(int *count) {
+  *count = 1;
+  return DPT_OK;
+}
+
+/* Copies the value of the first "key : value" line of /proc/cpuinfo whose key is `key` into
+ * out[len]; leaves out untouched when the file or the key is missing. */
+static void dpt_cpuinfo_field(const char *key, char *out, size_t len) {
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (f == NULL) return;
+  const size_t key_len = strlen(key);
+  char line[512];
+  while (fgets(line, sizeof line, f) != NULL) {
+    if (strncmp(line, key, key_len) != 0) continue;
+    const char *p = line + key_len;
+    while (*p == ' ' || *p == '\t')
+      ++p;
+    if (*p != ':') continue; /* a longer key with the same prefix */
+    ++p;
+    while (*p == ' ' || *p == '\t')
+      ++p;
+    size_t n = strcspn(p, "\r\n");
+    while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+      --n;
+    if (n == 0) continue;
+    snprintf(out, len, "%.*s", (int)n, p);
+    break;
+  }
+  fclose(f);
+}
+
+static dpt_status dpt_cpu_device_info(int index, dpt_device_info *out) {
+  if (index != 0) {
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "cpu: device %d does not exist (1 device)", index);
+  }
+  dpt_cpu_gemm_impl gemm;
+  dpt_status st = dpt_cpu_gemm_select(&gemm);
+  if (st != DPT_OK) return st;
+
+  memset(out, 0, sizeof *out);
+  out->backend = DPT_BACKEND_CPU;
+  out->index = 0;
+  out->type = DPT_DEVICE_CPU;
+  snprintf(out->name, sizeof out->name, "CPU");
+  dpt_cpuinfo_field("model name", out->name, sizeof out->name);
+  snprintf(out->vendor, sizeof out->vendor, "unknown");
+  dpt_cpuinfo_field("vendor_id", out->vendor, sizeof out->vendor);
+  char gemm_text[96];
+  dpt_cpu_gemm_describe(gemm, gemm_text, sizeof gemm_text);
+  snprintf(out->driver, sizeof out->driver, "dptrain cpu (%s)", gemm_text);
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  out->memory_bytes = pages > 0 && page_size > 0 ? (uint64_t)pages * (uint64_t)page_size : 0;
+  return DPT_OK;
+}
+
+static dpt_status dpt_cpu_create(dpt_backend *be, int device) {
+  (void)device; /* the wrapper checked it against device_count */
+  dpt_cpu_ctx *ctx = calloc(1, sizeof *ctx);
+  if (ctx == NULL) {
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY,
+                         "cpu: cannot allocate the backend context (%zu "
+                         "bytes)",
+                         sizeof *ctx);
+  }
+  dpt_status st = dpt_cpu_gemm_select(&ctx->gemm);
+  if (st != DPT_OK) {
+    free(ctx);
+    return st;
+  }
+  be->ctx = ctx;
+  return DPT_OK;
+}
+
+static void dpt_cpu_destroy(dpt_backend *be) {
+  dpt_cpu_ctx *ctx = be->ctx;
+  if (ctx == NULL) return;
+  dpt_cpu_gemm_ws_free(&ctx->ws);
+  free(ctx);
+  be->ctx = NULL;
+}
+
+static dpt_status dpt_cpu_synchronize(dpt_backend *be) {
+  (void)be; /* every op has finished when it returns */
+  return DPT_OK;
+}
+
+static dpt_status dpt_cpu_buffer_alloc(dpt_backend *be, dpt_buffer *buf) {
+  (void)be;
+  /* aligned_alloc wants a multiple of the alignment. */
+  if (buf->size > (size_t)-1 - (DPT_CPU_ALIGN - 1)) {
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "cpu: cannot allocate %zu bytes", buf->size);
+  }
+  const size_t rounded = (buf->size + DPT_CPU_ALIGN - 1) & ~(size_t)(DPT_CPU_ALIGN - 1);
+  void *p = aligned_alloc(DPT_CPU_ALIGN, rounded);
+  if (p == NULL) {
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "cpu: cannot allocate %zu bytes", buf->size);
+  }
+  buf->handle = p;
+  return DPT_OK;
+}
+
+static void dpt_cpu_buffer_free(dpt_backend *be, dpt_buffer *buf) {
+  (void)be;
+  free(buf->handle);
+  buf->handle = NULL;
+}
+
+static dpt_status dpt_cpu_upload(dpt_backend *be, dpt_buffer *dst, size_t offset, const void *src,
+                                 size_t bytes) {
+  (void)be;
+  memcpy((char *)dst->handle + offset, src, bytes);
+  return DPT_OK;
+}
+
+static dpt_status dpt_cpu_download(dpt_backend *be, const dpt_buffer *src, size_t offset, void *dst,
+                                   size_t bytes) {
+  (void)be;
+  memcpy(dst, (const char *)src->handle + offset, bytes);
+  return DPT_OK;
+}
+
+static dpt_status dpt_cpu_copy(dpt_backend *be, dpt_buffer *dst, size_t dst_offset,
+                               const dpt_buffer *src, size_t src_offset, size_t bytes) {
+  (void)be;
+  /* memmove: the contract forbids overlap, but tolerating it costs nothing here. */
+  memmove((char *)dst->handle + dst_offset, (const char *)src->handle + src_offset, bytes);
+  return DPT_OK;
+}
+
+static dpt_status dpt_cpu_fill_f32(dpt_backend *be, dpt_buffer *dst, size_t offset_elems,
+                                   size_t count, float value) {
+  (void)be;
+  float *p = (float *)dst->handle + offset_elems;
+  for (size_t i = 0; i < count; ++i)
+    p[i] = value;
+  return DPT_OK;
+}
+
+const dpt_backend_vtable dpt_cpu_vtable = {.kind = DPT_BACKEND_CPU,
+                                           .device_count = dpt_cpu_device_count,
+                                           .device_info = dpt_cpu_device_info,
+                                           .create = dpt_cpu_create,
+                                           .destroy = dpt_cpu_destroy,
+                                           .synchronize = dpt_cpu_synchronize,
+                                           .buffer_alloc = dpt_cpu_buffer_alloc,
+                                           .buffer_free = dpt_cpu_buffer_free,
+                                           .upload = dpt_cpu_upload,
+                                           .download = dpt_cpu_download,
+                                           .copy = dpt_cpu_copy,
+                                           .fill_f32 = dpt_cpu_fill_f32,
+#define DPT_CPU_OP_ENTRY_(NAME, name) .name = dpt_cpu_##name,
+                                           DPT_OP_MAP(DPT_CPU_OP_ENTRY_)
+#undef DPT_CPU_OP_ENTRY_
+};

@@ -1,0 +1,380 @@
+/* The CPU backend's ops other than gemm: plain loops that spell out the contract of
+ * include/dptrain/backend.h, since every other backend is tested against them. Sums are
+ * accumulated in double. The wrappers have validated every argument and filtered out empty
+ * tensors before these are called. */
+#include <math.h>
+#include <string.h>
+
+#include "backends/cpu/cpu_internal.h"
+
+dpt_status dpt_cpu_bias_add(dpt_backend *be, const dpt_bias_add_args *a) {
+  (void)be;
+  float *y = dpt_cpu_f32(a->y);
+  const float *bias = dpt_cpu_f32(a->bias);
+  for (size_t r = 0; r < a->rows; ++r) {
+    float *yr = y + r * a->cols;
+    for (size_t c = 0; c < a->cols; ++c)
+      yr[c] += bias[c];
+  }
+  return DPT_OK;
+}
+
+dpt_status dpt_cpu_bias_grad(dpt_backend *be, const dpt_bias_grad_args *a) {
+  (void)be;
+  enum { CHUNK = 256 }; /* columns summed at once: row-major reads, double accumulators */
+  const float *dy = dpt_cpu_f32(a->dy);
+  float *db = dpt_cpu_f32(a->db);
+  for (size_t c0 = 0; c0 < a->cols; c0 += CHUNK) {
+    const size_t width = a->cols - c0 < CHUNK ? a->cols - c0 : CHUNK;
+    double acc[CHUNK];
+    for (size_t j = 0; j < width; ++j)
+      acc[j] = 0.0;
+    for (size_t r = 0; r < a->rows; ++r) {
+      const float *row = dy + r * a->cols + c0;
+      for (size_t j = 0; j < width; ++j)
+        acc[j] += row[j];
+    }
+    for (size_t j = 0; j < width; ++j) {
+      /* beta == 0: db is not read (it may hold NaN). */
+      const double old = a->beta == 0.0f ? 0.0 : (double)a->beta * db[c0 + j];
+      db[c0 + j] = (float)(old + acc[j]);
+    }
+  }
+  return DPT_OK;
+}
+
+dpt_status dpt_cpu_relu_fwd(dpt_backend *be, const dpt_relu_fwd_args *a) {
+  (void)be;
+  const float *x = dpt_cpu_f32(a->x);
+  float *y = dpt_cpu_f32(a->y); /* may equal x */
+  for (size_t i = 0; i < a->n; ++i) {
+    const float v = x[i];
+    /* NaN propagates (as in PyTorch) so that a non-finite check downstream still sees it. */
+    y[i] = v > 0.0f || isnan(v) ? v : 0.0f;
+  }
+  return DPT_OK;
+}
+
+dpt_status dpt_cpu_relu_bwd(dpt_backend *be, const dpt_relu_bwd_args *a) {
+  (void)be;
+  const float *x = dpt_cpu_f32(a->x);
+  const float *dy = dpt_cpu_f32(a->dy);
+  float *dx = dpt_cpu_f32(a->dx); /* may equal dy */
+  for (size_t i = 0; i < a->n; ++i)
+    dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+  return DPT_OK;
+}
+
+/* Row r of softmax cross-entropy, computed in double from the max-shifted logits:
+ * loss = log(sum_j exp(x_j - max)) - (x_label - max). */
+dpt_status dpt_cpu_softmax_xent(dpt_backend *be, const dpt_softmax_xent_args *a) {
+  (void)be;
+  const size_t cols = a->cols;
+  const float *logits = dpt_cpu_f32(a->logits);
+  const int32_t *labels = dpt_cpu_i32(a->labels);
+  float *dlogits = a->dlogits.buf != NULL ? dpt_cpu_f32(a->dlogits) : NULL;
+  double loss_sum = 0.0;
+  int64_t correct = 0;
+  for (size_t r = 0; r < a->rows; ++r) {
+    const float *x = logits + r * cols;
+    /* First maximal logit: strict > keeps the earliest of equal maxima. */
+    size_t arg = 0;
+    float max = x[0];
+    for (size_t j = 1; j < cols; ++j) {
+      if (x[j] > max) {
+        max = x[j];
+        arg = j;
+      }
+    }
+    double denom = 0.0;
+    for (size_t j = 0; j < cols; ++j)
+      denom += exp((double)x[j] - max);
+
+    const int32_t label = labels[r];
+    const int valid = label >= 0 && (size_t)label < cols;
+    if (valid) {
+      loss_sum += log(denom) - ((double)x[label] - max);
+      if (arg == (size_t)label) ++correct;
+    } else {
+      loss_sum += NAN;
+    }
+    if (dlogits != NULL) {
+      float *d = dlogits + r * cols;
+      for (size_t j = 0; j < cols; ++j) {
+        if (!valid) {
+          d[j] = 0.0f;
+          continue;
+        }
+        const double p = exp((double)x[j] - max) / denom;
+        const double target = j == (size_t)label ? 1.0 : 0.0;
+        d[j] = (float)((double)a->scale * (p - target));
+      }
+    }
+  }
+  if (a->loss_sum != NULL) *a->loss_sum = loss_sum;
+  if (a->correct != NULL) *a->correct = correct;
+  return DPT_OK;
+}
+
+/* im2col and col2im walk the same index map; `scatter` selects the direction:
+ *   0: col[i, row, oy*out_w + ox] = x[i, ch, iy, ix]   (0 where (iy, ix) is in the padding)
+ *   1: x[i, ch, iy, ix] += col[i, row, oy*out_w + ox]  (padding entries dropped)
+ * with row = (ch*kh + ki)*kw + kj, iy = oy*stride_h - pad_h + ki, ix = ox*stride_w - pad_w + kj.
+ * Coordinates are kept shifted by the padding (iy + pad_h) so that they stay unsigned. */
+static void dpt_cpu_im2col_map(const dpt_conv_geom *g, size_t out_h, size_t out_w, float *x,
+                               float *col, int scatter) {
+  const size_t plane = g->h * g->w;
+  const size_t out_plane = out_h * out_w;
+  for (size_t i = 0; i < g->n; ++i) {
+    for (size_t ch = 0; ch < g->c; ++ch) {
+      float *xp = x + (i * g->c + ch) * plane;
+      for (size_t ki = 0; ki < g->kh; ++ki) {
+        for (size_t kj = 0; kj < g->kw; ++kj) {
+          const size_t row = (ch * g->kh + ki) * g->kw + kj;
+          float *cp = col + (i * g->c * g->kh * g->kw + row) * out_plane;
+          for (size_t oy = 0; oy < out_h; ++oy) {
+            const size_t iy_pad = oy * g->stride_h + ki;
+            const int row_inside = iy_pad >= g->pad_h && iy_pad - g->pad_h < g->h;
+            for (size_t ox = 0; ox < out_w; ++ox) {
+              const size_t ix_pad = ox * g->stride_w + kj;
+              const int inside = row_inside && ix_pad >= g->pad_w && ix_pad - g->pad_w < g->w;
+              float *cv = cp + oy * out_w + ox;
+              if (!inside) {
+                if (!scatter) *cv = 0.0f;
+                continue;
+              }
+              float *xv = xp + (iy_pad - g->pad_h) * g->w + (ix_pad - g->pad_w);
+              if (scatter) {
+                *xv += *cv;
+              } else {
+                *cv = *xv;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+dpt_status dpt_cpu_im2col(dpt_backend *be, const dpt_im2col_args *a) {
+  (void)be;
+  /* x is only read on this path (scatter == 0). */
+  dpt_cpu_im2col_map(&a->g, a->out_h, a->out_w, dpt_cpu_f32(a->x), dpt_cpu_f32(a->col), 0);
+  return DPT_OK;
+}
+
+dpt_status dpt_cpu_col2im(dpt_backend *be, const dpt_col2im_args *a) {
+  (void)be;
+  float *dx = dpt_cpu_f32(a->dx);
+  const size_t count = a->g.n * a->g.c * a->g.h * a->g.w;
+  for (size_t i = 0; i < count; ++i)
+    dx[i] = 0.0f;
+  /* col is only read on this path (scatter == 1). */
+  dpt_cpu_im2col_map(&a->g, a->out_h, a->out_w, dx, dpt_cpu_f32(a->col), 1);
+  return DPT_OK;
+}
+
+dpt_status dpt_cpu_maxpool_fwd(dpt_backend *be, const dpt_maxpool_fwd_args *a) {
+  (void)be;
+  const dpt_pool_geom *g = &a->g;
+  const float *x = dpt_cpu_f32(a->x);
+  float *y = dpt_cpu_f32(a->y);
+  int32_t *argmax = dpt_cpu_i32(a->argmax);
+  for (size_t p = 0; p < g->planes; ++p) {
+    const float *xp = x + p * g->h * g->w;
+    for (size_t oy = 0; oy < a->out_h; ++oy) {
+      for (size_t ox = 0; ox < a->out_w; ++ox) {
+        const size_t y0 = oy * g->stride_h, x0 = ox * g->stride_w;
+        size_t best_at = y0 * g->w + x0;
+        float best = xp[best_at];
+        for (size_t ki = 0; ki < g->kh; ++ki) {
+          for (size_t kj = 0; kj < g->kw; ++kj) {
+            const size_t at = (y0 + ki) * g->w + (x0 + kj);
+            const float v = xp[at];
+            /* Strict > keeps the first maximum; the first NaN wins and propagates. */
+            if (v > best || (isnan(v) && !isnan(best))) {
+              best = v;
+              best_at = at;
+            }
+          }
+        }
+        const size_t o = (p * a->out_h + oy) * a->out_w + ox;
+        y[o] = best;
+        argmax[o] = (int32_t)best_at;
+      }
+    }
+  }
+  return DPT_OK;
+}
+
+dpt_status dpt_cpu_maxpool_bwd(dpt_backend *be, const dpt_maxpool_bwd_args *a) {
+  (void)be;
+  const dpt_pool_geom *g = &a->g;
+  const size_t plane = g->h * g->w;
+  const size_t out_plane = a->out_h * a->out_w;
+  const float *dy = dpt_cpu_f32(a->dy);
+  const int32_t *argmax = dpt_cpu_i32(a->argmax);
+  float *dx = dpt_cpu_f32(a->dx);
+  for (size_t i = 0; i < g->planes * plane; ++i)
+    dx[i] = 0.0f;
+  for (size_t p = 0; p < g->planes; ++p) {
+    for (size_t o = 0; o < out_plane; ++o) {
+      const int32_t at = argmax[p * out_plane + o];
+      /* An index that maxpool_fwd cannot have produced is dropped rather than written out of
+       * the plane. */
+      if (at < 0 || (size_t)at >= plane) continue;
+      dx[p * plane + (size_t)at] += dy[p * out_plane + o];
+    }
+  }
+  return DPT_OK;
+}
+
+dpt_status dpt_cpu_embed_gather(dpt_backend *be, const dpt_embed_gather_args *a) {
+  (void)be;
+  const float *table = dpt_cpu_f32(a->table);
+  const int32_t *idx = dpt_cpu_i32(a->idx);
+  float *out = dpt_cpu_f32(a->out);
+  for (size_t i = 0; i < a->n; ++i) {
+    float *row = out + i * a->dim;
+    const int32_t t = idx[i];
+    if (t < 0 || (size_t)t >= a->vocab) {
+      for (size_t d = 0; d < a->dim; ++d)
+        row[d] = NAN;
+      continue;
+    }
+    memcpy(row, table + (size_t)t * a->dim, a->dim * sizeof(float));
+  }
+  return DPT_OK;
+}
+
+dpt_status dpt_cpu_embed_scatter_add(dpt_backend *be, const dpt_embed_scatter_add_args *a) {
+  (void)be;
+  const float *dout = dpt_cpu_f32(a->dout);
+  const int32_t *idx = dpt_cpu_i32(a->idx);
+  float *dtable = dpt_cpu_f32(a->dtable);
+  for (size_t i = 0; i < a->n; ++i) {
+    const int32_t t = idx[i];
+    if (t < 0 || (size_t)t >= a->vocab) continue;
+    float *row = dtable + (size_t)t * a->dim;
+    const float *src = dout + i * a->dim;
+    for (size_t d = 0; d < a->dim; ++d)
+      row[d] += src[d];
+  }
+  return DPT_OK;
+}
+
+dpt_status dpt_cpu_axpy(dpt_backend *be, const dpt_axpy_args *a) {
+  (void)be;
+  const float *x = dpt_cpu_f32(a->x);
+  float *y = dpt_cpu_f32(a->y);
+  for (size_t i = 0; i < a->n; ++i)
+    y[i] += a->alpha * x[i];
+  return DPT_OK;
+}
+
+dpt_status dpt_cpu_scale(dpt_backend *be, const dpt_scale_args *a) {
+  (void)be;
+  float *x = dpt_cpu_f32(a->x);
+  for (size_t i = 0; i < a->n; ++i)
+    x[i] *= a->alpha;
+  return DPT_OK;
+}
+
+dpt_status dpt_cpu_sum(dpt_backend *be, const dpt_sum_args *a) {
+  (void)be;
+  const float *x = dpt_cpu_f32(a->x);
+  double s = 0.0;
+  for (size_t i = 0; i < a->n; ++i)
+    s += x[i];
+  *a->out = s;
+  return DPT_OK;
+}
+
+dpt_status dpt_cpu_sumsq(dpt_backend *be, const dpt_sumsq_args *a) {
+  (void)be;
+  const float *x = dpt_cpu_f32(a->x);
+  double s = 0.0;
+  for (size_t i = 0; i < a->n; ++i)
+    s += (double)x[i] * x[i];
+  *a->out = s;
+  return DPT_OK;
+}
+
+dpt_status dpt_cpu_count_nonfinite(dpt_backend *be, const dpt_count_nonfinite_args *a) {
+  (void)be;
+  const float *x = dpt_cpu_f32(a->x);
+  uint64_t count = 0;
+  for (size_t i = 0; i < a->n; ++i)
+    count += !isfinite(x[i]);
+  *a->out = count;
+  return DPT_OK;
+}
+
+/* PyTorch's SGD (dampening 0) in float: the weight-decay term is skipped when weight_decay ==
+ * 0 (as PyTorch does, so an infinite weight does not turn into NaN through 0 * inf). */
+dpt_status dpt_cpu_sgd_update(dpt_backend *be, const dpt_sgd_update_args *a) {
+  (void)be;
+  const dpt_sgd_params *p = &a->p;
+  float *w = dpt_cpu_f32(a->w);
+  const float *grad = dpt_cpu_f32(a->grad);
+  float *vel = a->velocity.buf != NULL ? dpt_cpu_f32(a->velocity) : NULL;
+  for (size_t i = 0; i < a->n; ++i) {
+    float g = grad[i];
+    if (p->weight_decay != 0.0f) g += p->weight_decay * w[i];
+    float step = g;
+    if (vel != NULL) {
+      vel[i] = p->momentum * vel[i] + g;
+      step = p->nesterov ? g + p->momentum * vel[i] : vel[i];
+    }
+    w[i] -= p->lr * step;
+  }
+  return DPT_OK;
+}
+
+/* PyTorch's AdamW (single-tensor path). The step-dependent scalars are computed in double and
+ * rounded to float once, as PyTorch computes them in Python floats; the element-wise update
+ * runs in float in PyTorch's order: denom = sqrt(v) / sqrt(bc2) + eps,
+ * w -= (lr / bc1) * (m / denom). */
+dpt_status dpt_cpu_adamw_update(dpt_backend *be, const dpt_adamw_update_args *a) {
+  (void)be;
+  const dpt_adamw_params *p = &a->p;
+  const double bc1 = 1.0 - pow((double)p->beta1, (double)p->step);
+  const double bc2 = 1.0 - pow((double)p->beta2, (double)p->step);
+  const float step_size = (float)((double)p->lr / bc1);
+  const float bc2_sqrt = (float)sqrt(bc2);
+  const float decay = (float)(1.0 - (double)p->lr * (double)p->weight_decay);
+  const float one_minus_b1 = (float)(1.0 - (double)p->beta1);
+  const float one_minus_b2 = (float)(1.0 - (double)p->beta2);
+  float *w = dpt_cpu_f32(a->w);
+  const float *grad = dpt_cpu_f32(a->grad);
+  float *m = dpt_cpu_f32(a->m);
+  float *v = dpt_cpu_f32(a->v);
+  for (size_t i = 0; i < a->n; ++i) {
+    const float g = grad[i];
+    w[i] *= decay;
+    m[i] = p->beta1 * m[i] + one_minus_b1 * g;
+    v[i] = p->beta2 * v[i] + one_minus_b2 * g * g;
+    const float denom = sqrtf(v[i]) / bc2_sqrt + p->eps;
+    w[i] -= step_size * (m[i] / denom);
+  }
+  return DPT_OK;
+}
+
+dpt_status dpt_cpu_f32_to_f16(dpt_backend *be, const dpt_f32_to_f16_args *a) {
+  (void)be;
+  const float *src = dpt_cpu_f32(a->src);
+  uint16_t *dst = dpt_cpu_u16(a->dst);
+  for (size_t i = 0; i < a->n; ++i)
+    dst[i] = dpt_f32_to_f16_scalar(src[i]);
+  return DPT_OK;
+}
+
+dpt_status dpt_cpu_f16_to_f32(dpt_backend *be, const dpt_f16_to_f32_args *a) {
+  (void)be;
+  const uint16_t *src = dpt_cpu_u16(a->src);
+  float *dst = dpt_cpu_f32(a->dst);
+  for (size_t i = 0; i < a->n; ++i)
+    dst[i] = dpt_f16_to_f32_scalar(src[i]);
+  return DPT_OK;
+}
