@@ -8,7 +8,7 @@
   do {                                                                                             \
     dpt_status st_ = (call);                                                                       \
     if (st_ != DPT_OK) {                                                                           \
-      fprintf(stderr, "%s failed: %s: %s\n", #call, dpt_status_str(st_), dpt_last_error());       \
+      fprintf(stderr, "%s failed: %s: %s\n", #call, dpt_status_str(st_), dpt_last_error());        \
       return 1;                                                                                    \
     }                                                                                              \
   } while (0)

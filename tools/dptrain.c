@@ -5,19 +5,20 @@
 
 #include "bench/bench.h"
 #include "dptrain/dptrain.h"
+#include "tools/commands.h"
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: dptrain <command> [options]\n"
-          "\n"
-          "commands:\n"
-          "  devices            list every backend and device found, one per line\n"
-          "  bench gemm         gemm GFLOP/s per backend and size (dptrain bench gemm --help)\n"
+  fprintf(f, "usage: dptrain <command> [options]\n"
+             "\n"
+             "commands:\n"
+             "  train              data-parallel training (dptrain train --help)\n"
+             "  devices            list every backend and device found, one per line\n"
+             "  bench gemm         gemm GFLOP/s per backend and size (dptrain bench gemm --help)\n"
 #ifdef DPT_BENCH_HAVE_ALLREDUCE
-          "  bench allreduce    all-reduce time and bandwidth next to MPI_Allreduce\n"
+             "  bench allreduce    all-reduce time and bandwidth next to MPI_Allreduce\n"
 #endif
-          "  version            print the version\n"
-          "  help               this text\n");
+             "  version            print the version\n"
+             "  help               this text\n");
 }
 
 /* One line per device: "<backend>:<index>  <type>  <name>  (<vendor>, <memory>, <driver>)".
@@ -70,12 +71,11 @@ static int cmd_devices(int argc, char **argv) {
 
 static int cmd_bench(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-    fprintf(argc < 2 ? stderr : stdout,
-            "usage: dptrain bench gemm [options]"
+    fprintf(argc < 2 ? stderr : stdout, "usage: dptrain bench gemm [options]"
 #ifdef DPT_BENCH_HAVE_ALLREDUCE
-            "\n       dptrain bench allreduce [options]"
+                                        "\n       dptrain bench allreduce [options]"
 #endif
-            "\n(each takes --help)\n");
+                                        "\n(each takes --help)\n");
     return argc < 2 ? 2 : 0;
   }
   if (!strcmp(argv[1], "gemm")) return dpt_bench_gemm(argc - 1, argv + 1);
@@ -92,6 +92,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *cmd = argv[1];
+  if (!strcmp(cmd, "train")) return dpt_cmd_train(argc - 1, argv + 1);
   if (!strcmp(cmd, "devices")) return cmd_devices(argc - 1, argv + 1);
   if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
   if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {

@@ -3,8 +3,14 @@
 #define DPTRAIN_DPTRAIN_H
 
 #include "dptrain/backend.h"
+#include "dptrain/comm.h"
+#include "dptrain/data.h"
 #include "dptrain/export.h"
+#include "dptrain/model.h"
+#include "dptrain/optim.h"
+#include "dptrain/safetensors.h"
 #include "dptrain/status.h"
+#include "dptrain/train.h"
 #include "dptrain/version.h"
 
 #endif

@@ -1,0 +1,2 @@
+# The training core: models, optimizers (and the trainer, data readers in their fragments).
+list(APPEND DPT_SOURCES core/model.c core/optimizer.c core/model_io.c core/trainer.c)

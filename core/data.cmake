@@ -1,0 +1,6 @@
+# Data input/output for the training core: the dataset object and its IDX reader, the sampler
+# and batch split, safetensors, the deterministic generator. Needs zlib (gzip-compressed IDX).
+find_package(ZLIB REQUIRED)
+list(APPEND DPT_SOURCES core/rng.c core/dataset.c core/idx.c core/sampler.c core/safetensors.c)
+list(APPEND DPT_PRIVATE_LIBS ZLIB::ZLIB)
+list(APPEND DPT_PKG_REQUIRES_PRIVATE zlib)

@@ -1,0 +1,28 @@
+/* Internal: the body of dpt_dataset, shared by the dataset object (core/dataset.c) and the
+ * readers that build one (core/idx.c). */
+#ifndef DPTRAIN_CORE_DATASET_IMPL_H
+#define DPTRAIN_CORE_DATASET_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dptrain/data.h"
+
+struct dpt_dataset {
+  void *storage;         /* owned allocation that holds the pixels (may hold more around them) */
+  const uint8_t *pixels; /* [count, rows, cols] uint8 row-major, inside storage */
+  int32_t *labels;       /* [count] owned, each in [0, num_classes) */
+  size_t count;
+  size_t rows;
+  size_t cols;
+  size_t dim; /* rows * cols, checked not to overflow */
+  int num_classes;
+};
+
+/* Takes ownership of `storage` (holding `pixels`) and `labels` (malloc'd) and returns a new
+ * dataset in *out. On failure (out of memory) frees both and sets *out to NULL. The caller has
+ * validated the sizes and labels. */
+dpt_status dpt_dataset_adopt(void *storage, const uint8_t *pixels, int32_t *labels, size_t count,
+                             size_t rows, size_t cols, int num_classes, dpt_dataset **out);
+
+#endif

@@ -1,0 +1,101 @@
+/* Model weights to and from safetensors files, named and shaped like PyTorch's state_dict. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "dptrain/model.h"
+#include "dptrain/safetensors.h"
+
+static void shape_str(char *out, size_t cap, int ndim, const int64_t *shape) {
+  size_t len = (size_t)snprintf(out, cap, "[");
+  for (int d = 0; d < ndim && len < cap; ++d)
+    len += (size_t)snprintf(out + len, cap - len, "%s%lld", d ? ", " : "", (long long)shape[d]);
+  if (len < cap) snprintf(out + len, cap - len, "]");
+}
+
+dpt_status dpt_model_save_params(const dpt_model *m, const float *host, const char *path) {
+  if (!m || !host || !path)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_save_params: NULL argument");
+  size_t n = dpt_model_num_tensors(m);
+  dpt_st_tensor *ts = calloc(n, sizeof *ts);
+  if (!ts) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_model_save_params: out of memory");
+  for (size_t i = 0; i < n; ++i) {
+    dpt_tensor_info t;
+    dpt_model_tensor(m, i, &t);
+    ts[i].name = t.name;
+    ts[i].data = host + t.offset;
+    ts[i].ndim = t.ndim;
+    for (int d = 0; d < t.ndim; ++d)
+      ts[i].shape[d] = t.shape[d];
+  }
+  static const char *const meta[] = {"format", "pt", "producer", "dptrain", NULL};
+  dpt_status st = dpt_safetensors_write(path, ts, n, meta);
+  free(ts);
+  return st;
+}
+
+dpt_status dpt_model_load_params(const dpt_model *m, const char *path, float *host) {
+  if (!m || !host || !path)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_load_params: NULL argument");
+  dpt_safetensors *st = NULL;
+  dpt_status s = dpt_safetensors_open(path, &st);
+  if (s != DPT_OK) return s;
+  size_t n = dpt_model_num_tensors(m);
+  for (size_t i = 0; i < n && s == DPT_OK; ++i) {
+    dpt_tensor_info t;
+    dpt_st_info info;
+    dpt_model_tensor(m, i, &t);
+    s = dpt_safetensors_find(st, t.name, &info);
+    if (s != DPT_OK) break;
+    int same = info.ndim == t.ndim;
+    for (int d = 0; same && d < t.ndim; ++d)
+      same = info.shape[d] == t.shape[d];
+    if (!same) {
+      char want[96], got[96];
+      shape_str(want, sizeof want, t.ndim, t.shape);
+      shape_str(got, sizeof got, info.ndim, info.shape);
+      s = dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: tensor '%s' has shape %s, the model needs %s",
+                        path, t.name, got, want);
+      break;
+    }
+    s = dpt_safetensors_read_f32(st, t.name, host + t.offset, t.count);
+  }
+  /* Like load_state_dict(strict=True): a tensor the model does not have is an error. */
+  size_t count = dpt_safetensors_count(st);
+  for (size_t j = 0; j < count && s == DPT_OK; ++j) {
+    dpt_st_info info;
+    s = dpt_safetensors_info(st, j, &info);
+    int known = 0;
+    for (size_t i = 0; i < n && s == DPT_OK && !known; ++i) {
+      dpt_tensor_info t;
+      dpt_model_tensor(m, i, &t);
+      known = strcmp(t.name, info.name) == 0;
+    }
+    if (s == DPT_OK && !known)
+      s = dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: tensor '%s' does not belong to the model", path,
+                        info.name);
+  }
+  dpt_safetensors_close(st);
+  return s;
+}
+
+dpt_status dpt_model_save(const dpt_model *m, const char *path) {
+  if (!m) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_save: model is NULL");
+  float *host = malloc(dpt_model_num_params(m) * sizeof(float));
+  if (!host) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_model_save: out of memory");
+  dpt_status st = dpt_model_get_params(m, host);
+  if (st == DPT_OK) st = dpt_model_save_params(m, host, path);
+  free(host);
+  return st;
+}
+
+dpt_status dpt_model_load(dpt_model *m, const char *path) {
+  if (!m) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_load: model is NULL");
+  float *host = malloc(dpt_model_num_params(m) * sizeof(float));
+  if (!host) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_model_load: out of memory");
+  dpt_status st = dpt_model_load_params(m, path, host);
+  if (st == DPT_OK) st = dpt_model_set_params(m, host);
+  free(host);
+  return st;
+}

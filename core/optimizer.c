@@ -1,0 +1,156 @@
+/* Optimizers and learning-rate schedules over a model's flat buffers. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "dptrain/optim.h"
+
+struct dpt_optimizer {
+  dpt_model *model;
+  dpt_optim_config cfg;
+  int64_t steps;
+  dpt_buffer *state0; /* SGD: velocity; AdamW: first moment. [num_params], zero-initialized */
+  dpt_buffer *state1; /* AdamW: second moment. [num_params] */
+};
+
+void dpt_optim_config_default(dpt_optim_config *cfg, dpt_optim_kind kind) {
+  if (!cfg) return;
+  dpt_optim_config c = {0};
+  c.kind = kind;
+  c.schedule = DPT_SCHEDULE_CONSTANT;
+  c.beta1 = 0.9f;
+  c.beta2 = 0.999f;
+  c.eps = 1e-8f;
+  c.gamma = 0.1f;
+  if (kind == DPT_OPTIM_ADAMW) {
+    c.lr = 1e-3f;
+    c.weight_decay = 0.01f;
+  } else {
+    c.lr = 0.01f;
+  }
+  *cfg = c;
+}
+
+dpt_status dpt_optim_config_check(const dpt_optim_config *c) {
+  const char *fn = "optimizer";
+  if (!c) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: config is NULL", fn);
+  if (c->kind != DPT_OPTIM_SGD && c->kind != DPT_OPTIM_ADAMW)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: unknown kind %d", fn, (int)c->kind);
+  if (!(c->lr > 0.0f) || !isfinite(c->lr))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: lr %g must be a positive number", fn,
+                         (double)c->lr);
+  if (!(c->momentum >= 0.0f && c->momentum < 1.0f))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: momentum %g must be in [0, 1)", fn,
+                         (double)c->momentum);
+  if (c->nesterov && c->momentum == 0.0f)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: nesterov needs momentum > 0", fn);
+  if (!(c->weight_decay >= 0.0f) || !isfinite(c->weight_decay))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: weight_decay %g must be >= 0", fn,
+                         (double)c->weight_decay);
+  if (c->kind == DPT_OPTIM_ADAMW && (!(c->beta1 >= 0.0f && c->beta1 < 1.0f) ||
+                                     !(c->beta2 >= 0.0f && c->beta2 < 1.0f) || !(c->eps > 0.0f)))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: AdamW needs betas in [0, 1) and eps > 0", fn);
+  if (c->warmup_steps < 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: warmup_steps must be >= 0", fn);
+  if (c->schedule == DPT_SCHEDULE_STEP && (c->step_size < 1 || !(c->gamma > 0.0f)))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: step schedule needs step_size >= 1, gamma > 0",
+                         fn);
+  if (c->schedule == DPT_SCHEDULE_COSINE && c->total_steps < 1)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: cosine schedule needs total_steps >= 1", fn);
+  if ((int)c->schedule < 0 || c->schedule > DPT_SCHEDULE_COSINE)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: unknown schedule %d", fn, (int)c->schedule);
+  if (!(c->clip_norm >= 0.0f))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: clip_norm must be >= 0", fn);
+  return DPT_OK;
+}
+
+double dpt_optim_lr_at(const dpt_optim_config *c, int64_t step) {
+  if (!c) return 0.0;
+  if (step < 0) step = 0;
+  if (c->warmup_steps > 0 && step < c->warmup_steps)
+    return (double)c->lr * (double)(step + 1) / (double)c->warmup_steps;
+  int64_t s = step - c->warmup_steps;
+  switch (c->schedule) {
+  case DPT_SCHEDULE_STEP:
+    return (double)c->lr * pow((double)c->gamma, (double)(s / c->step_size));
+  case DPT_SCHEDULE_COSINE: {
+    double t = s >= c->total_steps ? 1.0 : (double)s / (double)c->total_steps;
+    return (double)c->min_lr +
+           ((double)c->lr - (double)c->min_lr) * 0.5 * (1.0 + cos(3.14159265358979323846 * t));
+  }
+  default:
+    return (double)c->lr;
+  }
+}
+
+dpt_status dpt_optimizer_create(dpt_model *model, const dpt_optim_config *cfg,
+                                dpt_optimizer **out) {
+  if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_optimizer_create: out is NULL");
+  *out = NULL;
+  if (!model) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_optimizer_create: model is NULL");
+  dpt_status st = dpt_optim_config_check(cfg);
+  if (st != DPT_OK) return st;
+  dpt_optimizer *o = calloc(1, sizeof *o);
+  if (!o) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_optimizer_create: out of memory");
+  o->model = model;
+  o->cfg = *cfg;
+  dpt_backend *be = dpt_model_backend(model);
+  size_t n = dpt_model_num_params(model);
+  int states = cfg->kind == DPT_OPTIM_ADAMW ? 2 : cfg->momentum > 0.0f ? 1 : 0;
+  if (states >= 1) st = dpt_buffer_alloc(be, n * sizeof(float), &o->state0);
+  if (st == DPT_OK && states >= 1) st = dpt_buffer_fill_f32(o->state0, 0, n, 0.0f);
+  if (st == DPT_OK && states >= 2) st = dpt_buffer_alloc(be, n * sizeof(float), &o->state1);
+  if (st == DPT_OK && states >= 2) st = dpt_buffer_fill_f32(o->state1, 0, n, 0.0f);
+  if (st != DPT_OK) {
+    dpt_optimizer_destroy(o);
+    return st;
+  }
+  *out = o;
+  return DPT_OK;
+}
+
+void dpt_optimizer_destroy(dpt_optimizer *o) {
+  if (!o) return;
+  dpt_buffer_free(o->state0);
+  dpt_buffer_free(o->state1);
+  free(o);
+}
+
+int64_t dpt_optimizer_steps(const dpt_optimizer *o) {
+  return o ? o->steps : 0;
+}
+
+dpt_status dpt_optimizer_step(dpt_optimizer *o, double *grad_norm) {
+  if (!o) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_optimizer_step: optimizer is NULL");
+  dpt_backend *be = dpt_model_backend(o->model);
+  dpt_buffer *w = dpt_model_params(o->model), *g = dpt_model_grads(o->model);
+  size_t n = dpt_model_num_params(o->model);
+  dpt_status st = DPT_OK;
+  if (grad_norm) *grad_norm = 0.0;
+  if (o->cfg.clip_norm > 0.0f) {
+    /* torch.nn.utils.clip_grad_norm_: scale by clip / (norm + 1e-6) when norm exceeds clip. */
+    double sq;
+    st = dpt_sumsq(be, n, g, 0, &sq);
+    if (st != DPT_OK) return st;
+    double norm = sqrt(sq);
+    if (grad_norm) *grad_norm = norm;
+    if (!isfinite(norm))
+      return dpt_set_error(DPT_ERR_NONFINITE, "optimizer step %lld: gradient norm is %g",
+                           (long long)o->steps + 1, norm);
+    if (norm > (double)o->cfg.clip_norm) {
+      st = dpt_scale(be, n, (float)((double)o->cfg.clip_norm / (norm + 1e-6)), g, 0);
+      if (st != DPT_OK) return st;
+    }
+  }
+  float lr = (float)dpt_optim_lr_at(&o->cfg, o->steps);
+  if (o->cfg.kind == DPT_OPTIM_SGD) {
+    dpt_sgd_params p = {lr, o->cfg.momentum, o->cfg.weight_decay, o->cfg.nesterov};
+    st = dpt_sgd_update(be, n, &p, w, 0, g, 0, o->state0, 0);
+  } else {
+    dpt_adamw_params p = {lr,         o->cfg.beta1,        o->cfg.beta2,
+                          o->cfg.eps, o->cfg.weight_decay, o->steps + 1};
+    st = dpt_adamw_update(be, n, &p, w, 0, g, 0, o->state0, 0, o->state1, 0);
+  }
+  if (st == DPT_OK) ++o->steps;
+  return st;
+}

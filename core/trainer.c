@@ -1,0 +1,478 @@
+/* Data-parallel training: replicas, the batch split, the synchronized step, drift checks and
+ * data-parallel evaluation. See include/dptrain/train.h for the step's contract.
+ *
+ * Each replica runs replica_main() on its own thread (threads transport) or process (MPI),
+ * with its own backend, model and optimizer. Everything that decides control flow (loss
+ * finiteness, fingerprints, evaluation counts) is exchanged with an allgather and combined in
+ * replica order, so every replica takes the same branch: no replica can leave a collective
+ * that another one enters. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "dptrain/train.h"
+
+/* What every replica contributes to a step's decision. */
+typedef struct step_stats {
+  double loss_sum; /* sum of per-sample losses of the replica's slice */
+  int64_t correct; /* correct predictions in the slice */
+  int64_t samples; /* slice size */
+  int64_t failed;  /* 1 when this replica failed locally (its message says why) */
+} step_stats;
+
+typedef struct replica {
+  const dpt_train_config *cfg;
+  dpt_comm *comm;  /* this replica's member */
+  int index;       /* replica index = rank in comm */
+  int count;       /* replicas in all */
+  int ranks;       /* MPI ranks */
+  int local_index; /* index among the replicas of this process / node (device choice) */
+  dpt_status status;
+  char error[1024]; /* message of a failure on this replica's thread */
+  dpt_train_report final;
+} replica;
+
+static double now_sec(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+uint64_t dpt_fingerprint(const void *data, size_t bytes) {
+  const unsigned char *p = data;
+  uint64_t h = 14695981039346656037ull; /* FNV-1a 64 */
+  for (size_t i = 0; i < bytes; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+void dpt_train_config_default(dpt_train_config *cfg) {
+  if (!cfg) return;
+  memset(cfg, 0, sizeof *cfg);
+  dpt_optim_config_default(&cfg->optim, DPT_OPTIM_SGD);
+  cfg->optim.lr = 0.05f;
+  cfg->optim.momentum = 0.9f;
+  cfg->backend = DPT_BACKEND_CPU;
+  cfg->device = -1;
+  cfg->replicas = 1;
+  cfg->global_batch = 256;
+  cfg->epochs = 10;
+  cfg->shuffle = 1;
+  cfg->check_every = 100;
+}
+
+/* Replica r's slice of a batch (dpt_batch_split); a kept last batch with fewer samples than
+ * replicas gives one sample to each of the first replicas and none to the others. */
+static void slice_of(size_t batch, int replicas, int r, size_t *start, size_t *count) {
+  if (batch >= (size_t)replicas && dpt_batch_split(batch, replicas, r, start, count) == DPT_OK)
+    return;
+  *count = (size_t)r < batch ? 1 : 0;
+  *start = (size_t)r < batch ? (size_t)r : batch;
+}
+
+typedef struct replica_state {
+  dpt_backend *be;
+  dpt_model *model;
+  dpt_optimizer *opt;
+  dpt_buffer *x, *y;  /* device batch: [slice, input] floats, [slice] int32 */
+  float *hx;          /* host batch [max_slice, input] */
+  int32_t *hy;        /* host labels [max_slice] */
+  uint64_t *perm;     /* epoch permutation [n_train] */
+  uint64_t *idx;      /* the slice's sample indices [max_slice] */
+  float *hparams;     /* [num_params] host copy for fingerprints */
+  step_stats *gather; /* [count] */
+  uint64_t *hashes;   /* [count] */
+} replica_state;
+
+static void state_free(replica_state *s) {
+  dpt_buffer_free(s->x);
+  dpt_buffer_free(s->y);
+  dpt_optimizer_destroy(s->opt);
+  dpt_model_destroy(s->model);
+  dpt_backend_destroy(s->be);
+  free(s->hx);
+  free(s->hy);
+  free(s->perm);
+  free(s->idx);
+  free(s->hparams);
+  free(s->gather);
+  free(s->hashes);
+}
+
+/* Fingerprints the parameters on every replica and compares them. */
+static dpt_status check_drift(replica *r, replica_state *s, int64_t step, uint64_t *hash_out) {
+  size_t n = dpt_model_num_params(s->model);
+  dpt_status st = dpt_model_get_params(s->model, s->hparams);
+  if (st != DPT_OK) return st;
+  uint64_t h = dpt_fingerprint(s->hparams, n * sizeof(float));
+  st = dpt_allgather_host(r->comm, &h, sizeof h, s->hashes);
+  if (st != DPT_OK) return st;
+  if (hash_out) *hash_out = h;
+  char list[512] = "";
+  size_t len = 0;
+  int differ = 0;
+  for (int i = 1; i < r->count; ++i) {
+    if (s->hashes[i] == s->hashes[0]) continue;
+    ++differ;
+    if (len < sizeof list - 16)
+      len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", differ > 1 ? ", " : "", i);
+  }
+  if (differ)
+    return dpt_set_error(DPT_ERR_MISMATCH,
+                         "replica drift at step %lld: replicas %s differ from replica 0 "
+                         "(parameter fingerprint %016llx)",
+                         (long long)step, list, (unsigned long long)s->hashes[0]);
+  return DPT_OK;
+}
+
+/* Sums every replica's stats in replica order (identical on all replicas). */
+static dpt_status combine(replica *r, replica_state *s, const step_stats *mine, step_stats *sum) {
+  dpt_status st = dpt_allgather_host(r->comm, mine, sizeof *mine, s->gather);
+  if (st != DPT_OK) return st;
+  memset(sum, 0, sizeof *sum);
+  for (int i = 0; i < r->count; ++i) {
+    sum->loss_sum += s->gather[i].loss_sum;
+    sum->correct += s->gather[i].correct;
+    sum->samples += s->gather[i].samples;
+    sum->failed += s->gather[i].failed;
+  }
+  return DPT_OK;
+}
+
+/* Uploads the given samples as the device batch. */
+static dpt_status load_batch(replica_state *s, const dpt_dataset *ds, const uint64_t *idx,
+                             size_t count, size_t input) {
+  dpt_status st = dpt_dataset_gather(ds, idx, count, s->hx, s->hy);
+  if (st == DPT_OK) st = dpt_buffer_upload(s->x, 0, s->hx, count * input * sizeof(float));
+  if (st == DPT_OK) st = dpt_buffer_upload(s->y, 0, s->hy, count * sizeof(int32_t));
+  return st;
+}
+
+/* Data-parallel evaluation: replica r takes a contiguous shard of the test set. */
+static dpt_status evaluate(replica *r, replica_state *s, size_t max_slice, double *loss,
+                           double *accuracy) {
+  const dpt_dataset *ds = r->cfg->test;
+  size_t n = dpt_dataset_count(ds), input = dpt_model_input_size(s->model);
+  size_t start, count;
+  slice_of(n, r->count, r->index, &start, &count);
+  step_stats mine = {0, 0, (int64_t)count, 0}, sum;
+  dpt_status st = DPT_OK;
+  for (size_t done = 0; done < count && st == DPT_OK;) {
+    size_t b = count - done < max_slice ? count - done : max_slice;
+    for (size_t i = 0; i < b; ++i)
+      s->idx[i] = start + done + i;
+    double l = 0;
+    int64_t c = 0;
+    st = load_batch(s, ds, s->idx, b, input);
+    if (st == DPT_OK) st = dpt_model_evaluate(s->model, s->x, s->y, b, &l, &c);
+    mine.loss_sum += l;
+    mine.correct += c;
+    done += b;
+  }
+  /* Every replica joins the exchange, even after a local failure, so nobody waits forever;
+   * a failed replica raises its flag so all of them see it. */
+  mine.failed = st != DPT_OK;
+  dpt_status st2 = combine(r, s, &mine, &sum);
+  if (st != DPT_OK) return st;
+  if (st2 != DPT_OK) return st2;
+  if (sum.failed) return dpt_set_error(DPT_ERR_DEVICE, "evaluation failed on another replica");
+  *loss = sum.samples ? sum.loss_sum / (double)sum.samples : NAN;
+  *accuracy = sum.samples ? (double)sum.correct / (double)sum.samples : NAN;
+  return DPT_OK;
+}
+
+static dpt_status replica_setup(replica *r, replica_state *s, size_t *max_slice_out) {
+  const dpt_train_config *cfg = r->cfg;
+  int devices = 0;
+  dpt_status st = dpt_device_count(cfg->backend, &devices);
+  if (st != DPT_OK) return st;
+  if (devices == 0)
+    return dpt_error_context(DPT_ERR_UNSUPPORTED, "no %s device",
+                             dpt_backend_kind_name(cfg->backend));
+  int device = cfg->device >= 0 ? cfg->device : r->local_index % devices;
+  st = dpt_backend_create(cfg->backend, device, &s->be);
+  if (st != DPT_OK) return st;
+
+  size_t max_slice = (cfg->global_batch + (size_t)r->count - 1) / (size_t)r->count;
+  size_t test_slice = 0;
+  if (cfg->test) test_slice = max_slice; /* evaluation reuses the training batch buffers */
+  (void)test_slice;
+  *max_slice_out = max_slice;
+  st = dpt_model_create(s->be, &cfg->model, max_slice, &s->model);
+  if (st != DPT_OK) return st;
+  size_t input = dpt_model_input_size(s->model), np = dpt_model_num_params(s->model);
+  if (input != dpt_dataset_dim(cfg->train))
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "the model takes %zu inputs per sample but the data set has %zu", input,
+                         dpt_dataset_dim(cfg->train));
+  if (cfg->test && dpt_dataset_dim(cfg->test) != input)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "the test set has %zu values per sample, the model takes %zu",
+                         dpt_dataset_dim(cfg->test), input);
+  st = dpt_optimizer_create(s->model, &cfg->optim, &s->opt);
+  if (st == DPT_OK) st = dpt_buffer_alloc(s->be, max_slice * input * sizeof(float), &s->x);
+  if (st == DPT_OK) st = dpt_buffer_alloc(s->be, max_slice * sizeof(int32_t), &s->y);
+  if (st != DPT_OK) return st;
+  size_t n = dpt_dataset_count(cfg->train);
+  s->hx = malloc(max_slice * input * sizeof(float));
+  s->hy = malloc(max_slice * sizeof(int32_t));
+  s->perm = malloc(n * sizeof(uint64_t));
+  s->idx = malloc(max_slice * sizeof(uint64_t));
+  s->hparams = malloc(np * sizeof(float));
+  s->gather = malloc((size_t)r->count * sizeof(step_stats));
+  s->hashes = malloc((size_t)r->count * sizeof(uint64_t));
+  if (!s->hx || !s->hy || !s->perm || !s->idx || !s->hparams || !s->gather || !s->hashes)
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "training: out of host memory");
+  if (cfg->init_params)
+    st = dpt_model_set_params(s->model, cfg->init_params);
+  else
+    st = dpt_model_init(s->model, cfg->seed);
+  return st;
+}
+
+static dpt_status replica_run(replica *r, replica_state *s) {
+  const dpt_train_config *cfg = r->cfg;
+  size_t max_slice = 0;
+  dpt_status st = replica_setup(r, s, &max_slice);
+  /* Agree that every replica is ready before the first collective on device data: a replica
+   * that failed to set up reports it and all stop together. */
+  step_stats ready = {0, 0, 0, st != DPT_OK}, all;
+  dpt_status st2 = combine(r, s, &ready, &all);
+  if (st != DPT_OK) return st;
+  if (st2 != DPT_OK) return st2;
+  if (all.failed)
+    return dpt_set_error(DPT_ERR_DEVICE, "another replica failed to start (see its message)");
+
+  size_t np = dpt_model_num_params(s->model), input = dpt_model_input_size(s->model);
+  dpt_buffer *params = dpt_model_params(s->model), *grads = dpt_model_grads(s->model);
+  st = dpt_broadcast_buffer(r->comm, params, 0, np * sizeof(float), 0);
+  if (st != DPT_OK) return st;
+  uint64_t hash = 0;
+  st = check_drift(r, s, 0, &hash);
+  if (st != DPT_OK) return st;
+
+  size_t n = dpt_dataset_count(cfg->train), B = cfg->global_batch;
+  size_t batches = dpt_sampler_num_batches(n, B, cfg->keep_last);
+  if (batches == 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "global batch %zu is larger than the %zu training "
+                         "samples (and the last partial batch is dropped)",
+                         B, n);
+  const float scale = 1.0f / (float)B;
+  int64_t step = 0, skipped = 0;
+  double run_start = now_sec(), train_time = 0;
+  int64_t trained_samples = 0;
+  int stop = 0;
+  for (int64_t epoch = 0; epoch < cfg->epochs && !stop; ++epoch) {
+    double t0 = now_sec();
+    st = dpt_sampler_permutation(cfg->seed, (uint64_t)epoch, cfg->shuffle, n, s->perm);
+    if (st != DPT_OK) return st;
+    double epoch_loss = 0;
+    int64_t epoch_samples = 0;
+    for (size_t k = 0; k < batches; ++k) {
+      size_t bstart, bcount, start, count;
+      st = dpt_sampler_batch(n, B, cfg->keep_last, k, &bstart, &bcount);
+      if (st != DPT_OK) return st;
+      slice_of(bcount, r->count, r->index, &start, &count);
+      step_stats mine = {0, 0, (int64_t)count, 0}, sum;
+      if (count > 0) {
+        st = load_batch(s, cfg->train, s->perm + bstart + start, count, input);
+        if (st == DPT_OK)
+          st = dpt_model_train_step(s->model, s->x, s->y, count, scale, &mine.loss_sum,
+                                    &mine.correct);
+      } else {
+        st = dpt_buffer_fill_f32(grads, 0, np, 0.0f); /* contributes nothing to the sum */
+      }
+      mine.failed = st != DPT_OK; /* let the others know, then stop together */
+      if (!cfg->skip_allreduce) {
+        dpt_status sa = dpt_allreduce_buffer(r->comm, grads, 0, np, DPT_COMM_F32);
+        if (st == DPT_OK) st = sa;
+      }
+      dpt_status sc = combine(r, s, &mine, &sum);
+      if (st != DPT_OK) return st;
+      if (sc != DPT_OK) return sc;
+      if (sum.failed)
+        return dpt_set_error(DPT_ERR_DEVICE, "step %lld failed on another replica",
+                             (long long)step + 1);
+      ++step;
+      if (!isfinite(sum.loss_sum)) {
+        if (!cfg->skip_nonfinite)
+          return dpt_set_error(DPT_ERR_NONFINITE,
+                               "the loss is not finite at step %lld (epoch %lld, batch %zu); "
+                               "lower the learning rate or pass --skip-nonfinite",
+                               (long long)step, (long long)epoch + 1, k + 1);
+        ++skipped;
+      } else {
+        st = dpt_optimizer_step(s->opt, NULL);
+        if (st != DPT_OK) return st;
+        epoch_loss += sum.loss_sum;
+        epoch_samples += sum.samples;
+      }
+      trained_samples += sum.samples;
+      if (cfg->check_every > 0 && step % cfg->check_every == 0) {
+        st = check_drift(r, s, step, &hash);
+        if (st != DPT_OK) return st;
+      }
+      if (r->index == 0 && cfg->on_progress)
+        cfg->on_progress(epoch + 1, k + 1, batches,
+                         sum.samples ? sum.loss_sum / (double)sum.samples : NAN, cfg->user);
+      if (cfg->max_steps > 0 && step >= cfg->max_steps) {
+        stop = 1;
+        break;
+      }
+    }
+    double t1 = now_sec();
+    train_time += t1 - t0;
+    dpt_train_report rep;
+    memset(&rep, 0, sizeof rep);
+    rep.epoch = epoch + 1;
+    rep.steps = step;
+    rep.skipped_steps = skipped;
+    rep.train_loss = epoch_samples ? epoch_loss / (double)epoch_samples : NAN;
+    rep.test_loss = rep.test_accuracy = NAN;
+    if (cfg->test && dpt_dataset_count(cfg->test) > 0) {
+      st = evaluate(r, s, max_slice, &rep.test_loss, &rep.test_accuracy);
+      if (st != DPT_OK) return st;
+    }
+    rep.samples_per_sec = train_time > 0 ? (double)trained_samples / train_time : 0;
+    rep.seconds = now_sec() - t0;
+    rep.ranks = r->ranks;
+    rep.replicas = r->count;
+    rep.param_hash = hash;
+    rep.backend = dpt_backend_kind_name(cfg->backend);
+    if (r->index == 0 && cfg->on_report) cfg->on_report(&rep, cfg->user);
+    r->final = rep;
+  }
+  /* The closing fingerprint, compared once more. */
+  st = check_drift(r, s, step, &hash);
+  if (st != DPT_OK) return st;
+  r->final.final = 1;
+  r->final.param_hash = hash;
+  r->final.seconds = now_sec() - run_start;
+  r->final.steps = step;
+  if (cfg->final_params && r->index == 0) st = dpt_model_get_params(s->model, cfg->final_params);
+  if (r->index == 0 && cfg->on_report) cfg->on_report(&r->final, cfg->user);
+  return st;
+}
+
+static void *replica_thread(void *arg) {
+  replica *r = arg;
+  replica_state s;
+  memset(&s, 0, sizeof s);
+  r->status = replica_run(r, &s);
+  if (r->status != DPT_OK) snprintf(r->error, sizeof r->error, "%s", dpt_last_error());
+  state_free(&s);
+  return NULL;
+}
+
+/* This process's index among the ranks of its node, from the launcher's environment (Open MPI,
+ * MPICH, Slurm), else the global rank: picks the device when cfg->device is -1. */
+static int local_rank(int rank) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                     "SLURM_LOCALID"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; ++i) {
+    const char *v = getenv(vars[i]);
+    if (v && *v) return atoi(v);
+  }
+  return rank;
+}
+
+static dpt_status check_config(const dpt_train_config *cfg, dpt_comm *comm) {
+  const char *fn = "dpt_train";
+  if (!cfg) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: config is NULL", fn);
+  if (!cfg->train) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: no training set", fn);
+  if (cfg->replicas < 1)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: replicas %d must be >= 1", fn, cfg->replicas);
+  if (comm && cfg->replicas != 1)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: with MPI every rank is one replica (replicas must be 1, got %d)", fn,
+                         cfg->replicas);
+  int total = comm ? dpt_comm_size(comm) : cfg->replicas;
+  if (cfg->global_batch == 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: global batch is 0", fn);
+  if (cfg->global_batch < (size_t)total)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: global batch %zu is smaller than the %d replicas (each needs at "
+                         "least one sample)",
+                         fn, cfg->global_batch, total);
+  if (cfg->epochs < 1) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: epochs must be >= 1", fn);
+  if (cfg->max_steps < 0 || cfg->check_every < 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: max_steps/check_every must be >= 0", fn);
+  return dpt_optim_config_check(&cfg->optim);
+}
+
+dpt_status dpt_train(const dpt_train_config *cfg, dpt_comm *comm, dpt_train_report *final) {
+  dpt_status st = check_config(cfg, comm);
+  if (st != DPT_OK) return st;
+  if (comm) {
+    replica r;
+    memset(&r, 0, sizeof r);
+    r.cfg = cfg;
+    r.comm = comm;
+    r.index = dpt_comm_rank(comm);
+    r.count = dpt_comm_size(comm);
+    r.ranks = r.count;
+    r.local_index = local_rank(r.index);
+    replica_state s;
+    memset(&s, 0, sizeof s);
+    st = replica_run(&r, &s);
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", dpt_last_error());
+    state_free(&s);
+    if (st != DPT_OK) return dpt_set_error(st, "%s", msg);
+    if (final) *final = r.final;
+    return DPT_OK;
+  }
+
+  int R = cfg->replicas;
+  dpt_comm_group *group = NULL;
+  replica *reps = calloc((size_t)R, sizeof *reps);
+  pthread_t *threads = calloc((size_t)R, sizeof *threads);
+  st = reps && threads ? DPT_OK
+                       : dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_train: out of host memory");
+  if (st == DPT_OK) st = dpt_comm_group_create(R, &group);
+  for (int i = 0; i < R && st == DPT_OK; ++i) {
+    reps[i].cfg = cfg;
+    reps[i].index = i;
+    reps[i].count = R;
+    reps[i].ranks = 1;
+    reps[i].local_index = i;
+    st = dpt_comm_group_member(group, i, &reps[i].comm);
+  }
+  int started = 0;
+  for (int i = 0; i < R && st == DPT_OK; ++i) {
+    if (pthread_create(&threads[i], NULL, replica_thread, &reps[i]) != 0) {
+      /* The replicas already running stop at their first collective's deadline. */
+      st = dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_train: cannot start replica thread %d", i);
+      break;
+    }
+    ++started;
+  }
+  for (int i = 0; i < started; ++i)
+    pthread_join(threads[i], NULL);
+  /* Report the first failure, preferring the replica where it happened over those that only
+   * saw it. */
+  int worst = -1;
+  for (int i = 0; i < started && st == DPT_OK; ++i) {
+    if (reps[i].status == DPT_OK) continue;
+    if (worst < 0 ||
+        (strstr(reps[worst].error, "another replica") && !strstr(reps[i].error, "another replica")))
+      worst = i;
+  }
+  if (worst >= 0)
+    st = dpt_set_error(reps[worst].status, "replica %d: %s", worst, reps[worst].error);
+  if (st == DPT_OK && final) *final = reps[0].final;
+  for (int i = 0; reps && i < R; ++i)
+    dpt_comm_destroy(reps[i].comm);
+  dpt_comm_group_destroy(group);
+  free(reps);
+  free(threads);
+  return st;
+}

@@ -1,0 +1,172 @@
+/* dptrain: communicators and collectives (all-reduce, broadcast, allgather, barrier).
+ *
+ * A dpt_comm is one member (rank) of a group of `size` ranks that run collectives together.
+ * Two transports sit behind the same calls:
+ *   - MPI: one member per process, on a private duplicate of an MPI communicator;
+ *   - threads: `size` members inside one process, one per thread (one per local replica).
+ * Every member calls the same collectives in the same order with matching arguments. A member
+ * is used by one thread at a time; different members may run on different threads at once.
+ *
+ * Guarantees of every collective:
+ *   - Results are bit-identical on every rank (the reduction order is the same everywhere).
+ *   - Desync check (on by default): before moving data the ranks agree on (sequence number,
+ *     operation, element count, dtype, algorithm, chunk sizes); any difference returns
+ *     DPT_ERR_MISMATCH on every rank, with a message naming the operation, the sequence
+ *     number and each rank's count. No data is moved then, nothing hangs or is truncated.
+ *   - Deadline (300 s by default): a rank that does not arrive makes the others return
+ *     DPT_ERR_TIMEOUT naming the missing ranks; during data movement, a collective that makes
+ *     no progress for that long returns DPT_ERR_TIMEOUT naming the rank it waited for.
+ *     After DPT_ERR_TIMEOUT (or DPT_ERR_COMM) the communicator may hold messages of the
+ *     failed collective: destroy it (destroying is local and never waits for other ranks).
+ *   - The sum is a sum: averaging (dividing by the number of ranks) is the caller's business.
+ *
+ * Environment variables, read when a communicator is created (the dpt_comm_set_* calls
+ * override them afterwards); an invalid value makes the creation fail with a message naming
+ * the variable:
+ *   DPT_ALLREDUCE_ALGO        auto | ring | rd | direct | mpi
+ *   DPT_ALLREDUCE_DIRECT_MAX  bytes: auto uses `direct` up to this payload
+ *   DPT_ALLREDUCE_MPI_MAX     bytes: then MPI_Allreduce up to this (MPI transport only)
+ *   DPT_ALLREDUCE_RD_MAX      bytes: then recursive doubling up to this, the ring above
+ *   DPT_COMM_TIMEOUT          seconds (> 0)
+ *   DPT_COMM_DESYNC_CHECK     1 | 0
+ *   DPT_COMM_PIECE            bytes of one ring message (K, M, G suffixes allowed)
+ *   DPT_COMM_BLOCK            bytes of one ring block / staging chunk (K, M, G suffixes)
+ *   DPT_COMM_STAGING          auto | inline | thread
+ * See docs/collectives.md for the algorithms, their costs and the measured thresholds.
+ */
+#ifndef DPTRAIN_COMM_H
+#define DPTRAIN_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dptrain/backend.h"
+#include "dptrain/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dpt_comm dpt_comm;
+typedef struct dpt_comm_group dpt_comm_group;
+
+/* Element types of reductions. F16 is IEEE binary16 stored as uint16_t; sums of F16 are
+ * computed in float32 and rounded to binary16 after every addition. */
+typedef enum dpt_comm_dtype { DPT_COMM_F32 = 0, DPT_COMM_F16 = 1 } dpt_comm_dtype;
+
+/* All-reduce algorithms. AUTO picks by payload size from the thresholds below. */
+typedef enum dpt_allreduce_algo {
+  DPT_ALLREDUCE_AUTO = 0,
+  DPT_ALLREDUCE_RING = 1,   /* reduce-scatter + all-gather, 2(N-1) steps: large payloads */
+  DPT_ALLREDUCE_RD = 2,     /* recursive doubling, log2(N) steps of the whole vector */
+  DPT_ALLREDUCE_DIRECT = 3, /* one round: every rank sends its vector to every other rank;
+                               payloads up to the inline limit (64 KiB for up to 16 ranks) */
+  DPT_ALLREDUCE_MPI = 4     /* the MPI library's own (MPI transport only) */
+} dpt_allreduce_algo;
+
+/* How device buffers are staged through host memory. */
+typedef enum dpt_staging_mode {
+  DPT_STAGING_AUTO = 0,   /* THREAD for GPU devices, INLINE for CPU devices */
+  DPT_STAGING_INLINE = 1, /* the calling thread does downloads/uploads while it waits for
+                             messages (a memcpy-like transfer gains nothing from a thread) */
+  DPT_STAGING_THREAD = 2  /* a helper thread does downloads/uploads while the calling thread
+                             communicates (overlaps DMA transfers with communication) */
+} dpt_staging_mode;
+
+typedef struct dpt_comm_options {
+  double timeout_s;         /* deadline of a collective, seconds (> 0); default 300 */
+  int desync_check;         /* 1: agree on the call before each collective (default 1) */
+  dpt_allreduce_algo algo;  /* default AUTO */
+  size_t direct_max_bytes;  /* AUTO: `direct` for payloads up to this */
+  size_t mpi_max_bytes;     /* AUTO: then MPI_Allreduce up to this (0: never) */
+  size_t rd_max_bytes;      /* AUTO: then recursive doubling up to this (0: never), else ring */
+  size_t piece_bytes;       /* largest message of the ring / rd / broadcast (>= 64, <= 1 GiB) */
+  size_t block_bytes;       /* the ring runs block by block (cache-sized), and device buffers
+                               are staged in blocks of this many bytes (>= piece_bytes) */
+  dpt_staging_mode staging; /* default AUTO */
+} dpt_comm_options;
+
+/* ---- creation ------------------------------------------------------------------------------ */
+
+/* Threads transport: a group of `size` (>= 1) members in this process. Each thread obtains
+ * its member with dpt_comm_group_member() (once per rank) and destroys it with
+ * dpt_comm_destroy(). The group is freed once dpt_comm_group_destroy() was called and every
+ * member obtained from it was destroyed, in any order. */
+DPT_API dpt_status dpt_comm_group_create(int size, dpt_comm_group **out);
+DPT_API dpt_status dpt_comm_group_member(dpt_comm_group *group, int rank, dpt_comm **out);
+DPT_API void dpt_comm_group_destroy(dpt_comm_group *group);
+
+/* 1 if the MPI transport was compiled into this library, else 0. */
+DPT_API int dpt_comm_mpi_compiled(void);
+
+/* MPI transport: `mpi_comm` points to an MPI_Comm (the caller's variable: `MPI_Comm c; ...
+ * dpt_comm_create_mpi(&c, &comm)`), or is NULL for MPI_COMM_WORLD. Collective over that
+ * communicator (it calls MPI_Comm_dup). If the application has not initialized MPI, this
+ * initializes it (MPI_Init_thread, MPI_THREAD_SERIALIZED requested), and MPI is finalized
+ * when the last communicator created that way is destroyed (MPI cannot be initialized
+ * twice: creating one after that fails). DPT_ERR_UNSUPPORTED when MPI is not compiled in. */
+DPT_API dpt_status dpt_comm_create_mpi(const void *mpi_comm, dpt_comm **out);
+
+/* Frees the member (local; never waits for other ranks). NULL does nothing. */
+DPT_API void dpt_comm_destroy(dpt_comm *comm);
+
+DPT_API int dpt_comm_rank(const dpt_comm *comm);
+DPT_API int dpt_comm_size(const dpt_comm *comm);
+/* "mpi" or "threads". */
+DPT_API const char *dpt_comm_transport(const dpt_comm *comm);
+
+/* ---- options (per member; the desync check verifies that all ranks use the same) -------- */
+
+/* The built-in defaults (no environment variables). */
+DPT_API void dpt_comm_options_default(dpt_comm_options *out);
+DPT_API dpt_status dpt_comm_get_options(const dpt_comm *comm, dpt_comm_options *out);
+/* Validates and applies all options; DPT_ERR_INVALID_ARG naming the field otherwise. */
+DPT_API dpt_status dpt_comm_set_options(dpt_comm *comm, const dpt_comm_options *opt);
+DPT_API dpt_status dpt_comm_set_timeout(dpt_comm *comm, double seconds);
+DPT_API dpt_status dpt_comm_set_desync_check(dpt_comm *comm, int on);
+/* DPT_ERR_UNSUPPORTED for DPT_ALLREDUCE_MPI on the threads transport. */
+DPT_API dpt_status dpt_comm_set_algo(dpt_comm *comm, dpt_allreduce_algo algo);
+
+/* "auto", "ring", "rd", "direct", "mpi"; NULL outside the list. */
+DPT_API const char *dpt_allreduce_algo_name(dpt_allreduce_algo algo);
+DPT_API dpt_status dpt_allreduce_algo_parse(const char *name, dpt_allreduce_algo *out);
+/* The algorithm AUTO (or the forced one) uses for `count` elements of `dtype` on this member. */
+DPT_API dpt_allreduce_algo dpt_comm_pick_algo(const dpt_comm *comm, size_t count,
+                                              dpt_comm_dtype dtype);
+
+/* ---- collectives --------------------------------------------------------------------------- */
+
+/* In-place sum over all ranks of `count` elements at `data` (host memory, float or uint16_t
+ * per dtype; NULL only when count == 0). */
+DPT_API dpt_status dpt_allreduce_host(dpt_comm *comm, void *data, size_t count,
+                                      dpt_comm_dtype dtype);
+
+/* In-place sum of `count` elements starting at ELEMENT `offset` of a buffer of any backend.
+ * The data is staged through host memory block by block (download, communicate, upload
+ * overlap); host memory used: 3 blocks (block_bytes, at most the data size) + 4 ring
+ * messages (piece_bytes), whatever the buffer size. The buffer's backend is used only by
+ * this call (from this thread, or from the staging thread) until it returns. */
+DPT_API dpt_status dpt_allreduce_buffer(dpt_comm *comm, dpt_buffer *buf, size_t offset,
+                                        size_t count, dpt_comm_dtype dtype);
+
+/* Copies `bytes` at `data` on rank `root` to `data` on every other rank (chunked, pipelined
+ * along the ring from the root). */
+DPT_API dpt_status dpt_broadcast_host(dpt_comm *comm, void *data, size_t bytes, int root);
+/* The same for `bytes` at byte `offset` of a buffer of any backend (staged in blocks). */
+DPT_API dpt_status dpt_broadcast_buffer(dpt_comm *comm, dpt_buffer *buf, size_t offset,
+                                        size_t bytes, int root);
+
+/* recv[r * bytes .. (r+1) * bytes) = rank r's `send` (bytes each), on every rank. recv holds
+ * size * bytes; send and recv must not overlap. Meant for small values (metrics,
+ * fingerprints); large ones go around the ring. */
+DPT_API dpt_status dpt_allgather_host(dpt_comm *comm, const void *send, size_t bytes,
+                                      void *recv);
+
+/* Returns once every rank has entered the barrier. */
+DPT_API dpt_status dpt_barrier(dpt_comm *comm);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

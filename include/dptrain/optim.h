@@ -1,0 +1,71 @@
+/* dptrain: optimizers and learning-rate schedules.
+ *
+ * An optimizer updates a model's flat parameter buffer from its flat gradient buffer; its state
+ * (momentum, or AdamW's moments) lives next to the parameters, on the same device, in the same
+ * flat layout. Semantics are PyTorch's (torch.optim.SGD with dampening 0, torch.optim.AdamW).
+ */
+#ifndef DPTRAIN_OPTIM_H
+#define DPTRAIN_OPTIM_H
+
+#include <stdint.h>
+
+#include "dptrain/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum dpt_optim_kind { DPT_OPTIM_SGD = 0, DPT_OPTIM_ADAMW = 1 } dpt_optim_kind;
+
+typedef enum dpt_schedule_kind {
+  DPT_SCHEDULE_CONSTANT = 0, /* lr */
+  DPT_SCHEDULE_STEP = 1,     /* lr * gamma^(floor(step / step_size)) */
+  DPT_SCHEDULE_COSINE = 2    /* min_lr + (lr - min_lr) * (1 + cos(pi * step / total_steps)) / 2 */
+} dpt_schedule_kind;
+
+typedef struct dpt_optim_config {
+  dpt_optim_kind kind;
+  float lr;                /* base learning rate */
+  float momentum;          /* SGD */
+  int nesterov;            /* SGD */
+  float weight_decay;      /* SGD: L2 added to the gradient; AdamW: decoupled */
+  float beta1, beta2, eps; /* AdamW */
+  dpt_schedule_kind schedule;
+  int64_t warmup_steps; /* linear warmup from lr/warmup_steps to the schedule over these steps */
+  int64_t step_size;    /* STEP: steps between decays */
+  float gamma;          /* STEP: decay factor */
+  int64_t total_steps;  /* COSINE: steps to reach min_lr (after warmup) */
+  float min_lr;         /* COSINE */
+  float clip_norm;      /* > 0: scale gradients so their global L2 norm is at most this */
+} dpt_optim_config;
+
+/* Defaults: SGD lr 0.01 momentum 0 / AdamW lr 1e-3 betas (0.9, 0.999) eps 1e-8 weight decay
+ * 0.01; constant schedule, no warmup, no clipping. */
+DPT_API void dpt_optim_config_default(dpt_optim_config *cfg, dpt_optim_kind kind);
+
+/* Checks a configuration; DPT_ERR_INVALID_ARG naming the field otherwise. */
+DPT_API dpt_status dpt_optim_config_check(const dpt_optim_config *cfg);
+
+/* Learning rate for optimizer step `step` (0-based), warmup included. */
+DPT_API double dpt_optim_lr_at(const dpt_optim_config *cfg, int64_t step);
+
+typedef struct dpt_optimizer dpt_optimizer;
+
+DPT_API dpt_status dpt_optimizer_create(dpt_model *model, const dpt_optim_config *cfg,
+                                        dpt_optimizer **out);
+DPT_API void dpt_optimizer_destroy(dpt_optimizer *opt);
+
+/* One update from the model's gradients (which must already be the mean over the global batch,
+ * identical on every replica). With clip_norm > 0 the gradients are scaled first. grad_norm (may
+ * be NULL) receives the global gradient norm before clipping (computed only when clipping).
+ * The step counter advances by one. */
+DPT_API dpt_status dpt_optimizer_step(dpt_optimizer *opt, double *grad_norm);
+
+/* Steps taken so far. */
+DPT_API int64_t dpt_optimizer_steps(const dpt_optimizer *opt);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

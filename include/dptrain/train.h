@@ -1,0 +1,99 @@
+/* dptrain: data-parallel training.
+ *
+ * dpt_train() runs the whole job on the calling process: R replicas in all, each holding the
+ * whole model on its own device and processing its own slice of every global batch of B
+ * samples. Replicas are either the ranks of an MPI communicator (one replica per rank) or
+ * threads of this process (`replicas` > 1 with no MPI communicator, one device each).
+ *
+ * One step, on every replica alike:
+ *   1. take the replica's slice of global batch k (sizes differ by at most one);
+ *   2. forward and backward with the loss gradient scaled by 1/B (not by the slice size), so
+ *      that the SUM over replicas is exactly the mean gradient over the B samples;
+ *   3. all-reduce (sum) the flat gradient buffer; all-reduce the loss and correct count;
+ *   4. a non-finite loss stops training (or skips the step everywhere with skip_nonfinite);
+ *   5. one optimizer step (clipping, when asked, on the reduced gradients: identical everywhere).
+ * At start the parameters are broadcast from replica 0 and a 64-bit fingerprint of their bytes
+ * is compared across replicas; it is compared again every check_every steps, and a difference
+ * stops training with DPT_ERR_MISMATCH naming the step and the replicas that differ.
+ */
+#ifndef DPTRAIN_TRAIN_H
+#define DPTRAIN_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dptrain/backend.h"
+#include "dptrain/comm.h"
+#include "dptrain/data.h"
+#include "dptrain/model.h"
+#include "dptrain/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What dpt_train reports after each epoch (and once at the end with final = 1). */
+typedef struct dpt_train_report {
+  int final;              /* 1 for the closing report */
+  int64_t epoch;          /* 1-based epoch just finished */
+  int64_t steps;          /* optimizer steps so far */
+  int64_t skipped_steps;  /* steps skipped for a non-finite loss */
+  double train_loss;      /* mean loss over the epoch's samples */
+  double test_loss;       /* mean loss over the test set (NaN when there is none) */
+  double test_accuracy;   /* fraction correct over the test set (NaN when there is none) */
+  double samples_per_sec; /* training samples (all replicas) per second of training time */
+  double seconds;         /* wall time of the epoch (of the whole run when final) */
+  int ranks;              /* MPI ranks (1 without MPI) */
+  int replicas;           /* replicas in all */
+  uint64_t param_hash;    /* fingerprint of the parameters, the same on every replica */
+  const char *backend;    /* backend of this process's first replica */
+} dpt_train_report;
+
+/* Called on replica 0 of rank 0 only. */
+typedef void (*dpt_train_report_fn)(const dpt_train_report *report, void *user);
+/* Called on replica 0 of rank 0 after each step (for progress bars); may be NULL. */
+typedef void (*dpt_train_progress_fn)(int64_t epoch, size_t batch, size_t batches, double loss,
+                                      void *user);
+
+typedef struct dpt_train_config {
+  dpt_model_spec model;
+  dpt_optim_config optim;
+  dpt_backend_kind backend; /* backend of every replica */
+  int device;               /* device index; -1: replica/local-rank index modulo devices */
+  int replicas;             /* threads transport: replicas in this process (>= 1); must be
+                               1 with an MPI communicator */
+  const dpt_dataset *train; /* training set (required) */
+  const dpt_dataset *test;  /* test set, may be NULL */
+  size_t global_batch;      /* B, >= replicas */
+  int64_t epochs;           /* >= 1 */
+  int64_t max_steps;        /* > 0: stop after this many steps (0: no limit) */
+  uint64_t seed;            /* initialization and shuffling */
+  int shuffle;              /* 1: a new permutation every epoch */
+  int keep_last;            /* 1: keep the final partial batch */
+  int64_t check_every;      /* fingerprint comparison period in steps (0: only at start) */
+  int skip_nonfinite;       /* 1: skip steps whose loss is not finite, on every replica */
+  int skip_allreduce;       /* benchmarking only: no gradient all-reduce (replicas drift) */
+  const float *init_params; /* [num_params] initial parameters instead of the seed, or NULL */
+  float *final_params;      /* [num_params] receives the final parameters, or NULL */
+  dpt_train_report_fn on_report;
+  dpt_train_progress_fn on_progress;
+  void *user;
+} dpt_train_config;
+
+/* Defaults: CPU backend, device -1, 1 replica, B = 256, 10 epochs, seed 0, shuffle, drop last,
+ * check_every 100, SGD lr 0.05 momentum 0.9, no model (fill cfg->model). */
+DPT_API void dpt_train_config_default(dpt_train_config *cfg);
+
+/* Runs training. comm: an MPI communicator made with dpt_comm_create_mpi (one replica per
+ * rank), or NULL to run cfg->replicas replicas as threads of this process. `final` (may be
+ * NULL) receives the closing report. Every rank returns the same status. */
+DPT_API dpt_status dpt_train(const dpt_train_config *cfg, dpt_comm *comm, dpt_train_report *final);
+
+/* 64-bit fingerprint (FNV-1a) of a byte range, as used for replica drift checks. */
+DPT_API uint64_t dpt_fingerprint(const void *data, size_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,736 @@
+/* Conformance cases: one generator per op of DPT_OP_MAP (see conformance.h). Each generator
+ * appends cases over several shapes: one element, odd sizes, sizes that are not multiples of
+ * the usual tiles (16/32/64), a few hundred, and empty ones where the op allows it. Only the
+ * public API is used. */
+#include "conformance.h"
+
+#include <check.h>
+#include <math.h>
+#include <string.h>
+
+static size_t max1(size_t v) {
+  return v ? v : 1;
+}
+
+/* ---- gemm --------------------------------------------------------------------------------- */
+
+typedef struct gemm_p {
+  int ta, tb;
+  size_t m, n, k;
+  float alpha, beta;
+} gemm_p;
+
+static dpt_status run_gemm(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                           const size_t *off, double *scalars) {
+  const gemm_p *p = CONF_PARAMS(c, gemm_p);
+  (void)scalars;
+  return dpt_gemm(be, p->ta, p->tb, p->m, p->n, p->k, p->alpha, buf[0], off[0], c->t[0].ld, buf[1],
+                  off[1], c->t[1].ld, p->beta, buf[2], off[2], c->t[2].ld);
+}
+
+static void add_gemm(conf_list *l, int ta, int tb, size_t m, size_t n, size_t k, size_t pad,
+                     float alpha, float beta) {
+  conf_case *c = conf_new_case(l, "m=%zu n=%zu k=%zu ta=%d tb=%d pad=%zu alpha=%g beta=%g", m, n, k,
+                               ta, tb, pad, alpha, beta);
+  gemm_p p = {ta, tb, m, n, k, alpha, beta};
+  CONF_SET_PARAMS(c, p);
+  conf_tensor *a = conf_add_tensor(c, "A", CONF_F32, CONF_IN, ta ? k : m, ta ? m : k);
+  a->ld = max1(a->cols) + pad;
+  conf_tensor *b = conf_add_tensor(c, "B", CONF_F32, CONF_IN, tb ? n : k, tb ? k : n);
+  b->ld = max1(b->cols) + 2 * pad;
+  /* beta == 0: C is not read, so it starts as NaN and must come out finite. */
+  conf_tensor *cc = conf_add_tensor(c, "C", CONF_F32, beta == 0.0f ? CONF_OUT : CONF_INOUT, m, n);
+  cc->ld = max1(n) + pad;
+  cc->tol = 1e-6 + 2e-7 * (double)k; /* rounding grows with the length of the dot products */
+  c->run = run_gemm;
+}
+
+static void gen_gemm(conf_list *l) {
+  for (int t = 0; t < 4; t++) {
+    int ta = t & 1, tb = t >> 1;
+    add_gemm(l, ta, tb, 1, 1, 1, 0, 1.0f, 0.0f);
+    add_gemm(l, ta, tb, 3, 5, 7, (size_t)t, 1.5f, -0.5f);
+    add_gemm(l, ta, tb, 17, 33, 65, 1, 1.0f, 0.0f);
+    add_gemm(l, ta, tb, 31, 1, 13, 0, -1.0f, 1.0f);
+    add_gemm(l, ta, tb, 1, 47, 29, 2, 2.0f, 0.0f);
+  }
+  add_gemm(l, 0, 0, 64, 64, 64, 0, 1.0f, 1.0f);
+  add_gemm(l, 1, 1, 65, 63, 129, 3, 0.5f, 0.25f);
+  add_gemm(l, 0, 0, 300, 65, 129, 0, 1.0f, 0.0f);
+  add_gemm(l, 0, 1, 129, 300, 31, 1, 1.0f, 1.0f);
+  add_gemm(l, 1, 0, 40, 50, 300, 0, 1.0f, 0.0f);
+  add_gemm(l, 0, 0, 7, 9, 5, 0, 0.0f, 2.0f); /* alpha == 0: C = beta * C */
+  /* k == 0: C = beta * C; with beta == 0, C = 0 without reading the NaN in C */
+  add_gemm(l, 0, 0, 5, 7, 0, 1, 1.0f, 2.0f);
+  add_gemm(l, 1, 1, 5, 7, 0, 0, 1.0f, 0.0f);
+  /* empty results: nothing is touched */
+  add_gemm(l, 0, 0, 0, 7, 5, 0, 1.0f, 1.0f);
+  add_gemm(l, 1, 0, 5, 0, 5, 0, 1.0f, 0.0f);
+  add_gemm(l, 0, 1, 0, 0, 0, 0, 1.0f, 1.0f);
+}
+
+/* ---- bias_add / bias_grad ---------------------------------------------------------------- */
+
+typedef struct bias_p {
+  size_t rows, cols;
+  float beta;
+} bias_p;
+
+static dpt_status run_bias_add(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                               const size_t *off, double *scalars) {
+  const bias_p *p = CONF_PARAMS(c, bias_p);
+  (void)scalars;
+  return dpt_bias_add(be, p->rows, p->cols, buf[0], off[0], buf[1], off[1]);
+}
+
+static void gen_bias_add(conf_list *l) {
+  static const size_t shapes[][2] = {{1, 1}, {3, 7}, {17, 33}, {128, 65}, {5, 300}, {0, 5}, {5, 0}};
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    bias_p p = {shapes[i][0], shapes[i][1], 0.0f};
+    conf_case *c = conf_new_case(l, "rows=%zu cols=%zu", p.rows, p.cols);
+    CONF_SET_PARAMS(c, p);
+    conf_add_tensor(c, "y", CONF_F32, CONF_INOUT, p.rows, p.cols)->tol = 0.0;
+    conf_add_tensor(c, "bias", CONF_F32, CONF_IN, 1, p.cols);
+    c->run = run_bias_add;
+  }
+}
+
+static dpt_status run_bias_grad(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                const size_t *off, double *scalars) {
+  const bias_p *p = CONF_PARAMS(c, bias_p);
+  (void)scalars;
+  return dpt_bias_grad(be, p->rows, p->cols, buf[0], off[0], p->beta, buf[1], off[1]);
+}
+
+static void gen_bias_grad(conf_list *l) {
+  static const struct {
+    size_t rows, cols;
+    float beta;
+  } cases[] = {{1, 1, 0.0f},    {7, 3, 0.5f}, {33, 17, 0.0f}, {300, 65, 1.0f}, {64, 1, 0.0f},
+               {1, 100, 0.25f}, {0, 7, 0.5f}, {0, 7, 0.0f},   {5, 0, 1.0f}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    bias_p p = {cases[i].rows, cases[i].cols, cases[i].beta};
+    conf_case *c = conf_new_case(l, "rows=%zu cols=%zu beta=%g", p.rows, p.cols, p.beta);
+    CONF_SET_PARAMS(c, p);
+    conf_add_tensor(c, "dy", CONF_F32, CONF_IN, p.rows, p.cols);
+    /* beta == 0: db is not read (NaN in, finite out) */
+    conf_tensor *db =
+        conf_add_tensor(c, "db", CONF_F32, p.beta == 0.0f ? CONF_OUT : CONF_INOUT, 1, p.cols);
+    db->tol = 1e-6 + 2e-7 * (double)p.rows;
+    c->run = run_bias_grad;
+  }
+}
+
+/* ---- relu --------------------------------------------------------------------------------- */
+
+typedef struct n_p {
+  size_t n;
+  float alpha;
+} n_p;
+
+static const size_t elementwise_sizes[] = {1, 7, 33, 1000, 4099, 0};
+#define N_SIZES (sizeof elementwise_sizes / sizeof elementwise_sizes[0])
+
+static dpt_status run_relu_fwd(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                               const size_t *off, double *scalars) {
+  (void)scalars;
+  return dpt_relu_fwd(be, CONF_PARAMS(c, n_p)->n, buf[0], off[0], buf[1], off[1]);
+}
+
+static dpt_status run_relu_fwd_inplace(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                       const size_t *off, double *scalars) {
+  (void)scalars;
+  return dpt_relu_fwd(be, CONF_PARAMS(c, n_p)->n, buf[0], off[0], buf[0], off[0]);
+}
+
+static void gen_relu_fwd(conf_list *l) {
+  for (size_t i = 0; i < N_SIZES; i++) {
+    for (int inplace = 0; inplace < 2; inplace++) {
+      n_p p = {elementwise_sizes[i], 0.0f};
+      conf_case *c = conf_new_case(l, "n=%zu%s", p.n, inplace ? " in-place" : "");
+      CONF_SET_PARAMS(c, p);
+      conf_tensor *x = conf_add_tensor(c, "x", CONF_F32, inplace ? CONF_INOUT : CONF_IN, 1, p.n);
+      x->tol = 0.0;
+      if (i == 2) { /* exact zeros */
+        x->init = CONF_INIT_INT;
+        x->lo = -2;
+        x->hi = 2;
+      }
+      if (!inplace) conf_add_tensor(c, "y", CONF_F32, CONF_OUT, 1, p.n)->tol = 0.0;
+      c->run = inplace ? run_relu_fwd_inplace : run_relu_fwd;
+    }
+  }
+  /* NaN propagates (so a later non-finite check sees it), +inf stays, -inf gives 0 */
+  for (int inplace = 0; inplace < 2; inplace++) {
+    n_p p = {1000, 0.0f};
+    conf_case *c = conf_new_case(l, "n=%zu NaN/inf inputs%s", p.n, inplace ? " in-place" : "");
+    CONF_SET_PARAMS(c, p);
+    conf_tensor *x = conf_add_tensor(c, "x", CONF_F32, inplace ? CONF_INOUT : CONF_IN, 1, p.n);
+    x->init = CONF_INIT_SPECIAL_F32;
+    x->tol = 0.0;
+    x->finite = 0;
+    if (!inplace) {
+      conf_tensor *y = conf_add_tensor(c, "y", CONF_F32, CONF_OUT, 1, p.n);
+      y->tol = 0.0;
+      y->finite = 0;
+    }
+    c->run = inplace ? run_relu_fwd_inplace : run_relu_fwd;
+  }
+}
+
+static dpt_status run_relu_bwd(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                               const size_t *off, double *scalars) {
+  (void)scalars;
+  return dpt_relu_bwd(be, CONF_PARAMS(c, n_p)->n, buf[0], off[0], buf[1], off[1], buf[2], off[2]);
+}
+
+static dpt_status run_relu_bwd_inplace(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                       const size_t *off, double *scalars) {
+  (void)scalars;
+  return dpt_relu_bwd(be, CONF_PARAMS(c, n_p)->n, buf[0], off[0], buf[1], off[1], buf[1], off[1]);
+}
+
+static void gen_relu_bwd(conf_list *l) {
+  for (size_t i = 0; i < N_SIZES; i++) {
+    for (int inplace = 0; inplace < 2; inplace++) {
+      n_p p = {elementwise_sizes[i], 0.0f};
+      conf_case *c = conf_new_case(l, "n=%zu%s", p.n, inplace ? " in-place (dx == dy)" : "");
+      CONF_SET_PARAMS(c, p);
+      conf_tensor *x = conf_add_tensor(c, "x", CONF_F32, CONF_IN, 1, p.n);
+      x->init = CONF_INIT_INT; /* many exact zeros: x > 0 is strict */
+      x->lo = -2;
+      x->hi = 2;
+      conf_add_tensor(c, "dy", CONF_F32, inplace ? CONF_INOUT : CONF_IN, 1, p.n)->tol = 0.0;
+      if (!inplace) conf_add_tensor(c, "dx", CONF_F32, CONF_OUT, 1, p.n)->tol = 0.0;
+      c->run = inplace ? run_relu_bwd_inplace : run_relu_bwd;
+    }
+  }
+}
+
+/* ---- softmax_xent ------------------------------------------------------------------------- */
+
+enum { SX_GRAD = 1, SX_LOSS = 2, SX_CORRECT = 4, SX_ALL = 7 };
+
+typedef struct sx_p {
+  size_t rows, cols;
+  float scale;
+  int want;
+} sx_p;
+
+static dpt_status run_softmax_xent(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                   const size_t *off, double *scalars) {
+  const sx_p *p = CONF_PARAMS(c, sx_p);
+  double loss = NAN;
+  int64_t correct = -1;
+  dpt_status st = dpt_softmax_xent(
+      be, p->rows, p->cols, buf[0], off[0], buf[1], off[1], p->scale,
+      (p->want & SX_GRAD) ? buf[2] : NULL, (p->want & SX_GRAD) ? off[2] : 0,
+      (p->want & SX_LOSS) ? &loss : NULL, (p->want & SX_CORRECT) ? &correct : NULL);
+  int s = 0;
+  if (p->want & SX_LOSS) scalars[s++] = loss;
+  if (p->want & SX_CORRECT) scalars[s++] = (double)correct;
+  return st;
+}
+
+static void add_softmax(conf_list *l, size_t rows, size_t cols, float scale, int want, double lo,
+                        double hi, int int_logits, double p_bad) {
+  conf_case *c =
+      conf_new_case(l, "rows=%zu cols=%zu scale=%g logits in [%g,%g]%s%s%s%s%s", rows, cols, scale,
+                    lo, hi, int_logits ? " integer (ties)" : "", p_bad > 0 ? " bad labels" : "",
+                    (want & SX_GRAD) ? " +grad" : "", (want & SX_LOSS) ? " +loss" : "",
+                    (want & SX_CORRECT) ? " +correct" : "");
+  sx_p p = {rows, cols, scale, want};
+  CONF_SET_PARAMS(c, p);
+  conf_tensor *lg = conf_add_tensor(c, "logits", CONF_F32, CONF_IN, rows, cols);
+  lg->lo = lo;
+  lg->hi = hi;
+  if (int_logits) lg->init = CONF_INIT_INT;
+  conf_tensor *lb = conf_add_tensor(c, "labels", CONF_I32, CONF_IN, rows, 1);
+  lb->init = CONF_INIT_INT;
+  lb->lo = 0;
+  lb->hi = (double)cols - 1;
+  lb->p_bad = p_bad;
+  if (want & SX_GRAD) {
+    conf_tensor *d = conf_add_tensor(c, "dlogits", CONF_F32, CONF_OUT, rows, cols);
+    d->tol = 1e-5;
+  }
+  if (want & SX_LOSS) conf_add_scalar(c, "loss_sum", 1e-5 * (double)(rows + 1), 1e-5);
+  if (want & SX_CORRECT) conf_add_scalar(c, "correct", 0.0, 0.0);
+  c->run = run_softmax_xent;
+}
+
+static void gen_softmax_xent(conf_list *l) {
+  add_softmax(l, 1, 1, 1.0f, SX_ALL, -1, 1, 0, 0);
+  add_softmax(l, 1, 10, 1.0f, SX_ALL, -1, 1, 0, 0);
+  add_softmax(l, 7, 3, 1.0f, SX_ALL, -3, 3, 0, 0);
+  add_softmax(l, 33, 10, 1.0f / 33.0f, SX_ALL, -3, 3, 0, 0);
+  add_softmax(l, 64, 1000, 1.0f / 64.0f, SX_ALL, -5, 5, 0, 0);
+  add_softmax(l, 200, 17, 0.5f, SX_ALL, -60, 60, 0, 0); /* needs the max subtracted */
+  add_softmax(l, 16, 7, 1.0f, SX_ALL, 0, 2, 1, 0);      /* first maximal logit wins */
+  add_softmax(l, 50, 11, 1.0f, SX_ALL, -2, 2, 0, 0.2);  /* NaN loss, zero gradient rows */
+  add_softmax(l, 5, 4, 1.0f, SX_GRAD, -2, 2, 0, 0);
+  add_softmax(l, 5, 4, 1.0f, SX_LOSS, -2, 2, 0, 0);
+  add_softmax(l, 9, 6, 1.0f, SX_CORRECT, -2, 2, 0, 0);
+  add_softmax(l, 0, 5, 1.0f, SX_ALL, -1, 1, 0, 0);
+}
+
+/* ---- im2col / col2im ----------------------------------------------------------------------- */
+
+static const dpt_conv_geom conv_geoms[] = {
+    /* n, c, h, w, kh, kw, sh, sw, ph, pw */
+    {1, 1, 1, 1, 1, 1, 1, 1, 0, 0},   {1, 1, 3, 3, 2, 2, 1, 1, 1, 1},
+    {2, 3, 7, 5, 3, 3, 1, 1, 1, 1},   {2, 3, 9, 11, 3, 2, 2, 3, 1, 0},
+    {1, 4, 28, 28, 5, 5, 1, 1, 2, 2}, {3, 2, 6, 6, 6, 6, 1, 1, 0, 0},
+    {1, 2, 5, 4, 1, 1, 1, 1, 2, 2},   {2, 1, 8, 8, 3, 3, 3, 3, 0, 0},
+    {1, 3, 4, 6, 2, 3, 2, 1, 0, 1},   {0, 3, 5, 5, 3, 3, 1, 1, 1, 1},
+    {2, 0, 5, 5, 3, 3, 1, 1, 1, 1},
+};
+
+static void conv_out(const dpt_conv_geom *g, size_t *oh, size_t *ow) {
+  *oh = (g->h + 2 * g->pad_h - g->kh) / g->stride_h + 1;
+  *ow = (g->w + 2 * g->pad_w - g->kw) / g->stride_w + 1;
+}
+
+static dpt_status run_im2col(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                             const size_t *off, double *scalars) {
+  (void)scalars;
+  return dpt_im2col(be, CONF_PARAMS(c, dpt_conv_geom), buf[0], off[0], buf[1], off[1]);
+}
+
+static dpt_status run_col2im(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                             const size_t *off, double *scalars) {
+  (void)scalars;
+  return dpt_col2im(be, CONF_PARAMS(c, dpt_conv_geom), buf[0], off[0], buf[1], off[1]);
+}
+
+static void gen_conv(conf_list *l, int col2im) {
+  for (size_t i = 0; i < sizeof conv_geoms / sizeof conv_geoms[0]; i++) {
+    const dpt_conv_geom *g = &conv_geoms[i];
+    size_t oh, ow;
+    conv_out(g, &oh, &ow);
+    conf_case *c = conf_new_case(l, "x=[%zu,%zu,%zu,%zu] k=%zux%zu s=%zu,%zu p=%zu,%zu out=%zux%zu",
+                                 g->n, g->c, g->h, g->w, g->kh, g->kw, g->stride_h, g->stride_w,
+                                 g->pad_h, g->pad_w, oh, ow);
+    CONF_SET_PARAMS(c, *g);
+    size_t img = g->n * g->c * g->h * g->w;
+    size_t col_rows = g->n * g->c * g->kh * g->kw;
+    if (!col2im) {
+      conf_add_tensor(c, "x", CONF_F32, CONF_IN, 1, img);
+      conf_add_tensor(c, "col", CONF_F32, CONF_OUT, col_rows, oh * ow)->cmp = CONF_CMP_EXACT;
+      c->run = run_im2col;
+    } else {
+      conf_add_tensor(c, "col", CONF_F32, CONF_IN, col_rows, oh * ow);
+      conf_add_tensor(c, "dx", CONF_F32, CONF_OUT, 1, img)->tol = 2e-6;
+      c->run = run_col2im;
+    }
+  }
+}
+
+static void gen_im2col(conf_list *l) {
+  gen_conv(l, 0);
+}
+
+static void gen_col2im(conf_list *l) {
+  gen_conv(l, 1);
+}
+
+/* ---- maxpool ------------------------------------------------------------------------------ */
+
+static const dpt_pool_geom pool_geoms[] = {
+    /* planes, h, w, kh, kw, sh, sw */
+    {1, 1, 1, 1, 1, 1, 1},   {1, 4, 4, 2, 2, 2, 2}, {3, 7, 9, 3, 2, 2, 3}, {8, 28, 28, 2, 2, 2, 2},
+    {2, 10, 10, 3, 3, 1, 1}, {5, 6, 7, 4, 4, 3, 3}, {4, 5, 5, 5, 5, 1, 1}, {0, 4, 4, 2, 2, 2, 2},
+};
+
+static void pool_out(const dpt_pool_geom *g, size_t *oh, size_t *ow) {
+  *oh = (g->h - g->kh) / g->stride_h + 1;
+  *ow = (g->w - g->kw) / g->stride_w + 1;
+}
+
+static dpt_status run_maxpool_fwd(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                  const size_t *off, double *scalars) {
+  (void)scalars;
+  return dpt_maxpool_fwd(be, CONF_PARAMS(c, dpt_pool_geom), buf[0], off[0], buf[1], off[1], buf[2],
+                         off[2]);
+}
+
+static void gen_maxpool_fwd(conf_list *l) {
+  for (size_t i = 0; i < sizeof pool_geoms / sizeof pool_geoms[0]; i++) {
+    for (int ties = 0; ties < 2; ties++) {
+      const dpt_pool_geom *g = &pool_geoms[i];
+      size_t oh, ow;
+      pool_out(g, &oh, &ow);
+      conf_case *c = conf_new_case(l, "x=[%zu,%zu,%zu] k=%zux%zu s=%zu,%zu out=%zux%zu%s",
+                                   g->planes, g->h, g->w, g->kh, g->kw, g->stride_h, g->stride_w,
+                                   oh, ow, ties ? " integer values (ties)" : "");
+      CONF_SET_PARAMS(c, *g);
+      conf_tensor *x = conf_add_tensor(c, "x", CONF_F32, CONF_IN, g->planes, g->h * g->w);
+      if (ties) {
+        x->init = CONF_INIT_INT;
+        x->lo = -3;
+        x->hi = 3;
+      }
+      conf_add_tensor(c, "y", CONF_F32, CONF_OUT, g->planes, oh * ow)->cmp = CONF_CMP_EXACT;
+      conf_add_tensor(c, "argmax", CONF_I32, CONF_OUT, g->planes, oh * ow);
+      c->run = run_maxpool_fwd;
+    }
+  }
+}
+
+static dpt_status run_maxpool_bwd(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                  const size_t *off, double *scalars) {
+  (void)scalars;
+  return dpt_maxpool_bwd(be, CONF_PARAMS(c, dpt_pool_geom), buf[0], off[0], buf[1], off[1], buf[2],
+                         off[2]);
+}
+
+/* argmax as maxpool_fwd produces it: an index inside each output's window. */
+static void init_pool_argmax(const conf_case *c, int t, void *elems, conf_rng *rng) {
+  const dpt_pool_geom *g = CONF_PARAMS(c, dpt_pool_geom);
+  int32_t *am = elems;
+  size_t oh, ow;
+  (void)t;
+  pool_out(g, &oh, &ow);
+  for (size_t p = 0; p < g->planes; p++) {
+    for (size_t oy = 0; oy < oh; oy++) {
+      for (size_t ox = 0; ox < ow; ox++) {
+        size_t iy = oy * g->stride_h + (size_t)conf_rng_int(rng, 0, (int64_t)g->kh - 1);
+        size_t ix = ox * g->stride_w + (size_t)conf_rng_int(rng, 0, (int64_t)g->kw - 1);
+        am[(p * oh + oy) * ow + ox] = (int32_t)(iy * g->w + ix);
+      }
+    }
+  }
+}
+
+static void gen_maxpool_bwd(conf_list *l) {
+  for (size_t i = 0; i < sizeof pool_geoms / sizeof pool_geoms[0]; i++) {
+    const dpt_pool_geom *g = &pool_geoms[i];
+    size_t oh, ow;
+    pool_out(g, &oh, &ow);
+    conf_case *c = conf_new_case(l, "x=[%zu,%zu,%zu] k=%zux%zu s=%zu,%zu out=%zux%zu", g->planes,
+                                 g->h, g->w, g->kh, g->kw, g->stride_h, g->stride_w, oh, ow);
+    CONF_SET_PARAMS(c, *g);
+    conf_add_tensor(c, "dy", CONF_F32, CONF_IN, g->planes, oh * ow);
+    conf_add_tensor(c, "argmax", CONF_I32, CONF_IN, g->planes, oh * ow)->init = CONF_INIT_CUSTOM;
+    conf_add_tensor(c, "dx", CONF_F32, CONF_OUT, g->planes, g->h * g->w)->tol = 2e-6;
+    c->init = init_pool_argmax;
+    c->run = run_maxpool_bwd;
+  }
+}
+
+/* ---- embedding ----------------------------------------------------------------------------- */
+
+typedef struct embed_p {
+  size_t n, vocab, dim;
+} embed_p;
+
+static const struct {
+  size_t n, vocab, dim;
+  double p_bad;
+} embed_shapes[] = {{1, 1, 1, 0},    {7, 5, 3, 0},     {100, 50, 33, 0}, {300, 1000, 17, 0},
+                    {64, 3, 128, 0}, {40, 9, 5, 0.15}, {0, 5, 3, 0},     {5, 5, 0, 0}};
+
+static dpt_status run_embed_gather(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                   const size_t *off, double *scalars) {
+  const embed_p *p = CONF_PARAMS(c, embed_p);
+  (void)scalars;
+  return dpt_embed_gather(be, p->n, p->vocab, p->dim, buf[0], off[0], buf[1], off[1], buf[2],
+                          off[2]);
+}
+
+static dpt_status run_embed_scatter_add(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                        const size_t *off, double *scalars) {
+  const embed_p *p = CONF_PARAMS(c, embed_p);
+  (void)scalars;
+  return dpt_embed_scatter_add(be, p->n, p->vocab, p->dim, buf[0], off[0], buf[1], off[1], buf[2],
+                               off[2]);
+}
+
+static void gen_embed(conf_list *l, int scatter) {
+  for (size_t i = 0; i < sizeof embed_shapes / sizeof embed_shapes[0]; i++) {
+    embed_p p = {embed_shapes[i].n, embed_shapes[i].vocab, embed_shapes[i].dim};
+    double p_bad = embed_shapes[i].p_bad;
+    conf_case *c = conf_new_case(l, "n=%zu vocab=%zu dim=%zu%s", p.n, p.vocab, p.dim,
+                                 p_bad > 0 ? " out-of-range indices" : "");
+    CONF_SET_PARAMS(c, p);
+    if (!scatter) conf_add_tensor(c, "table", CONF_F32, CONF_IN, p.vocab, p.dim);
+    if (scatter) conf_add_tensor(c, "dout", CONF_F32, CONF_IN, p.n, p.dim);
+    conf_tensor *idx = conf_add_tensor(c, "idx", CONF_I32, CONF_IN, p.n, 1);
+    idx->init = CONF_INIT_INT;
+    idx->lo = 0;
+    idx->hi = (double)p.vocab - 1;
+    idx->p_bad = p_bad;
+    if (!scatter) {
+      conf_tensor *out = conf_add_tensor(c, "out", CONF_F32, CONF_OUT, p.n, p.dim);
+      out->cmp = CONF_CMP_EXACT;
+      out->finite = p_bad == 0; /* rows of out-of-range indices are NaN */
+      c->run = run_embed_gather;
+    } else {
+      conf_tensor *dt = conf_add_tensor(c, "dtable", CONF_F32, CONF_INOUT, p.vocab, p.dim);
+      dt->tol = 1e-6 * (1.0 + (double)p.n / (double)max1(p.vocab));
+      c->run = run_embed_scatter_add;
+    }
+  }
+}
+
+static void gen_embed_gather(conf_list *l) {
+  gen_embed(l, 0);
+}
+
+static void gen_embed_scatter_add(conf_list *l) {
+  gen_embed(l, 1);
+}
+
+/* ---- axpy, scale ------------------------------------------------------------------------ */
+
+static const float elementwise_alphas[] = {2.0f, -0.5f, 1.0f, 0.25f, -3.0f, 1.0f};
+
+static dpt_status run_axpy(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                           const size_t *off, double *scalars) {
+  const n_p *p = CONF_PARAMS(c, n_p);
+  (void)scalars;
+  return dpt_axpy(be, p->n, p->alpha, buf[0], off[0], buf[1], off[1]);
+}
+
+static void gen_axpy(conf_list *l) {
+  for (size_t i = 0; i < N_SIZES; i++) {
+    n_p p = {elementwise_sizes[i], elementwise_alphas[i]};
+    conf_case *c = conf_new_case(l, "n=%zu alpha=%g", p.n, p.alpha);
+    CONF_SET_PARAMS(c, p);
+    conf_add_tensor(c, "x", CONF_F32, CONF_IN, 1, p.n);
+    conf_add_tensor(c, "y", CONF_F32, CONF_INOUT, 1, p.n);
+    c->run = run_axpy;
+  }
+}
+
+static dpt_status run_scale(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                            const size_t *off, double *scalars) {
+  const n_p *p = CONF_PARAMS(c, n_p);
+  (void)scalars;
+  return dpt_scale(be, p->n, p->alpha, buf[0], off[0]);
+}
+
+static void gen_scale(conf_list *l) {
+  for (size_t i = 0; i < N_SIZES; i++) {
+    n_p p = {elementwise_sizes[i], i == 2 ? 0.0f : elementwise_alphas[i]};
+    conf_case *c = conf_new_case(l, "n=%zu alpha=%g", p.n, p.alpha);
+    CONF_SET_PARAMS(c, p);
+    conf_add_tensor(c, "x", CONF_F32, CONF_INOUT, 1, p.n)->tol = 0.0;
+    c->run = run_scale;
+  }
+}
+
+/* ---- reductions --------------------------------------------------------------------------- */
+
+static const size_t reduce_sizes[] = {1, 7, 33, 1000, 4099, 65537, 0};
+#define N_REDUCE (sizeof reduce_sizes / sizeof reduce_sizes[0])
+
+static dpt_status run_sum(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                          const size_t *off, double *scalars) {
+  scalars[0] = NAN;
+  return dpt_sum(be, CONF_PARAMS(c, n_p)->n, buf[0], off[0], &scalars[0]);
+}
+
+static dpt_status run_sumsq(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                            const size_t *off, double *scalars) {
+  scalars[0] = NAN;
+  return dpt_sumsq(be, CONF_PARAMS(c, n_p)->n, buf[0], off[0], &scalars[0]);
+}
+
+static void gen_reduce(conf_list *l, int sq) {
+  for (size_t i = 0; i < N_REDUCE; i++) {
+    n_p p = {reduce_sizes[i], 0.0f};
+    int positive = i == 3; /* no cancellation */
+    conf_case *c = conf_new_case(l, "n=%zu x in [%d,1)", p.n, positive ? 0 : -1);
+    CONF_SET_PARAMS(c, p);
+    conf_tensor *x = conf_add_tensor(c, "x", CONF_F32, CONF_IN, 1, p.n);
+    if (positive) x->lo = 0.0;
+    /* float partial sums are allowed: bound by the sum of magnitudes (<= n) */
+    conf_add_scalar(c, sq ? "sumsq" : "sum", 1e-6 * (double)p.n + 1e-9, 1e-6);
+    c->run = sq ? run_sumsq : run_sum;
+  }
+}
+
+static void gen_sum(conf_list *l) {
+  gen_reduce(l, 0);
+}
+
+static void gen_sumsq(conf_list *l) {
+  gen_reduce(l, 1);
+}
+
+static dpt_status run_count_nonfinite(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                      const size_t *off, double *scalars) {
+  uint64_t count = UINT64_MAX;
+  dpt_status st = dpt_count_nonfinite(be, CONF_PARAMS(c, n_p)->n, buf[0], off[0], &count);
+  scalars[0] = (double)count;
+  return st;
+}
+
+static void gen_count_nonfinite(conf_list *l) {
+  for (size_t i = 0; i < N_REDUCE; i++) {
+    n_p p = {reduce_sizes[i], 0.0f};
+    int finite_only = i == 2;
+    conf_case *c = conf_new_case(l, "n=%zu %s", p.n, finite_only ? "finite" : "with NaN/inf");
+    CONF_SET_PARAMS(c, p);
+    conf_tensor *x = conf_add_tensor(c, "x", CONF_F32, CONF_IN, 1, p.n);
+    if (!finite_only) x->init = CONF_INIT_SPECIAL_F32;
+    conf_add_scalar(c, "count", 0.0, 0.0);
+    c->run = run_count_nonfinite;
+  }
+}
+
+/* ---- optimizers: two consecutive steps per case ------------------------------------------ */
+
+typedef struct sgd_p {
+  size_t n;
+  dpt_sgd_params p;
+} sgd_p;
+
+static dpt_status run_sgd(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                          const size_t *off, double *scalars) {
+  const sgd_p *p = CONF_PARAMS(c, sgd_p);
+  int vel = c->ntensors == 3;
+  (void)scalars;
+  dpt_status st = DPT_OK;
+  for (int step = 0; step < 2 && st == DPT_OK; step++) {
+    st = dpt_sgd_update(be, p->n, &p->p, buf[0], off[0], buf[1], off[1], vel ? buf[2] : NULL,
+                        vel ? off[2] : 0);
+  }
+  return st;
+}
+
+static void gen_sgd_update(conf_list *l) {
+  static const dpt_sgd_params params[] = {
+      {0.1f, 0.0f, 0.0f, 0},   {0.1f, 0.0f, 1e-2f, 0}, {0.05f, 0.9f, 1e-4f, 0},
+      {0.05f, 0.9f, 1e-4f, 1}, {0.01f, 0.5f, 0.0f, 1}, {0.2f, 0.99f, 5e-4f, 0},
+  };
+  for (size_t i = 0; i < sizeof params / sizeof params[0]; i++) {
+    sgd_p p = {elementwise_sizes[i], params[i]};
+    conf_case *c = conf_new_case(l, "n=%zu lr=%g momentum=%g wd=%g nesterov=%d (2 steps)", p.n,
+                                 p.p.lr, p.p.momentum, p.p.weight_decay, p.p.nesterov);
+    CONF_SET_PARAMS(c, p);
+    conf_add_tensor(c, "w", CONF_F32, CONF_INOUT, 1, p.n);
+    conf_add_tensor(c, "grad", CONF_F32, CONF_IN, 1, p.n);
+    if (p.p.momentum != 0.0f) conf_add_tensor(c, "velocity", CONF_F32, CONF_INOUT, 1, p.n);
+    c->run = run_sgd;
+  }
+}
+
+typedef struct adamw_p {
+  size_t n;
+  dpt_adamw_params p;
+} adamw_p;
+
+static dpt_status run_adamw(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                            const size_t *off, double *scalars) {
+  const adamw_p *p = CONF_PARAMS(c, adamw_p);
+  dpt_adamw_params q = p->p;
+  (void)scalars;
+  dpt_status st = DPT_OK;
+  for (int step = 0; step < 2 && st == DPT_OK; step++, q.step++) {
+    st = dpt_adamw_update(be, p->n, &q, buf[0], off[0], buf[1], off[1], buf[2], off[2], buf[3],
+                          off[3]);
+  }
+  return st;
+}
+
+static void gen_adamw_update(conf_list *l) {
+  static const dpt_adamw_params params[] = {
+      {1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, 1}, {1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 10},
+      {1e-2f, 0.5f, 0.9f, 1e-6f, 0.1f, 3},    {3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1000},
+      {1e-3f, 0.0f, 0.0f, 1e-3f, 0.0f, 1},    {1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, 2},
+  };
+  for (size_t i = 0; i < sizeof params / sizeof params[0]; i++) {
+    adamw_p p = {elementwise_sizes[i], params[i]};
+    conf_case *c =
+        conf_new_case(l, "n=%zu lr=%g beta1=%g beta2=%g eps=%g wd=%g step=%lld (2 steps)", p.n,
+                      p.p.lr, p.p.beta1, p.p.beta2, p.p.eps, p.p.weight_decay, (long long)p.p.step);
+    CONF_SET_PARAMS(c, p);
+    conf_add_tensor(c, "w", CONF_F32, CONF_INOUT, 1, p.n)->tol = 1e-5;
+    conf_add_tensor(c, "grad", CONF_F32, CONF_IN, 1, p.n);
+    conf_add_tensor(c, "m", CONF_F32, CONF_INOUT, 1, p.n)->tol = 1e-5;
+    conf_tensor *v = conf_add_tensor(c, "v", CONF_F32, CONF_INOUT, 1, p.n);
+    v->lo = 0.0; /* a second moment is never negative */
+    v->tol = 1e-5;
+    c->run = run_adamw;
+  }
+}
+
+/* ---- float16 conversion: exact on every backend ----------------------------------------- */
+
+static dpt_status run_f32_to_f16(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                 const size_t *off, double *scalars) {
+  (void)scalars;
+  return dpt_f32_to_f16(be, CONF_PARAMS(c, n_p)->n, buf[0], off[0], buf[1], off[1]);
+}
+
+static void gen_f32_to_f16(conf_list *l) {
+  static const size_t sizes[] = {1, 7, 1000, 4099, 20000, 0};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    n_p p = {sizes[i], 0.0f};
+    conf_case *c = conf_new_case(l, "n=%zu (ties, subnormals, overflow, NaN, inf, -0)", p.n);
+    CONF_SET_PARAMS(c, p);
+    conf_add_tensor(c, "src", CONF_F32, CONF_IN, 1, p.n)->init = CONF_INIT_SPECIAL_F32;
+    conf_add_tensor(c, "dst", CONF_F16, CONF_OUT, 1, p.n);
+    c->run = run_f32_to_f16;
+  }
+}
+
+static dpt_status run_f16_to_f32(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                 const size_t *off, double *scalars) {
+  (void)scalars;
+  return dpt_f16_to_f32(be, CONF_PARAMS(c, n_p)->n, buf[0], off[0], buf[1], off[1]);
+}
+
+static void init_all_f16(const conf_case *c, int t, void *elems, conf_rng *rng) {
+  uint16_t *h = elems;
+  (void)t;
+  (void)rng;
+  for (size_t i = 0; i < c->t[0].cols; i++)
+    h[i] = (uint16_t)i;
+}
+
+static void gen_f16_to_f32(conf_list *l) {
+  static const size_t sizes[] = {1, 7, 1000, 4099, 65536, 0};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    n_p p = {sizes[i], 0.0f};
+    int all = p.n == 65536;
+    conf_case *c = conf_new_case(l, "n=%zu %s", p.n, all ? "every bit pattern" : "random bits");
+    CONF_SET_PARAMS(c, p);
+    conf_tensor *src = conf_add_tensor(c, "src", CONF_F16, CONF_IN, 1, p.n);
+    if (all) src->init = CONF_INIT_CUSTOM;
+    conf_tensor *dst = conf_add_tensor(c, "dst", CONF_F32, CONF_OUT, 1, p.n);
+    dst->cmp = CONF_CMP_EXACT;
+    dst->finite = 0; /* inf and NaN patterns convert to inf and NaN */
+    c->init = init_all_f16;
+    c->run = run_f16_to_f32;
+  }
+}
+
+/* ---- the registry -------------------------------------------------------------------------- */
+
+const conf_generator conf_generators[] = {
+    {DPT_OP_GEMM, gen_gemm},
+    {DPT_OP_BIAS_ADD, gen_bias_add},
+    {DPT_OP_BIAS_GRAD, gen_bias_grad},
+    {DPT_OP_RELU_FWD, gen_relu_fwd},
+    {DPT_OP_RELU_BWD, gen_relu_bwd},
+    {DPT_OP_SOFTMAX_XENT, gen_softmax_xent},
+    {DPT_OP_IM2COL, gen_im2col},
+    {DPT_OP_COL2IM, gen_col2im},
+    {DPT_OP_MAXPOOL_FWD, gen_maxpool_fwd},
+    {DPT_OP_MAXPOOL_BWD, gen_maxpool_bwd},
+    {DPT_OP_EMBED_GATHER, gen_embed_gather},
+    {DPT_OP_EMBED_SCATTER_ADD, gen_embed_scatter_add},
+    {DPT_OP_AXPY, gen_axpy},
+    {DPT_OP_SCALE, gen_scale},
+    {DPT_OP_SUM, gen_sum},
+    {DPT_OP_SUMSQ, gen_sumsq},
+    {DPT_OP_COUNT_NONFINITE, gen_count_nonfinite},
+    {DPT_OP_SGD_UPDATE, gen_sgd_update},
+    {DPT_OP_ADAMW_UPDATE, gen_adamw_update},
+    {DPT_OP_F32_TO_F16, gen_f32_to_f16},
+    {DPT_OP_F16_TO_F32, gen_f16_to_f32},
+};
+const size_t conf_generator_count = sizeof conf_generators / sizeof conf_generators[0];

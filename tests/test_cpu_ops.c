@@ -1,0 +1,878 @@
+/* The CPU reference backend against values computed by hand, and every backward op against
+ * its forward op (finite differences, or the adjoint identity <F(x), y> == <x, F^T(y)>).
+ * The conformance suite compares the other backends with this one, so this is where the
+ * reference itself is pinned down. */
+#include <check.h>
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dptrain/backend.h"
+#include "test_util.h"
+
+static dpt_backend *be;
+
+static void setup(void) {
+  be = tu_cpu();
+}
+
+static void teardown(void) {
+  dpt_backend_destroy(be);
+  be = NULL;
+}
+
+/* ---- gemm ----------------------------------------------------------------------------------
+ * A = [1 2 3; 4 5 6], B = [7 8; 9 10; 11 12]: A*B = [58 64; 139 154]. */
+static const float gA[6] = {1, 2, 3, 4, 5, 6};     /* [2,3] */
+static const float gAt[6] = {1, 4, 2, 5, 3, 6};    /* A^T stored [3,2] */
+static const float gB[6] = {7, 8, 9, 10, 11, 12};  /* [3,2] */
+static const float gBt[6] = {7, 9, 11, 8, 10, 12}; /* B^T stored [2,3] */
+
+START_TEST(gemm_each_transpose) {
+  for (int t = 0; t < 4; t++) {
+    int ta = t & 1, tb = t >> 1;
+    dpt_buffer *a = tu_f32(be, ta ? gAt : gA, 6);
+    dpt_buffer *b = tu_f32(be, tb ? gBt : gB, 6);
+    float c0[4] = {1, 2, 3, 4};
+    dpt_buffer *c = tu_f32(be, c0, 4);
+    /* C = 2*A*B + 0.5*C0 */
+    TU_OK(dpt_gemm(be, ta, tb, 2, 2, 3, 2.0f, a, 0, ta ? 2 : 3, b, 0, tb ? 3 : 2, 0.5f, c, 0, 2));
+    const double want[4] = {116.5, 129, 279.5, 310};
+    char what[32];
+    snprintf(what, sizeof what, "C (ta=%d tb=%d)", ta, tb);
+    tu_expect_buf(what, c, 0, want, 4, 1e-6);
+    dpt_buffer_free(a);
+    dpt_buffer_free(b);
+    dpt_buffer_free(c);
+  }
+}
+END_TEST
+
+START_TEST(gemm_strides_offsets_beta0) {
+  /* A [2,3] with lda 4 at offset 1, B [3,2] with ldb 3 at offset 2, C [2,2] with ldc 3 at
+   * offset 1; the padding holds 99 (must not be read) and C holds NaN (beta 0: not read). */
+  const float a[9] = {99, 1, 2, 3, 99, 4, 5, 6, 99};
+  const float b[11] = {99, 99, 7, 8, 99, 9, 10, 99, 11, 12, 99};
+  float c0[7];
+  for (int i = 0; i < 7; i++)
+    c0[i] = NAN;
+  c0[3] = 77; /* the gap between C's rows must stay as it is */
+  dpt_buffer *ba = tu_f32(be, a, 9), *bb = tu_f32(be, b, 11), *bc = tu_f32(be, c0, 7);
+  TU_OK(dpt_gemm(be, 0, 0, 2, 2, 3, 1.0f, ba, 1, 4, bb, 2, 3, 0.0f, bc, 1, 3));
+  float got[7];
+  tu_get(bc, 0, got, 7);
+  ck_assert_msg(isnan(got[0]) && isnan(got[6]), "C outside the tensor was written");
+  ck_assert_msg(got[3] == 77.0f, "the gap of C was written: %g", (double)got[3]);
+  const double want[4] = {58, 64, 139, 154};
+  const float sel[4] = {got[1], got[2], got[4], got[5]};
+  tu_expect_f32("C", sel, want, 4, 1e-6);
+  dpt_buffer_free(ba);
+  dpt_buffer_free(bb);
+  dpt_buffer_free(bc);
+}
+END_TEST
+
+START_TEST(gemm_k0_and_empty) {
+  float c0[6] = {1, 2, 3, 4, 5, 6};
+  dpt_buffer *a = tu_f32_fill(be, 8, 1.0f), *b = tu_f32_fill(be, 8, 1.0f), *c = tu_f32(be, c0, 6);
+  /* k == 0: C = beta * C */
+  TU_OK(dpt_gemm(be, 0, 0, 2, 3, 0, 1.0f, a, 0, 1, b, 0, 3, 3.0f, c, 0, 3));
+  const double want[6] = {3, 6, 9, 12, 15, 18};
+  tu_expect_buf("C (k=0, beta=3)", c, 0, want, 6, 0);
+  /* k == 0, beta == 0: C = 0 even if it held NaN */
+  TU_OK(dpt_buffer_fill_f32(c, 0, 6, NAN));
+  TU_OK(dpt_gemm(be, 0, 0, 2, 3, 0, 1.0f, a, 0, 1, b, 0, 3, 0.0f, c, 0, 3));
+  const double zeros[6] = {0};
+  tu_expect_buf("C (k=0, beta=0)", c, 0, zeros, 6, 0);
+  /* m == 0: nothing touched */
+  TU_OK(dpt_buffer_fill_f32(c, 0, 6, 5.0f));
+  TU_OK(dpt_gemm(be, 0, 0, 0, 3, 2, 1.0f, a, 0, 2, b, 0, 3, 0.0f, c, 0, 3));
+  const double fives[6] = {5, 5, 5, 5, 5, 5};
+  tu_expect_buf("C (m=0)", c, 0, fives, 6, 0);
+  dpt_buffer_free(a);
+  dpt_buffer_free(b);
+  dpt_buffer_free(c);
+}
+END_TEST
+
+/* ---- bias, relu ------------------------------------------------------------------------- */
+
+START_TEST(bias_add_and_grad) {
+  const float y0[6] = {1, 2, 3, 4, 5, 6}, bias[3] = {10, 20, 30};
+  dpt_buffer *y = tu_f32(be, y0, 6), *b = tu_f32(be, bias, 3);
+  TU_OK(dpt_bias_add(be, 2, 3, y, 0, b, 0));
+  const double want_y[6] = {11, 22, 33, 14, 25, 36};
+  tu_expect_buf("y", y, 0, want_y, 6, 0);
+
+  dpt_buffer *dy = tu_f32(be, y0, 6), *db = tu_f32_fill(be, 3, NAN);
+  TU_OK(dpt_bias_grad(be, 2, 3, dy, 0, 0.0f, db, 0)); /* beta 0: NaN not read */
+  const double sums[3] = {5, 7, 9};
+  tu_expect_buf("db (beta 0)", db, 0, sums, 3, 0);
+  TU_OK(dpt_buffer_fill_f32(db, 0, 3, 2.0f));
+  TU_OK(dpt_bias_grad(be, 2, 3, dy, 0, 0.5f, db, 0));
+  const double acc[3] = {6, 8, 10};
+  tu_expect_buf("db (beta 0.5)", db, 0, acc, 3, 0);
+  TU_OK(dpt_bias_grad(be, 0, 3, dy, 0, 2.0f, db, 0)); /* rows 0: db = beta * db */
+  const double twice[3] = {12, 16, 20};
+  tu_expect_buf("db (rows 0)", db, 0, twice, 3, 0);
+  dpt_buffer_free(y);
+  dpt_buffer_free(b);
+  dpt_buffer_free(dy);
+  dpt_buffer_free(db);
+}
+END_TEST
+
+START_TEST(relu_values_and_in_place) {
+  const float x0[5] = {-2, -0.5f, 0, 0.5f, 3};
+  const float g0[5] = {1, 2, 3, 4, 5};
+  dpt_buffer *x = tu_f32(be, x0, 5), *y = tu_f32_fill(be, 5, NAN);
+  TU_OK(dpt_relu_fwd(be, 5, x, 0, y, 0));
+  const double want_y[5] = {0, 0, 0, 0.5, 3};
+  tu_expect_buf("y", y, 0, want_y, 5, 0);
+
+  dpt_buffer *dy = tu_f32(be, g0, 5), *dx = tu_f32_fill(be, 5, NAN);
+  TU_OK(dpt_relu_bwd(be, 5, x, 0, dy, 0, dx, 0));
+  const double want_dx[5] = {0, 0, 0, 4, 5}; /* x == 0 gives 0: the test is x > 0 */
+  tu_expect_buf("dx", dx, 0, want_dx, 5, 0);
+  TU_OK(dpt_relu_bwd(be, 5, x, 0, dy, 0, dy, 0)); /* in place */
+  tu_expect_buf("dx (in place)", dy, 0, want_dx, 5, 0);
+  TU_OK(dpt_relu_fwd(be, 5, x, 0, x, 0)); /* in place */
+  tu_expect_buf("y (in place)", x, 0, want_y, 5, 0);
+  /* NaN propagates (a later non-finite check must see it); infinities behave as numbers */
+  const float special[3] = {NAN, INFINITY, -INFINITY};
+  dpt_buffer *sx = tu_f32(be, special, 3);
+  TU_OK(dpt_relu_fwd(be, 3, sx, 0, y, 0));
+  const double want_special[3] = {NAN, INFINITY, 0};
+  float got_special[3];
+  tu_get(y, 0, got_special, 3);
+  ck_assert_msg(isnan(got_special[0]), "relu(NaN) = %g, want NaN", (double)got_special[0]);
+  ck_assert_msg(got_special[1] == (float)want_special[1] && got_special[2] == 0.0f,
+                "relu(inf, -inf) = %g, %g", (double)got_special[1], (double)got_special[2]);
+  dpt_buffer_free(sx);
+  dpt_buffer_free(x);
+  dpt_buffer_free(y);
+  dpt_buffer_free(dy);
+  dpt_buffer_free(dx);
+}
+END_TEST
+
+/* ---- softmax cross-entropy ---------------------------------------------------------------
+ * row 0: logits [1 2 3], label 2: loss = log(e^1+e^2+e^3) - 3 = 0.40760596444438;
+ *        p = [0.0900305731703804, 0.244728471054798, 0.665240955774822]; first max at 2.
+ * row 1: logits [1 1 1], label 1: loss = log 3 = 1.09861228866811; p = 1/3 each; the first
+ *        maximal logit is column 0, so the row is not correct.
+ * row 2: label 7 is outside [0, 3): loss NaN, gradient row 0, not correct. */
+START_TEST(softmax_xent_values) {
+  const float logits[9] = {1, 2, 3, 1, 1, 1, 0, 5, 1};
+  const int32_t labels[3] = {2, 1, 7};
+  dpt_buffer *lg = tu_f32(be, logits, 9), *lb = tu_i32(be, labels, 3);
+  dpt_buffer *d = tu_f32_fill(be, 9, NAN);
+  double loss = 0;
+  int64_t correct = -1;
+  TU_OK(dpt_softmax_xent(be, 2, 3, lg, 0, lb, 0, 0.5f, d, 0, &loss, &correct));
+  ck_assert_msg(fabs(loss - (0.40760596444438 + 1.09861228866811)) < 1e-6, "loss %.12g", loss);
+  ck_assert_int_eq(correct, 1);
+  const double want[6] = {0.5 * 0.0900305731703804,      0.5 * 0.244728471054798,
+                          0.5 * (0.665240955774822 - 1), 0.5 / 3,
+                          0.5 * (1.0 / 3 - 1),           0.5 / 3};
+  tu_expect_buf("dlogits", d, 0, want, 6, 1e-6);
+
+  /* with the bad row: NaN loss, zero gradient row, still one correct */
+  TU_OK(dpt_softmax_xent(be, 3, 3, lg, 0, lb, 0, 1.0f, d, 0, &loss, &correct));
+  ck_assert_msg(isnan(loss), "loss with a bad label: %g, want NaN", loss);
+  ck_assert_int_eq(correct, 1);
+  const double zero_row[3] = {0, 0, 0};
+  tu_expect_buf("dlogits (bad label row)", d, 6, zero_row, 3, 0);
+
+  /* every output optional; a label-only row 1 at offset 1 */
+  TU_OK(dpt_softmax_xent(be, 1, 3, lg, 3, lb, 1, 1.0f, NULL, 0, &loss, NULL));
+  ck_assert_msg(fabs(loss - 1.09861228866811) < 1e-6, "loss row 1: %.12g", loss);
+  TU_OK(dpt_softmax_xent(be, 1, 3, lg, 0, lb, 0, 1.0f, NULL, 0, NULL, &correct));
+  ck_assert_int_eq(correct, 1);
+  /* large logits: the max must be subtracted (e^1000 overflows) */
+  const float big[2] = {1000, 0};
+  const int32_t lab0[1] = {0};
+  dpt_buffer *bg = tu_f32(be, big, 2), *bl = tu_i32(be, lab0, 1);
+  TU_OK(dpt_softmax_xent(be, 1, 2, bg, 0, bl, 0, 1.0f, d, 0, &loss, &correct));
+  ck_assert_msg(loss >= 0 && loss < 1e-30, "loss of a certain prediction: %g", loss);
+  const double certain[2] = {0, 0};
+  tu_expect_buf("dlogits (certain)", d, 0, certain, 2, 1e-30);
+  dpt_buffer_free(lg);
+  dpt_buffer_free(lb);
+  dpt_buffer_free(d);
+  dpt_buffer_free(bg);
+  dpt_buffer_free(bl);
+}
+END_TEST
+
+/* ---- im2col / col2im ----------------------------------------------------------------------
+ * x = [1 2 3; 4 5 6; 7 8 9] (1x1x3x3), kernel 2x2, stride 1, pad 1: 4x4 outputs; col row
+ * ki*2+kj holds x[oy-1+ki][ox-1+kj] (0 in the padding). */
+START_TEST(im2col_col2im_values) {
+  const dpt_conv_geom g = {1, 1, 3, 3, 2, 2, 1, 1, 1, 1};
+  size_t oh = 0, ow = 0;
+  TU_OK(dpt_conv_out_size(&g, &oh, &ow));
+  ck_assert_uint_eq(oh, 4);
+  ck_assert_uint_eq(ow, 4);
+  const float x0[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  const double want[64] = {
+      0, 0, 0, 0, 0, 1, 2, 3, 0, 4, 5, 6, 0, 7, 8, 9, /* ki 0 kj 0 */
+      0, 0, 0, 0, 1, 2, 3, 0, 4, 5, 6, 0, 7, 8, 9, 0, /* ki 0 kj 1 */
+      0, 1, 2, 3, 0, 4, 5, 6, 0, 7, 8, 9, 0, 0, 0, 0, /* ki 1 kj 0 */
+      1, 2, 3, 0, 4, 5, 6, 0, 7, 8, 9, 0, 0, 0, 0, 0, /* ki 1 kj 1 */
+  };
+  dpt_buffer *x = tu_f32(be, x0, 9), *col = tu_f32_fill(be, 64, NAN);
+  TU_OK(dpt_im2col(be, &g, x, 0, col, 0));
+  tu_expect_buf("col", col, 0, want, 64, 0);
+  /* every pixel lies in 4 windows: col2im(im2col(x)) = 4x */
+  dpt_buffer *dx = tu_f32_fill(be, 9, NAN);
+  TU_OK(dpt_col2im(be, &g, col, 0, dx, 0));
+  double four_x[9];
+  for (int i = 0; i < 9; i++)
+    four_x[i] = 4.0 * x0[i];
+  tu_expect_buf("dx", dx, 0, four_x, 9, 0);
+
+  /* 1x1x4x4, kernel 2, stride 2, no padding: windows tile the image, col2im(im2col(x)) = x */
+  const dpt_conv_geom g2 = {1, 1, 4, 4, 2, 2, 2, 2, 0, 0};
+  float x16[16];
+  double w16[16];
+  for (int i = 0; i < 16; i++)
+    w16[i] = x16[i] = (float)(i + 1);
+  dpt_buffer *x2 = tu_f32(be, x16, 16), *c2 = tu_f32_fill(be, 16, NAN);
+  dpt_buffer *d2 = tu_f32_fill(be, 16, NAN);
+  TU_OK(dpt_im2col(be, &g2, x2, 0, c2, 0));
+  /* row ki*2+kj, column oy*2+ox = x[2*oy+ki][2*ox+kj] */
+  const double want2[16] = {1, 3, 9, 11, 2, 4, 10, 12, 5, 7, 13, 15, 6, 8, 14, 16};
+  tu_expect_buf("col (stride 2)", c2, 0, want2, 16, 0);
+  TU_OK(dpt_col2im(be, &g2, c2, 0, d2, 0));
+  tu_expect_buf("dx (stride 2)", d2, 0, w16, 16, 0);
+  dpt_buffer_free(x);
+  dpt_buffer_free(col);
+  dpt_buffer_free(dx);
+  dpt_buffer_free(x2);
+  dpt_buffer_free(c2);
+  dpt_buffer_free(d2);
+}
+END_TEST
+
+/* ---- maxpool ------------------------------------------------------------------------------
+ * x (4x4) = [1 3 2 4; 5 6 7 8; 9 2 1 0; 3 4 5 5], 2x2 windows, stride 2:
+ * maxima 6 (index 5), 8 (7), 9 (8), 5 at 14 (tie with 15: the first in row-major order). */
+START_TEST(maxpool_values) {
+  const dpt_pool_geom g = {1, 4, 4, 2, 2, 2, 2};
+  const float x0[16] = {1, 3, 2, 4, 5, 6, 7, 8, 9, 2, 1, 0, 3, 4, 5, 5};
+  dpt_buffer *x = tu_f32(be, x0, 16), *y = tu_f32_fill(be, 4, NAN), *am = tu_buf(be, NULL, 16);
+  TU_OK(dpt_maxpool_fwd(be, &g, x, 0, y, 0, am, 0));
+  const double want_y[4] = {6, 8, 9, 5};
+  tu_expect_buf("y", y, 0, want_y, 4, 0);
+  int32_t amax[4];
+  TU_OK(dpt_buffer_download(am, 0, amax, sizeof amax));
+  const int32_t want_am[4] = {5, 7, 8, 14};
+  for (int i = 0; i < 4; i++)
+    ck_assert_int_eq(amax[i], want_am[i]);
+
+  const float dy0[4] = {1, 2, 3, 4};
+  dpt_buffer *dy = tu_f32(be, dy0, 4), *dx = tu_f32_fill(be, 16, NAN);
+  TU_OK(dpt_maxpool_bwd(be, &g, dy, 0, am, 0, dx, 0));
+  double want_dx[16] = {0};
+  want_dx[5] = 1;
+  want_dx[7] = 2;
+  want_dx[8] = 3;
+  want_dx[14] = 4;
+  tu_expect_buf("dx", dx, 0, want_dx, 16, 0);
+
+  /* overlapping windows (3x3, kernel 2, stride 1): the centre 9 is every window's max and
+   * receives the sum of all four gradients */
+  const dpt_pool_geom g2 = {1, 3, 3, 2, 2, 1, 1};
+  const float x9[9] = {1, 2, 3, 4, 9, 5, 6, 7, 8};
+  dpt_buffer *xo = tu_f32(be, x9, 9), *dxo = tu_f32_fill(be, 9, NAN);
+  TU_OK(dpt_maxpool_fwd(be, &g2, xo, 0, y, 0, am, 0));
+  const double nines[4] = {9, 9, 9, 9};
+  tu_expect_buf("y (overlapping)", y, 0, nines, 4, 0);
+  TU_OK(dpt_maxpool_bwd(be, &g2, dy, 0, am, 0, dxo, 0));
+  const double want_o[9] = {0, 0, 0, 0, 10, 0, 0, 0, 0};
+  tu_expect_buf("dx (overlapping)", dxo, 0, want_o, 9, 0);
+  dpt_buffer_free(x);
+  dpt_buffer_free(y);
+  dpt_buffer_free(am);
+  dpt_buffer_free(dy);
+  dpt_buffer_free(dx);
+  dpt_buffer_free(xo);
+  dpt_buffer_free(dxo);
+}
+END_TEST
+
+/* ---- embedding ---------------------------------------------------------------------------- */
+
+START_TEST(embed_values) {
+  const float table0[8] = {0, 1, 10, 11, 20, 21, 30, 31}; /* [4,2] */
+  const int32_t idx0[5] = {2, 0, 2, 3, -1};
+  dpt_buffer *t = tu_f32(be, table0, 8), *idx = tu_i32(be, idx0, 5);
+  dpt_buffer *out = tu_f32_fill(be, 10, 0.0f);
+  TU_OK(dpt_embed_gather(be, 5, 4, 2, t, 0, idx, 0, out, 0));
+  const double want[10] = {20, 21, 0, 1, 20, 21, 30, 31, NAN, NAN}; /* -1: a NaN row */
+  tu_expect_buf("out", out, 0, want, 10, 0);
+
+  const float dout0[10] = {1, 2, 3, 4, 5, 6, 7, 8, 100, 100};
+  const int32_t idx1[5] = {2, 0, 2, 9, -3}; /* 9 and -3 are ignored */
+  dpt_buffer *dout = tu_f32(be, dout0, 10), *idx2 = tu_i32(be, idx1, 5);
+  dpt_buffer *dt = tu_f32_fill(be, 8, 0.5f);
+  TU_OK(dpt_embed_scatter_add(be, 5, 4, 2, dout, 0, idx2, 0, dt, 0));
+  const double want_dt[8] = {3.5, 4.5, 0.5, 0.5, 6.5, 8.5, 0.5, 0.5};
+  tu_expect_buf("dtable", dt, 0, want_dt, 8, 0);
+  dpt_buffer_free(t);
+  dpt_buffer_free(idx);
+  dpt_buffer_free(out);
+  dpt_buffer_free(dout);
+  dpt_buffer_free(idx2);
+  dpt_buffer_free(dt);
+}
+END_TEST
+
+/* ---- axpy, scale, reductions ------------------------------------------------------------ */
+
+START_TEST(axpy_scale_reductions) {
+  const float x0[4] = {1, 2, 3, 4.5f}, y0[4] = {10, 20, 30, 40};
+  dpt_buffer *x = tu_f32(be, x0, 4), *y = tu_f32(be, y0, 4);
+  TU_OK(dpt_axpy(be, 4, -2.0f, x, 0, y, 0));
+  const double want_y[4] = {8, 16, 24, 31};
+  tu_expect_buf("y", y, 0, want_y, 4, 0);
+  TU_OK(dpt_scale(be, 3, 0.5f, y, 1)); /* offset 1 */
+  const double want_s[4] = {8, 8, 12, 15.5};
+  tu_expect_buf("scaled y", y, 0, want_s, 4, 0);
+
+  double s = 0;
+  TU_OK(dpt_sum(be, 4, x, 0, &s));
+  ck_assert_msg(s == 10.5, "sum %g", s);
+  TU_OK(dpt_sumsq(be, 4, x, 0, &s));
+  ck_assert_msg(s == 34.25, "sumsq %g", s);
+  TU_OK(dpt_sum(be, 0, x, 0, &s));
+  ck_assert_msg(s == 0.0, "empty sum %g", s);
+  /* the CPU reference accumulates in double: float would lose the ones */
+  const float big[4] = {1e8f, 1, -1e8f, 1};
+  dpt_buffer *b = tu_f32(be, big, 4);
+  TU_OK(dpt_sum(be, 4, b, 0, &s));
+  ck_assert_msg(s == 2.0, "sum of {1e8, 1, -1e8, 1} = %g, want 2 (double accumulation)", s);
+
+  const float nf[6] = {1, NAN, INFINITY, -INFINITY, 0, FLT_MAX};
+  dpt_buffer *n = tu_f32(be, nf, 6);
+  uint64_t count = 99;
+  TU_OK(dpt_count_nonfinite(be, 6, n, 0, &count));
+  ck_assert_uint_eq(count, 3);
+  TU_OK(dpt_count_nonfinite(be, 2, n, 4, &count));
+  ck_assert_uint_eq(count, 0);
+  dpt_buffer_free(x);
+  dpt_buffer_free(y);
+  dpt_buffer_free(b);
+  dpt_buffer_free(n);
+}
+END_TEST
+
+/* ---- optimizers: two steps by hand ---------------------------------------------------------
+ * w = [1, -2], grad = [0.5, 0.25] both steps, lr 0.1, momentum 0.9, weight decay 0.01.
+ * plain:    g1 = [0.51, 0.23], v1 = g1, w1 = [0.949, -2.023];
+ *           g2 = [0.50949, 0.22977], v2 = 0.9 v1 + g2 = [0.96849, 0.43677],
+ *           w2 = [0.852151, -2.066677].
+ * Nesterov: step1 = g1 + 0.9 v1 = [0.969, 0.437], w1 = [0.9031, -2.0437];
+ *           g2 = [0.509031, 0.229563], v2 = [0.968031, 0.436563],
+ *           step2 = g2 + 0.9 v2 = [1.3802589, 0.6224697], w2 = [0.76507411, -2.10594697].
+ * no momentum, no decay: w1 = [0.95, -2.025], w2 = [0.9, -2.05]. */
+START_TEST(sgd_two_steps) {
+  const float w0[2] = {1, -2}, g0[2] = {0.5f, 0.25f};
+  dpt_buffer *g = tu_f32(be, g0, 2);
+  for (int nesterov = 0; nesterov < 2; nesterov++) {
+    dpt_buffer *w = tu_f32(be, w0, 2), *v = tu_f32_fill(be, 2, 0.0f);
+    const dpt_sgd_params p = {0.1f, 0.9f, 0.01f, nesterov};
+    TU_OK(dpt_sgd_update(be, 2, &p, w, 0, g, 0, v, 0));
+    const double w1[2][2] = {{0.949, -2.023}, {0.9031, -2.0437}};
+    tu_expect_buf(nesterov ? "w1 (nesterov)" : "w1", w, 0, w1[nesterov], 2, 1e-6);
+    TU_OK(dpt_sgd_update(be, 2, &p, w, 0, g, 0, v, 0));
+    const double w2[2][2] = {{0.852151, -2.066677}, {0.76507411, -2.10594697}};
+    const double v2[2][2] = {{0.96849, 0.43677}, {0.968031, 0.436563}};
+    tu_expect_buf(nesterov ? "w2 (nesterov)" : "w2", w, 0, w2[nesterov], 2, 1e-6);
+    tu_expect_buf(nesterov ? "v2 (nesterov)" : "v2", v, 0, v2[nesterov], 2, 1e-6);
+    dpt_buffer_free(w);
+    dpt_buffer_free(v);
+  }
+  dpt_buffer *w = tu_f32(be, w0, 2);
+  const dpt_sgd_params plain = {0.1f, 0.0f, 0.0f, 0};
+  TU_OK(dpt_sgd_update(be, 2, &plain, w, 0, g, 0, NULL, 0)); /* no velocity needed */
+  TU_OK(dpt_sgd_update(be, 2, &plain, w, 0, g, 0, NULL, 0));
+  const double want[2] = {0.9, -2.05};
+  tu_expect_buf("w (no momentum)", w, 0, want, 2, 1e-6);
+  dpt_buffer_free(w);
+  dpt_buffer_free(g);
+}
+END_TEST
+
+/* AdamW, w = [1, -2], lr 0.01, betas 0.9/0.999, eps 1e-8, weight decay 0.1;
+ * step 1, g = [0.5, -0.25]: w *= 0.999; m = [0.05, -0.025]; v = [2.5e-4, 6.25e-5];
+ *   m^ = [0.5, -0.25], v^ = [0.25, 0.0625]: w = [0.999 - 0.01, -1.998 + 0.01]
+ *   = [0.9890000002, -1.9880000004] (eps);
+ * step 2, g = [0.1, 0.3]: m = [0.055, 0.0075], v = [2.5975e-4, 1.524375e-4],
+ *   w = [0.979980590638265, -1.98744144765437]. */
+START_TEST(adamw_two_steps) {
+  const float w0[2] = {1, -2}, g1[2] = {0.5f, -0.25f}, g2[2] = {0.1f, 0.3f};
+  dpt_buffer *w = tu_f32(be, w0, 2), *m = tu_f32_fill(be, 2, 0.0f), *v = tu_f32_fill(be, 2, 0.0f);
+  dpt_buffer *ga = tu_f32(be, g1, 2), *gb = tu_f32(be, g2, 2);
+  dpt_adamw_params p = {0.01f, 0.9f, 0.999f, 1e-8f, 0.1f, 1};
+  TU_OK(dpt_adamw_update(be, 2, &p, w, 0, ga, 0, m, 0, v, 0));
+  const double w1[2] = {0.9890000002, -1.9880000004};
+  tu_expect_buf("w1", w, 0, w1, 2, 1e-6);
+  const double m1[2] = {0.05, -0.025}, v1[2] = {2.5e-4, 6.25e-5};
+  tu_expect_buf("m1", m, 0, m1, 2, 1e-7);
+  tu_expect_buf("v1", v, 0, v1, 2, 2e-8); /* 1 - 0.999f is 0.00099998713 */
+  p.step = 2;
+  TU_OK(dpt_adamw_update(be, 2, &p, w, 0, gb, 0, m, 0, v, 0));
+  const double w2[2] = {0.979980590638265, -1.98744144765437};
+  tu_expect_buf("w2", w, 0, w2, 2, 1e-6);
+  const double m2[2] = {0.055, 0.0075}, v2[2] = {2.5975e-4, 1.524375e-4};
+  tu_expect_buf("m2", m, 0, m2, 2, 1e-7);
+  tu_expect_buf("v2", v, 0, v2, 2, 2e-8);
+  dpt_buffer_free(w);
+  dpt_buffer_free(m);
+  dpt_buffer_free(v);
+  dpt_buffer_free(ga);
+  dpt_buffer_free(gb);
+}
+END_TEST
+
+/* ---- float16 ---------------------------------------------------------------------------- */
+
+static int f16_nan(uint16_t h) {
+  return (h & 0x7C00u) == 0x7C00u && (h & 0x3FFu) != 0;
+}
+
+START_TEST(f16_values) {
+  static const struct {
+    float f;
+    uint16_t h;
+    const char *why;
+  } cases[] = {
+      {1.0f, 0x3C00, "one"},
+      {-2.0f, 0xC000, "minus two"},
+      {65504.0f, 0x7BFF, "largest finite"},
+      {65519.0f, 0x7BFF, "below the overflow midpoint"},
+      {65520.0f, 0x7C00, "the midpoint to 65536 rounds to even: infinity"},
+      {1e6f, 0x7C00, "overflow"},
+      {-1e6f, 0xFC00, "negative overflow"},
+      {5.96e-8f, 0x0001, "smallest subnormal"},
+      {0x1p-25f, 0x0000, "half the smallest subnormal: tie to even (0)"},
+      {0x1.8p-24f, 0x0002, "1.5 x smallest subnormal: tie to even (2)"},
+      {0x1.2p-24f, 0x0001, "1.125 x smallest subnormal: nearest"},
+      {0x1.ff8p-15f, 0x03FF, "largest subnormal"},
+      {0x1p-14f, 0x0400, "smallest normal"},
+      {-0.0f, 0x8000, "negative zero"},
+      {0.0f, 0x0000, "zero"},
+      {1e-30f, 0x0000, "underflow"},
+      {1.0f + 0x1p-11f, 0x3C00, "tie between 1 and 1+2^-10: even (1)"},
+      {1.0f + 0x1.8p-10f, 0x3C02, "tie between 1+2^-10 and 1+2^-9: even"},
+      {2049.0f, 0x6800, "2049 ties to 2048"},
+      {2051.0f, 0x6802, "2051 ties to 2052"},
+      {INFINITY, 0x7C00, "infinity"},
+      {-INFINITY, 0xFC00, "-infinity"},
+  };
+  enum { N = sizeof cases / sizeof cases[0] };
+  float src[N + 1];
+  for (int i = 0; i < N; i++)
+    src[i] = cases[i].f;
+  src[N] = NAN;
+  dpt_buffer *s = tu_f32(be, src, N + 1), *d = tu_buf(be, NULL, (N + 1) * 2);
+  TU_OK(dpt_f32_to_f16(be, N + 1, s, 0, d, 0));
+  uint16_t h[N + 1];
+  TU_OK(dpt_buffer_download(d, 0, h, sizeof h));
+  for (int i = 0; i < N; i++) {
+    ck_assert_msg(h[i] == cases[i].h, "f32_to_f16(%a) = 0x%04x, want 0x%04x (%s)",
+                  (double)cases[i].f, h[i], cases[i].h, cases[i].why);
+    ck_assert_msg(dpt_f32_to_f16_scalar(cases[i].f) == cases[i].h,
+                  "dpt_f32_to_f16_scalar(%a) = 0x%04x, want 0x%04x (%s)", (double)cases[i].f,
+                  dpt_f32_to_f16_scalar(cases[i].f), cases[i].h, cases[i].why);
+  }
+  ck_assert_msg(f16_nan(h[N]), "f32_to_f16(NaN) = 0x%04x, not a NaN", h[N]);
+  ck_assert_msg(f16_nan(dpt_f32_to_f16_scalar(NAN)), "scalar NaN conversion lost the NaN");
+
+  /* back: exact */
+  const uint16_t hb[7] = {0x0001, 0x03FF, 0x3C00, 0x7BFF, 0x8000, 0x7C00, 0x7E00};
+  const double fb[7] = {0x1p-24, 0x1.ff8p-15, 1.0, 65504.0, -0.0, INFINITY, NAN};
+  dpt_buffer *hs = tu_buf(be, hb, sizeof hb), *fd = tu_f32_fill(be, 7, 0.0f);
+  TU_OK(dpt_f16_to_f32(be, 7, hs, 0, fd, 0));
+  float got[7];
+  tu_get(fd, 0, got, 7);
+  for (int i = 0; i < 7; i++) {
+    if (isnan(fb[i])) {
+      ck_assert_msg(isnan(got[i]), "f16_to_f32(0x%04x) = %g, want NaN", hb[i], (double)got[i]);
+    } else {
+      ck_assert_msg((double)got[i] == fb[i] && !signbit(got[i]) == !signbit(fb[i]),
+                    "f16_to_f32(0x%04x) = %a, want %a", hb[i], (double)got[i], fb[i]);
+    }
+  }
+  dpt_buffer_free(s);
+  dpt_buffer_free(d);
+  dpt_buffer_free(hs);
+  dpt_buffer_free(fd);
+}
+END_TEST
+
+/* Every binary16 pattern converts to float and back to itself (NaN stays NaN), with the ops
+ * and with the host scalars; odd element offsets of the uint16 buffers. */
+START_TEST(f16_round_trip_all) {
+  enum { N = 65536 };
+  uint16_t *h = malloc(N * 2 + 2), *back = malloc(N * 2 + 2);
+  ck_assert_ptr_nonnull(h);
+  ck_assert_ptr_nonnull(back);
+  h[0] = 0;
+  for (uint32_t i = 0; i < N; i++)
+    h[i + 1] = (uint16_t)i;
+  dpt_buffer *hs = tu_buf(be, h, N * 2 + 2), *f = tu_buf(be, NULL, N * 4);
+  dpt_buffer *hd = tu_buf(be, NULL, N * 2 + 2);
+  TU_OK(dpt_f16_to_f32(be, N, hs, 1, f, 0));
+  TU_OK(dpt_f32_to_f16(be, N, f, 0, hd, 1));
+  TU_OK(dpt_buffer_download(hd, 2, back, N * 2));
+  for (uint32_t i = 0; i < N; i++) {
+    uint16_t x = (uint16_t)i;
+    if (f16_nan(x)) {
+      ck_assert_msg(f16_nan(back[i]), "0x%04x came back as 0x%04x", x, back[i]);
+      ck_assert_msg(isnan(dpt_f16_to_f32_scalar(x)), "scalar 0x%04x is not NaN", x);
+    } else {
+      ck_assert_msg(back[i] == x, "0x%04x came back as 0x%04x", x, back[i]);
+      ck_assert_msg(dpt_f32_to_f16_scalar(dpt_f16_to_f32_scalar(x)) == x,
+                    "scalar round trip of 0x%04x", x);
+    }
+  }
+  free(h);
+  free(back);
+  dpt_buffer_free(hs);
+  dpt_buffer_free(f);
+  dpt_buffer_free(hd);
+}
+END_TEST
+
+/* ---- backward ops against their forward ops ---------------------------------------------- */
+
+static double dot(const float *a, const float *b, size_t n) {
+  double s = 0;
+  for (size_t i = 0; i < n; i++)
+    s += (double)a[i] * (double)b[i];
+  return s;
+}
+
+/* A scalar loss of the current device state. */
+typedef double (*loss_fn)(void *ctx);
+
+/* Central difference (L(x + h e_i) - L(x - h e_i)) / 2h of loss(ctx) in element i of the
+ * float tensor whose host copy is x and device copy is bx (offset 0); restores x[i]. */
+static double central_diff(dpt_buffer *bx, const float *x, int i, float h, loss_fn loss,
+                           void *ctx) {
+  double l[2];
+  for (int s = 0; s < 2; s++) {
+    float v = x[i] + (s ? -h : h);
+    TU_OK(dpt_buffer_upload(bx, (size_t)i * 4, &v, 4));
+    l[s] = loss(ctx);
+  }
+  TU_OK(dpt_buffer_upload(bx, (size_t)i * 4, &x[i], 4));
+  return (l[0] - l[1]) / (2.0 * (double)h);
+}
+
+/* Compares grad[0..n) with central differences in every element of x. */
+static void expect_fd(const char *what, dpt_buffer *bx, const float *x, const float *grad, int n,
+                      float h, double tol, loss_fn loss, void *ctx) {
+  for (int i = 0; i < n; i++) {
+    double fd = central_diff(bx, x, i, h, loss, ctx);
+    ck_assert_msg(fabs(fd - grad[i]) < tol, "%s[%d] = %.9g, finite difference %.9g", what, i,
+                  (double)grad[i], fd);
+  }
+}
+
+/* sum(out * g) with out downloaded from `out` (n floats) after `run` wrote it. */
+typedef struct weighted {
+  dpt_buffer *out; /* the forward output */
+  const float *g;  /* host weights, n */
+  size_t n;
+  float *tmp; /* host scratch, n */
+} weighted;
+
+static double weighted_sum(weighted *w) {
+  tu_get(w->out, 0, w->tmp, w->n);
+  return dot(w->tmp, w->g, w->n);
+}
+
+/* L(x) = sum(relu(x) * G); dL/dx = relu_bwd(x, G). x stays >= 0.05 away from 0. */
+enum { RELU_N = 37 };
+typedef struct relu_ctx {
+  dpt_buffer *x;
+  weighted w;
+} relu_ctx;
+
+static double relu_loss(void *p) {
+  relu_ctx *c = p;
+  TU_OK(dpt_relu_fwd(be, RELU_N, c->x, 0, c->w.out, 0));
+  return weighted_sum(&c->w);
+}
+
+START_TEST(relu_bwd_vs_fd) {
+  float x[RELU_N], g[RELU_N], y[RELU_N], dx[RELU_N];
+  tu_rng r = {1};
+  tu_fill(&r, x, RELU_N, -1, 1);
+  tu_fill(&r, g, RELU_N, -1, 1);
+  for (int i = 0; i < RELU_N; i++) {
+    if (fabsf(x[i]) < 0.05f) x[i] = 0.5f;
+  }
+  dpt_buffer *bx = tu_f32(be, x, RELU_N), *bg = tu_f32(be, g, RELU_N);
+  dpt_buffer *bd = tu_f32_fill(be, RELU_N, NAN);
+  TU_OK(dpt_relu_bwd(be, RELU_N, bx, 0, bg, 0, bd, 0));
+  tu_get(bd, 0, dx, RELU_N);
+  relu_ctx c = {bx, {tu_f32_fill(be, RELU_N, NAN), g, RELU_N, y}};
+  expect_fd("relu dx", bx, x, dx, RELU_N, 0.01f, 1e-4, relu_loss, &c);
+  dpt_buffer_free(bx);
+  dpt_buffer_free(bg);
+  dpt_buffer_free(bd);
+  dpt_buffer_free(c.w.out);
+}
+END_TEST
+
+/* L(b) = sum((y + b) * G) over y [R, C]; dL/db = bias_grad(G). */
+enum { BIAS_R = 5, BIAS_C = 7 };
+typedef struct bias_ctx {
+  dpt_buffer *b;
+  const float *y0; /* y before the bias, host */
+  weighted w;
+} bias_ctx;
+
+static double bias_loss(void *p) {
+  bias_ctx *c = p;
+  TU_OK(dpt_buffer_upload(c->w.out, 0, c->y0, BIAS_R * BIAS_C * 4));
+  TU_OK(dpt_bias_add(be, BIAS_R, BIAS_C, c->w.out, 0, c->b, 0));
+  return weighted_sum(&c->w);
+}
+
+START_TEST(bias_grad_vs_fd) {
+  float y[BIAS_R * BIAS_C], g[BIAS_R * BIAS_C], b[BIAS_C], db[BIAS_C], out[BIAS_R * BIAS_C];
+  tu_rng r = {2};
+  tu_fill(&r, y, BIAS_R * BIAS_C, -1, 1);
+  tu_fill(&r, g, BIAS_R * BIAS_C, -1, 1);
+  tu_fill(&r, b, BIAS_C, -1, 1);
+  dpt_buffer *bg = tu_f32(be, g, BIAS_R * BIAS_C), *bdb = tu_f32_fill(be, BIAS_C, NAN);
+  dpt_buffer *bb = tu_f32(be, b, BIAS_C);
+  TU_OK(dpt_bias_grad(be, BIAS_R, BIAS_C, bg, 0, 0.0f, bdb, 0));
+  tu_get(bdb, 0, db, BIAS_C);
+  bias_ctx c = {bb, y, {tu_buf(be, NULL, sizeof y), g, BIAS_R * BIAS_C, out}};
+  expect_fd("db", bb, b, db, BIAS_C, 0.25f, 1e-4, bias_loss, &c); /* L is linear in b */
+  dpt_buffer_free(bg);
+  dpt_buffer_free(bdb);
+  dpt_buffer_free(bb);
+  dpt_buffer_free(c.w.out);
+}
+END_TEST
+
+/* <im2col(x), c> == <x, col2im(c)> on geometries with padding, strides and overlaps. */
+START_TEST(col2im_is_adjoint_of_im2col) {
+  static const dpt_conv_geom geoms[] = {
+      {1, 1, 3, 3, 2, 2, 1, 1, 1, 1},  {2, 3, 7, 5, 3, 3, 1, 1, 1, 1},
+      {1, 2, 9, 11, 3, 2, 2, 3, 1, 0}, {2, 1, 6, 6, 6, 6, 1, 1, 0, 0},
+      {1, 2, 5, 4, 1, 1, 1, 1, 2, 2},  {1, 3, 8, 8, 3, 3, 3, 3, 0, 0},
+  };
+  tu_rng r = {3};
+  for (size_t gi = 0; gi < sizeof geoms / sizeof geoms[0]; gi++) {
+    const dpt_conv_geom *g = &geoms[gi];
+    size_t oh, ow;
+    TU_OK(dpt_conv_out_size(g, &oh, &ow));
+    size_t nx = g->n * g->c * g->h * g->w, nc = g->n * g->c * g->kh * g->kw * oh * ow;
+    float *x = malloc(nx * 4), *c = malloc(nc * 4), *ax = malloc(nc * 4), *atc = malloc(nx * 4);
+    ck_assert(x && c && ax && atc);
+    tu_fill(&r, x, nx, -1, 1);
+    tu_fill(&r, c, nc, -1, 1);
+    dpt_buffer *bx = tu_f32(be, x, nx), *bc = tu_f32(be, c, nc);
+    dpt_buffer *bax = tu_f32_fill(be, nc, NAN), *batc = tu_f32_fill(be, nx, NAN);
+    TU_OK(dpt_im2col(be, g, bx, 0, bax, 0));
+    TU_OK(dpt_col2im(be, g, bc, 0, batc, 0));
+    tu_get(bax, 0, ax, nc);
+    tu_get(batc, 0, atc, nx);
+    double lhs = dot(ax, c, nc), rhs = dot(x, atc, nx);
+    ck_assert_msg(fabs(lhs - rhs) <= 1e-5 * (1.0 + fabs(lhs)),
+                  "geometry %zu: <im2col(x), c> = %.9g but <x, col2im(c)> = %.9g", gi, lhs, rhs);
+    free(x);
+    free(c);
+    free(ax);
+    free(atc);
+    dpt_buffer_free(bx);
+    dpt_buffer_free(bc);
+    dpt_buffer_free(bax);
+    dpt_buffer_free(batc);
+  }
+}
+END_TEST
+
+/* L(x) = sum(maxpool(x) * G) with distinct inputs (no ties within 2h); overlapping windows. */
+static const dpt_pool_geom fd_pool = {2, 6, 7, 3, 2, 2, 1}; /* y [2, 2, 6] */
+enum { POOL_NX = 2 * 6 * 7, POOL_NY = 2 * 2 * 6 };
+typedef struct pool_ctx {
+  dpt_buffer *x, *argmax;
+  weighted w;
+} pool_ctx;
+
+static double pool_loss(void *p) {
+  pool_ctx *c = p;
+  TU_OK(dpt_maxpool_fwd(be, &fd_pool, c->x, 0, c->w.out, 0, c->argmax, 0));
+  return weighted_sum(&c->w);
+}
+
+START_TEST(maxpool_bwd_vs_fd) {
+  size_t oh, ow;
+  TU_OK(dpt_pool_out_size(&fd_pool, &oh, &ow));
+  ck_assert_uint_eq(fd_pool.planes * oh * ow, POOL_NY);
+  float x[POOL_NX], gy[POOL_NY], y[POOL_NY], dx[POOL_NX];
+  /* a permutation of 0.1 * k: every pair differs by >= 0.1 */
+  for (int i = 0; i < POOL_NX; i++)
+    x[i] = 0.1f * (float)((i * 37) % POOL_NX);
+  tu_rng r = {4};
+  tu_fill(&r, gy, POOL_NY, -1, 1);
+  dpt_buffer *bx = tu_f32(be, x, POOL_NX), *by = tu_f32_fill(be, POOL_NY, NAN);
+  dpt_buffer *am = tu_buf(be, NULL, POOL_NY * 4), *bgy = tu_f32(be, gy, POOL_NY);
+  dpt_buffer *bdx = tu_f32_fill(be, POOL_NX, NAN);
+  TU_OK(dpt_maxpool_fwd(be, &fd_pool, bx, 0, by, 0, am, 0));
+  TU_OK(dpt_maxpool_bwd(be, &fd_pool, bgy, 0, am, 0, bdx, 0));
+  tu_get(bdx, 0, dx, POOL_NX);
+  pool_ctx c = {bx, tu_buf(be, NULL, POOL_NY * 4), {by, gy, POOL_NY, y}};
+  expect_fd("maxpool dx", bx, x, dx, POOL_NX, 0.01f, 1e-3, pool_loss, &c);
+  dpt_buffer_free(bx);
+  dpt_buffer_free(by);
+  dpt_buffer_free(am);
+  dpt_buffer_free(c.argmax);
+  dpt_buffer_free(bgy);
+  dpt_buffer_free(bdx);
+}
+END_TEST
+
+/* <gather(T, idx), D> == <T, scatter_add(D, idx)> with repeated indices. */
+START_TEST(embed_scatter_add_is_adjoint_of_gather) {
+  enum { N = 23, V = 6, D = 5 };
+  float t[V * D], d[N * D], gt[N * D], sd[V * D];
+  int32_t idx[N];
+  tu_rng r = {5};
+  tu_fill(&r, t, V * D, -1, 1);
+  tu_fill(&r, d, N * D, -1, 1);
+  for (int i = 0; i < N; i++)
+    idx[i] = (int32_t)(tu_unit(&r) * V);
+  dpt_buffer *bt = tu_f32(be, t, V * D), *bd = tu_f32(be, d, N * D), *bi = tu_i32(be, idx, N);
+  dpt_buffer *bg = tu_f32_fill(be, N * D, NAN), *bs = tu_f32_fill(be, V * D, 0.0f);
+  TU_OK(dpt_embed_gather(be, N, V, D, bt, 0, bi, 0, bg, 0));
+  TU_OK(dpt_embed_scatter_add(be, N, V, D, bd, 0, bi, 0, bs, 0));
+  tu_get(bg, 0, gt, N * D);
+  tu_get(bs, 0, sd, V * D);
+  double lhs = dot(gt, d, N * D), rhs = dot(t, sd, V * D);
+  ck_assert_msg(fabs(lhs - rhs) <= 1e-5 * (1.0 + fabs(lhs)),
+                "<gather, D> %.9g != <T, scatter> %.9g", lhs, rhs);
+  dpt_buffer_free(bt);
+  dpt_buffer_free(bd);
+  dpt_buffer_free(bi);
+  dpt_buffer_free(bg);
+  dpt_buffer_free(bs);
+}
+END_TEST
+
+/* dlogits (scale 1) against central differences of the summed loss. */
+enum { SX_R = 4, SX_C = 5 };
+typedef struct sx_ctx {
+  dpt_buffer *logits, *labels;
+} sx_ctx;
+
+static double sx_loss(void *p) {
+  sx_ctx *c = p;
+  double loss = NAN;
+  TU_OK(dpt_softmax_xent(be, SX_R, SX_C, c->logits, 0, c->labels, 0, 1.0f, NULL, 0, &loss, NULL));
+  return loss;
+}
+
+START_TEST(softmax_xent_grad_vs_fd) {
+  float lg[SX_R * SX_C], d[SX_R * SX_C];
+  const int32_t lab[SX_R] = {0, 4, 2, 2};
+  tu_rng r = {6};
+  tu_fill(&r, lg, SX_R * SX_C, -2, 2);
+  dpt_buffer *bl = tu_f32(be, lg, SX_R * SX_C), *bb = tu_i32(be, lab, SX_R);
+  dpt_buffer *bd = tu_f32_fill(be, SX_R * SX_C, NAN);
+  TU_OK(dpt_softmax_xent(be, SX_R, SX_C, bl, 0, bb, 0, 1.0f, bd, 0, NULL, NULL));
+  tu_get(bd, 0, d, SX_R * SX_C);
+  sx_ctx c = {bl, bb};
+  expect_fd("dlogits", bl, lg, d, SX_R * SX_C, 0.01f, 1e-3, sx_loss, &c);
+  dpt_buffer_free(bl);
+  dpt_buffer_free(bb);
+  dpt_buffer_free(bd);
+}
+END_TEST
+
+/* C = A B, L = sum(C * G): dA = G B^T (gemm, tb) and dB = A^T G (gemm, ta) against finite
+ * differences of L (linear, so a large step is exact up to rounding). */
+enum { GM = 3, GK = 4, GN = 5 };
+typedef struct gemm_ctx {
+  dpt_buffer *a, *b;
+  weighted w;
+} gemm_ctx;
+
+static double gemm_loss(void *p) {
+  gemm_ctx *c = p;
+  TU_OK(dpt_gemm(be, 0, 0, GM, GN, GK, 1.0f, c->a, 0, GK, c->b, 0, GN, 0.0f, c->w.out, 0, GN));
+  return weighted_sum(&c->w);
+}
+
+START_TEST(gemm_grad_vs_fd) {
+  float a[GM * GK], b[GK * GN], g[GM * GN], c[GM * GN], da[GM * GK], db[GK * GN];
+  tu_rng r = {7};
+  tu_fill(&r, a, GM * GK, -1, 1);
+  tu_fill(&r, b, GK * GN, -1, 1);
+  tu_fill(&r, g, GM * GN, -1, 1);
+  dpt_buffer *ba = tu_f32(be, a, GM * GK), *bb = tu_f32(be, b, GK * GN);
+  dpt_buffer *bg = tu_f32(be, g, GM * GN), *bda = tu_f32_fill(be, GM * GK, NAN);
+  dpt_buffer *bdb = tu_f32_fill(be, GK * GN, NAN);
+  TU_OK(dpt_gemm(be, 0, 1, GM, GK, GN, 1.0f, bg, 0, GN, bb, 0, GN, 0.0f, bda, 0, GK));
+  TU_OK(dpt_gemm(be, 1, 0, GK, GN, GM, 1.0f, ba, 0, GK, bg, 0, GN, 0.0f, bdb, 0, GN));
+  tu_get(bda, 0, da, GM * GK);
+  tu_get(bdb, 0, db, GK * GN);
+  gemm_ctx ctx = {ba, bb, {tu_f32_fill(be, GM * GN, NAN), g, GM * GN, c}};
+  expect_fd("dA", ba, a, da, GM * GK, 0.25f, 1e-4, gemm_loss, &ctx);
+  expect_fd("dB", bb, b, db, GK * GN, 0.25f, 1e-4, gemm_loss, &ctx);
+  dpt_buffer_free(ba);
+  dpt_buffer_free(bb);
+  dpt_buffer_free(bg);
+  dpt_buffer_free(bda);
+  dpt_buffer_free(bdb);
+  dpt_buffer_free(ctx.w.out);
+}
+END_TEST
+
+static Suite *cpu_ops_suite(void) {
+  Suite *s = suite_create("cpu_ops");
+  TCase *hand = tcase_create("hand_computed");
+  tcase_add_checked_fixture(hand, setup, teardown);
+  tcase_add_test(hand, gemm_each_transpose);
+  tcase_add_test(hand, gemm_strides_offsets_beta0);
+  tcase_add_test(hand, gemm_k0_and_empty);
+  tcase_add_test(hand, bias_add_and_grad);
+  tcase_add_test(hand, relu_values_and_in_place);
+  tcase_add_test(hand, softmax_xent_values);
+  tcase_add_test(hand, im2col_col2im_values);
+  tcase_add_test(hand, maxpool_values);
+  tcase_add_test(hand, embed_values);
+  tcase_add_test(hand, axpy_scale_reductions);
+  tcase_add_test(hand, sgd_two_steps);
+  tcase_add_test(hand, adamw_two_steps);
+  tcase_add_test(hand, f16_values);
+  tcase_add_test(hand, f16_round_trip_all);
+  suite_add_tcase(s, hand);
+
+  TCase *grad = tcase_create("gradients");
+  tcase_add_checked_fixture(grad, setup, teardown);
+  tcase_add_test(grad, relu_bwd_vs_fd);
+  tcase_add_test(grad, bias_grad_vs_fd);
+  tcase_add_test(grad, col2im_is_adjoint_of_im2col);
+  tcase_add_test(grad, maxpool_bwd_vs_fd);
+  tcase_add_test(grad, embed_scatter_add_is_adjoint_of_gather);
+  tcase_add_test(grad, softmax_xent_grad_vs_fd);
+  tcase_add_test(grad, gemm_grad_vs_fd);
+  suite_add_tcase(s, grad);
+  return s;
+}
+
+int main(void) {
+  return tu_run(cpu_ops_suite());
+}

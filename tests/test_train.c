@@ -1,0 +1,472 @@
+/* The training core: the equivalence at the heart of the product (R replicas behave exactly
+ * like one replica on the combined batch), whole-model gradients against finite differences,
+ * weights files, and what bad input gets.
+ *
+ * Run without arguments: threads transport. Run as `test_train mpi` under mpiexec: every rank
+ * trains as one replica over MPI and compares with a one-replica run it computes itself. */
+#define _POSIX_C_SOURCE 200809L
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dptrain/dptrain.h"
+
+/* A small synthetic data set: 8x8 images whose class is decided by which quadrant is
+ * brightest, with noise, so that training makes progress. */
+static dpt_dataset *make_data(size_t n, uint32_t seed) {
+  uint8_t *px = malloc(n * 64);
+  int32_t *lab = malloc(n * sizeof(int32_t));
+  uint32_t s = seed;
+  for (size_t i = 0; i < n; ++i) {
+    s = s * 1664525u + 1013904223u;
+    int cls = (int)((s >> 16) % 10);
+    lab[i] = cls;
+    for (int p = 0; p < 64; ++p) {
+      s = s * 1664525u + 1013904223u;
+      int bright = (p % 10) == cls;
+      px[i * 64 + (size_t)p] = (uint8_t)((s >> 24) / 2 + (bright ? 120 : 0));
+    }
+  }
+  dpt_dataset *ds = NULL;
+  ck_assert_int_eq(dpt_dataset_from_memory(px, lab, n, 8, 8, 10, &ds), DPT_OK);
+  free(px);
+  free(lab);
+  return ds;
+}
+
+static void mlp_config(dpt_train_config *cfg, dpt_dataset *train, size_t batch) {
+  dpt_train_config_default(cfg);
+  const size_t hidden[2] = {32, 16};
+  ck_assert_int_eq(dpt_model_spec_mlp(&cfg->model, 1, 8, 8, hidden, 2, 10), DPT_OK);
+  cfg->train = train;
+  cfg->global_batch = batch;
+  cfg->epochs = 100;
+  cfg->max_steps = 20;
+  cfg->seed = 7;
+  cfg->check_every = 5;
+  cfg->optim.lr = 0.05f;
+  cfg->optim.momentum = 0.9f;
+}
+
+static double max_rel_diff(const float *a, const float *b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    double d = fabs((double)a[i] - (double)b[i]);
+    if (d > num) num = d;
+    if (fabs((double)b[i]) > den) den = fabs((double)b[i]);
+  }
+  return num / (den > 0 ? den : 1);
+}
+
+static size_t num_params(const dpt_model_spec *spec) {
+  dpt_backend *be;
+  dpt_model *m;
+  ck_assert_int_eq(dpt_backend_create(DPT_BACKEND_CPU, 0, &be), DPT_OK);
+  ck_assert_int_eq(dpt_model_create(be, spec, 1, &m), DPT_OK);
+  size_t n = dpt_model_num_params(m);
+  dpt_model_destroy(m);
+  dpt_backend_destroy(be);
+  return n;
+}
+
+/* Trains cfg with `replicas` threads; returns the final parameters (malloc'd). */
+static float *train_threads(dpt_train_config cfg, int replicas, dpt_train_report *rep) {
+  size_t n = num_params(&cfg.model);
+  float *out = malloc(n * sizeof(float));
+  cfg.replicas = replicas;
+  cfg.final_params = out;
+  dpt_status st = dpt_train(&cfg, NULL, rep);
+  ck_assert_msg(st == DPT_OK, "%d replicas: %s: %s", replicas, dpt_status_str(st),
+                dpt_last_error());
+  return out;
+}
+
+static void check_equivalence(size_t n_samples, size_t batch, int keep_last, int max_r) {
+  dpt_dataset *ds = make_data(n_samples, 11);
+  dpt_train_config cfg;
+  mlp_config(&cfg, ds, batch);
+  cfg.keep_last = keep_last;
+  size_t n = num_params(&cfg.model);
+  dpt_train_report r1, rr;
+  float *ref = train_threads(cfg, 1, &r1);
+  ck_assert_int_eq(r1.steps, 20);
+  for (int r = 2; r <= max_r; ++r) {
+    float *got = train_threads(cfg, r, &rr);
+    double d = max_rel_diff(got, ref, n);
+    ck_assert_msg(d <= 1e-5, "R=%d B=%zu: parameters differ from one replica by %g (rel)", r, batch,
+                  d);
+    ck_assert_int_eq(rr.replicas, r);
+    ck_assert_int_eq(rr.steps, 20);
+    free(got);
+  }
+  /* Training moved the parameters away from their initialization. */
+  dpt_train_config c0 = cfg;
+  c0.max_steps = 1;
+  c0.optim.lr = 1e-30f;
+  float *init = train_threads(c0, 1, &rr);
+  ck_assert_double_gt(max_rel_diff(ref, init, n), 1e-3);
+  free(init);
+  free(ref);
+  dpt_dataset_destroy(ds);
+}
+
+START_TEST(equivalence_even) {
+  check_equivalence(640, 64, 0, 4);
+}
+END_TEST
+
+START_TEST(equivalence_uneven) {
+  /* B = 250 over 3 and 4 replicas: slices 84/83/83 and 63/63/62/62. */
+  check_equivalence(1000, 250, 0, 4);
+}
+END_TEST
+
+START_TEST(equivalence_keep_last) {
+  /* 203 samples, B = 50: four full batches and a last one of 3 (fewer than 4 replicas). */
+  check_equivalence(203, 50, 1, 4);
+}
+END_TEST
+
+START_TEST(cnn_equivalence) {
+  dpt_dataset *ds = make_data(96, 5);
+  dpt_train_config cfg;
+  mlp_config(&cfg, ds, 32);
+  ck_assert_int_eq(dpt_model_spec_cnn(&cfg.model, 1, 8, 8, 4, 6, 10), DPT_OK);
+  cfg.max_steps = 6;
+  size_t n = num_params(&cfg.model);
+  dpt_train_report rep;
+  float *ref = train_threads(cfg, 1, &rep);
+  float *got = train_threads(cfg, 3, &rep);
+  double d = max_rel_diff(got, ref, n);
+  ck_assert_msg(d <= 1e-5, "cnn R=3: parameters differ by %g (rel)", d);
+  free(ref);
+  free(got);
+  dpt_dataset_destroy(ds);
+}
+END_TEST
+
+/* Whole-model gradient against central finite differences of the loss, for an MLP and a CNN. */
+static void gradient_check(const dpt_model_spec *spec) {
+  dpt_backend *be;
+  dpt_model *m;
+  const size_t b = 5;
+  ck_assert_int_eq(dpt_backend_create(DPT_BACKEND_CPU, 0, &be), DPT_OK);
+  ck_assert_int_eq(dpt_model_create(be, spec, b, &m), DPT_OK);
+  ck_assert_int_eq(dpt_model_init(m, 3), DPT_OK);
+  size_t in = dpt_model_input_size(m), np = dpt_model_num_params(m);
+  float *x = malloc(b * in * sizeof(float));
+  int32_t y[5] = {0, 3, 9, 3, 7};
+  uint32_t s = 99;
+  for (size_t i = 0; i < b * in; ++i) {
+    s = s * 1664525u + 1013904223u;
+    x[i] = (float)(s >> 8) / 16777216.0f;
+  }
+  dpt_buffer *bx, *by;
+  ck_assert_int_eq(dpt_buffer_alloc(be, b * in * sizeof(float), &bx), DPT_OK);
+  ck_assert_int_eq(dpt_buffer_alloc(be, sizeof y, &by), DPT_OK);
+  ck_assert_int_eq(dpt_buffer_upload(bx, 0, x, b * in * sizeof(float)), DPT_OK);
+  ck_assert_int_eq(dpt_buffer_upload(by, 0, y, sizeof y), DPT_OK);
+  double loss;
+  ck_assert_int_eq(dpt_model_train_step(m, bx, by, b, 1.0f, &loss, NULL), DPT_OK);
+  float *g = malloc(np * sizeof(float)), *w = malloc(np * sizeof(float));
+  ck_assert_int_eq(dpt_buffer_download(dpt_model_grads(m), 0, g, np * sizeof(float)), DPT_OK);
+  ck_assert_int_eq(dpt_model_get_params(m, w), DPT_OK);
+  /* Probe parameters spread over every tensor. */
+  int checked = 0;
+  for (size_t t = 0; t < dpt_model_num_tensors(m); ++t) {
+    dpt_tensor_info ti;
+    ck_assert_int_eq(dpt_model_tensor(m, t, &ti), DPT_OK);
+    for (size_t j = 0; j < ti.count; j += ti.count / 7 + 1) {
+      size_t p = ti.offset + j;
+      const float eps = 1e-2f;
+      float keep = w[p];
+      double lp, lm;
+      w[p] = keep + eps;
+      ck_assert_int_eq(dpt_model_set_params(m, w), DPT_OK);
+      ck_assert_int_eq(dpt_model_evaluate(m, bx, by, b, &lp, NULL), DPT_OK);
+      w[p] = keep - eps;
+      ck_assert_int_eq(dpt_model_set_params(m, w), DPT_OK);
+      ck_assert_int_eq(dpt_model_evaluate(m, bx, by, b, &lm, NULL), DPT_OK);
+      w[p] = keep;
+      double fd = (lp - lm) / (2.0 * (double)eps);
+      ck_assert_msg(fabs(fd - (double)g[p]) <= 2e-3 + 3e-2 * fabs(fd),
+                    "%s[%zu]: backprop %g, finite difference %g", ti.name, j, (double)g[p], fd);
+      ++checked;
+    }
+  }
+  ck_assert_int_gt(checked, 10);
+  free(x);
+  free(g);
+  free(w);
+  dpt_model_destroy(m);
+  dpt_backend_destroy(be);
+}
+
+START_TEST(gradient_mlp) {
+  dpt_model_spec spec;
+  const size_t hidden[2] = {12, 7};
+  ck_assert_int_eq(dpt_model_spec_mlp(&spec, 1, 4, 5, hidden, 2, 10), DPT_OK);
+  gradient_check(&spec);
+}
+END_TEST
+
+START_TEST(gradient_cnn) {
+  dpt_model_spec spec;
+  ck_assert_int_eq(dpt_model_spec_cnn(&spec, 2, 8, 8, 3, 4, 10), DPT_OK);
+  gradient_check(&spec);
+}
+END_TEST
+
+START_TEST(state_dict_layout) {
+  dpt_model_spec spec;
+  ck_assert_int_eq(dpt_model_spec_cnn(&spec, 1, 28, 28, 32, 64, 10), DPT_OK);
+  dpt_backend *be;
+  dpt_model *m;
+  ck_assert_int_eq(dpt_backend_create(DPT_BACKEND_CPU, 0, &be), DPT_OK);
+  ck_assert_int_eq(dpt_model_create(be, &spec, 2, &m), DPT_OK);
+  /* nn.Sequential(Conv2d(1,32,3,padding=1), ReLU, MaxPool2d(2), Conv2d(32,64,3,padding=1), ReLU,
+   * MaxPool2d(2), Flatten, Linear(64*7*7, 10)) */
+  const char *names[] = {"0.weight", "0.bias", "3.weight", "3.bias", "7.weight", "7.bias"};
+  const size_t counts[] = {32 * 9, 32, 64 * 32 * 9, 64, 10 * 64 * 49, 10};
+  ck_assert_uint_eq(dpt_model_num_tensors(m), 6);
+  size_t off = 0;
+  for (size_t i = 0; i < 6; ++i) {
+    dpt_tensor_info t;
+    ck_assert_int_eq(dpt_model_tensor(m, i, &t), DPT_OK);
+    ck_assert_str_eq(t.name, names[i]);
+    ck_assert_uint_eq(t.count, counts[i]);
+    ck_assert_uint_eq(t.offset, off);
+    off += t.count;
+  }
+  ck_assert_uint_eq(dpt_model_num_params(m), off);
+  dpt_tensor_info t;
+  ck_assert_int_eq(dpt_model_tensor(m, 2, &t), DPT_OK);
+  ck_assert_int_eq(t.ndim, 4);
+  ck_assert_int_eq(t.shape[0], 64);
+  ck_assert_int_eq(t.shape[1], 32);
+  ck_assert_int_eq(t.shape[2], 3);
+  /* PyTorch's default bound: 1/sqrt(fan_in). */
+  ck_assert_int_eq(dpt_model_init(m, 1), DPT_OK);
+  float *w = malloc(off * sizeof(float));
+  ck_assert_int_eq(dpt_model_get_params(m, w), DPT_OK);
+  double bound = 1.0 / sqrt(32.0 * 9.0), maxabs = 0;
+  for (size_t i = 0; i < t.count; ++i)
+    if (fabs(w[t.offset + i]) > maxabs) maxabs = fabs(w[t.offset + i]);
+  ck_assert_double_le(maxabs, bound);
+  ck_assert_double_gt(maxabs, 0.9 * bound);
+  free(w);
+  dpt_model_destroy(m);
+  dpt_backend_destroy(be);
+}
+END_TEST
+
+START_TEST(weights_round_trip) {
+  dpt_model_spec spec;
+  const size_t hidden[1] = {6};
+  ck_assert_int_eq(dpt_model_spec_mlp(&spec, 1, 2, 3, hidden, 1, 10), DPT_OK);
+  dpt_backend *be;
+  dpt_model *a, *b;
+  ck_assert_int_eq(dpt_backend_create(DPT_BACKEND_CPU, 0, &be), DPT_OK);
+  ck_assert_int_eq(dpt_model_create(be, &spec, 1, &a), DPT_OK);
+  ck_assert_int_eq(dpt_model_create(be, &spec, 1, &b), DPT_OK);
+  ck_assert_int_eq(dpt_model_init(a, 1), DPT_OK);
+  ck_assert_int_eq(dpt_model_init(b, 2), DPT_OK);
+  char path[] = "/tmp/dpt_weights_XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  ck_assert_int_eq(dpt_model_save(a, path), DPT_OK);
+  ck_assert_int_eq(dpt_model_load(b, path), DPT_OK);
+  size_t n = dpt_model_num_params(a);
+  float *wa = malloc(n * sizeof(float)), *wb = malloc(n * sizeof(float));
+  ck_assert_int_eq(dpt_model_get_params(a, wa), DPT_OK);
+  ck_assert_int_eq(dpt_model_get_params(b, wb), DPT_OK);
+  ck_assert_int_eq(memcmp(wa, wb, n * sizeof(float)), 0);
+
+  /* A file for another model: the message names the tensor. */
+  dpt_model_spec other;
+  const size_t hidden2[1] = {7};
+  dpt_model *c;
+  ck_assert_int_eq(dpt_model_spec_mlp(&other, 1, 2, 3, hidden2, 1, 10), DPT_OK);
+  ck_assert_int_eq(dpt_model_create(be, &other, 1, &c), DPT_OK);
+  ck_assert_int_eq(dpt_model_load(c, path), DPT_ERR_BAD_FORMAT);
+  ck_assert_ptr_nonnull(strstr(dpt_last_error(), "1.weight"));
+  /* A missing file. */
+  ck_assert_int_eq(dpt_model_load(c, "/nonexistent/w.safetensors"), DPT_ERR_IO);
+  unlink(path);
+  free(wa);
+  free(wb);
+  dpt_model_destroy(a);
+  dpt_model_destroy(b);
+  dpt_model_destroy(c);
+  dpt_backend_destroy(be);
+}
+END_TEST
+
+START_TEST(bad_config) {
+  dpt_dataset *ds = make_data(64, 1);
+  dpt_train_config cfg;
+  mlp_config(&cfg, ds, 8);
+  cfg.replicas = 4;
+  cfg.global_batch = 3; /* fewer samples than replicas */
+  ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG);
+  ck_assert_ptr_nonnull(strstr(dpt_last_error(), "global batch 3"));
+  cfg.global_batch = 0;
+  ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG);
+  cfg.global_batch = 8;
+  cfg.replicas = 0;
+  ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG);
+  cfg.replicas = 1;
+  cfg.global_batch = 100; /* more than the 64 samples, last batch dropped: nothing to do */
+  ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG);
+  ck_assert_ptr_nonnull(strstr(dpt_last_error(), "global batch 100"));
+  cfg.global_batch = 8;
+  cfg.train = NULL;
+  ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG);
+  /* A model whose input does not match the data. */
+  mlp_config(&cfg, ds, 8);
+  const size_t hidden[1] = {4};
+  ck_assert_int_eq(dpt_model_spec_mlp(&cfg.model, 1, 9, 9, hidden, 1, 10), DPT_OK);
+  ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG);
+  ck_assert_ptr_nonnull(strstr(dpt_last_error(), "81"));
+  dpt_dataset_destroy(ds);
+}
+END_TEST
+
+START_TEST(nonfinite_loss) {
+  dpt_dataset *ds = make_data(256, 3);
+  dpt_train_config cfg;
+  mlp_config(&cfg, ds, 32);
+  cfg.optim.lr = 1e30f; /* diverges at once */
+  cfg.optim.momentum = 0.0f;
+  cfg.replicas = 2;
+  dpt_status st = dpt_train(&cfg, NULL, NULL);
+  ck_assert_int_eq(st, DPT_ERR_NONFINITE);
+  ck_assert_ptr_nonnull(strstr(dpt_last_error(), "step"));
+  /* Skipping: every replica skips alike, the run completes and stays in sync. */
+  cfg.skip_nonfinite = 1;
+  dpt_train_report rep;
+  ck_assert_int_eq(dpt_train(&cfg, NULL, &rep), DPT_OK);
+  ck_assert_int_gt(rep.skipped_steps, 0);
+  dpt_dataset_destroy(ds);
+}
+END_TEST
+
+START_TEST(learns) {
+  dpt_dataset *train = make_data(2000, 21), *test = make_data(500, 22);
+  dpt_train_config cfg;
+  mlp_config(&cfg, train, 50);
+  cfg.test = test;
+  cfg.max_steps = 0;
+  cfg.epochs = 5;
+  cfg.replicas = 2;
+  dpt_train_report rep;
+  ck_assert_int_eq(dpt_train(&cfg, NULL, &rep), DPT_OK);
+  ck_assert_int_eq(rep.final, 1);
+  ck_assert_int_eq(rep.steps, 5 * 40);
+  ck_assert_double_gt(rep.test_accuracy, 0.9);
+  dpt_dataset_destroy(train);
+  dpt_dataset_destroy(test);
+}
+END_TEST
+
+static Suite *threads_suite(void) {
+  Suite *s = suite_create("train");
+  TCase *tc = tcase_create("train");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, equivalence_even);
+  tcase_add_test(tc, equivalence_uneven);
+  tcase_add_test(tc, equivalence_keep_last);
+  tcase_add_test(tc, cnn_equivalence);
+  tcase_add_test(tc, gradient_mlp);
+  tcase_add_test(tc, gradient_cnn);
+  tcase_add_test(tc, state_dict_layout);
+  tcase_add_test(tc, weights_round_trip);
+  tcase_add_test(tc, bad_config);
+  tcase_add_test(tc, nonfinite_loss);
+  tcase_add_test(tc, learns);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+/* Under mpiexec: every rank trains one replica over MPI; each rank also computes the one-
+ * replica reference itself and rank 0 compares. Plain main (not Check) so every rank takes
+ * part in every collective. */
+static int mpi_main(void) {
+  dpt_comm *comm = NULL;
+  dpt_status st = dpt_comm_create_mpi(NULL, &comm);
+  if (st == DPT_ERR_UNSUPPORTED) {
+    printf("MPI not compiled in: skipped\n");
+    return 77;
+  }
+  if (st != DPT_OK) {
+    fprintf(stderr, "dpt_comm_create_mpi: %s\n", dpt_last_error());
+    return 1;
+  }
+  int rank = dpt_comm_rank(comm), size = dpt_comm_size(comm), failures = 0;
+  const size_t batches[2] = {64, 250};
+  for (int t = 0; t < 2; ++t) {
+    dpt_dataset *ds = make_data(1000, 11);
+    dpt_train_config cfg;
+    dpt_train_config_default(&cfg);
+    const size_t hidden[2] = {32, 16};
+    dpt_model_spec_mlp(&cfg.model, 1, 8, 8, hidden, 2, 10);
+    cfg.train = ds;
+    cfg.global_batch = batches[t];
+    cfg.max_steps = 20;
+    cfg.seed = 7;
+    cfg.check_every = 5;
+    size_t n = 0;
+    {
+      dpt_backend *be;
+      dpt_model *m;
+      dpt_backend_create(DPT_BACKEND_CPU, 0, &be);
+      dpt_model_create(be, &cfg.model, 1, &m);
+      n = dpt_model_num_params(m);
+      dpt_model_destroy(m);
+      dpt_backend_destroy(be);
+    }
+    float *ref = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
+    dpt_train_report rep;
+    cfg.final_params = got;
+    st = dpt_train(&cfg, comm, &rep);
+    if (st != DPT_OK) {
+      fprintf(stderr, "rank %d: mpi training failed: %s\n", rank, dpt_last_error());
+      ++failures;
+    } else if (rep.ranks != size || rep.replicas != size || rep.steps != 20) {
+      fprintf(stderr, "rank %d: report says %d ranks %d replicas %lld steps\n", rank, rep.ranks,
+              rep.replicas, (long long)rep.steps);
+      ++failures;
+    }
+    cfg.final_params = ref;
+    cfg.replicas = 1;
+    if (dpt_train(&cfg, NULL, NULL) != DPT_OK) {
+      fprintf(stderr, "rank %d: reference failed: %s\n", rank, dpt_last_error());
+      ++failures;
+    }
+    if (rank == 0 && st == DPT_OK) {
+      double d = max_rel_diff(got, ref, n);
+      printf("%d ranks, B=%zu: max relative difference to one replica %.3g\n", size,
+             cfg.global_batch, d);
+      if (!(d <= 1e-5)) ++failures;
+    }
+    free(ref);
+    free(got);
+    dpt_dataset_destroy(ds);
+  }
+  dpt_comm_destroy(comm);
+  printf("rank %d: %s\n", rank, failures ? "FAILED" : "ok");
+  return failures ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "mpi") == 0) return mpi_main();
+  SRunner *sr = srunner_create(threads_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}

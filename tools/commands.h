@@ -1,0 +1,7 @@
+/* Subcommands of the dptrain tool: each a main-like body returning the exit code. */
+#ifndef DPTRAIN_TOOLS_COMMANDS_H
+#define DPTRAIN_TOOLS_COMMANDS_H
+
+int dpt_cmd_train(int argc, char **argv);
+
+#endif
