@@ -93,7 +93,7 @@ static dpt_status get_vtable(const char *fn, dpt_backend_kind kind,
 }
 
 dpt_status dpt_device_count(dpt_backend_kind kind, int *count) {
-  const dpt_backend_vtable *vt;
+  const dpt_backend_vtable *vt = NULL;
   if (!count) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_device_count: count is NULL");
   *count = 0;
   dpt_status st = get_vtable("dpt_device_count", kind, &vt);
@@ -115,7 +115,7 @@ static dpt_status check_device_index(const char *fn, const dpt_backend_vtable *v
 }
 
 dpt_status dpt_device_get_info(dpt_backend_kind kind, int index, dpt_device_info *out) {
-  const dpt_backend_vtable *vt;
+  const dpt_backend_vtable *vt = NULL;
   if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_device_get_info: out is NULL");
   dpt_status st = get_vtable("dpt_device_get_info", kind, &vt);
   if (st == DPT_OK) st = check_device_index("dpt_device_get_info", vt, index);
@@ -130,7 +130,7 @@ dpt_status dpt_device_get_info(dpt_backend_kind kind, int index, dpt_device_info
 /* ---- backend lifetime -------------------------------------------------------------------- */
 
 dpt_status dpt_backend_create(dpt_backend_kind kind, int device, dpt_backend **out) {
-  const dpt_backend_vtable *vt;
+  const dpt_backend_vtable *vt = NULL;
   if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_backend_create: out is NULL");
   *out = NULL;
   dpt_status st = get_vtable("dpt_backend_create", kind, &vt);

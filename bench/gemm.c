@@ -11,7 +11,7 @@
 #include "dptrain/backend.h"
 
 #define MAX_COLUMNS 16
-#define MAX_SIZES 16
+#define MAX_SIZES   16
 
 typedef struct column {
   dpt_backend_kind kind;
@@ -22,15 +22,16 @@ typedef struct column {
 } column;
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: dptrain bench gemm [--sizes 256,512,1024,2048] [--backends cpu,opencl,vulkan]\n"
-             "                          [--repeat N] [--json]\n"
-             "Prints GFLOP/s of a square float32 gemm (C = A*B) per backend and size, side by\n"
-             "side. Every device of every listed backend that is present gets a column; the CPU\n"
-             "backend gets one column per gemm implementation compiled in (openblas, portable).\n"
-             "  --sizes LIST     matrix sizes n (default 256,512,1024,2048)\n"
-             "  --backends LIST  backends to measure (default: all compiled in)\n"
-             "  --repeat N       timed calls per figure, the median is printed (default 5)\n"
-             "  --json           one JSON object per (backend, size): backend, device, n, gflops\n");
+  fprintf(f,
+          "usage: dptrain bench gemm [--sizes 256,512,1024,2048] [--backends cpu,opencl,vulkan]\n"
+          "                          [--repeat N] [--json]\n"
+          "Prints GFLOP/s of a square float32 gemm (C = A*B) per backend and size, side by\n"
+          "side. Every device of every listed backend that is present gets a column; the CPU\n"
+          "backend gets one column per gemm implementation compiled in (openblas, portable).\n"
+          "  --sizes LIST     matrix sizes n (default 256,512,1024,2048)\n"
+          "  --backends LIST  backends to measure (default: all compiled in)\n"
+          "  --repeat N       timed calls per figure, the median is printed (default 5)\n"
+          "  --json           one JSON object per (backend, size): backend, device, n, gflops\n");
 }
 
 static int parse_sizes(const char *s, size_t *out, int *count) {
@@ -42,8 +43,10 @@ static int parse_sizes(const char *s, size_t *out, int *count) {
     if (end == s || errno || v == 0 || v > 16384 || *count == MAX_SIZES) return -1;
     out[(*count)++] = (size_t)v;
     s = end;
-    if (*s == ',') ++s;
-    else if (*s) return -1;
+    if (*s == ',')
+      ++s;
+    else if (*s)
+      return -1;
   }
   return *count > 0 ? 0 : -1;
 }
@@ -61,8 +64,10 @@ static int add_columns(column *cols, int *ncols, dpt_backend_kind kind) {
       c->kind = kind;
       c->device = d;
       c->cpu_gemm = kind == DPT_BACKEND_CPU ? cpu_impls[v] : NULL;
-      if (c->cpu_gemm) snprintf(c->label, sizeof c->label, "cpu/%s", c->cpu_gemm);
-      else snprintf(c->label, sizeof c->label, "%s:%d", dpt_backend_kind_name(kind), d);
+      if (c->cpu_gemm)
+        snprintf(c->label, sizeof c->label, "cpu/%s", c->cpu_gemm);
+      else
+        snprintf(c->label, sizeof c->label, "%s:%d", dpt_backend_kind_name(kind), d);
     }
   }
   return 0;
@@ -120,9 +125,12 @@ static double measure(dpt_backend *be, size_t n, int repeat) {
 static void json_string(const char *s) {
   putchar('"');
   for (; *s; ++s) {
-    if (*s == '"' || *s == '\\') printf("\\%c", *s);
-    else if ((unsigned char)*s < 0x20) printf("\\u%04x", (unsigned char)*s);
-    else putchar(*s);
+    if (*s == '"' || *s == '\\')
+      printf("\\%c", *s);
+    else if ((unsigned char)*s < 0x20)
+      printf("\\u%04x", (unsigned char)*s);
+    else
+      putchar(*s);
   }
   putchar('"');
 }
@@ -141,8 +149,7 @@ int dpt_bench_gemm(int argc, char **argv) {
       json = 1;
     } else if (!strcmp(arg, "--sizes") && i + 1 < argc) {
       if (parse_sizes(argv[++i], sizes, &nsizes)) {
-        fprintf(stderr, "bench gemm: bad --sizes '%s' (comma-separated sizes 1..16384)\n",
-                argv[i]);
+        fprintf(stderr, "bench gemm: bad --sizes '%s' (comma-separated sizes 1..16384)\n", argv[i]);
         return 2;
       }
     } else if (!strcmp(arg, "--repeat") && i + 1 < argc) {
@@ -200,7 +207,8 @@ int dpt_bench_gemm(int argc, char **argv) {
       dpt_backend_destroy(be);
       continue;
     }
-    if (!json) fprintf(stderr, "measuring %s (%s, %s)...\n", c->label, c->info.name, c->info.driver);
+    if (!json)
+      fprintf(stderr, "measuring %s (%s, %s)...\n", c->label, c->info.name, c->info.driver);
     for (int s = 0; s < nsizes; ++s) {
       results[used][s] = measure(be, sizes[s], repeat);
       if (json && results[used][s] >= 0) {
@@ -219,13 +227,16 @@ int dpt_bench_gemm(int argc, char **argv) {
   if (!json) {
     printf("gemm GFLOP/s (C = A*B, float32, n x n; median of %d)\n", repeat);
     printf("%6s", "n");
-    for (int ci = 0; ci < used; ++ci) printf(" %16s", cols[ci].label);
+    for (int ci = 0; ci < used; ++ci)
+      printf(" %16s", cols[ci].label);
     printf("\n");
     for (int s = 0; s < nsizes; ++s) {
       printf("%6zu", sizes[s]);
       for (int ci = 0; ci < used; ++ci) {
-        if (results[ci][s] < 0) printf(" %16s", "failed");
-        else printf(" %16.2f", results[ci][s]);
+        if (results[ci][s] < 0)
+          printf(" %16s", "failed");
+        else
+          printf(" %16.2f", results[ci][s]);
       }
       printf("\n");
     }

@@ -190,6 +190,11 @@ static dpt_status evaluate(replica *r, replica_state *s, size_t max_slice, doubl
 
 static dpt_status replica_setup(replica *r, replica_state *s, size_t *max_slice_out) {
   const dpt_train_config *cfg = r->cfg;
+  /* First what the start-up agreement needs, so a replica that fails below still takes part. */
+  s->gather = malloc((size_t)r->count * sizeof(step_stats));
+  s->hashes = malloc((size_t)r->count * sizeof(uint64_t));
+  if (!s->gather || !s->hashes)
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "training: out of host memory");
   int devices = 0;
   dpt_status st = dpt_device_count(cfg->backend, &devices);
   if (st != DPT_OK) return st;
@@ -201,9 +206,7 @@ static dpt_status replica_setup(replica *r, replica_state *s, size_t *max_slice_
   if (st != DPT_OK) return st;
 
   size_t max_slice = (cfg->global_batch + (size_t)r->count - 1) / (size_t)r->count;
-  size_t test_slice = 0;
-  if (cfg->test) test_slice = max_slice; /* evaluation reuses the training batch buffers */
-  (void)test_slice;
+  /* Evaluation reuses the training batch buffers, max_slice samples at a time. */
   *max_slice_out = max_slice;
   st = dpt_model_create(s->be, &cfg->model, max_slice, &s->model);
   if (st != DPT_OK) return st;
@@ -226,9 +229,7 @@ static dpt_status replica_setup(replica *r, replica_state *s, size_t *max_slice_
   s->perm = malloc(n * sizeof(uint64_t));
   s->idx = malloc(max_slice * sizeof(uint64_t));
   s->hparams = malloc(np * sizeof(float));
-  s->gather = malloc((size_t)r->count * sizeof(step_stats));
-  s->hashes = malloc((size_t)r->count * sizeof(uint64_t));
-  if (!s->hx || !s->hy || !s->perm || !s->idx || !s->hparams || !s->gather || !s->hashes)
+  if (!s->hx || !s->hy || !s->perm || !s->idx || !s->hparams)
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "training: out of host memory");
   if (cfg->init_params)
     st = dpt_model_set_params(s->model, cfg->init_params);
@@ -241,6 +242,7 @@ static dpt_status replica_run(replica *r, replica_state *s) {
   const dpt_train_config *cfg = r->cfg;
   size_t max_slice = 0;
   dpt_status st = replica_setup(r, s, &max_slice);
+  if (!s->gather) return st; /* out of memory before anything else: the others time out */
   /* Agree that every replica is ready before the first collective on device data: a replica
    * that failed to set up reports it and all stop together. */
   step_stats ready = {0, 0, 0, st != DPT_OK}, all;
