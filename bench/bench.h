@@ -6,6 +6,7 @@
 /* argv[0] is the benchmark's name; returns the process exit code. */
 int dpt_bench_gemm(int argc, char **argv);
 int dpt_bench_allreduce(int argc, char **argv);
+int dpt_bench_train(int argc, char **argv);
 
 /* Monotonic clock in seconds. */
 double dpt_bench_now(void);

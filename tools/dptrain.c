@@ -14,9 +14,8 @@ static void usage(FILE *f) {
              "  train              data-parallel training (dptrain train --help)\n"
              "  devices            list every backend and device found, one per line\n"
              "  bench gemm         gemm GFLOP/s per backend and size (dptrain bench gemm --help)\n"
-#ifdef DPT_BENCH_HAVE_ALLREDUCE
+             "  bench train        training samples/s: 1 replica bare, 1 replica, R replicas\n"
              "  bench allreduce    all-reduce time and bandwidth next to MPI_Allreduce\n"
-#endif
              "  version            print the version\n"
              "  help               this text\n");
 }
@@ -71,17 +70,15 @@ static int cmd_devices(int argc, char **argv) {
 
 static int cmd_bench(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-    fprintf(argc < 2 ? stderr : stdout, "usage: dptrain bench gemm [options]"
-#ifdef DPT_BENCH_HAVE_ALLREDUCE
-                                        "\n       dptrain bench allreduce [options]"
-#endif
-                                        "\n(each takes --help)\n");
+    fprintf(argc < 2 ? stderr : stdout,
+            "usage: dptrain bench gemm [options]\n       dptrain bench train [options]"
+            "\n       dptrain bench allreduce [options]"
+            "\n(each takes --help)\n");
     return argc < 2 ? 2 : 0;
   }
   if (!strcmp(argv[1], "gemm")) return dpt_bench_gemm(argc - 1, argv + 1);
-#ifdef DPT_BENCH_HAVE_ALLREDUCE
+  if (!strcmp(argv[1], "train")) return dpt_bench_train(argc - 1, argv + 1);
   if (!strcmp(argv[1], "allreduce")) return dpt_bench_allreduce(argc - 1, argv + 1);
-#endif
   fprintf(stderr, "dptrain bench: unknown benchmark '%s'\n", argv[1]);
   return 2;
 }
