@@ -14,6 +14,7 @@
 #ifndef DPTRAIN_BACKEND_IMPL_H
 #define DPTRAIN_BACKEND_IMPL_H
 
+#include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -146,6 +147,28 @@ typedef struct dpt_adamw_update_args {
   dpt_adamw_params p;
   dpt_ref w, grad, m, v;
 } dpt_adamw_update_args;
+
+/* AdamW's step-dependent scalars, computed in double and rounded to float once (as PyTorch
+ * computes them in Python floats). Every backend takes them from here, so all round alike;
+ * the element-wise update then runs in float in PyTorch's order:
+ *   w *= decay;  m = b1*m + one_minus_b1*g;  v = b2*v + one_minus_b2*g*g;
+ *   w -= step_size * (m / (sqrt(v) / bc2_sqrt + eps)). */
+typedef struct dpt_adamw_scalars {
+  float step_size;    /* lr / (1 - b1^step) */
+  float bc2_sqrt;     /* sqrt(1 - b2^step) */
+  float decay;        /* 1 - lr * weight_decay */
+  float one_minus_b1; /* 1 - b1 */
+  float one_minus_b2; /* 1 - b2 */
+} dpt_adamw_scalars;
+
+static inline dpt_adamw_scalars dpt_adamw_scalars_of(const dpt_adamw_params *p) {
+  const double bc1 = 1.0 - pow((double)p->beta1, (double)p->step);
+  const double bc2 = 1.0 - pow((double)p->beta2, (double)p->step);
+  dpt_adamw_scalars s = {(float)((double)p->lr / bc1), (float)sqrt(bc2),
+                         (float)(1.0 - (double)p->lr * (double)p->weight_decay),
+                         (float)(1.0 - (double)p->beta1), (float)(1.0 - (double)p->beta2)};
+  return s;
+}
 
 /* f32_to_f16, f16_to_f32 */
 typedef struct dpt_convert_args {

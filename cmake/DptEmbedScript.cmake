@@ -16,5 +16,8 @@ foreach(f IN LISTS files)
   math(EXPR i "${i} + 1")
 endforeach()
 string(APPEND body "\nconst struct dpt_embedded_file ${SYMBOL}[] = {\n${table}  {NULL, NULL, 0}};\n")
-file(WRITE "${OUTPUT}.tmp" "${body}")
-file(RENAME "${OUTPUT}.tmp" "${OUTPUT}")
+# Both library targets own the generated file, so two rules may run at once under make -j: each
+# writes its own temporary file and renames it into place (same content either way).
+string(RANDOM LENGTH 12 tag)
+file(WRITE "${OUTPUT}.${tag}.tmp" "${body}")
+file(RENAME "${OUTPUT}.${tag}.tmp" "${OUTPUT}")

@@ -332,31 +332,22 @@ dpt_status dpt_cpu_sgd_update(dpt_backend *be, const dpt_sgd_update_args *a) {
   return DPT_OK;
 }
 
-/* PyTorch's AdamW (single-tensor path). The step-dependent scalars are computed in double and
- * rounded to float once, as PyTorch computes them in Python floats; the element-wise update
- * runs in float in PyTorch's order: denom = sqrt(v) / sqrt(bc2) + eps,
- * w -= (lr / bc1) * (m / denom). */
+/* PyTorch's AdamW (single-tensor path), with the scalars of dpt_adamw_scalars_of(). */
 dpt_status dpt_cpu_adamw_update(dpt_backend *be, const dpt_adamw_update_args *a) {
   (void)be;
   const dpt_adamw_params *p = &a->p;
-  const double bc1 = 1.0 - pow((double)p->beta1, (double)p->step);
-  const double bc2 = 1.0 - pow((double)p->beta2, (double)p->step);
-  const float step_size = (float)((double)p->lr / bc1);
-  const float bc2_sqrt = (float)sqrt(bc2);
-  const float decay = (float)(1.0 - (double)p->lr * (double)p->weight_decay);
-  const float one_minus_b1 = (float)(1.0 - (double)p->beta1);
-  const float one_minus_b2 = (float)(1.0 - (double)p->beta2);
+  const dpt_adamw_scalars k = dpt_adamw_scalars_of(p);
   float *w = dpt_cpu_f32(a->w);
   const float *grad = dpt_cpu_f32(a->grad);
   float *m = dpt_cpu_f32(a->m);
   float *v = dpt_cpu_f32(a->v);
   for (size_t i = 0; i < a->n; ++i) {
     const float g = grad[i];
-    w[i] *= decay;
-    m[i] = p->beta1 * m[i] + one_minus_b1 * g;
-    v[i] = p->beta2 * v[i] + one_minus_b2 * g * g;
-    const float denom = sqrtf(v[i]) / bc2_sqrt + p->eps;
-    w[i] -= step_size * (m[i] / denom);
+    w[i] *= k.decay;
+    m[i] = p->beta1 * m[i] + k.one_minus_b1 * g;
+    v[i] = p->beta2 * v[i] + k.one_minus_b2 * g * g;
+    const float denom = sqrtf(v[i]) / k.bc2_sqrt + p->eps;
+    w[i] -= k.step_size * (m[i] / denom);
   }
   return DPT_OK;
 }

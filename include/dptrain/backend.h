@@ -234,7 +234,8 @@ DPT_API dpt_status dpt_maxpool_fwd(dpt_backend *be, const dpt_pool_geom *g, cons
                                    size_t x_off, dpt_buffer *y, size_t y_off, dpt_buffer *argmax,
                                    size_t argmax_off);
 
-/* dx [planes, h, w] is overwritten: each dy element is added to dx at its argmax. */
+/* dx [planes, h, w] is overwritten: each dy element is added to dx at its argmax, which must
+ * come from dpt_maxpool_fwd with the same geometry (an index inside the element's window). */
 DPT_API dpt_status dpt_maxpool_bwd(dpt_backend *be, const dpt_pool_geom *g, const dpt_buffer *dy,
                                    size_t dy_off, const dpt_buffer *argmax, size_t argmax_off,
                                    dpt_buffer *dx, size_t dx_off);

@@ -1,0 +1,77 @@
+/* Softmax cross-entropy, forward and backward: one work-group per row.
+ *
+ *   pass 1: max and first argmax of the row   (strided over the group, tree in local memory)
+ *   pass 2: sum of exp(x - max)               (likewise)
+ *   pass 3: dlogits = scale * (p - onehot)    (when want_grad)
+ *   stats[2r] = loss_r, stats[2r+1] = 1 if correct else 0   (when want_stats; the host adds
+ *   them in double)
+ * A label outside [0, cols): loss NaN, gradient row zero, never correct. Exponentials and sums
+ * are computed in acc_t (double where the device has it, like the CPU reference).
+ * Cost: 2 reads of the row (3 with the gradient), one write of the row. */
+
+/* Does candidate (v2, i2) beat (v1, i1) for the first maximal element? i == cols: none. */
+inline int dpt_better(float v1, ulong i1, float v2, ulong i2, ulong cols) {
+  if (i2 == cols) return 0;
+  if (i1 == cols) return 1;
+  return v2 > v1 || (v2 == v1 && i2 < i1);
+}
+
+__kernel void softmax_xent(ulong cols, __global const float *logits, ulong logits_off,
+                           __global const int *labels, ulong labels_off, float scale,
+                           int want_grad, __global float *dlogits, ulong dlogits_off,
+                           int want_stats, __global acc_t *stats, __local float *lval,
+                           __local ulong *lidx, __local acc_t *lsum) {
+  size_t r = get_group_id(0), lid = get_local_id(0), nl = get_local_size(0);
+  __global const float *x = logits + logits_off + r * cols;
+
+  float best = 0.0f;
+  ulong bi = cols;
+  for (ulong j = lid; j < cols; j += nl) {
+    float v = x[j];
+    if (bi == cols || v > best) {
+      best = v;
+      bi = j;
+    }
+  }
+  lval[lid] = best;
+  lidx[lid] = bi;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (size_t s = nl / 2; s > 0; s /= 2) {
+    if (lid < s && dpt_better(lval[lid], lidx[lid], lval[lid + s], lidx[lid + s], cols)) {
+      lval[lid] = lval[lid + s];
+      lidx[lid] = lidx[lid + s];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  float mx = lval[0];
+  ulong amax = lidx[0];
+
+  acc_t acc = 0;
+  for (ulong j = lid; j < cols; j += nl)
+    acc += exp((acc_t)x[j] - mx);
+  lsum[lid] = acc;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (size_t s = nl / 2; s > 0; s /= 2) {
+    if (lid < s) lsum[lid] += lsum[lid + s];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  acc_t sum = lsum[0];
+
+  int label = labels[labels_off + r];
+  int valid = label >= 0 && (ulong)label < cols;
+  if (want_grad) {
+    __global float *d = dlogits + dlogits_off + r * cols;
+    for (ulong j = lid; j < cols; j += nl) {
+      float g = 0.0f;
+      if (valid) {
+        acc_t p = exp((acc_t)x[j] - mx) / sum;
+        g = (float)((acc_t)scale * (p - (j == (ulong)label ? 1 : 0)));
+      }
+      d[j] = g;
+    }
+  }
+  if (want_stats && lid == 0) {
+    stats[2 * r] = valid ? log(sum) - ((acc_t)x[label] - mx) : (acc_t)NAN;
+    stats[2 * r + 1] = valid && amax == (ulong)label ? 1 : 0;
+  }
+}
