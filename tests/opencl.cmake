@@ -10,3 +10,16 @@ if(DPT_WITH_OPENCL)
                                  "OCL_ICD_FILENAMES=")
   file(MAKE_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}/no-opencl-icd")
 endif()
+
+# The OpenCL ops under Oclgrind's checkers, its log required empty (label `oclgrind`). Not in
+# sanitizer builds: Oclgrind is preloaded, and AddressSanitizer must be the first library.
+find_program(DPT_OCLGRIND oclgrind)
+if(DPT_WITH_OPENCL AND DPT_OCLGRIND AND NOT DPT_SANITIZE)
+  add_test(NAME conformance_opencl_oclgrind
+           COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/oclgrind_test.sh" "${DPT_OCLGRIND}"
+                   $<TARGET_FILE:conformance> "${CMAKE_CURRENT_BINARY_DIR}/oclgrind.log")
+  set_tests_properties(conformance_opencl_oclgrind PROPERTIES TIMEOUT 900 LABELS "oclgrind;opencl"
+                                                              SKIP_RETURN_CODE 77)
+elseif(DPT_WITH_OPENCL AND NOT DPT_OCLGRIND)
+  message(STATUS "oclgrind not found: the OpenCL ops are not checked under it (apt-get install oclgrind)")
+endif()

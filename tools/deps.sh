@@ -9,6 +9,7 @@ packages=(
   ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd   # OpenCL + CPU driver
   libvulkan-dev glslc spirv-tools mesa-vulkan-drivers vulkan-validationlayers  # Vulkan + lavapipe
   libopenmpi-dev openmpi-bin                    # MPI transport
+  oclgrind                                      # OpenCL kernel checker (tests)
   zlib1g-dev                                    # gzip IDX files
   dataset-fashion-mnist                         # the real data set
 )
