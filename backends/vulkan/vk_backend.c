@@ -1,0 +1,652 @@
+/* Vulkan backend: instance and device enumeration, backend creation/destruction, VkResult
+ * translation, validation-layer reporting and the vtable. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/vulkan/vk_internal.h"
+#include "backends/vulkan/vulkan_debug.h"
+#include "core/error.h"
+
+#define DPT_VK_NO_DRIVER                                                                           \
+  "no Vulkan driver installed (for a CPU driver: apt-get install mesa-vulkan-drivers)"
+#define DPT_VK_VALIDATION_LAYER "VK_LAYER_KHRONOS_validation"
+
+/* Validation errors over the whole process, including those reported while a backend is
+ * destroyed (when no op is left to return them). */
+static atomic_uint_fast64_t vk_validation_total;
+
+/* ---- VkResult translation ------------------------------------------------------------- */
+
+const char *dpt_vk_result_name(VkResult r) {
+  switch (r) {
+#define DPT_VK_RESULT_(name)                                                                       \
+  case name:                                                                                       \
+    return #name;
+    DPT_VK_RESULT_(VK_SUCCESS)
+    DPT_VK_RESULT_(VK_NOT_READY)
+    DPT_VK_RESULT_(VK_TIMEOUT)
+    DPT_VK_RESULT_(VK_EVENT_SET)
+    DPT_VK_RESULT_(VK_EVENT_RESET)
+    DPT_VK_RESULT_(VK_INCOMPLETE)
+    DPT_VK_RESULT_(VK_ERROR_OUT_OF_HOST_MEMORY)
+    DPT_VK_RESULT_(VK_ERROR_OUT_OF_DEVICE_MEMORY)
+    DPT_VK_RESULT_(VK_ERROR_INITIALIZATION_FAILED)
+    DPT_VK_RESULT_(VK_ERROR_DEVICE_LOST)
+    DPT_VK_RESULT_(VK_ERROR_MEMORY_MAP_FAILED)
+    DPT_VK_RESULT_(VK_ERROR_LAYER_NOT_PRESENT)
+    DPT_VK_RESULT_(VK_ERROR_EXTENSION_NOT_PRESENT)
+    DPT_VK_RESULT_(VK_ERROR_FEATURE_NOT_PRESENT)
+    DPT_VK_RESULT_(VK_ERROR_INCOMPATIBLE_DRIVER)
+    DPT_VK_RESULT_(VK_ERROR_TOO_MANY_OBJECTS)
+    DPT_VK_RESULT_(VK_ERROR_FORMAT_NOT_SUPPORTED)
+    DPT_VK_RESULT_(VK_ERROR_FRAGMENTED_POOL)
+    DPT_VK_RESULT_(VK_ERROR_UNKNOWN)
+    DPT_VK_RESULT_(VK_ERROR_OUT_OF_POOL_MEMORY)
+    DPT_VK_RESULT_(VK_ERROR_INVALID_EXTERNAL_HANDLE)
+    DPT_VK_RESULT_(VK_ERROR_FRAGMENTATION)
+    DPT_VK_RESULT_(VK_ERROR_INVALID_OPAQUE_CAPTURE_ADDRESS)
+    DPT_VK_RESULT_(VK_PIPELINE_COMPILE_REQUIRED)
+    DPT_VK_RESULT_(VK_ERROR_VALIDATION_FAILED_EXT)
+    DPT_VK_RESULT_(VK_ERROR_INVALID_SHADER_NV)
+    DPT_VK_RESULT_(VK_ERROR_NOT_PERMITTED_KHR)
+    DPT_VK_RESULT_(VK_ERROR_COMPRESSION_EXHAUSTED_EXT)
+#undef DPT_VK_RESULT_
+  default:
+    break;
+  }
+  return "VK_RESULT_UNKNOWN";
+}
+
+dpt_status dpt_vk_check(dpt_vk_ctx *ctx, VkResult r, const char *call, size_t bytes) {
+  if (r == VK_SUCCESS) return DPT_OK;
+  const char *name = dpt_vk_result_name(r);
+  if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY) {
+    if (bytes)
+      return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s (%zu bytes): %s (%d)", call, bytes, name,
+                           (int)r);
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: %s (%d)", call, name, (int)r);
+  }
+  if (r == VK_ERROR_DEVICE_LOST) {
+    if (ctx && ctx->be) ctx->be->lost = 1;
+    return dpt_set_error(DPT_ERR_DEVICE, "%s: %s (%d)", call, name, (int)r);
+  }
+  return dpt_set_error(DPT_ERR_DEVICE, "%s: %s (%d)", call, name, (int)r);
+}
+
+/* ---- validation ------------------------------------------------------------------------ */
+
+static VKAPI_ATTR VkBool32 VKAPI_CALL vk_debug_callback(
+    VkDebugUtilsMessageSeverityFlagBitsEXT severity, VkDebugUtilsMessageTypeFlagsEXT types,
+    const VkDebugUtilsMessengerCallbackDataEXT *data, void *user) {
+  (void)types;
+  dpt_vk_ctx *ctx = user; /* may be NULL: messages outside any backend */
+  const char *msg = data && data->pMessage ? data->pMessage : "(no message)";
+  int error = (severity & VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT) != 0;
+  fprintf(stderr, "dptrain vulkan validation %s: %s\n", error ? "ERROR" : "warning", msg);
+  if (error) {
+    atomic_fetch_add(&vk_validation_total, 1);
+    if (ctx) {
+      atomic_fetch_add(&ctx->validation_errors, 1);
+      if (!atomic_load(&ctx->validation_pending)) {
+        snprintf(ctx->validation_msg, sizeof ctx->validation_msg, "%s", msg);
+        atomic_store(&ctx->validation_pending, 1);
+      }
+    }
+  }
+  return VK_FALSE; /* never abort the call that triggered it */
+}
+
+uint64_t dpt_vulkan_validation_errors(const dpt_backend *be) {
+  if (!be || !be->ctx || be->vt != &dpt_vulkan_vtable) return 0;
+  dpt_vk_ctx *ctx = be->ctx;
+  return (uint64_t)atomic_load(&ctx->validation_errors);
+}
+
+uint64_t dpt_vulkan_validation_errors_total(void) {
+  return (uint64_t)atomic_load(&vk_validation_total);
+}
+
+int dpt_vulkan_validation_requested(void) {
+  const char *v = getenv("DPT_VULKAN_VALIDATION");
+  return v && strcmp(v, "1") == 0;
+}
+
+static void vk_messenger_info(dpt_vk_ctx *ctx, VkDebugUtilsMessengerCreateInfoEXT *info) {
+  memset(info, 0, sizeof *info);
+  info->sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT;
+  info->messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT |
+                          VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT;
+  info->messageType =
+      VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT;
+  info->pfnUserCallback = vk_debug_callback;
+  info->pUserData = ctx;
+}
+
+/* Returns (and clears) a validation error not yet reported by any call. */
+static dpt_status vk_validation_status(dpt_vk_ctx *ctx) {
+  if (ctx && atomic_exchange(&ctx->validation_pending, 0))
+    return dpt_set_error(DPT_ERR_DEVICE, "Vulkan validation error: %s", ctx->validation_msg);
+  return DPT_OK;
+}
+
+static int vk_has_layer(const char *name, dpt_status *st) {
+  uint32_t n = 0;
+  *st = dpt_vk_check(NULL, vkEnumerateInstanceLayerProperties(&n, NULL),
+                     "vkEnumerateInstanceLayerProperties", 0);
+  if (*st != DPT_OK || n == 0) return 0;
+  VkLayerProperties *layers = calloc(n, sizeof *layers);
+  if (!layers) {
+    *st = dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "vulkan: out of host memory");
+    return 0;
+  }
+  VkResult r = vkEnumerateInstanceLayerProperties(&n, layers);
+  int found = 0;
+  if (r == VK_SUCCESS || r == VK_INCOMPLETE) {
+    for (uint32_t i = 0; i < n; ++i)
+      if (strcmp(layers[i].layerName, name) == 0) found = 1;
+  } else {
+    *st = dpt_vk_check(NULL, r, "vkEnumerateInstanceLayerProperties", 0);
+  }
+  free(layers);
+  return found;
+}
+
+static int vk_has_instance_extension(const char *layer, const char *name) {
+  uint32_t n = 0;
+  if (vkEnumerateInstanceExtensionProperties(layer, &n, NULL) != VK_SUCCESS || n == 0) return 0;
+  VkExtensionProperties *ext = calloc(n, sizeof *ext);
+  if (!ext) return 0;
+  int found = 0;
+  VkResult r = vkEnumerateInstanceExtensionProperties(layer, &n, ext);
+  if (r == VK_SUCCESS || r == VK_INCOMPLETE)
+    for (uint32_t i = 0; i < n; ++i)
+      if (strcmp(ext[i].extensionName, name) == 0) found = 1;
+  free(ext);
+  return found;
+}
+
+/* ---- instance and physical devices ----------------------------------------------------- */
+
+/* Creates an instance. With `ctx` and validation requested, enables the validation layer and
+ * debug utils and registers the messenger. A missing driver is DPT_ERR_UNSUPPORTED with the
+ * install hint. */
+static dpt_status vk_instance_create(dpt_vk_ctx *ctx, VkInstance *out) {
+  *out = VK_NULL_HANDLE;
+  uint32_t api = VK_API_VERSION_1_0;
+  PFN_vkEnumerateInstanceVersion enum_version =
+      (PFN_vkEnumerateInstanceVersion)vkGetInstanceProcAddr(NULL, "vkEnumerateInstanceVersion");
+  if (enum_version && enum_version(&api) != VK_SUCCESS) api = VK_API_VERSION_1_0;
+  if (api < VK_API_VERSION_1_1)
+    return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                         "vulkan: the Vulkan loader supports version %u.%u, 1.1 is needed",
+                         VK_API_VERSION_MAJOR(api), VK_API_VERSION_MINOR(api));
+
+  VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
+                           .pApplicationName = "dptrain",
+                           .applicationVersion = 1,
+                           .pEngineName = "dptrain",
+                           .engineVersion = 1,
+                           .apiVersion =
+                               api >= VK_API_VERSION_1_2 ? VK_API_VERSION_1_2 : VK_API_VERSION_1_1};
+  const char *layers[1];
+  const char *exts[3];
+  uint32_t nlayers = 0, nexts = 0;
+  VkInstanceCreateInfo info = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
+                               .pApplicationInfo = &app};
+  /* Drivers layered over Metal and the like are only listed with portability enumeration. */
+  if (vk_has_instance_extension(NULL, "VK_KHR_portability_enumeration")) {
+    exts[nexts++] = "VK_KHR_portability_enumeration";
+    info.flags |= 0x00000001; /* VK_INSTANCE_CREATE_ENUMERATE_PORTABILITY_BIT_KHR */
+  }
+  VkDebugUtilsMessengerCreateInfoEXT dbg;
+  /* Synchronization validation checks the barriers between recorded commands as well. */
+  VkValidationFeatureEnableEXT sync = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT;
+  VkValidationFeaturesEXT features = {.sType = VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT,
+                                      .enabledValidationFeatureCount = 1,
+                                      .pEnabledValidationFeatures = &sync};
+  int validation = ctx && ctx->validation;
+  if (validation) {
+    dpt_status st = DPT_OK;
+    if (!vk_has_layer(DPT_VK_VALIDATION_LAYER, &st)) {
+      if (st != DPT_OK) return st;
+      return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                           "vulkan: DPT_VULKAN_VALIDATION=1 but the layer %s is not installed "
+                           "(apt-get install vulkan-validationlayers)",
+                           DPT_VK_VALIDATION_LAYER);
+    }
+    if (!vk_has_instance_extension(NULL, VK_EXT_DEBUG_UTILS_EXTENSION_NAME) &&
+        !vk_has_instance_extension(DPT_VK_VALIDATION_LAYER, VK_EXT_DEBUG_UTILS_EXTENSION_NAME))
+      return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                           "vulkan: DPT_VULKAN_VALIDATION=1 but %s is not available",
+                           VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
+    layers[nlayers++] = DPT_VK_VALIDATION_LAYER;
+    exts[nexts++] = VK_EXT_DEBUG_UTILS_EXTENSION_NAME;
+    /* Also covers messages from vkCreateInstance/vkDestroyInstance themselves. */
+    vk_messenger_info(ctx, &dbg);
+    info.pNext = &dbg;
+    if (vk_has_instance_extension(DPT_VK_VALIDATION_LAYER,
+                                  VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME)) {
+      exts[nexts++] = VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME;
+      features.pNext = &dbg;
+      info.pNext = &features;
+    }
+  }
+  info.enabledLayerCount = nlayers;
+  info.ppEnabledLayerNames = nlayers ? layers : NULL;
+  info.enabledExtensionCount = nexts;
+  info.ppEnabledExtensionNames = nexts ? exts : NULL;
+
+  VkResult r = vkCreateInstance(&info, NULL, out);
+  if (r == VK_ERROR_INCOMPATIBLE_DRIVER) {
+    *out = VK_NULL_HANDLE;
+    return dpt_set_error(DPT_ERR_UNSUPPORTED, DPT_VK_NO_DRIVER);
+  }
+  if (r != VK_SUCCESS) {
+    *out = VK_NULL_HANDLE;
+    return dpt_vk_check(NULL, r, "vkCreateInstance", 0);
+  }
+  if (validation) {
+    PFN_vkCreateDebugUtilsMessengerEXT create_messenger =
+        (PFN_vkCreateDebugUtilsMessengerEXT)vkGetInstanceProcAddr(*out,
+                                                                  "vkCreateDebugUtilsMessengerEXT");
+    ctx->destroy_messenger = (PFN_vkDestroyDebugUtilsMessengerEXT)vkGetInstanceProcAddr(
+        *out, "vkDestroyDebugUtilsMessengerEXT");
+    if (!create_messenger || !ctx->destroy_messenger) {
+      vkDestroyInstance(*out, NULL);
+      *out = VK_NULL_HANDLE;
+      return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                           "vulkan: vkCreateDebugUtilsMessengerEXT is not available");
+    }
+    r = create_messenger(*out, &dbg, NULL, &ctx->messenger);
+    if (r != VK_SUCCESS) {
+      vkDestroyInstance(*out, NULL);
+      *out = VK_NULL_HANDLE;
+      return dpt_vk_check(NULL, r, "vkCreateDebugUtilsMessengerEXT", 0);
+    }
+  }
+  return DPT_OK;
+}
+
+static int vk_type_rank(VkPhysicalDeviceType t) {
+  switch (t) {
+  case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+    return 0;
+  case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+    return 1;
+  case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+    return 2;
+  case VK_PHYSICAL_DEVICE_TYPE_OTHER:
+    return 3;
+  case VK_PHYSICAL_DEVICE_TYPE_CPU:
+    return 4;
+  default:
+    return 3;
+  }
+}
+
+/* A compute queue family of `pd`, or UINT32_MAX. */
+static uint32_t vk_compute_family(VkPhysicalDevice pd) {
+  uint32_t n = 0;
+  vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, NULL);
+  if (n == 0) return UINT32_MAX;
+  VkQueueFamilyProperties *fam = calloc(n, sizeof *fam);
+  if (!fam) return UINT32_MAX;
+  vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, fam);
+  uint32_t found = UINT32_MAX;
+  for (uint32_t i = 0; i < n && found == UINT32_MAX; ++i)
+    if ((fam[i].queueFlags & VK_QUEUE_COMPUTE_BIT) && fam[i].queueCount > 0) found = i;
+  free(fam);
+  return found;
+}
+
+/* The usable physical devices (Vulkan >= 1.1 with a compute queue) in the backend's order:
+ * discrete, integrated, virtual, other, CPU; enumeration order within a type. *out is owned
+ * by the caller. */
+static dpt_status vk_physical_devices(VkInstance inst, VkPhysicalDevice **out, uint32_t *count) {
+  *out = NULL;
+  *count = 0;
+  uint32_t n = 0;
+  dpt_status st = dpt_vk_check(NULL, vkEnumeratePhysicalDevices(inst, &n, NULL),
+                               "vkEnumeratePhysicalDevices", 0);
+  if (st != DPT_OK) return st;
+  if (n == 0) {
+    dpt_set_error(DPT_ERR_UNSUPPORTED, DPT_VK_NO_DRIVER);
+    return DPT_OK;
+  }
+  VkPhysicalDevice *all = calloc(n, sizeof *all);
+  VkPhysicalDevice *sorted = calloc(n, sizeof *sorted);
+  if (!all || !sorted) {
+    free(all);
+    free(sorted);
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "vulkan: out of host memory");
+  }
+  VkResult r = vkEnumeratePhysicalDevices(inst, &n, all);
+  if (r != VK_SUCCESS && r != VK_INCOMPLETE) {
+    free(all);
+    free(sorted);
+    return dpt_vk_check(NULL, r, "vkEnumeratePhysicalDevices", 0);
+  }
+  uint32_t m = 0;
+  for (int rank = 0; rank <= 4; ++rank) {
+    for (uint32_t i = 0; i < n; ++i) {
+      VkPhysicalDeviceProperties p;
+      vkGetPhysicalDeviceProperties(all[i], &p);
+      if (vk_type_rank(p.deviceType) != rank) continue;
+      if (p.apiVersion < VK_API_VERSION_1_1) continue;
+      if (vk_compute_family(all[i]) == UINT32_MAX) continue;
+      sorted[m++] = all[i];
+    }
+  }
+  free(all);
+  *out = sorted;
+  *count = m;
+  if (m == 0)
+    dpt_set_error(DPT_ERR_UNSUPPORTED,
+                  "vulkan: %u device%s found, none with Vulkan 1.1 and a compute queue", n,
+                  n == 1 ? "" : "s");
+  return DPT_OK;
+}
+
+static const char *vk_vendor_name(uint32_t id) {
+  switch (id) {
+  case 0x10DE:
+    return "NVIDIA";
+  case 0x1002:
+  case 0x1022:
+    return "AMD";
+  case 0x8086:
+    return "Intel";
+  case 0x13B5:
+    return "ARM";
+  case 0x5143:
+    return "Qualcomm";
+  case 0x1010:
+    return "Imagination";
+  case 0x106B:
+    return "Apple";
+  case 0x10005:
+    return "Mesa";
+  default:
+    return NULL;
+  }
+}
+
+static void vk_fill_info(VkPhysicalDevice pd, int index, dpt_device_info *out) {
+  memset(out, 0, sizeof *out);
+  VkPhysicalDeviceDriverProperties drv = {.sType =
+                                              VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
+  VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+  VkPhysicalDeviceProperties basic;
+  vkGetPhysicalDeviceProperties(pd, &basic);
+  int has_driver_props = basic.apiVersion >= VK_API_VERSION_1_2;
+  if (has_driver_props) p2.pNext = &drv;
+  vkGetPhysicalDeviceProperties2(pd, &p2);
+  const VkPhysicalDeviceProperties *p = &p2.properties;
+
+  out->backend = DPT_BACKEND_VULKAN;
+  out->index = index;
+  switch (p->deviceType) {
+  case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+    out->type = DPT_DEVICE_GPU_DISCRETE;
+    break;
+  case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+    out->type = DPT_DEVICE_GPU_INTEGRATED;
+    break;
+  case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+    out->type = DPT_DEVICE_GPU_VIRTUAL;
+    break;
+  case VK_PHYSICAL_DEVICE_TYPE_CPU:
+    out->type = DPT_DEVICE_CPU;
+    break;
+  default:
+    out->type = DPT_DEVICE_OTHER;
+    break;
+  }
+  snprintf(out->name, sizeof out->name, "%.127s", p->deviceName);
+  const char *vendor = vk_vendor_name(p->vendorID);
+  if (vendor)
+    snprintf(out->vendor, sizeof out->vendor, "%s", vendor);
+  else
+    snprintf(out->vendor, sizeof out->vendor, "0x%04x", (unsigned)p->vendorID);
+  if (has_driver_props)
+    snprintf(out->driver, sizeof out->driver, "%.40s %.60s (Vulkan %u.%u.%u)", drv.driverName,
+             drv.driverInfo, VK_API_VERSION_MAJOR(p->apiVersion),
+             VK_API_VERSION_MINOR(p->apiVersion), VK_API_VERSION_PATCH(p->apiVersion));
+  else
+    snprintf(out->driver, sizeof out->driver, "Vulkan %u.%u.%u, driver 0x%x",
+             VK_API_VERSION_MAJOR(p->apiVersion), VK_API_VERSION_MINOR(p->apiVersion),
+             VK_API_VERSION_PATCH(p->apiVersion), (unsigned)p->driverVersion);
+  VkPhysicalDeviceMemoryProperties mp;
+  vkGetPhysicalDeviceMemoryProperties(pd, &mp);
+  for (uint32_t h = 0; h < mp.memoryHeapCount; ++h)
+    if (mp.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)
+      out->memory_bytes += mp.memoryHeaps[h].size;
+}
+
+static dpt_status vk_device_count(int *count) {
+  *count = 0;
+  VkInstance inst;
+  dpt_status st = vk_instance_create(NULL, &inst);
+  if (st == DPT_ERR_UNSUPPORTED) return DPT_OK; /* no driver: 0 devices, reason kept */
+  if (st != DPT_OK) return st;
+  VkPhysicalDevice *devs;
+  uint32_t n;
+  st = vk_physical_devices(inst, &devs, &n);
+  free(devs);
+  vkDestroyInstance(inst, NULL);
+  if (st != DPT_OK) return st;
+  *count = (int)n; /* 0: the reason is already set */
+  return DPT_OK;
+}
+
+static dpt_status vk_device_info(int index, dpt_device_info *out) {
+  VkInstance inst;
+  dpt_status st = vk_instance_create(NULL, &inst);
+  if (st != DPT_OK) return st;
+  VkPhysicalDevice *devs;
+  uint32_t n;
+  st = vk_physical_devices(inst, &devs, &n);
+  if (st == DPT_OK) {
+    if (n == 0)
+      st = DPT_ERR_UNSUPPORTED; /* message set by vk_physical_devices */
+    else if (index < 0 || (uint32_t)index >= n)
+      st = dpt_set_error(DPT_ERR_INVALID_ARG, "vulkan: device %d does not exist (%u devices)",
+                         index, n);
+    else
+      vk_fill_info(devs[index], index, out);
+  }
+  free(devs);
+  vkDestroyInstance(inst, NULL);
+  return st;
+}
+
+/* ---- backend lifetime ------------------------------------------------------------------ */
+
+static void vk_destroy(dpt_backend *be);
+
+static dpt_status vk_device_create(dpt_vk_ctx *ctx) {
+  ctx->queue_family = vk_compute_family(ctx->phys);
+  float prio = 1.0f;
+  VkDeviceQueueCreateInfo q = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
+                               .queueFamilyIndex = ctx->queue_family,
+                               .queueCount = 1,
+                               .pQueuePriorities = &prio};
+  /* On a CPU driver the gemm variant built for SIMD lanes stages tiles as dvec4, which needs
+   * shaderFloat64 (DPT_VULKAN_PORTABLE=1 keeps the portable kernels, to test them there). */
+  VkPhysicalDeviceFeatures supported, enabled;
+  memset(&enabled, 0, sizeof enabled);
+  vkGetPhysicalDeviceFeatures(ctx->phys, &supported);
+  const char *portable = getenv("DPT_VULKAN_PORTABLE");
+  if (ctx->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU && supported.shaderFloat64 &&
+      !(portable && strcmp(portable, "1") == 0)) {
+    enabled.shaderFloat64 = VK_TRUE;
+    ctx->gemm_cpu = 1;
+  }
+  VkDeviceCreateInfo info = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+                             .queueCreateInfoCount = 1,
+                             .pQueueCreateInfos = &q,
+                             .pEnabledFeatures = &enabled};
+  dpt_status st =
+      dpt_vk_check(ctx, vkCreateDevice(ctx->phys, &info, NULL, &ctx->device), "vkCreateDevice", 0);
+  if (st != DPT_OK) {
+    ctx->device = VK_NULL_HANDLE;
+    return st;
+  }
+  vkGetDeviceQueue(ctx->device, ctx->queue_family, 0, &ctx->queue);
+  return DPT_OK;
+}
+
+static dpt_status vk_create(dpt_backend *be, int device) {
+  dpt_vk_ctx *ctx = calloc(1, sizeof *ctx);
+  if (!ctx) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "vulkan: out of host memory");
+  ctx->be = be;
+  ctx->recording = -1;
+  ctx->last_frame = DPT_VK_FRAMES - 1;
+  ctx->next_serial = 1;
+  ctx->validation = dpt_vulkan_validation_requested();
+  atomic_init(&ctx->validation_errors, 0);
+  atomic_init(&ctx->validation_pending, 0);
+  be->ctx = ctx;
+
+  dpt_status st = vk_instance_create(ctx, &ctx->instance);
+  if (st != DPT_OK) {
+    vk_destroy(be);
+    return st;
+  }
+  VkPhysicalDevice *devs;
+  uint32_t n;
+  st = vk_physical_devices(ctx->instance, &devs, &n);
+  if (st == DPT_OK && n == 0) st = DPT_ERR_UNSUPPORTED; /* message set above */
+  if (st == DPT_OK && (device < 0 || (uint32_t)device >= n))
+    st = dpt_set_error(DPT_ERR_INVALID_ARG, "vulkan: device %d does not exist (%u devices)", device,
+                       n);
+  if (st == DPT_OK) ctx->phys = devs[device];
+  free(devs);
+  if (st != DPT_OK) {
+    vk_destroy(be);
+    return st;
+  }
+  VkPhysicalDeviceMaintenance3Properties m3 = {
+      .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
+  VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+                                    .pNext = &m3};
+  vkGetPhysicalDeviceProperties2(ctx->phys, &p2);
+  ctx->props = p2.properties;
+  ctx->max_allocation = m3.maxMemoryAllocationSize;
+  /* Test knob: a smaller maxStorageBufferRange, so tests reach the split dispatches with small
+   * tensors. */
+  const char *range = getenv("DPT_VULKAN_TEST_MAX_RANGE");
+  if (range) {
+    unsigned long v = strtoul(range, NULL, 10);
+    if (v >= 1024 && v < ctx->props.limits.maxStorageBufferRange)
+      ctx->props.limits.maxStorageBufferRange = (uint32_t)v;
+  }
+  vkGetPhysicalDeviceMemoryProperties(ctx->phys, &ctx->memprops);
+
+  st = vk_device_create(ctx);
+  if (st == DPT_OK) st = dpt_vk_memory_init(ctx);
+  if (st == DPT_OK) st = dpt_vk_exec_init(ctx);
+  if (st == DPT_OK) st = vk_validation_status(ctx);
+  if (st != DPT_OK) {
+    vk_destroy(be);
+    return st;
+  }
+  return DPT_OK;
+}
+
+static void vk_destroy(dpt_backend *be) {
+  dpt_vk_ctx *ctx = be->ctx;
+  if (!ctx) return;
+  if (ctx->device) {
+    if (!be->lost) (void)dpt_vk_finish(ctx);
+    (void)vkDeviceWaitIdle(ctx->device); /* after a loss this may fail; free anyway */
+    dpt_vk_exec_destroy(ctx);
+    dpt_vk_memory_destroy(ctx);
+    vkDestroyDevice(ctx->device, NULL);
+  }
+  if (ctx->messenger && ctx->destroy_messenger)
+    ctx->destroy_messenger(ctx->instance, ctx->messenger, NULL);
+  if (ctx->instance) vkDestroyInstance(ctx->instance, NULL);
+  free(ctx);
+  be->ctx = NULL;
+}
+
+/* ---- entry points: refuse work on a lost device, report validation errors --------------- */
+
+static dpt_status vk_enter(dpt_backend *be) {
+  if (be->lost)
+    return dpt_set_error(DPT_ERR_DEVICE, "vulkan: the device was lost; destroy the backend");
+  return vk_validation_status(be->ctx);
+}
+
+static dpt_status vk_leave(dpt_backend *be, dpt_status st) {
+  if (st != DPT_OK) return st;
+  return vk_validation_status(be->ctx);
+}
+
+static dpt_status vk_synchronize(dpt_backend *be) {
+  dpt_status st = vk_enter(be);
+  if (st == DPT_OK) st = dpt_vk_finish(be->ctx);
+  return vk_leave(be, st);
+}
+
+static dpt_status vk_buffer_alloc(dpt_backend *be, dpt_buffer *buf) {
+  dpt_status st = vk_enter(be);
+  if (st == DPT_OK) st = dpt_vk_buffer_alloc(be, buf);
+  return vk_leave(be, st);
+}
+
+static dpt_status vk_upload(dpt_backend *be, dpt_buffer *dst, size_t offset, const void *src,
+                            size_t bytes) {
+  dpt_status st = vk_enter(be);
+  if (st == DPT_OK) st = dpt_vk_upload(be, dst, offset, src, bytes);
+  return vk_leave(be, st);
+}
+
+static dpt_status vk_download(dpt_backend *be, const dpt_buffer *src, size_t offset, void *dst,
+                              size_t bytes) {
+  dpt_status st = vk_enter(be);
+  if (st == DPT_OK) st = dpt_vk_download(be, src, offset, dst, bytes);
+  return vk_leave(be, st);
+}
+
+static dpt_status vk_copy(dpt_backend *be, dpt_buffer *dst, size_t dst_offset,
+                          const dpt_buffer *src, size_t src_offset, size_t bytes) {
+  dpt_status st = vk_enter(be);
+  if (st == DPT_OK) st = dpt_vk_copy(be, dst, dst_offset, src, src_offset, bytes);
+  return vk_leave(be, st);
+}
+
+static dpt_status vk_fill_f32(dpt_backend *be, dpt_buffer *dst, size_t offset_elems, size_t count,
+                              float value) {
+  dpt_status st = vk_enter(be);
+  if (st == DPT_OK) st = dpt_vk_fill_f32(be, dst, offset_elems, count, value);
+  return vk_leave(be, st);
+}
+
+#define DPT_VK_OP_WRAP_(NAME, name)                                                                \
+  static dpt_status vk_##name(dpt_backend *be, const dpt_##name##_args *a) {                       \
+    dpt_status st = vk_enter(be);                                                                  \
+    if (st == DPT_OK) st = dpt_vk_op_##name(be->ctx, a);                                           \
+    return vk_leave(be, st);                                                                       \
+  }
+DPT_OP_MAP(DPT_VK_OP_WRAP_)
+#undef DPT_VK_OP_WRAP_
+
+const dpt_backend_vtable dpt_vulkan_vtable = {.kind = DPT_BACKEND_VULKAN,
+                                              .device_count = vk_device_count,
+                                              .device_info = vk_device_info,
+                                              .create = vk_create,
+                                              .destroy = vk_destroy,
+                                              .synchronize = vk_synchronize,
+                                              .buffer_alloc = vk_buffer_alloc,
+                                              .buffer_free = dpt_vk_buffer_free,
+                                              .upload = vk_upload,
+                                              .download = vk_download,
+                                              .copy = vk_copy,
+                                              .fill_f32 = vk_fill_f32,
+#define DPT_VK_OP_VT_(NAME, name) .name = vk_##name,
+                                              DPT_OP_MAP(DPT_VK_OP_VT_)
+#undef DPT_VK_OP_VT_
+};

@@ -1,0 +1,489 @@
+/* Vulkan backend: the op set. Each op binds its tensors as windows (vk_internal.h), packs its
+ * push constants (the layouts match the `P` blocks of backends/vulkan/shaders/<op>.comp word
+ * for word) and records one or more dispatches. Element-wise ops and reductions split tensors
+ * larger than one window into several dispatches; structured ops return DPT_ERR_UNSUPPORTED
+ * when a tensor does not fit one window (maxStorageBufferRange) or a size needs more than 32
+ * bits. Results needed on the host (reductions, loss) come from per-workgroup partials in host
+ * memory, added here in double. */
+#include <math.h>
+#include <string.h>
+
+#include "backends/vulkan/vk_internal.h"
+#include "core/error.h"
+
+/* Workgroups of the reductions: enough to fill a GPU, few enough partials to add on the host. */
+#define DPT_VK_REDUCE_GROUPS 512u
+
+static dpt_vk_alloc *vk_al(const dpt_ref *r) {
+  return r->buf->handle;
+}
+
+static uint64_t vk_div_up(uint64_t a, uint64_t b) {
+  return (a + b - 1) / b;
+}
+
+/* Sizes a shader receives as 32-bit (partly signed) integers; tensor sizes are bounded by the
+ * windows already, this guards geometry parameters (strides, padding) that are not. */
+static int vk_fits_int(const size_t *v, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (v[i] > INT32_MAX) return 0;
+  return 1;
+}
+
+static dpt_status vk_too_large(const char *op) {
+  return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                       "vulkan: %s: a size exceeds the 32-bit range of the shaders", op);
+}
+
+static uint32_t vk_f2u(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+/* ---- element-wise ops ---------------------------------------------------------------------- */
+
+typedef struct vk_tensor {
+  dpt_vk_alloc *al;
+  size_t off;   /* elements */
+  size_t esize; /* bytes per element */
+} vk_tensor;
+
+/* Runs `pipe` over n elements of the tensors t[0..nt) in chunks that fit a window. Push word 0
+ * is the chunk's element count, words 1..nt the tensors' window offsets, the rest of `push`
+ * (push_words in all) is passed unchanged. */
+static dpt_status vk_elementwise(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, size_t n, const vk_tensor *t,
+                                 uint32_t nt, uint32_t *push, uint32_t push_words) {
+  size_t chunk = dpt_vk_chunk_elems(ctx, 4);
+  for (size_t done = 0; done < n;) {
+    size_t c = n - done < chunk ? n - done : chunk;
+    dpt_vk_win w[DPT_VK_MAX_BINDINGS];
+    for (uint32_t i = 0; i < nt; ++i) {
+      dpt_status st = dpt_vk_window(ctx, t[i].al, t[i].off + done, c, t[i].esize, &w[i]);
+      if (st != DPT_OK) return st;
+      push[1 + i] = w[i].elem;
+    }
+    push[0] = (uint32_t)c;
+    dpt_status st =
+        dpt_vk_dispatch(ctx, pipe, w, nt, push, push_words * 4, vk_div_up(c, DPT_VK_WG));
+    if (st != DPT_OK) return st;
+    done += c;
+  }
+  return DPT_OK;
+}
+
+dpt_status dpt_vk_op_relu_fwd(dpt_vk_ctx *ctx, const dpt_relu_fwd_args *a) {
+  vk_tensor t[2] = {{vk_al(&a->x), a->x.off, 4}, {vk_al(&a->y), a->y.off, 4}};
+  uint32_t push[3];
+  return vk_elementwise(ctx, DPT_VK_PIPE_RELU_FWD, a->n, t, 2, push, 3);
+}
+
+dpt_status dpt_vk_op_relu_bwd(dpt_vk_ctx *ctx, const dpt_relu_bwd_args *a) {
+  vk_tensor t[3] = {
+      {vk_al(&a->x), a->x.off, 4}, {vk_al(&a->dy), a->dy.off, 4}, {vk_al(&a->dx), a->dx.off, 4}};
+  uint32_t push[4];
+  return vk_elementwise(ctx, DPT_VK_PIPE_RELU_BWD, a->n, t, 3, push, 4);
+}
+
+dpt_status dpt_vk_op_axpy(dpt_vk_ctx *ctx, const dpt_axpy_args *a) {
+  vk_tensor t[2] = {{vk_al(&a->x), a->x.off, 4}, {vk_al(&a->y), a->y.off, 4}};
+  uint32_t push[4] = {0, 0, 0, vk_f2u(a->alpha)};
+  return vk_elementwise(ctx, DPT_VK_PIPE_AXPY, a->n, t, 2, push, 4);
+}
+
+dpt_status dpt_vk_op_scale(dpt_vk_ctx *ctx, const dpt_scale_args *a) {
+  vk_tensor t[1] = {{vk_al(&a->x), a->x.off, 4}};
+  uint32_t push[3] = {0, 0, vk_f2u(a->alpha)};
+  return vk_elementwise(ctx, DPT_VK_PIPE_SCALE, a->n, t, 1, push, 3);
+}
+
+dpt_status dpt_vk_op_sgd_update(dpt_vk_ctx *ctx, const dpt_sgd_update_args *a) {
+  int has_v = a->velocity.buf != NULL;
+  /* Without velocity the binding still needs a buffer: the weights stand in, unused. */
+  vk_tensor t[3] = {
+      {vk_al(&a->w), a->w.off, 4},
+      {vk_al(&a->grad), a->grad.off, 4},
+      {has_v ? vk_al(&a->velocity) : vk_al(&a->w), has_v ? a->velocity.off : a->w.off, 4}};
+  uint32_t push[9] = {0,
+                      0,
+                      0,
+                      0,
+                      vk_f2u(a->p.lr),
+                      vk_f2u(a->p.momentum),
+                      vk_f2u(a->p.weight_decay),
+                      a->p.nesterov ? 1u : 0u,
+                      has_v ? 1u : 0u};
+  return vk_elementwise(ctx, DPT_VK_PIPE_SGD_UPDATE, a->n, t, 3, push, 9);
+}
+
+dpt_status dpt_vk_op_adamw_update(dpt_vk_ctx *ctx, const dpt_adamw_update_args *a) {
+  const dpt_adamw_params *p = &a->p;
+  const dpt_adamw_scalars k = dpt_adamw_scalars_of(p); /* rounded like every backend */
+  vk_tensor t[4] = {{vk_al(&a->w), a->w.off, 4},
+                    {vk_al(&a->grad), a->grad.off, 4},
+                    {vk_al(&a->m), a->m.off, 4},
+                    {vk_al(&a->v), a->v.off, 4}};
+  uint32_t push[13] = {0,
+                       0,
+                       0,
+                       0,
+                       0,
+                       vk_f2u(p->beta1),
+                       vk_f2u(p->beta2),
+                       vk_f2u(p->eps),
+                       vk_f2u(k.decay),
+                       vk_f2u(k.step_size),
+                       vk_f2u(k.bc2_sqrt),
+                       vk_f2u(k.one_minus_b1),
+                       vk_f2u(k.one_minus_b2)};
+  return vk_elementwise(ctx, DPT_VK_PIPE_ADAMW_UPDATE, a->n, t, 4, push, 13);
+}
+
+dpt_status dpt_vk_op_f32_to_f16(dpt_vk_ctx *ctx, const dpt_f32_to_f16_args *a) {
+  vk_tensor t[2] = {{vk_al(&a->src), a->src.off, 4}, {vk_al(&a->dst), a->dst.off, 2}};
+  uint32_t push[3];
+  return vk_elementwise(ctx, DPT_VK_PIPE_F32_TO_F16, a->n, t, 2, push, 3);
+}
+
+dpt_status dpt_vk_op_f16_to_f32(dpt_vk_ctx *ctx, const dpt_f16_to_f32_args *a) {
+  vk_tensor t[2] = {{vk_al(&a->src), a->src.off, 2}, {vk_al(&a->dst), a->dst.off, 4}};
+  uint32_t push[3];
+  return vk_elementwise(ctx, DPT_VK_PIPE_F16_TO_F32, a->n, t, 2, push, 3);
+}
+
+dpt_status dpt_vk_op_bias_add(dpt_vk_ctx *ctx, const dpt_bias_add_args *a) {
+  size_t n;
+  if (!dpt_mul_ok(a->rows, a->cols, &n) || a->cols > UINT32_MAX) return vk_too_large("bias_add");
+  /* Whole rows per chunk so every chunk starts at column 0. */
+  size_t chunk_rows = dpt_vk_chunk_elems(ctx, 4) / a->cols;
+  if (chunk_rows == 0) return vk_too_large("bias_add");
+  dpt_vk_win w[2];
+  dpt_status st = dpt_vk_window(ctx, vk_al(&a->bias), a->bias.off, a->cols, 4, &w[1]);
+  for (size_t r = 0; st == DPT_OK && r < a->rows; r += chunk_rows) {
+    size_t rows = a->rows - r < chunk_rows ? a->rows - r : chunk_rows;
+    st = dpt_vk_window(ctx, vk_al(&a->y), a->y.off + r * a->cols, rows * a->cols, 4, &w[0]);
+    if (st != DPT_OK) break;
+    uint32_t push[4] = {(uint32_t)(rows * a->cols), w[0].elem, w[1].elem, (uint32_t)a->cols};
+    st = dpt_vk_dispatch(ctx, DPT_VK_PIPE_BIAS_ADD, w, 2, push, sizeof push,
+                         vk_div_up(rows * a->cols, DPT_VK_WG));
+  }
+  return st;
+}
+
+dpt_status dpt_vk_op_bias_grad(dpt_vk_ctx *ctx, const dpt_bias_grad_args *a) {
+  size_t n;
+  if (!dpt_mul_ok(a->rows, a->cols, &n) || n > UINT32_MAX) return vk_too_large("bias_grad");
+  dpt_vk_win w[2];
+  dpt_vk_alloc *dy = a->rows ? vk_al(&a->dy) : vk_al(&a->db);
+  dpt_status st =
+      dpt_vk_window(ctx, dy, a->rows ? a->dy.off : a->db.off, a->rows ? n : a->cols, 4, &w[0]);
+  if (st == DPT_OK) st = dpt_vk_window(ctx, vk_al(&a->db), a->db.off, a->cols, 4, &w[1]);
+  if (st != DPT_OK) return st;
+  uint32_t push[5] = {(uint32_t)a->rows, (uint32_t)a->cols, w[0].elem, w[1].elem, vk_f2u(a->beta)};
+  return dpt_vk_dispatch(ctx, DPT_VK_PIPE_BIAS_GRAD, w, 2, push, sizeof push,
+                         vk_div_up(a->cols, 32));
+}
+
+/* ---- reductions ----------------------------------------------------------------------------- */
+
+/* Partials of `pipe` over x[0, n): one dispatch per window-sized chunk, each writing up to
+ * DPT_VK_REDUCE_GROUPS 32-bit partials; waits, then hands the partials to the caller. */
+static dpt_status vk_reduce(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, size_t n, const dpt_ref *x,
+                            const uint32_t **parts, size_t *nparts) {
+  size_t chunk = dpt_vk_chunk_elems(ctx, 4);
+  size_t nchunks = (size_t)vk_div_up(n, chunk);
+  dpt_vk_alloc *part;
+  dpt_status st = dpt_vk_partials(ctx, (VkDeviceSize)nchunks * DPT_VK_REDUCE_GROUPS * 4, &part);
+  if (st != DPT_OK) return st;
+  uint32_t total = 0;
+  for (size_t done = 0; done < n;) {
+    size_t c = n - done < chunk ? n - done : chunk;
+    uint32_t groups = (uint32_t)vk_div_up(c, DPT_VK_WG);
+    if (groups > DPT_VK_REDUCE_GROUPS) groups = DPT_VK_REDUCE_GROUPS;
+    dpt_vk_win w[2];
+    st = dpt_vk_window(ctx, vk_al(x), x->off + done, c, 4, &w[0]);
+    if (st == DPT_OK) st = dpt_vk_window(ctx, part, total, groups, 4, &w[1]);
+    if (st != DPT_OK) return st;
+    uint32_t push[4] = {(uint32_t)c, w[0].elem, w[1].elem, groups};
+    st = dpt_vk_dispatch(ctx, pipe, w, 2, push, sizeof push, groups);
+    if (st != DPT_OK) return st;
+    total += groups;
+    done += c;
+  }
+  st = dpt_vk_wait(ctx, part->last_use);
+  if (st != DPT_OK) return st;
+  *parts = (const uint32_t *)(part->block->map + part->offset);
+  *nparts = total;
+  return DPT_OK;
+}
+
+static dpt_status vk_sum_common(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, const dpt_reduce_args *a) {
+  const uint32_t *parts;
+  size_t np;
+  dpt_status st = vk_reduce(ctx, pipe, a->n, &a->x, &parts, &np);
+  if (st != DPT_OK) return st;
+  double s = 0.0;
+  for (size_t i = 0; i < np; ++i) {
+    float f;
+    memcpy(&f, &parts[i], sizeof f);
+    s += (double)f;
+  }
+  *a->out = s;
+  return DPT_OK;
+}
+
+dpt_status dpt_vk_op_sum(dpt_vk_ctx *ctx, const dpt_sum_args *a) {
+  return vk_sum_common(ctx, DPT_VK_PIPE_SUM, a);
+}
+
+dpt_status dpt_vk_op_sumsq(dpt_vk_ctx *ctx, const dpt_sumsq_args *a) {
+  return vk_sum_common(ctx, DPT_VK_PIPE_SUMSQ, a);
+}
+
+dpt_status dpt_vk_op_count_nonfinite(dpt_vk_ctx *ctx, const dpt_count_nonfinite_args *a) {
+  const uint32_t *parts;
+  size_t np;
+  dpt_status st = vk_reduce(ctx, DPT_VK_PIPE_COUNT_NONFINITE, a->n, &a->x, &parts, &np);
+  if (st != DPT_OK) return st;
+  uint64_t s = 0;
+  for (size_t i = 0; i < np; ++i)
+    s += parts[i];
+  *a->out = s;
+  return DPT_OK;
+}
+
+/* ---- softmax cross-entropy ------------------------------------------------------------------ */
+
+dpt_status dpt_vk_op_softmax_xent(dpt_vk_ctx *ctx, const dpt_softmax_xent_args *a) {
+  int grad = a->dlogits.buf != NULL;
+  int host = a->loss_sum != NULL || a->correct != NULL;
+  if (!grad && !host) return DPT_OK;
+  if (a->cols > UINT32_MAX) return vk_too_large("softmax_xent");
+  /* Rows per dispatch: the logits window, and a bounded partials buffer when the host waits
+   * for results (the loop then waits once per chunk). */
+  size_t chunk = dpt_vk_chunk_elems(ctx, 4) / a->cols;
+  if (host && chunk > ((size_t)1 << 20)) chunk = (size_t)1 << 20;
+  if (chunk == 0) return vk_too_large("softmax_xent");
+  double loss = 0.0;
+  int64_t correct = 0;
+  for (size_t r = 0; r < a->rows;) {
+    size_t rows = a->rows - r < chunk ? a->rows - r : chunk;
+    dpt_vk_alloc *part = NULL;
+    dpt_vk_win w[4];
+    dpt_status st = DPT_OK;
+    if (host) st = dpt_vk_partials(ctx, (VkDeviceSize)rows * 8, &part);
+    if (st == DPT_OK)
+      st = dpt_vk_window(ctx, vk_al(&a->logits), a->logits.off + r * a->cols, rows * a->cols, 4,
+                         &w[0]);
+    if (st == DPT_OK) st = dpt_vk_window(ctx, vk_al(&a->labels), a->labels.off + r, rows, 4, &w[1]);
+    /* An unused binding still needs a buffer: the logits stand in. */
+    if (st == DPT_OK)
+      st = grad ? dpt_vk_window(ctx, vk_al(&a->dlogits), a->dlogits.off + r * a->cols,
+                                rows * a->cols, 4, &w[2])
+                : dpt_vk_window(ctx, vk_al(&a->logits), a->logits.off, 1, 4, &w[2]);
+    if (st == DPT_OK)
+      st = host ? dpt_vk_window(ctx, part, 0, 2 * rows, 4, &w[3])
+                : dpt_vk_window(ctx, vk_al(&a->logits), a->logits.off, 1, 4, &w[3]);
+    if (st != DPT_OK) return st;
+    uint32_t push[8] = {(uint32_t)rows,
+                        (uint32_t)a->cols,
+                        w[0].elem,
+                        w[1].elem,
+                        w[2].elem,
+                        w[3].elem,
+                        (grad ? 1u : 0u) | (host ? 2u : 0u),
+                        vk_f2u(a->scale)};
+    st = dpt_vk_dispatch(ctx, DPT_VK_PIPE_SOFTMAX_XENT, w, 4, push, sizeof push, rows);
+    if (st != DPT_OK) return st;
+    if (host) {
+      st = dpt_vk_wait(ctx, part->last_use);
+      if (st != DPT_OK) return st;
+      const uint32_t *p = (const uint32_t *)(part->block->map + part->offset);
+      for (size_t i = 0; i < rows; ++i) {
+        float f;
+        memcpy(&f, &p[i], sizeof f);
+        loss += (double)f;
+        correct += p[rows + i] != 0;
+      }
+    }
+    r += rows;
+  }
+  if (a->loss_sum) *a->loss_sum = loss;
+  if (a->correct) *a->correct = correct;
+  return DPT_OK;
+}
+
+/* ---- convolution and pooling ---------------------------------------------------------------- */
+
+/* im2col and col2im: one invocation per element of `out` (the col tensor for im2col, the image
+ * for col2im); both shaders take the same geometry words. */
+static dpt_status vk_conv(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, const char *op, const dpt_conv_geom *g,
+                          size_t out_h, size_t out_w, const dpt_ref *x, const dpt_ref *col,
+                          int x_is_out) {
+  size_t geo[] = {g->c,        g->h,     g->w,     g->kh, g->kw, g->stride_h,
+                  g->stride_w, g->pad_h, g->pad_w, out_h, out_w};
+  size_t xn = g->n * g->c * g->h * g->w; /* the wrapper checked these products */
+  size_t cn = g->n * g->c * g->kh * g->kw * out_h * out_w;
+  /* y + pad stays below 2^31 in the shaders' signed arithmetic */
+  if (!vk_fits_int(geo, sizeof geo / sizeof geo[0]) || cn > UINT32_MAX ||
+      g->h + g->pad_h > INT32_MAX || g->w + g->pad_w > INT32_MAX)
+    return vk_too_large(op);
+  /* binding 0 is the input, 1 the output */
+  dpt_vk_win w[2];
+  dpt_status st = dpt_vk_window(ctx, vk_al(x), x->off, xn, 4, &w[x_is_out ? 1 : 0]);
+  if (st == DPT_OK) st = dpt_vk_window(ctx, vk_al(col), col->off, cn, 4, &w[x_is_out ? 0 : 1]);
+  if (st != DPT_OK) return st;
+  size_t n = x_is_out ? xn : cn;
+  uint32_t push[14] = {(uint32_t)n,           w[0].elem,          w[1].elem,
+                       (uint32_t)g->c,        (uint32_t)g->h,     (uint32_t)g->w,
+                       (uint32_t)g->kh,       (uint32_t)g->kw,    (uint32_t)g->stride_h,
+                       (uint32_t)g->stride_w, (uint32_t)g->pad_h, (uint32_t)g->pad_w,
+                       (uint32_t)out_h,       (uint32_t)out_w};
+  return dpt_vk_dispatch(ctx, pipe, w, 2, push, sizeof push, vk_div_up(n, DPT_VK_WG));
+}
+
+dpt_status dpt_vk_op_im2col(dpt_vk_ctx *ctx, const dpt_im2col_args *a) {
+  return vk_conv(ctx, DPT_VK_PIPE_IM2COL, "im2col", &a->g, a->out_h, a->out_w, &a->x, &a->col, 0);
+}
+
+dpt_status dpt_vk_op_col2im(dpt_vk_ctx *ctx, const dpt_col2im_args *a) {
+  return vk_conv(ctx, DPT_VK_PIPE_COL2IM, "col2im", &a->g, a->out_h, a->out_w, &a->dx, &a->col, 1);
+}
+
+/* maxpool_fwd (x, y, argmax; one invocation per output) and maxpool_bwd (dy, argmax, dx; one
+ * per dx element): t[] are the three bound tensors, `planar` says which of them has the input
+ * plane size (the others have the pooled size). */
+static dpt_status vk_pool(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, const char *op, const dpt_pool_geom *g,
+                          size_t out_h, size_t out_w, const dpt_ref *t, const int *planar,
+                          size_t threads_planar) {
+  size_t geo[] = {g->h, g->w, g->kh, g->kw, g->stride_h, g->stride_w, out_h, out_w};
+  size_t xn = g->planes * g->h * g->w;
+  size_t yn = g->planes * out_h * out_w;
+  if (!vk_fits_int(geo, sizeof geo / sizeof geo[0]) || xn > UINT32_MAX) return vk_too_large(op);
+  dpt_vk_win w[3];
+  for (int i = 0; i < 3; ++i) {
+    dpt_status st = dpt_vk_window(ctx, vk_al(&t[i]), t[i].off, planar[i] ? xn : yn, 4, &w[i]);
+    if (st != DPT_OK) return st;
+  }
+  size_t n = threads_planar ? xn : yn;
+  uint32_t push[12] = {(uint32_t)n,
+                       w[0].elem,
+                       w[1].elem,
+                       w[2].elem,
+                       (uint32_t)g->h,
+                       (uint32_t)g->w,
+                       (uint32_t)g->kh,
+                       (uint32_t)g->kw,
+                       (uint32_t)g->stride_h,
+                       (uint32_t)g->stride_w,
+                       (uint32_t)out_h,
+                       (uint32_t)out_w};
+  return dpt_vk_dispatch(ctx, pipe, w, 3, push, sizeof push, vk_div_up(n, DPT_VK_WG));
+}
+
+dpt_status dpt_vk_op_maxpool_fwd(dpt_vk_ctx *ctx, const dpt_maxpool_fwd_args *a) {
+  dpt_ref t[3] = {a->x, a->y, a->argmax};
+  static const int planar[3] = {1, 0, 0};
+  return vk_pool(ctx, DPT_VK_PIPE_MAXPOOL_FWD, "maxpool_fwd", &a->g, a->out_h, a->out_w, t, planar,
+                 0);
+}
+
+dpt_status dpt_vk_op_maxpool_bwd(dpt_vk_ctx *ctx, const dpt_maxpool_bwd_args *a) {
+  dpt_ref t[3] = {a->dy, a->argmax, a->dx};
+  static const int planar[3] = {0, 0, 1};
+  return vk_pool(ctx, DPT_VK_PIPE_MAXPOOL_BWD, "maxpool_bwd", &a->g, a->out_h, a->out_w, t, planar,
+                 1);
+}
+
+/* ---- embeddings ------------------------------------------------------------------------------ */
+
+dpt_status dpt_vk_op_embed_gather(dpt_vk_ctx *ctx, const dpt_embed_gather_args *a) {
+  size_t tn = a->vocab * a->dim, on = a->n * a->dim;
+  if (on > UINT32_MAX || a->vocab > UINT32_MAX) return vk_too_large("embed_gather");
+  dpt_vk_win w[3];
+  dpt_status st = dpt_vk_window(ctx, vk_al(&a->table), a->table.off, tn, 4, &w[0]);
+  if (st == DPT_OK) st = dpt_vk_window(ctx, vk_al(&a->idx), a->idx.off, a->n, 4, &w[1]);
+  if (st == DPT_OK) st = dpt_vk_window(ctx, vk_al(&a->out), a->out.off, on, 4, &w[2]);
+  if (st != DPT_OK) return st;
+  uint32_t push[6] = {(uint32_t)on, w[0].elem,        w[1].elem,
+                      w[2].elem,    (uint32_t)a->dim, (uint32_t)a->vocab};
+  return dpt_vk_dispatch(ctx, DPT_VK_PIPE_EMBED_GATHER, w, 3, push, sizeof push,
+                         vk_div_up(on, DPT_VK_WG));
+}
+
+dpt_status dpt_vk_op_embed_scatter_add(dpt_vk_ctx *ctx, const dpt_embed_scatter_add_args *a) {
+  size_t tn = a->vocab * a->dim, gn = a->n * a->dim;
+  if (gn > UINT32_MAX || a->vocab > UINT32_MAX || a->n >= UINT32_MAX / 2)
+    return vk_too_large("embed_scatter_add");
+  dpt_vk_alloc *links;
+  dpt_status st = dpt_vk_scratch(ctx, (VkDeviceSize)a->n * 8, &links);
+  if (st != DPT_OK) return st;
+  dpt_vk_win w[4];
+  st = dpt_vk_window(ctx, vk_al(&a->idx), a->idx.off, a->n, 4, &w[0]);
+  if (st == DPT_OK) st = dpt_vk_window(ctx, links, 0, 2 * a->n, 4, &w[1]);
+  if (st != DPT_OK) return st;
+  uint32_t lpush[3] = {(uint32_t)a->n, w[0].elem, (uint32_t)a->vocab};
+  st = dpt_vk_dispatch(ctx, DPT_VK_PIPE_EMBED_LINKS, w, 2, lpush, sizeof lpush,
+                       vk_div_up(a->n, DPT_VK_WG));
+  if (st != DPT_OK) return st;
+
+  st = dpt_vk_window(ctx, vk_al(&a->dout), a->dout.off, gn, 4, &w[0]);
+  if (st == DPT_OK) st = dpt_vk_window(ctx, vk_al(&a->idx), a->idx.off, a->n, 4, &w[1]);
+  if (st == DPT_OK) st = dpt_vk_window(ctx, links, 0, 2 * a->n, 4, &w[2]);
+  if (st == DPT_OK) st = dpt_vk_window(ctx, vk_al(&a->dtable), a->dtable.off, tn, 4, &w[3]);
+  if (st != DPT_OK) return st;
+  uint32_t push[6] = {(uint32_t)gn, w[0].elem,        w[1].elem,
+                      w[3].elem,    (uint32_t)a->dim, (uint32_t)a->n};
+  return dpt_vk_dispatch(ctx, DPT_VK_PIPE_EMBED_SCATTER_ADD, w, 4, push, sizeof push,
+                         vk_div_up(gn, DPT_VK_WG));
+}
+
+/* ---- gemm ------------------------------------------------------------------------------------ */
+
+/* Which vec loads an operand allows: its window offset, leading dimension and the extent it is
+ * contiguous along all multiples of 4 (1), or of 8 (2), else 0. */
+static int vk_vec_level(uint32_t elem, uint32_t ld, size_t contiguous) {
+  if (elem % 8 == 0 && ld % 8 == 0 && contiguous % 8 == 0) return 2;
+  if (elem % 4 == 0 && ld % 4 == 0 && contiguous % 4 == 0) return 1;
+  return 0;
+}
+
+dpt_status dpt_vk_op_gemm(dpt_vk_ctx *ctx, const dpt_gemm_args *a) {
+  /* Elements each operand spans: (rows - 1) * ld + cols of its stored layout. */
+  size_t ar = a->trans_a ? a->k : a->m, ac = a->trans_a ? a->m : a->k;
+  size_t br = a->trans_b ? a->n : a->k, bc = a->trans_b ? a->k : a->n;
+  size_t an = (ar - 1) * a->lda + ac, bn = (br - 1) * a->ldb + bc, cn = (a->m - 1) * a->ldc + a->n;
+  if (an > UINT32_MAX || bn > UINT32_MAX || cn > UINT32_MAX || a->m > UINT32_MAX ||
+      a->n > UINT32_MAX || a->k > UINT32_MAX)
+    return vk_too_large("gemm");
+  dpt_vk_win w[3];
+  dpt_status st = dpt_vk_window(ctx, vk_al(&a->a), a->a.off, an, 4, &w[0]);
+  if (st == DPT_OK) st = dpt_vk_window(ctx, vk_al(&a->b), a->b.off, bn, 4, &w[1]);
+  if (st == DPT_OK) st = dpt_vk_window(ctx, vk_al(&a->c), a->c.off, cn, 4, &w[2]);
+  if (st != DPT_OK) return st;
+  /* A leading dimension only multiplies row indices > 0, so one-row operands may carry any. */
+  uint32_t lda = a->lda > UINT32_MAX ? UINT32_MAX : (uint32_t)a->lda;
+  uint32_t ldb = a->ldb > UINT32_MAX ? UINT32_MAX : (uint32_t)a->ldb;
+  uint32_t ldc = a->ldc > UINT32_MAX ? UINT32_MAX : (uint32_t)a->ldc;
+  int va = vk_vec_level(w[0].elem, lda, ac), vb = vk_vec_level(w[1].elem, ldb, bc);
+  int trans = (a->trans_a ? 1 : 0) + (a->trans_b ? 2 : 0);
+  /* Tiles of C per workgroup: 128 x 128 (gemm_cpu.spv) or 64 x 64 (gemm.spv). */
+  uint64_t tile = ctx->gemm_cpu ? 128 : 64;
+  dpt_vk_pipe pipe = ctx->gemm_cpu
+                         ? (dpt_vk_pipe)(DPT_VK_PIPE_GEMM_CPU_0 + trans + 4 * va + 12 * vb)
+                         : (dpt_vk_pipe)(DPT_VK_PIPE_GEMM_0 + trans + 4 * (va > 0) + 8 * (vb > 0));
+  uint64_t tiles_m = vk_div_up(a->m, tile), tiles_n = vk_div_up(a->n, tile);
+  uint32_t push[12] = {(uint32_t)a->m,
+                       (uint32_t)a->n,
+                       (uint32_t)a->k,
+                       lda,
+                       ldb,
+                       ldc,
+                       w[0].elem,
+                       w[1].elem,
+                       w[2].elem,
+                       vk_f2u(a->alpha),
+                       vk_f2u(a->beta),
+                       (uint32_t)tiles_n};
+  return dpt_vk_dispatch(ctx, pipe, w, 3, push, sizeof push, tiles_m * tiles_n);
+}
