@@ -3,6 +3,8 @@
 #ifndef DPTRAIN_BENCH_H
 #define DPTRAIN_BENCH_H
 
+#include <stddef.h>
+
 /* argv[0] is the benchmark's name; returns the process exit code. */
 int dpt_bench_gemm(int argc, char **argv);
 int dpt_bench_allreduce(int argc, char **argv);
@@ -10,6 +12,10 @@ int dpt_bench_train(int argc, char **argv);
 
 /* Monotonic clock in seconds. */
 double dpt_bench_now(void);
+/* Parses "a,b,c" into out[0..max): every value in 1..max_value, at least one. 0 on success,
+ * -1 on anything else. Shared by the benchmarks' and the dptrain tool's command lines. */
+int dpt_parse_size_list(const char *s, size_t *out, size_t max, size_t max_value, size_t *count);
+
 /* Median of n values (sorts them in place). */
 double dpt_bench_median(double *v, int n);
 

@@ -1,4 +1,5 @@
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -19,4 +20,21 @@ double dpt_bench_median(double *v, int n) {
   if (n <= 0) return 0.0;
   qsort(v, (size_t)n, sizeof *v, cmp_double);
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int dpt_parse_size_list(const char *s, size_t *out, size_t max, size_t max_value, size_t *count) {
+  *count = 0;
+  while (*s) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || errno || v == 0 || v > max_value || *count == max) return -1;
+    out[(*count)++] = (size_t)v;
+    s = end;
+    if (*s == ',')
+      ++s;
+    else if (*s)
+      return -1;
+  }
+  return *count > 0 ? 0 : -1;
 }

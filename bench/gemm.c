@@ -34,23 +34,6 @@ static void usage(FILE *f) {
           "  --json           one JSON object per (backend, size): backend, device, n, gflops\n");
 }
 
-static int parse_sizes(const char *s, size_t *out, int *count) {
-  *count = 0;
-  while (*s) {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s || errno || v == 0 || v > 16384 || *count == MAX_SIZES) return -1;
-    out[(*count)++] = (size_t)v;
-    s = end;
-    if (*s == ',')
-      ++s;
-    else if (*s)
-      return -1;
-  }
-  return *count > 0 ? 0 : -1;
-}
-
 static int add_columns(column *cols, int *ncols, dpt_backend_kind kind) {
   int count = 0;
   if (!dpt_backend_compiled(kind) || dpt_device_count(kind, &count) != DPT_OK) return 0;
@@ -137,7 +120,8 @@ static void json_string(const char *s) {
 
 int dpt_bench_gemm(int argc, char **argv) {
   size_t sizes[MAX_SIZES] = {256, 512, 1024, 2048};
-  int nsizes = 4, repeat = 5, json = 0;
+  size_t nsizes = 4;
+  int repeat = 5, json = 0;
   int want[DPT_BACKEND_KIND_COUNT] = {0};
   int any_want = 0;
   for (int i = 1; i < argc; ++i) {
@@ -148,7 +132,7 @@ int dpt_bench_gemm(int argc, char **argv) {
     } else if (!strcmp(arg, "--json")) {
       json = 1;
     } else if (!strcmp(arg, "--sizes") && i + 1 < argc) {
-      if (parse_sizes(argv[++i], sizes, &nsizes)) {
+      if (dpt_parse_size_list(argv[++i], sizes, MAX_SIZES, 16384, &nsizes)) {
         fprintf(stderr, "bench gemm: bad --sizes '%s' (comma-separated sizes 1..16384)\n", argv[i]);
         return 2;
       }
@@ -209,7 +193,7 @@ int dpt_bench_gemm(int argc, char **argv) {
     }
     if (!json)
       fprintf(stderr, "measuring %s (%s, %s)...\n", c->label, c->info.name, c->info.driver);
-    for (int s = 0; s < nsizes; ++s) {
+    for (size_t s = 0; s < nsizes; ++s) {
       results[used][s] = measure(be, sizes[s], repeat);
       if (json && results[used][s] >= 0) {
         printf("{\"backend\": ");
@@ -230,7 +214,7 @@ int dpt_bench_gemm(int argc, char **argv) {
     for (int ci = 0; ci < used; ++ci)
       printf(" %16s", cols[ci].label);
     printf("\n");
-    for (int s = 0; s < nsizes; ++s) {
+    for (size_t s = 0; s < nsizes; ++s) {
       printf("%6zu", sizes[s]);
       for (int ci = 0; ci < used; ++ci) {
         if (results[ci][s] < 0)

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench/bench.h"
 #include "dptrain/dptrain.h"
 #include "tools/commands.h"
 
@@ -67,23 +68,6 @@ typedef struct cli {
   size_t hidden[16], num_hidden, channels[2];
 } cli;
 
-static int parse_size_list(const char *s, size_t *out, size_t max, size_t *count) {
-  *count = 0;
-  while (*s) {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s || errno || v == 0 || v > 1000000 || *count == max) return -1;
-    out[(*count)++] = (size_t)v;
-    s = end;
-    if (*s == ',')
-      ++s;
-    else if (*s)
-      return -1;
-  }
-  return *count ? 0 : -1;
-}
-
 static int parse_i64(const char *s, int64_t min, int64_t *out) {
   char *end;
   errno = 0;
@@ -133,6 +117,19 @@ static int pick_backend(const char *spec, int rank, dpt_backend_kind *out) {
     return 0;
   }
   return dpt_backend_kind_parse(tok, out) == DPT_OK ? 0 : -1;
+}
+
+/* Options that take a value (the others are flags). */
+static int takes_value(const char *opt) {
+  static const char *const names[] = {
+      "--model",        "--hidden",       "--channels",   "--data",      "--init-weights",
+      "--save-weights", "--backend",      "--device",     "--replicas",  "--global-batch",
+      "--epochs",       "--max-steps",    "--seed",       "--optimizer", "--lr",
+      "--momentum",     "--weight-decay", "--schedule",   "--step-size", "--gamma",
+      "--warmup",       "--clip-norm",    "--check-every"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i)
+    if (!strcmp(opt, names[i])) return 1;
+  return 0;
 }
 
 static void json_report(const dpt_train_report *r) {
@@ -242,6 +239,10 @@ int dpt_cmd_train(int argc, char **argv) {
       c.cfg.optim.nesterov = 1, takes = 0;
     } else if (!strcmp(a, "--skip-nonfinite")) {
       c.cfg.skip_nonfinite = 1, takes = 0;
+    } else if (!takes_value(a)) {
+      fprintf(stderr, "dptrain train: unknown option '%s'\n", a);
+      usage(stderr);
+      return 2;
     } else if (!v) {
       fprintf(stderr, "dptrain train: %s needs a value\n", a);
       usage(stderr);
@@ -254,10 +255,10 @@ int dpt_cmd_train(int argc, char **argv) {
       else
         bad = 1;
     } else if (!strcmp(a, "--hidden")) {
-      bad = parse_size_list(v, c.hidden, 14, &c.num_hidden) != 0;
+      bad = dpt_parse_size_list(v, c.hidden, 14, 1000000, &c.num_hidden) != 0;
     } else if (!strcmp(a, "--channels")) {
       size_t n = 0;
-      bad = parse_size_list(v, c.channels, 2, &n) != 0 || n != 2;
+      bad = dpt_parse_size_list(v, c.channels, 2, 100000, &n) != 0 || n != 2;
     } else if (!strcmp(a, "--data")) {
       c.data_dir = v;
     } else if (!strcmp(a, "--init-weights")) {

@@ -1,0 +1,404 @@
+/* bench allreduce: dptrain's all-reduce next to MPI_Allreduce on the same data, same run.
+ *
+ * Run under mpirun -np N. For each size (1 KiB .. 256 MiB, x4 by default) it times, in
+ * alternation so that drift hits all columns alike:
+ *   dpt      dpt_allreduce_host / dpt_allreduce_buffer, desync check on (the default)
+ *   nocheck  the same with the desync check off (the check's cost is the difference)
+ *   mpi      MPI_Allreduce(MPI_IN_PLACE) on the same host data; for device buffers the naive
+ *            staged equivalent: download all, MPI_Allreduce, upload all
+ * Each figure is the median over repeats of the slowest rank's time (barrier before each, the
+ * data rewritten before each call).
+ * busbw = algbw * 2(N-1)/N (nccl-tests' definition: comparable with the link bandwidth).
+ * ratio = mpi time / dpt time (> 1: dptrain is faster). The single-core memcpy bandwidth of
+ * the machine is printed first as the physical reference.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench/bench.h"
+#include "dptrain/backend.h"
+#include "dptrain/comm.h"
+
+#ifdef DPT_HAVE_MPI
+#include <mpi.h>
+#endif
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: mpirun -np N dptrain bench allreduce [options]   (or bench_allreduce)\n"
+          "Times dptrain's all-reduce and MPI_Allreduce on the same data, one row per size.\n"
+          "  --sizes MIN:MAX    byte range (default 1K:256M; K, M, G suffixes)\n"
+          "  --factor F         size step factor (default 4)\n"
+          "  --buffer B         host | cpu | opencl | vulkan: where the data lives (default host)\n"
+          "  --dtype T          f32 | f16 (default f32)\n"
+          "  --algo A           auto | ring | rd | direct | mpi (default auto)\n"
+          "  --piece BYTES      ring message size; --block BYTES: ring block / staging chunk\n"
+          "  --staging S        auto | inline | thread (device buffers)\n"
+          "  --repeat N         timed calls per figure (default: enough for ~0.25 s, 5..1000)\n"
+          "  --no-check         skip the correctness check before timing\n"
+          "  --json             one JSON object per size: bytes, ranks, buffer, dpt_us,\n"
+          "                     dpt_busbw_gbs, mpi_us, mpi_busbw_gbs, ratio (+ nocheck_us,\n"
+          "                     algo, dtype)\n");
+}
+
+#ifndef DPT_HAVE_MPI
+int dpt_bench_allreduce(int argc, char **argv) {
+  (void)argc;
+  (void)argv;
+  fprintf(stderr, "bench allreduce: this dptrain was built without MPI\n");
+  return 1;
+}
+#else
+
+#define MAX_REPEAT 1000
+
+typedef struct config {
+  size_t min, max;
+  unsigned factor;
+  int have_buffer; /* data in a device buffer */
+  dpt_backend_kind backend;
+  const char *buffer_name;
+  dpt_comm_dtype dtype;
+  int repeat, check, json;
+  dpt_comm_options opt;
+} config;
+
+static int parse_size(const char *s, size_t *out) {
+  errno = 0;
+  char *end;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (end == s || errno) return -1;
+  unsigned shift = 0;
+  if (*end == 'K' || *end == 'k')
+    shift = 10;
+  else if (*end == 'M' || *end == 'm')
+    shift = 20;
+  else if (*end == 'G' || *end == 'g')
+    shift = 30;
+  if (shift) ++end;
+  if (*end && *end != ':') return -1;
+  *out = (size_t)v << shift;
+  return 0;
+}
+
+static int parse_args(int argc, char **argv, config *cfg, int rank) {
+  cfg->min = 1024;
+  cfg->max = (size_t)256 << 20;
+  cfg->factor = 4;
+  cfg->buffer_name = "host";
+  cfg->dtype = DPT_COMM_F32;
+  cfg->check = 1;
+  dpt_comm_options_default(&cfg->opt);
+  for (int i = 1; i < argc; ++i) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    int bad = 0;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      if (rank == 0) usage(stdout);
+      return 1;
+    } else if (!strcmp(a, "--json")) {
+      cfg->json = 1;
+    } else if (!strcmp(a, "--no-check")) {
+      cfg->check = 0;
+    } else if (!v) {
+      bad = 1;
+    } else if (!strcmp(a, "--sizes")) {
+      const char *colon = strchr(v, ':');
+      bad = !colon || parse_size(v, &cfg->min) || parse_size(colon + 1, &cfg->max) ||
+            cfg->min == 0 || cfg->max < cfg->min;
+      ++i;
+    } else if (!strcmp(a, "--factor")) {
+      cfg->factor = (unsigned)atoi(v);
+      bad = cfg->factor < 2;
+      ++i;
+    } else if (!strcmp(a, "--buffer")) {
+      cfg->buffer_name = v;
+      cfg->have_buffer = strcmp(v, "host") != 0;
+      bad = cfg->have_buffer && dpt_backend_kind_parse(v, &cfg->backend) != DPT_OK;
+      ++i;
+    } else if (!strcmp(a, "--dtype")) {
+      bad = strcmp(v, "f32") && strcmp(v, "f16");
+      cfg->dtype = !strcmp(v, "f16") ? DPT_COMM_F16 : DPT_COMM_F32;
+      ++i;
+    } else if (!strcmp(a, "--algo")) {
+      bad = dpt_allreduce_algo_parse(v, &cfg->opt.algo) != DPT_OK;
+      ++i;
+    } else if (!strcmp(a, "--piece")) {
+      bad = parse_size(v, &cfg->opt.piece_bytes);
+      ++i;
+    } else if (!strcmp(a, "--block")) {
+      bad = parse_size(v, &cfg->opt.block_bytes);
+      ++i;
+    } else if (!strcmp(a, "--staging")) {
+      if (!strcmp(v, "auto"))
+        cfg->opt.staging = DPT_STAGING_AUTO;
+      else if (!strcmp(v, "inline"))
+        cfg->opt.staging = DPT_STAGING_INLINE;
+      else if (!strcmp(v, "thread"))
+        cfg->opt.staging = DPT_STAGING_THREAD;
+      else
+        bad = 1;
+      ++i;
+    } else if (!strcmp(a, "--repeat")) {
+      cfg->repeat = atoi(v);
+      bad = cfg->repeat < 1 || cfg->repeat > MAX_REPEAT;
+      ++i;
+    } else {
+      bad = 1;
+    }
+    if (bad) {
+      if (rank == 0) {
+        fprintf(stderr, "bench allreduce: bad or incomplete option '%s'\n", a);
+        usage(stderr);
+      }
+      return 2;
+    }
+  }
+  return 0;
+}
+
+/* Single-core memcpy bandwidth, GB/s (64 MiB, best of 5): the physical reference. */
+static double memcpy_gbs(void) {
+  const size_t n = (size_t)64 << 20;
+  unsigned char *a = malloc(n), *b = malloc(n);
+  double best = 0;
+  if (a && b) {
+    memset(a, 1, n);
+    memset(b, 2, n);
+    for (int k = 0; k < 5; ++k) {
+      double t = dpt_bench_now();
+      memcpy(b, a, n);
+      t = dpt_bench_now() - t;
+      if (t > 0 && n / t > best) best = (double)n / t;
+    }
+  }
+  free(a);
+  free(b);
+  return best * 1e-9;
+}
+
+typedef struct run {
+  const config *cfg;
+  dpt_comm *comm;    /* desync check on */
+  dpt_comm *nocheck; /* desync check off */
+  int rank, size;
+  dpt_buffer *buf; /* device data, or NULL */
+  void *host;      /* host data (also the staging copy for mpi with device buffers) */
+  size_t count, bytes;
+} run;
+
+static void fill(run *r) {
+  const size_t es = r->cfg->dtype == DPT_COMM_F16 ? 2 : 4;
+  for (size_t i = 0; i < r->count; ++i) {
+    float v = (float)((i % 5) + 1) * (float)(r->rank + 1);
+    if (es == 2)
+      ((uint16_t *)r->host)[i] = dpt_f32_to_f16_scalar(v);
+    else
+      ((float *)r->host)[i] = v;
+  }
+}
+
+/* One timed call of method m (0 dpt, 1 dpt without the check, 2 MPI). The data is written
+ * anew first (not timed), as a backward pass writes gradients: the previous call must not
+ * leave the buffer in a state that favours or hinders the next method (after
+ * MPI_Allreduce, whose single-copy transfers let the peer read the buffer, its cache lines
+ * sit shared in the other core's cache and every write of the next call first invalidates
+ * them). */
+static int call(run *r, int m, double *seconds) {
+  const config *cfg = r->cfg;
+  dpt_status st = DPT_OK;
+  fill(r);
+  if (r->buf) st = dpt_buffer_upload(r->buf, 0, r->host, r->bytes);
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t = dpt_bench_now();
+  if (m < 2) {
+    dpt_comm *c = m == 0 ? r->comm : r->nocheck;
+    st = r->buf ? dpt_allreduce_buffer(c, r->buf, 0, r->count, cfg->dtype)
+                : dpt_allreduce_host(c, r->host, r->count, cfg->dtype);
+  } else {
+    MPI_Datatype type = cfg->dtype == DPT_COMM_F16 ? MPI_UINT16_T : MPI_FLOAT;
+    if (r->buf) st = dpt_buffer_download(r->buf, 0, r->host, r->bytes);
+    /* MPI has no binary16 sum: for f16 it reduces the same bytes as uint16 (same traffic). */
+    int rc = MPI_Allreduce(MPI_IN_PLACE, r->host, (int)r->count, type, MPI_SUM, MPI_COMM_WORLD);
+    if (rc != MPI_SUCCESS) st = DPT_ERR_COMM;
+    if (st == DPT_OK && r->buf) st = dpt_buffer_upload(r->buf, 0, r->host, r->bytes);
+  }
+  double dt = dpt_bench_now() - t;
+  MPI_Allreduce(&dt, seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  int bad = st != DPT_OK, any = 0;
+  if (bad) fprintf(stderr, "rank %d: %s: %s\n", r->rank, dpt_status_str(st), dpt_last_error());
+  MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return any ? -1 : 0;
+}
+
+/* Checks one all-reduce of the closed-form input: element i sums to ((i%5)+1) * N(N+1)/2. */
+static int check(run *r) {
+  fill(r);
+  dpt_status st = DPT_OK;
+  if (r->buf) st = dpt_buffer_upload(r->buf, 0, r->host, r->bytes);
+  if (st == DPT_OK)
+    st = r->buf ? dpt_allreduce_buffer(r->comm, r->buf, 0, r->count, r->cfg->dtype)
+                : dpt_allreduce_host(r->comm, r->host, r->count, r->cfg->dtype);
+  if (st == DPT_OK && r->buf) st = dpt_buffer_download(r->buf, 0, r->host, r->bytes);
+  int bad = st != DPT_OK;
+  const float w = (float)(r->size * (r->size + 1) / 2);
+  for (size_t i = 0; i < r->count && !bad; ++i) {
+    float want = (float)((i % 5) + 1) * w;
+    float got = r->cfg->dtype == DPT_COMM_F16 ? dpt_f16_to_f32_scalar(((uint16_t *)r->host)[i])
+                                              : ((float *)r->host)[i];
+    if (got != want) {
+      fprintf(stderr, "rank %d: %zu bytes: element %zu is %g, expected %g\n", r->rank, r->bytes, i,
+              got, want);
+      bad = 1;
+    }
+  }
+  if (st != DPT_OK) fprintf(stderr, "rank %d: %s\n", r->rank, dpt_last_error());
+  int any = 0;
+  MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return any ? -1 : 0;
+}
+
+static int bench(const config *cfg, int rank, int size) {
+  int rc = 0;
+  dpt_backend *be = NULL;
+  run r = {0};
+  r.cfg = cfg;
+  r.rank = rank;
+  r.size = size;
+  dpt_status st = dpt_comm_create_mpi(NULL, &r.comm);
+  if (st == DPT_OK) st = dpt_comm_set_options(r.comm, &cfg->opt);
+  if (st == DPT_OK) st = dpt_comm_create_mpi(NULL, &r.nocheck);
+  if (st == DPT_OK) st = dpt_comm_set_options(r.nocheck, &cfg->opt);
+  if (st == DPT_OK) st = dpt_comm_set_desync_check(r.nocheck, 0);
+  if (st == DPT_OK && cfg->have_buffer) st = dpt_backend_create(cfg->backend, 0, &be);
+  const size_t es = cfg->dtype == DPT_COMM_F16 ? 2 : 4;
+  if (st == DPT_OK) {
+    r.host = malloc(cfg->max);
+    if (!r.host) st = DPT_ERR_OUT_OF_MEMORY;
+  }
+  if (st == DPT_OK && be) st = dpt_buffer_alloc(be, cfg->max, &r.buf);
+  int bad = st != DPT_OK, any = 0;
+  if (bad) fprintf(stderr, "bench allreduce: rank %d: %s\n", rank, dpt_last_error());
+  MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (any) rc = 1;
+
+  /* The other ranks wait asleep while rank 0 measures memcpy: a rank spinning in MPI_Barrier
+   * on a sibling hardware thread would halve the figure. */
+  double mc = 0;
+  if (!rc) {
+    if (rank == 0) mc = memcpy_gbs();
+    MPI_Request q;
+    MPI_Ibarrier(MPI_COMM_WORLD, &q);
+    for (int done = 0; !done;) {
+      MPI_Test(&q, &done, MPI_STATUS_IGNORE);
+      if (!done) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+      }
+    }
+  }
+  if (!rc && rank == 0) {
+    if (cfg->json) {
+      printf("{\"memcpy_gbs\": %.2f, \"ranks\": %d}\n", mc, size);
+    } else {
+      printf("# dptrain bench allreduce: %d ranks (MPI), buffer %s, %s, algo %s\n", size,
+             cfg->buffer_name, cfg->dtype == DPT_COMM_F16 ? "float16" : "float32",
+             dpt_allreduce_algo_name(cfg->opt.algo));
+      printf("# memcpy, one core, 64 MiB: %.2f GB/s (the physical reference)\n", mc);
+      printf("# times: median of the slowest rank, us; busbw = algbw * 2(N-1)/N, GB/s;\n"
+             "# nocheck = dptrain without the desync check; ratio = mpi_us / dpt_us\n");
+      printf("%12s %7s %11s %10s %11s %11s %10s %7s\n", "bytes", "algo", "dpt_us", "dpt_busbw",
+             "nocheck_us", "mpi_us", "mpi_busbw", "ratio");
+    }
+    fflush(stdout);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  double *t[3] = {malloc(MAX_REPEAT * sizeof(double)), malloc(MAX_REPEAT * sizeof(double)),
+                  malloc(MAX_REPEAT * sizeof(double))};
+  if (!t[0] || !t[1] || !t[2]) rc = 1;
+  for (size_t bytes = cfg->min; !rc && bytes <= cfg->max; bytes *= cfg->factor) {
+    r.count = bytes / es;
+    r.bytes = r.count * es;
+    if (cfg->check && check(&r)) {
+      rc = 1;
+      break;
+    }
+    fill(&r);
+    if (r.buf && dpt_buffer_upload(r.buf, 0, r.host, r.bytes) != DPT_OK) rc = 1;
+    /* Warm-up (first touch, scratch growth), then enough repeats for ~0.25 s per column. */
+    double w = 0, w2;
+    for (int m = 0; m < 3 && !rc; ++m) {
+      if (call(&r, m, &w2) || call(&r, m, &w2)) rc = 1;
+      if (w2 > w) w = w2;
+    }
+    if (rc) break;
+    int reps = cfg->repeat;
+    if (!reps) {
+      reps = w > 0 ? (int)(0.25 / w) : MAX_REPEAT;
+      if (reps < 5) reps = 5;
+      if (reps > MAX_REPEAT) reps = MAX_REPEAT;
+    }
+    for (int k = 0; k < reps && !rc; ++k)
+      for (int m = 0; m < 3 && !rc; ++m)
+        if (call(&r, m, &t[m][k])) rc = 1;
+    if (rc) break;
+    double us[3];
+    for (int m = 0; m < 3; ++m)
+      us[m] = dpt_bench_median(t[m], reps) * 1e6;
+    const double f = 2.0 * (size - 1) / size;
+    const double dpt_bw = (double)r.bytes / (us[0] * 1e-6) * f * 1e-9;
+    const double mpi_bw = (double)r.bytes / (us[2] * 1e-6) * f * 1e-9;
+    const char *algo = dpt_allreduce_algo_name(dpt_comm_pick_algo(r.comm, r.count, cfg->dtype));
+    if (rank == 0) {
+      if (cfg->json)
+        printf("{\"bytes\": %zu, \"ranks\": %d, \"buffer\": \"%s\", \"dtype\": \"%s\", "
+               "\"algo\": \"%s\", \"dpt_us\": %.2f, \"dpt_busbw_gbs\": %.3f, "
+               "\"nocheck_us\": %.2f, \"mpi_us\": %.2f, \"mpi_busbw_gbs\": %.3f, "
+               "\"ratio\": %.3f, \"repeats\": %d}\n",
+               r.bytes, size, cfg->buffer_name, cfg->dtype == DPT_COMM_F16 ? "f16" : "f32", algo,
+               us[0], dpt_bw, us[1], us[2], mpi_bw, us[2] / us[0], reps);
+      else
+        printf("%12zu %7s %11.1f %10.2f %11.1f %11.1f %10.2f %7.2f\n", r.bytes, algo, us[0], dpt_bw,
+               us[1], us[2], mpi_bw, us[2] / us[0]);
+      fflush(stdout);
+    }
+  }
+  for (int m = 0; m < 3; ++m)
+    free(t[m]);
+  dpt_buffer_free(r.buf);
+  dpt_backend_destroy(be);
+  free(r.host);
+  dpt_comm_destroy(r.nocheck);
+  dpt_comm_destroy(r.comm);
+  return rc;
+}
+
+int dpt_bench_allreduce(int argc, char **argv) {
+  int init = 0, provided = 0;
+  MPI_Initialized(&init);
+  if (!init && MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+    fprintf(stderr, "bench allreduce: MPI_Init_thread failed\n");
+    return 1;
+  }
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  int rc = parse_args(argc, argv, &cfg, rank);
+  if (rc == 0 && size < 2 && rank == 0)
+    fprintf(stderr, "bench allreduce: %d rank: run it under mpirun -np 2 (or more)\n", size);
+  if (rc == 0 && size >= 2)
+    rc = bench(&cfg, rank, size);
+  else if (rc == 1)
+    rc = 0; /* --help */
+  else if (rc == 0)
+    rc = 1;
+  if (!init) MPI_Finalize();
+  return rc;
+}
+#endif

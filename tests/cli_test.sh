@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The dptrain command as a user meets it: exit codes, one-line errors for bad input on every
+# rank, JSON output, weights files written and read back.
+# Usage: cli_test.sh <dptrain> <scratch dir> [mpiexec]
+set -uo pipefail
+dptrain=$1 scratch=$2 mpiexec=${3:-}
+rm -rf "$scratch" && mkdir -p "$scratch"
+export OPENBLAS_NUM_THREADS=1 POCL_MAX_PTHREAD_COUNT=1
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+
+be32() { printf "\\x$(printf %02x $(($1 >> 24 & 255)))\\x$(printf %02x $(($1 >> 16 & 255)))\\x$(printf %02x $(($1 >> 8 & 255)))\\x$(printf %02x $(($1 & 255)))"; }
+
+# make_idx DIR SPLIT COUNT: random 8x8 images, labels cycling 0..9.
+make_idx() {
+  local dir=$1 split=$2 n=$3
+  mkdir -p "$dir"
+  { be32 2051; be32 "$n"; be32 8; be32 8; head -c $((n * 64)) /dev/urandom; } >"$dir/$split-images-idx3-ubyte"
+  { be32 2049; be32 "$n"; for ((i = 0; i < n; ++i)); do printf "\\x0$((i % 10))"; done; } >"$dir/$split-labels-idx1-ubyte"
+}
+
+good="$scratch/good"
+make_idx "$good" train 300
+make_idx "$good" t10k 100
+
+# 1. Usage errors exit 2.
+"$dptrain" train --no-such-flag >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] || fail "unknown flag exited $rc, expected 2"
+"$dptrain" train --lr >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] || fail "missing value exited $rc, expected 2"
+"$dptrain" no-such-command >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] || fail "unknown command exited $rc, expected 2"
+"$dptrain" train --help | grep -q -- "--global-batch" || fail "--help does not document --global-batch"
+
+# 2. devices lists the CPU backend.
+"$dptrain" devices | grep -q "^cpu:0" || fail "devices does not list cpu:0"
+
+# 3. A short run with JSON output: one object per epoch, then the final one.
+out=$("$dptrain" train --data "$good" --hidden 16 --global-batch 50 --epochs 2 --backend cpu \
+  --json --save-weights "$scratch/w.safetensors" 2>"$scratch/err")
+rc=$?
+[ $rc -eq 0 ] || fail "short run exited $rc: $(cat "$scratch/err")"
+[ "$(echo "$out" | grep -c '"epoch"')" -eq 2 ] || fail "expected 2 epoch objects: $out"
+echo "$out" | tail -n 1 | grep -q '"final": true' || fail "no final object: $out"
+for key in test_accuracy samples_per_sec steps ranks replicas backend param_hash; do
+  echo "$out" | tail -n 1 | grep -q "\"$key\"" || fail "final object lacks $key"
+done
+echo "$out" | tail -n 1 | grep -q '"steps": 12,' || fail "expected 12 steps (2 epochs x 6): $out"
+[ -s "$scratch/w.safetensors" ] || fail "--save-weights wrote nothing"
+[ ! -e "$scratch/w.safetensors.tmp" ] || fail "temporary weights file left behind"
+
+# 4. The saved weights load back: zero learning steps reproduce the saved fingerprint.
+hash1=$(echo "$out" | tail -n 1 | sed 's/.*"param_hash": "\([0-9a-f]*\)".*/\1/')
+out2=$("$dptrain" train --data "$good" --hidden 16 --global-batch 50 --epochs 1 --max-steps 1 \
+  --lr 1e-30 --backend cpu --json --init-weights "$scratch/w.safetensors" 2>"$scratch/err")
+[ $? -eq 0 ] || fail "--init-weights run failed: $(cat "$scratch/err")"
+hash2=$(echo "$out2" | tail -n 1 | sed 's/.*"param_hash": "\([0-9a-f]*\)".*/\1/')
+[ -n "$hash1" ] || fail "no param_hash in $out"
+[ "$hash1" = "$hash2" ] || fail "weights read back differ: saved $hash1, loaded $hash2"
+# A model of another size does not take the file; the message names the tensor.
+"$dptrain" train --data "$good" --hidden 17 --epochs 1 --backend cpu \
+  --init-weights "$scratch/w.safetensors" >/dev/null 2>"$scratch/err"
+rc=$?
+[ $rc -ne 0 ] || fail "mismatched weights accepted"
+grep -q "1.weight" "$scratch/err" || fail "mismatch message does not name the tensor: $(cat "$scratch/err")"
+[ "$(wc -l <"$scratch/err")" -eq 1 ] || fail "mismatch message is not one line: $(cat "$scratch/err")"
+
+# 5. Bad data: one line naming the file and the problem, non-zero exit.
+bad="$scratch/bad"
+make_idx "$bad" train 300
+make_idx "$bad" t10k 100
+head -c 1000 "$good/train-images-idx3-ubyte" >"$bad/train-images-idx3-ubyte" # truncated
+"$dptrain" train --data "$bad" --epochs 1 --backend cpu >/dev/null 2>"$scratch/err"
+rc=$?
+[ $rc -ne 0 ] || fail "truncated data accepted"
+grep -q "train-images-idx3-ubyte" "$scratch/err" || fail "message does not name the file: $(cat "$scratch/err")"
+[ "$(wc -l <"$scratch/err")" -eq 1 ] || fail "not one line: $(cat "$scratch/err")"
+"$dptrain" train --data "$scratch/none" --epochs 1 --backend cpu >/dev/null 2>"$scratch/err"
+[ $? -ne 0 ] || fail "missing data directory accepted"
+
+# 6. Under MPI: bad data on every rank and on one rank only; never a hang, non-zero everywhere.
+if [ -n "$mpiexec" ]; then
+  timeout 120 $mpiexec -n 2 "$dptrain" train --data "$bad" --epochs 1 --backend cpu \
+    >/dev/null 2>"$scratch/err"
+  rc=$?
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "mpi bad data exited $rc"
+  [ "$(grep -c '^dptrain:' "$scratch/err")" -eq 1 ] ||
+    fail "mpi bad data: expected one error line: $(cat "$scratch/err")"
+  # Rank 1 alone reads a corrupt directory (its own --data through a per-rank wrapper).
+  cat >"$scratch/per-rank.sh" <<EOF
+#!/usr/bin/env bash
+if [ "\${OMPI_COMM_WORLD_RANK:-0}" = 1 ]; then d="$bad"; else d="$good"; fi
+exec "$dptrain" train --data "\$d" --hidden 16 --global-batch 50 --epochs 1 --backend cpu
+EOF
+  chmod +x "$scratch/per-rank.sh"
+  timeout 120 $mpiexec -n 2 "$scratch/per-rank.sh" >/dev/null 2>"$scratch/err"
+  rc=$?
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "mpi one bad rank exited $rc"
+  grep -q "rank 1" "$scratch/err" || fail "mpi one bad rank: failing rank not named: $(cat "$scratch/err")"
+  # And a good run on 2 ranks agrees with the fingerprint printed on both.
+  out=$(timeout 120 $mpiexec -n 2 "$dptrain" train --data "$good" --hidden 16 --global-batch 50 \
+    --epochs 1 --backend cpu --json 2>"$scratch/err")
+  [ $? -eq 0 ] || fail "mpi good run failed: $(cat "$scratch/err")"
+  echo "$out" | tail -n 1 | grep -q '"ranks": 2' || fail "mpi run does not report 2 ranks: $out"
+fi
+
+echo "cli test: $failures failure(s)"
+[ $failures -eq 0 ]
