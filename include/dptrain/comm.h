@@ -24,7 +24,7 @@
  * override them afterwards); an invalid value makes the creation fail with a message naming
  * the variable:
  *   DPT_ALLREDUCE_ALGO        auto | ring | rd | direct | mpi
- *   DPT_ALLREDUCE_DIRECT_MAX  bytes: auto uses `direct` up to this payload
+ *   DPT_ALLREDUCE_DIRECT_MAX  bytes: auto uses `direct` while (size - 1) * payload <= this
  *   DPT_ALLREDUCE_MPI_MAX     bytes: then MPI_Allreduce up to this (MPI transport only)
  *   DPT_ALLREDUCE_RD_MAX      bytes: then recursive doubling up to this, the ring above
  *   DPT_COMM_TIMEOUT          seconds (> 0)
@@ -77,7 +77,7 @@ typedef struct dpt_comm_options {
   double timeout_s;         /* deadline of a collective, seconds (> 0); default 300 */
   int desync_check;         /* 1: agree on the call before each collective (default 1) */
   dpt_allreduce_algo algo;  /* default AUTO */
-  size_t direct_max_bytes;  /* AUTO: `direct` for payloads up to this */
+  size_t direct_max_bytes;  /* AUTO: `direct` while (size - 1) * payload is at most this */
   size_t mpi_max_bytes;     /* AUTO: then MPI_Allreduce up to this (0: never) */
   size_t rd_max_bytes;      /* AUTO: then recursive doubling up to this (0: never), else ring */
   size_t piece_bytes;       /* largest message of the ring / rd / broadcast (>= 64, <= 1 GiB) */
@@ -159,8 +159,7 @@ DPT_API dpt_status dpt_broadcast_buffer(dpt_comm *comm, dpt_buffer *buf, size_t 
 /* recv[r * bytes .. (r+1) * bytes) = rank r's `send` (bytes each), on every rank. recv holds
  * size * bytes; send and recv must not overlap. Meant for small values (metrics,
  * fingerprints); large ones go around the ring. */
-DPT_API dpt_status dpt_allgather_host(dpt_comm *comm, const void *send, size_t bytes,
-                                      void *recv);
+DPT_API dpt_status dpt_allgather_host(dpt_comm *comm, const void *send, size_t bytes, void *recv);
 
 /* Returns once every rank has entered the barrier. */
 DPT_API dpt_status dpt_barrier(dpt_comm *comm);

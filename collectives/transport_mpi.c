@@ -1,0 +1,389 @@
+/* MPI transport: one member per rank, on a private duplicate of the application's
+ * communicator with MPI_ERRORS_RETURN, so every MPI failure becomes a dpt_status (the MPI
+ * error string in dpt_last_error()) instead of aborting the job.
+ *
+ * Only nonblocking point-to-point calls move data (MPI_Isend / MPI_Irecv, completed by
+ * MPI_Testsome polling against a deadline), so no collective can hang on a missing rank.
+ * Abandoning a request after a timeout: a receive is cancelled and waited for (local, as the
+ * standard guarantees); a send is cancelled if MPI can, else released with MPI_Request_free
+ * (MPI may still read the caller's buffer to deliver it: it never writes it).
+ *
+ * MPI ownership: if the application has not initialized MPI, the first communicator does
+ * (MPI_Init_thread, SERIALIZED requested: the library never calls MPI from two threads at
+ * once, staging threads make no MPI calls) and the last one destroyed finalizes it.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <limits.h>
+#include <mpi.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "collectives/comm_impl.h"
+#include "core/error.h"
+
+_Static_assert(sizeof(MPI_Request) <= sizeof(((dpt_req *)0)->mpi), "MPI_Request too large");
+
+typedef struct mpi_state {
+  MPI_Comm comm;
+  MPI_Op f16_sum;
+  int oversubscribed; /* more ranks on this node than cores: yield while waiting */
+  dpt_shm *shm;       /* data path when every rank is on this node, else NULL (owner: this) */
+} mpi_state;
+
+static pthread_mutex_t g_mpi_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_mpi_owned; /* this library called MPI_Init_thread */
+static int g_mpi_live;  /* communicators alive that count on it */
+
+static dpt_status mpi_fail(int rc, const char *fmt_call, int peer) {
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "error %d", rc);
+  if (peer >= 0) return dpt_set_error(DPT_ERR_COMM, "%s (rank %d): %s", fmt_call, peer, msg);
+  return dpt_set_error(DPT_ERR_COMM, "%s: %s", fmt_call, msg);
+}
+
+static MPI_Request get_req(const dpt_req *r) {
+  MPI_Request q;
+  memcpy(&q, r->mpi, sizeof q);
+  return q;
+}
+
+static void set_req(dpt_req *r, MPI_Request q) {
+  memcpy(r->mpi, &q, sizeof q);
+}
+
+static dpt_status mpi_isend(dpt_comm *c, dpt_req *r) {
+  mpi_state *s = c->impl;
+  if (s->shm) return dpt_shm_isend(s->shm, r);
+  if (r->bytes > INT_MAX)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "MPI_Isend: %zu bytes exceed INT_MAX", r->bytes);
+  MPI_Request q;
+  int rc = MPI_Isend(r->buf, (int)r->bytes, MPI_BYTE, r->peer, r->tag, s->comm, &q);
+  if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Isend", r->peer);
+  set_req(r, q);
+  r->active = 1;
+  r->done = 0;
+  r->err = DPT_OK;
+  return DPT_OK;
+}
+
+static dpt_status mpi_irecv(dpt_comm *c, dpt_req *r) {
+  mpi_state *s = c->impl;
+  if (s->shm) return dpt_shm_irecv(s->shm, r);
+  if (r->bytes > INT_MAX)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "MPI_Irecv: %zu bytes exceed INT_MAX", r->bytes);
+  MPI_Request q;
+  int rc = MPI_Irecv(r->buf, (int)r->bytes, MPI_BYTE, r->peer, r->tag, s->comm, &q);
+  if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Irecv", r->peer);
+  set_req(r, q);
+  r->active = 1;
+  r->done = 0;
+  r->got = 0;
+  r->err = DPT_OK;
+  return DPT_OK;
+}
+
+/* One MPI_Testsome over the active requests; marks the completed ones. */
+static dpt_status test_some(dpt_req **reqs, int n, int *ndone) {
+  MPI_Request q[DPT_POLL_MAX];
+  MPI_Status stat[DPT_POLL_MAX];
+  int idx[DPT_POLL_MAX], map[DPT_POLL_MAX];
+  int m = 0;
+  for (int i = 0; i < n && m < DPT_POLL_MAX; ++i) {
+    if (!reqs[i]->active) continue;
+    q[m] = get_req(reqs[i]);
+    map[m++] = i;
+  }
+  if (m == 0) return DPT_OK;
+  int out = 0;
+  int rc = MPI_Testsome(m, q, &out, idx, stat);
+  if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) return mpi_fail(rc, "MPI_Testsome", -1);
+  if (out == MPI_UNDEFINED) return DPT_OK;
+  for (int k = 0; k < out; ++k) {
+    dpt_req *r = reqs[map[idx[k]]];
+    set_req(r, MPI_REQUEST_NULL);
+    r->active = 0;
+    r->done = 1;
+    ++*ndone;
+    int err = rc == MPI_ERR_IN_STATUS ? stat[k].MPI_ERROR : MPI_SUCCESS;
+    if (err != MPI_SUCCESS) {
+      int cls = 0;
+      MPI_Error_class(err, &cls);
+      if (r->is_recv && cls == MPI_ERR_TRUNCATE) {
+        r->err = DPT_ERR_MISMATCH; /* a larger message than expected: the caller reports */
+        continue;
+      }
+      return mpi_fail(err, r->is_recv ? "MPI_Irecv" : "MPI_Isend", r->peer);
+    }
+    if (r->is_recv) {
+      int count = 0;
+      MPI_Get_count(&stat[k], MPI_BYTE, &count);
+      r->got = (size_t)count;
+    }
+  }
+  return DPT_OK;
+}
+
+static dpt_status mpi_poll(dpt_comm *c, dpt_req **reqs, int n, int block, double deadline,
+                           int *ndone) {
+  mpi_state *s = c->impl;
+  if (s->shm)
+    return dpt_shm_poll(s->shm, reqs, n, block, deadline, ndone, c->seq ? c->seq - 1 : 0,
+                        s->oversubscribed);
+  *ndone = 0;
+  for (unsigned spin = 1;; ++spin) {
+    dpt_status st = test_some(reqs, n, ndone);
+    if (st != DPT_OK || *ndone > 0 || !block) return st;
+    /* Spin (the peers are usually microseconds away), reading the clock now and then, and
+     * yielding the core when there are more ranks than cores here: a spinning rank would
+     * keep the one it waits for off the CPU. Past the first microseconds, PAUSE leaves the
+     * core's resources to a sibling hardware thread. */
+    if (spin > 256) dpt_cpu_relax();
+    if ((spin & 255) == 0) {
+      if (dpt_comm_now() >= deadline) return DPT_OK;
+      if (s->oversubscribed || (spin & 4095) == 0) sched_yield();
+    }
+  }
+}
+
+static void mpi_cancel(dpt_comm *c, dpt_req *r) {
+  mpi_state *s = c->impl;
+  if (s->shm) {
+    dpt_shm_cancel(s->shm, r);
+    return;
+  }
+  if (!r->active) return;
+  MPI_Request q = get_req(r);
+  MPI_Cancel(&q);
+  if (r->is_recv) {
+    MPI_Wait(&q, MPI_STATUS_IGNORE); /* local for a cancelled receive */
+  } else {
+    int flag = 0;
+    MPI_Test(&q, &flag, MPI_STATUS_IGNORE);
+    if (!flag) MPI_Request_free(&q);
+  }
+  set_req(r, MPI_REQUEST_NULL);
+  r->active = 0;
+}
+
+static void f16_sum_op(void *in, void *inout, int *len, MPI_Datatype *type) {
+  (void)type;
+  dpt_sum_into(inout, in, (size_t)*len, DPT_COMM_F16);
+}
+
+static dpt_status mpi_native_allreduce(dpt_comm *c, void *data, size_t count, dpt_comm_dtype dtype,
+                                       int arrived, double deadline) {
+  mpi_state *s = c->impl;
+  const size_t es = dpt_dtype_size(dtype);
+  MPI_Datatype type = dtype == DPT_COMM_F16 ? MPI_UINT16_T : MPI_FLOAT;
+  MPI_Op op = dtype == DPT_COMM_F16 ? s->f16_sum : MPI_SUM;
+  /* In parts of at most INT_MAX elements. When the hello round has just seen every rank
+   * arrive, the blocking call (the library's fastest); otherwise the nonblocking one, polled
+   * against the deadline (Open MPI's nonblocking collectives are several times slower). */
+  for (size_t done = 0; done < count;) {
+    size_t n = count - done < (size_t)INT_MAX ? count - done : (size_t)INT_MAX;
+    void *p = (unsigned char *)data + done * es;
+    int rc;
+    if (arrived) {
+      rc = MPI_Allreduce(MPI_IN_PLACE, p, (int)n, type, op, s->comm);
+      if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Allreduce", -1);
+      done += n;
+      continue;
+    }
+    MPI_Request q;
+    rc = MPI_Iallreduce(MPI_IN_PLACE, p, (int)n, type, op, s->comm, &q);
+    if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Iallreduce", -1);
+    for (unsigned spin = 1;; ++spin) {
+      int flag = 0;
+      rc = MPI_Test(&q, &flag, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Iallreduce", -1);
+      if (flag) break;
+      if (spin > 256) dpt_cpu_relax();
+      if ((spin & 255) == 0) {
+        if (dpt_comm_now() >= deadline)
+          /* A nonblocking collective cannot be cancelled: the communicator is unusable. */
+          return dpt_set_error(DPT_ERR_TIMEOUT,
+                               "MPI_Iallreduce did not complete before the deadline");
+        if (s->oversubscribed || (spin & 4095) == 0) sched_yield();
+      }
+    }
+    done += n;
+  }
+  return DPT_OK;
+}
+
+static void mpi_destroy(dpt_comm *c) {
+  mpi_state *s = c->impl;
+  dpt_shm_close(s->shm);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) {
+    if (s->f16_sum != MPI_OP_NULL) MPI_Op_free(&s->f16_sum);
+    /* Local in Open MPI and MPICH (the context id is released lazily): never waits. */
+    MPI_Comm_free(&s->comm);
+  }
+  free(s);
+  pthread_mutex_lock(&g_mpi_lock);
+  if (--g_mpi_live == 0 && g_mpi_owned && !finalized) {
+    MPI_Finalize();
+    g_mpi_owned = 0;
+  }
+  pthread_mutex_unlock(&g_mpi_lock);
+}
+
+static const dpt_transport mpi_transport = {
+    .name = "mpi",
+    .isend = mpi_isend,
+    .irecv = mpi_irecv,
+    .poll = mpi_poll,
+    .cancel = mpi_cancel,
+    .destroy = mpi_destroy,
+    .native_allreduce = mpi_native_allreduce,
+};
+
+int dpt_comm_mpi_compiled(void) {
+  return 1;
+}
+
+/* Initializes MPI when nobody has (lock held). */
+static dpt_status mpi_ensure_init(void) {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (fin)
+    return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                         "dpt_comm_create_mpi: MPI was already finalized (it cannot be "
+                         "initialized twice)");
+  if (init) return DPT_OK;
+  int provided = 0;
+  int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+  if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Init_thread", -1);
+  g_mpi_owned = 1;
+  return DPT_OK;
+}
+
+/* Whether every rank of `comm` runs on this node (collective). */
+static int single_node(MPI_Comm comm, int size) {
+  MPI_Comm node;
+  int n = 0;
+  if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS)
+    return 0;
+  MPI_Comm_size(node, &n);
+  MPI_Comm_free(&node);
+  return n == size;
+}
+
+/* What rank 0 tells the others at creation. */
+typedef struct setup {
+  unsigned uid;
+  int shm;       /* rank 0 created the segment */
+  char name[56]; /* its name */
+} setup;
+
+/* The collective part of creation: the communicator's id, the shared-memory segment when
+ * every rank is on this node (and DPT_COMM_SHM is not 0), and agreement that every rank
+ * succeeded, so that a failure on one rank fails the creation everywhere instead of leaving
+ * the others waiting. `ok`: this rank's own setup succeeded. */
+static dpt_status agree_setup(dpt_comm *c, mpi_state *s, int ok) {
+  setup su;
+  memset(&su, 0, sizeof su);
+  const char *env = getenv("DPT_COMM_SHM");
+  const int want = (!env || strcmp(env, "0")) && c->size > 1 && single_node(s->comm, c->size);
+  if (c->rank == 0) {
+    uint64_t x =
+        (uint64_t)(dpt_comm_now() * 1e9) ^ (uint64_t)(uintptr_t)c ^ ((uint64_t)getpid() << 32);
+    x *= 0x9E3779B97F4A7C15ull;
+    su.uid = (unsigned)(x >> 32);
+    snprintf(su.name, sizeof su.name, "/dptrain-%d-%08x", (int)getpid(), su.uid);
+    su.shm = ok && want && dpt_shm_open(su.name, 1, 0, c->size, &s->shm) == DPT_OK;
+  }
+  int rc = MPI_Bcast(&su, (int)sizeof su, MPI_BYTE, 0, s->comm);
+  if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Bcast", -1);
+  c->uid = su.uid;
+  if (c->rank != 0 && su.shm && dpt_shm_open(su.name, 0, c->rank, c->size, &s->shm) != DPT_OK)
+    s->shm = NULL;
+  int mine[2] = {ok, s->shm != NULL || !su.shm}, all[2] = {0, 0};
+  rc = MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MIN, s->comm);
+  if (c->rank == 0 && su.shm) dpt_shm_unlink(su.name); /* every rank has mapped it, or failed */
+  if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Allreduce", -1);
+  if (!all[1] || !su.shm) { /* some rank could not map it: MPI's own path for all */
+    dpt_shm_close(s->shm);
+    s->shm = NULL;
+  }
+  if (!all[0])
+    return ok ? dpt_set_error(DPT_ERR_COMM, "dpt_comm_create_mpi: another rank failed to create "
+                                            "its communicator (its error says why)")
+              : DPT_ERR_INVALID_ARG;
+  c->eager_bytes = s->shm ? dpt_shm_slot_bytes(s->shm) : 4000;
+  return DPT_OK;
+}
+
+dpt_status dpt_comm_create_mpi(const void *mpi_comm, dpt_comm **out) {
+  if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_comm_create_mpi: out is NULL");
+  *out = NULL;
+  pthread_mutex_lock(&g_mpi_lock);
+  dpt_status st = mpi_ensure_init();
+  if (st == DPT_OK) ++g_mpi_live;
+  pthread_mutex_unlock(&g_mpi_lock);
+  if (st != DPT_OK) return st;
+
+  dpt_comm *c = calloc(1, sizeof *c);
+  mpi_state *s = calloc(1, sizeof *s);
+  int rc = MPI_SUCCESS, rank = 0, size = 0, *tag_ub = NULL, flag = 0;
+  const char *call = "";
+  if (!c || !s) {
+    st = dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_comm_create_mpi: no memory");
+    goto fail;
+  }
+  s->comm = MPI_COMM_NULL;
+  s->f16_sum = MPI_OP_NULL;
+  MPI_Comm parent = mpi_comm ? *(const MPI_Comm *)mpi_comm : MPI_COMM_WORLD;
+  if ((rc = MPI_Comm_dup(parent, &s->comm)) != MPI_SUCCESS)
+    call = "MPI_Comm_dup";
+  else if ((rc = MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN)) != MPI_SUCCESS)
+    call = "MPI_Comm_set_errhandler";
+  else if ((rc = MPI_Comm_rank(s->comm, &rank)) != MPI_SUCCESS)
+    call = "MPI_Comm_rank";
+  else if ((rc = MPI_Comm_size(s->comm, &size)) != MPI_SUCCESS)
+    call = "MPI_Comm_size";
+  else if ((rc = MPI_Comm_get_attr(s->comm, MPI_TAG_UB, &tag_ub, &flag)) != MPI_SUCCESS)
+    call = "MPI_Comm_get_attr(MPI_TAG_UB)";
+  else if ((rc = MPI_Op_create(f16_sum_op, 1, &s->f16_sum)) != MPI_SUCCESS)
+    call = "MPI_Op_create";
+  if (rc != MPI_SUCCESS) {
+    st = mpi_fail(rc, call, -1);
+    goto fail;
+  }
+  /* Open MPI and MPICH export the node-local rank count to each process. */
+  const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (!local) local = getenv("MPI_LOCALNRANKS");
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  s->oversubscribed = local && cores > 0 && atol(local) > cores;
+  st = dpt_comm_init(c, &mpi_transport, s, rank, size, flag && tag_ub ? *tag_ub : 32767);
+  dpt_status agreed = agree_setup(c, s, st == DPT_OK);
+  if (st == DPT_OK) st = agreed;
+  if (st != DPT_OK) {
+    free(c->payload);
+    goto fail;
+  }
+  *out = c;
+  return DPT_OK;
+
+fail:
+  if (s) dpt_shm_close(s->shm);
+  if (s && s->f16_sum != MPI_OP_NULL) MPI_Op_free(&s->f16_sum);
+  if (s && s->comm != MPI_COMM_NULL) MPI_Comm_free(&s->comm);
+  free(s);
+  free(c);
+  pthread_mutex_lock(&g_mpi_lock);
+  if (--g_mpi_live == 0 && g_mpi_owned) {
+    MPI_Finalize();
+    g_mpi_owned = 0;
+  }
+  pthread_mutex_unlock(&g_mpi_lock);
+  return st;
+}

@@ -1,0 +1,50 @@
+# Collectives: the threads transport in-process, the MPI transport under mpiexec with 2, 3 and
+# 4 ranks (4 oversubscribed on a 2-core machine). Every test has a deadline of its own (short
+# collective timeouts inside, ctest TIMEOUT outside), so none can hang.
+dpt_add_check_test(NAME comm_threads SOURCES comm_threads.c comm_cases.c
+                   LABELS unit comm cpu TIMEOUT 240)
+# Buffers of the GPU backends (skipped, exit 77, when the backend or its device is absent).
+dpt_add_check_test(NAME comm_threads_opencl TARGET comm_threads ARGS opencl
+                   LABELS comm opencl TIMEOUT 300 ENVIRONMENT POCL_MAX_PTHREAD_COUNT=1)
+dpt_add_check_test(NAME comm_threads_vulkan TARGET comm_threads ARGS vulkan
+                   LABELS comm vulkan TIMEOUT 300)
+# The > 2^31-byte all-reduce: 2 ranks x 2 GiB (+ the check), a few seconds.
+dpt_add_check_test(NAME comm_threads_large TARGET comm_threads ARGS large
+                   LABELS comm large TIMEOUT 600)
+
+if(DPT_WITH_MPI)
+  set(_dpt_mpi_env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+                   OMPI_MCA_rmaps_base_oversubscribe=1)
+  if(DPT_SANITIZE)
+    # Open MPI keeps allocations until exit; the threads suites check our leaks.
+    list(APPEND _dpt_mpi_env ASAN_OPTIONS=detect_leaks=0)
+  endif()
+  dpt_add_check_test(NAME comm_mpi_2 TARGET comm_mpi SOURCES comm_mpi.c comm_cases.c
+                     LIBS MPI::MPI_C LABELS comm mpi TIMEOUT 240
+                     LAUNCHER ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2
+                     ENVIRONMENT ${_dpt_mpi_env})
+  dpt_add_check_test(NAME comm_mpi_3 TARGET comm_mpi LABELS comm mpi TIMEOUT 240
+                     LAUNCHER ${MPIEXEC_EXECUTABLE} --oversubscribe ${MPIEXEC_NUMPROC_FLAG} 3
+                     ENVIRONMENT ${_dpt_mpi_env})
+  dpt_add_check_test(NAME comm_mpi_4 TARGET comm_mpi LABELS comm mpi TIMEOUT 300
+                     LAUNCHER ${MPIEXEC_EXECUTABLE} --oversubscribe ${MPIEXEC_NUMPROC_FLAG} 4
+                     ENVIRONMENT ${_dpt_mpi_env})
+  # MPI's own point-to-point path (what ranks on several nodes use) instead of the
+  # shared-memory channels.
+  dpt_add_check_test(NAME comm_mpi_2_p2p TARGET comm_mpi LABELS comm mpi TIMEOUT 240
+                     LAUNCHER ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2
+                     ENVIRONMENT ${_dpt_mpi_env} DPT_COMM_SHM=0)
+  dpt_add_check_test(NAME comm_mpi_3_p2p TARGET comm_mpi LABELS comm mpi TIMEOUT 240
+                     LAUNCHER ${MPIEXEC_EXECUTABLE} --oversubscribe ${MPIEXEC_NUMPROC_FLAG} 3
+                     ENVIRONMENT ${_dpt_mpi_env} DPT_COMM_SHM=0)
+  # Buffers of the GPU backends present (OpenCL, Vulkan) under MPI, 2 ranks.
+  dpt_add_check_test(NAME comm_mpi_gpu_2 TARGET comm_mpi ARGS gpu LABELS comm mpi opencl vulkan
+                     TIMEOUT 300
+                     LAUNCHER ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2
+                     ENVIRONMENT ${_dpt_mpi_env} POCL_MAX_PTHREAD_COUNT=1)
+  # The library initializes and finalizes MPI itself when the program does not.
+  dpt_add_check_test(NAME comm_mpi_self_init SOURCES comm_mpi_init.c comm_cases.c LIBS MPI::MPI_C
+                     LABELS comm mpi TIMEOUT 60
+                     LAUNCHER ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2
+                     ENVIRONMENT ${_dpt_mpi_env})
+endif()

@@ -1,0 +1,207 @@
+/* Closed-form collective cases shared by the threads and MPI suites (see comm_cases.h). */
+#include "comm_cases.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GUARD    5       /* elements before and after the range in device buffers */
+#define SENTINEL 1234.0f /* guard value (exact in binary16): survives every collective */
+
+int comm_case_counts(int ranks, size_t *out, int max) {
+  const size_t counts[] = {0, 1, 2, 3, 5, 7, 64, 1000, 1003, 4099, 10007};
+  int n = 0;
+  for (size_t i = 0; i < sizeof counts / sizeof *counts && n < max; ++i)
+    out[n++] = counts[i];
+  if (n < max) out[n++] = (size_t)(ranks > 1 ? ranks - 1 : 1); /* fewer than ranks */
+  if (n < max) out[n++] = (size_t)ranks * 3 + 1;               /* not divisible */
+  return n;
+}
+
+void comm_case_tiny(dpt_comm_options *o) {
+  o->piece_bytes = 64;
+  o->block_bytes = 256;
+}
+
+float comm_case_input(int rank, size_t i) {
+  return (float)((i * 7 + 3) % 13 + 1) * (float)((rank + 1) * (rank + 1));
+}
+
+float comm_case_expected(int ranks, size_t i) {
+  const int w = ranks * (ranks + 1) * (2 * ranks + 1) / 6; /* sum of (r+1)^2 */
+  return (float)((i * 7 + 3) % 13 + 1) * (float)w;
+}
+
+uint64_t comm_case_hash(const void *p, size_t bytes) {
+  const unsigned char *b = p;
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < bytes; ++i)
+    h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+static void put(void *data, size_t i, float v, dpt_comm_dtype dtype) {
+  if (dtype == DPT_COMM_F16)
+    ((uint16_t *)data)[i] = dpt_f32_to_f16_scalar(v);
+  else
+    ((float *)data)[i] = v;
+}
+
+static float get(const void *data, size_t i, dpt_comm_dtype dtype) {
+  if (dtype == DPT_COMM_F16) return dpt_f16_to_f32_scalar(((const uint16_t *)data)[i]);
+  return ((const float *)data)[i];
+}
+
+static int fail(char *err, size_t errlen, const char *what, dpt_status st) {
+  snprintf(err, errlen, "%s: %s: %s", what, dpt_status_name(st), dpt_last_error());
+  return -1;
+}
+
+int comm_case_allreduce(dpt_comm *c, dpt_backend *be, size_t count, dpt_comm_dtype dtype,
+                        uint64_t *hash, char *err, size_t errlen) {
+  const int rank = dpt_comm_rank(c), size = dpt_comm_size(c);
+  const size_t es = dtype == DPT_COMM_F16 ? 2 : 4;
+  const size_t total = count + 2 * GUARD;
+  unsigned char *host = malloc(total * es);
+  if (!host) {
+    snprintf(err, errlen, "no memory for %zu elements", total);
+    return -1;
+  }
+  for (size_t i = 0; i < total; ++i) {
+    int inside = i >= GUARD && i < GUARD + count;
+    put(host, i, inside ? comm_case_input(rank, i - GUARD) : SENTINEL, dtype);
+  }
+  dpt_status st;
+  dpt_buffer *buf = NULL;
+  int rc = 0;
+  if (be) {
+    st = dpt_buffer_alloc(be, total * es, &buf);
+    if (st == DPT_OK) st = dpt_buffer_upload(buf, 0, host, total * es);
+    if (st == DPT_OK) st = dpt_allreduce_buffer(c, buf, GUARD, count, dtype);
+    if (st == DPT_OK) {
+      memset(host, 0, total * es);
+      st = dpt_buffer_download(buf, 0, host, total * es);
+    }
+  } else {
+    st = dpt_allreduce_host(c, host + GUARD * es, count, dtype);
+  }
+  if (st != DPT_OK) {
+    rc = fail(err, errlen, "all-reduce", st);
+  } else {
+    for (size_t i = 0; i < total && rc == 0; ++i) {
+      int inside = i >= GUARD && i < GUARD + count;
+      float want = inside ? comm_case_expected(size, i - GUARD) : SENTINEL;
+      float got = get(host, i, dtype);
+      if (got != want) {
+        snprintf(err, errlen, "rank %d: element %zd of %zu is %g, expected %g%s", rank,
+                 (ptrdiff_t)i - GUARD, count, got, want, inside ? "" : " (guard)");
+        rc = -1;
+      }
+    }
+  }
+  if (hash) *hash = comm_case_hash(host + GUARD * es, count * es);
+  dpt_buffer_free(buf);
+  free(host);
+  return rc;
+}
+
+int comm_case_inexact(dpt_comm *c, size_t count, uint64_t *hash, char *err, size_t errlen) {
+  const int rank = dpt_comm_rank(c);
+  float *x = malloc((count ? count : 1) * sizeof *x);
+  if (!x) {
+    snprintf(err, errlen, "no memory");
+    return -1;
+  }
+  for (size_t i = 0; i < count; ++i)
+    x[i] = (float)sin((double)(i + 1) * 0.37 + rank * 1.3) * (float)(1 + rank) * 1e-3f +
+           (float)(i % 3) * 1e3f;
+  dpt_status st = dpt_allreduce_host(c, x, count, DPT_COMM_F32);
+  int rc = st == DPT_OK ? 0 : fail(err, errlen, "all-reduce", st);
+  *hash = comm_case_hash(x, count * sizeof *x);
+  free(x);
+  return rc;
+}
+
+static unsigned char bcast_byte(int root, size_t i) {
+  return (unsigned char)((i * 31 + (size_t)root * 7 + 1) & 0xff);
+}
+
+int comm_case_broadcast(dpt_comm *c, dpt_backend *be, size_t bytes, int root, char *err,
+                        size_t errlen) {
+  const int rank = dpt_comm_rank(c);
+  const size_t total = bytes + 2 * GUARD;
+  unsigned char *host = malloc(total);
+  if (!host) {
+    snprintf(err, errlen, "no memory");
+    return -1;
+  }
+  for (size_t i = 0; i < total; ++i) {
+    int inside = i >= GUARD && i < GUARD + bytes;
+    host[i] = inside ? (rank == root ? bcast_byte(root, i - GUARD) : 0xee) : 0x5a;
+  }
+  dpt_status st;
+  dpt_buffer *buf = NULL;
+  if (be) {
+    st = dpt_buffer_alloc(be, total, &buf);
+    if (st == DPT_OK) st = dpt_buffer_upload(buf, 0, host, total);
+    if (st == DPT_OK) st = dpt_broadcast_buffer(c, buf, GUARD, bytes, root);
+    if (st == DPT_OK) {
+      memset(host, 0, total);
+      st = dpt_buffer_download(buf, 0, host, total);
+    }
+  } else {
+    st = dpt_broadcast_host(c, host + GUARD, bytes, root);
+  }
+  int rc = st == DPT_OK ? 0 : fail(err, errlen, "broadcast", st);
+  for (size_t i = 0; i < total && rc == 0; ++i) {
+    int inside = i >= GUARD && i < GUARD + bytes;
+    unsigned char want = inside ? bcast_byte(root, i - GUARD) : 0x5a;
+    if (host[i] != want) {
+      snprintf(err, errlen, "rank %d: byte %zd of %zu is %u, expected %u", rank,
+               (ptrdiff_t)i - GUARD, bytes, host[i], want);
+      rc = -1;
+    }
+  }
+  dpt_buffer_free(buf);
+  free(host);
+  return rc;
+}
+
+int comm_case_allgather(dpt_comm *c, size_t bytes, char *err, size_t errlen) {
+  const int rank = dpt_comm_rank(c), size = dpt_comm_size(c);
+  unsigned char *send = malloc(bytes + 1), *recv = malloc(bytes * (size_t)size + 1);
+  if (!send || !recv) {
+    free(send);
+    free(recv);
+    snprintf(err, errlen, "no memory");
+    return -1;
+  }
+  for (size_t i = 0; i < bytes; ++i)
+    send[i] = bcast_byte(rank, i);
+  memset(recv, 0xee, bytes * (size_t)size);
+  dpt_status st = dpt_allgather_host(c, send, bytes, recv);
+  int rc = st == DPT_OK ? 0 : fail(err, errlen, "allgather", st);
+  for (int r = 0; r < size && rc == 0; ++r) {
+    for (size_t i = 0; i < bytes && rc == 0; ++i) {
+      if (recv[(size_t)r * bytes + i] != bcast_byte(r, i)) {
+        snprintf(err, errlen, "rank %d: byte %zu of rank %d's block is wrong", rank, i, r);
+        rc = -1;
+      }
+    }
+  }
+  free(send);
+  free(recv);
+  return rc;
+}
+
+int comm_case_backends(dpt_backend_kind *out, int max) {
+  int n = 0;
+  for (int k = 0; k < DPT_BACKEND_KIND_COUNT && n < max; ++k) {
+    int count = 0;
+    if (!dpt_backend_compiled((dpt_backend_kind)k)) continue;
+    if (dpt_device_count((dpt_backend_kind)k, &count) != DPT_OK || count < 1) continue;
+    out[n++] = (dpt_backend_kind)k;
+  }
+  return n;
+}

@@ -1,0 +1,54 @@
+/* Closed-form collective cases shared by the threads and MPI suites: each rank runs a case on
+ * its own member; inputs depend on the rank so that the expected result has a closed form,
+ * and every rank reports a fingerprint of its result so the suites can check that all ranks
+ * ended bit-identical. */
+#ifndef DPTRAIN_TESTS_COMM_CASES_H
+#define DPTRAIN_TESTS_COMM_CASES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dptrain/comm.h"
+
+/* Where the data of a case lives. */
+typedef struct comm_place {
+  int device; /* 0: host memory, 1: a buffer of `backend` */
+  dpt_backend_kind backend;
+} comm_place;
+
+/* The odd counts every all-reduce is run with (0, 1, fewer than ranks, not divisible, several
+ * pieces and blocks with the tiny knobs). `ranks` adds size-dependent ones. */
+int comm_case_counts(int ranks, size_t *out, int max);
+
+/* Options that make tiny pieces and blocks (64 B / 256 B), so that small vectors exercise
+ * many pieces, many blocks, partial blocks and empty segments. */
+void comm_case_tiny(dpt_comm_options *o);
+
+/* Rank r's input element i, and the expected sum over `ranks` ranks (exact in float32 and
+ * binary16: small integers). */
+float comm_case_input(int rank, size_t i);
+float comm_case_expected(int ranks, size_t i);
+
+/* One all-reduce on `c` (options already set): builds the input, runs it (host pointer or a
+ * buffer on `be` at an element offset, with guard elements around), checks every element
+ * and the guards. 0 on success; else -1 with a message in err. *hash gets a fingerprint of
+ * the result bytes. `be` is NULL for host data. */
+int comm_case_allreduce(dpt_comm *c, dpt_backend *be, size_t count, dpt_comm_dtype dtype,
+                        uint64_t *hash, char *err, size_t errlen);
+
+/* One broadcast of `bytes` from `root` (host or buffer), checked. */
+int comm_case_broadcast(dpt_comm *c, dpt_backend *be, size_t bytes, int root, char *err,
+                        size_t errlen);
+
+/* One allgather of `bytes` per rank, checked. */
+int comm_case_allgather(dpt_comm *c, size_t bytes, char *err, size_t errlen);
+
+/* An all-reduce of values whose sum is not exact (order matters); *hash fingerprints it. */
+int comm_case_inexact(dpt_comm *c, size_t count, uint64_t *hash, char *err, size_t errlen);
+
+/* The backends compiled in and present, as a list (cpu first); returns how many. */
+int comm_case_backends(dpt_backend_kind *out, int max);
+
+uint64_t comm_case_hash(const void *p, size_t bytes);
+
+#endif

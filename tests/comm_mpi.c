@@ -1,0 +1,349 @@
+/* Collectives over the MPI transport, run under mpiexec with 2, 3 and 4 ranks: closed-form
+ * results for the odd counts with every algorithm (MPI_Allreduce included), both dtypes,
+ * host data and buffers of every backend present; results bit-identical across ranks;
+ * broadcast, allgather, barrier; mismatched counts give DPT_ERR_MISMATCH on every rank; a
+ * rank that skips a collective gives DPT_ERR_TIMEOUT naming it.
+ *
+ * `comm_mpi gpu` runs the buffer tests on the OpenCL and Vulkan backends too (those present).
+ *
+ * Every rank runs every test (Check without fork: MPI and fork do not mix). Each test ends
+ * with an exchange of every rank's outcome over MPI_COMM_WORLD before anything is asserted,
+ * so all ranks pass or fail a test together and none is left waiting in a collective. */
+#define _POSIX_C_SOURCE 200809L
+#include <check.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm_cases.h"
+#include "dptrain/comm.h"
+
+#define MAX_HASH 64
+
+static int world_rank, world_size;
+static int g_gpu; /* also GPU backends' buffers */
+
+static double now_s(void) {
+  return MPI_Wtime();
+}
+
+typedef struct outcome {
+  int rc;
+  char err[1024];
+  uint64_t hash[MAX_HASH];
+  int nhash;
+} outcome;
+
+/* Shares every rank's outcome; asserts that all passed and that results are bit-identical. */
+static void agree(const outcome *o, const char *what) {
+  int *rcs = calloc((size_t)world_size, sizeof *rcs);
+  uint64_t *hashes = calloc((size_t)world_size * MAX_HASH, sizeof *hashes);
+  char *errs = calloc((size_t)world_size, sizeof o->err);
+  ck_assert(rcs && hashes && errs);
+  MPI_Allgather(&o->rc, 1, MPI_INT, rcs, 1, MPI_INT, MPI_COMM_WORLD);
+  MPI_Allgather(o->hash, MAX_HASH, MPI_UINT64_T, hashes, MAX_HASH, MPI_UINT64_T, MPI_COMM_WORLD);
+  MPI_Allgather(o->err, (int)sizeof o->err, MPI_CHAR, errs, (int)sizeof o->err, MPI_CHAR,
+                MPI_COMM_WORLD);
+  for (int r = 0; r < world_size; ++r)
+    ck_assert_msg(rcs[r] == 0, "%s: rank %d: %s", what, r, errs + (size_t)r * sizeof o->err);
+  for (int r = 1; r < world_size; ++r)
+    for (int i = 0; i < o->nhash; ++i)
+      ck_assert_msg(hashes[(size_t)r * MAX_HASH + i] == hashes[i],
+                    "%s: result %d of rank %d differs from rank 0's (not bit-identical)", what, i,
+                    r);
+  free(rcs);
+  free(hashes);
+  free(errs);
+}
+
+static dpt_comm *make_comm(const dpt_comm_options *o) {
+  dpt_comm *c = NULL;
+  ck_assert_msg(dpt_comm_create_mpi(NULL, &c) == DPT_OK, "%s", dpt_last_error());
+  ck_assert_int_eq(dpt_comm_rank(c), world_rank);
+  ck_assert_int_eq(dpt_comm_size(c), world_size);
+  ck_assert_str_eq(dpt_comm_transport(c), "mpi");
+  if (o) ck_assert_msg(dpt_comm_set_options(c, o) == DPT_OK, "%s", dpt_last_error());
+  return c;
+}
+
+static void base_options(dpt_comm_options *o) {
+  dpt_comm_options_default(o);
+  o->timeout_s = 30.0;
+}
+
+/* All counts and both dtypes on `c`, data on `be` (NULL: host). */
+static void run_counts(dpt_comm *c, dpt_backend *be, outcome *o, const char *label) {
+  size_t counts[32];
+  int n = comm_case_counts(world_size, counts, 32);
+  for (int d = 0; d < 2 && o->rc == 0; ++d) {
+    for (int i = 0; i < n && o->rc == 0 && o->nhash < MAX_HASH; ++i) {
+      o->rc = comm_case_allreduce(c, be, counts[i], d ? DPT_COMM_F16 : DPT_COMM_F32,
+                                  &o->hash[o->nhash++], o->err, sizeof o->err);
+      if (o->rc) {
+        size_t len = strlen(o->err);
+        snprintf(o->err + len, sizeof o->err - len, " [%s count %zu %s]", label, counts[i],
+                 d ? "f16" : "f32");
+      }
+    }
+  }
+}
+
+static const dpt_allreduce_algo algos[] = {DPT_ALLREDUCE_AUTO, DPT_ALLREDUCE_RING, DPT_ALLREDUCE_RD,
+                                           DPT_ALLREDUCE_DIRECT, DPT_ALLREDUCE_MPI};
+
+START_TEST(allreduce_host_closed_form) {
+  for (unsigned a = 0; a < sizeof algos / sizeof *algos; ++a) {
+    for (int variant = 0; variant < 3; ++variant) {
+      dpt_comm_options opt;
+      base_options(&opt);
+      opt.algo = algos[a];
+      if (variant >= 1) comm_case_tiny(&opt);
+      if (variant == 2) opt.desync_check = 0;
+      dpt_comm *c = make_comm(&opt);
+      outcome o = {0};
+      char label[64];
+      snprintf(label, sizeof label, "%s variant %d", dpt_allreduce_algo_name(algos[a]), variant);
+      run_counts(c, NULL, &o, label);
+      dpt_comm_destroy(c);
+      agree(&o, label);
+    }
+  }
+}
+END_TEST
+
+START_TEST(allreduce_buffers) {
+  /* Without `gpu` the GPU drivers are not even asked (they start threads and keep memory). */
+  dpt_backend_kind kinds[DPT_BACKEND_KIND_COUNT] = {DPT_BACKEND_CPU};
+  int nk = g_gpu ? comm_case_backends(kinds, DPT_BACKEND_KIND_COUNT) : 1;
+  ck_assert_int_ge(nk, 1);
+  for (int k = 0; k < nk; ++k) {
+    for (unsigned a = 0; a < sizeof algos / sizeof *algos; ++a) {
+      for (int mode = 0; mode < 2; ++mode) {
+        dpt_comm_options opt;
+        base_options(&opt);
+        opt.algo = algos[a];
+        opt.staging = mode ? DPT_STAGING_THREAD : DPT_STAGING_INLINE;
+        comm_case_tiny(&opt);
+        dpt_comm *c = make_comm(&opt);
+        outcome o = {0};
+        dpt_backend *be = NULL;
+        if (dpt_backend_create(kinds[k], 0, &be) != DPT_OK) {
+          o.rc = -1;
+          snprintf(o.err, sizeof o.err, "%s", dpt_last_error());
+        }
+        char label[64];
+        snprintf(label, sizeof label, "%s %s %s", dpt_backend_kind_name(kinds[k]),
+                 dpt_allreduce_algo_name(algos[a]), mode ? "thread" : "inline");
+        /* Every rank runs the same collectives even when its backend failed (host data). */
+        run_counts(c, be, &o, label);
+        dpt_backend_destroy(be);
+        dpt_comm_destroy(c);
+        agree(&o, label);
+      }
+    }
+  }
+}
+END_TEST
+
+START_TEST(allreduce_large_buffers) {
+  /* Default pieces and blocks, several staging blocks, both staging modes. */
+  for (int mode = 0; mode < 2; ++mode) {
+    dpt_comm_options opt;
+    base_options(&opt);
+    opt.staging = mode ? DPT_STAGING_THREAD : DPT_STAGING_INLINE;
+    opt.block_bytes = (size_t)1 << 20;
+    dpt_comm *c = make_comm(&opt);
+    outcome o = {0};
+    dpt_backend *be = NULL;
+    if (dpt_backend_create(DPT_BACKEND_CPU, 0, &be) != DPT_OK) o.rc = -1;
+    const size_t count = ((size_t)3 << 20) + 7;
+    if (o.rc == 0)
+      o.rc =
+          comm_case_allreduce(c, be, count, DPT_COMM_F32, &o.hash[o.nhash++], o.err, sizeof o.err);
+    if (o.rc == 0)
+      o.rc = comm_case_allreduce(c, NULL, count, DPT_COMM_F32, &o.hash[o.nhash++], o.err,
+                                 sizeof o.err);
+    dpt_backend_destroy(be);
+    dpt_comm_destroy(c);
+    agree(&o, mode ? "large buffers, staging thread" : "large buffers, inline staging");
+  }
+}
+END_TEST
+
+START_TEST(allreduce_bit_identical) {
+  for (unsigned a = 0; a < sizeof algos / sizeof *algos; ++a) {
+    dpt_comm_options opt;
+    base_options(&opt);
+    opt.algo = algos[a];
+    opt.piece_bytes = 256;
+    opt.block_bytes = 4096;
+    dpt_comm *c = make_comm(&opt);
+    outcome o = {0};
+    const size_t counts[] = {3, 1000, 10007, 70001};
+    for (int i = 0; i < 4 && o.rc == 0; ++i)
+      o.rc = comm_case_inexact(c, counts[i], &o.hash[o.nhash++], o.err, sizeof o.err);
+    dpt_comm_destroy(c);
+    agree(&o, dpt_allreduce_algo_name(algos[a]));
+  }
+}
+END_TEST
+
+START_TEST(broadcast_allgather_barrier) {
+  for (int variant = 0; variant < 3; ++variant) {
+    dpt_comm_options opt;
+    base_options(&opt);
+    if (variant >= 1) {
+      opt.piece_bytes = 1024;
+      opt.block_bytes = 4096;
+    }
+    if (variant == 2) opt.desync_check = 0;
+    dpt_comm *c = make_comm(&opt);
+    outcome o = {0};
+    dpt_backend *be = NULL;
+    if (dpt_backend_create(DPT_BACKEND_CPU, 0, &be) != DPT_OK) o.rc = -1;
+    const size_t sizes[] = {0, 1, 100, 65536, 65537, 300001};
+    const int roots[] = {0, world_size - 1, world_size / 2};
+    for (int dev = 0; dev < 2; ++dev)
+      for (int r = 0; r < 3; ++r)
+        for (int i = 0; i < 6 && o.rc == 0; ++i)
+          o.rc = comm_case_broadcast(c, dev ? be : NULL, sizes[i], roots[r], o.err, sizeof o.err);
+    for (int i = 0; i < 6 && o.rc == 0; ++i)
+      o.rc = comm_case_allgather(c, sizes[i], o.err, sizeof o.err);
+    for (int i = 0; i < 3 && o.rc == 0; ++i) {
+      if (dpt_barrier(c) != DPT_OK) {
+        o.rc = -1;
+        snprintf(o.err, sizeof o.err, "barrier: %s", dpt_last_error());
+      }
+    }
+    dpt_backend_destroy(be);
+    dpt_comm_destroy(c);
+    agree(&o, "broadcast / allgather / barrier");
+  }
+}
+END_TEST
+
+/* Mismatched counts: every rank returns DPT_ERR_MISMATCH, well before the deadline. */
+START_TEST(mismatch_reported_everywhere) {
+  const size_t count1[] = {2000, 500, 1001};
+  for (int i = 0; i < 3; ++i) {
+    for (int forced_ring = 0; forced_ring < 2; ++forced_ring) {
+      dpt_comm_options opt;
+      base_options(&opt);
+      opt.timeout_s = 5.0;
+      if (forced_ring) opt.algo = DPT_ALLREDUCE_RING;
+      dpt_comm *c = make_comm(&opt);
+      float *x = calloc(4000, sizeof *x);
+      double t0 = now_s();
+      dpt_status st = dpt_allreduce_host(c, x, world_rank == 1 ? count1[i] : 1000, DPT_COMM_F32);
+      double took = now_s() - t0;
+      outcome o = {0};
+      char want[64];
+      snprintf(want, sizeof want, "rank 1: allreduce #0 (%zu x float32", count1[i]);
+      if (st != DPT_ERR_MISMATCH || took > 4.0 || !strstr(dpt_last_error(), want) ||
+          !strstr(dpt_last_error(), "rank 0: allreduce #0 (1000 x float32")) {
+        o.rc = -1;
+        snprintf(o.err, sizeof o.err, "count %zu: %s after %.2f s: %s", count1[i],
+                 dpt_status_name(st), took, dpt_last_error());
+      }
+      /* The communicator is still usable after a mismatch. */
+      if (o.rc == 0)
+        o.rc = comm_case_allreduce(c, NULL, 1003, DPT_COMM_F32, &o.hash[o.nhash++], o.err,
+                                   sizeof o.err);
+      free(x);
+      dpt_comm_destroy(c);
+      agree(&o, "mismatch");
+    }
+  }
+}
+END_TEST
+
+/* Rank 1 skips a collective: the others time out naming it. It waits for them on
+ * MPI_COMM_WORLD before destroying its communicator, so their headers to it land in its
+ * queue and leave with it. */
+START_TEST(stall_gives_timeout) {
+  for (int variant = 0; variant < 4; ++variant) {
+    dpt_comm_options opt;
+    base_options(&opt);
+    opt.timeout_s = 0.3;
+    opt.desync_check = variant < 2;
+    opt.algo = variant % 2 ? DPT_ALLREDUCE_RING : DPT_ALLREDUCE_AUTO;
+    dpt_comm *c = make_comm(&opt);
+    outcome o = {0};
+    if (world_rank != 1) {
+      float *x = calloc(100000, sizeof *x);
+      double t0 = now_s();
+      dpt_status st = dpt_allreduce_host(c, x, 100000, DPT_COMM_F32);
+      double took = now_s() - t0;
+      const char *want = opt.desync_check ? "rank 1 did not enter" : "waiting for rank";
+      /* Without the check, a rank waits for its neighbour, which may itself be waiting. */
+      if (st != DPT_ERR_TIMEOUT || took < 0.3 || took > 5.0 ||
+          (opt.desync_check && !strstr(dpt_last_error(), want)) ||
+          (!opt.desync_check && !strstr(dpt_last_error(), want))) {
+        o.rc = -1;
+        snprintf(o.err, sizeof o.err, "variant %d: %s after %.2f s: %s", variant,
+                 dpt_status_name(st), took, dpt_last_error());
+      }
+      free(x);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    dpt_comm_destroy(c);
+    agree(&o, "stall");
+  }
+}
+END_TEST
+
+/* A communicator on a sub-communicator given by the application. */
+START_TEST(sub_communicator) {
+  MPI_Comm half;
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank % 2, world_rank, &half);
+  dpt_comm *c = NULL;
+  outcome o = {0};
+  if (dpt_comm_create_mpi(&half, &c) != DPT_OK) {
+    o.rc = -1;
+    snprintf(o.err, sizeof o.err, "%s", dpt_last_error());
+  } else {
+    int hr, hs;
+    MPI_Comm_rank(half, &hr);
+    MPI_Comm_size(half, &hs);
+    if (dpt_comm_rank(c) != hr || dpt_comm_size(c) != hs) o.rc = -1;
+    if (o.rc == 0)
+      o.rc = comm_case_allreduce(c, NULL, 1003, DPT_COMM_F32, NULL, o.err, sizeof o.err);
+  }
+  dpt_comm_destroy(c);
+  MPI_Comm_free(&half);
+  agree(&o, "sub-communicator");
+}
+END_TEST
+
+int main(int argc, char **argv) {
+  int provided;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  g_gpu = argc > 1 && !strcmp(argv[1], "gpu");
+
+  Suite *s = suite_create("comm_mpi");
+  TCase *tc = tcase_create("mpi");
+  tcase_set_timeout(tc, 0); /* ctest's TIMEOUT bounds the whole run */
+  tcase_add_test(tc, allreduce_host_closed_form);
+  tcase_add_test(tc, allreduce_buffers);
+  tcase_add_test(tc, allreduce_large_buffers);
+  tcase_add_test(tc, allreduce_bit_identical);
+  tcase_add_test(tc, broadcast_allgather_barrier);
+  tcase_add_test(tc, mismatch_reported_everywhere);
+  tcase_add_test(tc, stall_gives_timeout);
+  tcase_add_test(tc, sub_communicator);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, world_rank == 0 ? CK_NORMAL : CK_SILENT);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  /* Every rank's verdict decides the exit code of all of them. */
+  int any = 0;
+  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return any ? 1 : 0;
+}

@@ -1,0 +1,713 @@
+/* Collectives over the threads transport: every rank is a thread of this process (as in
+ * gloo's tests), inputs depend on the rank so results have a closed form, and the ranks'
+ * results are compared byte for byte. Covers every algorithm, both dtypes, the odd counts,
+ * host data and buffers of every backend present, broadcast, allgather, barrier, the desync
+ * check (mismatched counts, dtypes, operations, roots), stalls (a rank that skips a
+ * collective) and the options.
+ *
+ * `comm_threads` covers host data and CPU-backend buffers; `comm_threads opencl` (or vulkan)
+ * runs the buffer tests on that backend (exit 77 when it is absent); `comm_threads large` runs
+ * only the > 2^31-byte all-reduce (about 4.5 GB of memory, a few seconds). */
+#define _POSIX_C_SOURCE 200809L
+#include <check.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm_cases.h"
+#include "dptrain/comm.h"
+
+#define MAX_RANKS 8
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- a team of threads, one per rank ------------------------------------------------------ */
+
+typedef struct member_out {
+  int rc;            /* 0: the rank's checks passed */
+  dpt_status st;     /* for the failure tests: the status the rank saw */
+  char err[1024];    /* message of the first failure, or of st */
+  uint64_t hash[64]; /* fingerprints of results, compared across ranks */
+  int nhash;
+  double seconds; /* time the rank spent in its function */
+} member_out;
+
+typedef struct team team;
+typedef void (*rank_fn)(dpt_comm *c, const team *t, member_out *out);
+
+struct team {
+  int size;
+  dpt_comm_options opt; /* applied to every member */
+  dpt_backend_kind backend;
+  int use_backend; /* data in buffers of `backend` */
+  int mixed;       /* odd ranks use host data, even ranks buffers */
+  const void *arg;
+  rank_fn fn;
+  dpt_comm_group *group;
+  member_out out[MAX_RANKS];
+};
+
+typedef struct thread_arg {
+  team *t;
+  int rank;
+} thread_arg;
+
+static void *rank_main(void *p) {
+  thread_arg *a = p;
+  team *t = a->t;
+  member_out *out = &t->out[a->rank];
+  dpt_comm *c = NULL;
+  dpt_status st = dpt_comm_group_member(t->group, a->rank, &c);
+  if (st == DPT_OK) st = dpt_comm_set_options(c, &t->opt);
+  if (st != DPT_OK) {
+    out->rc = -1;
+    snprintf(out->err, sizeof out->err, "member %d: %s", a->rank, dpt_last_error());
+  } else {
+    double t0 = now_s();
+    t->fn(c, t, out);
+    out->seconds = now_s() - t0;
+  }
+  dpt_comm_destroy(c);
+  return NULL;
+}
+
+/* Runs fn on `size` ranks and asserts that every rank passed and that their fingerprints
+ * agree. */
+static void run_team(team *t) {
+  pthread_t th[MAX_RANKS];
+  thread_arg args[MAX_RANKS];
+  memset(t->out, 0, sizeof t->out);
+  ck_assert_int_eq(dpt_comm_group_create(t->size, &t->group), DPT_OK);
+  for (int r = 0; r < t->size; ++r) {
+    args[r].t = t;
+    args[r].rank = r;
+    ck_assert_int_eq(pthread_create(&th[r], NULL, rank_main, &args[r]), 0);
+  }
+  for (int r = 0; r < t->size; ++r)
+    pthread_join(th[r], NULL);
+  dpt_comm_group_destroy(t->group);
+  for (int r = 0; r < t->size; ++r)
+    ck_assert_msg(t->out[r].rc == 0, "size %d rank %d: %s", t->size, r, t->out[r].err);
+  for (int r = 1; r < t->size; ++r) {
+    ck_assert_int_eq(t->out[r].nhash, t->out[0].nhash);
+    for (int i = 0; i < t->out[0].nhash; ++i)
+      ck_assert_msg(t->out[r].hash[i] == t->out[0].hash[i],
+                    "size %d: result %d of rank %d differs from rank 0's (not bit-identical)",
+                    t->size, i, r);
+  }
+}
+
+static void team_init(team *t, int size, rank_fn fn, const void *arg) {
+  memset(t, 0, sizeof *t);
+  t->size = size;
+  t->fn = fn;
+  t->arg = arg;
+  dpt_comm_options_default(&t->opt);
+  t->opt.timeout_s = 20.0; /* a broken test fails in seconds, not minutes */
+}
+
+/* A backend for this rank when the team uses buffers (NULL: host data). */
+static dpt_backend *rank_backend(dpt_comm *c, const team *t, member_out *out) {
+  if (!t->use_backend || (t->mixed && dpt_comm_rank(c) % 2 == 1)) return NULL;
+  dpt_backend *be = NULL;
+  if (dpt_backend_create(t->backend, 0, &be) != DPT_OK) {
+    out->rc = -1;
+    snprintf(out->err, sizeof out->err, "backend %s: %s", dpt_backend_kind_name(t->backend),
+             dpt_last_error());
+  }
+  return be;
+}
+
+/* ---- all-reduce: closed form over the odd counts ------------------------------------------ */
+
+static void allreduce_counts(dpt_comm *c, const team *t, member_out *out) {
+  dpt_backend *be = rank_backend(c, t, out);
+  if (out->rc) return;
+  size_t counts[32];
+  int n = comm_case_counts(dpt_comm_size(c), counts, 32);
+  for (int d = 0; d < 2 && out->rc == 0; ++d) {
+    for (int i = 0; i < n && out->rc == 0 && out->nhash < 64; ++i) {
+      dpt_comm_dtype dt = d ? DPT_COMM_F16 : DPT_COMM_F32;
+      out->rc = comm_case_allreduce(c, be, counts[i], dt, &out->hash[out->nhash++], out->err,
+                                    sizeof out->err);
+      if (out->rc) {
+        size_t len = strlen(out->err);
+        snprintf(out->err + len, sizeof out->err - len, " [count %zu %s algo %s]", counts[i],
+                 d ? "f16" : "f32", dpt_allreduce_algo_name(t->opt.algo));
+      }
+    }
+  }
+  dpt_backend_destroy(be);
+}
+
+static const dpt_allreduce_algo own_algos[] = {DPT_ALLREDUCE_AUTO, DPT_ALLREDUCE_RING,
+                                               DPT_ALLREDUCE_RD, DPT_ALLREDUCE_DIRECT};
+
+START_TEST(allreduce_host_closed_form) {
+  for (int size = 1; size <= 5; ++size) {
+    for (unsigned a = 0; a < sizeof own_algos / sizeof *own_algos; ++a) {
+      for (int tiny = 0; tiny < 2; ++tiny) {
+        team t;
+        team_init(&t, size, allreduce_counts, NULL);
+        t.opt.algo = own_algos[a];
+        if (tiny) comm_case_tiny(&t.opt);
+        run_team(&t);
+      }
+    }
+  }
+}
+END_TEST
+
+START_TEST(allreduce_desync_off) {
+  for (int size = 2; size <= 4; ++size) {
+    for (unsigned a = 0; a < sizeof own_algos / sizeof *own_algos; ++a) {
+      team t;
+      team_init(&t, size, allreduce_counts, NULL);
+      t.opt.algo = own_algos[a];
+      t.opt.desync_check = 0;
+      comm_case_tiny(&t.opt);
+      run_team(&t);
+    }
+  }
+}
+END_TEST
+
+/* The backend whose buffers the buffer tests use (main's argument, CPU by default). */
+static dpt_backend_kind g_backend = DPT_BACKEND_CPU;
+
+/* Buffers of the backend under test, both staging modes. */
+START_TEST(allreduce_buffers) {
+  const int sizes[] = {2, 3};
+  for (int s = 0; s < 2; ++s) {
+    for (unsigned a = 0; a < sizeof own_algos / sizeof *own_algos; ++a) {
+      for (int mode = 0; mode < 2; ++mode) {
+        /* GPU drivers on the CPU are slow to create: 3 ranks only on the CPU backend. */
+        if (g_backend != DPT_BACKEND_CPU && sizes[s] != 2) continue;
+        team t;
+        team_init(&t, sizes[s], allreduce_counts, NULL);
+        t.use_backend = 1;
+        t.backend = g_backend;
+        t.opt.algo = own_algos[a];
+        t.opt.staging = mode ? DPT_STAGING_THREAD : DPT_STAGING_INLINE;
+        comm_case_tiny(&t.opt);
+        run_team(&t);
+      }
+    }
+  }
+}
+END_TEST
+
+/* Host data on some ranks and device buffers on others take part in the same collectives. */
+START_TEST(allreduce_mixed_host_and_buffers) {
+  team t;
+  team_init(&t, 3, allreduce_counts, NULL);
+  t.use_backend = 1;
+  t.mixed = 1;
+  t.backend = DPT_BACKEND_CPU;
+  comm_case_tiny(&t.opt);
+  run_team(&t);
+}
+END_TEST
+
+/* Default knobs, buffers larger than a block: several staging blocks in flight. */
+static void allreduce_big(dpt_comm *c, const team *t, member_out *out) {
+  dpt_backend *be = rank_backend(c, t, out);
+  if (out->rc) return;
+  const size_t counts[] = {(3u << 20) + 7, (1u << 20) + 1}; /* 12 MiB + 28 B, 4 MiB + 4 B */
+  for (int i = 0; i < 2 && out->rc == 0; ++i)
+    out->rc = comm_case_allreduce(c, be, counts[i], DPT_COMM_F32, &out->hash[out->nhash++],
+                                  out->err, sizeof out->err);
+  dpt_backend_destroy(be);
+}
+
+START_TEST(allreduce_buffers_several_blocks) {
+  for (int mode = 0; mode < 2; ++mode) {
+    team t;
+    team_init(&t, 2, allreduce_big, NULL);
+    t.use_backend = 1;
+    t.backend = DPT_BACKEND_CPU;
+    t.opt.staging = mode ? DPT_STAGING_THREAD : DPT_STAGING_INLINE;
+    t.opt.block_bytes = (size_t)1 << 20;
+    run_team(&t);
+  }
+}
+END_TEST
+
+/* Sums that depend on the order of additions still come out bit-identical on every rank. */
+static void inexact(dpt_comm *c, const team *t, member_out *out) {
+  (void)t;
+  const size_t counts[] = {3, 1000, 10007, 70001};
+  for (int i = 0; i < 4 && out->rc == 0; ++i)
+    out->rc = comm_case_inexact(c, counts[i], &out->hash[out->nhash++], out->err, sizeof out->err);
+}
+
+START_TEST(allreduce_bit_identical) {
+  for (int size = 2; size <= 5; ++size) {
+    for (unsigned a = 0; a < sizeof own_algos / sizeof *own_algos; ++a) {
+      for (int tiny = 0; tiny < 2; ++tiny) {
+        team t;
+        team_init(&t, size, inexact, NULL);
+        t.opt.algo = own_algos[a];
+        if (tiny) {
+          t.opt.piece_bytes = 256;
+          t.opt.block_bytes = 4096;
+        }
+        run_team(&t);
+      }
+    }
+  }
+}
+END_TEST
+
+/* ---- broadcast, allgather, barrier ---------------------------------------------------------- */
+
+static void broadcasts(dpt_comm *c, const team *t, member_out *out) {
+  dpt_backend *be = rank_backend(c, t, out);
+  if (out->rc) return;
+  const size_t sizes[] = {0, 1, 100, 65536, 65537, 300001};
+  const int size = dpt_comm_size(c);
+  const int roots[] = {0, size - 1, size / 2};
+  for (int r = 0; r < 3 && out->rc == 0; ++r)
+    for (int i = 0; i < 6 && out->rc == 0; ++i)
+      out->rc = comm_case_broadcast(c, be, sizes[i], roots[r], out->err, sizeof out->err);
+  dpt_backend_destroy(be);
+}
+
+START_TEST(broadcast_host_and_buffers) {
+  for (int size = 1; size <= 4; ++size) {
+    for (int dev = 0; dev < 2; ++dev) {
+      for (int variant = 0; variant < 3; ++variant) {
+        team t;
+        team_init(&t, size, broadcasts, NULL);
+        t.use_backend = dev;
+        t.backend = g_backend;
+        if (variant >= 1) {
+          t.opt.piece_bytes = 1024;
+          t.opt.block_bytes = 4096;
+        }
+        if (variant == 2) t.opt.desync_check = 0;
+        run_team(&t);
+      }
+    }
+  }
+}
+END_TEST
+
+static void allgathers(dpt_comm *c, const team *t, member_out *out) {
+  (void)t;
+  const size_t sizes[] = {0, 1, 8, 65536, 65537, 200003};
+  for (int i = 0; i < 6 && out->rc == 0; ++i)
+    out->rc = comm_case_allgather(c, sizes[i], out->err, sizeof out->err);
+}
+
+START_TEST(allgather_sizes) {
+  for (int size = 1; size <= 4; ++size) {
+    for (int desync = 0; desync < 2; ++desync) {
+      team t;
+      team_init(&t, size, allgathers, NULL);
+      t.opt.desync_check = desync;
+      t.opt.piece_bytes = 4096;
+      t.opt.block_bytes = 4096;
+      run_team(&t);
+    }
+  }
+}
+END_TEST
+
+static int arrived;
+static pthread_mutex_t arrived_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void barrier_rank(dpt_comm *c, const team *t, member_out *out) {
+  /* Late arrivals: rank r sleeps r * 20 ms; nobody may leave before the last has come. */
+  for (int round = 0; round < 3 && out->rc == 0; ++round) {
+    struct timespec ts = {0, (long)dpt_comm_rank(c) * 20000000L};
+    nanosleep(&ts, NULL);
+    pthread_mutex_lock(&arrived_lock);
+    ++arrived;
+    pthread_mutex_unlock(&arrived_lock);
+    dpt_status st = dpt_barrier(c);
+    pthread_mutex_lock(&arrived_lock);
+    int seen = arrived;
+    pthread_mutex_unlock(&arrived_lock);
+    if (st != DPT_OK || seen < (round + 1) * t->size) {
+      out->rc = -1;
+      snprintf(out->err, sizeof out->err, "barrier round %d: %s, %d of %d arrived", round,
+               dpt_status_name(st), seen, (round + 1) * t->size);
+    }
+    /* The next round's increments must not be seen by this round's check. */
+    if (dpt_barrier(c) != DPT_OK) out->rc = -1;
+  }
+}
+
+START_TEST(barrier_waits_for_all) {
+  arrived = 0;
+  team t;
+  team_init(&t, 4, barrier_rank, NULL);
+  run_team(&t);
+}
+END_TEST
+
+/* ---- desync check: every rank returns DPT_ERR_MISMATCH, promptly ------------------------ */
+
+typedef struct mismatch_case {
+  const char *name;
+  int kind; /* 0: rank 1's count, 1: dtype, 2: op, 3: broadcast root, 4: piece option */
+  size_t count1;
+} mismatch_case;
+
+static void mismatch_rank(dpt_comm *c, const team *t, member_out *out) {
+  const mismatch_case *m = t->arg;
+  const int rank = dpt_comm_rank(c);
+  const size_t count = 1000;
+  float *x = calloc(2 * count + 2, sizeof *x);
+  dpt_status st = DPT_OK;
+  if (m->kind == 0) {
+    st = dpt_allreduce_host(c, x, rank == 1 ? m->count1 : count, DPT_COMM_F32);
+  } else if (m->kind == 1) {
+    st = dpt_allreduce_host(c, x, count, rank == 1 ? DPT_COMM_F16 : DPT_COMM_F32);
+  } else if (m->kind == 2) {
+    st = rank == 1 ? dpt_barrier(c) : dpt_allreduce_host(c, x, count, DPT_COMM_F32);
+  } else if (m->kind == 3) {
+    st = dpt_broadcast_host(c, x, count, rank == 1 ? 1 : 0);
+  } else {
+    if (rank == 1) {
+      dpt_comm_options o;
+      dpt_comm_get_options(c, &o);
+      o.piece_bytes /= 2;
+      dpt_comm_set_options(c, &o);
+    }
+    st = dpt_allreduce_host(c, x, count * 100, DPT_COMM_F32);
+  }
+  free(x);
+  out->st = st;
+  snprintf(out->err, sizeof out->err, "%s", dpt_last_error());
+}
+
+START_TEST(mismatch_reported_everywhere) {
+  const mismatch_case cases[] = {
+      {"count 2x", 0, 2000}, {"count 1/2x", 0, 500}, {"count +1", 0, 1001}, {"count 0", 0, 0},
+      {"dtype", 1, 0},       {"operation", 2, 0},    {"root", 3, 0},        {"piece size", 4, 0},
+  };
+  for (unsigned i = 0; i < sizeof cases / sizeof *cases; ++i) {
+    for (int desync_algo = 0; desync_algo < 2; ++desync_algo) {
+      team t;
+      team_init(&t, 3, mismatch_rank, &cases[i]);
+      t.opt.timeout_s = 5.0;
+      t.opt.algo = desync_algo ? DPT_ALLREDUCE_RING : DPT_ALLREDUCE_AUTO;
+      double t0 = now_s();
+      run_team(&t);
+      double took = now_s() - t0;
+      ck_assert_msg(took < 4.0, "%s: took %.1f s (deadline 5 s)", cases[i].name, took);
+      for (int r = 0; r < 3; ++r) {
+        ck_assert_msg(t.out[r].st == DPT_ERR_MISMATCH, "%s: rank %d returned %s: %s", cases[i].name,
+                      r, dpt_status_name(t.out[r].st), t.out[r].err);
+        ck_assert_msg(strstr(t.out[r].err, "#0"), "%s: no sequence number in '%s'", cases[i].name,
+                      t.out[r].err);
+        for (int q = 0; q < 3; ++q) {
+          char who[32];
+          snprintf(who, sizeof who, "rank %d: ", q);
+          ck_assert_msg(strstr(t.out[r].err, who), "%s: '%s' does not name rank %d", cases[i].name,
+                        t.out[r].err, q);
+        }
+      }
+      if (cases[i].kind == 0) {
+        char want[64];
+        snprintf(want, sizeof want, "rank 1: allreduce #0 (%zu x float32", cases[i].count1);
+        ck_assert_msg(strstr(t.out[0].err, want), "'%s' lacks '%s'", t.out[0].err, want);
+        ck_assert_msg(strstr(t.out[0].err, "rank 0: allreduce #0 (1000 x float32"), "%s",
+                      t.out[0].err);
+      }
+    }
+  }
+}
+END_TEST
+
+/* A rank that rejects its arguments makes the others fail at once, not at the deadline. */
+static void bad_args_rank(dpt_comm *c, const team *t, member_out *out) {
+  (void)t;
+  float x[16] = {0};
+  out->st = dpt_allreduce_host(c, dpt_comm_rank(c) == 1 ? NULL : x, 16, DPT_COMM_F32);
+  snprintf(out->err, sizeof out->err, "%s", dpt_last_error());
+}
+
+START_TEST(bad_arguments_on_one_rank) {
+  team t;
+  team_init(&t, 3, bad_args_rank, NULL);
+  t.opt.timeout_s = 5.0;
+  double t0 = now_s();
+  run_team(&t);
+  ck_assert(now_s() - t0 < 4.0);
+  ck_assert_int_eq(t.out[1].st, DPT_ERR_INVALID_ARG);
+  ck_assert_msg(strstr(t.out[1].err, "data is NULL"), "%s", t.out[1].err);
+  for (int r = 0; r < 3; r += 2) {
+    ck_assert_int_eq(t.out[r].st, DPT_ERR_COMM);
+    ck_assert_msg(strstr(t.out[r].err, "rank 1 failed"), "%s", t.out[r].err);
+  }
+}
+END_TEST
+
+/* ---- stalls: a rank that skips a collective ----------------------------------------------- */
+
+typedef struct stall_case {
+  int desync;
+  int op; /* 0 allreduce, 1 broadcast, 2 barrier, 3 allgather, 4 buffer all-reduce */
+  dpt_allreduce_algo algo;
+} stall_case;
+
+static void stall_rank(dpt_comm *c, const team *t, member_out *out) {
+  const stall_case *s = t->arg;
+  if (dpt_comm_rank(c) == 1) return; /* skips the collective and leaves */
+  enum { N = 100000 };
+  float *x = calloc(N * 4, sizeof *x);
+  dpt_backend *be = NULL;
+  dpt_buffer *buf = NULL;
+  switch (s->op) {
+  case 0:
+    out->st = dpt_allreduce_host(c, x, N, DPT_COMM_F32);
+    break;
+  case 1:
+    out->st = dpt_broadcast_host(c, x, N * sizeof *x, 0);
+    break;
+  case 2:
+    out->st = dpt_barrier(c);
+    break;
+  case 3:
+    out->st = dpt_allgather_host(c, x, 16, x + 16);
+    break;
+  default:
+    out->st = dpt_backend_create(DPT_BACKEND_CPU, 0, &be);
+    if (out->st == DPT_OK) out->st = dpt_buffer_alloc(be, N * sizeof *x, &buf);
+    if (out->st == DPT_OK) out->st = dpt_allreduce_buffer(c, buf, 0, N, DPT_COMM_F32);
+    dpt_buffer_free(buf);
+    dpt_backend_destroy(be);
+  }
+  snprintf(out->err, sizeof out->err, "%s", dpt_last_error());
+  free(x);
+}
+
+START_TEST(stall_gives_timeout) {
+  const stall_case cases[] = {
+      {1, 0, DPT_ALLREDUCE_AUTO}, {1, 0, DPT_ALLREDUCE_RING}, {1, 1, DPT_ALLREDUCE_AUTO},
+      {1, 2, DPT_ALLREDUCE_AUTO}, {1, 3, DPT_ALLREDUCE_AUTO}, {1, 4, DPT_ALLREDUCE_AUTO},
+      {0, 0, DPT_ALLREDUCE_RING}, {0, 0, DPT_ALLREDUCE_RD},   {0, 1, DPT_ALLREDUCE_AUTO},
+      {0, 4, DPT_ALLREDUCE_AUTO},
+  };
+  for (unsigned i = 0; i < sizeof cases / sizeof *cases; ++i) {
+    team t;
+    team_init(&t, 3, stall_rank, &cases[i]);
+    t.opt.timeout_s = 0.25;
+    t.opt.desync_check = cases[i].desync;
+    t.opt.algo = cases[i].algo;
+    double t0 = now_s();
+    run_team(&t);
+    double took = now_s() - t0;
+    ck_assert_msg(took < 3.0, "case %u took %.2f s", i, took);
+    for (int r = 0; r < 3; r += 2) {
+      ck_assert_msg(t.out[r].st == DPT_ERR_TIMEOUT, "case %u rank %d: %s: %s", i, r,
+                    dpt_status_name(t.out[r].st), t.out[r].err);
+      ck_assert_msg(t.out[r].seconds >= 0.25, "case %u rank %d gave up after %.3f s", i, r,
+                    t.out[r].seconds);
+      if (cases[i].desync)
+        ck_assert_msg(strstr(t.out[r].err, "rank 1 did not enter"), "case %u: '%s'", i,
+                      t.out[r].err);
+      else
+        ck_assert_msg(strstr(t.out[r].err, "waiting for rank"), "case %u: '%s'", i, t.out[r].err);
+    }
+  }
+}
+END_TEST
+
+/* ---- options, handles ----------------------------------------------------------------------- */
+
+START_TEST(options_and_environment) {
+  dpt_comm_group *g = NULL;
+  dpt_comm *c = NULL;
+  ck_assert_int_eq(dpt_comm_group_create(2, &g), DPT_OK);
+
+  setenv("DPT_ALLREDUCE_ALGO", "bogus", 1);
+  ck_assert_int_eq(dpt_comm_group_member(g, 0, &c), DPT_ERR_INVALID_ARG);
+  ck_assert_msg(strstr(dpt_last_error(), "DPT_ALLREDUCE_ALGO"), "%s", dpt_last_error());
+  ck_assert_ptr_null(c);
+  setenv("DPT_ALLREDUCE_ALGO", "rd", 1);
+  setenv("DPT_COMM_PIECE", "8K", 1);
+  setenv("DPT_COMM_BLOCK", "1M", 1);
+  setenv("DPT_COMM_TIMEOUT", "2.5", 1);
+  setenv("DPT_COMM_DESYNC_CHECK", "0", 1);
+  ck_assert_int_eq(dpt_comm_group_member(g, 0, &c), DPT_OK);
+  dpt_comm_options o;
+  ck_assert_int_eq(dpt_comm_get_options(c, &o), DPT_OK);
+  ck_assert_int_eq(o.algo, DPT_ALLREDUCE_RD);
+  ck_assert_uint_eq(o.piece_bytes, 8192);
+  ck_assert_uint_eq(o.block_bytes, 1 << 20);
+  ck_assert(o.timeout_s == 2.5);
+  ck_assert_int_eq(o.desync_check, 0);
+  ck_assert_int_eq(dpt_comm_pick_algo(c, 10, DPT_COMM_F32), DPT_ALLREDUCE_RD);
+  unsetenv("DPT_ALLREDUCE_ALGO");
+
+  /* The API overrides, and validates. */
+  ck_assert_int_eq(dpt_comm_set_algo(c, DPT_ALLREDUCE_MPI), DPT_ERR_UNSUPPORTED);
+  ck_assert_int_eq(dpt_comm_set_timeout(c, 0.0), DPT_ERR_INVALID_ARG);
+  ck_assert_int_eq(dpt_comm_set_timeout(c, 1.0), DPT_OK);
+  o.piece_bytes = 16;
+  ck_assert_int_eq(dpt_comm_set_options(c, &o), DPT_ERR_INVALID_ARG);
+  ck_assert_msg(strstr(dpt_last_error(), "piece_bytes"), "%s", dpt_last_error());
+  dpt_comm_options_default(&o);
+  ck_assert_int_eq(dpt_comm_set_options(c, &o), DPT_OK);
+  ck_assert_int_eq(dpt_comm_pick_algo(c, 16, DPT_COMM_F32), DPT_ALLREDUCE_DIRECT);
+  ck_assert_int_eq(dpt_comm_pick_algo(c, 64 << 20, DPT_COMM_F32), DPT_ALLREDUCE_RING);
+  o.direct_max_bytes = 0;
+  o.rd_max_bytes = 1 << 20;
+  ck_assert_int_eq(dpt_comm_set_options(c, &o), DPT_OK);
+  ck_assert_int_eq(dpt_comm_pick_algo(c, 16, DPT_COMM_F32), DPT_ALLREDUCE_RD);
+  ck_assert_int_eq(dpt_comm_pick_algo(c, 1 << 20, DPT_COMM_F32), DPT_ALLREDUCE_RING);
+  /* Forced `direct` beyond the inline limit runs rd. */
+  ck_assert_int_eq(dpt_comm_set_algo(c, DPT_ALLREDUCE_DIRECT), DPT_OK);
+  ck_assert_int_eq(dpt_comm_pick_algo(c, 1 << 20, DPT_COMM_F32), DPT_ALLREDUCE_RD);
+
+  for (int a = 0; a <= DPT_ALLREDUCE_MPI; ++a) {
+    dpt_allreduce_algo back;
+    ck_assert_int_eq(dpt_allreduce_algo_parse(dpt_allreduce_algo_name(a), &back), DPT_OK);
+    ck_assert_int_eq(back, a);
+  }
+  ck_assert_ptr_null(dpt_allreduce_algo_name((dpt_allreduce_algo)99));
+  ck_assert_str_eq(dpt_comm_transport(c), "threads");
+  ck_assert_int_eq(dpt_comm_rank(c), 0);
+  ck_assert_int_eq(dpt_comm_size(c), 2);
+
+  /* Each rank once; the group outlives its handle while members live. */
+  dpt_comm *again = NULL;
+  ck_assert_int_eq(dpt_comm_group_member(g, 0, &again), DPT_ERR_INVALID_ARG);
+  ck_assert_int_eq(dpt_comm_group_member(g, 2, &again), DPT_ERR_INVALID_ARG);
+  dpt_comm_group_destroy(g);
+  dpt_comm_destroy(c);
+  dpt_comm_destroy(NULL);
+  dpt_comm_group_destroy(NULL);
+  ck_assert_int_eq(dpt_comm_group_create(0, &g), DPT_ERR_INVALID_ARG);
+
+  /* direct's limit bounds the (size - 1) payloads each rank sends. */
+  ck_assert_int_eq(dpt_comm_group_create(5, &g), DPT_OK);
+  ck_assert_int_eq(dpt_comm_group_member(g, 0, &c), DPT_OK);
+  ck_assert_int_eq(dpt_comm_pick_algo(c, 4096, DPT_COMM_F32), DPT_ALLREDUCE_DIRECT); /* 4 x 16K */
+  ck_assert_int_eq(dpt_comm_pick_algo(c, 5000, DPT_COMM_F32), DPT_ALLREDUCE_RD);
+  ck_assert_int_eq(dpt_comm_pick_algo(c, 1 << 20, DPT_COMM_F32), DPT_ALLREDUCE_RING);
+  dpt_comm_destroy(c);
+  dpt_comm_group_destroy(g);
+
+  /* Invalid calls on a 1-rank group return at once. */
+  ck_assert_int_eq(dpt_comm_group_create(1, &g), DPT_OK);
+  ck_assert_int_eq(dpt_comm_group_member(g, 0, &c), DPT_OK);
+  ck_assert_int_eq(dpt_allreduce_host(c, NULL, 3, DPT_COMM_F32), DPT_ERR_INVALID_ARG);
+  ck_assert_int_eq(dpt_allreduce_host(c, NULL, 0, DPT_COMM_F32), DPT_OK);
+  ck_assert_int_eq(dpt_allreduce_host(c, NULL, 0, (dpt_comm_dtype)7), DPT_ERR_INVALID_ARG);
+  ck_assert_int_eq(dpt_broadcast_host(c, NULL, 0, 1), DPT_ERR_INVALID_ARG);
+  ck_assert_int_eq(dpt_allreduce_buffer(c, NULL, 0, 0, DPT_COMM_F32), DPT_ERR_INVALID_ARG);
+  ck_assert_int_eq(dpt_allreduce_host(NULL, NULL, 0, DPT_COMM_F32), DPT_ERR_INVALID_ARG);
+  char buf[8];
+  ck_assert_int_eq(dpt_allgather_host(c, buf, 4, buf + 2), DPT_ERR_INVALID_ARG);
+  ck_assert_int_eq(dpt_barrier(c), DPT_OK);
+  dpt_comm_destroy(c);
+  dpt_comm_group_destroy(g);
+  ck_assert_int_eq(dpt_comm_create_mpi(NULL, NULL), DPT_ERR_INVALID_ARG);
+}
+END_TEST
+
+/* ---- > 2^31 bytes --------------------------------------------------------------------------- */
+
+static void allreduce_huge(dpt_comm *c, const team *t, member_out *out) {
+  (void)t;
+  const size_t count = ((size_t)1 << 29) + 3; /* 2 GiB + 12 bytes of float32 */
+  float *x = malloc(count * sizeof *x);
+  if (!x) {
+    out->rc = -1;
+    snprintf(out->err, sizeof out->err, "no memory for %zu floats", count);
+    return;
+  }
+  const int rank = dpt_comm_rank(c), size = dpt_comm_size(c);
+  for (size_t i = 0; i < count; ++i)
+    x[i] = comm_case_input(rank, i);
+  dpt_status st = dpt_allreduce_host(c, x, count, DPT_COMM_F32);
+  if (st != DPT_OK) {
+    out->rc = -1;
+    snprintf(out->err, sizeof out->err, "%s", dpt_last_error());
+  }
+  for (size_t i = 0; i < count && out->rc == 0; ++i) {
+    if (x[i] != comm_case_expected(size, i)) {
+      out->rc = -1;
+      snprintf(out->err, sizeof out->err, "element %zu is %g, expected %g", i, x[i],
+               comm_case_expected(size, i));
+    }
+  }
+  out->hash[out->nhash++] = comm_case_hash(x + count - 4096, 4096 * sizeof *x);
+  free(x);
+}
+
+START_TEST(allreduce_over_2gib) {
+  team t;
+  team_init(&t, 2, allreduce_huge, NULL);
+  t.opt.timeout_s = 120.0;
+  run_team(&t);
+}
+END_TEST
+
+int main(int argc, char **argv) {
+  Suite *s = suite_create("comm_threads");
+  if (argc > 1 && !strcmp(argv[1], "large")) {
+    TCase *tc = tcase_create("large");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, allreduce_over_2gib);
+    suite_add_tcase(s, tc);
+  } else if (argc > 1) {
+    int count = 0;
+    if (dpt_backend_kind_parse(argv[1], &g_backend) != DPT_OK) {
+      fprintf(stderr, "comm_threads: %s\n", dpt_last_error());
+      return 2;
+    }
+    if (!dpt_backend_compiled(g_backend) || dpt_device_count(g_backend, &count) != DPT_OK ||
+        count < 1) {
+      printf("comm_threads: no %s device, skipped\n", argv[1]);
+      return 77;
+    }
+    TCase *tc = tcase_create(argv[1]);
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, allreduce_buffers);
+    tcase_add_test(tc, broadcast_host_and_buffers);
+    suite_add_tcase(s, tc);
+  } else {
+    TCase *tc = tcase_create("allreduce");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, allreduce_host_closed_form);
+    tcase_add_test(tc, allreduce_desync_off);
+    tcase_add_test(tc, allreduce_buffers);
+    tcase_add_test(tc, allreduce_mixed_host_and_buffers);
+    tcase_add_test(tc, allreduce_buffers_several_blocks);
+    tcase_add_test(tc, allreduce_bit_identical);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("others");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, broadcast_host_and_buffers);
+    tcase_add_test(tc, allgather_sizes);
+    tcase_add_test(tc, barrier_waits_for_all);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("failures");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, mismatch_reported_everywhere);
+    tcase_add_test(tc, bad_arguments_on_one_rank);
+    tcase_add_test(tc, stall_gives_timeout);
+    tcase_add_test(tc, options_and_environment);
+    suite_add_tcase(s, tc);
+  }
+  SRunner *sr = srunner_create(s);
+  /* The device query above started the driver's threads: a forked child would inherit the
+   * driver without them and hang. */
+  if (argc > 1 && strcmp(argv[1], "large")) srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
