@@ -404,10 +404,44 @@ static Suite *threads_suite(void) {
   return s;
 }
 
-/* Under mpiexec: every rank trains one replica over MPI; each rank also computes the one-
- * replica reference itself and rank 0 compares. Plain main (not Check) so every rank takes
- * part in every collective. */
-static int mpi_main(void) {
+/* Whether a backend is compiled in and has a device here (every rank sees the same machine). */
+static int present(dpt_backend_kind kind) {
+  int count = 0;
+  return dpt_backend_compiled(kind) && dpt_device_count(kind, &count) == DPT_OK && count > 0;
+}
+
+/* Parses "opencl,vulkan" into kinds; returns the count, 0 on a bad name. */
+static int parse_kinds(const char *list, dpt_backend_kind *kinds, int max) {
+  char buf[128];
+  snprintf(buf, sizeof buf, "%s", list);
+  int n = 0;
+  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok && n < max;
+       tok = strtok_r(NULL, ",", &save))
+    if (dpt_backend_kind_parse(tok, &kinds[n++]) != DPT_OK) return 0;
+  return n;
+}
+
+/* Under mpiexec: every rank trains one replica over MPI, rank r on backends[r % count]; each
+ * rank also computes the one-replica CPU reference itself and rank 0 compares (1e-5 relative
+ * on the CPU backend, 1e-4 with GPU backends, whose gemm rounds differently). Ranks on
+ * different backends (e.g. OpenCL and Vulkan) must also stay identical: the fingerprint check
+ * runs every 5 steps. Plain main (not Check) so every rank takes part in every collective. */
+static int mpi_main(const char *backends) {
+  dpt_backend_kind kinds[8];
+  int nk = parse_kinds(backends, kinds, 8);
+  if (nk == 0) {
+    fprintf(stderr, "bad backend list '%s'\n", backends);
+    return 2;
+  }
+  int gpu = 0;
+  for (int i = 0; i < nk; ++i) {
+    if (!present(kinds[i])) {
+      printf("%s: no device, skipped\n", dpt_backend_kind_name(kinds[i]));
+      return 77;
+    }
+    gpu |= kinds[i] != DPT_BACKEND_CPU;
+  }
+  const double tolerance = gpu ? 1e-4 : 1e-5;
   dpt_comm *comm = NULL;
   dpt_status st = dpt_comm_create_mpi(NULL, &comm);
   if (st == DPT_ERR_UNSUPPORTED) {
@@ -444,6 +478,7 @@ static int mpi_main(void) {
     float *ref = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
     dpt_train_report rep;
     cfg.final_params = got;
+    cfg.backend = kinds[rank % nk];
     st = dpt_train(&cfg, comm, &rep);
     if (st != DPT_OK) {
       fprintf(stderr, "rank %d: mpi training failed: %s\n", rank, dpt_last_error());
@@ -455,15 +490,16 @@ static int mpi_main(void) {
     }
     cfg.final_params = ref;
     cfg.replicas = 1;
+    cfg.backend = DPT_BACKEND_CPU;
     if (dpt_train(&cfg, NULL, NULL) != DPT_OK) {
       fprintf(stderr, "rank %d: reference failed: %s\n", rank, dpt_last_error());
       ++failures;
     }
     if (rank == 0 && st == DPT_OK) {
       double d = max_rel_diff(got, ref, n);
-      printf("%d ranks, B=%zu: max relative difference to one replica %.3g\n", size,
-             cfg.global_batch, d);
-      if (!(d <= 1e-5)) ++failures;
+      printf("%d ranks (%s), B=%zu: max relative difference to one CPU replica %.3g\n", size,
+             backends, cfg.global_batch, d);
+      if (!(d <= tolerance)) ++failures;
     }
     free(ref);
     free(got);
@@ -474,8 +510,52 @@ static int mpi_main(void) {
   return failures ? 1 : 0;
 }
 
+/* `test_train backend NAME`: 2 replicas (threads) on a GPU backend train 20 steps and must
+ * match one CPU replica within 1e-4 relative (gemm rounds differently on each backend). */
+static dpt_backend_kind g_backend;
+
+START_TEST(backend_matches_cpu) {
+  dpt_dataset *ds = make_data(640, 11);
+  dpt_train_config cfg;
+  mlp_config(&cfg, ds, 64);
+  size_t n = num_params(&cfg.model);
+  dpt_train_report rep;
+  float *ref = train_threads(cfg, 1, &rep);
+  cfg.backend = g_backend;
+  float *got = train_threads(cfg, 2, &rep);
+  ck_assert_str_eq(rep.backend, dpt_backend_kind_name(g_backend));
+  double d = max_rel_diff(got, ref, n);
+  printf("%s, 2 replicas, 20 steps: max relative difference to one CPU replica %.3g\n", rep.backend,
+         d);
+  ck_assert_msg(d <= 1e-4, "%s differs from the CPU by %g (rel)", rep.backend, d);
+  free(ref);
+  free(got);
+  dpt_dataset_destroy(ds);
+}
+END_TEST
+
+static int backend_main(const char *name) {
+  if (parse_kinds(name, &g_backend, 1) != 1) return 2;
+  if (!present(g_backend)) {
+    printf("%s: no device, skipped\n", name);
+    return 77;
+  }
+  Suite *s = suite_create("train_backend");
+  TCase *tc = tcase_create(name);
+  tcase_set_timeout(tc, 240);
+  tcase_add_test(tc, backend_matches_cpu);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_NOFORK); /* drivers' threads do not survive a fork */
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
-  if (argc > 1 && strcmp(argv[1], "mpi") == 0) return mpi_main();
+  if (argc > 1 && strcmp(argv[1], "mpi") == 0) return mpi_main(argc > 2 ? argv[2] : "cpu");
+  if (argc > 2 && strcmp(argv[1], "backend") == 0) return backend_main(argv[2]);
   SRunner *sr = srunner_create(threads_suite());
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);

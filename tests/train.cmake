@@ -1,15 +1,20 @@
 # The training core: equivalence of R replicas and one, gradients, weights files, bad input.
 dpt_add_check_test(NAME test_train SOURCES test_train.c LABELS unit train TIMEOUT 300)
+# GPU backends train like the CPU: 2 replicas, 20 steps, within 1e-4 of one CPU replica.
+dpt_add_check_test(NAME test_train_opencl TARGET test_train ARGS backend opencl
+                   LABELS train opencl TIMEOUT 300 ENVIRONMENT POCL_MAX_PTHREAD_COUNT=1)
+dpt_add_check_test(NAME test_train_vulkan TARGET test_train ARGS backend vulkan
+                   LABELS train vulkan TIMEOUT 300 ENVIRONMENT DPT_VULKAN_VALIDATION=1)
 if(DPT_WITH_MPI)
+  set(_dpt_mpi_env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+                   OMPI_MCA_rmaps_base_oversubscribe=1 POCL_MAX_PTHREAD_COUNT=1)
   foreach(np 2 3)
-    set(_dpt_over "")
-    if(np GREATER 2)
-      set(_dpt_over --oversubscribe)
-    endif()
-    dpt_add_check_test(NAME test_train_mpi_${np} TARGET test_train ARGS mpi
-                       LAUNCHER ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} ${_dpt_over}
-                       LABELS mpi train TIMEOUT 300
-                       ENVIRONMENT OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-                                   OMPI_MCA_rmaps_base_oversubscribe=1)
+    dpt_add_check_test(NAME test_train_mpi_${np} TARGET test_train ARGS mpi cpu
+                       LAUNCHER ${MPIEXEC_EXECUTABLE} --oversubscribe ${MPIEXEC_NUMPROC_FLAG} ${np}
+                       LABELS mpi train TIMEOUT 300 ENVIRONMENT ${_dpt_mpi_env})
   endforeach()
+  # Mixed vendors in one job: rank 0 on OpenCL, rank 1 on Vulkan, staged through host memory.
+  dpt_add_check_test(NAME test_train_mpi_mixed TARGET test_train ARGS mpi opencl,vulkan
+                     LAUNCHER ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2
+                     LABELS mpi train opencl vulkan TIMEOUT 600 ENVIRONMENT ${_dpt_mpi_env})
 endif()
