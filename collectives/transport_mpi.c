@@ -291,8 +291,10 @@ typedef struct setup {
 static dpt_status agree_setup(dpt_comm *c, mpi_state *s, int ok) {
   setup su;
   memset(&su, 0, sizeof su);
+  /* Collective: every rank asks, whatever its environment says. */
+  const int node = c->size > 1 && single_node(s->comm, c->size);
   const char *env = getenv("DPT_COMM_SHM");
-  const int want = (!env || strcmp(env, "0")) && c->size > 1 && single_node(s->comm, c->size);
+  const int want = node && (!env || strcmp(env, "0"));
   if (c->rank == 0) {
     uint64_t x =
         (uint64_t)(dpt_comm_now() * 1e9) ^ (uint64_t)(uintptr_t)c ^ ((uint64_t)getpid() << 32);

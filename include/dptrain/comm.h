@@ -32,6 +32,8 @@
  *   DPT_COMM_PIECE            bytes of one ring message (K, M, G suffixes allowed)
  *   DPT_COMM_BLOCK            bytes of one ring block / staging chunk (K, M, G suffixes)
  *   DPT_COMM_STAGING          auto | inline | thread
+ *   DPT_COMM_SHM              0: MPI point-to-point even when every rank is on one node
+ *                             (default: shared-memory channels there)
  * See docs/collectives.md for the algorithms, their costs and the measured thresholds.
  */
 #ifndef DPTRAIN_COMM_H
@@ -60,7 +62,7 @@ typedef enum dpt_allreduce_algo {
   DPT_ALLREDUCE_RING = 1,   /* reduce-scatter + all-gather, 2(N-1) steps: large payloads */
   DPT_ALLREDUCE_RD = 2,     /* recursive doubling, log2(N) steps of the whole vector */
   DPT_ALLREDUCE_DIRECT = 3, /* one round: every rank sends its vector to every other rank;
-                               payloads up to the inline limit (64 KiB for up to 16 ranks) */
+                               payloads up to the inline limit (64 KiB for up to 17 ranks) */
   DPT_ALLREDUCE_MPI = 4     /* the MPI library's own (MPI transport only) */
 } dpt_allreduce_algo;
 
