@@ -16,18 +16,6 @@
 
 #define FASHION_DIR "/usr/share/datasets/fashion-mnist"
 
-/* Asserts the status and that the message holds each of the (up to three) needles. */
-#define EXPECT_FAIL(call, want, n1, n2, n3)                                                        \
-  do {                                                                                             \
-    dpt_status st_ = (call);                                                                       \
-    ck_assert_msg(st_ == (want), "%s returned %s, want %s (%s)", #call, dpt_status_name(st_),      \
-                  dpt_status_name(want), dpt_last_error());                                        \
-    const char *needles_[3] = {(n1), (n2), (n3)};                                                  \
-    for (int k_ = 0; k_ < 3; k_++)                                                                 \
-      ck_assert_msg(!needles_[k_] || strstr(dpt_last_error(), needles_[k_]),                       \
-                    "message '%s' lacks '%s'", dpt_last_error(), needles_[k_]);                    \
-  } while (0)
-
 static char tmp_dir[256];
 
 /* A fresh private directory per test (Check forks each test). */

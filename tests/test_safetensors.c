@@ -15,18 +15,6 @@
 #include "dptrain/safetensors.h"
 #include "test_util.h"
 
-/* Asserts the status and that the message holds each of the (up to three) needles. */
-#define EXPECT_FAIL(call, want, n1, n2, n3)                                                        \
-  do {                                                                                             \
-    dpt_status st_ = (call);                                                                       \
-    ck_assert_msg(st_ == (want), "%s returned %s, want %s (%s)", #call, dpt_status_name(st_),      \
-                  dpt_status_name(want), dpt_last_error());                                        \
-    const char *needles_[3] = {(n1), (n2), (n3)};                                                  \
-    for (int k_ = 0; k_ < 3; k_++)                                                                 \
-      ck_assert_msg(!needles_[k_] || strstr(dpt_last_error(), needles_[k_]),                       \
-                    "message '%s' lacks '%s'", dpt_last_error(), needles_[k_]);                    \
-  } while (0)
-
 /* ---- a private directory per test, and the files made in it -------------------------------- */
 
 static char tmp_dir[256];

@@ -1,4 +1,4 @@
-/* Small helpers shared by the unit tests (test_cpu_ops.c, test_api.c): buffers from host
+/* Small helpers shared by the unit tests: buffers from host
  * arrays and back, status assertions, a deterministic random source. Header-only so that each
  * test executable stays one source file. */
 #ifndef DPT_TESTS_TEST_UTIL_H
@@ -13,6 +13,18 @@
 #include "dptrain/backend.h"
 
 /* Asserts that a dptrain call returned DPT_OK, printing the status and the message. */
+/* Asserts the status and that the message holds each of the (up to three) needles. */
+#define EXPECT_FAIL(call, want, n1, n2, n3)                                                        \
+  do {                                                                                             \
+    dpt_status st_ = (call);                                                                       \
+    ck_assert_msg(st_ == (want), "%s returned %s, want %s (%s)", #call, dpt_status_name(st_),      \
+                  dpt_status_name(want), dpt_last_error());                                        \
+    const char *needles_[3] = {(n1), (n2), (n3)};                                                  \
+    for (int k_ = 0; k_ < 3; k_++)                                                                 \
+      ck_assert_msg(!needles_[k_] || strstr(dpt_last_error(), needles_[k_]),                       \
+                    "message '%s' lacks '%s'", dpt_last_error(), needles_[k_]);                    \
+  } while (0)
+
 #define TU_OK(call)                                                                                \
   do {                                                                                             \
     dpt_status tu_st_ = (call);                                                                    \
