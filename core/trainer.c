@@ -23,6 +23,7 @@ typedef struct step_stats {
   int64_t correct; /* correct predictions in the slice */
   int64_t samples; /* slice size */
   int64_t failed;  /* 1 when this replica failed locally (its message says why) */
+  uint64_t hash;   /* parameter fingerprint (drift checks only) */
 } step_stats;
 
 typedef struct replica {
@@ -88,7 +89,8 @@ typedef struct replica_state {
   uint64_t *idx;      /* the slice's sample indices [max_slice] */
   float *hparams;     /* [num_params] host copy for fingerprints */
   step_stats *gather; /* [count] */
-  uint64_t *hashes;   /* [count] */
+  dpt_status pending; /* a local failure the other replicas have not been told of yet */
+  char pending_msg[1024];
 } replica_state;
 
 static void state_free(replica_state *s) {
@@ -103,38 +105,22 @@ static void state_free(replica_state *s) {
   free(s->idx);
   free(s->hparams);
   free(s->gather);
-  free(s->hashes);
 }
 
-/* Fingerprints the parameters on every replica and compares them. */
-static dpt_status check_drift(replica *r, replica_state *s, int64_t step, uint64_t *hash_out) {
-  size_t n = dpt_model_num_params(s->model);
-  dpt_status st = dpt_model_get_params(s->model, s->hparams);
-  if (st != DPT_OK) return st;
-  uint64_t h = dpt_fingerprint(s->hparams, n * sizeof(float));
-  st = dpt_allgather_host(r->comm, &h, sizeof h, s->hashes);
-  if (st != DPT_OK) return st;
-  if (hash_out) *hash_out = h;
-  char list[512] = "";
-  size_t len = 0;
-  int differ = 0;
-  for (int i = 1; i < r->count; ++i) {
-    if (s->hashes[i] == s->hashes[0]) continue;
-    ++differ;
-    if (len < sizeof list - 16)
-      len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", differ > 1 ? ", " : "", i);
+/* Every exchange that decides control flow goes through here: the replica's stats and its
+ * failure flag are gathered from all replicas and summed in replica order (identical
+ * everywhere). `local` is this replica's outcome since the last exchange: a failure is kept
+ * (with its message) and announced, so every replica stops at the same exchange, the failed
+ * one with its own message, the others saying where it happened. */
+static dpt_status exchange(replica *r, replica_state *s, step_stats *mine, step_stats *sum,
+                           dpt_status local, const char *what) {
+  if (local != DPT_OK && s->pending == DPT_OK) {
+    s->pending = local;
+    snprintf(s->pending_msg, sizeof s->pending_msg, "%s", dpt_last_error());
   }
-  if (differ)
-    return dpt_set_error(DPT_ERR_MISMATCH,
-                         "replica drift at step %lld: replicas %s differ from replica 0 "
-                         "(parameter fingerprint %016llx)",
-                         (long long)step, list, (unsigned long long)s->hashes[0]);
-  return DPT_OK;
-}
-
-/* Sums every replica's stats in replica order (identical on all replicas). */
-static dpt_status combine(replica *r, replica_state *s, const step_stats *mine, step_stats *sum) {
+  mine->failed = s->pending != DPT_OK;
   dpt_status st = dpt_allgather_host(r->comm, mine, sizeof *mine, s->gather);
+  if (s->pending != DPT_OK) return dpt_set_error(s->pending, "%s", s->pending_msg);
   if (st != DPT_OK) return st;
   memset(sum, 0, sizeof *sum);
   for (int i = 0; i < r->count; ++i) {
@@ -143,6 +129,35 @@ static dpt_status combine(replica *r, replica_state *s, const step_stats *mine, 
     sum->samples += s->gather[i].samples;
     sum->failed += s->gather[i].failed;
   }
+  if (sum->failed) return dpt_set_error(DPT_ERR_DEVICE, "%s failed on another replica", what);
+  return DPT_OK;
+}
+
+/* Fingerprints the parameters on every replica and compares them. */
+static dpt_status check_drift(replica *r, replica_state *s, int64_t step, uint64_t *hash_out) {
+  size_t n = dpt_model_num_params(s->model);
+  step_stats mine, sum;
+  memset(&mine, 0, sizeof mine);
+  dpt_status st = s->pending == DPT_OK ? dpt_model_get_params(s->model, s->hparams) : DPT_OK;
+  if (st == DPT_OK && s->pending == DPT_OK)
+    mine.hash = dpt_fingerprint(s->hparams, n * sizeof(float));
+  st = exchange(r, s, &mine, &sum, st, "the parameter fingerprint");
+  if (st != DPT_OK) return st;
+  if (hash_out) *hash_out = mine.hash;
+  char list[512] = "";
+  size_t len = 0;
+  int differ = 0;
+  for (int i = 1; i < r->count; ++i) {
+    if (s->gather[i].hash == s->gather[0].hash) continue;
+    ++differ;
+    if (len < sizeof list - 16)
+      len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", differ > 1 ? ", " : "", i);
+  }
+  if (differ && !r->cfg->skip_allreduce) /* without the all-reduce, drift is the point */
+    return dpt_set_error(DPT_ERR_MISMATCH,
+                         "replica drift at step %lld: replicas %s differ from replica 0 "
+                         "(parameter fingerprint %016llx)",
+                         (long long)step, list, (unsigned long long)s->gather[0].hash);
   return DPT_OK;
 }
 
@@ -162,8 +177,8 @@ static dpt_status evaluate(replica *r, replica_state *s, size_t max_slice, doubl
   size_t n = dpt_dataset_count(ds), input = dpt_model_input_size(s->model);
   size_t start, count;
   slice_of(n, r->count, r->index, &start, &count);
-  step_stats mine = {0, 0, (int64_t)count, 0}, sum;
-  dpt_status st = DPT_OK;
+  step_stats mine = {0, 0, (int64_t)count, 0, 0}, sum;
+  dpt_status st = s->pending;
   for (size_t done = 0; done < count && st == DPT_OK;) {
     size_t b = count - done < max_slice ? count - done : max_slice;
     for (size_t i = 0; i < b; ++i)
@@ -176,13 +191,9 @@ static dpt_status evaluate(replica *r, replica_state *s, size_t max_slice, doubl
     mine.correct += c;
     done += b;
   }
-  /* Every replica joins the exchange, even after a local failure, so nobody waits forever;
-   * a failed replica raises its flag so all of them see it. */
-  mine.failed = st != DPT_OK;
-  dpt_status st2 = combine(r, s, &mine, &sum);
+  /* Every replica joins the exchange, even after a local failure, so nobody waits forever. */
+  st = exchange(r, s, &mine, &sum, st, "evaluation");
   if (st != DPT_OK) return st;
-  if (st2 != DPT_OK) return st2;
-  if (sum.failed) return dpt_set_error(DPT_ERR_DEVICE, "evaluation failed on another replica");
   *loss = sum.samples ? sum.loss_sum / (double)sum.samples : NAN;
   *accuracy = sum.samples ? (double)sum.correct / (double)sum.samples : NAN;
   return DPT_OK;
@@ -192,9 +203,7 @@ static dpt_status replica_setup(replica *r, replica_state *s, size_t *max_slice_
   const dpt_train_config *cfg = r->cfg;
   /* First what the start-up agreement needs, so a replica that fails below still takes part. */
   s->gather = malloc((size_t)r->count * sizeof(step_stats));
-  s->hashes = malloc((size_t)r->count * sizeof(uint64_t));
-  if (!s->gather || !s->hashes)
-    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "training: out of host memory");
+  if (!s->gather) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "training: out of host memory");
   int devices = 0;
   dpt_status st = dpt_device_count(cfg->backend, &devices);
   if (st != DPT_OK) return st;
@@ -245,12 +254,10 @@ static dpt_status replica_run(replica *r, replica_state *s) {
   if (!s->gather) return st; /* out of memory before anything else: the others time out */
   /* Agree that every replica is ready before the first collective on device data: a replica
    * that failed to set up reports it and all stop together. */
-  step_stats ready = {0, 0, 0, st != DPT_OK}, all;
-  dpt_status st2 = combine(r, s, &ready, &all);
+  step_stats ready, all;
+  memset(&ready, 0, sizeof ready);
+  st = exchange(r, s, &ready, &all, st, "start-up");
   if (st != DPT_OK) return st;
-  if (st2 != DPT_OK) return st2;
-  if (all.failed)
-    return dpt_set_error(DPT_ERR_DEVICE, "another replica failed to start (see its message)");
 
   size_t np = dpt_model_num_params(s->model), input = dpt_model_input_size(s->model);
   dpt_buffer *params = dpt_model_params(s->model), *grads = dpt_model_grads(s->model);
@@ -267,7 +274,6 @@ static dpt_status replica_run(replica *r, replica_state *s) {
                          "global batch %zu is larger than the %zu training "
                          "samples (and the last partial batch is dropped)",
                          B, n);
-  const float scale = 1.0f / (float)B;
   int64_t step = 0, skipped = 0;
   double run_start = now_sec(), train_time = 0;
   int64_t trained_samples = 0;
@@ -283,8 +289,13 @@ static dpt_status replica_run(replica *r, replica_state *s) {
       st = dpt_sampler_batch(n, B, cfg->keep_last, k, &bstart, &bcount);
       if (st != DPT_OK) return st;
       slice_of(bcount, r->count, r->index, &start, &count);
-      step_stats mine = {0, 0, (int64_t)count, 0}, sum;
-      if (count > 0) {
+      step_stats mine = {0, 0, (int64_t)count, 0, 0}, sum;
+      /* The loss gradient is scaled by 1/(samples in this global batch): the sum over replicas
+       * is the batch mean, whatever the split (and for a kept, smaller last batch too). */
+      const float scale = 1.0f / (float)bcount;
+      if (s->pending != DPT_OK) {
+        st = s->pending; /* failed after the last exchange: only join the collectives */
+      } else if (count > 0) {
         st = load_batch(s, cfg->train, s->perm + bstart + start, count, input);
         if (st == DPT_OK)
           st = dpt_model_train_step(s->model, s->x, s->y, count, scale, &mine.loss_sum,
@@ -292,17 +303,14 @@ static dpt_status replica_run(replica *r, replica_state *s) {
       } else {
         st = dpt_buffer_fill_f32(grads, 0, np, 0.0f); /* contributes nothing to the sum */
       }
-      mine.failed = st != DPT_OK; /* let the others know, then stop together */
       if (!cfg->skip_allreduce) {
         dpt_status sa = dpt_allreduce_buffer(r->comm, grads, 0, np, DPT_COMM_F32);
         if (st == DPT_OK) st = sa;
       }
-      dpt_status sc = combine(r, s, &mine, &sum);
+      char what[64];
+      snprintf(what, sizeof what, "step %lld", (long long)step + 1);
+      st = exchange(r, s, &mine, &sum, st, what);
       if (st != DPT_OK) return st;
-      if (sc != DPT_OK) return sc;
-      if (sum.failed)
-        return dpt_set_error(DPT_ERR_DEVICE, "step %lld failed on another replica",
-                             (long long)step + 1);
       ++step;
       if (!isfinite(sum.loss_sum)) {
         if (!cfg->skip_nonfinite)
@@ -313,7 +321,10 @@ static dpt_status replica_run(replica *r, replica_state *s) {
         ++skipped;
       } else {
         st = dpt_optimizer_step(s->opt, NULL);
-        if (st != DPT_OK) return st;
+        if (st != DPT_OK) { /* announced at the next exchange, which every replica reaches */
+          s->pending = st;
+          snprintf(s->pending_msg, sizeof s->pending_msg, "%s", dpt_last_error());
+        }
         epoch_loss += sum.loss_sum;
         epoch_samples += sum.samples;
       }
@@ -339,6 +350,9 @@ static dpt_status replica_run(replica *r, replica_state *s) {
     rep.skipped_steps = skipped;
     rep.train_loss = epoch_samples ? epoch_loss / (double)epoch_samples : NAN;
     rep.test_loss = rep.test_accuracy = NAN;
+    /* The epoch's closing fingerprint: the report's param_hash is the current one. */
+    st = check_drift(r, s, step, &hash);
+    if (st != DPT_OK) return st;
     if (cfg->test && dpt_dataset_count(cfg->test) > 0) {
       st = evaluate(r, s, max_slice, &rep.test_loss, &rep.test_accuracy);
       if (st != DPT_OK) return st;
@@ -352,11 +366,7 @@ static dpt_status replica_run(replica *r, replica_state *s) {
     if (r->index == 0 && cfg->on_report) cfg->on_report(&rep, cfg->user);
     r->final = rep;
   }
-  /* The closing fingerprint, compared once more. */
-  st = check_drift(r, s, step, &hash);
-  if (st != DPT_OK) return st;
   r->final.final = 1;
-  r->final.param_hash = hash;
   r->final.seconds = now_sec() - run_start;
   r->final.steps = step;
   if (cfg->final_params && r->index == 0) st = dpt_model_get_params(s->model, cfg->final_params);

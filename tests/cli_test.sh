@@ -65,6 +65,13 @@ rc=$?
 grep -q "1.weight" "$scratch/err" || fail "mismatch message does not name the tensor: $(cat "$scratch/err")"
 [ "$(wc -l <"$scratch/err")" -eq 1 ] || fail "mismatch message is not one line: $(cat "$scratch/err")"
 
+# 4b. Every step skipped (diverging learning rate): the JSON stays JSON (null, never nan).
+out=$("$dptrain" train --data "$good" --hidden 16 --global-batch 50 --epochs 1 --backend cpu \
+  --lr 1e30 --momentum 0 --skip-nonfinite --json 2>"$scratch/err")
+[ $? -eq 0 ] || fail "--skip-nonfinite run failed: $(cat "$scratch/err")"
+echo "$out" | grep -qi 'nan' && fail "JSON holds nan: $out"
+echo "$out" | head -n 1 | grep -q '"test_loss": null' || fail "non-finite test loss is not null: $out"
+
 # 5. Bad data: one line naming the file and the problem, non-zero exit.
 bad="$scratch/bad"
 make_idx "$bad" train 300

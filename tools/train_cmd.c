@@ -132,6 +132,16 @@ static int takes_value(const char *opt) {
   return 0;
 }
 
+/* JSON has no NaN: a value that is not finite is null. */
+static void json_number(const char *key, double v, const char *fmt) {
+  printf("\"%s\": ", key);
+  if (isfinite(v))
+    printf(fmt, v);
+  else
+    printf("null");
+  printf(", ");
+}
+
 static void json_report(const dpt_train_report *r) {
   printf("{");
   if (r->final)
@@ -140,15 +150,13 @@ static void json_report(const dpt_train_report *r) {
     printf("\"epoch\": %lld, ", (long long)r->epoch);
   printf("\"steps\": %lld, \"skipped_steps\": %lld, ", (long long)r->steps,
          (long long)r->skipped_steps);
-  if (!r->final) printf("\"train_loss\": %.6f, ", r->train_loss);
-  if (isnan(r->test_accuracy))
-    printf("\"test_loss\": null, \"test_accuracy\": null, ");
-  else
-    printf("\"test_loss\": %.6f, \"test_accuracy\": %.4f, ", r->test_loss, r->test_accuracy);
-  printf("\"samples_per_sec\": %.1f, \"seconds\": %.3f, \"ranks\": %d, \"replicas\": %d, "
-         "\"backend\": \"%s\", \"param_hash\": \"%016llx\"}\n",
-         r->samples_per_sec, r->seconds, r->ranks, r->replicas, r->backend,
-         (unsigned long long)r->param_hash);
+  if (!r->final) json_number("train_loss", r->train_loss, "%.6f");
+  json_number("test_loss", r->test_loss, "%.6f");
+  json_number("test_accuracy", r->test_accuracy, "%.4f");
+  json_number("samples_per_sec", r->samples_per_sec, "%.1f");
+  json_number("seconds", r->seconds, "%.3f");
+  printf("\"ranks\": %d, \"replicas\": %d, \"backend\": \"%s\", \"param_hash\": \"%016llx\"}\n",
+         r->ranks, r->replicas, r->backend, (unsigned long long)r->param_hash);
   fflush(stdout);
 }
 
@@ -362,6 +370,7 @@ int dpt_cmd_train(int argc, char **argv) {
   if (c.cfg.optim.schedule == DPT_SCHEDULE_COSINE && c.cfg.optim.total_steps == 0)
     c.cfg.optim.total_steps = 1; /* replaced once the data set size is known */
 
+  char other[128] = ""; /* a message of the tool's own, replacing dpt_last_error() */
   dpt_dataset *train = NULL, *test = NULL;
   float *init = NULL, *final_params = NULL;
   st = dpt_dataset_load_dir(c.data_dir, "train", 10, &train);
@@ -374,7 +383,9 @@ int dpt_cmd_train(int argc, char **argv) {
   if (st == DPT_OK && c.cfg.optim.schedule == DPT_SCHEDULE_COSINE) {
     size_t per_epoch =
         dpt_sampler_num_batches(dpt_dataset_count(train), c.cfg.global_batch, c.cfg.keep_last);
-    int64_t total = (int64_t)per_epoch * c.cfg.epochs;
+    int64_t total = per_epoch > 0 && c.cfg.epochs > INT64_MAX / (int64_t)per_epoch
+                        ? INT64_MAX
+                        : (int64_t)per_epoch * c.cfg.epochs;
     if (c.cfg.max_steps > 0 && c.cfg.max_steps < total) total = c.cfg.max_steps;
     total -= c.cfg.optim.warmup_steps;
     c.cfg.optim.total_steps = total > 0 ? total : 1;
@@ -393,14 +404,16 @@ int dpt_cmd_train(int argc, char **argv) {
     }
     if (st == DPT_OK && c.save_weights) {
       final_params = malloc(np * sizeof(float));
-      if (!final_params) st = DPT_ERR_OUT_OF_MEMORY;
+      if (!final_params) {
+        snprintf(other, sizeof other, "cannot allocate %zu parameters", np);
+        st = DPT_ERR_OUT_OF_MEMORY;
+      }
       c.cfg.final_params = final_params;
     }
   }
   /* Under MPI the ranks agree that all of them are ready, so a rank that failed to read its
    * input stops the others at once instead of leaving them at the first collective. */
   int quiet_failure = 0;
-  char other[128] = "";
   if (comm) {
     int size = dpt_comm_size(comm);
     int mine = (int)st, *all = calloc((size_t)size, sizeof(int));

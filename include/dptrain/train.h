@@ -7,8 +7,9 @@
  *
  * One step, on every replica alike:
  *   1. take the replica's slice of global batch k (sizes differ by at most one);
- *   2. forward and backward with the loss gradient scaled by 1/B (not by the slice size), so
- *      that the SUM over replicas is exactly the mean gradient over the B samples;
+ *   2. forward and backward with the loss gradient scaled by 1/B (not by the slice size; for
+ *      a kept last batch, by 1/its size), so that the SUM over replicas is exactly the mean
+ *      gradient over the batch's samples;
  *   3. all-reduce (sum) the flat gradient buffer; all-reduce the loss and correct count;
  *   4. a non-finite loss stops training (or skips the step everywhere with skip_nonfinite);
  *   5. one optimizer step (clipping, when asked, on the reduced gradients: identical everywhere).
