@@ -238,7 +238,8 @@ static dpt_status plan(dpt_model *m) {
     L->out_h = h;
     L->out_w = w;
     L->in_size = in_features;
-    L->out_size = c * h * w;
+    if (!dpt_mul_ok(c, h, &L->out_size) || !dpt_mul_ok(L->out_size, w, &L->out_size))
+      return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: layer %zu output too large", fn, i);
   }
   const layer *last = &m->layers[m->num_layers - 1];
   if (last->spec.kind == DPT_LAYER_FLATTEN)
