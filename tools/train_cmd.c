@@ -415,17 +415,29 @@ int dpt_cmd_train(int argc, char **argv) {
    * input stops the others at once instead of leaving them at the first collective. */
   int quiet_failure = 0;
   if (comm) {
+    /* Each rank's status and message; a rank stays quiet only when rank 0 reports the very
+     * same failure (the same file, the same problem). */
+    typedef struct start_state {
+      int status;
+      char msg[256];
+    } start_state;
     int size = dpt_comm_size(comm);
-    int mine = (int)st, *all = calloc((size_t)size, sizeof(int));
+    start_state mine;
+    memset(&mine, 0, sizeof mine);
+    mine.status = (int)st;
+    if (st != DPT_OK)
+      snprintf(mine.msg, sizeof mine.msg, "%s", other[0] ? other : dpt_last_error());
+    start_state *all = calloc((size_t)size, sizeof *all);
     dpt_status sg = all ? dpt_allgather_host(comm, &mine, sizeof mine, all) : DPT_ERR_OUT_OF_MEMORY;
     if (sg != DPT_OK && st == DPT_OK) st = sg;
     for (int r = 0; all && sg == DPT_OK && r < size; ++r) {
-      if (all[r] == DPT_OK) continue;
+      if (all[r].status == DPT_OK) continue;
       if (st == DPT_OK) {
-        st = (dpt_status)all[r];
+        st = (dpt_status)all[r].status;
         snprintf(other, sizeof other, "rank %d could not start (see its message)", r);
-      } else if (c.rank > 0 && all[0] == mine)
+      } else if (c.rank > 0 && all[0].status == mine.status && !strcmp(all[0].msg, mine.msg)) {
         quiet_failure = 1; /* rank 0 prints the same failure */
+      }
       break;
     }
     free(all);
