@@ -52,11 +52,14 @@ dpt_status dpt_optim_config_check(const dpt_optim_config *c) {
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: AdamW needs betas in [0, 1) and eps > 0", fn);
   if (c->warmup_steps < 0)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: warmup_steps must be >= 0", fn);
-  if (c->schedule == DPT_SCHEDULE_STEP && (c->step_size < 1 || !(c->gamma > 0.0f)))
+  if (c->schedule == DPT_SCHEDULE_STEP &&
+      (c->step_size < 1 || !(c->gamma > 0.0f) || !isfinite(c->gamma)))
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: step schedule needs step_size >= 1, gamma > 0",
                          fn);
-  if (c->schedule == DPT_SCHEDULE_COSINE && c->total_steps < 1)
-    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: cosine schedule needs total_steps >= 1", fn);
+  if (c->schedule == DPT_SCHEDULE_COSINE &&
+      (c->total_steps < 1 || !(c->min_lr >= 0.0f) || !(c->min_lr <= c->lr)))
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: cosine schedule needs total_steps >= 1 and 0 <= min_lr <= lr", fn);
   if ((int)c->schedule < 0 || c->schedule > DPT_SCHEDULE_COSINE)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: unknown schedule %d", fn, (int)c->schedule);
   if (!(c->clip_norm >= 0.0f))
