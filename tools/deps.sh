@@ -8,7 +8,7 @@ packages=(
   libopenblas-dev                               # CPU backend gemm
   ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd   # OpenCL + CPU driver
   libvulkan-dev glslc spirv-tools mesa-vulkan-drivers vulkan-validationlayers  # Vulkan + lavapipe
-  libopenmpi-dev openmpi-bin                    # MPI transport
+  libopenmpi-dev openmpi-bin openssh-client     # MPI transport (mpirun looks for ssh even on one node)
   oclgrind                                      # OpenCL kernel checker (tests)
   zlib1g-dev                                    # gzip IDX files
   dataset-fashion-mnist                         # the real data set
@@ -29,4 +29,4 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+$sudo apt-get install -y -qq "${missing[@]}" >/dev/null
