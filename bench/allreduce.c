@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "bench/bench.h"
+#include "core/parse.h"
 #include "dptrain/backend.h"
 #include "dptrain/comm.h"
 
@@ -67,22 +68,10 @@ typedef struct config {
   dpt_comm_options opt;
 } config;
 
+/* A byte size, alone or before the ':' of a MIN:MAX range; 0 on success, -1 otherwise. */
 static int parse_size(const char *s, size_t *out) {
-  errno = 0;
-  char *end;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (end == s || errno) return -1;
-  unsigned shift = 0;
-  if (*end == 'K' || *end == 'k')
-    shift = 10;
-  else if (*end == 'M' || *end == 'm')
-    shift = 20;
-  else if (*end == 'G' || *end == 'g')
-    shift = 30;
-  if (shift) ++end;
-  if (*end && *end != ':') return -1;
-  *out = (size_t)v << shift;
-  return 0;
+  const char *end;
+  return dpt_parse_bytes(s, &end, out) && (*end == '\0' || *end == ':') ? 0 : -1;
 }
 
 static int parse_args(int argc, char **argv, config *cfg, int rank) {

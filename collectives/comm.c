@@ -23,6 +23,7 @@
 
 #include "collectives/comm_impl.h"
 #include "core/error.h"
+#include "core/parse.h"
 
 #define DPT_HELLO_MAGIC 0x48545044u /* "DPTH" */
 
@@ -156,22 +157,12 @@ static dpt_status check_options(const dpt_comm *c, const dpt_comm_options *o, co
   return DPT_OK;
 }
 
-/* Parses "123", "64K", "4M", "1G" (binary multiples). */
+/* A whole string of bytes (dpt_parse_bytes with nothing after it). */
 static int parse_bytes(const char *s, size_t *out) {
-  errno = 0;
-  char *end;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (end == s || errno || *s == '-') return 0;
-  unsigned shift = 0;
-  if (*end == 'K' || *end == 'k')
-    shift = 10;
-  else if (*end == 'M' || *end == 'm')
-    shift = 20;
-  else if (*end == 'G' || *end == 'g')
-    shift = 30;
-  if (shift) ++end;
-  if (*end != '\0' || v > (SIZE_MAX >> shift)) return 0;
-  *out = (size_t)v << shift;
+  const char *end;
+  size_t v;
+  if (!dpt_parse_bytes(s, &end, &v) || *end != '\0') return 0;
+  *out = v;
   return 1;
 }
 
