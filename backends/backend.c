@@ -261,6 +261,21 @@ dpt_status dpt_buffer_download(const dpt_buffer *src, size_t offset, void *dst, 
   return src->backend->vt->download(src->backend, src, offset, dst, bytes);
 }
 
+dpt_status dpt_buffer_map_host(dpt_buffer *buf, size_t offset, size_t bytes, void **ptr) {
+  const char *fn = "dpt_buffer_map_host";
+  if (!ptr) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: ptr is NULL", fn);
+  *ptr = NULL;
+  dpt_status st = check_bytes(fn, "buf", buf, offset, bytes);
+  if (st == DPT_OK) st = check_backend(fn, buf->backend);
+  if (st != DPT_OK || !buf->backend->vt->map) return st;
+  return buf->backend->vt->map(buf->backend, buf, offset, bytes, ptr);
+}
+
+dpt_status dpt_buffer_unmap_host(dpt_buffer *buf, void *ptr) {
+  if (!buf || !ptr || !buf->backend->vt->unmap) return DPT_OK;
+  return buf->backend->vt->unmap(buf->backend, buf, ptr);
+}
+
 /* Copies through a bounded host bounce buffer for backends without a device copy. */
 static dpt_status copy_via_host(dpt_backend *be, dpt_buffer *dst, size_t dst_off,
                                 const dpt_buffer *src, size_t src_off, size_t bytes) {

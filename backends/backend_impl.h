@@ -205,6 +205,13 @@ typedef struct dpt_backend_vtable {
                      size_t src_offset, size_t bytes); /* optional */
   dpt_status (*fill_f32)(dpt_backend *be, dpt_buffer *dst, size_t offset_elems, size_t count,
                          float value); /* optional */
+  /* Zero-copy host access (optional): map sets *ptr to the buffer's bytes at `offset`, once
+   * every submitted command that uses the buffer has finished, readable and writable by the
+   * host without a copy; or sets *ptr = NULL and returns DPT_OK when this device's memory is
+   * not host-addressable (a discrete GPU), so the caller stages through download/upload.
+   * Until unmap the caller submits no work to the backend. */
+  dpt_status (*map)(dpt_backend *be, dpt_buffer *buf, size_t offset, size_t bytes, void **ptr);
+  dpt_status (*unmap)(dpt_backend *be, dpt_buffer *buf, void *ptr); /* optional */
 
   /* One entry per op of DPT_OP_MAP: dpt_status (*gemm)(dpt_backend *, const dpt_gemm_args *);
    * NULL = unsupported. */
@@ -213,6 +220,11 @@ typedef struct dpt_backend_vtable {
   DPT_OP_MAP(DPT_OP_VT_ENTRY_)
 #undef DPT_OP_VT_ENTRY_
 } dpt_backend_vtable;
+
+/* The vtable's map/unmap for the library's own modules (the collectives): arguments checked,
+ * *ptr = NULL with DPT_OK when the backend has no zero-copy host access. */
+dpt_status dpt_buffer_map_host(dpt_buffer *buf, size_t offset, size_t bytes, void **ptr);
+dpt_status dpt_buffer_unmap_host(dpt_buffer *buf, void *ptr);
 
 struct dpt_backend {
   const dpt_backend_vtable *vt;

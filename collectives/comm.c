@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backends/backend_impl.h"
 #include "collectives/comm_impl.h"
 #include "core/error.h"
 #include "core/parse.h"
@@ -750,6 +751,21 @@ static dpt_status check_range(const dpt_buffer *buf, size_t offset, size_t bytes
   return DPT_OK;
 }
 
+/* A zero-copy host view of a device range, when staging is AUTO and the backend's memory is
+ * host-addressable (CPU backend, CPU drivers, integrated GPUs): the collective then runs on it
+ * as on host data, with no staging copy. *ptr = NULL otherwise. */
+static dpt_status map_range(const dpt_comm *c, dpt_buffer *buf, size_t offset, size_t bytes,
+                            void **ptr) {
+  *ptr = NULL;
+  if (c->opt.staging != DPT_STAGING_AUTO || bytes == 0) return DPT_OK;
+  return dpt_buffer_map_host(buf, offset, bytes, ptr);
+}
+
+static dpt_status unmap_range(dpt_buffer *buf, void *ptr, dpt_status st) {
+  dpt_status st2 = dpt_buffer_unmap_host(buf, ptr);
+  return st != DPT_OK ? st : st2;
+}
+
 /* Runs a schedule over a staged device range: the stage's hooks drive the transfers. */
 static dpt_status run_staged(dpt_comm *c, coll *k, dpt_buffer *buf, size_t offset, size_t bytes,
                              size_t esize, int download, int upload,
@@ -851,6 +867,9 @@ dpt_status dpt_allreduce_buffer(dpt_comm *c, dpt_buffer *buf, size_t offset, siz
   if (st != DPT_OK) return coll_fail(c, &k, st);
   if (c->size == 1) return DPT_OK;
   if (count == 0) return allreduce_run(c, &k, NULL, 0, dtype, algo);
+  void *host;
+  if ((st = map_range(c, buf, off_bytes, bytes, &host)) != DPT_OK) return coll_fail(c, &k, st);
+  if (host) return unmap_range(buf, host, allreduce_run(c, &k, host, count, dtype, algo));
 
   if (algo != DPT_ALLREDUCE_RING) {
     /* The small-message algorithms work on one host copy (small by choice; forced on a
@@ -919,6 +938,12 @@ static dpt_status broadcast(dpt_comm *c, void *data, dpt_buffer *buf, size_t off
   dpt_ring_args a = {data, NULL, bytes, DPT_COMM_F32};
   if (!buf) return dpt_chain_broadcast(c, &a, NULL, root, k.tag, &k.w);
   if (bytes == 0) return DPT_OK;
+  void *host;
+  if ((st = map_range(c, buf, offset, bytes, &host)) != DPT_OK) return st;
+  if (host) {
+    a.data = host;
+    return unmap_range(buf, host, dpt_chain_broadcast(c, &a, NULL, root, k.tag, &k.w));
+  }
   return run_staged(c, &k, buf, offset, bytes, 1, is_root, !is_root, run_chain, &a, NULL);
 }
 

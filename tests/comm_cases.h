@@ -51,4 +51,14 @@ int comm_case_backends(dpt_backend_kind *out, int max);
 
 uint64_t comm_case_hash(const void *p, size_t bytes);
 
+/* The staging modes the buffer tests run: the two staged paths, then AUTO (zero-copy where the
+ * backend's memory is host-addressable, as on the CPU backend). */
+enum { COMM_CASE_STAGINGS = 3 };
+static inline dpt_staging_mode comm_case_staging(int i) {
+  return i == 0 ? DPT_STAGING_INLINE : i == 1 ? DPT_STAGING_THREAD : DPT_STAGING_AUTO;
+}
+static inline const char *comm_case_staging_name(int i) {
+  return i == 0 ? "inline" : i == 1 ? "thread" : "auto";
+}
+
 #endif

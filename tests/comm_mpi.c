@@ -120,11 +120,11 @@ START_TEST(allreduce_buffers) {
   ck_assert_int_ge(nk, 1);
   for (int k = 0; k < nk; ++k) {
     for (unsigned a = 0; a < sizeof algos / sizeof *algos; ++a) {
-      for (int mode = 0; mode < 2; ++mode) {
+      for (int mode = 0; mode < COMM_CASE_STAGINGS; ++mode) {
         dpt_comm_options opt;
         base_options(&opt);
         opt.algo = algos[a];
-        opt.staging = mode ? DPT_STAGING_THREAD : DPT_STAGING_INLINE;
+        opt.staging = comm_case_staging(mode);
         comm_case_tiny(&opt);
         dpt_comm *c = make_comm(&opt);
         outcome o = {0};
@@ -135,7 +135,7 @@ START_TEST(allreduce_buffers) {
         }
         char label[64];
         snprintf(label, sizeof label, "%s %s %s", dpt_backend_kind_name(kinds[k]),
-                 dpt_allreduce_algo_name(algos[a]), mode ? "thread" : "inline");
+                 dpt_allreduce_algo_name(algos[a]), comm_case_staging_name(mode));
         /* Every rank runs the same collectives even when its backend failed (host data). */
         run_counts(c, be, &o, label);
         dpt_backend_destroy(be);
@@ -148,11 +148,11 @@ START_TEST(allreduce_buffers) {
 END_TEST
 
 START_TEST(allreduce_large_buffers) {
-  /* Default pieces and blocks, several staging blocks, both staging modes. */
-  for (int mode = 0; mode < 2; ++mode) {
+  /* Default pieces and blocks, several staging blocks, every staging mode. */
+  for (int mode = 0; mode < COMM_CASE_STAGINGS; ++mode) {
     dpt_comm_options opt;
     base_options(&opt);
-    opt.staging = mode ? DPT_STAGING_THREAD : DPT_STAGING_INLINE;
+    opt.staging = comm_case_staging(mode);
     opt.block_bytes = (size_t)1 << 20;
     dpt_comm *c = make_comm(&opt);
     outcome o = {0};
@@ -167,7 +167,9 @@ START_TEST(allreduce_large_buffers) {
                                  sizeof o.err);
     dpt_backend_destroy(be);
     dpt_comm_destroy(c);
-    agree(&o, mode ? "large buffers, staging thread" : "large buffers, inline staging");
+    char label[64];
+    snprintf(label, sizeof label, "large buffers, staging %s", comm_case_staging_name(mode));
+    agree(&o, label);
   }
 }
 END_TEST

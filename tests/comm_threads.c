@@ -181,12 +181,12 @@ END_TEST
 /* The backend whose buffers the buffer tests use (main's argument, CPU by default). */
 static dpt_backend_kind g_backend = DPT_BACKEND_CPU;
 
-/* Buffers of the backend under test, both staging modes. */
+/* Buffers of the backend under test, every staging mode. */
 START_TEST(allreduce_buffers) {
   const int sizes[] = {2, 3};
   for (int s = 0; s < 2; ++s) {
     for (unsigned a = 0; a < sizeof own_algos / sizeof *own_algos; ++a) {
-      for (int mode = 0; mode < 2; ++mode) {
+      for (int mode = 0; mode < COMM_CASE_STAGINGS; ++mode) {
         /* GPU drivers on the CPU are slow to create: 3 ranks only on the CPU backend. */
         if (g_backend != DPT_BACKEND_CPU && sizes[s] != 2) continue;
         team t;
@@ -194,7 +194,7 @@ START_TEST(allreduce_buffers) {
         t.use_backend = 1;
         t.backend = g_backend;
         t.opt.algo = own_algos[a];
-        t.opt.staging = mode ? DPT_STAGING_THREAD : DPT_STAGING_INLINE;
+        t.opt.staging = comm_case_staging(mode);
         comm_case_tiny(&t.opt);
         run_team(&t);
       }
@@ -227,12 +227,12 @@ static void allreduce_big(dpt_comm *c, const team *t, member_out *out) {
 }
 
 START_TEST(allreduce_buffers_several_blocks) {
-  for (int mode = 0; mode < 2; ++mode) {
+  for (int mode = 0; mode < COMM_CASE_STAGINGS; ++mode) {
     team t;
     team_init(&t, 2, allreduce_big, NULL);
     t.use_backend = 1;
     t.backend = DPT_BACKEND_CPU;
-    t.opt.staging = mode ? DPT_STAGING_THREAD : DPT_STAGING_INLINE;
+    t.opt.staging = comm_case_staging(mode);
     t.opt.block_bytes = (size_t)1 << 20;
     run_team(&t);
   }

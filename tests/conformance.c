@@ -4,6 +4,8 @@
  * CK_RUN_CASE=<op name> runs one op only. */
 #include "conformance.h"
 
+#include "backends/backend_impl.h" /* dpt_buffer_map_host */
+
 #include <check.h>
 #include <math.h>
 #include <stdarg.h>
@@ -720,6 +722,58 @@ static void print_device(const char *what, const dpt_backend *be) {
   }
 }
 
+/* Zero-copy host access, which the collectives use instead of staging: a CPU device offers
+ * it (unless DPT_VULKAN_FORCE_STAGING asks for the discrete-GPU path), a discrete GPU must not
+ * (its map would be a hidden copy). Where offered, the pointer sees the work submitted before
+ * the map, and the work submitted after the unmap sees what was written through it. */
+START_TEST(test_host_map) {
+  enum { N = 1000, SKIP = 8 };
+  static float host[N + SKIP];
+  dpt_buffer *b = NULL;
+  ck_assert_int_eq(dpt_buffer_alloc(g_test, sizeof host, &b), DPT_OK);
+  for (int i = 0; i < N + SKIP; ++i)
+    host[i] = (float)i;
+  ck_assert_int_eq(dpt_buffer_upload(b, 0, host, sizeof host), DPT_OK);
+  ck_assert_int_eq(dpt_scale(g_test, N + SKIP, 2.0f, b, 0), DPT_OK); /* pending work */
+  void *p = (void *)1;
+  ck_assert_int_eq(dpt_buffer_map_host(b, SKIP * sizeof(float), N * sizeof(float), &p), DPT_OK);
+
+  dpt_device_info info;
+  ck_assert_int_eq(dpt_backend_get_info(g_test, &info), DPT_OK);
+  const char *force = getenv("DPT_VULKAN_FORCE_STAGING");
+  const int forced =
+      dpt_backend_get_kind(g_test) == DPT_BACKEND_VULKAN && force && strcmp(force, "1") == 0;
+  if (info.type == DPT_DEVICE_CPU && !forced)
+    ck_assert_msg(p != NULL, "a CPU device offers no zero-copy host access");
+  if (info.type == DPT_DEVICE_GPU_DISCRETE || forced)
+    ck_assert_msg(p == NULL, "a discrete GPU's memory mapped as if host memory");
+  printf("host map: %s\n", p ? "zero-copy" : "none (staged)");
+  if (p) {
+    float *f = p;
+    for (int i = 0; i < N; ++i) {
+      ck_assert_msg(f[i] == 2.0f * (float)(i + SKIP), "mapped element %d is %g, expected %g", i,
+                    (double)f[i], 2.0 * (i + SKIP));
+      f[i] = -(float)i;
+    }
+  }
+  ck_assert_int_eq(dpt_buffer_unmap_host(b, p), DPT_OK);
+  if (p) {
+    ck_assert_int_eq(dpt_scale(g_test, N + SKIP, 3.0f, b, 0), DPT_OK);
+    ck_assert_int_eq(dpt_buffer_download(b, 0, host, sizeof host), DPT_OK);
+    for (int i = 0; i < N + SKIP; ++i) {
+      const float want = i < SKIP ? 6.0f * (float)i : -3.0f * (float)(i - SKIP);
+      ck_assert_msg(host[i] == want, "element %d is %g after the unmap, expected %g", i,
+                    (double)host[i], (double)want);
+    }
+  }
+  /* Bad arguments: a range past the end, no out pointer. */
+  ck_assert_int_eq(dpt_buffer_map_host(b, sizeof host - 4, 8, &p), DPT_ERR_INVALID_ARG);
+  ck_assert_ptr_null(p);
+  ck_assert_int_eq(dpt_buffer_map_host(b, 0, 4, NULL), DPT_ERR_INVALID_ARG);
+  dpt_buffer_free(b);
+}
+END_TEST
+
 int main(int argc, char **argv) {
   dpt_backend_kind kind;
   int count = 0, device = 0;
@@ -772,6 +826,9 @@ int main(int argc, char **argv) {
   tcase_add_test(reg, test_registry);
   tcase_add_loop_test(reg, test_harness_detects, MUT_NONE, MUT_COUNT);
   suite_add_tcase(s, reg);
+  TCase *mem = tcase_create("memory");
+  tcase_add_test(mem, test_host_map);
+  suite_add_tcase(s, mem);
   for (int op = 0; op < DPT_OP_COUNT; op++) {
     const char *name = dpt_op_name((dpt_op)op);
     TCase *tc = tcase_create(name ? name : "unnamed-op");

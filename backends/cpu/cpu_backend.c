@@ -137,6 +137,14 @@ static dpt_status dpt_cpu_download(dpt_backend *be, const dpt_buffer *src, size_
   return DPT_OK;
 }
 
+static dpt_status dpt_cpu_map(dpt_backend *be, dpt_buffer *buf, size_t offset, size_t bytes,
+                              void **ptr) {
+  (void)be;
+  (void)bytes; /* every op has finished when it returns: the memory is the host's already */
+  *ptr = (char *)buf->handle + offset;
+  return DPT_OK;
+}
+
 static dpt_status dpt_cpu_copy(dpt_backend *be, dpt_buffer *dst, size_t dst_offset,
                                const dpt_buffer *src, size_t src_offset, size_t bytes) {
   (void)be;
@@ -166,6 +174,7 @@ const dpt_backend_vtable dpt_cpu_vtable = {.kind = DPT_BACKEND_CPU,
                                            .download = dpt_cpu_download,
                                            .copy = dpt_cpu_copy,
                                            .fill_f32 = dpt_cpu_fill_f32,
+                                           .map = dpt_cpu_map,
 #define DPT_CPU_OP_ENTRY_(NAME, name) .name = dpt_cpu_##name,
                                            DPT_OP_MAP(DPT_CPU_OP_ENTRY_)
 #undef DPT_CPU_OP_ENTRY_

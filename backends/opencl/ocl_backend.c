@@ -370,6 +370,34 @@ static dpt_status ocl_download(dpt_backend *be, const dpt_buffer *src, size_t of
   return DPT_OK;
 }
 
+/* Zero-copy host access where the device works in host memory (a CPU device, or a GPU that
+ * shares it): a blocking map, which waits for the commands before it. A discrete GPU's map
+ * would be a hidden copy, so it reports none and the caller stages. */
+static dpt_status ocl_map(dpt_backend *be, dpt_buffer *buf, size_t offset, size_t bytes,
+                          void **ptr) {
+  *ptr = NULL;
+  if (be->info.type != DPT_DEVICE_CPU && be->info.type != DPT_DEVICE_GPU_INTEGRATED) return DPT_OK;
+  cl_int err;
+  void *p = clEnqueueMapBuffer(dpt_ocl_ctx_of(be)->queue, dpt_ocl_mem(buf), CL_TRUE,
+                               CL_MAP_READ | CL_MAP_WRITE, offset, bytes, 0, NULL, NULL, &err);
+  if (err != CL_SUCCESS) {
+    check_lost(be, err);
+    return dpt_ocl_fail(err, "clEnqueueMapBuffer", "map", bytes);
+  }
+  *ptr = p;
+  return DPT_OK;
+}
+
+static dpt_status ocl_unmap(dpt_backend *be, dpt_buffer *buf, void *ptr) {
+  cl_int err =
+      clEnqueueUnmapMemObject(dpt_ocl_ctx_of(be)->queue, dpt_ocl_mem(buf), ptr, 0, NULL, NULL);
+  if (err != CL_SUCCESS) {
+    check_lost(be, err);
+    return dpt_ocl_fail(err, "clEnqueueUnmapMemObject", "unmap", 0);
+  }
+  return DPT_OK;
+}
+
 static dpt_status ocl_copy(dpt_backend *be, dpt_buffer *dst, size_t dst_offset,
                            const dpt_buffer *src, size_t src_offset, size_t bytes) {
   cl_int err = clEnqueueCopyBuffer(dpt_ocl_ctx_of(be)->queue, dpt_ocl_mem(src), dpt_ocl_mem(dst),
@@ -401,6 +429,8 @@ const dpt_backend_vtable dpt_opencl_vtable = {.kind = DPT_BACKEND_OPENCL,
                                               .download = ocl_download,
                                               .copy = ocl_copy,
                                               .fill_f32 = ocl_fill_f32,
+                                              .map = ocl_map,
+                                              .unmap = ocl_unmap,
 #define DPT_OCL_VT_OP_(NAME, name) .name = dpt_ocl_##name,
                                               DPT_OP_MAP(DPT_OCL_VT_OP_)
 #undef DPT_OCL_VT_OP_

@@ -611,6 +611,14 @@ static dpt_status vk_download(dpt_backend *be, const dpt_buffer *src, size_t off
   return vk_leave(be, st);
 }
 
+static dpt_status vk_map(dpt_backend *be, dpt_buffer *buf, size_t offset, size_t bytes,
+                         void **ptr) {
+  (void)bytes;
+  dpt_status st = vk_enter(be);
+  if (st == DPT_OK) st = dpt_vk_map(be, buf, offset, ptr);
+  return vk_leave(be, st);
+}
+
 static dpt_status vk_copy(dpt_backend *be, dpt_buffer *dst, size_t dst_offset,
                           const dpt_buffer *src, size_t src_offset, size_t bytes) {
   dpt_status st = vk_enter(be);
@@ -646,6 +654,7 @@ const dpt_backend_vtable dpt_vulkan_vtable = {.kind = DPT_BACKEND_VULKAN,
                                               .download = vk_download,
                                               .copy = vk_copy,
                                               .fill_f32 = vk_fill_f32,
+                                              .map = vk_map,
 #define DPT_VK_OP_VT_(NAME, name) .name = vk_##name,
                                               DPT_OP_MAP(DPT_VK_OP_VT_)
 #undef DPT_VK_OP_VT_

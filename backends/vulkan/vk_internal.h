@@ -268,6 +268,8 @@ dpt_status dpt_vk_buffer_alloc(dpt_backend *be, dpt_buffer *buf);
 void dpt_vk_buffer_free(dpt_backend *be, dpt_buffer *buf);
 dpt_status dpt_vk_upload(dpt_backend *be, dpt_buffer *dst, size_t offset, const void *src,
                          size_t bytes);
+/* Zero-copy host pointer to the buffer in direct mode (after its pending work), else NULL. */
+dpt_status dpt_vk_map(dpt_backend *be, dpt_buffer *buf, size_t offset, void **ptr);
 dpt_status dpt_vk_download(dpt_backend *be, const dpt_buffer *src, size_t offset, void *dst,
                            size_t bytes);
 dpt_status dpt_vk_copy(dpt_backend *be, dpt_buffer *dst, size_t dst_offset, const dpt_buffer *src,

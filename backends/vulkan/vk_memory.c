@@ -453,6 +453,18 @@ dpt_status dpt_vk_download(dpt_backend *be, const dpt_buffer *src, size_t offset
   return DPT_OK;
 }
 
+dpt_status dpt_vk_map(dpt_backend *be, dpt_buffer *buf, size_t offset, void **ptr) {
+  dpt_vk_ctx *ctx = be->ctx;
+  dpt_vk_alloc *al = buf->handle;
+  *ptr = NULL;
+  if (!ctx->direct) return DPT_OK; /* device-local only: the caller stages */
+  /* Coherent memory: once the last batch using the buffer has finished, host reads see the
+   * device's writes, and later submissions see the host's. */
+  dpt_status st = dpt_vk_wait(ctx, al->last_use);
+  if (st == DPT_OK) *ptr = al->block->map + al->offset + offset;
+  return st;
+}
+
 dpt_status dpt_vk_copy(dpt_backend *be, dpt_buffer *dst, size_t dst_offset, const dpt_buffer *src,
                        size_t src_offset, size_t bytes) {
   return vk_record_copy(be->ctx, src->handle, src_offset, dst->handle, dst_offset, bytes);

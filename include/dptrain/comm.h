@@ -68,7 +68,10 @@ typedef enum dpt_allreduce_algo {
 
 /* How device buffers are staged through host memory. */
 typedef enum dpt_staging_mode {
-  DPT_STAGING_AUTO = 0,   /* THREAD for GPU devices, INLINE for CPU devices */
+  DPT_STAGING_AUTO = 0,   /* no staging where the backend's memory is host-addressable (CPU
+                             backend, CPU drivers, integrated GPUs with host-visible memory):
+                             the collective works on the mapped buffer in place; otherwise
+                             THREAD for GPU devices, INLINE for CPU devices */
   DPT_STAGING_INLINE = 1, /* the calling thread does downloads/uploads while it waits for
                              messages (a memcpy-like transfer gains nothing from a thread) */
   DPT_STAGING_THREAD = 2  /* a helper thread does downloads/uploads while the calling thread
