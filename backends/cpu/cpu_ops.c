@@ -60,8 +60,10 @@ dpt_status dpt_cpu_relu_bwd(dpt_backend *be, const dpt_relu_bwd_args *a) {
   const float *x = dpt_cpu_f32(a->x);
   const float *dy = dpt_cpu_f32(a->dy);
   float *dx = dpt_cpu_f32(a->dx); /* may equal dy */
-  for (size_t i = 0; i < a->n; ++i)
-    dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+  for (size_t i = 0; i < a->n; ++i) {
+    const float g = dy[i]; /* read unconditionally: a select, no branch (vectorizes) */
+    dx[i] = x[i] > 0.0f ? g : 0.0f;
+  }
   return DPT_OK;
 }
 
@@ -313,21 +315,47 @@ dpt_status dpt_cpu_count_nonfinite(dpt_backend *be, const dpt_count_nonfinite_ar
 
 /* PyTorch's SGD (dampening 0) in float: the weight-decay term is skipped when weight_decay ==
  * 0 (as PyTorch does, so an infinite weight does not turn into NaN through 0 * inf). */
+/* One SGD loop per combination of options, with the options constant inside: no branch in
+ * the loop, so it vectorizes (the arithmetic, and so the result, is the same in each). */
+static inline void sgd_loop(size_t n, float *restrict w, const float *restrict grad,
+                            float *restrict vel, float lr, float mu, float wd, int has_wd,
+                            int has_vel, int nesterov) {
+  for (size_t i = 0; i < n; ++i) {
+    float g = grad[i];
+    if (has_wd) g += wd * w[i];
+    float step = g;
+    if (has_vel) {
+      const float v = mu * vel[i] + g;
+      vel[i] = v;
+      step = nesterov ? g + mu * v : v;
+    }
+    w[i] -= lr * step;
+  }
+}
+
 dpt_status dpt_cpu_sgd_update(dpt_backend *be, const dpt_sgd_update_args *a) {
   (void)be;
   const dpt_sgd_params *p = &a->p;
   float *w = dpt_cpu_f32(a->w);
   const float *grad = dpt_cpu_f32(a->grad);
   float *vel = a->velocity.buf != NULL ? dpt_cpu_f32(a->velocity) : NULL;
-  for (size_t i = 0; i < a->n; ++i) {
-    float g = grad[i];
-    if (p->weight_decay != 0.0f) g += p->weight_decay * w[i];
-    float step = g;
-    if (vel != NULL) {
-      vel[i] = p->momentum * vel[i] + g;
-      step = p->nesterov ? g + p->momentum * vel[i] : vel[i];
-    }
-    w[i] -= p->lr * step;
+  const float lr = p->lr, mu = p->momentum, wd = p->weight_decay;
+  const int has_wd = wd != 0.0f;
+  if (vel == NULL) {
+    if (has_wd)
+      sgd_loop(a->n, w, grad, NULL, lr, mu, wd, 1, 0, 0);
+    else
+      sgd_loop(a->n, w, grad, NULL, lr, mu, wd, 0, 0, 0);
+  } else if (p->nesterov) {
+    if (has_wd)
+      sgd_loop(a->n, w, grad, vel, lr, mu, wd, 1, 1, 1);
+    else
+      sgd_loop(a->n, w, grad, vel, lr, mu, wd, 0, 1, 1);
+  } else {
+    if (has_wd)
+      sgd_loop(a->n, w, grad, vel, lr, mu, wd, 1, 1, 0);
+    else
+      sgd_loop(a->n, w, grad, vel, lr, mu, wd, 0, 1, 0);
   }
   return DPT_OK;
 }
