@@ -35,32 +35,36 @@ static dpt_dataset *random_data(size_t n) {
   return ds;
 }
 
-/* Samples/s of one configuration (median of `repeat` runs); < 0 on failure. */
-static double measure(dpt_train_config cfg, int replicas, int skip_allreduce, int repeat) {
-  double *v = calloc((size_t)repeat, sizeof *v);
-  if (!v) return -1;
-  cfg.replicas = replicas;
-  cfg.skip_allreduce = skip_allreduce;
+/* One configuration of the comparison. */
+typedef struct variant {
+  int replicas, skip_allreduce;
+  double *sps;        /* samples/s of each repeat */
+  dpt_train_report r; /* the report of the last repeat (time split) */
+} variant;
+
+/* One training run of variant v; 0 on success. */
+static int run_once(dpt_train_config cfg, variant *v, int rep) {
+  cfg.replicas = v->replicas;
+  cfg.skip_allreduce = v->skip_allreduce;
   /* Skipping the all-reduce lets replicas drift on purpose: no fingerprint checks then. */
-  cfg.check_every = skip_allreduce ? 0 : cfg.check_every;
-  for (int r = 0; r < repeat; ++r) {
-    dpt_train_report rep;
-    dpt_status st = dpt_train(&cfg, NULL, &rep);
-    if (st != DPT_OK) {
-      fprintf(stderr, "bench train: %s: %s\n", dpt_status_str(st), dpt_last_error());
-      free(v);
-      return -1;
-    }
-    v[r] = rep.samples_per_sec;
+  cfg.check_every = v->skip_allreduce ? 0 : cfg.check_every;
+  dpt_status st = dpt_train(&cfg, NULL, &v->r);
+  if (st != DPT_OK) {
+    fprintf(stderr, "bench train: %s: %s\n", dpt_status_str(st), dpt_last_error());
+    return -1;
   }
-  double med = dpt_bench_median(v, repeat);
-  free(v);
-  return med;
+  v->sps[rep] = v->r.samples_per_sec;
+  return 0;
+}
+
+/* Milliseconds per step of one part of the time split. */
+static double ms_per_step(double seconds, const dpt_train_report *r) {
+  return r->steps > 0 ? 1e3 * seconds / (double)r->steps : 0;
 }
 
 int dpt_bench_train(int argc, char **argv) {
   const char *dir = "/usr/share/datasets/fashion-mnist", *backend = "cpu";
-  int replicas = 2, repeat = 3, json = 0;
+  int replicas = 2, repeat = 5, json = 0;
   long steps = 100;
   for (int i = 1; i < argc; ++i) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -110,21 +114,47 @@ int dpt_bench_train(int argc, char **argv) {
   cfg.train = ds;
   cfg.epochs = 1000;
   cfg.max_steps = steps;
-  double bare = measure(cfg, 1, 1, repeat);
-  double one = measure(cfg, 1, 0, repeat);
-  double many = measure(cfg, replicas, 0, repeat);
+  /* The variants take turns within each repeat, so a slow spell of the machine hits them
+   * alike; the figures are medians over the repeats. */
+  variant v[3] = {{1, 1, NULL, {0}}, {1, 0, NULL, {0}}, {replicas, 0, NULL, {0}}};
+  int rc = 0;
+  for (int k = 0; k < 3; ++k)
+    if (!(v[k].sps = calloc((size_t)repeat, sizeof(double)))) rc = 1;
+  for (int r = 0; r < repeat && !rc; ++r)
+    for (int k = 0; k < 3 && !rc; ++k)
+      rc = run_once(cfg, &v[k], r) != 0;
   dpt_dataset_destroy(ds);
-  if (bare < 0 || one < 0 || many < 0) return 1;
+  double bare = 0, one = 0, many = 0;
+  if (!rc) {
+    bare = dpt_bench_median(v[0].sps, repeat);
+    one = dpt_bench_median(v[1].sps, repeat);
+    many = dpt_bench_median(v[2].sps, repeat);
+  }
+  for (int k = 0; k < 3; ++k)
+    free(v[k].sps);
+  if (rc) return 1;
+  const dpt_train_report *o = &v[1].r, *m = &v[2].r;
   if (json) {
     printf("{\"backend\": \"%s\", \"steps\": %ld, \"bare_samples_per_sec\": %.1f, "
            "\"one_replica_samples_per_sec\": %.1f, \"replicas\": %d, "
-           "\"replicas_samples_per_sec\": %.1f, \"machinery_overhead\": %.4f, \"speedup\": %.3f}\n",
-           backend, steps, bare, one, replicas, many, bare / one - 1.0, many / one);
+           "\"replicas_samples_per_sec\": %.1f, \"machinery_overhead\": %.4f, \"speedup\": %.3f, "
+           "\"replicas_ms_per_step\": {\"compute\": %.3f, \"allreduce\": %.3f, "
+           "\"optimizer\": %.3f}}\n",
+           backend, steps, bare, one, replicas, many, bare / one - 1.0, many / one,
+           ms_per_step(m->compute_seconds, m), ms_per_step(m->allreduce_seconds, m),
+           ms_per_step(m->optimizer_seconds, m));
   } else {
     printf("MLP 784-512-256-10, global batch 256, %ld steps, %s backend, %s (median of %d)\n",
            steps, backend, data, repeat);
     printf("%26s %26s %26s\n", "1 replica, no all-reduce", "1 replica", "replicas");
     printf("%20.0f s/s %20.0f s/s %14d: %7.0f s/s\n", bare, one, replicas, many);
+    printf("time split, ms per step (last repeat) %14s %14d replicas\n", "1 replica", replicas);
+    printf("  forward + backward                  %16.2f %23.2f\n",
+           ms_per_step(o->compute_seconds, o), ms_per_step(m->compute_seconds, m));
+    printf("  gradient all-reduce (with waiting)  %16.2f %23.2f\n",
+           ms_per_step(o->allreduce_seconds, o), ms_per_step(m->allreduce_seconds, m));
+    printf("  optimizer step                      %16.2f %23.2f\n",
+           ms_per_step(o->optimizer_seconds, o), ms_per_step(m->optimizer_seconds, m));
     printf("data-parallel machinery on one replica: %+.1f%%; %d replicas: %.2fx one replica\n",
            100.0 * (bare / one - 1.0), replicas, many / one);
   }

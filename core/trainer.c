@@ -277,6 +277,7 @@ static dpt_status replica_run(replica *r, replica_state *s) {
   int64_t step = 0, skipped = 0;
   double run_start = now_sec(), train_time = 0;
   int64_t trained_samples = 0;
+  double t_compute = 0, t_allreduce = 0, t_optimizer = 0; /* the report's time split */
   int stop = 0;
   for (int64_t epoch = 0; epoch < cfg->epochs && !stop; ++epoch) {
     double t0 = now_sec();
@@ -293,6 +294,7 @@ static dpt_status replica_run(replica *r, replica_state *s) {
       /* The loss gradient is scaled by 1/(samples in this global batch): the sum over replicas
        * is the batch mean, whatever the split (and for a kept, smaller last batch too). */
       const float scale = 1.0f / (float)bcount;
+      double ta = now_sec();
       if (s->pending != DPT_OK) {
         st = s->pending; /* failed after the last exchange: only join the collectives */
       } else if (count > 0) {
@@ -303,9 +305,12 @@ static dpt_status replica_run(replica *r, replica_state *s) {
       } else {
         st = dpt_buffer_fill_f32(grads, 0, np, 0.0f); /* contributes nothing to the sum */
       }
+      double tb = now_sec();
+      t_compute += tb - ta;
       if (!cfg->skip_allreduce) {
         dpt_status sa = dpt_allreduce_buffer(r->comm, grads, 0, np, DPT_COMM_F32);
         if (st == DPT_OK) st = sa;
+        t_allreduce += now_sec() - tb;
       }
       char what[64];
       snprintf(what, sizeof what, "step %lld", (long long)step + 1);
@@ -320,7 +325,9 @@ static dpt_status replica_run(replica *r, replica_state *s) {
                                (long long)step, (long long)epoch + 1, k + 1);
         ++skipped;
       } else {
+        double tc = now_sec();
         st = dpt_optimizer_step(s->opt, NULL);
+        t_optimizer += now_sec() - tc;
         if (st != DPT_OK) { /* announced at the next exchange, which every replica reaches */
           s->pending = st;
           snprintf(s->pending_msg, sizeof s->pending_msg, "%s", dpt_last_error());
@@ -363,6 +370,9 @@ static dpt_status replica_run(replica *r, replica_state *s) {
     rep.replicas = r->count;
     rep.param_hash = hash;
     rep.backend = dpt_backend_kind_name(cfg->backend);
+    rep.compute_seconds = t_compute;
+    rep.allreduce_seconds = t_allreduce;
+    rep.optimizer_seconds = t_optimizer;
     if (r->index == 0 && cfg->on_report) cfg->on_report(&rep, cfg->user);
     r->final = rep;
   }

@@ -156,6 +156,11 @@ static void json_report(const dpt_train_report *r) {
   json_number("test_accuracy", r->test_accuracy, "%.4f");
   json_number("samples_per_sec", r->samples_per_sec, "%.1f");
   json_number("seconds", r->seconds, "%.3f");
+  if (r->final) {
+    json_number("compute_seconds", r->compute_seconds, "%.3f");
+    json_number("allreduce_seconds", r->allreduce_seconds, "%.3f");
+    json_number("optimizer_seconds", r->optimizer_seconds, "%.3f");
+  }
   printf("\"ranks\": %d, \"replicas\": %d, \"backend\": \"%s\", \"param_hash\": \"%016llx\"}\n",
          r->ranks, r->replicas, r->backend, (unsigned long long)r->param_hash);
   fflush(stdout);
@@ -174,6 +179,10 @@ static void on_report(const dpt_train_report *r, void *user) {
            (long long)r->steps, r->seconds, r->samples_per_sec, r->replicas,
            r->replicas == 1 ? "" : "s", r->ranks, r->ranks == 1 ? "" : "s", r->backend,
            r->test_accuracy, (unsigned long long)r->param_hash);
+    if (r->compute_seconds + r->allreduce_seconds + r->optimizer_seconds > 0)
+      printf("time on replica 0: forward+backward %.1f s, gradient all-reduce %.1f s, "
+             "optimizer %.1f s\n",
+             r->compute_seconds, r->allreduce_seconds, r->optimizer_seconds);
   } else {
     printf("epoch %3lld  loss %.4f  test loss %.4f  test accuracy %.4f  %8.0f samples/s  %6.1f s",
            (long long)r->epoch, r->train_loss, r->test_loss, r->test_accuracy, r->samples_per_sec,

@@ -48,6 +48,10 @@ typedef struct dpt_train_report {
   int replicas;           /* replicas in all */
   uint64_t param_hash;    /* fingerprint of the parameters, the same on every replica */
   const char *backend;    /* backend of this process's first replica */
+  /* Where the training time went so far, seconds, on the reporting replica: batch loading,
+   * forward and backward; the gradient all-reduce (waiting for the slowest replica included);
+   * the optimizer step. The rest of the training time is the per-step exchange and checks. */
+  double compute_seconds, allreduce_seconds, optimizer_seconds;
 } dpt_train_report;
 
 /* Called on replica 0 of rank 0 only. */
