@@ -1,21 +1,29 @@
 /* bench train: training throughput of the MLP (784-512-256-10, global batch 256) on one backend,
  * side by side: one replica with the gradient all-reduce skipped (the bare step), one replica
- * (the whole data-parallel machinery), and R replicas. Replicas are threads of this process
- * (one core each on the CPU backend); every figure is the median of --repeat runs of --steps
- * steps on Fashion-MNIST (or random data when it is not installed). */
+ * (the whole data-parallel machinery), and R replicas. Without MPI the replicas are threads of
+ * this process (one core each on the CPU backend); under `mpirun -np R` they are the R ranks,
+ * and the one-replica figures come from rank 0 alone while the others sleep. Every figure is
+ * the median of --repeat runs of --steps steps on Fashion-MNIST (or random data when it is not
+ * installed); the variants take turns within each repeat. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bench/bench.h"
 #include "dptrain/dptrain.h"
+
+#ifdef DPT_HAVE_MPI
+#include <mpi.h>
+#endif
 
 static void usage(FILE *f) {
   fprintf(f, "usage: dptrain bench train [--backend cpu|opencl|vulkan] [--replicas R]\n"
              "                           [--steps N] [--repeat N] [--data DIR] [--json]\n"
              "Samples/s of the MLP 784-512-256-10 with global batch 256: 1 replica without the\n"
-             "all-reduce, 1 replica, and R replicas (threads; default 2), side by side.\n");
+             "all-reduce, 1 replica, and R replicas (threads; default 2), side by side.\n"
+             "Under mpirun -np R the replicas are the ranks (--replicas is then ignored).\n");
 }
 
 static dpt_dataset *random_data(size_t n) {
@@ -38,23 +46,50 @@ static dpt_dataset *random_data(size_t n) {
 /* One configuration of the comparison. */
 typedef struct variant {
   int replicas, skip_allreduce;
+  dpt_comm *comm;     /* MPI mode: this rank's communicator, NULL when it sits this one out */
+  int mpi;            /* MPI mode */
   double *sps;        /* samples/s of each repeat */
   dpt_train_report r; /* the report of the last repeat (time split) */
 } variant;
 
+/* Under MPI, ranks that sit a run out wait asleep (a rank spinning in MPI_Barrier would take
+ * memory bandwidth from the one measured), then all agree whether every run succeeded. */
+static int mpi_settle(int rc) {
+#ifdef DPT_HAVE_MPI
+  MPI_Request q;
+  MPI_Ibarrier(MPI_COMM_WORLD, &q);
+  for (int done = 0; !done;) {
+    MPI_Test(&q, &done, MPI_STATUS_IGNORE);
+    if (!done) {
+      struct timespec ts = {0, 1000000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  int any = 0;
+  MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return any;
+#else
+  return rc;
+#endif
+}
+
 /* One training run of variant v; 0 on success. */
 static int run_once(dpt_train_config cfg, variant *v, int rep) {
-  cfg.replicas = v->replicas;
-  cfg.skip_allreduce = v->skip_allreduce;
-  /* Skipping the all-reduce lets replicas drift on purpose: no fingerprint checks then. */
-  cfg.check_every = v->skip_allreduce ? 0 : cfg.check_every;
-  dpt_status st = dpt_train(&cfg, NULL, &v->r);
-  if (st != DPT_OK) {
-    fprintf(stderr, "bench train: %s: %s\n", dpt_status_str(st), dpt_last_error());
-    return -1;
+  int rc = 0;
+  if (!v->mpi || v->comm) {
+    cfg.replicas = v->mpi ? 1 : v->replicas;
+    cfg.skip_allreduce = v->skip_allreduce;
+    /* Skipping the all-reduce lets replicas drift on purpose: no fingerprint checks then. */
+    cfg.check_every = v->skip_allreduce ? 0 : cfg.check_every;
+    dpt_status st = dpt_train(&cfg, v->comm, &v->r);
+    if (st != DPT_OK) {
+      fprintf(stderr, "bench train: %s: %s\n", dpt_status_str(st), dpt_last_error());
+      rc = -1;
+    } else {
+      v->sps[rep] = v->r.samples_per_sec;
+    }
   }
-  v->sps[rep] = v->r.samples_per_sec;
-  return 0;
+  return v->mpi ? mpi_settle(rc) : rc;
 }
 
 /* Milliseconds per step of one part of the time split. */
@@ -114,10 +149,34 @@ int dpt_bench_train(int argc, char **argv) {
   cfg.train = ds;
   cfg.epochs = 1000;
   cfg.max_steps = steps;
+  /* MPI mode: rank 0 alone (a communicator of its own) for the one-replica variants, every
+   * rank for the last. */
+  int mpi = 0, rank = 0, rc = 0;
+  dpt_comm *world = NULL, *solo = NULL;
+#ifdef DPT_HAVE_MPI
+  MPI_Comm solo_mpi = MPI_COMM_NULL;
+  if (dpt_comm_mpi_launched()) {
+    mpi = 1;
+    /* Creating the first communicator initializes MPI (and destroying it finalizes). */
+    dpt_status st = dpt_comm_create_mpi(NULL, &world);
+    if (st == DPT_OK) {
+      rank = dpt_comm_rank(world);
+      replicas = dpt_comm_size(world);
+      MPI_Comm_split(MPI_COMM_WORLD, rank == 0 ? 0 : MPI_UNDEFINED, 0, &solo_mpi);
+      if (rank == 0) st = dpt_comm_create_mpi(&solo_mpi, &solo);
+    }
+    if (st != DPT_OK) {
+      fprintf(stderr, "bench train: %s: %s\n", dpt_status_str(st), dpt_last_error());
+      rc = 1;
+    }
+    if (world) rc = mpi_settle(rc);
+  }
+#endif
   /* The variants take turns within each repeat, so a slow spell of the machine hits them
    * alike; the figures are medians over the repeats. */
-  variant v[3] = {{1, 1, NULL, {0}}, {1, 0, NULL, {0}}, {replicas, 0, NULL, {0}}};
-  int rc = 0;
+  variant v[3] = {{1, 1, solo, mpi, NULL, {0}},
+                  {1, 0, solo, mpi, NULL, {0}},
+                  {replicas, 0, world, mpi, NULL, {0}}};
   for (int k = 0; k < 3; ++k)
     if (!(v[k].sps = calloc((size_t)repeat, sizeof(double)))) rc = 1;
   for (int r = 0; r < repeat && !rc; ++r)
@@ -132,7 +191,13 @@ int dpt_bench_train(int argc, char **argv) {
   }
   for (int k = 0; k < 3; ++k)
     free(v[k].sps);
+  dpt_comm_destroy(solo);
+#ifdef DPT_HAVE_MPI
+  if (solo_mpi != MPI_COMM_NULL) MPI_Comm_free(&solo_mpi);
+#endif
+  dpt_comm_destroy(world);
   if (rc) return 1;
+  if (rank != 0) return 0;
   const dpt_train_report *o = &v[1].r, *m = &v[2].r;
   if (json) {
     printf("{\"backend\": \"%s\", \"steps\": %ld, \"bare_samples_per_sec\": %.1f, "
@@ -146,7 +211,8 @@ int dpt_bench_train(int argc, char **argv) {
   } else {
     printf("MLP 784-512-256-10, global batch 256, %ld steps, %s backend, %s (median of %d)\n",
            steps, backend, data, repeat);
-    printf("%26s %26s %26s\n", "1 replica, no all-reduce", "1 replica", "replicas");
+    printf("%26s %26s %26s\n", "1 replica, no all-reduce", "1 replica",
+           mpi ? "MPI ranks" : "replicas (threads)");
     printf("%20.0f s/s %20.0f s/s %14d: %7.0f s/s\n", bare, one, replicas, many);
     printf("time split, ms per step (last repeat) %14s %14d replicas\n", "1 replica", replicas);
     printf("  forward + backward                  %16.2f %23.2f\n",

@@ -301,6 +301,10 @@ const char *dpt_comm_transport(const dpt_comm *c) {
   return c ? c->tp->name : "";
 }
 
+int dpt_comm_mpi_launched(void) {
+  return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+
 #ifndef DPT_HAVE_MPI
 int dpt_comm_mpi_compiled(void) {
   return 0;

@@ -112,5 +112,24 @@ EOF
   echo "$out" | tail -n 1 | grep -q '"ranks": 2' || fail "mpi run does not report 2 ranks: $out"
 fi
 
+# 7. bench train: a few steps on random data (no data set there), in threads and under MPI;
+# one JSON object from rank 0 with the figures and the time split.
+out=$(timeout 300 "$dptrain" bench train --steps 3 --repeat 1 --data "$scratch/none" --json \
+  2>"$scratch/err")
+[ $? -eq 0 ] || fail "bench train failed: $(cat "$scratch/err")"
+for key in bare_samples_per_sec one_replica_samples_per_sec speedup replicas_ms_per_step; do
+  echo "$out" | grep -q "\"$key\"" || fail "bench train JSON lacks $key: $out"
+done
+echo "$out" | grep -q '"replicas": 2,' || fail "bench train: expected 2 replicas: $out"
+"$dptrain" bench train --steps 0 >/dev/null 2>&1
+[ $? -eq 2 ] || fail "bench train --steps 0 accepted"
+if [ -n "$mpiexec" ]; then
+  out=$(timeout 300 $mpiexec -n 2 "$dptrain" bench train --steps 3 --repeat 1 \
+    --data "$scratch/none" --json 2>"$scratch/err")
+  [ $? -eq 0 ] || fail "mpi bench train failed: $(cat "$scratch/err")"
+  [ "$(echo "$out" | grep -c '"speedup"')" -eq 1 ] || fail "mpi bench train: not one object: $out"
+  echo "$out" | grep -q '"replicas": 2,' || fail "mpi bench train: expected 2 ranks: $out"
+fi
+
 echo "cli test: $failures failure(s)"
 [ $failures -eq 0 ]

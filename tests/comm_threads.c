@@ -655,6 +655,22 @@ START_TEST(allreduce_over_2gib) {
 }
 END_TEST
 
+/* The launcher check reads the variables mpirun (Open MPI), MPICH/Hydra (PMI) and PMIx set;
+ * this process was started by ctest, not a launcher, until one is set here. */
+START_TEST(mpi_launched_from_environment) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"};
+  for (int i = 0; i < 3; ++i)
+    unsetenv(vars[i]);
+  ck_assert_int_eq(dpt_comm_mpi_launched(), 0);
+  for (int i = 0; i < 3; ++i) {
+    setenv(vars[i], "2", 1);
+    ck_assert_msg(dpt_comm_mpi_launched() == 1, "%s set, not seen as an MPI launch", vars[i]);
+    unsetenv(vars[i]);
+  }
+  ck_assert_int_eq(dpt_comm_mpi_launched(), 0);
+}
+END_TEST
+
 int main(int argc, char **argv) {
   Suite *s = suite_create("comm_threads");
   if (argc > 1 && !strcmp(argv[1], "large")) {
@@ -693,6 +709,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, broadcast_host_and_buffers);
     tcase_add_test(tc, allgather_sizes);
     tcase_add_test(tc, barrier_waits_for_all);
+    tcase_add_test(tc, mpi_launched_from_environment);
     suite_add_tcase(s, tc);
     tc = tcase_create("failures");
     tcase_set_timeout(tc, 60);

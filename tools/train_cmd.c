@@ -203,10 +203,6 @@ static void on_progress(int64_t epoch, size_t batch, size_t batches, double loss
   fflush(stderr);
 }
 
-static int running_under_mpi(void) {
-  return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
-}
-
 /* Prints a failure: one line, from the rank where it happened. Decisions every rank takes
  * together (non-finite loss, drift, timeouts) and failures seen on another replica are printed
  * by rank 0 only. */
@@ -364,7 +360,7 @@ int dpt_cmd_train(int argc, char **argv) {
   /* Communicator first: the rank decides the backend, the device and who prints. */
   dpt_comm *comm = NULL;
   dpt_status st = DPT_OK;
-  if (running_under_mpi()) {
+  if (dpt_comm_mpi_launched()) {
     if (c.cfg.replicas != 1) {
       fprintf(stderr, "dptrain train: --replicas is for one process; under mpirun every rank is "
                       "one replica\n");

@@ -103,6 +103,9 @@ DPT_API void dpt_comm_group_destroy(dpt_comm_group *group);
 
 /* 1 if the MPI transport was compiled into this library, else 0. */
 DPT_API int dpt_comm_mpi_compiled(void);
+/* 1 if this process was started by an MPI launcher (mpirun, mpiexec, srun with PMI/PMIx),
+ * from the environment it sets; whether or not MPI is compiled in. */
+DPT_API int dpt_comm_mpi_launched(void);
 
 /* MPI transport: `mpi_comm` points to an MPI_Comm (the caller's variable: `MPI_Comm c; ...
  * dpt_comm_create_mpi(&c, &comm)`), or is NULL for MPI_COMM_WORLD. Collective over that
