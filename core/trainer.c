@@ -78,6 +78,9 @@ static void slice_of(size_t batch, int replicas, int r, size_t *start, size_t *c
   *start = (size_t)r < batch ? (size_t)r : batch;
 }
 
+/* Replicas whose per-step exchange needs no allocation. */
+enum { GATHER_INLINE = 64 };
+
 typedef struct replica_state {
   dpt_backend *be;
   dpt_model *model;
@@ -88,7 +91,8 @@ typedef struct replica_state {
   uint64_t *perm;     /* epoch permutation [n_train] */
   uint64_t *idx;      /* the slice's sample indices [max_slice] */
   float *hparams;     /* [num_params] host copy for fingerprints */
-  step_stats *gather; /* [count] */
+  step_stats *gather; /* [count]: gather_small, or allocated for more replicas */
+  step_stats gather_small[GATHER_INLINE];
   dpt_status pending; /* a local failure the other replicas have not been told of yet */
   char pending_msg[1024];
 } replica_state;
@@ -104,7 +108,7 @@ static void state_free(replica_state *s) {
   free(s->perm);
   free(s->idx);
   free(s->hparams);
-  free(s->gather);
+  if (s->gather != s->gather_small) free(s->gather);
 }
 
 /* Every exchange that decides control flow goes through here: the replica's stats and its
@@ -202,7 +206,9 @@ static dpt_status evaluate(replica *r, replica_state *s, size_t max_slice, doubl
 static dpt_status replica_setup(replica *r, replica_state *s, size_t *max_slice_out) {
   const dpt_train_config *cfg = r->cfg;
   /* First what the start-up agreement needs, so a replica that fails below still takes part. */
-  s->gather = malloc((size_t)r->count * sizeof(step_stats));
+  /* Up to GATHER_INLINE replicas need no allocation: their start-up agreement cannot fail. */
+  s->gather =
+      r->count <= GATHER_INLINE ? s->gather_small : malloc((size_t)r->count * sizeof(step_stats));
   if (!s->gather) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "training: out of host memory");
   int devices = 0;
   dpt_status st = dpt_device_count(cfg->backend, &devices);
