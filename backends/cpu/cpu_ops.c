@@ -122,35 +122,58 @@ dpt_status dpt_cpu_softmax_xent(dpt_backend *be, const dpt_softmax_xent_args *a)
  *   0: col[i, row, oy*out_w + ox] = x[i, ch, iy, ix]   (0 where (iy, ix) is in the padding)
  *   1: x[i, ch, iy, ix] += col[i, row, oy*out_w + ox]  (padding entries dropped)
  * with row = (ch*kh + ki)*kw + kj, iy = oy*stride_h - pad_h + ki, ix = ox*stride_w - pad_w + kj.
- * Coordinates are kept shifted by the padding (iy + pad_h) so that they stay unsigned. */
+ * Coordinates are kept shifted by the padding (iy + pad_h) so that they stay unsigned.
+ * For each (row, oy) the output positions ox whose ix falls inside the image form one range
+ * [lo, hi), computed once: the loops run without a test per element (and, at stride 1, over
+ * contiguous memory, so they vectorize). */
 static void dpt_cpu_im2col_map(const dpt_conv_geom *g, size_t out_h, size_t out_w, float *x,
                                float *col, int scatter) {
   const size_t plane = g->h * g->w;
   const size_t out_plane = out_h * out_w;
+  const size_t sw = g->stride_w;
   for (size_t i = 0; i < g->n; ++i) {
     for (size_t ch = 0; ch < g->c; ++ch) {
       float *xp = x + (i * g->c + ch) * plane;
       for (size_t ki = 0; ki < g->kh; ++ki) {
         for (size_t kj = 0; kj < g->kw; ++kj) {
+          /* ox is inside when pad_w <= ox*sw + kj < pad_w + w. */
+          size_t lo = 0, hi = 0;
+          if (kj < g->pad_w) lo = (g->pad_w - kj + sw - 1) / sw;
+          if (g->pad_w + g->w > kj) hi = (g->pad_w + g->w - kj + sw - 1) / sw;
+          if (hi > out_w) hi = out_w;
+          if (lo > hi) lo = hi;
           const size_t row = (ch * g->kh + ki) * g->kw + kj;
           float *cp = col + (i * g->c * g->kh * g->kw + row) * out_plane;
           for (size_t oy = 0; oy < out_h; ++oy) {
             const size_t iy_pad = oy * g->stride_h + ki;
-            const int row_inside = iy_pad >= g->pad_h && iy_pad - g->pad_h < g->h;
-            for (size_t ox = 0; ox < out_w; ++ox) {
-              const size_t ix_pad = ox * g->stride_w + kj;
-              const int inside = row_inside && ix_pad >= g->pad_w && ix_pad - g->pad_w < g->w;
-              float *cv = cp + oy * out_w + ox;
-              if (!inside) {
-                if (!scatter) *cv = 0.0f;
-                continue;
-              }
-              float *xv = xp + (iy_pad - g->pad_h) * g->w + (ix_pad - g->pad_w);
-              if (scatter) {
-                *xv += *cv;
-              } else {
-                *cv = *xv;
-              }
+            float *cv = cp + oy * out_w;
+            if (iy_pad < g->pad_h || iy_pad - g->pad_h >= g->h) {
+              if (!scatter)
+                for (size_t ox = 0; ox < out_w; ++ox)
+                  cv[ox] = 0.0f;
+              continue;
+            }
+            /* x at ox = lo: column lo*sw + kj - pad_w of row iy (only formed when the range
+             * is not empty: the address would lie outside the plane otherwise). */
+            float *xr = lo < hi ? xp + (iy_pad - g->pad_h) * g->w + (lo * sw + kj - g->pad_w) : xp;
+            if (scatter) {
+              if (sw == 1)
+                for (size_t ox = lo; ox < hi; ++ox)
+                  xr[ox - lo] += cv[ox];
+              else
+                for (size_t ox = lo; ox < hi; ++ox)
+                  xr[(ox - lo) * sw] += cv[ox];
+            } else {
+              for (size_t ox = 0; ox < lo; ++ox)
+                cv[ox] = 0.0f;
+              if (sw == 1)
+                for (size_t ox = lo; ox < hi; ++ox)
+                  cv[ox] = xr[ox - lo];
+              else
+                for (size_t ox = lo; ox < hi; ++ox)
+                  cv[ox] = xr[(ox - lo) * sw];
+              for (size_t ox = hi; ox < out_w; ++ox)
+                cv[ox] = 0.0f;
             }
           }
         }
@@ -177,33 +200,58 @@ dpt_status dpt_cpu_col2im(dpt_backend *be, const dpt_col2im_args *a) {
   return DPT_OK;
 }
 
+/* Output pixels are taken CHUNK at a time along a row, the window scanned in its row-major
+ * order for all of them at once: each output keeps the same comparisons in the same order as
+ * a pixel-by-pixel scan, but the loop over the chunk has independent iterations and selects
+ * instead of branches, so it vectorizes (a branch here is a coin flip on ReLU output). */
+static inline void pool_scan(const float *xr, size_t sw, int32_t row, size_t n, float *best,
+                             int32_t *at) {
+  for (size_t j = 0; j < n; ++j) {
+    const float v = xr[j * sw];
+    const float b = best[j];
+    /* Strict > keeps the first maximum; the first NaN wins and propagates. */
+    const int take = (v > b) | ((v != v) & (b == b));
+    best[j] = take ? v : b;
+    at[j] = take ? row + (int32_t)(j * sw) : at[j];
+  }
+}
+
 dpt_status dpt_cpu_maxpool_fwd(dpt_backend *be, const dpt_maxpool_fwd_args *a) {
   (void)be;
+  enum { CHUNK = 64 };
   const dpt_pool_geom *g = &a->g;
   const float *x = dpt_cpu_f32(a->x);
   float *y = dpt_cpu_f32(a->y);
   int32_t *argmax = dpt_cpu_i32(a->argmax);
+  const size_t sw = g->stride_w;
   for (size_t p = 0; p < g->planes; ++p) {
     const float *xp = x + p * g->h * g->w;
     for (size_t oy = 0; oy < a->out_h; ++oy) {
-      for (size_t ox = 0; ox < a->out_w; ++ox) {
-        const size_t y0 = oy * g->stride_h, x0 = ox * g->stride_w;
-        size_t best_at = y0 * g->w + x0;
-        float best = xp[best_at];
+      const size_t y0 = oy * g->stride_h;
+      for (size_t ox0 = 0; ox0 < a->out_w; ox0 += CHUNK) {
+        const size_t n = a->out_w - ox0 < CHUNK ? a->out_w - ox0 : CHUNK;
+        float best[CHUNK];
+        int32_t at[CHUNK];
+        for (size_t j = 0; j < n; ++j) {
+          const size_t i0 = y0 * g->w + (ox0 + j) * sw;
+          best[j] = xp[i0];
+          at[j] = (int32_t)i0;
+        }
         for (size_t ki = 0; ki < g->kh; ++ki) {
           for (size_t kj = 0; kj < g->kw; ++kj) {
-            const size_t at = (y0 + ki) * g->w + (x0 + kj);
-            const float v = xp[at];
-            /* Strict > keeps the first maximum; the first NaN wins and propagates. */
-            if (v > best || (isnan(v) && !isnan(best))) {
-              best = v;
-              best_at = at;
-            }
+            const size_t row = (y0 + ki) * g->w + ox0 * sw + kj;
+            /* The usual strides as constants, which the vectorizer needs. */
+            if (sw == 2)
+              pool_scan(xp + row, 2, (int32_t)row, n, best, at);
+            else if (sw == 1)
+              pool_scan(xp + row, 1, (int32_t)row, n, best, at);
+            else
+              pool_scan(xp + row, sw, (int32_t)row, n, best, at);
           }
         }
-        const size_t o = (p * a->out_h + oy) * a->out_w + ox;
-        y[o] = best;
-        argmax[o] = (int32_t)best_at;
+        const size_t o = (p * a->out_h + oy) * a->out_w + ox0;
+        memcpy(y + o, best, n * sizeof *best);
+        memcpy(argmax + o, at, n * sizeof *at);
       }
     }
   }
