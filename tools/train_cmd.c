@@ -457,11 +457,13 @@ int dpt_cmd_train(int argc, char **argv) {
     c.cfg.on_report = on_report;
     c.cfg.on_progress = on_progress;
     c.cfg.user = &c;
+    static const char *const schedules[] = {"constant", "step", "cosine"};
+    const unsigned sk = (unsigned)c.cfg.optim.schedule;
     if (c.rank == 0 && !c.json)
-      printf("training %s on %s: %d %s, global batch %zu, %lld epochs, %s lr %g\n",
+      printf("training %s on %s: %d %s, global batch %zu, %lld epochs, %s lr %g (%s)\n",
              c.mlp ? "mlp" : "cnn", c.data_dir, comm ? dpt_comm_size(comm) : c.cfg.replicas,
              comm ? "ranks" : "replicas", c.cfg.global_batch, (long long)c.cfg.epochs, optimizer,
-             (double)c.cfg.optim.lr);
+             (double)c.cfg.optim.lr, sk < 3 ? schedules[sk] : "?");
     st = dpt_train(&c.cfg, comm, NULL);
   }
   if (st == DPT_OK && c.save_weights && c.rank == 0)
