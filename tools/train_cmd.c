@@ -459,10 +459,11 @@ int dpt_cmd_train(int argc, char **argv) {
     c.cfg.user = &c;
     static const char *const schedules[] = {"constant", "step", "cosine"};
     const unsigned sk = (unsigned)c.cfg.optim.schedule;
+    const int nrep = comm ? dpt_comm_size(comm) : c.cfg.replicas;
     if (c.rank == 0 && !c.json)
-      printf("training %s on %s: %d %s, global batch %zu, %lld epochs, %s lr %g (%s)\n",
-             c.mlp ? "mlp" : "cnn", c.data_dir, comm ? dpt_comm_size(comm) : c.cfg.replicas,
-             comm ? "ranks" : "replicas", c.cfg.global_batch, (long long)c.cfg.epochs, optimizer,
+      printf("training %s on %s: %d %s%s, global batch %zu, %lld epochs, %s lr %g (%s)\n",
+             c.mlp ? "mlp" : "cnn", c.data_dir, nrep, comm ? "rank" : "replica",
+             nrep == 1 ? "" : "s", c.cfg.global_batch, (long long)c.cfg.epochs, optimizer,
              (double)c.cfg.optim.lr, sk < 3 ? schedules[sk] : "?");
     st = dpt_train(&c.cfg, comm, NULL);
   }
