@@ -457,6 +457,17 @@ START_TEST(test_gemm_variants) {
 }
 END_TEST
 
+/* Operands larger than one shader binding (maxStorageBufferRange, shrunk to 4 KiB here) run
+ * as smaller gemms split along M, N or K: same checks, every transposition. */
+START_TEST(test_gemm_split) {
+  dpt_backend *be = vk_with("DPT_VULKAN_TEST_MAX_RANGE", "4096");
+  ck_assert_uint_eq(ctx_of(be)->props.limits.maxStorageBufferRange, 4096);
+  check_gemm_variants(be);
+  TU_OK(dpt_backend_synchronize(be));
+  dpt_backend_destroy(be);
+}
+END_TEST
+
 /* The portable kernel (the one GPUs run), on a CPU driver too. */
 START_TEST(test_gemm_variants_portable) {
   dpt_backend *be = vk_with("DPT_VULKAN_PORTABLE", "1");
@@ -563,6 +574,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_upload_ordering_staged);
   tcase_add_test(tc, test_split_dispatches);
   tcase_add_test(tc, test_gemm_variants);
+  tcase_add_test(tc, test_gemm_split);
   tcase_add_test(tc, test_gemm_variants_portable);
   tcase_add_test(tc, test_validation_reports);
   tcase_add_test(tc, test_validation_clean);

@@ -448,11 +448,20 @@ static int vk_vec_level(uint32_t elem, uint32_t ld, size_t contiguous) {
   return 0;
 }
 
-dpt_status dpt_vk_op_gemm(dpt_vk_ctx *ctx, const dpt_gemm_args *a) {
-  /* Elements each operand spans: (rows - 1) * ld + cols of its stored layout. */
+/* Elements each operand spans: (rows - 1) * ld + cols of its stored layout (A, B, C). */
+static void vk_gemm_spans(const dpt_gemm_args *a, size_t span[3]) {
   size_t ar = a->trans_a ? a->k : a->m, ac = a->trans_a ? a->m : a->k;
   size_t br = a->trans_b ? a->n : a->k, bc = a->trans_b ? a->k : a->n;
-  size_t an = (ar - 1) * a->lda + ac, bn = (br - 1) * a->ldb + bc, cn = (a->m - 1) * a->ldc + a->n;
+  span[0] = (ar - 1) * a->lda + ac;
+  span[1] = (br - 1) * a->ldb + bc;
+  span[2] = (a->m - 1) * a->ldc + a->n;
+}
+
+static dpt_status vk_gemm_one(dpt_vk_ctx *ctx, const dpt_gemm_args *a) {
+  size_t spans[3];
+  vk_gemm_spans(a, spans);
+  size_t ac = a->trans_a ? a->m : a->k, bc = a->trans_b ? a->k : a->n;
+  size_t an = spans[0], bn = spans[1], cn = spans[2];
   if (an > UINT32_MAX || bn > UINT32_MAX || cn > UINT32_MAX || a->m > UINT32_MAX ||
       a->n > UINT32_MAX || a->k > UINT32_MAX)
     return vk_too_large("gemm");
@@ -486,4 +495,55 @@ dpt_status dpt_vk_op_gemm(dpt_vk_ctx *ctx, const dpt_gemm_args *a) {
                        vk_f2u(a->beta),
                        (uint32_t)tiles_n};
   return dpt_vk_dispatch(ctx, pipe, w, 3, push, sizeof push, tiles_m * tiles_n);
+}
+
+/* A gemm whose operand spans more than one shader binding can address (maxStorageBufferRange:
+ * 128 MiB on lavapipe and many mobile GPUs) runs as smaller gemms, halving the dimension that
+ * shrinks the operand too large: rows of C (M) for C and an untransposed A, columns (N) for a
+ * transposed B or a single row of C, the inner dimension (K) otherwise; the K halves add up
+ * (the second with beta = 1), so only such a split changes the order of the sums. */
+static dpt_status vk_gemm_split(dpt_vk_ctx *ctx, const dpt_gemm_args *a) {
+  size_t spans[3];
+  vk_gemm_spans(a, spans);
+  const size_t fit = dpt_vk_chunk_elems(ctx, 4);
+  int big = spans[2] > fit ? 2 : spans[0] > fit ? 0 : spans[1] > fit ? 1 : -1;
+  if (big < 0) return vk_gemm_one(ctx, a);
+  enum { SPLIT_M, SPLIT_N, SPLIT_K } dim;
+  if (big == 2)
+    dim = a->m > 1 ? SPLIT_M : SPLIT_N;
+  else if (big == 0)
+    dim = !a->trans_a ? (a->m > 1 ? SPLIT_M : SPLIT_K) : (a->k > 1 ? SPLIT_K : SPLIT_M);
+  else
+    dim = !a->trans_b ? (a->k > 1 ? SPLIT_K : SPLIT_N) : (a->n > 1 ? SPLIT_N : SPLIT_K);
+  const size_t len = dim == SPLIT_M ? a->m : dim == SPLIT_N ? a->n : a->k;
+  if (len < 2) return vk_gemm_one(ctx, a); /* one row or column too long: reports it */
+  dpt_gemm_args lo = *a, hi = *a;
+  const size_t h = len / 2;
+  switch (dim) {
+  case SPLIT_M:
+    lo.m = h;
+    hi.m = a->m - h;
+    hi.c.off += h * a->ldc;
+    hi.a.off += a->trans_a ? h : h * a->lda;
+    break;
+  case SPLIT_N:
+    lo.n = h;
+    hi.n = a->n - h;
+    hi.c.off += h;
+    hi.b.off += a->trans_b ? h * a->ldb : h;
+    break;
+  case SPLIT_K:
+    lo.k = h;
+    hi.k = a->k - h;
+    hi.a.off += a->trans_a ? h * a->lda : h;
+    hi.b.off += a->trans_b ? h : h * a->ldb;
+    hi.beta = 1.0f; /* adds to the first half's result */
+    break;
+  }
+  dpt_status st = vk_gemm_split(ctx, &lo);
+  return st == DPT_OK ? vk_gemm_split(ctx, &hi) : st;
+}
+
+dpt_status dpt_vk_op_gemm(dpt_vk_ctx *ctx, const dpt_gemm_args *a) {
+  return vk_gemm_split(ctx, a);
 }
