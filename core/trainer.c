@@ -205,8 +205,8 @@ static dpt_status evaluate(replica *r, replica_state *s, size_t max_slice, doubl
 
 static dpt_status replica_setup(replica *r, replica_state *s, size_t *max_slice_out) {
   const dpt_train_config *cfg = r->cfg;
-  /* First what the start-up agreement needs, so a replica that fails below still takes part. */
-  /* Up to GATHER_INLINE replicas need no allocation: their start-up agreement cannot fail. */
+  /* First what the start-up agreement needs, so a replica that fails below still takes part
+   * (up to GATHER_INLINE replicas that needs no allocation, so it cannot fail). */
   s->gather =
       r->count <= GATHER_INLINE ? s->gather_small : malloc((size_t)r->count * sizeof(step_stats));
   if (!s->gather) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "training: out of host memory");
