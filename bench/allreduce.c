@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench/bench.h"
 #include "core/parse.h"
@@ -280,15 +279,7 @@ static int bench(const config *cfg, int rank, int size) {
   double mc = 0;
   if (!rc) {
     if (rank == 0) mc = memcpy_gbs();
-    MPI_Request q;
-    MPI_Ibarrier(MPI_COMM_WORLD, &q);
-    for (int done = 0; !done;) {
-      MPI_Test(&q, &done, MPI_STATUS_IGNORE);
-      if (!done) {
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-      }
-    }
+    dpt_bench_sleeping_barrier();
   }
   if (!rc && rank == 0) {
     if (cfg->json) {

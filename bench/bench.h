@@ -19,4 +19,9 @@ int dpt_parse_size_list(const char *s, size_t *out, size_t max, size_t max_value
 /* Median of n values (sorts them in place). */
 double dpt_bench_median(double *v, int n);
 
+/* Under MPI: a barrier over MPI_COMM_WORLD that waits asleep (1 ms naps), so that ranks
+ * waiting for the one being measured take no core or memory bandwidth from it (a rank
+ * spinning in MPI_Barrier would). Without MPI compiled in: nothing. */
+void dpt_bench_sleeping_barrier(void);
+
 #endif

@@ -5,6 +5,10 @@
 
 #include "bench/bench.h"
 
+#ifdef DPT_HAVE_MPI
+#include <mpi.h>
+#endif
+
 double dpt_bench_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -37,4 +41,18 @@ int dpt_parse_size_list(const char *s, size_t *out, size_t max, size_t max_value
       return -1;
   }
   return *count > 0 ? 0 : -1;
+}
+
+void dpt_bench_sleeping_barrier(void) {
+#ifdef DPT_HAVE_MPI
+  MPI_Request q;
+  MPI_Ibarrier(MPI_COMM_WORLD, &q);
+  for (int done = 0; !done;) {
+    MPI_Test(&q, &done, MPI_STATUS_IGNORE);
+    if (!done) {
+      struct timespec ts = {0, 1000000};
+      nanosleep(&ts, NULL);
+    }
+  }
+#endif
 }

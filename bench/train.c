@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench/bench.h"
 #include "dptrain/dptrain.h"
@@ -52,19 +51,11 @@ typedef struct variant {
   dpt_train_report r; /* the report of the last repeat (time split) */
 } variant;
 
-/* Under MPI, ranks that sit a run out wait asleep (a rank spinning in MPI_Barrier would take
- * memory bandwidth from the one measured), then all agree whether every run succeeded. */
+/* Under MPI, ranks that sit a run out wait asleep, then all agree whether every run
+ * succeeded. */
 static int mpi_settle(int rc) {
 #ifdef DPT_HAVE_MPI
-  MPI_Request q;
-  MPI_Ibarrier(MPI_COMM_WORLD, &q);
-  for (int done = 0; !done;) {
-    MPI_Test(&q, &done, MPI_STATUS_IGNORE);
-    if (!done) {
-      struct timespec ts = {0, 1000000};
-      nanosleep(&ts, NULL);
-    }
-  }
+  dpt_bench_sleeping_barrier();
   int any = 0;
   MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   return any;

@@ -362,9 +362,9 @@ dpt_status dpt_cpu_count_nonfinite(dpt_backend *be, const dpt_count_nonfinite_ar
 }
 
 /* PyTorch's SGD (dampening 0) in float: the weight-decay term is skipped when weight_decay ==
- * 0 (as PyTorch does, so an infinite weight does not turn into NaN through 0 * inf). */
-/* One SGD loop per combination of options, with the options constant inside: no branch in
- * the loop, so it vectorizes (the arithmetic, and so the result, is the same in each). */
+ * 0 (as PyTorch does, so an infinite weight does not turn into NaN through 0 * inf). One loop
+ * per combination of options, each option constant inside: no branch in the loop, so it
+ * vectorizes (the arithmetic, and so the result, is the same in each). */
 static inline void sgd_loop(size_t n, float *restrict w, const float *restrict grad,
                             float *restrict vel, float lr, float mu, float wd, int has_wd,
                             int has_vel, int nesterov) {
