@@ -1,13 +1,15 @@
 /* OpenCL backend specifics that the op conformance suite does not reach: enumeration and device
  * info, the missing-driver path, error translation (OpenCL and CLBlast codes, out of memory,
  * kernel build failures with their log), float16 conversion swept far beyond the conformance
- * cases, scatter-add with heavily repeated indices, multi-group reductions, work-group sizes.
+ * cases, scatter-add with heavily repeated indices, multi-group reductions, work-group sizes,
+ * gemm called from several threads at once (one backend each).
  *
  * Usage: test_opencl            the suite (exit 77 when there is no OpenCL device)
  *        test_opencl nodriver   run with OCL_ICD_VENDORS pointing at an empty place: checks
  *                               the "no driver" contract (0 devices, DPT_OK, the message). */
 #include <check.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -323,6 +325,76 @@ START_TEST(test_memory_offsets) {
 }
 END_TEST
 
+/* ---- several threads, one backend each ------------------------------------------------------ */
+
+/* Replicas driven as threads of one process each call gemm on their own backend at once.
+ * CLBlast is not safe for that (its routine set-up races; CLBlast issue #486): the backend
+ * serializes the calls. Each thread checks its results against a host gemm. */
+enum { GEMM_THREADS = 8 };
+
+static void *gemm_thread(void *arg) {
+  int *failed = arg;
+  dpt_backend *cl = NULL;
+  if (dpt_backend_create(DPT_BACKEND_OPENCL, 0, &cl) != DPT_OK) {
+    *failed = 1;
+    return NULL;
+  }
+  const size_t shapes[][3] = {{3, 5, 7}, {32, 32, 64}, {64, 128, 96}, {130, 17, 33}};
+  for (int rep = 0; rep < 3 && !*failed; ++rep)
+    for (size_t s = 0; s < 4 && !*failed; ++s) {
+      const size_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+      float *a = malloc(m * k * sizeof(float)), *b = malloc(k * n * sizeof(float));
+      float *c = malloc(m * n * sizeof(float));
+      dpt_buffer *ba = NULL, *bb = NULL, *bc = NULL;
+      if (!a || !b || !c) {
+        *failed = 1;
+      } else {
+        for (size_t i = 0; i < m * k; ++i)
+          a[i] = (float)((int)(i % 7) - 3);
+        for (size_t i = 0; i < k * n; ++i)
+          b[i] = (float)((int)(i % 5) - 2);
+        if (dpt_buffer_alloc(cl, m * k * 4, &ba) != DPT_OK ||
+            dpt_buffer_alloc(cl, k * n * 4, &bb) != DPT_OK ||
+            dpt_buffer_alloc(cl, m * n * 4, &bc) != DPT_OK ||
+            dpt_buffer_upload(ba, 0, a, m * k * 4) != DPT_OK ||
+            dpt_buffer_upload(bb, 0, b, k * n * 4) != DPT_OK ||
+            dpt_gemm(cl, 0, 0, m, n, k, 1.0f, ba, 0, k, bb, 0, n, 0.0f, bc, 0, n) != DPT_OK ||
+            dpt_buffer_download(bc, 0, c, m * n * 4) != DPT_OK)
+          *failed = 1;
+        for (size_t i = 0; i < m && !*failed; ++i)
+          for (size_t j = 0; j < n && !*failed; ++j) {
+            float want = 0; /* small integers: exact in any order */
+            for (size_t p = 0; p < k; ++p)
+              want += a[i * k + p] * b[p * n + j];
+            if (c[i * n + j] != want) *failed = 2;
+          }
+      }
+      dpt_buffer_free(ba);
+      dpt_buffer_free(bb);
+      dpt_buffer_free(bc);
+      free(a);
+      free(b);
+      free(c);
+    }
+  dpt_backend_destroy(cl);
+  return NULL;
+}
+
+START_TEST(test_gemm_from_threads) {
+  for (int round = 0; round < 3; ++round) {
+    pthread_t th[GEMM_THREADS];
+    int failed[GEMM_THREADS] = {0};
+    for (int t = 0; t < GEMM_THREADS; ++t)
+      ck_assert_int_eq(pthread_create(&th[t], NULL, gemm_thread, &failed[t]), 0);
+    for (int t = 0; t < GEMM_THREADS; ++t)
+      pthread_join(th[t], NULL);
+    for (int t = 0; t < GEMM_THREADS; ++t)
+      ck_assert_msg(failed[t] == 0, "round %d thread %d: %s", round, t,
+                    failed[t] == 2 ? "wrong gemm result" : "a call failed");
+  }
+}
+END_TEST
+
 /* ---- the missing-driver contract ----------------------------------------------------------- */
 
 static int run_nodriver(void) {
@@ -361,6 +433,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_scatter_repeated);
   tcase_add_test(tc, test_reduce_large);
   tcase_add_test(tc, test_memory_offsets);
+  tcase_add_test(tc, test_gemm_from_threads);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   /* One process: OpenCL drivers (PoCL's worker threads) do not survive fork(). */
