@@ -28,7 +28,14 @@
 
 #define DPT_HELLO_MAGIC 0x48545044u /* "DPTH" */
 
-enum { OP_ALLREDUCE = 1, OP_BROADCAST = 2, OP_ALLGATHER = 3, OP_BARRIER = 4 };
+enum {
+  OP_ALLREDUCE = 1,
+  OP_BROADCAST = 2,
+  OP_ALLGATHER = 3,
+  OP_BARRIER = 4,
+  OP_REDUCE_SCATTER = 5,
+  OP_ALLGATHER_SHARDS = 6
+};
 enum { HELLO_FAILED = 1 }; /* the sender failed before the collective (bad arguments) */
 
 /* Fixed layout, 80 bytes, host byte order (ranks of one job share it). */
@@ -360,6 +367,11 @@ static void describe(char *out, size_t n, const dpt_what *h) {
   } else if (h->op == OP_ALLGATHER) {
     snprintf(out, n, "allgather #%llu (%llu bytes per rank)", (unsigned long long)h->seq,
              (unsigned long long)h->count);
+  } else if (h->op == OP_REDUCE_SCATTER || h->op == OP_ALLGATHER_SHARDS) {
+    snprintf(out, n, "%s #%llu (%llu x %s)",
+             h->op == OP_REDUCE_SCATTER ? "reduce-scatter" : "allgather of shards",
+             (unsigned long long)h->seq, (unsigned long long)h->count,
+             dpt_dtype_name((dpt_comm_dtype)h->dtype));
   } else if (h->op == OP_BARRIER) {
     snprintf(out, n, "barrier #%llu", (unsigned long long)h->seq);
   } else {
@@ -824,7 +836,7 @@ static dpt_status allreduce_run(dpt_comm *c, coll *k, void *data, size_t count,
                                  dpt_comm_now() + c->opt.timeout_s);
     return st == DPT_OK ? st : dpt_error_context(st, "%s", dpt_what_str(&k->w));
   default: {
-    dpt_ring_args a = {data, NULL, count, dtype};
+    dpt_ring_args a = {data, NULL, count, dtype, DPT_RING_BOTH};
     return dpt_ring_allreduce(c, &a, NULL, k->tag, &k->w);
   }
   }
@@ -893,8 +905,66 @@ dpt_status dpt_allreduce_buffer(dpt_comm *c, dpt_buffer *buf, size_t offset, siz
     return st;
   }
   if (c->opt.desync_check && (st = coll_hello(c, &k, NULL, 0, 0, -1)) != DPT_OK) return st;
-  dpt_ring_args a = {NULL, NULL, count, dtype};
+  dpt_ring_args a = {NULL, NULL, count, dtype, DPT_RING_BOTH};
   return run_staged(c, &k, buf, off_bytes, bytes, es, 1, 1, run_ring, &a, NULL);
+}
+
+/* One phase of the ring on host data, or on a buffer range when on_buf. */
+static dpt_status ring_phase(dpt_comm *c, void *data, int on_buf, dpt_buffer *buf, size_t offset,
+                             size_t count, dpt_comm_dtype dtype, dpt_ring_phase phase,
+                             const char *fn) {
+  dpt_status st = check_comm(c, fn);
+  if (st != DPT_OK) return st;
+  coll k;
+  coll_begin(c, &k, phase == DPT_RING_REDUCE_SCATTER ? OP_REDUCE_SCATTER : OP_ALLGATHER_SHARDS,
+             count, dtype, DPT_ALLREDUCE_RING, 0);
+  st = check_dtype(dtype, fn);
+  size_t bytes = 0, off_bytes = 0;
+  if (st == DPT_OK && (bytes = payload_bytes(count, dtype)) == SIZE_MAX)
+    st = dpt_set_error(DPT_ERR_INVALID_ARG, "%s: count %zu overflows", fn, count);
+  if (st == DPT_OK && on_buf) {
+    if (!dpt_mul_ok(offset, dpt_dtype_size(dtype), &off_bytes))
+      st = dpt_set_error(DPT_ERR_INVALID_ARG, "%s: offset %zu overflows", fn, offset);
+    else
+      st = check_range(buf, off_bytes, bytes, fn);
+  } else if (st == DPT_OK && !data && count > 0) {
+    st = dpt_set_error(DPT_ERR_INVALID_ARG, "%s: data is NULL with count %zu", fn, count);
+  }
+  void *host = NULL;
+  if (st == DPT_OK && on_buf) st = map_range(c, buf, off_bytes, bytes, &host);
+  if (st != DPT_OK) return coll_fail(c, &k, st);
+  if (c->size > 1 && c->opt.desync_check) st = coll_hello(c, &k, NULL, 0, 0, -1);
+  dpt_ring_args a = {host ? host : data, NULL, count, dtype, phase};
+  if (st == DPT_OK && c->size > 1 && count > 0) {
+    if (!on_buf || host)
+      st = dpt_ring_allreduce(c, &a, NULL, k.tag, &k.w);
+    else
+      st =
+          run_staged(c, &k, buf, off_bytes, bytes, dpt_dtype_size(dtype), 1, 1, run_ring, &a, NULL);
+  }
+  return host ? unmap_range(buf, host, st) : st;
+}
+
+dpt_status dpt_reduce_scatter_host(dpt_comm *c, void *data, size_t count, dpt_comm_dtype dtype) {
+  return ring_phase(c, data, 0, NULL, 0, count, dtype, DPT_RING_REDUCE_SCATTER,
+                    "dpt_reduce_scatter_host");
+}
+
+dpt_status dpt_reduce_scatter_buffer(dpt_comm *c, dpt_buffer *buf, size_t offset, size_t count,
+                                     dpt_comm_dtype dtype) {
+  return ring_phase(c, NULL, 1, buf, offset, count, dtype, DPT_RING_REDUCE_SCATTER,
+                    "dpt_reduce_scatter_buffer");
+}
+
+dpt_status dpt_allgather_shards_host(dpt_comm *c, void *data, size_t count, dpt_comm_dtype dtype) {
+  return ring_phase(c, data, 0, NULL, 0, count, dtype, DPT_RING_ALLGATHER,
+                    "dpt_allgather_shards_host");
+}
+
+dpt_status dpt_allgather_shards_buffer(dpt_comm *c, dpt_buffer *buf, size_t offset, size_t count,
+                                       dpt_comm_dtype dtype) {
+  return ring_phase(c, NULL, 1, buf, offset, count, dtype, DPT_RING_ALLGATHER,
+                    "dpt_allgather_shards_buffer");
 }
 
 /* Broadcast of host data, or of a buffer range when buf is set. */
@@ -939,7 +1009,7 @@ static dpt_status broadcast(dpt_comm *c, void *data, dpt_buffer *buf, size_t off
     }
     if (st != DPT_OK || inline_ok) return st;
   }
-  dpt_ring_args a = {data, NULL, bytes, DPT_COMM_F32};
+  dpt_ring_args a = {data, NULL, bytes, DPT_COMM_F32, DPT_RING_BOTH};
   if (!buf) return dpt_chain_broadcast(c, &a, NULL, root, k.tag, &k.w);
   if (bytes == 0) return DPT_OK;
   void *host;

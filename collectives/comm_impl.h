@@ -205,13 +205,19 @@ dpt_status dpt_stream_run(dpt_comm *c, const dpt_sched *s, int tag, dpt_what *wh
  * block_elems (the last one shorter). */
 size_t dpt_ring_block_elems(const dpt_comm *c, size_t esize);
 
-/* Ring all-reduce over `count` elements; block b lives at block_ptr(st, b) when staging,
- * else at data + b * block_elems. */
+/* Ring all-reduce (or one of its phases) over `count` elements; block b lives at block_ptr(st, b)
+ * when staging, else at data + b * block_elems. */
+typedef enum dpt_ring_phase {
+  DPT_RING_BOTH = 0,       /* the all-reduce: reduce-scatter, then all-gather */
+  DPT_RING_REDUCE_SCATTER, /* only the first half: rank r ends with its shard summed */
+  DPT_RING_ALLGATHER       /* only the second half: every rank's shard to all */
+} dpt_ring_phase;
 typedef struct dpt_ring_args {
   void *data;                             /* host data, or NULL when staging */
   void *(*block_ptr)(void *st, size_t b); /* staging: host copy of block b */
   size_t count;
   dpt_comm_dtype dtype;
+  dpt_ring_phase phase; /* dpt_ring_allreduce only */
 } dpt_ring_args;
 dpt_status dpt_ring_allreduce(dpt_comm *c, const dpt_ring_args *a, const dpt_sched *hooks, int tag,
                               dpt_what *what);

@@ -28,6 +28,10 @@
  * block a complete ring, so that the all-gather re-reads a block while it is still in cache
  * and device buffers can be staged one block at a time; the message stream of block b+1
  * follows block b's without a gap.
+ *
+ * The two phases also run alone (dpt_ring_phase): the reduce-scatter leaves rank r the sum
+ * of segment (r + 1) mod N of every block (its shard, dpt_comm_shard); the all-gather copies
+ * every rank's shard to all. Between them the sharded optimizer step updates only the shard.
  */
 #include "collectives/comm_impl.h"
 
@@ -40,6 +44,7 @@ typedef struct ring {
   size_t c_full; /* pieces per segment of a full block */
   size_t c_last; /* pieces per segment of the last, partial block */
   size_t m_full; /* messages per direction of a full block */
+  size_t s0, ns; /* first step of the phase(s) run, and their step count */
   unsigned char *data;
   void *(*block_ptr)(void *st, size_t b);
   void *st;
@@ -78,13 +83,13 @@ static where locate(const ring *g, size_t i) {
     rem = i - g->nfull * g->m_full;
     w.chunks = g->c_last;
   }
-  w.s = rem / w.chunks;
+  w.s = rem / w.chunks + g->s0;
   w.c = rem % w.chunks;
   return w;
 }
 
 static size_t index_of(const ring *g, where w, size_t s) {
-  return w.b * g->m_full + s * w.chunks + w.c;
+  return w.b * g->m_full + (s - g->s0) * w.chunks + w.c;
 }
 
 static size_t mod(long long a, int n) {
@@ -114,7 +119,7 @@ static void send_at(const void *ctx, size_t i, dpt_xfer *x) {
   piece_of(g, w, k, x);
   x->peer = g->right;
   x->reduce_dst = NULL;
-  x->dep = w.s == 0 ? DPT_NO_DEP : index_of(g, w, w.s - 1);
+  x->dep = w.s == g->s0 ? DPT_NO_DEP : index_of(g, w, w.s - 1);
   x->dep2 = DPT_NO_DEP;
 }
 
@@ -134,14 +139,35 @@ static void recv_at(const void *ctx, size_t i, dpt_xfer *x) {
     piece_of(g, w, mod((long long)g->rank - (long long)t, g->size), x);
     x->reduce_dst = NULL;
     /* The reduce-scatter sent this same piece at step t; it must be gone before the
-     * all-gather overwrites it. */
-    x->dep = index_of(g, w, t);
+     * all-gather overwrites it (nothing to wait for when the all-gather runs alone). */
+    x->dep = t >= g->s0 ? index_of(g, w, t) : DPT_NO_DEP;
   }
 }
 
 size_t dpt_ring_block_elems(const dpt_comm *c, size_t esize) {
   size_t b = c->opt.block_bytes / esize;
   return b ? b : 1;
+}
+
+size_t dpt_comm_shard(const dpt_comm *c, size_t count, dpt_comm_dtype dtype, int rank,
+                      dpt_range *out, size_t max) {
+  if (!c || rank < 0 || rank >= c->size || (dtype != DPT_COMM_F32 && dtype != DPT_COMM_F16))
+    return 0;
+  if (c->size == 1) {
+    if (count > 0 && max > 0) out[0] = (dpt_range){0, count};
+    return count > 0;
+  }
+  const size_t block = dpt_ring_block_elems(c, dpt_dtype_size(dtype));
+  const size_t k = (size_t)(rank + 1) % (size_t)c->size;
+  size_t n = 0;
+  for (size_t start = 0; start < count; start += block) {
+    size_t len = count - start < block ? count - start : block, off, part;
+    split(len, (size_t)c->size, k, &off, &part);
+    if (part == 0) continue;
+    if (n < max) out[n] = (dpt_range){start + off, part};
+    ++n;
+  }
+  return n;
 }
 
 dpt_status dpt_ring_allreduce(dpt_comm *c, const dpt_ring_args *a, const dpt_sched *hooks, int tag,
@@ -159,13 +185,16 @@ dpt_status dpt_ring_allreduce(dpt_comm *c, const dpt_ring_args *a, const dpt_sch
   g.nfull = a->count / g.block;
   g.c_full = pieces_for(&g, g.block);
   g.c_last = pieces_for(&g, a->count % g.block);
-  g.m_full = 2 * (size_t)(c->size - 1) * g.c_full;
+  const size_t n1 = (size_t)(c->size - 1);
+  g.s0 = a->phase == DPT_RING_ALLGATHER ? n1 : 0;
+  g.ns = a->phase == DPT_RING_BOTH ? 2 * n1 : n1;
+  g.m_full = g.ns * g.c_full;
   g.data = a->data;
   g.block_ptr = a->block_ptr;
   g.st = hooks ? hooks->st : NULL;
 
   size_t last_len = a->count - g.nfull * g.block;
-  size_t nmsg = g.nfull * g.m_full + (last_len ? 2 * (size_t)(c->size - 1) * g.c_last : 0);
+  size_t nmsg = g.nfull * g.m_full + (last_len ? g.ns * g.c_last : 0);
   size_t first = a->count < g.block ? a->count : g.block;
   size_t slot = div_up(first, (size_t)c->size);
   if (slot > g.piece) slot = g.piece;

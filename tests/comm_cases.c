@@ -106,6 +106,146 @@ int comm_case_allreduce(dpt_comm *c, dpt_backend *be, size_t count, dpt_comm_dty
   return rc;
 }
 
+/* Checks that the shards of all ranks tile [0, count); *mine gets this rank's (malloc'ed). */
+static int shard_cover(dpt_comm *c, size_t count, dpt_comm_dtype dtype, dpt_range **mine,
+                       size_t *nmine, char *err, size_t errlen) {
+  const int size = dpt_comm_size(c);
+  unsigned char *seen = calloc(count ? count : 1, 1);
+  int rc = seen ? 0 : -1;
+  if (!seen) snprintf(err, errlen, "no memory");
+  for (int r = 0; r < size && rc == 0; ++r) {
+    size_t n = dpt_comm_shard(c, count, dtype, r, NULL, 0);
+    dpt_range *rg = malloc((n ? n : 1) * sizeof *rg);
+    if (!rg || dpt_comm_shard(c, count, dtype, r, rg, n) != n) {
+      snprintf(err, errlen, "rank %d: shard listing failed", r);
+      rc = -1;
+    }
+    for (size_t i = 0; i < n && rc == 0; ++i) {
+      if (rg[i].count == 0 || rg[i].offset + rg[i].count > count ||
+          (i > 0 && rg[i].offset < rg[i - 1].offset + rg[i - 1].count)) {
+        snprintf(err, errlen, "rank %d: shard range %zu [%zu, +%zu) bad for count %zu", r, i,
+                 rg[i].offset, rg[i].count, count);
+        rc = -1;
+      }
+      for (size_t e = rg[i].offset; rc == 0 && e < rg[i].offset + rg[i].count; ++e)
+        if (seen[e]++) {
+          snprintf(err, errlen, "element %zu of %zu is in two shards", e, count);
+          rc = -1;
+        }
+    }
+    if (r == dpt_comm_rank(c) && rc == 0) {
+      *mine = rg;
+      *nmine = n;
+    } else {
+      free(rg);
+    }
+  }
+  for (size_t e = 0; e < count && rc == 0; ++e)
+    if (!seen[e]) {
+      snprintf(err, errlen, "element %zu of %zu is in no shard", e, count);
+      rc = -1;
+    }
+  free(seen);
+  return rc;
+}
+
+int comm_case_sharded(dpt_comm *c, dpt_backend *be, size_t count, dpt_comm_dtype dtype,
+                      uint64_t *hash, char *err, size_t errlen) {
+  const int rank = dpt_comm_rank(c), size = dpt_comm_size(c);
+  const size_t es = dtype == DPT_COMM_F16 ? 2 : 4, total = count + 2 * GUARD;
+  dpt_range *shard = NULL;
+  size_t nshard = 0;
+  if (shard_cover(c, count, dtype, &shard, &nshard, err, errlen)) return -1;
+  unsigned char *host = malloc(total * es);
+  unsigned char *mine = calloc(total, 1); /* 1: element of this rank's shard */
+  if (!host || !mine) {
+    free(host);
+    free(mine);
+    free(shard);
+    snprintf(err, errlen, "no memory for %zu elements", total);
+    return -1;
+  }
+  for (size_t i = 0; i < nshard; ++i)
+    memset(mine + GUARD + shard[i].offset, 1, shard[i].count);
+  for (size_t i = 0; i < total; ++i) {
+    int inside = i >= GUARD && i < GUARD + count;
+    put(host, i, inside ? comm_case_input(rank, i - GUARD) : SENTINEL, dtype);
+  }
+  dpt_buffer *buf = NULL;
+  int rc = 0;
+  for (int phase = 0; phase < 2 && rc == 0; ++phase) {
+    dpt_status st = DPT_OK;
+    if (be) {
+      if (!buf) st = dpt_buffer_alloc(be, total * es, &buf);
+      if (st == DPT_OK) st = dpt_buffer_upload(buf, 0, host, total * es);
+      if (st == DPT_OK)
+        st = phase ? dpt_allgather_shards_buffer(c, buf, GUARD, count, dtype)
+                   : dpt_reduce_scatter_buffer(c, buf, GUARD, count, dtype);
+      if (st == DPT_OK) st = dpt_buffer_download(buf, 0, host, total * es);
+    } else {
+      st = phase ? dpt_allgather_shards_host(c, host + GUARD * es, count, dtype)
+                 : dpt_reduce_scatter_host(c, host + GUARD * es, count, dtype);
+    }
+    if (st != DPT_OK) {
+      rc = fail(err, errlen, phase ? "all-gather of shards" : "reduce-scatter", st);
+      break;
+    }
+    for (size_t i = 0; i < total && rc == 0; ++i) {
+      int inside = i >= GUARD && i < GUARD + count;
+      if (phase == 0 && inside && !mine[i]) continue; /* partial sums: unspecified */
+      float want = inside ? comm_case_expected(size, i - GUARD) : SENTINEL;
+      float got = get(host, i, dtype);
+      if (got != want) {
+        snprintf(err, errlen, "rank %d: after the %s element %zd of %zu is %g, expected %g%s", rank,
+                 phase ? "all-gather" : "reduce-scatter", (ptrdiff_t)i - GUARD, count, got, want,
+                 inside ? "" : " (guard)");
+        rc = -1;
+      }
+    }
+    if (phase == 0) /* only the shards may feed the all-gather */
+      for (size_t i = GUARD; i < GUARD + count; ++i)
+        if (!mine[i]) put(host, i, -7.0f, dtype);
+  }
+  if (hash) *hash = comm_case_hash(host + GUARD * es, count * es);
+  dpt_buffer_free(buf);
+  free(host);
+  free(mine);
+  free(shard);
+  return rc;
+}
+
+int comm_case_sharded_inexact(dpt_comm *c, size_t count, char *err, size_t errlen) {
+  const int rank = dpt_comm_rank(c);
+  float *x = malloc((count ? count : 1) * sizeof *x), *y = malloc((count ? count : 1) * sizeof *y);
+  dpt_comm_options keep;
+  dpt_comm_get_options(c, &keep);
+  int rc = 0;
+  if (!x || !y) {
+    snprintf(err, errlen, "no memory");
+    rc = -1;
+  }
+  for (size_t i = 0; i < count && rc == 0; ++i)
+    x[i] = y[i] = (float)sin((double)(i + 1) * 0.41 + rank * 0.7) * (float)(1 + rank) * 1e-3f +
+                  (float)(i % 5) * 1e2f;
+  dpt_status st = DPT_OK;
+  if (rc == 0) st = dpt_comm_set_algo(c, DPT_ALLREDUCE_RING);
+  if (rc == 0 && st == DPT_OK) st = dpt_allreduce_host(c, x, count, DPT_COMM_F32);
+  if (rc == 0 && st == DPT_OK) st = dpt_reduce_scatter_host(c, y, count, DPT_COMM_F32);
+  if (rc == 0 && st == DPT_OK) st = dpt_allgather_shards_host(c, y, count, DPT_COMM_F32);
+  if (rc == 0 && st != DPT_OK) rc = fail(err, errlen, "ring / sharded", st);
+  if (rc == 0 && count > 0 && memcmp(x, y, count * sizeof *x) != 0) {
+    snprintf(err, errlen,
+             "rank %d: reduce-scatter + all-gather differ from the ring all-reduce "
+             "(count %zu)",
+             rank, count);
+    rc = -1;
+  }
+  dpt_comm_set_options(c, &keep);
+  free(x);
+  free(y);
+  return rc;
+}
+
 int comm_case_inexact(dpt_comm *c, size_t count, uint64_t *hash, char *err, size_t errlen) {
   const int rank = dpt_comm_rank(c);
   float *x = malloc((count ? count : 1) * sizeof *x);

@@ -36,6 +36,16 @@ float comm_case_expected(int ranks, size_t i);
 int comm_case_allreduce(dpt_comm *c, dpt_backend *be, size_t count, dpt_comm_dtype dtype,
                         uint64_t *hash, char *err, size_t errlen);
 
+/* The sharded pair on `c`: the shards of all ranks must cover [0, count) exactly once; a
+ * reduce-scatter must leave this rank's shard summed; with everything outside the shard then
+ * overwritten, an all-gather of the shards must restore the whole sum (guards untouched).
+ * Host data or a buffer of `be`, as for the all-reduce; *hash fingerprints the result. */
+int comm_case_sharded(dpt_comm *c, dpt_backend *be, size_t count, dpt_comm_dtype dtype,
+                      uint64_t *hash, char *err, size_t errlen);
+
+/* Reduce-scatter + all-gather of order-dependent sums gives the ring all-reduce's bits. */
+int comm_case_sharded_inexact(dpt_comm *c, size_t count, char *err, size_t errlen);
+
 /* One broadcast of `bytes` from `root` (host or buffer), checked. */
 int comm_case_broadcast(dpt_comm *c, dpt_backend *be, size_t bytes, int root, char *err,
                         size_t errlen);

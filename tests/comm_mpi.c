@@ -192,6 +192,39 @@ START_TEST(allreduce_bit_identical) {
 }
 END_TEST
 
+/* Reduce-scatter and all-gather of shards: host data and CPU-backend buffers (every staging
+ * mode), tiny and default knobs; the pair gives the ring all-reduce's bits. */
+START_TEST(sharded_closed_form) {
+  for (int variant = 0; variant < 2 + COMM_CASE_STAGINGS; ++variant) {
+    dpt_comm_options opt;
+    base_options(&opt);
+    if (variant >= 1) comm_case_tiny(&opt);
+    if (variant >= 2) opt.staging = comm_case_staging(variant - 2);
+    dpt_comm *c = make_comm(&opt);
+    outcome o = {0};
+    dpt_backend *be = NULL;
+    if (variant >= 2 && dpt_backend_create(DPT_BACKEND_CPU, 0, &be) != DPT_OK) {
+      o.rc = -1;
+      snprintf(o.err, sizeof o.err, "%s", dpt_last_error());
+    }
+    size_t counts[32];
+    int n = comm_case_counts(world_size, counts, 32);
+    for (int d = 0; d < 2 && o.rc == 0; ++d)
+      for (int i = 0; i < n && o.rc == 0 && o.nhash < MAX_HASH; ++i)
+        o.rc = comm_case_sharded(c, be, counts[i], d ? DPT_COMM_F16 : DPT_COMM_F32,
+                                 &o.hash[o.nhash++], o.err, sizeof o.err);
+    const size_t inexact[] = {3, 1000, 70001};
+    for (int i = 0; i < 3 && o.rc == 0; ++i)
+      o.rc = comm_case_sharded_inexact(c, inexact[i], o.err, sizeof o.err);
+    dpt_backend_destroy(be);
+    dpt_comm_destroy(c);
+    char label[64];
+    snprintf(label, sizeof label, "sharded variant %d", variant);
+    agree(&o, label);
+  }
+}
+END_TEST
+
 START_TEST(broadcast_allgather_barrier) {
   for (int variant = 0; variant < 3; ++variant) {
     dpt_comm_options opt;
@@ -333,6 +366,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, allreduce_buffers);
   tcase_add_test(tc, allreduce_large_buffers);
   tcase_add_test(tc, allreduce_bit_identical);
+  tcase_add_test(tc, sharded_closed_form);
   tcase_add_test(tc, broadcast_allgather_barrier);
   tcase_add_test(tc, mismatch_reported_everywhere);
   tcase_add_test(tc, stall_gives_timeout);

@@ -265,6 +265,74 @@ START_TEST(allreduce_bit_identical) {
 }
 END_TEST
 
+/* ---- reduce-scatter and all-gather of shards ---------------------------------------------- */
+
+static void sharded_counts(dpt_comm *c, const team *t, member_out *out) {
+  dpt_backend *be = rank_backend(c, t, out);
+  if (out->rc) return;
+  size_t counts[32];
+  int n = comm_case_counts(dpt_comm_size(c), counts, 32);
+  for (int d = 0; d < 2 && out->rc == 0; ++d)
+    for (int i = 0; i < n && out->rc == 0 && out->nhash < 64; ++i) {
+      out->rc = comm_case_sharded(c, be, counts[i], d ? DPT_COMM_F16 : DPT_COMM_F32,
+                                  &out->hash[out->nhash++], out->err, sizeof out->err);
+      if (out->rc) {
+        size_t len = strlen(out->err);
+        snprintf(out->err + len, sizeof out->err - len, " [count %zu %s]", counts[i],
+                 d ? "f16" : "f32");
+      }
+    }
+  dpt_backend_destroy(be);
+}
+
+START_TEST(sharded_host_closed_form) {
+  for (int size = 1; size <= 5; ++size)
+    for (int tiny = 0; tiny < 2; ++tiny) {
+      team t;
+      team_init(&t, size, sharded_counts, NULL);
+      if (tiny) comm_case_tiny(&t.opt);
+      t.opt.desync_check = size != 4; /* also without the hello round */
+      run_team(&t);
+    }
+}
+END_TEST
+
+START_TEST(sharded_buffers) {
+  for (int size = 2; size <= 3; ++size)
+    for (int mode = 0; mode < COMM_CASE_STAGINGS; ++mode) {
+      if (g_backend != DPT_BACKEND_CPU && size != 2) continue;
+      team t;
+      team_init(&t, size, sharded_counts, NULL);
+      t.use_backend = 1;
+      t.backend = g_backend;
+      t.opt.staging = comm_case_staging(mode);
+      comm_case_tiny(&t.opt);
+      run_team(&t);
+    }
+}
+END_TEST
+
+static void sharded_inexact(dpt_comm *c, const team *t, member_out *out) {
+  (void)t;
+  const size_t counts[] = {3, 1000, 10007, 70001};
+  for (int i = 0; i < 4 && out->rc == 0; ++i)
+    out->rc = comm_case_sharded_inexact(c, counts[i], out->err, sizeof out->err);
+}
+
+START_TEST(sharded_equals_ring) {
+  for (int size = 2; size <= 5; ++size)
+    for (int tiny = 0; tiny < 2; ++tiny) {
+      team t;
+      team_init(&t, size, sharded_inexact, NULL);
+      if (tiny) {
+        t.opt.piece_bytes = 256;
+        t.opt.block_bytes = 4096;
+      }
+      run_team(&t);
+    }
+}
+END_TEST
+
 /* ---- broadcast, allgather, barrier ---------------------------------------------------------- */
 
 static void broadcasts(dpt_comm *c, const team *t, member_out *out) {
@@ -357,7 +425,9 @@ END_TEST
 
 typedef struct mismatch_case {
   const char *name;
-  int kind; /* 0: rank 1's count, 1: dtype, 2: op, 3: broadcast root, 4: piece option */
+  int kind; /* 0: rank 1's count, 1: dtype, 2: op, 3: broadcast root, 4: piece option,
+               5: rank 1 reduce-scatters where the others all-reduce, 6: rank 1's count in an
+               all-gather of shards */
   size_t count1;
 } mismatch_case;
 
@@ -375,6 +445,11 @@ static void mismatch_rank(dpt_comm *c, const team *t, member_out *out) {
     st = rank == 1 ? dpt_barrier(c) : dpt_allreduce_host(c, x, count, DPT_COMM_F32);
   } else if (m->kind == 3) {
     st = dpt_broadcast_host(c, x, count, rank == 1 ? 1 : 0);
+  } else if (m->kind == 5) {
+    st = rank == 1 ? dpt_reduce_scatter_host(c, x, count, DPT_COMM_F32)
+                   : dpt_allreduce_host(c, x, count, DPT_COMM_F32);
+  } else if (m->kind == 6) {
+    st = dpt_allgather_shards_host(c, x, rank == 1 ? m->count1 : count, DPT_COMM_F32);
   } else {
     if (rank == 1) {
       dpt_comm_options o;
@@ -391,8 +466,16 @@ static void mismatch_rank(dpt_comm *c, const team *t, member_out *out) {
 
 START_TEST(mismatch_reported_everywhere) {
   const mismatch_case cases[] = {
-      {"count 2x", 0, 2000}, {"count 1/2x", 0, 500}, {"count +1", 0, 1001}, {"count 0", 0, 0},
-      {"dtype", 1, 0},       {"operation", 2, 0},    {"root", 3, 0},        {"piece size", 4, 0},
+      {"count 2x", 0, 2000},
+      {"count 1/2x", 0, 500},
+      {"count +1", 0, 1001},
+      {"count 0", 0, 0},
+      {"dtype", 1, 0},
+      {"operation", 2, 0},
+      {"root", 3, 0},
+      {"piece size", 4, 0},
+      {"reduce-scatter vs all-reduce", 5, 0},
+      {"shards count +1", 6, 1001},
   };
   for (unsigned i = 0; i < sizeof cases / sizeof *cases; ++i) {
     for (int desync_algo = 0; desync_algo < 2; ++desync_algo) {
@@ -416,6 +499,12 @@ START_TEST(mismatch_reported_everywhere) {
                         t.out[r].err, q);
         }
       }
+      if (cases[i].kind == 5)
+        ck_assert_msg(strstr(t.out[0].err, "rank 1: reduce-scatter #0 (1000 x float32)"), "%s",
+                      t.out[0].err);
+      if (cases[i].kind == 6)
+        ck_assert_msg(strstr(t.out[2].err, "rank 1: allgather of shards #0 (1001 x float32)"), "%s",
+                      t.out[2].err);
       if (cases[i].kind == 0) {
         char want[64];
         snprintf(want, sizeof want, "rank 1: allreduce #0 (%zu x float32", cases[i].count1);
@@ -692,6 +781,7 @@ int main(int argc, char **argv) {
     TCase *tc = tcase_create(argv[1]);
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, allreduce_buffers);
+    tcase_add_test(tc, sharded_buffers);
     tcase_add_test(tc, broadcast_host_and_buffers);
     suite_add_tcase(s, tc);
   } else {
@@ -703,6 +793,12 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, allreduce_mixed_host_and_buffers);
     tcase_add_test(tc, allreduce_buffers_several_blocks);
     tcase_add_test(tc, allreduce_bit_identical);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("sharded");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, sharded_host_closed_form);
+    tcase_add_test(tc, sharded_buffers);
+    tcase_add_test(tc, sharded_equals_ring);
     suite_add_tcase(s, tc);
     tc = tcase_create("others");
     tcase_set_timeout(tc, 60);

@@ -34,6 +34,11 @@ extern "C" {
 typedef struct dpt_backend dpt_backend;
 typedef struct dpt_buffer dpt_buffer;
 
+/* A range of elements: [offset, offset + count). */
+typedef struct dpt_range {
+  size_t offset, count;
+} dpt_range;
+
 /* The one list of backend kinds: X(ENUM_SUFFIX, "name"). */
 #define DPT_BACKEND_KIND_MAP(X)                                                                    \
   X(CPU, "cpu")                                                                                    \

@@ -157,6 +157,37 @@ DPT_API dpt_status dpt_allreduce_host(dpt_comm *comm, void *data, size_t count,
 DPT_API dpt_status dpt_allreduce_buffer(dpt_comm *comm, dpt_buffer *buf, size_t offset,
                                         size_t count, dpt_comm_dtype dtype);
 
+/* ---- sharded collectives: the two halves of the ring all-reduce ---------------------------
+ *
+ * A reduce-scatter followed by an all-gather is the ring all-reduce cut in two; between them
+ * each rank may work on its shard alone (the sharded optimizer step: each replica updates
+ * 1/N of the parameters, then the parameters are all-gathered). The ring runs block by block
+ * (block_bytes) and cuts each block into `size` segments (lengths differ by at most one);
+ * rank r's shard is segment (r + 1) mod size of every block: a list of ranges, the same on
+ * every rank for the same count, dtype and options (the desync check compares them). With
+ * one rank the shard is the whole vector and both calls do nothing. */
+
+/* The shard of `rank` for `count` elements of `dtype`: returns how many ranges it has (one
+ * per block, empty ones left out) and stores the first `max` of them in `out` (element
+ * offsets from the start of the vector, in increasing order). 0 for a bad rank or dtype. */
+DPT_API size_t dpt_comm_shard(const dpt_comm *comm, size_t count, dpt_comm_dtype dtype, int rank,
+                              dpt_range *out, size_t max);
+
+/* In-place reduce-scatter of `count` elements: afterwards this rank's shard holds the sum
+ * over all ranks (bit-identical to what dpt_allreduce_* with the ring computes there); the
+ * elements outside it hold partial sums. Host data, or a range of a buffer of any backend
+ * (staged as for the all-reduce). */
+DPT_API dpt_status dpt_reduce_scatter_host(dpt_comm *comm, void *data, size_t count,
+                                           dpt_comm_dtype dtype);
+DPT_API dpt_status dpt_reduce_scatter_buffer(dpt_comm *comm, dpt_buffer *buf, size_t offset,
+                                             size_t count, dpt_comm_dtype dtype);
+/* In-place all-gather of the shards: afterwards every element holds the bits its owner had.
+ * `dtype` only sets the element size (the shards depend on it). */
+DPT_API dpt_status dpt_allgather_shards_host(dpt_comm *comm, void *data, size_t count,
+                                             dpt_comm_dtype dtype);
+DPT_API dpt_status dpt_allgather_shards_buffer(dpt_comm *comm, dpt_buffer *buf, size_t offset,
+                                               size_t count, dpt_comm_dtype dtype);
+
 /* Copies `bytes` at `data` on rank `root` to `data` on every other rank (chunked, pipelined
  * along the ring from the root). */
 DPT_API dpt_status dpt_broadcast_host(dpt_comm *comm, void *data, size_t bytes, int root);
