@@ -44,7 +44,7 @@ static dpt_dataset *random_data(size_t n) {
 
 /* One configuration of the comparison. */
 typedef struct variant {
-  int replicas, skip_allreduce;
+  int replicas, skip_allreduce, full_step;
   dpt_comm *comm;     /* MPI mode: this rank's communicator, NULL when it sits this one out */
   int mpi;            /* MPI mode */
   double *sps;        /* samples/s of each repeat */
@@ -70,6 +70,7 @@ static int run_once(dpt_train_config cfg, variant *v, int rep) {
   if (!v->mpi || v->comm) {
     cfg.replicas = v->mpi ? 1 : v->replicas;
     cfg.skip_allreduce = v->skip_allreduce;
+    cfg.full_optimizer_step = v->full_step;
     /* Skipping the all-reduce lets replicas drift on purpose: no fingerprint checks then. */
     cfg.check_every = v->skip_allreduce ? 0 : cfg.check_every;
     dpt_status st = dpt_train(&cfg, v->comm, &v->r);
@@ -165,23 +166,23 @@ int dpt_bench_train(int argc, char **argv) {
 #endif
   /* The variants take turns within each repeat, so a slow spell of the machine hits them
    * alike; the figures are medians over the repeats. */
-  variant v[3] = {{1, 1, solo, mpi, NULL, {0}},
-                  {1, 0, solo, mpi, NULL, {0}},
-                  {replicas, 0, world, mpi, NULL, {0}}};
-  for (int k = 0; k < 3; ++k)
+  enum { NV = 4 };
+  variant v[NV] = {{1, 1, 0, solo, mpi, NULL, {0}},
+                   {1, 0, 0, solo, mpi, NULL, {0}},
+                   {replicas, 0, 0, world, mpi, NULL, {0}},
+                   {replicas, 0, 1, world, mpi, NULL, {0}}};
+  for (int k = 0; k < NV; ++k)
     if (!(v[k].sps = calloc((size_t)repeat, sizeof(double)))) rc = 1;
   for (int r = 0; r < repeat && !rc; ++r)
-    for (int k = 0; k < 3 && !rc; ++k)
+    for (int k = 0; k < NV && !rc; ++k)
       rc = run_once(cfg, &v[k], r) != 0;
   dpt_dataset_destroy(ds);
-  double bare = 0, one = 0, many = 0;
-  if (!rc) {
-    bare = dpt_bench_median(v[0].sps, repeat);
-    one = dpt_bench_median(v[1].sps, repeat);
-    many = dpt_bench_median(v[2].sps, repeat);
-  }
-  for (int k = 0; k < 3; ++k)
+  double sps[NV] = {0};
+  for (int k = 0; k < NV; ++k) {
+    if (!rc) sps[k] = dpt_bench_median(v[k].sps, repeat);
     free(v[k].sps);
+  }
+  const double bare = sps[0], one = sps[1], many = sps[2], full = sps[3];
   dpt_comm_destroy(solo);
 #ifdef DPT_HAVE_MPI
   if (solo_mpi != MPI_COMM_NULL) MPI_Comm_free(&solo_mpi);
@@ -189,31 +190,36 @@ int dpt_bench_train(int argc, char **argv) {
   dpt_comm_destroy(world);
   if (rc) return 1;
   if (rank != 0) return 0;
-  const dpt_train_report *o = &v[1].r, *m = &v[2].r;
+  const dpt_train_report *o = &v[1].r, *m = &v[2].r, *f = &v[3].r;
   if (json) {
     printf("{\"backend\": \"%s\", \"steps\": %ld, \"bare_samples_per_sec\": %.1f, "
            "\"one_replica_samples_per_sec\": %.1f, \"replicas\": %d, "
-           "\"replicas_samples_per_sec\": %.1f, \"machinery_overhead\": %.4f, \"speedup\": %.3f, "
-           "\"replicas_ms_per_step\": {\"compute\": %.3f, \"allreduce\": %.3f, "
+           "\"replicas_samples_per_sec\": %.1f, \"full_step_samples_per_sec\": %.1f, "
+           "\"machinery_overhead\": %.4f, \"speedup\": %.3f, "
+           "\"replicas_ms_per_step\": {\"compute\": %.3f, \"communication\": %.3f, "
            "\"optimizer\": %.3f}}\n",
-           backend, steps, bare, one, replicas, many, bare / one - 1.0, many / one,
+           backend, steps, bare, one, replicas, many, full, bare / one - 1.0, many / one,
            ms_per_step(m->compute_seconds, m), ms_per_step(m->allreduce_seconds, m),
            ms_per_step(m->optimizer_seconds, m));
   } else {
     printf("MLP 784-512-256-10, global batch 256, %ld steps, %s backend, %s (median of %d)\n",
            steps, backend, data, repeat);
-    printf("%26s %26s %26s\n", "1 replica, no all-reduce", "1 replica",
+    printf("samples/s   %16s %12s %16d %s\n", "1 replica,", "1 replica", replicas,
            mpi ? "MPI ranks" : "replicas (threads)");
-    printf("%20.0f s/s %20.0f s/s %14d: %7.0f s/s\n", bare, one, replicas, many);
-    printf("time split, ms per step (last repeat) %14s %14d replicas\n", "1 replica", replicas);
-    printf("  forward + backward                  %16.2f %23.2f\n",
-           ms_per_step(o->compute_seconds, o), ms_per_step(m->compute_seconds, m));
-    printf("  gradient all-reduce (with waiting)  %16.2f %23.2f\n",
-           ms_per_step(o->allreduce_seconds, o), ms_per_step(m->allreduce_seconds, m));
-    printf("  optimizer step                      %16.2f %23.2f\n",
-           ms_per_step(o->optimizer_seconds, o), ms_per_step(m->optimizer_seconds, m));
-    printf("data-parallel machinery on one replica: %+.1f%%; %d replicas: %.2fx one replica\n",
-           100.0 * (bare / one - 1.0), replicas, many / one);
+    printf("            %16s %12s %16s %18s\n", "no all-reduce", "", "sharded step", "full step");
+    printf("            %16.0f %12.0f %16.0f %18.0f\n", bare, one, many, full);
+    printf("ms per step (last repeat)\n");
+    printf("  forward + backward       %16.2f %16.2f %18.2f\n", ms_per_step(o->compute_seconds, o),
+           ms_per_step(m->compute_seconds, m), ms_per_step(f->compute_seconds, f));
+    printf("  communication (waiting)  %16.2f %16.2f %18.2f\n",
+           ms_per_step(o->allreduce_seconds, o), ms_per_step(m->allreduce_seconds, m),
+           ms_per_step(f->allreduce_seconds, f));
+    printf("  optimizer step           %16.2f %16.2f %18.2f\n",
+           ms_per_step(o->optimizer_seconds, o), ms_per_step(m->optimizer_seconds, m),
+           ms_per_step(f->optimizer_seconds, f));
+    printf("data-parallel machinery on one replica: %+.1f%%; %d replicas: %.2fx one replica "
+           "(full step: %.2fx)\n",
+           100.0 * (bare / one - 1.0), replicas, many / one, full / one);
   }
   return 0;
 }

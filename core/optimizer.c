@@ -123,37 +123,88 @@ int64_t dpt_optimizer_steps(const dpt_optimizer *o) {
   return o ? o->steps : 0;
 }
 
-dpt_status dpt_optimizer_step(dpt_optimizer *o, double *grad_norm) {
-  if (!o) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_optimizer_step: optimizer is NULL");
+/* Checks that the ranges lie inside the parameters. */
+static dpt_status check_ranges(const dpt_optimizer *o, const dpt_range *ranges, size_t n,
+                               const char *fn) {
+  if (!o) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: optimizer is NULL", fn);
+  if (n > 0 && !ranges) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: ranges is NULL", fn);
+  const size_t np = dpt_model_num_params(o->model);
+  for (size_t i = 0; i < n; ++i)
+    if (ranges[i].offset > np || ranges[i].count > np - ranges[i].offset)
+      return dpt_set_error(DPT_ERR_INVALID_ARG,
+                           "%s: range %zu [%zu, +%zu) outside the %zu parameters", fn, i,
+                           ranges[i].offset, ranges[i].count, np);
+  return DPT_OK;
+}
+
+dpt_status dpt_optimizer_grad_sumsq(dpt_optimizer *o, const dpt_range *ranges, size_t n,
+                                    double *out) {
+  dpt_status st = check_ranges(o, ranges, n, "dpt_optimizer_grad_sumsq");
+  if (st != DPT_OK) return st;
+  if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_optimizer_grad_sumsq: out is NULL");
+  dpt_backend *be = dpt_model_backend(o->model);
+  const dpt_buffer *g = dpt_model_grads(o->model);
+  double total = 0;
+  for (size_t i = 0; i < n && st == DPT_OK; ++i) {
+    double sq = 0;
+    st = dpt_sumsq(be, ranges[i].count, g, ranges[i].offset, &sq);
+    total += sq;
+  }
+  *out = total;
+  return st;
+}
+
+/* The update of one step on `ranges`; sumsq: of the whole gradient (used when clipping). */
+static dpt_status update(dpt_optimizer *o, const dpt_range *ranges, size_t n, double sumsq,
+                         double *grad_norm) {
   dpt_backend *be = dpt_model_backend(o->model);
   dpt_buffer *w = dpt_model_params(o->model), *g = dpt_model_grads(o->model);
-  size_t n = dpt_model_num_params(o->model);
   dpt_status st = DPT_OK;
   if (grad_norm) *grad_norm = 0.0;
+  float clip_scale = 1.0f;
   if (o->cfg.clip_norm > 0.0f) {
     /* torch.nn.utils.clip_grad_norm_: scale by clip / (norm + 1e-6) when norm exceeds clip. */
-    double sq;
-    st = dpt_sumsq(be, n, g, 0, &sq);
-    if (st != DPT_OK) return st;
-    double norm = sqrt(sq);
+    double norm = sqrt(sumsq);
     if (grad_norm) *grad_norm = norm;
     if (!isfinite(norm))
       return dpt_set_error(DPT_ERR_NONFINITE, "optimizer step %lld: gradient norm is %g",
                            (long long)o->steps + 1, norm);
-    if (norm > (double)o->cfg.clip_norm) {
-      st = dpt_scale(be, n, (float)((double)o->cfg.clip_norm / (norm + 1e-6)), g, 0);
-      if (st != DPT_OK) return st;
-    }
+    if (norm > (double)o->cfg.clip_norm)
+      clip_scale = (float)((double)o->cfg.clip_norm / (norm + 1e-6));
   }
   float lr = (float)dpt_optim_lr_at(&o->cfg, o->steps);
-  if (o->cfg.kind == DPT_OPTIM_SGD) {
-    dpt_sgd_params p = {lr, o->cfg.momentum, o->cfg.weight_decay, o->cfg.nesterov};
-    st = dpt_sgd_update(be, n, &p, w, 0, g, 0, o->state0, 0);
-  } else {
-    dpt_adamw_params p = {lr,         o->cfg.beta1,        o->cfg.beta2,
-                          o->cfg.eps, o->cfg.weight_decay, o->steps + 1};
-    st = dpt_adamw_update(be, n, &p, w, 0, g, 0, o->state0, 0, o->state1, 0);
+  for (size_t i = 0; i < n && st == DPT_OK; ++i) {
+    const size_t off = ranges[i].offset, cnt = ranges[i].count;
+    if (clip_scale != 1.0f) st = dpt_scale(be, cnt, clip_scale, g, off);
+    if (st != DPT_OK) break;
+    if (o->cfg.kind == DPT_OPTIM_SGD) {
+      dpt_sgd_params p = {lr, o->cfg.momentum, o->cfg.weight_decay, o->cfg.nesterov};
+      st = dpt_sgd_update(be, cnt, &p, w, off, g, off, o->state0, off);
+    } else {
+      dpt_adamw_params p = {lr,         o->cfg.beta1,        o->cfg.beta2,
+                            o->cfg.eps, o->cfg.weight_decay, o->steps + 1};
+      st = dpt_adamw_update(be, cnt, &p, w, off, g, off, o->state0, off, o->state1, off);
+    }
   }
   if (st == DPT_OK) ++o->steps;
   return st;
+}
+
+dpt_status dpt_optimizer_step(dpt_optimizer *o, double *grad_norm) {
+  if (!o) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_optimizer_step: optimizer is NULL");
+  const dpt_range all = {0, dpt_model_num_params(o->model)};
+  double sumsq = 0;
+  if (o->cfg.clip_norm > 0.0f) {
+    dpt_status st =
+        dpt_sumsq(dpt_model_backend(o->model), all.count, dpt_model_grads(o->model), 0, &sumsq);
+    if (st != DPT_OK) return st;
+  }
+  return update(o, &all, 1, sumsq, grad_norm);
+}
+
+dpt_status dpt_optimizer_step_ranges(dpt_optimizer *o, const dpt_range *ranges, size_t n,
+                                     double grad_sumsq, double *grad_norm) {
+  dpt_status st = check_ranges(o, ranges, n, "dpt_optimizer_step_ranges");
+  if (st != DPT_OK) return st;
+  return update(o, ranges, n, grad_sumsq, grad_norm);
 }

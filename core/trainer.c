@@ -24,6 +24,7 @@ typedef struct step_stats {
   int64_t samples; /* slice size */
   int64_t failed;  /* 1 when this replica failed locally (its message says why) */
   uint64_t hash;   /* parameter fingerprint (drift checks only) */
+  double sumsq;    /* squared gradient norm over the replica's shard (sharded clipping only) */
 } step_stats;
 
 typedef struct replica {
@@ -85,12 +86,14 @@ typedef struct replica_state {
   dpt_backend *be;
   dpt_model *model;
   dpt_optimizer *opt;
-  dpt_buffer *x, *y;  /* device batch: [slice, input] floats, [slice] int32 */
-  float *hx;          /* host batch [max_slice, input] */
-  int32_t *hy;        /* host labels [max_slice] */
-  uint64_t *perm;     /* epoch permutation [n_train] */
-  uint64_t *idx;      /* the slice's sample indices [max_slice] */
-  float *hparams;     /* [num_params] host copy for fingerprints */
+  dpt_buffer *x, *y; /* device batch: [slice, input] floats, [slice] int32 */
+  float *hx;         /* host batch [max_slice, input] */
+  int32_t *hy;       /* host labels [max_slice] */
+  uint64_t *perm;    /* epoch permutation [n_train] */
+  uint64_t *idx;     /* the slice's sample indices [max_slice] */
+  float *hparams;    /* [num_params] host copy for fingerprints */
+  dpt_range *shard;  /* this replica's shard of the parameters (sharded step), [nshard] */
+  size_t nshard;
   step_stats *gather; /* [count]: gather_small, or allocated for more replicas */
   step_stats gather_small[GATHER_INLINE];
   dpt_status pending; /* a local failure the other replicas have not been told of yet */
@@ -108,7 +111,15 @@ static void state_free(replica_state *s) {
   free(s->perm);
   free(s->idx);
   free(s->hparams);
+  free(s->shard);
   if (s->gather != s->gather_small) free(s->gather);
+}
+
+/* Keeps this replica's first local failure (with its message) for the next exchange. */
+static void keep_failure(replica_state *s, dpt_status st) {
+  if (st == DPT_OK || s->pending != DPT_OK) return;
+  s->pending = st;
+  snprintf(s->pending_msg, sizeof s->pending_msg, "%s", dpt_last_error());
 }
 
 /* Every exchange that decides control flow goes through here: the replica's stats and its
@@ -118,10 +129,7 @@ static void state_free(replica_state *s) {
  * one with its own message, the others saying where it happened. */
 static dpt_status exchange(replica *r, replica_state *s, step_stats *mine, step_stats *sum,
                            dpt_status local, const char *what) {
-  if (local != DPT_OK && s->pending == DPT_OK) {
-    s->pending = local;
-    snprintf(s->pending_msg, sizeof s->pending_msg, "%s", dpt_last_error());
-  }
+  keep_failure(s, local);
   mine->failed = s->pending != DPT_OK;
   dpt_status st = dpt_allgather_host(r->comm, mine, sizeof *mine, s->gather);
   if (s->pending != DPT_OK) return dpt_set_error(s->pending, "%s", s->pending_msg);
@@ -132,6 +140,7 @@ static dpt_status exchange(replica *r, replica_state *s, step_stats *mine, step_
     sum->correct += s->gather[i].correct;
     sum->samples += s->gather[i].samples;
     sum->failed += s->gather[i].failed;
+    sum->sumsq += s->gather[i].sumsq;
   }
   if (sum->failed) return dpt_set_error(DPT_ERR_DEVICE, "%s failed on another replica", what);
   return DPT_OK;
@@ -165,6 +174,41 @@ static dpt_status check_drift(replica *r, replica_state *s, int64_t step, uint64
   return DPT_OK;
 }
 
+/* The sharded step (the default with several replicas): the gradients are reduce-scattered,
+ * each replica updates only its shard of the parameters (1/R of the optimizer's work), and
+ * the parameters are all-gathered. Every element is updated by one replica from the same sum
+ * the ring all-reduce gives, so the parameters are bit for bit those of the full step when
+ * its all-reduce runs the ring. */
+static int sharded_step(const replica *r) {
+  return r->count > 1 && !r->cfg->skip_allreduce && !r->cfg->full_optimizer_step;
+}
+
+/* The optimizer half of the sharded step, after the reduce-scatter and the step's exchange.
+ * A local failure is kept for the next exchange; the collectives are joined regardless, so
+ * that no replica waits for one that gave up. */
+static dpt_status shard_step(replica *r, replica_state *s, double *t_opt, double *t_comm) {
+  double sumsq = 0;
+  if (r->cfg->optim.clip_norm > 0.0f) {
+    step_stats mine, sum;
+    memset(&mine, 0, sizeof mine);
+    dpt_status local = DPT_OK;
+    if (s->pending == DPT_OK)
+      local = dpt_optimizer_grad_sumsq(s->opt, s->shard, s->nshard, &mine.sumsq);
+    dpt_status st = exchange(r, s, &mine, &sum, local, "the gradient norm");
+    if (st != DPT_OK) return st;
+    sumsq = sum.sumsq; /* summed in replica order: the same on every replica */
+  }
+  double t0 = now_sec();
+  if (s->pending == DPT_OK) /* a failure is announced at the next exchange */
+    keep_failure(s, dpt_optimizer_step_ranges(s->opt, s->shard, s->nshard, sumsq, NULL));
+  double t1 = now_sec();
+  *t_opt += t1 - t0;
+  dpt_status st = dpt_allgather_shards_buffer(r->comm, dpt_model_params(s->model), 0,
+                                              dpt_model_num_params(s->model), DPT_COMM_F32);
+  *t_comm += now_sec() - t1;
+  return st;
+}
+
 /* Uploads the given samples as the device batch. */
 static dpt_status load_batch(replica_state *s, const dpt_dataset *ds, const uint64_t *idx,
                              size_t count, size_t input) {
@@ -181,7 +225,7 @@ static dpt_status evaluate(replica *r, replica_state *s, size_t max_slice, doubl
   size_t n = dpt_dataset_count(ds), input = dpt_model_input_size(s->model);
   size_t start, count;
   slice_of(n, r->count, r->index, &start, &count);
-  step_stats mine = {0, 0, (int64_t)count, 0, 0}, sum;
+  step_stats mine = {0, 0, (int64_t)count, 0, 0, 0}, sum;
   dpt_status st = s->pending;
   for (size_t done = 0; done < count && st == DPT_OK;) {
     size_t b = count - done < max_slice ? count - done : max_slice;
@@ -246,6 +290,12 @@ static dpt_status replica_setup(replica *r, replica_state *s, size_t *max_slice_
   s->hparams = malloc(np * sizeof(float));
   if (!s->hx || !s->hy || !s->perm || !s->idx || !s->hparams)
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "training: out of host memory");
+  if (sharded_step(r)) {
+    s->nshard = dpt_comm_shard(r->comm, np, DPT_COMM_F32, r->index, NULL, 0);
+    s->shard = malloc((s->nshard ? s->nshard : 1) * sizeof *s->shard);
+    if (!s->shard) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "training: out of host memory");
+    dpt_comm_shard(r->comm, np, DPT_COMM_F32, r->index, s->shard, s->nshard);
+  }
   if (cfg->init_params)
     st = dpt_model_set_params(s->model, cfg->init_params);
   else
@@ -296,7 +346,7 @@ static dpt_status replica_run(replica *r, replica_state *s) {
       st = dpt_sampler_batch(n, B, cfg->keep_last, k, &bstart, &bcount);
       if (st != DPT_OK) return st;
       slice_of(bcount, r->count, r->index, &start, &count);
-      step_stats mine = {0, 0, (int64_t)count, 0, 0}, sum;
+      step_stats mine = {0, 0, (int64_t)count, 0, 0, 0}, sum;
       /* The loss gradient is scaled by 1/(samples in this global batch): the sum over replicas
        * is the batch mean, whatever the split (and for a kept, smaller last batch too). */
       const float scale = 1.0f / (float)bcount;
@@ -314,7 +364,9 @@ static dpt_status replica_run(replica *r, replica_state *s) {
       double tb = now_sec();
       t_compute += tb - ta;
       if (!cfg->skip_allreduce) {
-        dpt_status sa = dpt_allreduce_buffer(r->comm, grads, 0, np, DPT_COMM_F32);
+        dpt_status sa = sharded_step(r)
+                            ? dpt_reduce_scatter_buffer(r->comm, grads, 0, np, DPT_COMM_F32)
+                            : dpt_allreduce_buffer(r->comm, grads, 0, np, DPT_COMM_F32);
         if (st == DPT_OK) st = sa;
         t_allreduce += now_sec() - tb;
       }
@@ -331,12 +383,14 @@ static dpt_status replica_run(replica *r, replica_state *s) {
                                (long long)step, (long long)epoch + 1, k + 1);
         ++skipped;
       } else {
-        double tc = now_sec();
-        st = dpt_optimizer_step(s->opt, NULL);
-        t_optimizer += now_sec() - tc;
-        if (st != DPT_OK) { /* announced at the next exchange, which every replica reaches */
-          s->pending = st;
-          snprintf(s->pending_msg, sizeof s->pending_msg, "%s", dpt_last_error());
+        if (sharded_step(r)) {
+          st = shard_step(r, s, &t_optimizer, &t_allreduce);
+          if (st != DPT_OK) return st;
+        } else {
+          double tc = now_sec();
+          /* A failure is announced at the next exchange, which every replica reaches. */
+          keep_failure(s, dpt_optimizer_step(s->opt, NULL));
+          t_optimizer += now_sec() - tc;
         }
         epoch_loss += sum.loss_sum;
         epoch_samples += sum.samples;

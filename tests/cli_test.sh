@@ -66,6 +66,17 @@ rc=$?
 grep -q "1.weight" "$scratch/err" || fail "mismatch message does not name the tensor: $(cat "$scratch/err")"
 [ "$(wc -l <"$scratch/err")" -eq 1 ] || fail "mismatch message is not one line: $(cat "$scratch/err")"
 
+# 4a. The sharded step (default) and --full-step end with the same parameters (3 replicas,
+# the ring all-reduce, so both sum in the same order).
+for mode in "" --full-step; do
+  out=$(DPT_ALLREDUCE_ALGO=ring "$dptrain" train --data "$good" --hidden 16 --global-batch 50 \
+    --epochs 2 --backend cpu --replicas 3 --json $mode 2>"$scratch/err")
+  [ $? -eq 0 ] || fail "3 replicas $mode failed: $(cat "$scratch/err")"
+  echo "$out" | tail -n 1 | sed 's/.*"param_hash": "\([0-9a-f]*\)".*/\1/' >"$scratch/hash$mode"
+done
+[ -s "$scratch/hash" ] && cmp -s "$scratch/hash" "$scratch/hash--full-step" ||
+  fail "sharded and full steps differ: $(cat "$scratch/hash") vs $(cat "$scratch/hash--full-step")"
+
 # 4b. Every step skipped (diverging learning rate): the JSON stays JSON (null, never nan).
 out=$("$dptrain" train --data "$good" --hidden 16 --global-batch 50 --epochs 1 --backend cpu \
   --lr 1e30 --momentum 0 --skip-nonfinite --json 2>"$scratch/err")

@@ -152,6 +152,59 @@ START_TEST(cnn_equivalence) {
 }
 END_TEST
 
+/* The sharded step (the default) against the full step (all-reduce, whole optimizer on every
+ * replica): with the ring all-reduce the parameters are the same bits; with clipping the
+ * norm is summed per shard, so only rounding may differ. Tiny ring blocks give every replica
+ * several shard ranges. */
+START_TEST(sharded_matches_full_step) {
+  dpt_dataset *ds = make_data(640, 13);
+  ck_assert_int_eq(setenv("DPT_ALLREDUCE_ALGO", "ring", 1), 0);
+  for (int tiny = 0; tiny < 2; ++tiny) {
+    if (tiny) {
+      ck_assert_int_eq(setenv("DPT_COMM_BLOCK", "1K", 1), 0);
+      ck_assert_int_eq(setenv("DPT_COMM_PIECE", "256", 1), 0);
+    }
+    for (int o = 0; o < 4; ++o) {
+      dpt_train_config cfg;
+      mlp_config(&cfg, ds, 64);
+      if (o == 1) {
+        cfg.optim.nesterov = 1;
+        cfg.optim.weight_decay = 1e-3f;
+      } else if (o == 2) {
+        dpt_optim_config_default(&cfg.optim, DPT_OPTIM_ADAMW);
+      } else if (o == 3) {
+        cfg.optim.clip_norm = 0.05f; /* below the gradient norm: clips every step */
+      }
+      size_t n = num_params(&cfg.model);
+      dpt_train_report rep;
+      float *one = train_threads(cfg, 1, &rep);
+      for (int r = 2; r <= 4; ++r) {
+        float *sharded = train_threads(cfg, r, &rep);
+        dpt_train_config full_cfg = cfg;
+        full_cfg.full_optimizer_step = 1;
+        float *full = train_threads(full_cfg, r, &rep);
+        if (o == 3)
+          ck_assert_msg(max_rel_diff(sharded, full, n) <= 1e-6, "clip R=%d: %g", r,
+                        max_rel_diff(sharded, full, n));
+        else
+          ck_assert_msg(memcmp(sharded, full, n * sizeof(float)) == 0,
+                        "optimizer %d R=%d tiny %d: sharded and full steps differ by %g", o, r,
+                        tiny, max_rel_diff(sharded, full, n));
+        ck_assert_msg(max_rel_diff(sharded, one, n) <= 1e-5, "optimizer %d R=%d: %g from R=1", o, r,
+                      max_rel_diff(sharded, one, n));
+        free(sharded);
+        free(full);
+      }
+      free(one);
+    }
+  }
+  unsetenv("DPT_COMM_BLOCK");
+  unsetenv("DPT_COMM_PIECE");
+  unsetenv("DPT_ALLREDUCE_ALGO");
+  dpt_dataset_destroy(ds);
+}
+END_TEST
+
 /* Whole-model gradient against central finite differences of the loss, for an MLP and a CNN. */
 static void gradient_check(const dpt_model_spec *spec) {
   dpt_backend *be;
@@ -393,6 +446,7 @@ static Suite *threads_suite(void) {
   tcase_add_test(tc, equivalence_uneven);
   tcase_add_test(tc, equivalence_keep_last);
   tcase_add_test(tc, cnn_equivalence);
+  tcase_add_test(tc, sharded_matches_full_step);
   tcase_add_test(tc, gradient_mlp);
   tcase_add_test(tc, gradient_cnn);
   tcase_add_test(tc, state_dict_layout);

@@ -54,6 +54,10 @@ static void usage(FILE *f) {
              "  --step-size N --gamma X  step schedule: lr *= gamma every N steps\n"
              "  --warmup N             linear warmup over N steps\n"
              "  --clip-norm X          clip the global gradient norm to X\n"
+             "  --full-step            every replica runs the whole optimizer step after an\n"
+             "                         all-reduce (default: the sharded step: reduce-scatter,\n"
+             "                         each replica updates 1/R of the parameters, all-gather;\n"
+             "                         the same update with less work)\n"
              "checks and output:\n"
              "  --check-every N        compare replica fingerprints every N steps (default 100)\n"
              "  --skip-nonfinite       skip steps with a non-finite loss (default: stop)\n"
@@ -256,6 +260,8 @@ int dpt_cmd_train(int argc, char **argv) {
       c.cfg.optim.nesterov = 1, takes = 0;
     } else if (!strcmp(a, "--skip-nonfinite")) {
       c.cfg.skip_nonfinite = 1, takes = 0;
+    } else if (!strcmp(a, "--full-step")) {
+      c.cfg.full_optimizer_step = 1, takes = 0;
     } else if (!takes_value(a)) {
       fprintf(stderr, "dptrain train: unknown option '%s'\n", a);
       usage(stderr);

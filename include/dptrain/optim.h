@@ -61,6 +61,19 @@ DPT_API void dpt_optimizer_destroy(dpt_optimizer *opt);
  * The step counter advances by one. */
 DPT_API dpt_status dpt_optimizer_step(dpt_optimizer *opt, double *grad_norm);
 
+/* The sharded step: the same update on the elements of `ranges` only (n ranges, element
+ * offsets into the parameters; this replica's shard after a reduce-scatter of the gradients,
+ * dpt_comm_shard), counted as one step. State outside the ranges is left alone, so each
+ * replica keeps valid optimizer state for its shard only. Clipping needs the norm of the
+ * whole gradient: pass in grad_sumsq its sum of squares (every replica's
+ * dpt_optimizer_grad_sumsq over its shard, summed over replicas in the same order everywhere);
+ * it is ignored without clipping. grad_norm as for dpt_optimizer_step. */
+DPT_API dpt_status dpt_optimizer_step_ranges(dpt_optimizer *opt, const dpt_range *ranges, size_t n,
+                                             double grad_sumsq, double *grad_norm);
+/* Sum of squares of the model's gradients over `ranges` (waits for the device). */
+DPT_API dpt_status dpt_optimizer_grad_sumsq(dpt_optimizer *opt, const dpt_range *ranges, size_t n,
+                                            double *out);
+
 /* Steps taken so far. */
 DPT_API int64_t dpt_optimizer_steps(const dpt_optimizer *opt);
 

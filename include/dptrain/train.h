@@ -10,9 +10,14 @@
  *   2. forward and backward with the loss gradient scaled by 1/B (not by the slice size; for
  *      a kept last batch, by 1/its size), so that the SUM over replicas is exactly the mean
  *      gradient over the batch's samples;
- *   3. all-reduce (sum) the flat gradient buffer; all-reduce the loss and correct count;
+ *   3. reduce-scatter (sum) the flat gradient buffer: each replica gets the complete sum of its
+ *      shard (dpt_comm_shard); gather the loss and correct count of every replica;
  *   4. a non-finite loss stops training (or skips the step everywhere with skip_nonfinite);
- *   5. one optimizer step (clipping, when asked, on the reduced gradients: identical everywhere).
+ *   5. the sharded optimizer step: each replica updates its shard of the parameters (clipping,
+ *      when asked, by the norm of the whole reduced gradient: identical everywhere), then the
+ *      shards are all-gathered. Every parameter comes out bit for bit as a full step after a
+ *      ring all-reduce would give it, with 1/R of the optimizer's work per replica.
+ *      full_optimizer_step = 1: all-reduce the gradients and update everything everywhere.
  * At start the parameters are broadcast from replica 0 and a 64-bit fingerprint of their bytes
  * is compared across replicas; it is compared again every check_every steps, and a difference
  * stops training with DPT_ERR_MISMATCH naming the step and the replicas that differ.
@@ -49,7 +54,8 @@ typedef struct dpt_train_report {
   uint64_t param_hash;    /* fingerprint of the parameters, the same on every replica */
   const char *backend;    /* backend of this process's first replica */
   /* Where the training time went so far, seconds, on the reporting replica: batch loading,
-   * forward and backward; the gradient all-reduce (waiting for the slowest replica included);
+   * forward and backward; the step's communication (the gradient all-reduce, or the
+   * reduce-scatter and the parameter all-gather; waiting for the slowest replica included);
    * the optimizer step. The rest of the training time is the per-step exchange and checks. */
   double compute_seconds, allreduce_seconds, optimizer_seconds;
 } dpt_train_report;
@@ -78,6 +84,8 @@ typedef struct dpt_train_config {
   int64_t check_every;      /* fingerprint comparison period in steps (0: only at start) */
   int skip_nonfinite;       /* 1: skip steps whose loss is not finite, on every replica */
   int skip_allreduce;       /* benchmarking only: no gradient all-reduce (replicas drift) */
+  int full_optimizer_step;  /* 1: all-reduce the gradients and run the whole optimizer step on
+                               every replica; 0 (default): the sharded step (see above) */
   const float *init_params; /* [num_params] initial parameters instead of the seed, or NULL */
   float *final_params;      /* [num_params] receives the final parameters, or NULL */
   dpt_train_report_fn on_report;
