@@ -235,6 +235,7 @@ dpt_status dpt_comm_init(dpt_comm *c, const dpt_transport *tp, void *impl, int r
   c->seq = 0;
   c->uid = 0;
   c->eager_bytes = SIZE_MAX; /* the transport lowers it */
+  c->recv_reduce = 0;        /* the transport raises it */
   c->payload = calloc((size_t)size, sizeof *c->payload);
   if (!c->payload)
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "communicator: %d payload pointers", size);

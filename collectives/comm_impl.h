@@ -46,7 +46,10 @@ typedef struct dpt_req {
   size_t got;     /* recv: bytes received */
   dpt_status err; /* completion status: DPT_ERR_MISMATCH when a larger message arrived */
   uint64_t seq;   /* the collective it belongs to (shared-memory channels drop stale data) */
-  size_t off;     /* shared-memory channels: bytes already copied */
+  int reduce;     /* recv: add the message into buf (elements of `dtype`) instead of copying
+                     it; only on a communicator with recv_reduce */
+  dpt_comm_dtype dtype;
+  size_t off; /* shared-memory channels: bytes already copied */
   /* threads transport: the channel queues and the copy in flight */
   struct dpt_req *next;
   int matched; /* claimed by a receiver that is copying; cancel waits for it */
@@ -109,6 +112,9 @@ struct dpt_comm {
   /* Largest message that takes the transport's cheap path (MPI: eager, copied through at
    * once); the hello round cuts longer messages into pieces of this size. */
   size_t eager_bytes;
+  /* The transport can add a message into the receive buffer as it arrives (dpt_req.reduce):
+   * one pass over the data instead of a copy into a slot and a sum (threads; shared memory). */
+  int recv_reduce;
   uint64_t seq; /* collectives started by this member, the next one's number */
   uint32_t uid; /* the same on every rank, random per communicator (MPI): keeps messages left
                    over from a destroyed communicator out of a new one on the same context */

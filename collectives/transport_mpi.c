@@ -321,6 +321,7 @@ static dpt_status agree_setup(dpt_comm *c, mpi_state *s, int ok) {
                                             "its communicator (its error says why)")
               : DPT_ERR_INVALID_ARG;
   c->eager_bytes = s->shm ? dpt_shm_slot_bytes(s->shm) : 4000;
+  c->recv_reduce = s->shm != NULL;
   return DPT_OK;
 }
 

@@ -118,7 +118,12 @@ static void drain_channel(dpt_comm_group *g, size_t ch) {
     sd->matched = 1;
     const int fits = sd->bytes <= rv->bytes;
     pthread_mutex_unlock(&g->lock);
-    if (fits && sd->bytes > 0) memcpy(rv->buf, sd->buf, sd->bytes);
+    if (fits && sd->bytes > 0) {
+      if (rv->reduce)
+        dpt_sum_into(rv->buf, sd->buf, sd->bytes / dpt_dtype_size(rv->dtype), rv->dtype);
+      else
+        memcpy(rv->buf, sd->buf, sd->bytes);
+    }
     pthread_mutex_lock(&g->lock);
     rv->got = fits ? sd->bytes : 0;
     rv->err = fits ? DPT_OK : DPT_ERR_MISMATCH;
@@ -262,6 +267,7 @@ dpt_status dpt_comm_group_member(dpt_comm_group *g, int rank, dpt_comm **out) {
   g->refs++;
   pthread_mutex_unlock(&g->lock);
   dpt_status st = dpt_comm_init(c, &threads_transport, g, rank, g->size, INT_MAX);
+  c->recv_reduce = 1;
   if (st != DPT_OK) {
     pthread_mutex_lock(&g->lock);
     g->m[rank].joined = 0;
