@@ -20,4 +20,6 @@ function(dpt_embed_files)
     DEPENDS ${E_FILES} "${DPT_EMBED_SCRIPT}"
     COMMENT "Embedding ${E_SYMBOL}"
     VERBATIM)
+  # Listed for the one target that generates them (CMakeLists.txt: dptrain_generated).
+  set_property(GLOBAL APPEND PROPERTY DPT_GENERATED_SOURCES "${E_OUTPUT}")
 endfunction()
