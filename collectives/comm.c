@@ -124,12 +124,13 @@ void dpt_comm_options_default(dpt_comm_options *o) {
   o->desync_check = 1;
   o->algo = DPT_ALLREDUCE_AUTO;
   /* Measured with bench/allreduce --algo (docs/performance.md, 2 ranks, one node): direct
-   * wins up to its 64 KiB inline limit, the ring from 256 KiB, MPI_Allreduce nowhere. For
-   * more ranks direct's traffic grows as (N-1) n (the limit bounds that), rd's as
-   * n log2(N) against the ring's 2(N-1) latency steps: rd up to 64 KiB. */
-  o->direct_max_bytes = (size_t)64 << 10;
+   * wins up to 4 KiB, ties with rd and the ring at 16 KiB, and the ring (which moves half the
+   * bytes, summed in place as they arrive) wins from 64 KiB; MPI_Allreduce nowhere. For more
+   * ranks direct's traffic grows as (N-1) n (the limit bounds that), rd's as n log2(N)
+   * against the ring's 2(N-1) latency steps: rd up to 16 KiB. */
+  o->direct_max_bytes = (size_t)16 << 10;
   o->mpi_max_bytes = 0;
-  o->rd_max_bytes = (size_t)64 << 10;
+  o->rd_max_bytes = (size_t)16 << 10;
   /* 512 KiB blocks of 128 KiB pieces: the best host figures from 1 to 16 MiB, within 10 % of
    * 1 MiB blocks at 64 MiB, and device buffers 15 % faster than with 1 MiB blocks (their
    * staging slots stay in cache; 4 MiB blocks ran them at half the speed). */

@@ -682,8 +682,10 @@ START_TEST(options_and_environment) {
   /* direct's limit bounds the (size - 1) payloads each rank sends. */
   ck_assert_int_eq(dpt_comm_group_create(5, &g), DPT_OK);
   ck_assert_int_eq(dpt_comm_group_member(g, 0, &c), DPT_OK);
-  ck_assert_int_eq(dpt_comm_pick_algo(c, 4096, DPT_COMM_F32), DPT_ALLREDUCE_DIRECT); /* 4 x 16K */
-  ck_assert_int_eq(dpt_comm_pick_algo(c, 5000, DPT_COMM_F32), DPT_ALLREDUCE_RD);
+  ck_assert_int_eq(dpt_comm_pick_algo(c, 1024, DPT_COMM_F32), DPT_ALLREDUCE_DIRECT); /* 4 x 4K */
+  ck_assert_int_eq(dpt_comm_pick_algo(c, 1025, DPT_COMM_F32), DPT_ALLREDUCE_RD);
+  ck_assert_int_eq(dpt_comm_pick_algo(c, 4096, DPT_COMM_F32), DPT_ALLREDUCE_RD); /* 16 KiB */
+  ck_assert_int_eq(dpt_comm_pick_algo(c, 4097, DPT_COMM_F32), DPT_ALLREDUCE_RING);
   ck_assert_int_eq(dpt_comm_pick_algo(c, 1 << 20, DPT_COMM_F32), DPT_ALLREDUCE_RING);
   dpt_comm_destroy(c);
   dpt_comm_group_destroy(g);
