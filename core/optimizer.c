@@ -1,6 +1,7 @@
 /* Optimizers and learning-rate schedules over a model's flat buffers. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/error.h"
 #include "dptrain/optim.h"
@@ -9,8 +10,13 @@ struct dpt_optimizer {
   dpt_model *model;
   dpt_optim_config cfg;
   int64_t steps;
-  dpt_buffer *state0; /* SGD: velocity; AdamW: first moment. [num_params], zero-initialized */
-  dpt_buffer *state1; /* AdamW: second moment. [num_params] */
+  dpt_buffer *state0; /* SGD: velocity; AdamW: first moment. zero-initialized */
+  dpt_buffer *state1; /* AdamW: second moment */
+  /* Sharded: state for these ranges only, packed in order (range i at state_off[i]);
+   * NULL: state for every parameter, at the parameter's own offset. */
+  dpt_range *shard;
+  size_t *state_off;
+  size_t nshard;
 };
 
 void dpt_optim_config_default(dpt_optim_config *cfg, dpt_optim_kind kind) {
@@ -86,20 +92,41 @@ double dpt_optim_lr_at(const dpt_optim_config *c, int64_t step) {
   }
 }
 
-dpt_status dpt_optimizer_create(dpt_model *model, const dpt_optim_config *cfg,
-                                dpt_optimizer **out) {
-  if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_optimizer_create: out is NULL");
+static dpt_status check_ranges(const dpt_model *model, const dpt_range *ranges, size_t n,
+                               const char *fn);
+
+/* Creates the optimizer with state for `n` elements (shard: the ranges they cover, or NULL). */
+static dpt_status create(dpt_model *model, const dpt_optim_config *cfg, const dpt_range *shard,
+                         size_t nshard, dpt_optimizer **out, const char *fn) {
+  if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: out is NULL", fn);
   *out = NULL;
-  if (!model) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_optimizer_create: model is NULL");
+  if (!model) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: model is NULL", fn);
   dpt_status st = dpt_optim_config_check(cfg);
+  if (st == DPT_OK && shard) st = check_ranges(model, shard, nshard, fn);
   if (st != DPT_OK) return st;
   dpt_optimizer *o = calloc(1, sizeof *o);
-  if (!o) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_optimizer_create: out of memory");
+  if (!o) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
   o->model = model;
   o->cfg = *cfg;
   dpt_backend *be = dpt_model_backend(model);
   size_t n = dpt_model_num_params(model);
+  if (shard) {
+    o->nshard = nshard;
+    o->shard = malloc((nshard ? nshard : 1) * sizeof *o->shard);
+    o->state_off = malloc((nshard ? nshard : 1) * sizeof *o->state_off);
+    if (!o->shard || !o->state_off) {
+      dpt_optimizer_destroy(o);
+      return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+    n = 0;
+    for (size_t i = 0; i < nshard; ++i) {
+      o->shard[i] = shard[i];
+      o->state_off[i] = n;
+      n += shard[i].count; /* no overflow: the ranges lie inside the parameters */
+    }
+  }
   int states = cfg->kind == DPT_OPTIM_ADAMW ? 2 : cfg->momentum > 0.0f ? 1 : 0;
+  if (n == 0) n = 1; /* an empty shard: a buffer all the same */
   if (states >= 1) st = dpt_buffer_alloc(be, n * sizeof(float), &o->state0);
   if (st == DPT_OK && states >= 1) st = dpt_buffer_fill_f32(o->state0, 0, n, 0.0f);
   if (st == DPT_OK && states >= 2) st = dpt_buffer_alloc(be, n * sizeof(float), &o->state1);
@@ -112,10 +139,25 @@ dpt_status dpt_optimizer_create(dpt_model *model, const dpt_optim_config *cfg,
   return DPT_OK;
 }
 
+dpt_status dpt_optimizer_create(dpt_model *model, const dpt_optim_config *cfg,
+                                dpt_optimizer **out) {
+  return create(model, cfg, NULL, 0, out, "dpt_optimizer_create");
+}
+
+dpt_status dpt_optimizer_create_sharded(dpt_model *model, const dpt_optim_config *cfg,
+                                        const dpt_range *ranges, size_t n, dpt_optimizer **out) {
+  if (n > 0 && !ranges)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_optimizer_create_sharded: ranges is NULL");
+  static const dpt_range none = {0, 0};
+  return create(model, cfg, ranges ? ranges : &none, n, out, "dpt_optimizer_create_sharded");
+}
+
 void dpt_optimizer_destroy(dpt_optimizer *o) {
   if (!o) return;
   dpt_buffer_free(o->state0);
   dpt_buffer_free(o->state1);
+  free(o->shard);
+  free(o->state_off);
   free(o);
 }
 
@@ -123,23 +165,41 @@ int64_t dpt_optimizer_steps(const dpt_optimizer *o) {
   return o ? o->steps : 0;
 }
 
-/* Checks that the ranges lie inside the parameters. */
-static dpt_status check_ranges(const dpt_optimizer *o, const dpt_range *ranges, size_t n,
+/* Checks that the ranges lie inside the parameters, in increasing order without overlap. */
+static dpt_status check_ranges(const dpt_model *model, const dpt_range *ranges, size_t n,
                                const char *fn) {
-  if (!o) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: optimizer is NULL", fn);
   if (n > 0 && !ranges) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: ranges is NULL", fn);
-  const size_t np = dpt_model_num_params(o->model);
-  for (size_t i = 0; i < n; ++i)
+  const size_t np = dpt_model_num_params(model);
+  for (size_t i = 0; i < n; ++i) {
     if (ranges[i].offset > np || ranges[i].count > np - ranges[i].offset)
       return dpt_set_error(DPT_ERR_INVALID_ARG,
                            "%s: range %zu [%zu, +%zu) outside the %zu parameters", fn, i,
                            ranges[i].offset, ranges[i].count, np);
+    if (i > 0 && ranges[i].offset < ranges[i - 1].offset + ranges[i - 1].count)
+      return dpt_set_error(DPT_ERR_INVALID_ARG,
+                           "%s: range %zu starts at %zu, inside or before range %zu", fn, i,
+                           ranges[i].offset, i - 1);
+  }
   return DPT_OK;
+}
+
+/* Checks a step's ranges: inside the parameters, and a sharded optimizer's own shard. */
+static dpt_status check_step_ranges(const dpt_optimizer *o, const dpt_range *ranges, size_t n,
+                                    const char *fn) {
+  if (!o) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: optimizer is NULL", fn);
+  if (o->shard &&
+      (n != o->nshard || (n > 0 && (!ranges || memcmp(ranges, o->shard, n * sizeof *ranges) != 0))))
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: this optimizer keeps state for its own %zu shard ranges; pass "
+                         "exactly those",
+                         fn, o->nshard);
+  return check_ranges(o->model, ranges, n, fn);
 }
 
 dpt_status dpt_optimizer_grad_sumsq(dpt_optimizer *o, const dpt_range *ranges, size_t n,
                                     double *out) {
-  dpt_status st = check_ranges(o, ranges, n, "dpt_optimizer_grad_sumsq");
+  if (!o) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_optimizer_grad_sumsq: optimizer is NULL");
+  dpt_status st = check_ranges(o->model, ranges, n, "dpt_optimizer_grad_sumsq");
   if (st != DPT_OK) return st;
   if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_optimizer_grad_sumsq: out is NULL");
   dpt_backend *be = dpt_model_backend(o->model);
@@ -175,15 +235,16 @@ static dpt_status update(dpt_optimizer *o, const dpt_range *ranges, size_t n, do
   float lr = (float)dpt_optim_lr_at(&o->cfg, o->steps);
   for (size_t i = 0; i < n && st == DPT_OK; ++i) {
     const size_t off = ranges[i].offset, cnt = ranges[i].count;
+    const size_t so = o->state_off ? o->state_off[i] : off; /* the range's optimizer state */
     if (clip_scale != 1.0f) st = dpt_scale(be, cnt, clip_scale, g, off);
     if (st != DPT_OK) break;
     if (o->cfg.kind == DPT_OPTIM_SGD) {
       dpt_sgd_params p = {lr, o->cfg.momentum, o->cfg.weight_decay, o->cfg.nesterov};
-      st = dpt_sgd_update(be, cnt, &p, w, off, g, off, o->state0, off);
+      st = dpt_sgd_update(be, cnt, &p, w, off, g, off, o->state0, so);
     } else {
       dpt_adamw_params p = {lr,         o->cfg.beta1,        o->cfg.beta2,
                             o->cfg.eps, o->cfg.weight_decay, o->steps + 1};
-      st = dpt_adamw_update(be, cnt, &p, w, off, g, off, o->state0, off, o->state1, off);
+      st = dpt_adamw_update(be, cnt, &p, w, off, g, off, o->state0, so, o->state1, so);
     }
   }
   if (st == DPT_OK) ++o->steps;
@@ -192,6 +253,10 @@ static dpt_status update(dpt_optimizer *o, const dpt_range *ranges, size_t n, do
 
 dpt_status dpt_optimizer_step(dpt_optimizer *o, double *grad_norm) {
   if (!o) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_optimizer_step: optimizer is NULL");
+  if (o->shard)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_optimizer_step: this optimizer is sharded "
+                                              "(state for its shard only): use "
+                                              "dpt_optimizer_step_ranges");
   const dpt_range all = {0, dpt_model_num_params(o->model)};
   double sumsq = 0;
   if (o->cfg.clip_norm > 0.0f) {
@@ -204,7 +269,7 @@ dpt_status dpt_optimizer_step(dpt_optimizer *o, double *grad_norm) {
 
 dpt_status dpt_optimizer_step_ranges(dpt_optimizer *o, const dpt_range *ranges, size_t n,
                                      double grad_sumsq, double *grad_norm) {
-  dpt_status st = check_ranges(o, ranges, n, "dpt_optimizer_step_ranges");
+  dpt_status st = check_step_ranges(o, ranges, n, "dpt_optimizer_step_ranges");
   if (st != DPT_OK) return st;
   return update(o, ranges, n, grad_sumsq, grad_norm);
 }

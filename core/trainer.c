@@ -175,7 +175,8 @@ static dpt_status check_drift(replica *r, replica_state *s, int64_t step, uint64
 }
 
 /* The sharded step (the default with several replicas): the gradients are reduce-scattered,
- * each replica updates only its shard of the parameters (1/R of the optimizer's work), and
+ * each replica updates only its shard of the parameters (1/R of the optimizer's work and
+ * state), and
  * the parameters are all-gathered. Every element is updated by one replica from the same sum
  * the ring all-reduce gives, so the parameters are bit for bit those of the full step when
  * its all-reduce runs the ring. */
@@ -278,7 +279,15 @@ static dpt_status replica_setup(replica *r, replica_state *s, size_t *max_slice_
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "the test set has %zu values per sample, the model takes %zu",
                          dpt_dataset_dim(cfg->test), input);
-  st = dpt_optimizer_create(s->model, &cfg->optim, &s->opt);
+  if (sharded_step(r)) { /* the optimizer keeps state for this replica's shard only */
+    s->nshard = dpt_comm_shard(r->comm, np, DPT_COMM_F32, r->index, NULL, 0);
+    s->shard = malloc((s->nshard ? s->nshard : 1) * sizeof *s->shard);
+    if (!s->shard) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "training: out of host memory");
+    dpt_comm_shard(r->comm, np, DPT_COMM_F32, r->index, s->shard, s->nshard);
+    st = dpt_optimizer_create_sharded(s->model, &cfg->optim, s->shard, s->nshard, &s->opt);
+  } else {
+    st = dpt_optimizer_create(s->model, &cfg->optim, &s->opt);
+  }
   if (st == DPT_OK) st = dpt_buffer_alloc(s->be, max_slice * input * sizeof(float), &s->x);
   if (st == DPT_OK) st = dpt_buffer_alloc(s->be, max_slice * sizeof(int32_t), &s->y);
   if (st != DPT_OK) return st;
@@ -290,12 +299,6 @@ static dpt_status replica_setup(replica *r, replica_state *s, size_t *max_slice_
   s->hparams = malloc(np * sizeof(float));
   if (!s->hx || !s->hy || !s->perm || !s->idx || !s->hparams)
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "training: out of host memory");
-  if (sharded_step(r)) {
-    s->nshard = dpt_comm_shard(r->comm, np, DPT_COMM_F32, r->index, NULL, 0);
-    s->shard = malloc((s->nshard ? s->nshard : 1) * sizeof *s->shard);
-    if (!s->shard) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "training: out of host memory");
-    dpt_comm_shard(r->comm, np, DPT_COMM_F32, r->index, s->shard, s->nshard);
-  }
   if (cfg->init_params)
     st = dpt_model_set_params(s->model, cfg->init_params);
   else

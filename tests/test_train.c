@@ -205,6 +205,76 @@ START_TEST(sharded_matches_full_step) {
 }
 END_TEST
 
+/* A sharded optimizer (state for its ranges only, packed) steps exactly like a full one
+ * stepped on the same ranges; it refuses other ranges and the full step. */
+START_TEST(optimizer_sharded_state) {
+  dpt_model_spec spec;
+  const size_t hidden[1] = {40};
+  ck_assert_int_eq(dpt_model_spec_mlp(&spec, 1, 8, 8, hidden, 1, 10), DPT_OK);
+  dpt_backend *be;
+  ck_assert_int_eq(dpt_backend_create(DPT_BACKEND_CPU, 0, &be), DPT_OK);
+  const dpt_range rg[3] = {{3, 100}, {500, 250}, {2000, 10}};
+  for (int kind = 0; kind < 2; ++kind) {
+    dpt_optim_config oc;
+    dpt_optim_config_default(&oc, kind ? DPT_OPTIM_ADAMW : DPT_OPTIM_SGD);
+    oc.momentum = kind ? 0.0f : 0.9f;
+    dpt_model *m[2];
+    dpt_optimizer *o[2];
+    for (int i = 0; i < 2; ++i) {
+      ck_assert_int_eq(dpt_model_create(be, &spec, 4, &m[i]), DPT_OK);
+      ck_assert_int_eq(dpt_model_init(m[i], 3), DPT_OK);
+    }
+    ck_assert_int_eq(dpt_optimizer_create(m[0], &oc, &o[0]), DPT_OK);
+    ck_assert_int_eq(dpt_optimizer_create_sharded(m[1], &oc, rg, 3, &o[1]), DPT_OK);
+    size_t n = dpt_model_num_params(m[0]);
+    float *g = malloc(n * sizeof *g),
+          *w[2] = {malloc(n * sizeof(float)), malloc(n * sizeof(float))};
+    for (int step = 0; step < 3; ++step) {
+      for (size_t e = 0; e < n; ++e)
+        g[e] = (float)sin((double)e * 0.7 + step) * 0.01f;
+      for (int i = 0; i < 2; ++i) {
+        ck_assert_int_eq(dpt_buffer_upload(dpt_model_grads(m[i]), 0, g, n * sizeof *g), DPT_OK);
+        ck_assert_msg(dpt_optimizer_step_ranges(o[i], rg, 3, 0.0, NULL) == DPT_OK, "%s",
+                      dpt_last_error());
+      }
+    }
+    for (int i = 0; i < 2; ++i)
+      ck_assert_int_eq(dpt_model_get_params(m[i], w[i]), DPT_OK);
+    ck_assert_msg(memcmp(w[0], w[1], n * sizeof(float)) == 0, "kind %d: sharded state differs",
+                  kind);
+    /* Not its shard, or the full step: refused, nothing changed. */
+    const dpt_range other[3] = {{3, 100}, {500, 250}, {2000, 11}};
+    ck_assert_int_eq(dpt_optimizer_step_ranges(o[1], other, 3, 0.0, NULL), DPT_ERR_INVALID_ARG);
+    ck_assert_int_eq(dpt_optimizer_step_ranges(o[1], rg, 2, 0.0, NULL), DPT_ERR_INVALID_ARG);
+    ck_assert_int_eq(dpt_optimizer_step(o[1], NULL), DPT_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(dpt_last_error(), "sharded"));
+    ck_assert_int_eq(dpt_optimizer_steps(o[1]), 3);
+    for (int i = 0; i < 2; ++i) {
+      dpt_optimizer_destroy(o[i]);
+      dpt_model_destroy(m[i]);
+      free(w[i]);
+    }
+    free(g);
+  }
+  /* Bad shards are refused at creation. */
+  dpt_model *m;
+  dpt_optimizer *o = NULL;
+  dpt_optim_config oc;
+  dpt_optim_config_default(&oc, DPT_OPTIM_SGD);
+  ck_assert_int_eq(dpt_model_create(be, &spec, 4, &m), DPT_OK);
+  const dpt_range overlap[2] = {{0, 10}, {5, 10}}, past[1] = {{0, (size_t)1 << 40}};
+  ck_assert_int_eq(dpt_optimizer_create_sharded(m, &oc, overlap, 2, &o), DPT_ERR_INVALID_ARG);
+  ck_assert_int_eq(dpt_optimizer_create_sharded(m, &oc, past, 1, &o), DPT_ERR_INVALID_ARG);
+  ck_assert_int_eq(dpt_optimizer_create_sharded(m, &oc, NULL, 1, &o), DPT_ERR_INVALID_ARG);
+  ck_assert_ptr_null(o);
+  ck_assert_int_eq(dpt_optimizer_create_sharded(m, &oc, NULL, 0, &o), DPT_OK); /* empty shard */
+  ck_assert_int_eq(dpt_optimizer_step_ranges(o, NULL, 0, 0.0, NULL), DPT_OK);
+  dpt_optimizer_destroy(o);
+  dpt_model_destroy(m);
+  dpt_backend_destroy(be);
+}
+END_TEST
+
 /* Whole-model gradient against central finite differences of the loss, for an MLP and a CNN. */
 static void gradient_check(const dpt_model_spec *spec) {
   dpt_backend *be;
@@ -447,6 +517,7 @@ static Suite *threads_suite(void) {
   tcase_add_test(tc, equivalence_keep_last);
   tcase_add_test(tc, cnn_equivalence);
   tcase_add_test(tc, sharded_matches_full_step);
+  tcase_add_test(tc, optimizer_sharded_state);
   tcase_add_test(tc, gradient_mlp);
   tcase_add_test(tc, gradient_cnn);
   tcase_add_test(tc, state_dict_layout);

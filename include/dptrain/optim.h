@@ -61,10 +61,19 @@ DPT_API void dpt_optimizer_destroy(dpt_optimizer *opt);
  * The step counter advances by one. */
 DPT_API dpt_status dpt_optimizer_step(dpt_optimizer *opt, double *grad_norm);
 
+/* An optimizer that keeps state (SGD momentum, AdamW moments) for `ranges` only, packed: 1/R
+ * of the memory when the ranges are a replica's shard (dpt_comm_shard). Ranges in increasing
+ * order, not overlapping. Only dpt_optimizer_step_ranges with exactly these ranges steps it;
+ * dpt_optimizer_step returns DPT_ERR_INVALID_ARG. */
+DPT_API dpt_status dpt_optimizer_create_sharded(dpt_model *model, const dpt_optim_config *cfg,
+                                                const dpt_range *ranges, size_t n,
+                                                dpt_optimizer **out);
+
 /* The sharded step: the same update on the elements of `ranges` only (n ranges, element
- * offsets into the parameters; this replica's shard after a reduce-scatter of the gradients,
- * dpt_comm_shard), counted as one step. State outside the ranges is left alone, so each
- * replica keeps valid optimizer state for its shard only. Clipping needs the norm of the
+ * offsets into the parameters, increasing; this replica's shard after a reduce-scatter of the
+ * gradients, dpt_comm_shard), counted as one step. On an optimizer from dpt_optimizer_create,
+ * state outside the ranges is left alone; on a sharded one the ranges must be its own.
+ * Clipping needs the norm of the
  * whole gradient: pass in grad_sumsq its sum of squares (every replica's
  * dpt_optimizer_grad_sumsq over its shard, summed over replicas in the same order everywhere);
  * it is ignored without clipping. grad_norm as for dpt_optimizer_step. */
