@@ -146,6 +146,7 @@ dpt_status dpt_optimizer_create(dpt_model *model, const dpt_optim_config *cfg,
 
 dpt_status dpt_optimizer_create_sharded(dpt_model *model, const dpt_optim_config *cfg,
                                         const dpt_range *ranges, size_t n, dpt_optimizer **out) {
+  if (out) *out = NULL;
   if (n > 0 && !ranges)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_optimizer_create_sharded: ranges is NULL");
   static const dpt_range none = {0, 0};

@@ -207,7 +207,14 @@ static dpt_status shard_step(replica *r, replica_state *s, double *t_opt, double
   dpt_status st = dpt_allgather_shards_buffer(r->comm, dpt_model_params(s->model), 0,
                                               dpt_model_num_params(s->model), DPT_COMM_F32);
   *t_comm += now_sec() - t1;
-  return st;
+  if (st == DPT_ERR_TIMEOUT || st == DPT_ERR_COMM || st == DPT_ERR_MISMATCH) {
+    /* The collective itself failed (every replica sees it, or the communicator is broken):
+     * stop now, with this replica's own earlier failure if it had one. */
+    if (s->pending != DPT_OK) return dpt_set_error(s->pending, "%s", s->pending_msg);
+    return st;
+  }
+  keep_failure(s, st); /* local (staging, device): announced at the next exchange */
+  return DPT_OK;
 }
 
 /* Uploads the given samples as the device batch. */

@@ -9,8 +9,9 @@
  * CLBlast is not safe to call from several threads at once, even on different contexts: its
  * per-call routine set-up (the tuning database lookup) races and crashes now and then
  * (CLBlast issue #486; seen here with replicas as threads of one process). Every call takes
- * one process-wide lock; it covers only the enqueue (CLBlast does not wait for the kernel),
- * so replicas still compute concurrently. */
+ * one process-wide lock. It covers the enqueue (CLBlast does not wait for the kernel, so
+ * replicas still compute concurrently) and, on the first call per device and shape class, the
+ * kernel compilation: other replicas' first gemms wait for it. */
 #include <pthread.h>
 #include <stdio.h>
 

@@ -16,7 +16,8 @@
  *   5. the sharded optimizer step: each replica updates its shard of the parameters (clipping,
  *      when asked, by the norm of the whole reduced gradient: identical everywhere), then the
  *      shards are all-gathered. Every parameter comes out bit for bit as a full step after a
- *      ring all-reduce would give it, with 1/R of the optimizer's work and state per replica.
+ *      ring all-reduce would give it (with clipping, the norm is summed shard by shard: equal
+ *      to rounding), with 1/R of the optimizer's work and state per replica.
  *      full_optimizer_step = 1: all-reduce the gradients and update everything everywhere.
  * At start the parameters are broadcast from replica 0 and a 64-bit fingerprint of their bytes
  * is compared across replicas; it is compared again every check_every steps, and a difference
