@@ -46,6 +46,10 @@ int comm_case_sharded(dpt_comm *c, dpt_backend *be, size_t count, dpt_comm_dtype
 /* Reduce-scatter + all-gather of order-dependent sums gives the ring all-reduce's bits. */
 int comm_case_sharded_inexact(dpt_comm *c, size_t count, char *err, size_t errlen);
 
+/* The signature both comm_case_allreduce and comm_case_sharded have. */
+typedef int (*comm_count_case)(dpt_comm *c, dpt_backend *be, size_t count, dpt_comm_dtype dtype,
+                               uint64_t *hash, char *err, size_t errlen);
+
 /* One broadcast of `bytes` from `root` (host or buffer), checked. */
 int comm_case_broadcast(dpt_comm *c, dpt_backend *be, size_t bytes, int root, char *err,
                         size_t errlen);

@@ -73,14 +73,16 @@ static void base_options(dpt_comm_options *o) {
   o->timeout_s = 30.0;
 }
 
-/* All counts and both dtypes on `c`, data on `be` (NULL: host). */
-static void run_counts(dpt_comm *c, dpt_backend *be, outcome *o, const char *label) {
+/* fn (an all-reduce or the sharded pair) over all counts and both dtypes on `c`, data on `be`
+ * (NULL: host). */
+static void counts_with(dpt_comm *c, dpt_backend *be, outcome *o, comm_count_case fn,
+                        const char *label) {
   size_t counts[32];
   int n = comm_case_counts(world_size, counts, 32);
   for (int d = 0; d < 2 && o->rc == 0; ++d) {
     for (int i = 0; i < n && o->rc == 0 && o->nhash < MAX_HASH; ++i) {
-      o->rc = comm_case_allreduce(c, be, counts[i], d ? DPT_COMM_F16 : DPT_COMM_F32,
-                                  &o->hash[o->nhash++], o->err, sizeof o->err);
+      o->rc = fn(c, be, counts[i], d ? DPT_COMM_F16 : DPT_COMM_F32, &o->hash[o->nhash++], o->err,
+                 sizeof o->err);
       if (o->rc) {
         size_t len = strlen(o->err);
         snprintf(o->err + len, sizeof o->err - len, " [%s count %zu %s]", label, counts[i],
@@ -105,7 +107,7 @@ START_TEST(allreduce_host_closed_form) {
       outcome o = {0};
       char label[64];
       snprintf(label, sizeof label, "%s variant %d", dpt_allreduce_algo_name(algos[a]), variant);
-      run_counts(c, NULL, &o, label);
+      counts_with(c, NULL, &o, comm_case_allreduce, label);
       dpt_comm_destroy(c);
       agree(&o, label);
     }
@@ -137,7 +139,7 @@ START_TEST(allreduce_buffers) {
         snprintf(label, sizeof label, "%s %s %s", dpt_backend_kind_name(kinds[k]),
                  dpt_allreduce_algo_name(algos[a]), comm_case_staging_name(mode));
         /* Every rank runs the same collectives even when its backend failed (host data). */
-        run_counts(c, be, &o, label);
+        counts_with(c, be, &o, comm_case_allreduce, label);
         dpt_backend_destroy(be);
         dpt_comm_destroy(c);
         agree(&o, label);
@@ -207,19 +209,14 @@ START_TEST(sharded_closed_form) {
       o.rc = -1;
       snprintf(o.err, sizeof o.err, "%s", dpt_last_error());
     }
-    size_t counts[32];
-    int n = comm_case_counts(world_size, counts, 32);
-    for (int d = 0; d < 2 && o.rc == 0; ++d)
-      for (int i = 0; i < n && o.rc == 0 && o.nhash < MAX_HASH; ++i)
-        o.rc = comm_case_sharded(c, be, counts[i], d ? DPT_COMM_F16 : DPT_COMM_F32,
-                                 &o.hash[o.nhash++], o.err, sizeof o.err);
+    char label[64];
+    snprintf(label, sizeof label, "sharded variant %d", variant);
+    counts_with(c, be, &o, comm_case_sharded, label);
     const size_t inexact[] = {3, 1000, 70001};
     for (int i = 0; i < 3 && o.rc == 0; ++i)
       o.rc = comm_case_sharded_inexact(c, inexact[i], o.err, sizeof o.err);
     dpt_backend_destroy(be);
     dpt_comm_destroy(c);
-    char label[64];
-    snprintf(label, sizeof label, "sharded variant %d", variant);
     agree(&o, label);
   }
 }

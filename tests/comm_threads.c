@@ -126,7 +126,9 @@ static dpt_backend *rank_backend(dpt_comm *c, const team *t, member_out *out) {
 
 /* ---- all-reduce: closed form over the odd counts ------------------------------------------ */
 
-static void allreduce_counts(dpt_comm *c, const team *t, member_out *out) {
+/* fn (an all-reduce or the sharded pair) over every odd count and both dtypes. */
+static void counts_with(dpt_comm *c, const team *t, member_out *out, comm_count_case fn,
+                        const char *label) {
   dpt_backend *be = rank_backend(c, t, out);
   if (out->rc) return;
   size_t counts[32];
@@ -134,16 +136,19 @@ static void allreduce_counts(dpt_comm *c, const team *t, member_out *out) {
   for (int d = 0; d < 2 && out->rc == 0; ++d) {
     for (int i = 0; i < n && out->rc == 0 && out->nhash < 64; ++i) {
       dpt_comm_dtype dt = d ? DPT_COMM_F16 : DPT_COMM_F32;
-      out->rc = comm_case_allreduce(c, be, counts[i], dt, &out->hash[out->nhash++], out->err,
-                                    sizeof out->err);
+      out->rc = fn(c, be, counts[i], dt, &out->hash[out->nhash++], out->err, sizeof out->err);
       if (out->rc) {
         size_t len = strlen(out->err);
-        snprintf(out->err + len, sizeof out->err - len, " [count %zu %s algo %s]", counts[i],
-                 d ? "f16" : "f32", dpt_allreduce_algo_name(t->opt.algo));
+        snprintf(out->err + len, sizeof out->err - len, " [count %zu %s %s]", counts[i],
+                 d ? "f16" : "f32", label);
       }
     }
   }
   dpt_backend_destroy(be);
+}
+
+static void allreduce_counts(dpt_comm *c, const team *t, member_out *out) {
+  counts_with(c, t, out, comm_case_allreduce, dpt_allreduce_algo_name(t->opt.algo));
 }
 
 static const dpt_allreduce_algo own_algos[] = {DPT_ALLREDUCE_AUTO, DPT_ALLREDUCE_RING,
@@ -268,21 +273,7 @@ END_TEST
 /* ---- reduce-scatter and all-gather of shards ---------------------------------------------- */
 
 static void sharded_counts(dpt_comm *c, const team *t, member_out *out) {
-  dpt_backend *be = rank_backend(c, t, out);
-  if (out->rc) return;
-  size_t counts[32];
-  int n = comm_case_counts(dpt_comm_size(c), counts, 32);
-  for (int d = 0; d < 2 && out->rc == 0; ++d)
-    for (int i = 0; i < n && out->rc == 0 && out->nhash < 64; ++i) {
-      out->rc = comm_case_sharded(c, be, counts[i], d ? DPT_COMM_F16 : DPT_COMM_F32,
-                                  &out->hash[out->nhash++], out->err, sizeof out->err);
-      if (out->rc) {
-        size_t len = strlen(out->err);
-        snprintf(out->err + len, sizeof out->err - len, " [count %zu %s]", counts[i],
-                 d ? "f16" : "f32");
-      }
-    }
-  dpt_backend_destroy(be);
+  counts_with(c, t, out, comm_case_sharded, "reduce-scatter + all-gather");
 }
 
 START_TEST(sharded_host_closed_form) {
