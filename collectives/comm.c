@@ -769,6 +769,17 @@ static dpt_status check_range(const dpt_buffer *buf, size_t offset, size_t bytes
   return DPT_OK;
 }
 
+/* Checks a (buffer, element offset, count) range; the byte offset and size in *off, *bytes. */
+static dpt_status check_elems(const dpt_buffer *buf, size_t offset, size_t count,
+                              dpt_comm_dtype dtype, size_t *off, size_t *bytes, const char *fn) {
+  *off = *bytes = 0;
+  if ((*bytes = payload_bytes(count, dtype)) == SIZE_MAX)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: count %zu overflows", fn, count);
+  if (!dpt_mul_ok(offset, dpt_dtype_size(dtype), off))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: offset %zu overflows", fn, offset);
+  return check_range(buf, *off, *bytes, fn);
+}
+
 /* A zero-copy host view of a device range, when staging is AUTO and the backend's memory is
  * host-addressable (CPU backend, CPU drivers, integrated GPUs): the collective then runs on it
  * as on host data, with no staging copy. *ptr = NULL otherwise. */
@@ -878,10 +889,8 @@ dpt_status dpt_allreduce_buffer(dpt_comm *c, dpt_buffer *buf, size_t offset, siz
   st = allreduce_begin(c, &k, count, dtype, fn);
   const dpt_allreduce_algo algo = (dpt_allreduce_algo)k.h.algo;
   const size_t es = dpt_dtype_size(dtype);
-  size_t off_bytes = 0, bytes = count * es;
-  if (st == DPT_OK && !dpt_mul_ok(offset, es, &off_bytes))
-    st = dpt_set_error(DPT_ERR_INVALID_ARG, "%s: offset %zu overflows", fn, offset);
-  if (st == DPT_OK) st = check_range(buf, off_bytes, bytes, fn);
+  size_t off_bytes = 0, bytes = 0;
+  if (st == DPT_OK) st = check_elems(buf, offset, count, dtype, &off_bytes, &bytes, fn);
   if (st != DPT_OK) return coll_fail(c, &k, st);
   if (c->size == 1) return DPT_OK;
   if (count == 0) return allreduce_run(c, &k, NULL, 0, dtype, algo);
@@ -922,16 +931,12 @@ static dpt_status ring_phase(dpt_comm *c, void *data, int on_buf, dpt_buffer *bu
              count, dtype, DPT_ALLREDUCE_RING, 0);
   st = check_dtype(dtype, fn);
   size_t bytes = 0, off_bytes = 0;
-  if (st == DPT_OK && (bytes = payload_bytes(count, dtype)) == SIZE_MAX)
+  if (st == DPT_OK && on_buf)
+    st = check_elems(buf, offset, count, dtype, &off_bytes, &bytes, fn);
+  else if (st == DPT_OK && (bytes = payload_bytes(count, dtype)) == SIZE_MAX)
     st = dpt_set_error(DPT_ERR_INVALID_ARG, "%s: count %zu overflows", fn, count);
-  if (st == DPT_OK && on_buf) {
-    if (!dpt_mul_ok(offset, dpt_dtype_size(dtype), &off_bytes))
-      st = dpt_set_error(DPT_ERR_INVALID_ARG, "%s: offset %zu overflows", fn, offset);
-    else
-      st = check_range(buf, off_bytes, bytes, fn);
-  } else if (st == DPT_OK && !data && count > 0) {
+  else if (st == DPT_OK && !data && count > 0)
     st = dpt_set_error(DPT_ERR_INVALID_ARG, "%s: data is NULL with count %zu", fn, count);
-  }
   void *host = NULL;
   if (st == DPT_OK && on_buf) st = map_range(c, buf, off_bytes, bytes, &host);
   if (st != DPT_OK) return coll_fail(c, &k, st);

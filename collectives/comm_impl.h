@@ -150,6 +150,10 @@ static inline void dpt_cpu_relax(void) {
 #endif
 }
 
+/* Delivers `bytes` of a message into receive r at byte `at`: copied, or added into place when
+ * r->reduce (transports with recv_reduce). */
+void dpt_req_deliver(dpt_req *r, size_t at, const void *src, size_t bytes);
+
 /* Monotonic clock, seconds. */
 double dpt_comm_now(void);
 /* Grows *buf to at least `bytes` (contents not kept). */

@@ -53,3 +53,12 @@ void dpt_direct_sum(const dpt_comm *c, void *data, const void *const *payload, s
   for (int r = 2; r < c->size; ++r)
     dpt_sum_into(data, payload[r], count, dtype);
 }
+
+void dpt_req_deliver(dpt_req *r, size_t at, const void *src, size_t bytes) {
+  if (bytes == 0) return;
+  unsigned char *dst = (unsigned char *)r->buf + at;
+  if (r->reduce)
+    dpt_sum_into(dst, src, bytes / dpt_dtype_size(r->dtype), r->dtype);
+  else
+    memcpy(dst, src, bytes);
+}

@@ -211,11 +211,7 @@ static void progress_recv(dpt_shm *s, int p, uint64_t current) {
     }
     if (pe->cur && !pe->discard) {
       dpt_req *r = pe->cur;
-      unsigned char *dst = (unsigned char *)r->buf + h.offset;
-      if (h.bytes && r->reduce)
-        dpt_sum_into(dst, slot_data(s, c, tail), h.bytes / dpt_dtype_size(r->dtype), r->dtype);
-      else if (h.bytes)
-        memcpy(dst, slot_data(s, c, tail), h.bytes);
+      dpt_req_deliver(r, h.offset, slot_data(s, c, tail), h.bytes);
       if (h.last) {
         r->got = h.total;
         complete(r, DPT_OK);

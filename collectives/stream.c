@@ -32,7 +32,6 @@ typedef struct engine {
   size_t esize;
   dpt_req sreq[DPT_WINDOW], rreq[DPT_WINDOW];
   dpt_xfer sx[DPT_WINDOW], rx[DPT_WINDOW];
-  int rsum[DPT_WINDOW]; /* the transport adds receive k into its destination as it arrives */
   size_t s_post, s_done, r_post, r_proc;
   size_t blocks_done;
   int staging_wait; /* the last pass stopped on a block that is not staged yet */
@@ -59,7 +58,6 @@ static dpt_status post_recvs(engine *e, int *progress) {
     s->recv_at(s->ctx, e->r_post, x);
     dpt_req *r = &e->rreq[k];
     memset(r, 0, sizeof *r);
-    e->rsum[k] = 0;
     if (x->bytes == 0) {
       r->done = 1;
     } else {
@@ -75,8 +73,7 @@ static dpt_status post_recvs(engine *e, int *progress) {
       r->bytes = x->bytes;
       /* A sum the transport can do as the data arrives skips the slot, unless a send may
        * still read the destination. */
-      e->rsum[k] = !x->ptr && e->c->recv_reduce && (x->dep2 == DPT_NO_DEP || x->dep2 < e->s_done);
-      r->reduce = e->rsum[k];
+      r->reduce = !x->ptr && e->c->recv_reduce && (x->dep2 == DPT_NO_DEP || x->dep2 < e->s_done);
       r->dtype = s->dtype;
       r->buf = x->ptr ? x->ptr : r->reduce ? x->reduce_dst : e->c->slot_buf + k * s->slot_bytes;
       st = e->c->tp->irecv(e->c, r);
@@ -140,7 +137,7 @@ static dpt_status process_recvs(engine *e, int *progress) {
                              "of %zu): the ranks disagree on the call",
                              dpt_what_str(e->what), x->peer, r->err != DPT_OK ? "more" : "fewer",
                              x->bytes, e->r_proc, e->s->nrecv);
-      if (!x->ptr && !e->rsum[k]) {
+      if (!x->ptr && !r->reduce) { /* a slot receive: sum it now */
         if (x->dep2 != DPT_NO_DEP && x->dep2 >= e->s_done) break;
         int ok;
         dpt_status st = staged(e, x->block, &ok);

@@ -118,12 +118,7 @@ static void drain_channel(dpt_comm_group *g, size_t ch) {
     sd->matched = 1;
     const int fits = sd->bytes <= rv->bytes;
     pthread_mutex_unlock(&g->lock);
-    if (fits && sd->bytes > 0) {
-      if (rv->reduce)
-        dpt_sum_into(rv->buf, sd->buf, sd->bytes / dpt_dtype_size(rv->dtype), rv->dtype);
-      else
-        memcpy(rv->buf, sd->buf, sd->bytes);
-    }
+    if (fits) dpt_req_deliver(rv, 0, sd->buf, sd->bytes);
     pthread_mutex_lock(&g->lock);
     rv->got = fits ? sd->bytes : 0;
     rv->err = fits ? DPT_OK : DPT_ERR_MISMATCH;
