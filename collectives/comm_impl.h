@@ -263,9 +263,29 @@ dpt_status dpt_stage_finish(dpt_stage *s, int ok);
 /* ---- shared-memory channels (shm.c), the MPI transport's path inside one node ---------- */
 
 typedef struct dpt_shm dpt_shm;
+/* How senders write large slots (DPT_COMM_SHM_COPY): chosen per channel from what each way
+ * costs, plain memcpy, or streaming stores. */
+typedef enum dpt_shm_copy {
+  DPT_SHM_COPY_AUTO,
+  DPT_SHM_COPY_CACHED,
+  DPT_SHM_COPY_STREAM
+} dpt_shm_copy;
+/* "auto" | "cached" | "streaming"; anything else is DPT_ERR_INVALID_ARG naming the variable. */
+dpt_status dpt_shm_copy_parse(const char *v, dpt_shm_copy *out);
+/* A receiver's record of what one channel's slots cost in each mode. */
+typedef struct dpt_copy_choice {
+  float est[2][2]; /* [copy 0, sum 1][cached 0, streaming 1]: ns per KiB, sender + receiver;
+                      0 until a first sample */
+  int prefer;      /* 0 cached, 1 streaming */
+} dpt_copy_choice;
+/* Adds the cost of one slot (both copies, ns per KiB) written in `mode` and delivered as a
+ * copy or a sum; returns the mode preferred from now on: the other one once it costs 10 %
+ * less, summed over the kinds where both modes have samples. */
+int dpt_copy_choice_add(dpt_copy_choice *c, int sum, int mode, double ns_per_kib);
 /* Maps the segment `name` (creating it when `create`) holding the channels of `size` ranks;
  * this process is `rank`. Slot count and size derive from `size`. */
-dpt_status dpt_shm_open(const char *name, int create, int rank, int size, dpt_shm **out);
+dpt_status dpt_shm_open(const char *name, int create, int rank, int size, dpt_shm_copy copy,
+                        dpt_shm **out);
 void dpt_shm_unlink(const char *name);
 /* Unmaps (local: never waits for the other ranks). NULL does nothing. */
 void dpt_shm_close(dpt_shm *s);

@@ -17,6 +17,28 @@
  *        applied at the head of the channel: receives for one peer are posted in the order
  *        that peer sends, which every schedule here does), copied, and consumed (tail + 1).
  *
+ * How a slot is written. Both ranks of a pair copy every byte once (sender: buffer -> slot,
+ * receiver: slot -> buffer, or slot + buffer -> buffer), and what that costs depends on where
+ * the two cores sit. When they share a cache the receiver reads the slot from it and a plain
+ * memcpy is best. When they do not (cores on different chiplets or sockets, or vCPUs the
+ * hypervisor placed apart), every line the receiver reads comes from the other core's cache and
+ * every line the sender rewrites must first be taken back from the receiver's: on the
+ * development VM, which switches between the two placements at run time, that made a 1 MiB
+ * all-reduce 5x slower. There, streaming (non-temporal) stores win: the slot goes to memory,
+ * the receiver reads it from there at full speed and no line moves between the caches.
+ * Streaming loses about 1.5x where the cores share a cache. So, per channel (copy "auto"):
+ *
+ *   sender:   writes slots of SHM_MEASURE_MIN bytes or more in the mode the receiver prefers,
+ *             and one in SHM_EXPLORE in the other mode; it times its copy and puts the mode
+ *             and the time in the slot header (not in the ring's first round: cold pages);
+ *   receiver: times its own copy of such a slot, and keeps an average cost per KiB for each
+ *             (mode, copy or sum); it switches its preference when the other mode costs 10 %
+ *             less (dpt_copy_choice_add) and publishes it in the channel for the sender.
+ *
+ * A change of placement is followed within a few slots (the preferred mode is measured on
+ * every slot) or a few explorations (the other one). DPT_COMM_SHM_COPY=cached|streaming fixes
+ * the mode; streaming needs x86-64 (elsewhere every slot is a memcpy).
+ *
  * A data message of a collective older than the one in progress is dropped (left over from a
  * failed collective); a message that starts while the previous one is unfinished means its
  * sender abandoned it (cancel after a failure) and fails the receive. Progress happens only
@@ -36,25 +58,43 @@
 #include "collectives/comm_impl.h"
 #include "core/error.h"
 
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#define SHM_HAVE_STREAM 1
+#else
+#define SHM_HAVE_STREAM 0
+#endif
+
 /* Budget of the whole segment: the per-channel ring shrinks as ranks grow. */
 #define SHM_BUDGET   ((size_t)32 << 20)
 #define SHM_SLOTS    8
 #define SHM_SLOT_MAX ((size_t)256 << 10)
 #define SHM_SLOT_MIN ((size_t)16 << 10)
+/* Slots this large are candidates for streaming and measured; smaller ones are memcpy'd. */
+#define SHM_MEASURE_MIN ((size_t)32 << 10)
+/* A sender writes one measured slot in every SHM_EXPLORE in the mode its receiver does not
+ * prefer (about 1 % dearer than always the right mode, measured both ways). */
+#define SHM_EXPLORE 32
+
+enum { MODE_CACHED = 0, MODE_STREAM = 1, MODE_TIMED = 2 /* flag: auto, send_ns is set */ };
 
 typedef struct slot_hdr {
   int32_t tag;
-  uint32_t last;   /* the message's last slot */
-  uint64_t seq;    /* the sender's collective */
-  uint64_t total;  /* message bytes */
-  uint64_t offset; /* of this slot's bytes in the message */
-  uint64_t bytes;  /* in this slot */
-  uint64_t pad[3];
+  uint32_t last;    /* the message's last slot */
+  uint64_t seq;     /* the sender's collective */
+  uint64_t total;   /* message bytes */
+  uint64_t offset;  /* of this slot's bytes in the message */
+  uint64_t bytes;   /* in this slot */
+  uint32_t mode;    /* MODE_CACHED or MODE_STREAM, | MODE_TIMED */
+  uint32_t send_ns; /* the sender's copy, when MODE_TIMED */
+  uint64_t pad[2];
 } slot_hdr;
+_Static_assert(sizeof(slot_hdr) == 64, "a slot header is one cache line");
 
 typedef struct chan {
   _Alignas(64) _Atomic uint64_t head; /* slots published (written by the sender) */
   _Alignas(64) _Atomic uint64_t tail; /* slots consumed (written by the receiver) */
+  _Atomic uint32_t prefer;            /* the receiver's mode for large slots (copy auto) */
   _Alignas(64) slot_hdr hdr[SHM_SLOTS];
   /* then SHM_SLOTS * slot bytes of data */
 } chan;
@@ -65,12 +105,15 @@ typedef struct peer {
   dpt_req *rq_head, *rq_tail; /* receives posted, in order */
   dpt_req *cur;               /* receive whose message is arriving */
   int discard;                /* dropping the rest of a message */
+  int explore_in;             /* sender: measured slots until one in the other mode */
+  dpt_copy_choice choice;     /* receiver: what each mode cost */
 } peer;
 
 struct dpt_shm {
   unsigned char *base; /* the mapped segment (owner: this) */
   size_t bytes, chan_bytes, slot;
   int rank, size;
+  dpt_shm_copy copy;
   peer *peers; /* [size] */
 };
 
@@ -95,12 +138,14 @@ static void geometry(int size, size_t *slot, size_t *chan_bytes, size_t *total) 
   *total = (size_t)size * (size_t)size * *chan_bytes;
 }
 
-dpt_status dpt_shm_open(const char *name, int create, int rank, int size, dpt_shm **out) {
+dpt_status dpt_shm_open(const char *name, int create, int rank, int size, dpt_shm_copy copy,
+                        dpt_shm **out) {
   *out = NULL;
   dpt_shm *s = calloc(1, sizeof *s);
   if (!s) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "shared memory: no memory");
   s->rank = rank;
   s->size = size;
+  s->copy = SHM_HAVE_STREAM ? copy : DPT_SHM_COPY_CACHED;
   geometry(size, &s->slot, &s->chan_bytes, &s->bytes);
   s->peers = calloc((size_t)size, sizeof *s->peers);
   int fd = s->peers ? shm_open(name, create ? O_RDWR | O_CREAT | O_EXCL : O_RDWR, 0600) : -1;
@@ -143,6 +188,100 @@ void dpt_shm_close(dpt_shm *s) {
   free(s);
 }
 
+dpt_status dpt_shm_copy_parse(const char *v, dpt_shm_copy *out) {
+  if (!strcmp(v, "auto"))
+    *out = DPT_SHM_COPY_AUTO;
+  else if (!strcmp(v, "cached"))
+    *out = DPT_SHM_COPY_CACHED;
+  else if (!strcmp(v, "streaming"))
+    *out = DPT_SHM_COPY_STREAM;
+  else
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "DPT_COMM_SHM_COPY='%s' is not auto, cached or streaming", v);
+  return DPT_OK;
+}
+
+int dpt_copy_choice_add(dpt_copy_choice *c, int sum, int mode, double ns_per_kib) {
+  float *e = &c->est[sum != 0][mode != 0];
+  double x = ns_per_kib;
+  if (*e > 0) {
+    /* Quick to follow a mode that got cheaper (the first copies into fresh pages are slow),
+     * slower to believe it got dearer: one preempted copy must not flip the choice, so a
+     * sample counts at most twice the mean. */
+    if (x > 2.0 * *e) x = 2.0 * *e;
+    *e += (float)((x - *e) * (x < *e ? 0.5 : 0.25));
+  } else {
+    *e = (float)x;
+  }
+  double cost[2] = {0, 0};
+  for (int k = 0; k < 2; ++k)
+    if (c->est[k][0] > 0 && c->est[k][1] > 0) {
+      cost[0] += c->est[k][0];
+      cost[1] += c->est[k][1];
+    }
+  const int other = !c->prefer;
+  if (cost[other] > 0 && cost[other] < 0.9 * cost[c->prefer]) c->prefer = other;
+  return c->prefer;
+}
+
+/* Copies with streaming stores: the data goes to memory, no cache keeps it. */
+static void copy_stream(unsigned char *dst, const unsigned char *src, size_t n) {
+#if SHM_HAVE_STREAM
+  size_t i = 0;
+  for (; i < n && ((uintptr_t)(dst + i) & 15); ++i)
+    dst[i] = src[i];
+  for (; i + 64 <= n; i += 64) {
+    __m128i a = _mm_loadu_si128((const __m128i_u *)(const void *)(src + i));
+    __m128i b = _mm_loadu_si128((const __m128i_u *)(const void *)(src + i + 16));
+    __m128i c = _mm_loadu_si128((const __m128i_u *)(const void *)(src + i + 32));
+    __m128i d = _mm_loadu_si128((const __m128i_u *)(const void *)(src + i + 48));
+    _mm_stream_si128((__m128i *)(void *)(dst + i), a);
+    _mm_stream_si128((__m128i *)(void *)(dst + i + 16), b);
+    _mm_stream_si128((__m128i *)(void *)(dst + i + 32), c);
+    _mm_stream_si128((__m128i *)(void *)(dst + i + 48), d);
+  }
+  if (i < n) memcpy(dst + i, src + i, n - i);
+  _mm_sfence(); /* streaming stores are not ordered by the release that publishes the slot */
+#else
+  memcpy(dst, src, n);
+#endif
+}
+
+/* Writes the next n bytes of send r into slot `head`, in the mode the channel calls for, and
+ * sets the slot header's mode and time. */
+static void fill_slot(dpt_shm *s, peer *pe, chan *c, uint64_t head, const dpt_req *r, size_t n) {
+  slot_hdr *h = &c->hdr[head % SHM_SLOTS];
+  h->mode = MODE_CACHED;
+  h->send_ns = 0;
+  if (n == 0) return;
+  unsigned char *dst = slot_data(s, c, head);
+  const unsigned char *src = (const unsigned char *)r->buf + r->off;
+  /* The first round of the ring is not measured: its copies fault the slots' pages in. */
+  if (n < SHM_MEASURE_MIN || s->copy == DPT_SHM_COPY_CACHED ||
+      (s->copy == DPT_SHM_COPY_AUTO && head < SHM_SLOTS)) {
+    memcpy(dst, src, n);
+    return;
+  }
+  if (s->copy == DPT_SHM_COPY_STREAM) {
+    h->mode = MODE_STREAM;
+    copy_stream(dst, src, n);
+    return;
+  }
+  const double t0 = dpt_comm_now();
+  uint32_t mode = atomic_load_explicit(&c->prefer, memory_order_relaxed);
+  if (pe->explore_in-- <= 0) {
+    mode = !mode;
+    pe->explore_in = SHM_EXPLORE - 1;
+  }
+  if (mode == MODE_STREAM)
+    copy_stream(dst, src, n);
+  else
+    memcpy(dst, src, n);
+  const double ns = (dpt_comm_now() - t0) * 1e9;
+  h->mode = mode | MODE_TIMED;
+  h->send_ns = ns < 4e9 ? (uint32_t)ns + 1 : UINT32_MAX;
+}
+
 static void complete(dpt_req *r, dpt_status err) {
   r->err = err;
   r->active = 0;
@@ -166,7 +305,7 @@ static void progress_send(dpt_shm *s, int p) {
     h->offset = r->off;
     h->bytes = n;
     h->last = r->off + n == r->bytes;
-    if (n) memcpy(slot_data(s, c, head), (const unsigned char *)r->buf + r->off, n);
+    fill_slot(s, pe, c, head, r, n);
     atomic_store_explicit(&c->head, head + 1, memory_order_release);
     r->off += n;
     if (h->last) {
@@ -211,7 +350,17 @@ static void progress_recv(dpt_shm *s, int p, uint64_t current) {
     }
     if (pe->cur && !pe->discard) {
       dpt_req *r = pe->cur;
-      dpt_req_deliver(r, h.offset, slot_data(s, c, tail), h.bytes);
+      if (h.mode & MODE_TIMED) {
+        const double t0 = dpt_comm_now();
+        dpt_req_deliver(r, h.offset, slot_data(s, c, tail), h.bytes);
+        const double ns = (dpt_comm_now() - t0) * 1e9 + h.send_ns;
+        const int mode = dpt_copy_choice_add(&pe->choice, r->reduce, (int)(h.mode & MODE_STREAM),
+                                             ns * 1024.0 / (double)h.bytes);
+        if ((uint32_t)mode != atomic_load_explicit(&c->prefer, memory_order_relaxed))
+          atomic_store_explicit(&c->prefer, (uint32_t)mode, memory_order_relaxed);
+      } else {
+        dpt_req_deliver(r, h.offset, slot_data(s, c, tail), h.bytes);
+      }
       if (h.last) {
         r->got = h.total;
         complete(r, DPT_OK);

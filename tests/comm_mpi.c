@@ -349,6 +349,51 @@ START_TEST(sub_communicator) {
 }
 END_TEST
 
+/* Every way of writing shared-memory slots (DPT_COMM_SHM_COPY) gives the same closed-form,
+ * bit-identical result: 3.1M floats (a partial last block: slots that are no multiple of 64 bytes)
+ * move in hundreds of slots, enough for the auto mode to measure and try both. A value that is not
+ * a mode fails the creation on every rank, with the variable named. */
+START_TEST(shm_copy_modes) {
+  const char *modes[] = {"cached", "streaming", "auto"};
+  const char *old = getenv("DPT_COMM_SHM_COPY");
+  char *saved = old ? strdup(old) : NULL;
+  outcome o = {0};
+  for (int m = 0; m < 3 && o.rc == 0; ++m) {
+    setenv("DPT_COMM_SHM_COPY", modes[m], 1);
+    dpt_comm *c = make_comm(NULL);
+    for (int rep = 0; rep < 2 && o.rc == 0; ++rep)
+      o.rc = comm_case_allreduce(c, NULL, ((size_t)3 << 20) + 100003, DPT_COMM_F32,
+                                 &o.hash[o.nhash++], o.err, sizeof o.err);
+    dpt_comm_destroy(c);
+    if (o.rc) {
+      size_t len = strlen(o.err);
+      snprintf(o.err + len, sizeof o.err - len, " [DPT_COMM_SHM_COPY=%s]", modes[m]);
+    }
+  }
+  for (int i = 1; i < o.nhash && o.rc == 0; ++i)
+    if (o.hash[i] != o.hash[0]) {
+      o.rc = -1;
+      snprintf(o.err, sizeof o.err, "result %d differs from the cached mode's", i);
+    }
+  setenv("DPT_COMM_SHM_COPY", "fast", 1);
+  dpt_comm *bad = NULL;
+  dpt_status st = dpt_comm_create_mpi(NULL, &bad);
+  if (o.rc == 0 &&
+      (st != DPT_ERR_INVALID_ARG || bad || !strstr(dpt_last_error(), "DPT_COMM_SHM_COPY='fast'"))) {
+    o.rc = -1;
+    snprintf(o.err, sizeof o.err, "DPT_COMM_SHM_COPY=fast: %s: %s", dpt_status_name(st),
+             dpt_last_error());
+  }
+  dpt_comm_destroy(bad);
+  if (saved)
+    setenv("DPT_COMM_SHM_COPY", saved, 1);
+  else
+    unsetenv("DPT_COMM_SHM_COPY");
+  free(saved);
+  agree(&o, "shm copy modes");
+}
+END_TEST
+
 int main(int argc, char **argv) {
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
@@ -368,6 +413,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, mismatch_reported_everywhere);
   tcase_add_test(tc, stall_gives_timeout);
   tcase_add_test(tc, sub_communicator);
+  tcase_add_test(tc, shm_copy_modes);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK);

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "collectives/comm_impl.h"
 #include "comm_cases.h"
 #include "dptrain/comm.h"
 
@@ -753,6 +754,44 @@ START_TEST(mpi_launched_from_environment) {
 }
 END_TEST
 
+/* The receiver's choice of how shared-memory slots are written (shm.c): the cheaper mode,
+ * with a 10 % margin, followed within a few samples when costs change, not flipped by one
+ * slow copy, and only from kinds (copy / sum) where both modes have been measured. */
+START_TEST(shm_copy_choice) {
+  dpt_copy_choice c = {0};
+  enum { CACHED = 0, STREAM = 1, COPY = 0, SUM = 1 };
+  ck_assert_int_eq(c.prefer, CACHED);
+  /* Streaming cheaper, but only measured for copies while cached is for sums: no verdict. */
+  ck_assert_int_eq(dpt_copy_choice_add(&c, COPY, STREAM, 50), CACHED);
+  ck_assert_int_eq(dpt_copy_choice_add(&c, SUM, CACHED, 100), CACHED);
+  /* Both modes known for sums; streaming 1.7x dearer there, and overall: cached stays. */
+  ck_assert_int_eq(dpt_copy_choice_add(&c, SUM, STREAM, 170), CACHED);
+  ck_assert_int_eq(dpt_copy_choice_add(&c, COPY, CACHED, 80), CACHED);
+  for (int i = 0; i < 20; ++i) {
+    ck_assert_int_eq(dpt_copy_choice_add(&c, COPY, CACHED, 80), CACHED);
+    ck_assert_int_eq(dpt_copy_choice_add(&c, SUM, CACHED, 100), CACHED);
+  }
+  ck_assert_int_eq(dpt_copy_choice_add(&c, COPY, STREAM, 140), CACHED);
+  /* One preempted copy (100x) does not flip it. */
+  ck_assert_int_eq(dpt_copy_choice_add(&c, SUM, CACHED, 10000), CACHED);
+  ck_assert_int_eq(dpt_copy_choice_add(&c, SUM, CACHED, 100), CACHED);
+  /* The cores move apart: cached copies cost 4x; streaming wins within a few slots. */
+  int n = 0;
+  while (dpt_copy_choice_add(&c, n % 2 ? SUM : COPY, CACHED, n % 2 ? 400 : 320) == CACHED)
+    ck_assert_int_le(++n, 8);
+  ck_assert_int_eq(c.prefer, STREAM);
+  for (int i = 0; i < 20; ++i) {
+    ck_assert_int_eq(dpt_copy_choice_add(&c, COPY, STREAM, 120), STREAM);
+    ck_assert_int_eq(dpt_copy_choice_add(&c, SUM, STREAM, 150), STREAM);
+  }
+  /* And back: the explored cached slots cost 80 / 100 again; a few of them switch back. */
+  n = 0;
+  while (dpt_copy_choice_add(&c, n % 2 ? SUM : COPY, CACHED, n % 2 ? 100 : 80) == STREAM)
+    ck_assert_int_le(++n, 8);
+  ck_assert_int_eq(c.prefer, CACHED);
+}
+END_TEST
+
 int main(int argc, char **argv) {
   Suite *s = suite_create("comm_threads");
   if (argc > 1 && !strcmp(argv[1], "large")) {
@@ -799,6 +838,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, allgather_sizes);
     tcase_add_test(tc, barrier_waits_for_all);
     tcase_add_test(tc, mpi_launched_from_environment);
+    tcase_add_test(tc, shm_copy_choice);
     suite_add_tcase(s, tc);
     tc = tcase_create("failures");
     tcase_set_timeout(tc, 60);

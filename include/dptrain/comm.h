@@ -34,6 +34,8 @@
  *   DPT_COMM_STAGING          auto | inline | thread
  *   DPT_COMM_SHM              0: MPI point-to-point even when every rank is on one node
  *                             (default: shared-memory channels there)
+ *   DPT_COMM_SHM_COPY         auto | cached | streaming: how shared-memory slots are written
+ *                             (auto: measured per channel; docs/collectives.md)
  * See docs/collectives.md for the algorithms, their costs and the measured thresholds.
  */
 #ifndef DPTRAIN_COMM_H
