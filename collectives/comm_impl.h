@@ -277,6 +277,7 @@ typedef struct dpt_copy_choice {
   float est[2][2]; /* [copy 0, sum 1][cached 0, streaming 1]: ns per KiB, sender + receiver;
                       0 until a first sample */
   int prefer;      /* 0 cached, 1 streaming */
+  float gap;       /* cost of the other mode over the preferred one's (0: not known yet) */
 } dpt_copy_choice;
 /* Adds the cost of one slot (both copies, ns per KiB) written in `mode` and delivered as a
  * copy or a sum; returns the mode preferred from now on: the other one once it costs 10 %

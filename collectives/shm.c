@@ -29,11 +29,13 @@
  * Streaming loses about 1.5x where the cores share a cache. So, per channel (copy "auto"):
  *
  *   sender:   writes slots of SHM_MEASURE_MIN bytes or more in the mode the receiver prefers,
- *             and one in SHM_EXPLORE in the other mode; it times its copy and puts the mode
- *             and the time in the slot header (not in the ring's first round: cold pages);
+ *             and now and then one in the other mode (one in 32 to one in 256 slots, fewer
+ *             the dearer that mode was); it times its copy and puts the mode and the time in
+ *             the slot header (not in the ring's first round: cold pages);
  *   receiver: times its own copy of such a slot, and keeps an average cost per KiB for each
  *             (mode, copy or sum); it switches its preference when the other mode costs 10 %
- *             less (dpt_copy_choice_add) and publishes it in the channel for the sender.
+ *             less (dpt_copy_choice_add) and publishes it, with the exploration spacing, in
+ *             the channel for the sender.
  *
  * A change of placement is followed within a few slots (the preferred mode is measured on
  * every slot) or a few explorations (the other one). DPT_COMM_SHM_COPY=cached|streaming fixes
@@ -72,8 +74,9 @@
 #define SHM_SLOT_MIN ((size_t)16 << 10)
 /* Slots this large are candidates for streaming and measured; smaller ones are memcpy'd. */
 #define SHM_MEASURE_MIN ((size_t)32 << 10)
-/* A sender writes one measured slot in every SHM_EXPLORE in the mode its receiver does not
- * prefer (about 1 % dearer than always the right mode, measured both ways). */
+/* A sender writes one measured slot in every SHM_EXPLORE * g in the mode its receiver does not
+ * prefer, g = how many times dearer that mode was (1 to 8): exploring then costs about 3 %
+ * however far apart the two modes are. */
 #define SHM_EXPLORE 32
 
 enum { MODE_CACHED = 0, MODE_STREAM = 1, MODE_TIMED = 2 /* flag: auto, send_ns is set */ };
@@ -94,7 +97,8 @@ _Static_assert(sizeof(slot_hdr) == 64, "a slot header is one cache line");
 typedef struct chan {
   _Alignas(64) _Atomic uint64_t head; /* slots published (written by the sender) */
   _Alignas(64) _Atomic uint64_t tail; /* slots consumed (written by the receiver) */
-  _Atomic uint32_t prefer;            /* the receiver's mode for large slots (copy auto) */
+  _Atomic uint32_t advice; /* the receiver's word for large slots (copy auto): mode | every << 1,
+                              `every` slots between two in the other mode (0: SHM_EXPLORE) */
   _Alignas(64) slot_hdr hdr[SHM_SLOTS];
   /* then SHM_SLOTS * slot bytes of data */
 } chan;
@@ -221,6 +225,7 @@ int dpt_copy_choice_add(dpt_copy_choice *c, int sum, int mode, double ns_per_kib
     }
   const int other = !c->prefer;
   if (cost[other] > 0 && cost[other] < 0.9 * cost[c->prefer]) c->prefer = other;
+  c->gap = cost[0] > 0 ? (float)(cost[!c->prefer] / cost[c->prefer]) : 0.0f;
   return c->prefer;
 }
 
@@ -268,10 +273,11 @@ static void fill_slot(dpt_shm *s, peer *pe, chan *c, uint64_t head, const dpt_re
     return;
   }
   const double t0 = dpt_comm_now();
-  uint32_t mode = atomic_load_explicit(&c->prefer, memory_order_relaxed);
+  const uint32_t advice = atomic_load_explicit(&c->advice, memory_order_relaxed);
+  uint32_t mode = advice & 1;
   if (pe->explore_in-- <= 0) {
     mode = !mode;
-    pe->explore_in = SHM_EXPLORE - 1;
+    pe->explore_in = (int)(advice >> 1 ? advice >> 1 : SHM_EXPLORE) - 1;
   }
   if (mode == MODE_STREAM)
     copy_stream(dst, src, n);
@@ -356,8 +362,10 @@ static void progress_recv(dpt_shm *s, int p, uint64_t current) {
         const double ns = (dpt_comm_now() - t0) * 1e9 + h.send_ns;
         const int mode = dpt_copy_choice_add(&pe->choice, r->reduce, (int)(h.mode & MODE_STREAM),
                                              ns * 1024.0 / (double)h.bytes);
-        if ((uint32_t)mode != atomic_load_explicit(&c->prefer, memory_order_relaxed))
-          atomic_store_explicit(&c->prefer, (uint32_t)mode, memory_order_relaxed);
+        const float g = pe->choice.gap < 1 ? 1 : pe->choice.gap > 8 ? 8 : pe->choice.gap;
+        const uint32_t advice = (uint32_t)mode | (uint32_t)(SHM_EXPLORE * (int)g) << 1;
+        if (advice != atomic_load_explicit(&c->advice, memory_order_relaxed))
+          atomic_store_explicit(&c->advice, advice, memory_order_relaxed);
       } else {
         dpt_req_deliver(r, h.offset, slot_data(s, c, tail), h.bytes);
       }

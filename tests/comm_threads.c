@@ -762,10 +762,16 @@ START_TEST(shm_copy_choice) {
   enum { CACHED = 0, STREAM = 1, COPY = 0, SUM = 1 };
   ck_assert_int_eq(c.prefer, CACHED);
   /* Streaming cheaper, but only measured for copies while cached is for sums: no verdict. */
-  ck_assert_int_eq(dpt_copy_choice_add(&c, COPY, STREAM, 50), CACHED);
+  dpt_copy_choice apart = {0};
+  ck_assert_int_eq(dpt_copy_choice_add(&apart, COPY, STREAM, 50), CACHED);
+  ck_assert_int_eq(dpt_copy_choice_add(&apart, SUM, CACHED, 100), CACHED);
+  ck_assert(apart.gap == 0.0f);
+  /* Both modes known for sums; streaming 1.7x dearer there: cached stays. */
+  ck_assert_int_eq(dpt_copy_choice_add(&c, COPY, STREAM, 150), CACHED);
   ck_assert_int_eq(dpt_copy_choice_add(&c, SUM, CACHED, 100), CACHED);
-  /* Both modes known for sums; streaming 1.7x dearer there, and overall: cached stays. */
   ck_assert_int_eq(dpt_copy_choice_add(&c, SUM, STREAM, 170), CACHED);
+  /* The other mode's relative cost, which spaces out the sender's explorations. */
+  ck_assert_float_eq_tol(c.gap, 1.7f, 1e-5f);
   ck_assert_int_eq(dpt_copy_choice_add(&c, COPY, CACHED, 80), CACHED);
   for (int i = 0; i < 20; ++i) {
     ck_assert_int_eq(dpt_copy_choice_add(&c, COPY, CACHED, 80), CACHED);
@@ -784,6 +790,7 @@ START_TEST(shm_copy_choice) {
     ck_assert_int_eq(dpt_copy_choice_add(&c, COPY, STREAM, 120), STREAM);
     ck_assert_int_eq(dpt_copy_choice_add(&c, SUM, STREAM, 150), STREAM);
   }
+  ck_assert_msg(c.gap > 1.2f, "cached should now look dearer, gap %g", (double)c.gap);
   /* And back: the explored cached slots cost 80 / 100 again; a few of them switch back. */
   n = 0;
   while (dpt_copy_choice_add(&c, n % 2 ? SUM : COPY, CACHED, n % 2 ? 100 : 80) == STREAM)
