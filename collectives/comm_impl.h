@@ -272,17 +272,19 @@ typedef enum dpt_shm_copy {
 } dpt_shm_copy;
 /* "auto" | "cached" | "streaming"; anything else is DPT_ERR_INVALID_ARG naming the variable. */
 dpt_status dpt_shm_copy_parse(const char *v, dpt_shm_copy *out);
-/* A receiver's record of what one channel's slots cost in each mode. */
+/* A receiver's record of what one channel's slots cost in each mode, by kind of delivery:
+ * 0 copy, 1 float32 sum, 2 float16 sum (their costs per KiB differ). */
+enum { DPT_COPY_KINDS = 3 };
 typedef struct dpt_copy_choice {
-  float est[2][2]; /* [copy 0, sum 1][cached 0, streaming 1]: ns per KiB, sender + receiver;
-                      0 until a first sample */
-  int prefer;      /* 0 cached, 1 streaming */
-  float gap;       /* cost of the other mode over the preferred one's (0: not known yet) */
+  float est[DPT_COPY_KINDS][2]; /* [kind][cached 0, streaming 1]: ns per KiB, sender +
+                                   receiver; 0 until a first sample */
+  int prefer;                   /* 0 cached, 1 streaming */
+  float gap; /* cost of the other mode over the preferred one's (0: not known yet) */
 } dpt_copy_choice;
-/* Adds the cost of one slot (both copies, ns per KiB) written in `mode` and delivered as a
- * copy or a sum; returns the mode preferred from now on: the other one once it costs 10 %
- * less, summed over the kinds where both modes have samples. */
-int dpt_copy_choice_add(dpt_copy_choice *c, int sum, int mode, double ns_per_kib);
+/* Adds the cost of one slot (both copies, ns per KiB) written in `mode` and delivered as
+ * `kind`; returns the mode preferred from now on: the other one once it costs 10 % less,
+ * summed over the kinds where both modes have samples. */
+int dpt_copy_choice_add(dpt_copy_choice *c, int kind, int mode, double ns_per_kib);
 /* Maps the segment `name` (creating it when `create`) holding the channels of `size` ranks;
  * this process is `rank`. Slot count and size derive from `size`. */
 dpt_status dpt_shm_open(const char *name, int create, int rank, int size, dpt_shm_copy copy,

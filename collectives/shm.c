@@ -29,17 +29,19 @@
  * Streaming loses about 1.5x where the cores share a cache. So, per channel (copy "auto"):
  *
  *   sender:   writes slots of SHM_MEASURE_MIN bytes or more in the mode the receiver prefers,
- *             and now and then one in the other mode (one in 32 to one in 256 slots, fewer
- *             the dearer that mode was); it times its copy and puts the mode and the time in
- *             the slot header (not in the ring's first round: cold pages);
+ *             and now and then one in the other mode (about one in 32 to one in 256 slots,
+ *             fewer the dearer that mode was, jittered); it times its copy and puts the mode
+ *             and the time in the slot header (not in the ring's first round: cold caches);
  *   receiver: times its own copy of such a slot, and keeps an average cost per KiB for each
- *             (mode, copy or sum); it switches its preference when the other mode costs 10 %
- *             less (dpt_copy_choice_add) and publishes it, with the exploration spacing, in
- *             the channel for the sender.
+ *             (mode, copy or float32 / float16 sum); it switches its preference when the
+ *             other mode costs 10 % less (dpt_copy_choice_add) and publishes it, with the
+ *             exploration spacing, in the channel for the sender.
  *
  * A change of placement is followed within a few slots (the preferred mode is measured on
  * every slot) or a few explorations (the other one). DPT_COMM_SHM_COPY=cached|streaming fixes
- * the mode; streaming needs x86-64 (elsewhere every slot is a memcpy).
+ * the mode; streaming needs x86-64 (elsewhere every slot is a memcpy). Slots under
+ * SHM_MEASURE_MIN are always memcpy'd: with 12 or more ranks on a node every slot is (the
+ * segment's budget is shared by N(N-1) channels), and the modes make no difference.
  *
  * A data message of a collective older than the one in progress is dropped (left over from a
  * failed collective); a message that starts while the previous one is unfinished means its
@@ -74,9 +76,9 @@
 #define SHM_SLOT_MIN ((size_t)16 << 10)
 /* Slots this large are candidates for streaming and measured; smaller ones are memcpy'd. */
 #define SHM_MEASURE_MIN ((size_t)32 << 10)
-/* A sender writes one measured slot in every SHM_EXPLORE * g in the mode its receiver does not
- * prefer, g = how many times dearer that mode was (1 to 8): exploring then costs about 3 %
- * however far apart the two modes are. */
+/* A sender writes about one measured slot in SHM_EXPLORE * g in the mode its receiver does not
+ * prefer, g = how many times dearer that mode was (1 to 8): exploring then costs about 3 % as
+ * long as that mode is at most 8x dearer. */
 #define SHM_EXPLORE 32
 
 enum { MODE_CACHED = 0, MODE_STREAM = 1, MODE_TIMED = 2 /* flag: auto, send_ns is set */ };
@@ -98,7 +100,7 @@ typedef struct chan {
   _Alignas(64) _Atomic uint64_t head; /* slots published (written by the sender) */
   _Alignas(64) _Atomic uint64_t tail; /* slots consumed (written by the receiver) */
   _Atomic uint32_t advice; /* the receiver's word for large slots (copy auto): mode | every << 1,
-                              `every` slots between two in the other mode (0: SHM_EXPLORE) */
+                              one slot in about `every` in the other mode (0: SHM_EXPLORE) */
   _Alignas(64) slot_hdr hdr[SHM_SLOTS];
   /* then SHM_SLOTS * slot bytes of data */
 } chan;
@@ -110,6 +112,7 @@ typedef struct peer {
   dpt_req *cur;               /* receive whose message is arriving */
   int discard;                /* dropping the rest of a message */
   int explore_in;             /* sender: measured slots until one in the other mode */
+  uint32_t jitter;            /* sender: state of the spacing's jitter */
   dpt_copy_choice choice;     /* receiver: what each mode cost */
 } peer;
 
@@ -163,7 +166,12 @@ dpt_status dpt_shm_open(const char *name, int create, int rank, int size, dpt_sh
       st = dpt_set_error(DPT_ERR_COMM, "shared memory: cannot reserve %zu bytes: %s", s->bytes,
                          strerror(rc));
     } else {
-      void *p = mmap(NULL, s->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      /* Populated: a first touch inside a timed slot copy would pass for a slow mode. */
+      int flags = MAP_SHARED;
+#if defined(MAP_POPULATE)
+      flags |= MAP_POPULATE;
+#endif
+      void *p = mmap(NULL, s->bytes, PROT_READ | PROT_WRITE, flags, fd, 0);
       if (p == MAP_FAILED)
         st = dpt_set_error(DPT_ERR_COMM, "mmap: %s", strerror(errno));
       else
@@ -205,8 +213,8 @@ dpt_status dpt_shm_copy_parse(const char *v, dpt_shm_copy *out) {
   return DPT_OK;
 }
 
-int dpt_copy_choice_add(dpt_copy_choice *c, int sum, int mode, double ns_per_kib) {
-  float *e = &c->est[sum != 0][mode != 0];
+int dpt_copy_choice_add(dpt_copy_choice *c, int kind, int mode, double ns_per_kib) {
+  float *e = &c->est[kind < 0 || kind >= DPT_COPY_KINDS ? 0 : kind][mode != 0];
   double x = ns_per_kib;
   if (*e > 0) {
     /* Quick to follow a mode that got cheaper (the first copies into fresh pages are slow),
@@ -218,7 +226,7 @@ int dpt_copy_choice_add(dpt_copy_choice *c, int sum, int mode, double ns_per_kib
     *e = (float)x;
   }
   double cost[2] = {0, 0};
-  for (int k = 0; k < 2; ++k)
+  for (int k = 0; k < DPT_COPY_KINDS; ++k)
     if (c->est[k][0] > 0 && c->est[k][1] > 0) {
       cost[0] += c->est[k][0];
       cost[1] += c->est[k][1];
@@ -236,10 +244,10 @@ static void copy_stream(unsigned char *dst, const unsigned char *src, size_t n) 
   for (; i < n && ((uintptr_t)(dst + i) & 15); ++i)
     dst[i] = src[i];
   for (; i + 64 <= n; i += 64) {
-    __m128i a = _mm_loadu_si128((const __m128i_u *)(const void *)(src + i));
-    __m128i b = _mm_loadu_si128((const __m128i_u *)(const void *)(src + i + 16));
-    __m128i c = _mm_loadu_si128((const __m128i_u *)(const void *)(src + i + 32));
-    __m128i d = _mm_loadu_si128((const __m128i_u *)(const void *)(src + i + 48));
+    __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(src + i));
+    __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(src + i + 16));
+    __m128i c = _mm_loadu_si128((const __m128i *)(const void *)(src + i + 32));
+    __m128i d = _mm_loadu_si128((const __m128i *)(const void *)(src + i + 48));
     _mm_stream_si128((__m128i *)(void *)(dst + i), a);
     _mm_stream_si128((__m128i *)(void *)(dst + i + 16), b);
     _mm_stream_si128((__m128i *)(void *)(dst + i + 32), c);
@@ -261,7 +269,7 @@ static void fill_slot(dpt_shm *s, peer *pe, chan *c, uint64_t head, const dpt_re
   if (n == 0) return;
   unsigned char *dst = slot_data(s, c, head);
   const unsigned char *src = (const unsigned char *)r->buf + r->off;
-  /* The first round of the ring is not measured: its copies fault the slots' pages in. */
+  /* The first round of the ring is not measured: it finds every cache cold. */
   if (n < SHM_MEASURE_MIN || s->copy == DPT_SHM_COPY_CACHED ||
       (s->copy == DPT_SHM_COPY_AUTO && head < SHM_SLOTS)) {
     memcpy(dst, src, n);
@@ -277,7 +285,11 @@ static void fill_slot(dpt_shm *s, peer *pe, chan *c, uint64_t head, const dpt_re
   uint32_t mode = advice & 1;
   if (pe->explore_in-- <= 0) {
     mode = !mode;
-    pe->explore_in = (int)(advice >> 1 ? advice >> 1 : SHM_EXPLORE) - 1;
+    /* every/2 .. every*3/2 - 1 slots to the next: a fixed period could keep landing on one
+     * kind of slot (copy or sum) of a periodic schedule and leave the other's cost stale. */
+    const uint32_t every = advice >> 1 ? advice >> 1 : SHM_EXPLORE;
+    pe->jitter = pe->jitter * 1664525u + 1013904223u;
+    pe->explore_in = (int)(every / 2 + (pe->jitter >> 16) % every) - 1;
   }
   if (mode == MODE_STREAM)
     copy_stream(dst, src, n);
@@ -360,7 +372,8 @@ static void progress_recv(dpt_shm *s, int p, uint64_t current) {
         const double t0 = dpt_comm_now();
         dpt_req_deliver(r, h.offset, slot_data(s, c, tail), h.bytes);
         const double ns = (dpt_comm_now() - t0) * 1e9 + h.send_ns;
-        const int mode = dpt_copy_choice_add(&pe->choice, r->reduce, (int)(h.mode & MODE_STREAM),
+        const int kind = r->reduce ? (r->dtype == DPT_COMM_F16 ? 2 : 1) : 0;
+        const int mode = dpt_copy_choice_add(&pe->choice, kind, (int)(h.mode & MODE_STREAM),
                                              ns * 1024.0 / (double)h.bytes);
         const float g = pe->choice.gap < 1 ? 1 : pe->choice.gap > 8 ? 8 : pe->choice.gap;
         const uint32_t advice = (uint32_t)mode | (uint32_t)(SHM_EXPLORE * (int)g) << 1;
