@@ -294,6 +294,10 @@ void dpt_shm_unlink(const char *name);
 void dpt_shm_close(dpt_shm *s);
 /* Bytes of one slot: the largest message copied in one piece. */
 size_t dpt_shm_slot_bytes(const dpt_shm *s);
+/* Slots of 32 KiB or more this process has written: out[0] with memcpy, out[1] streaming. */
+void dpt_shm_large_slots(const dpt_shm *s, uint64_t out[2]);
+/* The same for an MPI communicator's shared-memory channels (tests); 0 when it has none. */
+int dpt_comm_mpi_large_slots(const dpt_comm *c, uint64_t out[2]);
 dpt_status dpt_shm_isend(dpt_shm *s, dpt_req *r);
 dpt_status dpt_shm_irecv(dpt_shm *s, dpt_req *r);
 /* As dpt_transport.poll; `current` is the sequence number of the collective in progress

@@ -121,7 +121,8 @@ struct dpt_shm {
   size_t bytes, chan_bytes, slot;
   int rank, size;
   dpt_shm_copy copy;
-  peer *peers; /* [size] */
+  uint64_t large[2]; /* slots of SHM_MEASURE_MIN bytes or more written: cached, streaming */
+  peer *peers;       /* [size] */
 };
 
 static chan *chan_of(const dpt_shm *s, int src, int dst) {
@@ -134,6 +135,11 @@ static unsigned char *slot_data(const dpt_shm *s, chan *c, uint64_t i) {
 
 size_t dpt_shm_slot_bytes(const dpt_shm *s) {
   return s->slot;
+}
+
+void dpt_shm_large_slots(const dpt_shm *s, uint64_t out[2]) {
+  out[0] = s->large[0];
+  out[1] = s->large[1];
 }
 
 static void geometry(int size, size_t *slot, size_t *chan_bytes, size_t *total) {
@@ -272,10 +278,12 @@ static void fill_slot(dpt_shm *s, peer *pe, chan *c, uint64_t head, const dpt_re
   /* The first round of the ring is not measured: it finds every cache cold. */
   if (n < SHM_MEASURE_MIN || s->copy == DPT_SHM_COPY_CACHED ||
       (s->copy == DPT_SHM_COPY_AUTO && head < SHM_SLOTS)) {
+    s->large[0] += n >= SHM_MEASURE_MIN;
     memcpy(dst, src, n);
     return;
   }
   if (s->copy == DPT_SHM_COPY_STREAM) {
+    s->large[1]++;
     h->mode = MODE_STREAM;
     copy_stream(dst, src, n);
     return;
@@ -291,6 +299,7 @@ static void fill_slot(dpt_shm *s, peer *pe, chan *c, uint64_t head, const dpt_re
     pe->jitter = pe->jitter * 1664525u + 1013904223u;
     pe->explore_in = (int)(every / 2 + (pe->jitter >> 16) % every) - 1;
   }
+  s->large[mode]++;
   if (mode == MODE_STREAM)
     copy_stream(dst, src, n);
   else

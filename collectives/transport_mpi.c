@@ -327,6 +327,12 @@ static dpt_status agree_setup(dpt_comm *c, mpi_state *s, int ok) {
   return DPT_OK;
 }
 
+int dpt_comm_mpi_large_slots(const dpt_comm *c, uint64_t out[2]) {
+  if (!c || c->tp != &mpi_transport || !((const mpi_state *)c->impl)->shm) return 0;
+  dpt_shm_large_slots(((const mpi_state *)c->impl)->shm, out);
+  return 1;
+}
+
 dpt_status dpt_comm_create_mpi(const void *mpi_comm, dpt_comm **out) {
   if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_comm_create_mpi: out is NULL");
   *out = NULL;

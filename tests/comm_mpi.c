@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "collectives/comm_impl.h"
 #include "comm_cases.h"
 #include "dptrain/comm.h"
 
@@ -349,10 +350,17 @@ START_TEST(sub_communicator) {
 }
 END_TEST
 
+#if defined(__x86_64__)
+#define SHM_STREAMS 1
+#else
+#define SHM_STREAMS 0
+#endif
+
 /* Every way of writing shared-memory slots (DPT_COMM_SHM_COPY) gives the same closed-form,
- * bit-identical result: 3.1M floats (a partial last block: slots that are no multiple of 64 bytes)
- * move in hundreds of slots, enough for the auto mode to measure and try both. A value that is not
- * a mode fails the creation on every rank, with the variable named. */
+ * bit-identical result: 3.1M floats (a partial last block: slots that are no multiple of 64
+ * bytes) move in hundreds of slots, enough for the auto mode to measure and try both (the
+ * test counts the slots written each way). A value that is not a mode fails the creation on
+ * every rank, with the variable named. */
 START_TEST(shm_copy_modes) {
   const char *modes[] = {"cached", "streaming", "auto"};
   const char *old = getenv("DPT_COMM_SHM_COPY");
@@ -370,6 +378,21 @@ START_TEST(shm_copy_modes) {
       if (rc && o.rc == 0) {
         o.rc = rc;
         snprintf(o.err, sizeof o.err, "%s [DPT_COMM_SHM_COPY=%s]", err, modes[m]);
+      }
+    }
+    /* The slots this rank wrote went the way the mode says (x86-64: streaming stores exist):
+     * auto measured and tried both. */
+    uint64_t large[2];
+    if (dpt_comm_mpi_large_slots(c, large) && o.rc == 0) {
+      const int want_cached = m != 1, want_stream = m != 0;
+      const int ok = SHM_STREAMS ? (large[0] > 0) == want_cached && (large[1] > 0) == want_stream
+                                 : large[0] > 0 && large[1] == 0;
+      if (!ok) {
+        o.rc = -1;
+        snprintf(o.err, sizeof o.err,
+                 "DPT_COMM_SHM_COPY=%s: %llu slots written by memcpy, %llu "
+                 "streamed",
+                 modes[m], (unsigned long long)large[0], (unsigned long long)large[1]);
       }
     }
     dpt_comm_destroy(c);
