@@ -81,7 +81,7 @@
  * long as that mode is at most 8x dearer. */
 #define SHM_EXPLORE 32
 
-enum { MODE_CACHED = 0, MODE_STREAM = 1, MODE_TIMED = 2 /* flag: auto, send_ns is set */ };
+enum { MODE_CACHED = 0, MODE_STREAM = 1 };
 
 typedef struct slot_hdr {
   int32_t tag;
@@ -90,8 +90,8 @@ typedef struct slot_hdr {
   uint64_t total;   /* message bytes */
   uint64_t offset;  /* of this slot's bytes in the message */
   uint64_t bytes;   /* in this slot */
-  uint32_t mode;    /* MODE_CACHED or MODE_STREAM, | MODE_TIMED */
-  uint32_t send_ns; /* the sender's copy, when MODE_TIMED */
+  uint32_t mode;    /* MODE_CACHED or MODE_STREAM */
+  uint32_t send_ns; /* the sender's copy + 1 when timed (copy auto), else 0 */
   uint64_t pad[2];
 } slot_hdr;
 _Static_assert(sizeof(slot_hdr) == 64, "a slot header is one cache line");
@@ -243,12 +243,11 @@ int dpt_copy_choice_add(dpt_copy_choice *c, int kind, int mode, double ns_per_ki
   return c->prefer;
 }
 
-/* Copies with streaming stores: the data goes to memory, no cache keeps it. */
+/* Copies with streaming stores: the data goes to memory, no cache keeps it. dst is a slot's
+ * data, 64-byte aligned. */
 static void copy_stream(unsigned char *dst, const unsigned char *src, size_t n) {
 #if SHM_HAVE_STREAM
   size_t i = 0;
-  for (; i < n && ((uintptr_t)(dst + i) & 15); ++i)
-    dst[i] = src[i];
   for (; i + 64 <= n; i += 64) {
     __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(src + i));
     __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(src + i + 16));
@@ -305,7 +304,7 @@ static void fill_slot(dpt_shm *s, peer *pe, chan *c, uint64_t head, const dpt_re
   else
     memcpy(dst, src, n);
   const double ns = (dpt_comm_now() - t0) * 1e9;
-  h->mode = mode | MODE_TIMED;
+  h->mode = mode;
   h->send_ns = ns < 4e9 ? (uint32_t)ns + 1 : UINT32_MAX;
 }
 
@@ -377,19 +376,17 @@ static void progress_recv(dpt_shm *s, int p, uint64_t current) {
     }
     if (pe->cur && !pe->discard) {
       dpt_req *r = pe->cur;
-      if (h.mode & MODE_TIMED) {
-        const double t0 = dpt_comm_now();
-        dpt_req_deliver(r, h.offset, slot_data(s, c, tail), h.bytes);
+      const double t0 = h.send_ns ? dpt_comm_now() : 0.0;
+      dpt_req_deliver(r, h.offset, slot_data(s, c, tail), h.bytes);
+      if (h.send_ns) { /* a timed slot: add both copies' cost to the choice */
         const double ns = (dpt_comm_now() - t0) * 1e9 + h.send_ns;
         const int kind = r->reduce ? (r->dtype == DPT_COMM_F16 ? 2 : 1) : 0;
-        const int mode = dpt_copy_choice_add(&pe->choice, kind, (int)(h.mode & MODE_STREAM),
-                                             ns * 1024.0 / (double)h.bytes);
+        const int mode =
+            dpt_copy_choice_add(&pe->choice, kind, (int)h.mode, ns * 1024.0 / (double)h.bytes);
         const float g = pe->choice.gap < 1 ? 1 : pe->choice.gap > 8 ? 8 : pe->choice.gap;
         const uint32_t advice = (uint32_t)mode | (uint32_t)(SHM_EXPLORE * (int)g) << 1;
         if (advice != atomic_load_explicit(&c->advice, memory_order_relaxed))
           atomic_store_explicit(&c->advice, advice, memory_order_relaxed);
-      } else {
-        dpt_req_deliver(r, h.offset, slot_data(s, c, tail), h.bytes);
       }
       if (h.last) {
         r->got = h.total;

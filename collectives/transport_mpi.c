@@ -31,7 +31,6 @@ typedef struct mpi_state {
   MPI_Comm comm;
   MPI_Op f16_sum;
   int oversubscribed; /* more ranks on this node than cores: yield while waiting */
-  dpt_shm_copy copy;  /* DPT_COMM_SHM_COPY */
   dpt_shm *shm;       /* data path when every rank is on this node, else NULL (owner: this) */
 } mpi_state;
 
@@ -288,8 +287,8 @@ typedef struct setup {
 /* The collective part of creation: the communicator's id, the shared-memory segment when
  * every rank is on this node (and DPT_COMM_SHM is not 0), and agreement that every rank
  * succeeded, so that a failure on one rank fails the creation everywhere instead of leaving
- * the others waiting. `ok`: this rank's own setup succeeded. */
-static dpt_status agree_setup(dpt_comm *c, mpi_state *s, int ok) {
+ * the others waiting. `ok`: this rank's own setup succeeded; `copy`: how its slots are written. */
+static dpt_status agree_setup(dpt_comm *c, mpi_state *s, int ok, dpt_shm_copy copy) {
   setup su;
   memset(&su, 0, sizeof su);
   /* Collective: every rank asks, whatever its environment says. */
@@ -302,13 +301,12 @@ static dpt_status agree_setup(dpt_comm *c, mpi_state *s, int ok) {
     x *= 0x9E3779B97F4A7C15ull;
     su.uid = (unsigned)(x >> 32);
     snprintf(su.name, sizeof su.name, "/dptrain-%d-%08x", (int)getpid(), su.uid);
-    su.shm = ok && want && dpt_shm_open(su.name, 1, 0, c->size, s->copy, &s->shm) == DPT_OK;
+    su.shm = ok && want && dpt_shm_open(su.name, 1, 0, c->size, copy, &s->shm) == DPT_OK;
   }
   int rc = MPI_Bcast(&su, (int)sizeof su, MPI_BYTE, 0, s->comm);
   if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Bcast", -1);
   c->uid = su.uid;
-  if (c->rank != 0 && su.shm &&
-      dpt_shm_open(su.name, 0, c->rank, c->size, s->copy, &s->shm) != DPT_OK)
+  if (c->rank != 0 && su.shm && dpt_shm_open(su.name, 0, c->rank, c->size, copy, &s->shm) != DPT_OK)
     s->shm = NULL;
   int mine[2] = {ok, s->shm != NULL || !su.shm}, all[2] = {0, 0};
   rc = MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MIN, s->comm);
@@ -375,9 +373,10 @@ dpt_status dpt_comm_create_mpi(const void *mpi_comm, dpt_comm **out) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   s->oversubscribed = local && cores > 0 && atol(local) > cores;
   st = dpt_comm_init(c, &mpi_transport, s, rank, size, flag && tag_ub ? *tag_ub : 32767);
-  const char *copy = getenv("DPT_COMM_SHM_COPY");
-  if (st == DPT_OK && copy) st = dpt_shm_copy_parse(copy, &s->copy);
-  dpt_status agreed = agree_setup(c, s, st == DPT_OK);
+  const char *copy_env = getenv("DPT_COMM_SHM_COPY");
+  dpt_shm_copy copy = DPT_SHM_COPY_AUTO;
+  if (st == DPT_OK && copy_env) st = dpt_shm_copy_parse(copy_env, &copy);
+  dpt_status agreed = agree_setup(c, s, st == DPT_OK, copy);
   if (st == DPT_OK) st = agreed;
   if (st != DPT_OK) {
     free(c->payload);
