@@ -197,10 +197,10 @@ int dpt_bench_train(int argc, char **argv) {
            "\"replicas_samples_per_sec\": %.1f, \"full_step_samples_per_sec\": %.1f, "
            "\"machinery_overhead\": %.4f, \"speedup\": %.3f, "
            "\"replicas_ms_per_step\": {\"compute\": %.3f, \"communication\": %.3f, "
-           "\"optimizer\": %.3f}}\n",
+           "\"imbalance\": %.3f, \"optimizer\": %.3f}}\n",
            backend, steps, bare, one, replicas, many, full, bare / one - 1.0, many / one,
            ms_per_step(m->compute_seconds, m), ms_per_step(m->allreduce_seconds, m),
-           ms_per_step(m->optimizer_seconds, m));
+           ms_per_step(m->imbalance_seconds, m), ms_per_step(m->optimizer_seconds, m));
   } else {
     printf("MLP 784-512-256-10, global batch 256, %ld steps, %s backend, %s (median of %d)\n",
            steps, backend, data, repeat);
@@ -214,6 +214,9 @@ int dpt_bench_train(int argc, char **argv) {
     printf("  communication (waiting)  %16.2f %16.2f %18.2f\n",
            ms_per_step(o->allreduce_seconds, o), ms_per_step(m->allreduce_seconds, m),
            ms_per_step(f->allreduce_seconds, f));
+    printf("%-27s%16.2f %16.2f %18.2f\n", "  slowest f+b - mean f+b",
+           ms_per_step(o->imbalance_seconds, o), ms_per_step(m->imbalance_seconds, m),
+           ms_per_step(f->imbalance_seconds, f));
     printf("  optimizer step           %16.2f %16.2f %18.2f\n",
            ms_per_step(o->optimizer_seconds, o), ms_per_step(m->optimizer_seconds, m),
            ms_per_step(f->optimizer_seconds, f));

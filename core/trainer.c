@@ -25,6 +25,7 @@ typedef struct step_stats {
   int64_t failed;  /* 1 when this replica failed locally (its message says why) */
   uint64_t hash;   /* parameter fingerprint (drift checks only) */
   double sumsq;    /* squared gradient norm over the replica's shard (sharded clipping only) */
+  double compute;  /* seconds of the step's batch loading, forward and backward (steps only) */
 } step_stats;
 
 typedef struct replica {
@@ -146,6 +147,19 @@ static dpt_status exchange(replica *r, replica_state *s, step_stats *mine, step_
   return DPT_OK;
 }
 
+/* How much longer the slowest replica's forward and backward took than the replicas' mean, from
+ * the gathered step stats (seconds). In replica order, so the same on every replica; 0 for
+ * one replica. The synchronized step runs at the slowest replica's pace: this is what uneven
+ * replicas (a slower device or core, a busier host) cost the step. */
+static double train_imbalance(const step_stats *gathered, int count) {
+  double slowest = 0, total = 0;
+  for (int i = 0; i < count; ++i) {
+    slowest = gathered[i].compute > slowest ? gathered[i].compute : slowest;
+    total += gathered[i].compute;
+  }
+  return count > 0 ? slowest - total / (double)count : 0;
+}
+
 /* Fingerprints the parameters on every replica and compares them. */
 static dpt_status check_drift(replica *r, replica_state *s, int64_t step, uint64_t *hash_out) {
   size_t n = dpt_model_num_params(s->model);
@@ -233,7 +247,7 @@ static dpt_status evaluate(replica *r, replica_state *s, size_t max_slice, doubl
   size_t n = dpt_dataset_count(ds), input = dpt_model_input_size(s->model);
   size_t start, count;
   slice_of(n, r->count, r->index, &start, &count);
-  step_stats mine = {0, 0, (int64_t)count, 0, 0, 0}, sum;
+  step_stats mine = {0, 0, (int64_t)count, 0, 0, 0, 0}, sum;
   dpt_status st = s->pending;
   for (size_t done = 0; done < count && st == DPT_OK;) {
     size_t b = count - done < max_slice ? count - done : max_slice;
@@ -344,6 +358,7 @@ static dpt_status replica_run(replica *r, replica_state *s) {
   double run_start = now_sec(), train_time = 0;
   int64_t trained_samples = 0;
   double t_compute = 0, t_allreduce = 0, t_optimizer = 0; /* the report's time split */
+  double t_imbalance = 0;
   int stop = 0;
   for (int64_t epoch = 0; epoch < cfg->epochs && !stop; ++epoch) {
     double t0 = now_sec();
@@ -356,7 +371,7 @@ static dpt_status replica_run(replica *r, replica_state *s) {
       st = dpt_sampler_batch(n, B, cfg->keep_last, k, &bstart, &bcount);
       if (st != DPT_OK) return st;
       slice_of(bcount, r->count, r->index, &start, &count);
-      step_stats mine = {0, 0, (int64_t)count, 0, 0, 0}, sum;
+      step_stats mine = {0, 0, (int64_t)count, 0, 0, 0, 0}, sum;
       /* The loss gradient is scaled by 1/(samples in this global batch): the sum over replicas
        * is the batch mean, whatever the split (and for a kept, smaller last batch too). */
       const float scale = 1.0f / (float)bcount;
@@ -373,6 +388,7 @@ static dpt_status replica_run(replica *r, replica_state *s) {
       }
       double tb = now_sec();
       t_compute += tb - ta;
+      mine.compute = tb - ta;
       if (!cfg->skip_allreduce) {
         dpt_status sa = sharded_step(r)
                             ? dpt_reduce_scatter_buffer(r->comm, grads, 0, np, DPT_COMM_F32)
@@ -384,6 +400,7 @@ static dpt_status replica_run(replica *r, replica_state *s) {
       snprintf(what, sizeof what, "step %lld", (long long)step + 1);
       st = exchange(r, s, &mine, &sum, st, what);
       if (st != DPT_OK) return st;
+      t_imbalance += train_imbalance(s->gather, r->count);
       ++step;
       if (!isfinite(sum.loss_sum)) {
         if (!cfg->skip_nonfinite)
@@ -443,6 +460,7 @@ static dpt_status replica_run(replica *r, replica_state *s) {
     rep.compute_seconds = t_compute;
     rep.allreduce_seconds = t_allreduce;
     rep.optimizer_seconds = t_optimizer;
+    rep.imbalance_seconds = t_imbalance;
     if (r->index == 0 && cfg->on_report) cfg->on_report(&rep, cfg->user);
     r->final = rep;
   }

@@ -43,7 +43,7 @@ rc=$?
 [ "$(echo "$out" | grep -c '"epoch"')" -eq 2 ] || fail "expected 2 epoch objects: $out"
 echo "$out" | tail -n 1 | grep -q '"final": true' || fail "no final object: $out"
 for key in test_accuracy samples_per_sec steps ranks replicas backend param_hash compute_seconds \
-  allreduce_seconds optimizer_seconds; do
+  allreduce_seconds optimizer_seconds imbalance_seconds; do
   echo "$out" | tail -n 1 | grep -q "\"$key\"" || fail "final object lacks $key"
 done
 echo "$out" | tail -n 1 | grep -q '"steps": 12,' || fail "expected 12 steps (2 epochs x 6): $out"

@@ -97,6 +97,7 @@ static void check_equivalence(size_t n_samples, size_t batch, int keep_last, int
   dpt_train_report r1, rr;
   float *ref = train_threads(cfg, 1, &r1);
   ck_assert_int_eq(r1.steps, 20);
+  ck_assert(r1.imbalance_seconds == 0.0); /* one replica cannot be uneven */
   for (int r = 2; r <= max_r; ++r) {
     float *got = train_threads(cfg, r, &rr);
     double d = max_rel_diff(got, ref, n);
@@ -104,6 +105,10 @@ static void check_equivalence(size_t n_samples, size_t batch, int keep_last, int
                   d);
     ck_assert_int_eq(rr.replicas, r);
     ck_assert_int_eq(rr.steps, 20);
+    /* Replicas' step times are never all equal to the nanosecond: the slowest is above the
+     * mean, by less than the run took. */
+    ck_assert_msg(rr.imbalance_seconds > 0 && rr.imbalance_seconds < rr.seconds,
+                  "R=%d: imbalance %g s in a %g s run", r, rr.imbalance_seconds, rr.seconds);
     free(got);
   }
   /* Training moved the parameters away from their initialization. */
@@ -611,6 +616,11 @@ static int mpi_main(const char *backends) {
     } else if (rep.ranks != size || rep.replicas != size || rep.steps != 20) {
       fprintf(stderr, "rank %d: report says %d ranks %d replicas %lld steps\n", rank, rep.ranks,
               rep.replicas, (long long)rep.steps);
+      ++failures;
+    } else if (size == 1 ? rep.imbalance_seconds != 0.0
+                         : !(rep.imbalance_seconds > 0 && rep.imbalance_seconds < rep.seconds)) {
+      fprintf(stderr, "rank %d: imbalance %g s in a %g s run\n", rank, rep.imbalance_seconds,
+              rep.seconds);
       ++failures;
     }
     cfg.final_params = ref;

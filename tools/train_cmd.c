@@ -164,6 +164,7 @@ static void json_report(const dpt_train_report *r) {
     json_number("compute_seconds", r->compute_seconds, "%.3f");
     json_number("allreduce_seconds", r->allreduce_seconds, "%.3f");
     json_number("optimizer_seconds", r->optimizer_seconds, "%.3f");
+    json_number("imbalance_seconds", r->imbalance_seconds, "%.3f");
   }
   printf("\"ranks\": %d, \"replicas\": %d, \"backend\": \"%s\", \"param_hash\": \"%016llx\"}\n",
          r->ranks, r->replicas, r->backend, (unsigned long long)r->param_hash);
@@ -184,9 +185,13 @@ static void on_report(const dpt_train_report *r, void *user) {
            r->replicas == 1 ? "" : "s", r->ranks, r->ranks == 1 ? "" : "s", r->backend,
            r->test_accuracy, (unsigned long long)r->param_hash);
     if (r->compute_seconds + r->allreduce_seconds + r->optimizer_seconds > 0)
-      printf("time on replica 0: forward+backward %.1f s, gradient all-reduce %.1f s, "
-             "optimizer %.1f s\n",
+      printf("time on replica 0: forward+backward %.2f s, gradient all-reduce %.2f s, "
+             "optimizer %.2f s\n",
              r->compute_seconds, r->allreduce_seconds, r->optimizer_seconds);
+    if (r->replicas > 1)
+      printf("uneven replicas: %.2f s (the slowest replica's forward+backward over the mean, "
+             "summed over the steps)\n",
+             r->imbalance_seconds);
   } else {
     printf("epoch %3lld  loss %.4f  test loss %.4f  test accuracy %.4f  %8.0f samples/s  %6.1f s",
            (long long)r->epoch, r->train_loss, r->test_loss, r->test_accuracy, r->samples_per_sec,

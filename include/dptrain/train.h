@@ -59,6 +59,12 @@ typedef struct dpt_train_report {
    * reduce-scatter and the parameter all-gather; waiting for the slowest replica included);
    * the optimizer step. The rest of the training time is the per-step exchange and checks. */
   double compute_seconds, allreduce_seconds, optimizer_seconds;
+  /* Uneven replicas, seconds so far, the same on every replica: the sum over steps of how much
+   * longer the slowest replica's batch loading, forward and backward took than the replicas'
+   * mean. Every step runs at the slowest replica's pace, so this is time the average replica
+   * spent waiting (inside the communication) for a slower one: a slower device or core, or a
+   * busy host. 0 with one replica. */
+  double imbalance_seconds;
 } dpt_train_report;
 
 /* Called on replica 0 of rank 0 only. */
