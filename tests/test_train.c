@@ -495,6 +495,57 @@ START_TEST(nonfinite_loss) {
 }
 END_TEST
 
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The drift check's fingerprint: known values (from an independent implementation of the
+ * same definition), any alignment, every single-bit change and every length told apart. */
+START_TEST(fingerprint) {
+  enum { N = 1003 };
+  unsigned char buf[N + 8], *pat = buf + 1;
+  unsigned char seq[100];
+  for (int i = 0; i < 100; ++i)
+    seq[i] = (unsigned char)i;
+  for (int i = 0; i < N; ++i)
+    pat[i] = (unsigned char)(i * 37 + 11);
+  ck_assert_uint_eq(dpt_fingerprint(NULL, 0), 0x5d395b95d713e56bull);
+  ck_assert_uint_eq(dpt_fingerprint(seq, 100), 0x91d6675e57c98656ull);
+  const uint64_t h0 = dpt_fingerprint(pat, N);
+  ck_assert_uint_eq(h0, 0x64af03efe23e0695ull);
+  for (int a = 0; a < 8; ++a) { /* the same bytes at every alignment */
+    unsigned char *q = buf + a;
+    memmove(q, pat, N);
+    ck_assert_uint_eq(dpt_fingerprint(q, N), h0);
+    pat = q;
+  }
+  uint64_t *h = malloc(8 * N * sizeof(uint64_t));
+  ck_assert_ptr_nonnull(h);
+  for (int bit = 0; bit < 8 * N; ++bit) {
+    pat[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+    h[bit] = dpt_fingerprint(pat, N);
+    pat[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+    ck_assert_msg(h[bit] != h0, "flipping bit %d leaves the fingerprint", bit);
+  }
+  qsort(h, 8 * N, sizeof(uint64_t), cmp_u64);
+  for (int i = 1; i < 8 * N; ++i)
+    ck_assert_msg(h[i] != h[i - 1], "two single-bit changes give one fingerprint");
+  /* Sign bits of two floats one lane-round apart (a pure xor-multiply lane would cancel). */
+  pat[7] ^= 0x80;
+  pat[39] ^= 0x80;
+  ck_assert_uint_ne(dpt_fingerprint(pat, N), h0);
+  pat[7] ^= 0x80;
+  pat[39] ^= 0x80;
+  for (int n = 0; n <= 72; ++n) /* every prefix length differs, 0 included */
+    h[n] = dpt_fingerprint(pat, (size_t)n);
+  qsort(h, 73, sizeof(uint64_t), cmp_u64);
+  for (int i = 1; i <= 72; ++i)
+    ck_assert_uint_ne(h[i], h[i - 1]);
+  free(h);
+}
+END_TEST
+
 START_TEST(learns) {
   dpt_dataset *train = make_data(2000, 21), *test = make_data(500, 22);
   dpt_train_config cfg;
@@ -517,6 +568,7 @@ static Suite *threads_suite(void) {
   Suite *s = suite_create("train");
   TCase *tc = tcase_create("train");
   tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, fingerprint);
   tcase_add_test(tc, equivalence_even);
   tcase_add_test(tc, equivalence_uneven);
   tcase_add_test(tc, equivalence_keep_last);

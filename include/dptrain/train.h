@@ -109,7 +109,10 @@ DPT_API void dpt_train_config_default(dpt_train_config *cfg);
  * NULL) receives the closing report. Every rank returns the same status. */
 DPT_API dpt_status dpt_train(const dpt_train_config *cfg, dpt_comm *comm, dpt_train_report *final);
 
-/* 64-bit fingerprint (FNV-1a) of a byte range, as used for replica drift checks. */
+/* 64-bit fingerprint of a byte range, as used for replica drift checks (and the reports'
+ * param_hash): four lanes of 64-bit little-endian words, multiply-rotate mixed, then folded and
+ * avalanched; the same bytes give the same value on any host and at any alignment. Not a
+ * cryptographic hash. */
 DPT_API uint64_t dpt_fingerprint(const void *data, size_t bytes);
 
 #ifdef __cplusplus
