@@ -8,21 +8,33 @@
  * condition variable (monotonic clock, timed) and an epoch counter that every event
  * concerning it advances, so no wake-up is lost. Request fields that other threads set are
  * written under the lock (`fin`) and turned into done/active by the owner's poll.
+ *
+ * Before sleeping, a member with a core of its own (no more members than cores) spins on its
+ * epoch for up to TH_SPIN_SECONDS: a condition-variable wake-up takes tens of microseconds
+ * and a collective's pieces arrive closer together than that. Measured on two cores with a
+ * reduce-scatter and all-gather of 2.1 MB (the MLP's gradients), median per pair: about 300 us
+ * sleeping at once, 120 us spinning first.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "collectives/comm_impl.h"
 #include "core/error.h"
 
+/* How long a member spins for an event before it sleeps on its condition variable. */
+#define TH_SPIN_SECONDS 200e-6
+
 typedef struct member {
   pthread_cond_t cond;
-  uint64_t epoch; /* advanced on every event concerning this member (lock held) */
+  _Atomic uint64_t epoch; /* advanced on every event concerning this member (lock held); read
+                             without the lock while spinning */
   int joined;
 } member;
 
@@ -30,6 +42,7 @@ struct dpt_comm_group {
   pthread_mutex_t lock;
   int size;
   int refs; /* the creator's handle + members alive */
+  int spin; /* members spin a while before sleeping: no more members than cores */
   member *m;
   /* channels [src * size + dst]: FIFO lists linked through dpt_req.next */
   dpt_req **send_head, **send_tail, **recv_head, **recv_tail;
@@ -62,7 +75,7 @@ static void group_unref(dpt_comm_group *g) {
 }
 
 static void wake(dpt_comm_group *g, int rank) {
-  g->m[rank].epoch++;
+  atomic_fetch_add_explicit(&g->m[rank].epoch, 1, memory_order_release);
   pthread_cond_broadcast(&g->m[rank].cond);
 }
 
@@ -137,6 +150,24 @@ static void to_timespec(double t, struct timespec *ts) {
   }
 }
 
+/* Waits up to TH_SPIN_SECONDS for an event on `me` without the lock (lock held on entry and on
+ * return): 1 when one came. A condition-variable wake-up costs tens of microseconds, and a
+ * collective's messages follow each other closer than that; the spin catches them. */
+static int spin_for_event(dpt_comm_group *g, member *me, uint64_t epoch, double deadline) {
+  pthread_mutex_unlock(&g->lock);
+  double until = dpt_comm_now() + TH_SPIN_SECONDS;
+  if (until > deadline) until = deadline;
+  unsigned k = 0;
+  while (atomic_load_explicit(&me->epoch, memory_order_acquire) == epoch) {
+    dpt_cpu_relax();
+    if ((++k & 63) == 0 && dpt_comm_now() >= until) break;
+  }
+  pthread_mutex_lock(&g->lock);
+  /* Read again under the lock: an event between the last look and the lock would otherwise
+   * be slept through (its wake-up came before this thread waits on the condition). */
+  return atomic_load_explicit(&me->epoch, memory_order_relaxed) != epoch;
+}
+
 static dpt_status th_poll(dpt_comm *c, dpt_req **reqs, int n, int block, double deadline,
                           int *ndone) {
   dpt_comm_group *g = c->impl;
@@ -144,7 +175,7 @@ static dpt_status th_poll(dpt_comm *c, dpt_req **reqs, int n, int block, double 
   *ndone = 0;
   pthread_mutex_lock(&g->lock);
   for (;;) {
-    const uint64_t epoch = me->epoch;
+    const uint64_t epoch = atomic_load_explicit(&me->epoch, memory_order_relaxed);
     for (int i = 0; i < n; ++i) {
       if (reqs[i]->active && reqs[i]->is_recv && !reqs[i]->matched)
         drain_channel(g, (size_t)reqs[i]->peer * (size_t)g->size + (size_t)c->rank);
@@ -158,8 +189,9 @@ static dpt_status th_poll(dpt_comm *c, dpt_req **reqs, int n, int block, double 
       }
     }
     if (*ndone > 0 || !block) break;
-    if (me->epoch != epoch) continue;
+    if (atomic_load_explicit(&me->epoch, memory_order_relaxed) != epoch) continue;
     if (dpt_comm_now() >= deadline) break;
+    if (g->spin && spin_for_event(g, me, epoch, deadline)) continue;
     struct timespec ts;
     to_timespec(deadline, &ts);
     int rc = pthread_cond_timedwait(&me->cond, &g->lock, &ts);
@@ -231,6 +263,8 @@ dpt_status dpt_comm_group_create(int size, dpt_comm_group **out) {
   }
   g->size = size;
   g->refs = 1;
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  g->spin = cores > 0 && size <= cores;
   pthread_mutex_init(&g->lock, NULL);
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);

@@ -405,6 +405,39 @@ static void barrier_rank(dpt_comm *c, const team *t, member_out *out) {
   }
 }
 
+/* Many small all-reduces where one member arrives after a random delay around the spin
+ * window of the threads transport: the other member's wait ends in the spin, in the sleep,
+ * or right between the two. A wake-up lost there stalls the member until the (short)
+ * timeout. */
+static void wakeup_rank(dpt_comm *c, const team *t, member_out *out) {
+  (void)t;
+  const int rank = dpt_comm_rank(c);
+  uint32_t s = 12345u + (uint32_t)rank;
+  for (int i = 0; i < 4000 && out->rc == 0; ++i) {
+    s = s * 1664525u + 1013904223u;
+    if (rank == 1) { /* 0 to 400 us, busy: the spin window is 200 us */
+      const double until = now_s() + (double)(s >> 8) / (double)(1u << 24) * 400e-6;
+      while (now_s() < until) {
+      }
+    }
+    float x = (float)(rank + 1);
+    dpt_status st = dpt_allreduce_host(c, &x, 1, DPT_COMM_F32);
+    if (st != DPT_OK || x != 3.0f) {
+      out->rc = -1;
+      snprintf(out->err, sizeof out->err, "round %d: %s (sum %g)", i, dpt_status_name(st),
+               (double)x);
+    }
+  }
+}
+
+START_TEST(wakeups_around_the_spin) {
+  team t;
+  team_init(&t, 2, wakeup_rank, NULL);
+  t.opt.timeout_s = 5.0;
+  run_team(&t);
+}
+END_TEST
+
 START_TEST(barrier_waits_for_all) {
   arrived = 0;
   team t;
@@ -844,6 +877,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, broadcast_host_and_buffers);
     tcase_add_test(tc, allgather_sizes);
     tcase_add_test(tc, barrier_waits_for_all);
+    tcase_add_test(tc, wakeups_around_the_spin);
     tcase_add_test(tc, mpi_launched_from_environment);
     tcase_add_test(tc, shm_copy_choice);
     suite_add_tcase(s, tc);
