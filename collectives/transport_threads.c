@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,6 +162,7 @@ static int spin_for_event(dpt_comm_group *g, member *me, uint64_t epoch, double 
   while (atomic_load_explicit(&me->epoch, memory_order_acquire) == epoch) {
     dpt_cpu_relax();
     if ((++k & 63) == 0 && dpt_comm_now() >= until) break;
+    if ((k & 1023) == 0) sched_yield(); /* a staging helper thread may want this core */
   }
   pthread_mutex_lock(&g->lock);
   /* Read again under the lock: an event between the last look and the lock would otherwise
