@@ -50,8 +50,8 @@ static double now_sec(void) {
  * multiply: every input bit reaches every bit of its lane within two words), folded together
  * with the tail bytes and the length, then avalanched. Four lanes keep the multiplier busy:
  * about 7x faster than the byte-at-a-time FNV-1a it replaced (2 MB of parameters: 0.3 against
- * 2.4 ms on one core here), which the drift check pays every --check-every steps. Same bytes,
- * same value, on any host and at any alignment. */
+ * 2.4 ms on one core of the EPYC VM of docs/performance.md), which the drift check pays every
+ * --check-every steps. Same bytes, same value, on any host and at any alignment. */
 #define FP_K1 0x9E3779B185EBCA87ull
 #define FP_K2 0xC2B2AE3D27D4EB4Full
 #define FP_K3 0x165667B19E3779F9ull
