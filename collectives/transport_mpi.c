@@ -287,14 +287,14 @@ typedef struct setup {
 /* The collective part of creation: the communicator's id, the shared-memory segment when
  * every rank is on this node (and DPT_COMM_SHM is not 0), and agreement that every rank
  * succeeded, so that a failure on one rank fails the creation everywhere instead of leaving
- * the others waiting. `ok`: this rank's own setup succeeded; `copy`: how its slots are written. */
-static dpt_status agree_setup(dpt_comm *c, mpi_state *s, int ok, dpt_shm_copy copy) {
+ * the others waiting. `ok`: this rank's own setup succeeded; `copy`: how its slots are written;
+ * `shm`: DPT_COMM_SHM allows the segment. */
+static dpt_status agree_setup(dpt_comm *c, mpi_state *s, int ok, dpt_shm_copy copy, int shm) {
   setup su;
   memset(&su, 0, sizeof su);
   /* Collective: every rank asks, whatever its environment says. */
   const int node = c->size > 1 && single_node(s->comm, c->size);
-  const char *env = getenv("DPT_COMM_SHM");
-  const int want = node && (!env || strcmp(env, "0"));
+  const int want = node && shm;
   if (c->rank == 0) {
     uint64_t x =
         (uint64_t)(dpt_comm_now() * 1e9) ^ (uint64_t)(uintptr_t)c ^ ((uint64_t)getpid() << 32);
@@ -376,7 +376,11 @@ dpt_status dpt_comm_create_mpi(const void *mpi_comm, dpt_comm **out) {
   const char *copy_env = getenv("DPT_COMM_SHM_COPY");
   dpt_shm_copy copy = DPT_SHM_COPY_AUTO;
   if (st == DPT_OK && copy_env) st = dpt_shm_copy_parse(copy_env, &copy);
-  dpt_status agreed = agree_setup(c, s, st == DPT_OK, copy);
+  const char *shm_env = getenv("DPT_COMM_SHM");
+  const int shm = !shm_env || strcmp(shm_env, "0");
+  if (st == DPT_OK && shm_env && strcmp(shm_env, "0") && strcmp(shm_env, "1"))
+    st = dpt_set_error(DPT_ERR_INVALID_ARG, "DPT_COMM_SHM='%s' is not 0 or 1", shm_env);
+  dpt_status agreed = agree_setup(c, s, st == DPT_OK, copy, shm);
   if (st == DPT_OK) st = agreed;
   if (st != DPT_OK) {
     free(c->payload);

@@ -421,6 +421,43 @@ START_TEST(shm_copy_modes) {
 }
 END_TEST
 
+/* DPT_COMM_SHM takes 0 or 1; anything else fails the creation on every rank, naming the
+ * variable (a typo must not silently keep the path the user meant to turn off). */
+START_TEST(shm_switch_checked) {
+  const char *old = getenv("DPT_COMM_SHM");
+  char *saved = old ? strdup(old) : NULL;
+  outcome o = {0};
+  setenv("DPT_COMM_SHM", "off", 1);
+  dpt_comm *bad = NULL;
+  dpt_status st = dpt_comm_create_mpi(NULL, &bad);
+  if (st != DPT_ERR_INVALID_ARG || bad || !strstr(dpt_last_error(), "DPT_COMM_SHM='off'")) {
+    o.rc = -1;
+    snprintf(o.err, sizeof o.err, "DPT_COMM_SHM=off: %s: %s", dpt_status_name(st),
+             st == DPT_OK ? "accepted" : dpt_last_error());
+  }
+  dpt_comm_destroy(bad);
+  for (int v = 0; v < 2; ++v) {
+    setenv("DPT_COMM_SHM", v ? "1" : "0", 1);
+    dpt_comm *c = NULL;
+    st = dpt_comm_create_mpi(NULL, &c);
+    uint64_t large[2];
+    /* One node here: "1" gives the shared-memory channels, "0" MPI point-to-point. */
+    if (o.rc == 0 && (st != DPT_OK || dpt_comm_mpi_large_slots(c, large) != v)) {
+      o.rc = -1;
+      snprintf(o.err, sizeof o.err, "DPT_COMM_SHM=%d: %s: %s", v, dpt_status_name(st),
+               st == DPT_OK ? "wrong data path" : dpt_last_error());
+    }
+    dpt_comm_destroy(c);
+  }
+  if (saved)
+    setenv("DPT_COMM_SHM", saved, 1);
+  else
+    unsetenv("DPT_COMM_SHM");
+  free(saved);
+  agree(&o, "DPT_COMM_SHM checked");
+}
+END_TEST
+
 int main(int argc, char **argv) {
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
@@ -441,6 +478,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, stall_gives_timeout);
   tcase_add_test(tc, sub_communicator);
   tcase_add_test(tc, shm_copy_modes);
+  tcase_add_test(tc, shm_switch_checked);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK);
