@@ -18,11 +18,19 @@
 #endif
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: dptrain bench train [--backend cpu|opencl|vulkan] [--replicas R]\n"
-             "                           [--steps N] [--repeat N] [--data DIR] [--json]\n"
-             "Samples/s of the MLP 784-512-256-10 with global batch 256: 1 replica without the\n"
-             "all-reduce, 1 replica, and R replicas (threads; default 2), side by side.\n"
-             "Under mpirun -np R the replicas are the ranks (--replicas is then ignored).\n");
+  fprintf(f,
+          "usage: dptrain bench train [options]   (or bench_train; under mpirun -np R)\n"
+          "Samples/s of the MLP 784-512-256-10 with global batch 256: 1 replica without the\n"
+          "all-reduce, 1 replica, and R replicas with the sharded and the full step, side by\n"
+          "side, with each variant's time split per step.\n"
+          "  --backend B    cpu | opencl | vulkan (default cpu)\n"
+          "  --replicas R   replicas as threads of this process (default 2); under mpirun\n"
+          "                 the replicas are the ranks and this is ignored\n"
+          "  --steps N      steps per variant and repeat (default 100)\n"
+          "  --repeat N     repeats, the variants taking turns; figures are medians (default 5)\n"
+          "  --data DIR     Fashion-MNIST directory (default /usr/share/datasets/fashion-mnist;\n"
+          "                 random data when it cannot be read)\n"
+          "  --json         one JSON object instead of the table\n");
 }
 
 static dpt_dataset *random_data(size_t n) {

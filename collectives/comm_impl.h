@@ -28,7 +28,7 @@
  * are bounded by what callers pass; larger sets are polled in slices). */
 #define DPT_POLL_MAX 64
 
-/* Largest inline payload of the hello round: 64 KiB up to 16 ranks, then 1 MiB / (size - 1)
+/* Largest inline payload of the hello round: 64 KiB up to 17 ranks, then 1 MiB / (size - 1)
  * (at least 1 KiB), so the receive buffers of one round stay around 1 MiB. */
 size_t dpt_comm_inline_cap(int size);
 

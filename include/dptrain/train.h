@@ -88,7 +88,8 @@ typedef struct dpt_train_config {
   uint64_t seed;            /* initialization and shuffling */
   int shuffle;              /* 1: a new permutation every epoch */
   int keep_last;            /* 1: keep the final partial batch */
-  int64_t check_every;      /* fingerprint comparison period in steps (0: only at start) */
+  int64_t check_every;      /* fingerprint comparison period in steps (0: only at start and
+                               at the end of every epoch) */
   int skip_nonfinite;       /* 1: skip steps whose loss is not finite, on every replica */
   int skip_allreduce;       /* benchmarking only: no gradient all-reduce (replicas drift) */
   int full_optimizer_step;  /* 1: all-reduce the gradients and run the whole optimizer step on
