@@ -356,6 +356,36 @@ END_TEST
 #define SHM_STREAMS 0
 #endif
 
+/* The environment variable `name` as it was (NULL: unset), to put back with env_restore. */
+static char *env_save(const char *name) {
+  const char *v = getenv(name);
+  return v ? strdup(v) : NULL;
+}
+
+static void env_restore(const char *name, char *saved) {
+  if (saved)
+    setenv(name, saved, 1);
+  else
+    unsetenv(name);
+  free(saved);
+}
+
+/* With name=value, creating a communicator fails on this rank with DPT_ERR_INVALID_ARG and a
+ * message that quotes the setting; a failure is recorded in *o (unless one already is). */
+static void expect_bad_env(outcome *o, const char *name, const char *value) {
+  setenv(name, value, 1);
+  char quoted[128];
+  snprintf(quoted, sizeof quoted, "%s='%s'", name, value);
+  dpt_comm *bad = NULL;
+  dpt_status st = dpt_comm_create_mpi(NULL, &bad);
+  if (o->rc == 0 && (st != DPT_ERR_INVALID_ARG || bad || !strstr(dpt_last_error(), quoted))) {
+    o->rc = -1;
+    snprintf(o->err, sizeof o->err, "%s: %s: %s", quoted, dpt_status_name(st),
+             st == DPT_OK ? "accepted" : dpt_last_error());
+  }
+  dpt_comm_destroy(bad);
+}
+
 /* Every way of writing shared-memory slots (DPT_COMM_SHM_COPY) gives the same closed-form,
  * bit-identical result: 3.1M floats (a partial last block: slots that are no multiple of 64
  * bytes) move in hundreds of slots, enough for the auto mode to measure and try both (the
@@ -363,8 +393,7 @@ END_TEST
  * every rank, with the variable named. */
 START_TEST(shm_copy_modes) {
   const char *modes[] = {"cached", "streaming", "auto"};
-  const char *old = getenv("DPT_COMM_SHM_COPY");
-  char *saved = old ? strdup(old) : NULL;
+  char *saved = env_save("DPT_COMM_SHM_COPY");
   outcome o = {0};
   /* Every rank runs every step whatever its own results (a collective that failed on one rank
    * only must not leave the others waiting); the first error is kept. */
@@ -402,21 +431,8 @@ START_TEST(shm_copy_modes) {
       o.rc = -1;
       snprintf(o.err, sizeof o.err, "result %d differs from the cached mode's", i);
     }
-  setenv("DPT_COMM_SHM_COPY", "fast", 1);
-  dpt_comm *bad = NULL;
-  dpt_status st = dpt_comm_create_mpi(NULL, &bad);
-  if (o.rc == 0 &&
-      (st != DPT_ERR_INVALID_ARG || bad || !strstr(dpt_last_error(), "DPT_COMM_SHM_COPY='fast'"))) {
-    o.rc = -1;
-    snprintf(o.err, sizeof o.err, "DPT_COMM_SHM_COPY=fast: %s: %s", dpt_status_name(st),
-             dpt_last_error());
-  }
-  dpt_comm_destroy(bad);
-  if (saved)
-    setenv("DPT_COMM_SHM_COPY", saved, 1);
-  else
-    unsetenv("DPT_COMM_SHM_COPY");
-  free(saved);
+  expect_bad_env(&o, "DPT_COMM_SHM_COPY", "fast");
+  env_restore("DPT_COMM_SHM_COPY", saved);
   agree(&o, "shm copy modes");
 }
 END_TEST
@@ -424,22 +440,13 @@ END_TEST
 /* DPT_COMM_SHM takes 0 or 1; anything else fails the creation on every rank, naming the
  * variable (a typo must not silently keep the path the user meant to turn off). */
 START_TEST(shm_switch_checked) {
-  const char *old = getenv("DPT_COMM_SHM");
-  char *saved = old ? strdup(old) : NULL;
+  char *saved = env_save("DPT_COMM_SHM");
   outcome o = {0};
-  setenv("DPT_COMM_SHM", "off", 1);
-  dpt_comm *bad = NULL;
-  dpt_status st = dpt_comm_create_mpi(NULL, &bad);
-  if (st != DPT_ERR_INVALID_ARG || bad || !strstr(dpt_last_error(), "DPT_COMM_SHM='off'")) {
-    o.rc = -1;
-    snprintf(o.err, sizeof o.err, "DPT_COMM_SHM=off: %s: %s", dpt_status_name(st),
-             st == DPT_OK ? "accepted" : dpt_last_error());
-  }
-  dpt_comm_destroy(bad);
+  expect_bad_env(&o, "DPT_COMM_SHM", "off");
   for (int v = 0; v < 2; ++v) {
     setenv("DPT_COMM_SHM", v ? "1" : "0", 1);
     dpt_comm *c = NULL;
-    st = dpt_comm_create_mpi(NULL, &c);
+    dpt_status st = dpt_comm_create_mpi(NULL, &c);
     uint64_t large[2];
     /* One node here: "1" gives the shared-memory channels, "0" MPI point-to-point. */
     if (o.rc == 0 && (st != DPT_OK || dpt_comm_mpi_large_slots(c, large) != v)) {
@@ -449,11 +456,7 @@ START_TEST(shm_switch_checked) {
     }
     dpt_comm_destroy(c);
   }
-  if (saved)
-    setenv("DPT_COMM_SHM", saved, 1);
-  else
-    unsetenv("DPT_COMM_SHM");
-  free(saved);
+  env_restore("DPT_COMM_SHM", saved);
   agree(&o, "DPT_COMM_SHM checked");
 }
 END_TEST
