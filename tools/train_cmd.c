@@ -186,7 +186,7 @@ static void on_report(const dpt_train_report *r, void *user) {
            r->replicas == 1 ? "" : "s", r->ranks, r->ranks == 1 ? "" : "s", r->backend,
            r->test_accuracy, (unsigned long long)r->param_hash);
     if (r->compute_seconds + r->allreduce_seconds + r->optimizer_seconds > 0)
-      printf("time on replica 0: forward+backward %.2f s, gradient all-reduce %.2f s, "
+      printf("time on replica 0: forward+backward %.2f s, communication %.2f s, "
              "optimizer %.2f s\n",
              r->compute_seconds, r->allreduce_seconds, r->optimizer_seconds);
     if (r->replicas > 1)
