@@ -31,6 +31,10 @@ make_idx "$good" t10k 100
 "$dptrain" no-such-command >/dev/null 2>&1; rc=$?
 [ $rc -eq 2 ] || fail "unknown command exited $rc, expected 2"
 "$dptrain" train --help | grep -q -- "--global-batch" || fail "--help does not document --global-batch"
+for b in "cpu,bogus" "cpu," ""; do
+  "$dptrain" train --backend "$b" --data "$good" --epochs 1 >/dev/null 2>&1; rc=$?
+  [ $rc -eq 2 ] || fail "--backend '$b' exited $rc, expected 2"
+done
 
 # 2. devices lists the CPU backend.
 "$dptrain" devices | grep -q "^cpu:0" || fail "devices does not list cpu:0"
@@ -116,6 +120,13 @@ EOF
   rc=$?
   [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "mpi one bad rank exited $rc"
   grep -q "rank 1" "$scratch/err" || fail "mpi one bad rank: failing rank not named: $(cat "$scratch/err")"
+  # A --backend list whose bad entry only rank 1 would draw stops every rank at once.
+  timeout 120 $mpiexec -n 2 "$dptrain" train --data "$good" --hidden 16 --global-batch 50 \
+    --epochs 1 --backend cpu,bogus >/dev/null 2>"$scratch/err"
+  rc=$?
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "mpi --backend cpu,bogus exited $rc"
+  grep -q "bad --backend 'cpu,bogus'" "$scratch/err" ||
+    fail "mpi --backend cpu,bogus: no usage message: $(cat "$scratch/err")"
   # And a good run on 2 ranks agrees with the fingerprint printed on both.
   out=$(timeout 120 $mpiexec -n 2 "$dptrain" train --data "$good" --hidden 16 --global-batch 50 \
     --epochs 1 --backend cpu --json 2>"$scratch/err")

@@ -92,19 +92,39 @@ static int parse_float(const char *s, float *out) {
   return 0;
 }
 
-/* Picks the backend for `rank` from a name or comma-separated list; "auto" = the first GPU
- * found (OpenCL, then Vulkan), else the CPU. */
+/* Entry `i` of a comma-separated --backend list into tok (NUL-terminated); the number of
+ * entries, empty ones included. */
+static int backend_entry(const char *spec, int i, char *tok, size_t cap) {
+  int n = 0;
+  tok[0] = '\0';
+  for (const char *p = spec;; ++n) {
+    const char *e = strchr(p, ',');
+    const size_t len = e ? (size_t)(e - p) : strlen(p);
+    if (n == i) snprintf(tok, cap, "%.*s", (int)(len < cap ? len : cap - 1), p);
+    if (!e) return n + 1;
+    p = e + 1;
+  }
+}
+
+/* Every entry of the list is auto or a backend name: checked the same on every rank before
+ * any rank starts, so a bad entry stops them all instead of only the rank that draws it. */
+static int check_backend_list(const char *spec) {
+  char tok[32];
+  const int n = backend_entry(spec, 0, tok, sizeof tok);
+  for (int i = 0; i < n; ++i) {
+    backend_entry(spec, i, tok, sizeof tok);
+    dpt_backend_kind k;
+    if (strcmp(tok, "auto") != 0 && dpt_backend_kind_parse(tok, &k) != DPT_OK) return -1;
+  }
+  return 0;
+}
+
+/* The backend of `rank`: entry rank mod (entries) of a list checked by check_backend_list;
+ * "auto" = the first GPU found (OpenCL, then Vulkan), else the CPU. */
 static int pick_backend(const char *spec, int rank, dpt_backend_kind *out) {
-  char buf[256];
-  snprintf(buf, sizeof buf, "%s", spec);
-  int n = 1;
-  for (const char *p = buf; *p; ++p)
-    n += *p == ',';
-  int want = rank % n;
-  char *save = NULL, *tok = strtok_r(buf, ",", &save);
-  for (int i = 0; i < want && tok; ++i)
-    tok = strtok_r(NULL, ",", &save);
-  if (!tok) return -1;
+  char tok[32];
+  const int n = backend_entry(spec, 0, tok, sizeof tok);
+  backend_entry(spec, rank % n, tok, sizeof tok);
   if (strcmp(tok, "auto") == 0) {
     const dpt_backend_kind order[] = {DPT_BACKEND_OPENCL, DPT_BACKEND_VULKAN};
     for (size_t k = 0; k < 2; ++k) {
@@ -369,6 +389,13 @@ int dpt_cmd_train(int argc, char **argv) {
   }
   c.tty = isatty(STDERR_FILENO);
 
+  if (check_backend_list(c.backend) != 0) {
+    fprintf(stderr,
+            "dptrain train: bad --backend '%s' (auto, cpu, opencl, vulkan or a "
+            "comma-separated list of them)\n",
+            c.backend);
+    return 2;
+  }
   /* Communicator first: the rank decides the backend, the device and who prints. */
   dpt_comm *comm = NULL;
   dpt_status st = DPT_OK;
