@@ -237,10 +237,20 @@ static int sharded_step(const replica *r) {
   return r->count > 1 && !r->cfg->skip_allreduce && !r->cfg->full_optimizer_step;
 }
 
+/* The optimizer's outcome on this replica: a non-finite gradient norm (clipping; the norm is
+ * the same on every replica, so all of them see it) skips the step with skip_nonfinite, else
+ * it is a failure like any other, kept for the next exchange. Returns 1 when skipped. */
+static int optimizer_outcome(const replica *r, replica_state *s, dpt_status st) {
+  if (st == DPT_ERR_NONFINITE && r->cfg->skip_nonfinite) return 1;
+  keep_failure(s, st);
+  return 0;
+}
+
 /* The optimizer half of the sharded step, after the reduce-scatter and the step's exchange.
  * A local failure is kept for the next exchange; the collectives are joined regardless, so
- * that no replica waits for one that gave up. */
-static dpt_status shard_step(replica *r, replica_state *s, double *t_opt, double *t_comm) {
+ * that no replica waits for one that gave up. *skipped: see optimizer_outcome. */
+static dpt_status shard_step(replica *r, replica_state *s, double *t_opt, double *t_comm,
+                             int *skipped) {
   double sumsq = 0;
   if (r->cfg->optim.clip_norm > 0.0f) {
     step_stats mine, sum;
@@ -253,8 +263,10 @@ static dpt_status shard_step(replica *r, replica_state *s, double *t_opt, double
     sumsq = sum.sumsq; /* summed in replica order: the same on every replica */
   }
   double t0 = now_sec();
+  *skipped = 0;
   if (s->pending == DPT_OK) /* a failure is announced at the next exchange */
-    keep_failure(s, dpt_optimizer_step_ranges(s->opt, s->shard, s->nshard, sumsq, NULL));
+    *skipped = optimizer_outcome(
+        r, s, dpt_optimizer_step_ranges(s->opt, s->shard, s->nshard, sumsq, NULL));
   double t1 = now_sec();
   *t_opt += t1 - t0;
   dpt_status st = dpt_allgather_shards_buffer(r->comm, dpt_model_params(s->model), 0,
@@ -381,7 +393,8 @@ static dpt_status replica_run(replica *r, replica_state *s) {
   size_t np = dpt_model_num_params(s->model), input = dpt_model_input_size(s->model);
   dpt_buffer *params = dpt_model_params(s->model), *grads = dpt_model_grads(s->model);
   st = dpt_broadcast_buffer(r->comm, params, 0, np * sizeof(float), 0);
-  if (st != DPT_OK) return st;
+  if (st == DPT_ERR_TIMEOUT || st == DPT_ERR_COMM || st == DPT_ERR_MISMATCH) return st;
+  keep_failure(s, st); /* local (staging, device): announced by the fingerprint's exchange */
   uint64_t hash = 0;
   st = check_drift(r, s, 0, &hash);
   if (st != DPT_OK) return st;
@@ -449,17 +462,22 @@ static dpt_status replica_run(replica *r, replica_state *s) {
                                (long long)step, (long long)epoch + 1, k + 1);
         ++skipped;
       } else {
+        int skip = 0;
         if (sharded_step(r)) {
-          st = shard_step(r, s, &t_optimizer, &t_allreduce);
+          st = shard_step(r, s, &t_optimizer, &t_allreduce, &skip);
           if (st != DPT_OK) return st;
         } else {
           double tc = now_sec();
           /* A failure is announced at the next exchange, which every replica reaches. */
-          keep_failure(s, dpt_optimizer_step(s->opt, NULL));
+          skip = optimizer_outcome(r, s, dpt_optimizer_step(s->opt, NULL));
           t_optimizer += now_sec() - tc;
         }
-        epoch_loss += sum.loss_sum;
-        epoch_samples += sum.samples;
+        if (skip) {
+          ++skipped;
+        } else {
+          epoch_loss += sum.loss_sum;
+          epoch_samples += sum.samples;
+        }
       }
       trained_samples += sum.samples;
       if (cfg->check_every > 0 && step % cfg->check_every == 0) {

@@ -495,6 +495,54 @@ START_TEST(nonfinite_loss) {
 }
 END_TEST
 
+/* A finite loss with a non-finite gradient (the 16 units of the second hidden layer feed
+ * logits of +-1e38 x 3.2e-28 = +-5e11, finite; back through them the gradient reaches
+ * 10 x 16 x 2e38 / 8 = 4e39 on the first hidden layer: inf, and NaN where it meets a zero
+ * pixel). With clipping the optimizer sees a non-finite norm: it stops the run, or with
+ * skip_nonfinite every replica skips the step alike and the parameters stay as they started.
+ * Sharded and full step, 1 and 2 replicas. */
+START_TEST(nonfinite_gradient_norm) {
+  dpt_dataset *ds = make_data(256, 5);
+  dpt_train_config cfg;
+  mlp_config(&cfg, ds, 8);
+  enum { W1 = 32 * 64, B1 = 32, W2 = 16 * 32, B2 = 16, W3 = 10 * 16, B3 = 10 };
+  enum { NP = W1 + B1 + W2 + B2 + W3 + B3 };
+  static float init[NP], out[NP];
+  float *p = init;
+  for (int i = 0; i < W1; ++i)
+    *p++ = 0.0f;
+  for (int i = 0; i < B1; ++i)
+    *p++ = 1e-30f;
+  for (int i = 0; i < W2; ++i)
+    *p++ = 10.0f;
+  for (int i = 0; i < B2; ++i)
+    *p++ = 1e-30f;
+  for (int i = 0; i < W3; ++i)
+    *p++ = (i / 16) % 2 ? -1e38f : 1e38f; /* row c: + for even classes, - for odd */
+  for (int i = 0; i < B3; ++i)
+    *p++ = 0.0f;
+  cfg.init_params = init;
+  cfg.final_params = out;
+  cfg.optim.clip_norm = 1.0f;
+  cfg.max_steps = 6;
+  for (int full = 0; full < 2; ++full)
+    for (int R = 1; R <= 2; ++R) {
+      cfg.full_optimizer_step = full;
+      cfg.replicas = R;
+      cfg.skip_nonfinite = 0;
+      ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_NONFINITE);
+      ck_assert_msg(strstr(dpt_last_error(), "gradient norm"), "%s", dpt_last_error());
+      cfg.skip_nonfinite = 1;
+      dpt_train_report rep;
+      ck_assert_msg(dpt_train(&cfg, NULL, &rep) == DPT_OK, "%s", dpt_last_error());
+      ck_assert_int_eq(rep.steps, 6);
+      ck_assert_int_eq(rep.skipped_steps, 6);
+      ck_assert_mem_eq(out, init, sizeof init);
+    }
+  dpt_dataset_destroy(ds);
+}
+END_TEST
+
 static int cmp_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
   return x < y ? -1 : x > y;
@@ -581,6 +629,7 @@ static Suite *threads_suite(void) {
   tcase_add_test(tc, weights_round_trip);
   tcase_add_test(tc, bad_config);
   tcase_add_test(tc, nonfinite_loss);
+  tcase_add_test(tc, nonfinite_gradient_norm);
   tcase_add_test(tc, learns);
   suite_add_tcase(s, tc);
   return s;

@@ -61,7 +61,8 @@ static void usage(FILE *f) {
              "                         the same update with less work)\n"
              "checks and output:\n"
              "  --check-every N        compare replica fingerprints every N steps (default 100)\n"
-             "  --skip-nonfinite       skip steps with a non-finite loss (default: stop)\n"
+             "  --skip-nonfinite       skip steps with a non-finite loss or, with --clip-norm,\n"
+             "                         gradient norm (default: stop)\n"
              "  --json                 one JSON object per epoch, then a final one\n"
              "  --quiet                no progress bar\n");
 }

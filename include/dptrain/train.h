@@ -12,7 +12,8 @@
  *      gradient over the batch's samples;
  *   3. reduce-scatter (sum) the flat gradient buffer: each replica gets the complete sum of its
  *      shard (dpt_comm_shard); gather the loss and correct count of every replica;
- *   4. a non-finite loss stops training (or skips the step everywhere with skip_nonfinite);
+ *   4. a non-finite loss (or gradient norm, when clipping) stops training (or skips the step
+ *      everywhere with skip_nonfinite);
  *   5. the sharded optimizer step: each replica updates its shard of the parameters (clipping,
  *      when asked, by the norm of the whole reduced gradient: identical everywhere), then the
  *      shards are all-gathered. Every parameter comes out bit for bit as a full step after a
@@ -90,7 +91,8 @@ typedef struct dpt_train_config {
   int keep_last;            /* 1: keep the final partial batch */
   int64_t check_every;      /* fingerprint comparison period in steps (0: only at start and
                                at the end of every epoch) */
-  int skip_nonfinite;       /* 1: skip steps whose loss is not finite, on every replica */
+  int skip_nonfinite;       /* 1: skip steps whose loss (or, when clipping, gradient norm) is
+                               not finite, on every replica */
   int skip_allreduce;       /* benchmarking only: no gradient all-reduce (replicas drift) */
   int full_optimizer_step;  /* 1: all-reduce the gradients and run the whole optimizer step on
                                every replica; 0 (default): the sharded step (see above) */
