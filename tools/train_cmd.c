@@ -448,7 +448,12 @@ int dpt_cmd_train(int argc, char **argv) {
     size_t np = host_model ? dpt_model_num_params(host_model) : 0;
     if (st == DPT_OK && c.init_weights) {
       init = malloc(np * sizeof(float));
-      st = init ? dpt_model_load_params(host_model, c.init_weights, init) : DPT_ERR_OUT_OF_MEMORY;
+      if (init) {
+        st = dpt_model_load_params(host_model, c.init_weights, init);
+      } else {
+        snprintf(other, sizeof other, "cannot allocate %zu parameters", np);
+        st = DPT_ERR_OUT_OF_MEMORY;
+      }
       c.cfg.init_params = init;
     }
     if (st == DPT_OK && c.save_weights) {
