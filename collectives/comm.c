@@ -569,7 +569,7 @@ static dpt_status hello_timeout(dpt_comm *c, const hello_layout *L, const dpt_re
 
 /* Waits until no request of the round is active (headers_only: until every first fragment
  * has been sent and received). The active requests are listed once, then polled in windows
- * of DPT_POLL_MAX that move on when one completes nothing. */
+ * of DPT_POLL_MAX that move on when one completes nothing; the list drops what completed. */
 static dpt_status hello_wait(dpt_comm *c, const hello_layout *L, dpt_req *recv, size_t nf_recv,
                              size_t nf_send, int headers_only, double *deadline, dpt_what *wt) {
   dpt_req **list = L->list;
@@ -600,7 +600,10 @@ static dpt_status hello_wait(dpt_comm *c, const hello_layout *L, dpt_req *recv, 
       if (ndone == 0) at += (size_t)w;
     }
     if (st != DPT_OK) return st;
-    if (ndone > 0) { /* drop the completed */
+    /* Drop the completed: this window's, and with several windows any other's too, which a
+     * transport that moves every channel on each poll (shared memory) may have completed
+     * meanwhile without counting them (they were not in the window it was given). */
+    if (ndone > 0 || m > DPT_POLL_MAX) {
       size_t k = 0;
       for (size_t i = 0; i < m; ++i)
         if (list[i]->active) list[k++] = list[i];
