@@ -143,6 +143,9 @@ static void drain_channel(dpt_comm_group *g, size_t ch) {
 }
 
 static void to_timespec(double t, struct timespec *ts) {
+  /* A timeout meant as "forever" (any finite timeout_s is accepted) must not overflow time_t:
+   * ten million years is as good. */
+  if (t > 3e14) t = 3e14;
   ts->tv_sec = (time_t)t;
   ts->tv_nsec = (long)((t - (double)ts->tv_sec) * 1e9);
   if (ts->tv_nsec >= 1000000000L) {

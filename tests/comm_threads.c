@@ -438,6 +438,35 @@ START_TEST(wakeups_around_the_spin) {
 }
 END_TEST
 
+/* A member 20 ms late, so that the other one sleeps on its condition variable rather than
+ * spinning: with a timeout meant as "forever" the sleep's deadline must still be a valid
+ * time (it overflowed time_t, and every sleep failed with EINVAL). */
+static void late_rank(dpt_comm *c, const team *t, member_out *out) {
+  (void)t;
+  const int rank = dpt_comm_rank(c);
+  for (int i = 0; i < 3 && out->rc == 0; ++i) {
+    if (rank == 1) nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+    float x = (float)(rank + 1);
+    dpt_status st = dpt_allreduce_host(c, &x, 1, DPT_COMM_F32);
+    if (st != DPT_OK || x != 3.0f) {
+      out->rc = -1;
+      snprintf(out->err, sizeof out->err, "round %d: %s: %s (sum %g)", i, dpt_status_name(st),
+               dpt_last_error(), (double)x);
+    }
+  }
+}
+
+START_TEST(timeout_forever) {
+  const double forever[] = {1e20, 1e300};
+  for (int k = 0; k < 2; ++k) {
+    team t;
+    team_init(&t, 2, late_rank, NULL);
+    t.opt.timeout_s = forever[k];
+    run_team(&t);
+  }
+}
+END_TEST
+
 START_TEST(barrier_waits_for_all) {
   arrived = 0;
   team t;
@@ -878,6 +907,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, allgather_sizes);
     tcase_add_test(tc, barrier_waits_for_all);
     tcase_add_test(tc, wakeups_around_the_spin);
+    tcase_add_test(tc, timeout_forever);
     tcase_add_test(tc, mpi_launched_from_environment);
     tcase_add_test(tc, shm_copy_choice);
     suite_add_tcase(s, tc);
