@@ -62,6 +62,9 @@ static void idx_close(idx_file *f) {
 }
 
 /* Reads up to n bytes into buf; *got < n means the end of the (decompressed) data. */
+/* First buffer for a gzip payload, doubled as the data comes. */
+#define IDX_GZ_CHUNK ((size_t)16 << 20)
+
 static dpt_status idx_read(idx_file *f, void *buf, size_t n, size_t *got) {
   *got = 0;
   if (f->fp) {
@@ -185,13 +188,26 @@ static dpt_status idx_load(const char *path, int ndims, const char *what, uint32
     }
   }
 
-  unsigned char *buf = malloc(payload);
-  if (!buf) {
-    st = dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu bytes of %s", path,
-                       payload, what);
-    goto done;
+  /* A compressed file's length says nothing of what it holds: its buffer grows as data comes
+   * (a truncated file claiming terabytes is reported truncated, not out of memory). */
+  size_t cap = f.fp || payload < IDX_GZ_CHUNK ? payload : IDX_GZ_CHUNK;
+  unsigned char *buf = malloc(cap);
+  got = 0;
+  for (;;) {
+    if (!buf) {
+      st = dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu bytes of %s", path, cap,
+                         what);
+      goto done;
+    }
+    size_t n = 0;
+    st = idx_read(&f, buf + got, cap - got, &n);
+    got += n;
+    if (st != DPT_OK || got < cap || cap == payload) break;
+    cap = payload - cap < cap ? payload : 2 * cap;
+    unsigned char *grown = realloc(buf, cap);
+    if (!grown) free(buf);
+    buf = grown;
   }
-  st = idx_read(&f, buf, payload, &got);
   if (st == DPT_OK && got < payload) {
     st = dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: truncated: header [%s] means %zu %s, file has %zu",
                        path, shape, expected, unit, header_bytes + got);

@@ -294,6 +294,12 @@ START_TEST(bad_dimensions) {
   write_idx(tpath("img"), 0x803, huge, 3, pixels, 16, 0);
   EXPECT_FAIL(dpt_dataset_load_idx(tpath("img"), tpath("lbl"), 10, &ds), DPT_ERR_BAD_FORMAT,
               tpath("img"), "overflow", "4294967295");
+  /* Dimensions that fit the address space, in a gzip file holding 16 bytes of them:
+   * truncated, and nothing near the 2.8e14 bytes claimed is allocated on the header's word. */
+  const uint32_t vast[3] = {65535, 65535, 65535};
+  write_idx(tpath("img.gz"), 0x803, vast, 3, pixels, 16, 1);
+  EXPECT_FAIL(dpt_dataset_load_idx(tpath("img.gz"), tpath("lbl"), 10, &ds), DPT_ERR_BAD_FORMAT,
+              tpath("img.gz"), "truncated", "65535");
   const uint32_t zero_labels[1] = {0};
   write_idx(tpath("lbl"), 0x801, zero_labels, 1, labels, 0, 0);
   EXPECT_FAIL(dpt_dataset_load_idx(tpath("lbl"), tpath("lbl"), 10, &ds), DPT_ERR_BAD_FORMAT,
