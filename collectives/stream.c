@@ -131,6 +131,11 @@ static dpt_status process_recvs(engine *e, int *progress) {
     const dpt_xfer *x = &e->rx[k];
     if (!r->done) break;
     if (x->bytes > 0) {
+      if (r->err == DPT_ERR_COMM) /* the message stopped half way: its sender gave up */
+        return dpt_set_error(DPT_ERR_COMM,
+                             "%s: rank %d stopped sending half way through message %zu of %zu "
+                             "(it failed or left the collective; its error says why)",
+                             dpt_what_str(e->what), x->peer, e->r_proc, e->s->nrecv);
       if (r->err != DPT_OK || r->got != x->bytes)
         return dpt_set_error(DPT_ERR_MISMATCH,
                              "%s: rank %d sent %s bytes where %zu were expected (message %zu "
