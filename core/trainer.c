@@ -387,8 +387,30 @@ static dpt_status replica_run(replica *r, replica_state *s) {
    * that failed to set up reports it and all stop together. */
   step_stats ready, all;
   memset(&ready, 0, sizeof ready);
+  /* The data sets' sizes ride along: every replica draws the same permutation of them, so
+   * replicas (MPI ranks, each with its own files) that loaded different data sets stop
+   * together here instead of training on unrelated samples or parting ways later. */
+  ready.samples = (int64_t)dpt_dataset_count(cfg->train);
+  ready.correct = cfg->test ? (int64_t)dpt_dataset_count(cfg->test) : -1;
   st = exchange(r, s, &ready, &all, st, "start-up");
   if (st != DPT_OK) return st;
+  for (int i = 1; i < r->count; ++i) {
+    const step_stats *a = &s->gather[0], *b = &s->gather[i];
+    if (b->samples != a->samples || b->correct != a->correct)
+      return dpt_set_error(DPT_ERR_INVALID_ARG,
+                           "replica %d has %lld training and %lld test samples, replica 0 has "
+                           "%lld and %lld (-1: no test set): every replica needs the same data "
+                           "sets",
+                           i, (long long)b->samples, (long long)b->correct, (long long)a->samples,
+                           (long long)a->correct);
+  }
+  size_t n = dpt_dataset_count(cfg->train), B = cfg->global_batch;
+  size_t batches = dpt_sampler_num_batches(n, B, cfg->keep_last);
+  if (batches == 0) /* the same on every replica: the sizes agree */
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "global batch %zu is larger than the %zu training "
+                         "samples (and the last partial batch is dropped)",
+                         B, n);
 
   size_t np = dpt_model_num_params(s->model), input = dpt_model_input_size(s->model);
   dpt_buffer *params = dpt_model_params(s->model), *grads = dpt_model_grads(s->model);
@@ -399,13 +421,6 @@ static dpt_status replica_run(replica *r, replica_state *s) {
   st = check_drift(r, s, 0, &hash);
   if (st != DPT_OK) return st;
 
-  size_t n = dpt_dataset_count(cfg->train), B = cfg->global_batch;
-  size_t batches = dpt_sampler_num_batches(n, B, cfg->keep_last);
-  if (batches == 0)
-    return dpt_set_error(DPT_ERR_INVALID_ARG,
-                         "global batch %zu is larger than the %zu training "
-                         "samples (and the last partial batch is dropped)",
-                         B, n);
   int64_t step = 0, skipped = 0;
   double run_start = now_sec(), train_time = 0;
   int64_t trained_samples = 0;

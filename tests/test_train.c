@@ -741,6 +741,28 @@ static int mpi_main(const char *backends) {
     free(got);
     dpt_dataset_destroy(ds);
   }
+  /* Ranks whose data sets differ in size (each rank reads its own files) all stop at start-up
+   * with the same error. */
+  if (size > 1) {
+    dpt_comm_set_timeout(comm, 20.0);
+    dpt_dataset *ds = make_data(rank == size - 1 ? 999 : 1000, 11);
+    dpt_train_config cfg;
+    dpt_train_config_default(&cfg);
+    const size_t hidden[1] = {8};
+    dpt_model_spec_mlp(&cfg.model, 1, 8, 8, hidden, 1, 10);
+    cfg.train = ds;
+    cfg.global_batch = 64;
+    cfg.max_steps = 5;
+    st = dpt_train(&cfg, comm, NULL); /* a rank left waiting would end in DPT_ERR_TIMEOUT */
+    char want[64];
+    snprintf(want, sizeof want, "replica %d has 999 training", size - 1);
+    if (st != DPT_ERR_INVALID_ARG || !strstr(dpt_last_error(), want)) {
+      fprintf(stderr, "rank %d: different data sets: %s: %s\n", rank, dpt_status_name(st),
+              dpt_last_error());
+      ++failures;
+    }
+    dpt_dataset_destroy(ds);
+  }
   dpt_comm_destroy(comm);
   printf("rank %d: %s\n", rank, failures ? "FAILED" : "ok");
   return failures ? 1 : 0;
