@@ -9,7 +9,8 @@
  *
  * Block b may be downloaded once block b-3 is uploaded (its slot is free); the engine may use
  * block b once it is downloaded; a block the engine has finished is uploaded. Transfers run
- * in jobs of at most DPT_STAGE_JOB bytes, in order, so the three stages overlap:
+ * in jobs of DPT_STAGE_JOB bytes (or one ring piece, when larger), in order, so the three
+ * stages overlap:
  *   - THREAD mode: a helper thread runs the jobs while the calling thread communicates (a
  *     GPU's synchronous download then blocks only the helper);
  *   - INLINE mode: the calling thread runs a job whenever it would otherwise wait for a
