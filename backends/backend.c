@@ -578,6 +578,11 @@ dpt_status dpt_conv_out_size(const dpt_conv_geom *g, size_t *out_h, size_t *out_
   if (g->stride_h == 0 || g->stride_w == 0)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: stride %zu x %zu must be >= 1", fn, g->stride_h,
                          g->stride_w);
+  /* An empty image with enough padding would still give outputs (all padding): refused, the
+   * ops never see an empty input beside a non-empty output. */
+  if (g->h == 0 || g->w == 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: input h x w = %zu x %zu must be >= 1", fn, g->h,
+                         g->w);
   size_t ph, pw;
   if (!dpt_mul_ok(g->pad_h, 2, &ph) || !dpt_add_ok(ph, g->h, &ph) ||
       !dpt_mul_ok(g->pad_w, 2, &pw) || !dpt_add_ok(pw, g->w, &pw))

@@ -557,6 +557,11 @@ START_TEST(geometry_bad) {
   g.pad_w = SIZE_MAX / 2;
   EXPECT_INVALID(dpt_conv_out_size(&g, &oh, &ow), NULL);
   EXPECT_INVALID(dpt_conv_out_size(NULL, &oh, &ow), "geometry");
+  g = ok;
+  g.h = 0; /* with padding 1 the 2x2 kernel would still fit: refused all the same */
+  g.pad_h = 1;
+  EXPECT_INVALID(dpt_conv_out_size(&g, &oh, &ow), "input h x w");
+  EXPECT_INVALID(dpt_im2col(be, &g, x, 0, col, 0), "input h x w");
   EXPECT_INVALID(dpt_conv_out_size(&ok, NULL, &ow), "out_h");
   EXPECT_INVALID(dpt_im2col(be, NULL, x, 0, col, 0), "geometry");
   EXPECT_INVALID(dpt_im2col(be, &ok, x, 1, col, 0), "x");

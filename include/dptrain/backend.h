@@ -201,7 +201,7 @@ DPT_API dpt_status dpt_softmax_xent(dpt_backend *be, size_t rows, size_t cols,
                                     int64_t *correct);
 
 /* Convolution geometry shared by im2col / col2im. out_h = (h + 2*pad_h - kh) / stride_h + 1,
- * likewise out_w; both must be >= 1. */
+ * likewise out_w; both must be >= 1, and so must h and w. */
 typedef struct dpt_conv_geom {
   size_t n, c, h, w;         /* input batch, channels, height, width: x is [n, c, h, w] */
   size_t kh, kw;             /* kernel size, >= 1 */
