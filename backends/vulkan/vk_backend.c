@@ -534,6 +534,20 @@ static dpt_status vk_create(dpt_backend *be, int device) {
   vkGetPhysicalDeviceProperties2(ctx->phys, &p2);
   ctx->props = p2.properties;
   ctx->max_allocation = m3.maxMemoryAllocationSize;
+  /* The shaders' workgroups: 256 x 1 (DPT_VK_WG) and 32 x 8; the spec guarantees only 128
+   * invocations. A device below that is refused here, not at its first pipeline. */
+  const VkPhysicalDeviceLimits *lim = &ctx->props.limits;
+  if (lim->maxComputeWorkGroupInvocations < DPT_VK_WG ||
+      lim->maxComputeWorkGroupSize[0] < DPT_VK_WG || lim->maxComputeWorkGroupSize[1] < 8) {
+    st = dpt_set_error(DPT_ERR_UNSUPPORTED,
+                       "vulkan: %s allows workgroups of %u invocations (%u x %u), the shaders need "
+                       "256 (256 x 8)",
+                       ctx->props.deviceName, (unsigned)lim->maxComputeWorkGroupInvocations,
+                       (unsigned)lim->maxComputeWorkGroupSize[0],
+                       (unsigned)lim->maxComputeWorkGroupSize[1]);
+    vk_destroy(be);
+    return st;
+  }
   /* Test knob: a smaller maxStorageBufferRange, so tests reach the split dispatches with small
    * tensors. */
   const char *range = getenv("DPT_VULKAN_TEST_MAX_RANGE");
