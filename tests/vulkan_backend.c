@@ -148,6 +148,28 @@ END_TEST
 
 /* ---- memory ---------------------------------------------------------------------------------- */
 
+/* A buffer freed while recorded work still uses it is held until that work completes; an
+ * allocation that needs its memory (a device-memory budget stands for a full device) finishes
+ * the work and gets it, instead of failing. What does not fit at all still fails. */
+START_TEST(test_alloc_reuses_held_memory) {
+  dpt_backend *be = vk();
+  dpt_vk_ctx *c = ctx_of(be);
+  const size_t bytes = (size_t)c->dedicated_min * 2, n = bytes / sizeof(float);
+  dpt_buffer *a = tu_f32_fill(be, n, 1.0f), *b = NULL, *d = NULL;
+  c->test_budget = c->device_bytes + bytes / 2;
+  TU_OK(dpt_scale(be, n, 2.0f, a, 0)); /* recorded, not run yet */
+  dpt_buffer_free(a);
+  ck_assert_uint_gt(c->ndeferred, 0);
+  TU_OK(dpt_buffer_alloc(be, bytes, &b));
+  ck_assert_uint_eq(c->ndeferred, 0);
+  ck_assert_int_eq(dpt_buffer_alloc(be, bytes, &d), DPT_ERR_OUT_OF_MEMORY);
+  ck_assert_ptr_null(d);
+  ck_assert_msg(strstr(dpt_last_error(), "test budget"), "%s", dpt_last_error());
+  dpt_buffer_free(b);
+  dpt_backend_destroy(be);
+}
+END_TEST
+
 static size_t count_blocks(dpt_vk_ctx *c, int dedicated) {
   size_t n = 0;
   for (dpt_vk_block *b = c->blocks; b; b = b->next)
@@ -568,6 +590,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_error_translation);
   tcase_add_test(tc, test_device_lost);
   tcase_add_test(tc, test_alloc_too_large);
+  tcase_add_test(tc, test_alloc_reuses_held_memory);
   tcase_add_test(tc, test_suballocation);
   tcase_add_test(tc, test_batching);
   tcase_add_test(tc, test_upload_ordering);

@@ -155,6 +155,7 @@ typedef struct dpt_vk_block {
   dpt_vk_range *free; /* free ranges sorted by offset, coalesced; owned */
   size_t nfree, capfree;
   size_t nlive; /* sub-allocations currently handed out */
+  int budgeted; /* counted in the context's device_bytes */
   struct dpt_vk_block *next;
 } dpt_vk_block;
 
@@ -222,6 +223,9 @@ typedef struct dpt_vk_ctx {
   uint32_t memtype[2]; /* indexed by dpt_vk_memkind */
   VkDeviceSize align;  /* sub-allocation alignment (>= minStorageBufferOffsetAlignment) */
   VkDeviceSize block_size, dedicated_min;
+  /* Device-memory blocks beyond test_budget bytes in all fail as out of memory (0, the
+   * default: no budget): tests set it to reach the out-of-memory paths. */
+  VkDeviceSize test_budget, device_bytes;
   dpt_vk_block *blocks;
   dpt_vk_deferred *deferred; /* frees waiting for their batch; owned */
   size_t ndeferred, capdeferred;

@@ -5,6 +5,7 @@
  *
  * DPT_VULKAN_FORCE_STAGING=1 in the environment disables direct mode, so the staging paths a
  * discrete GPU takes can be tested on a driver with host-visible device memory. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,6 +88,7 @@ dpt_status dpt_vk_memory_init(dpt_vk_ctx *ctx) {
 }
 
 static void vk_block_destroy(dpt_vk_ctx *ctx, dpt_vk_block *b) {
+  if (b->budgeted) ctx->device_bytes -= b->size;
   if (b->buffer) vkDestroyBuffer(ctx->device, b->buffer, NULL);
   if (b->memory) vkFreeMemory(ctx->device, b->memory, NULL); /* also unmaps */
   free(b->free);
@@ -101,6 +103,10 @@ static dpt_status vk_block_create(dpt_vk_ctx *ctx, VkDeviceSize size, dpt_vk_mem
                          "vulkan: %llu bytes exceed maxMemoryAllocationSize (%llu bytes) of %s",
                          (unsigned long long)size, (unsigned long long)ctx->max_allocation,
                          ctx->props.deviceName);
+  if (kind == DPT_VK_MEM_DEVICE && ctx->test_budget && size > ctx->test_budget - ctx->device_bytes)
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY,
+                         "vulkan: %llu more bytes exceed the test budget (%llu in use)",
+                         (unsigned long long)size, (unsigned long long)ctx->device_bytes);
   dpt_vk_block *b = calloc(1, sizeof *b);
   if (b) b->free = malloc(4 * sizeof *b->free);
   if (!b || !b->free) {
@@ -155,6 +161,10 @@ static dpt_status vk_block_create(dpt_vk_ctx *ctx, VkDeviceSize size, dpt_vk_mem
   b->free[0].offset = 0;
   b->free[0].size = size;
   b->nfree = 1;
+  if (kind == DPT_VK_MEM_DEVICE) {
+    b->budgeted = 1;
+    ctx->device_bytes += size;
+  }
   b->next = ctx->blocks;
   ctx->blocks = b;
   *out = b;
@@ -350,8 +360,20 @@ dpt_status dpt_vk_partials(dpt_vk_ctx *ctx, VkDeviceSize bytes, dpt_vk_alloc **o
 /* ---- buffers and transfers -------------------------------------------------------------- */
 
 dpt_status dpt_vk_buffer_alloc(dpt_backend *be, dpt_buffer *buf) {
+  dpt_vk_ctx *ctx = be->ctx;
   dpt_vk_alloc *al;
-  dpt_status st = dpt_vk_alloc_create(be->ctx, buf->size, DPT_VK_MEM_DEVICE, &al);
+  dpt_status st = dpt_vk_alloc_create(ctx, buf->size, DPT_VK_MEM_DEVICE, &al);
+  if (st == DPT_ERR_OUT_OF_MEMORY && ctx->ndeferred > 0) {
+    /* Buffers freed while queued work still used them are held until it completes: finish
+     * the work (between ops, so the batch may be submitted here), which releases them, and
+     * try once more. */
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", dpt_last_error());
+    st = dpt_vk_finish(ctx);
+    if (st != DPT_OK) return st;
+    st = dpt_vk_alloc_create(ctx, buf->size, DPT_VK_MEM_DEVICE, &al);
+    if (st == DPT_ERR_OUT_OF_MEMORY) return dpt_set_error(st, "%s", msg);
+  }
   if (st != DPT_OK) return st;
   buf->handle = al;
   return DPT_OK;
