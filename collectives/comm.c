@@ -995,6 +995,11 @@ static dpt_status broadcast(dpt_comm *c, void *data, dpt_buffer *buf, size_t off
 
   const int is_root = c->rank == root;
   const int inline_ok = bytes > 0 && bytes <= dpt_comm_inline_cap(c->size);
+  /* A large buffer is mapped before the hello round, so that a failure to map it is announced
+   * there (coll_fail) instead of leaving the other ranks waiting for its data. */
+  void *host = NULL;
+  if (buf && !inline_ok && bytes > 0 && (st = map_range(c, buf, offset, bytes, &host)) != DPT_OK)
+    return coll_fail(c, &k, st);
   if (c->opt.desync_check || inline_ok) {
     /* Small: the root's data rides in its hello message. */
     unsigned char *tmp = NULL;
@@ -1017,13 +1022,11 @@ static dpt_status broadcast(dpt_comm *c, void *data, dpt_buffer *buf, size_t off
       else
         memcpy(data, c->payload[root], bytes);
     }
-    if (st != DPT_OK || inline_ok) return st;
+    if (st != DPT_OK || inline_ok) return host ? unmap_range(buf, host, st) : st;
   }
   dpt_ring_args a = {data, NULL, bytes, DPT_COMM_F32, DPT_RING_BOTH};
   if (!buf) return dpt_chain_broadcast(c, &a, NULL, root, k.tag, &k.w);
   if (bytes == 0) return DPT_OK;
-  void *host;
-  if ((st = map_range(c, buf, offset, bytes, &host)) != DPT_OK) return st;
   if (host) {
     a.data = host;
     return unmap_range(buf, host, dpt_chain_broadcast(c, &a, NULL, root, k.tag, &k.w));
