@@ -166,6 +166,20 @@ static int vk_has_instance_extension(const char *layer, const char *name) {
   return found;
 }
 
+static int vk_has_device_extension(VkPhysicalDevice phys, const char *name) {
+  uint32_t n = 0;
+  if (vkEnumerateDeviceExtensionProperties(phys, NULL, &n, NULL) != VK_SUCCESS || n == 0) return 0;
+  VkExtensionProperties *ext = calloc(n, sizeof *ext);
+  if (!ext) return 0;
+  int found = 0;
+  VkResult r = vkEnumerateDeviceExtensionProperties(phys, NULL, &n, ext);
+  if (r == VK_SUCCESS || r == VK_INCOMPLETE)
+    for (uint32_t i = 0; i < n; ++i)
+      if (strcmp(ext[i].extensionName, name) == 0) found = 1;
+  free(ext);
+  return found;
+}
+
 /* ---- instance and physical devices ----------------------------------------------------- */
 
 /* Creates an instance. With `ctx` and validation requested, enables the validation layer and
@@ -483,9 +497,15 @@ static dpt_status vk_device_create(dpt_vk_ctx *ctx) {
     enabled.shaderFloat64 = VK_TRUE;
     ctx->gemm_cpu = 1;
   }
+  /* A driver layered over another API (MoltenVK over Metal) lists VK_KHR_portability_subset,
+   * and the spec then requires it enabled. */
+  const char *portability = "VK_KHR_portability_subset";
+  const int subset = vk_has_device_extension(ctx->phys, portability);
   VkDeviceCreateInfo info = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
                              .queueCreateInfoCount = 1,
                              .pQueueCreateInfos = &q,
+                             .enabledExtensionCount = subset ? 1u : 0u,
+                             .ppEnabledExtensionNames = subset ? &portability : NULL,
                              .pEnabledFeatures = &enabled};
   dpt_status st =
       dpt_vk_check(ctx, vkCreateDevice(ctx->phys, &info, NULL, &ctx->device), "vkCreateDevice", 0);
