@@ -237,9 +237,10 @@ static int sharded_step(const replica *r) {
   return r->count > 1 && !r->cfg->skip_allreduce && !r->cfg->full_optimizer_step;
 }
 
-/* The optimizer's outcome on this replica: a non-finite gradient norm (clipping; the norm is
- * the same on every replica, so all of them see it) skips the step with skip_nonfinite, else
- * it is a failure like any other, kept for the next exchange. Returns 1 when skipped. */
+/* The optimizer's outcome on this replica: a non-finite gradient norm (clipping) skips the step
+ * with skip_nonfinite, else it is a failure like any other, kept for the next exchange.
+ * Returns 1 when skipped. Every replica decides alike: the sharded step clips by the norm
+ * summed over the replicas' exchange; the full step agrees on it first (see the step). */
 static int optimizer_outcome(const replica *r, replica_state *s, dpt_status st) {
   if (st == DPT_ERR_NONFINITE && r->cfg->skip_nonfinite) return 1;
   keep_failure(s, st);
@@ -415,8 +416,13 @@ static dpt_status replica_run(replica *r, replica_state *s) {
   size_t np = dpt_model_num_params(s->model), input = dpt_model_input_size(s->model);
   dpt_buffer *params = dpt_model_params(s->model), *grads = dpt_model_grads(s->model);
   st = dpt_broadcast_buffer(r->comm, params, 0, np * sizeof(float), 0);
-  if (st == DPT_ERR_TIMEOUT || st == DPT_ERR_COMM || st == DPT_ERR_MISMATCH) return st;
-  keep_failure(s, st); /* local (staging, device): announced by the fingerprint's exchange */
+  /* Every replica meets at the fingerprint's exchange after a failure here, which stops them
+   * all together: the replica that failed locally (device, staging) and announces it there,
+   * and the others, whether the broadcast went through for them or told them that a replica
+   * failed before it (DPT_ERR_COMM, no data moved). A timeout or a disagreement on the call
+   * means the replicas are not in step: stop now. */
+  if (st == DPT_ERR_TIMEOUT || st == DPT_ERR_MISMATCH) return st;
+  keep_failure(s, st);
   uint64_t hash = 0;
   st = check_drift(r, s, 0, &hash);
   if (st != DPT_OK) return st;
@@ -483,8 +489,21 @@ static dpt_status replica_run(replica *r, replica_state *s) {
           if (st != DPT_OK) return st;
         } else {
           double tc = now_sec();
+          if (cfg->skip_nonfinite && cfg->optim.clip_norm > 0.0f && r->count > 1) {
+            /* Each replica computes the norm on its own backend, and a float sum (Vulkan) can
+             * overflow where a double sum (CPU) does not: they agree before anyone steps. */
+            step_stats mine_n, sum_n;
+            memset(&mine_n, 0, sizeof mine_n);
+            const dpt_range whole = {0, np};
+            dpt_status ls = s->pending == DPT_OK
+                                ? dpt_optimizer_grad_sumsq(s->opt, &whole, 1, &mine_n.sumsq)
+                                : DPT_OK;
+            st = exchange(r, s, &mine_n, &sum_n, ls, "the gradient norm");
+            if (st != DPT_OK) return st;
+            skip = !isfinite(sum_n.sumsq);
+          }
           /* A failure is announced at the next exchange, which every replica reaches. */
-          skip = optimizer_outcome(r, s, dpt_optimizer_step(s->opt, NULL));
+          if (!skip) skip = optimizer_outcome(r, s, dpt_optimizer_step(s->opt, NULL));
           t_optimizer += now_sec() - tc;
         }
         if (skip) {
