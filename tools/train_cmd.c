@@ -120,9 +120,9 @@ static int check_backend_list(const char *spec) {
   return 0;
 }
 
-/* The backend of `rank`: entry rank mod (entries) of a list checked by check_backend_list;
+/* The backend of `rank`: entry rank mod (entries) of a list check_backend_list accepted;
  * "auto" = the first GPU found (OpenCL, then Vulkan), else the CPU. */
-static int pick_backend(const char *spec, int rank, dpt_backend_kind *out) {
+static void pick_backend(const char *spec, int rank, dpt_backend_kind *out) {
   char tok[32];
   const int n = backend_entry(spec, 0, tok, sizeof tok);
   backend_entry(spec, rank % n, tok, sizeof tok);
@@ -136,14 +136,14 @@ static int pick_backend(const char *spec, int rank, dpt_backend_kind *out) {
         if (dpt_device_get_info(order[k], d, &info) == DPT_OK && info.type != DPT_DEVICE_CPU &&
             info.type != DPT_DEVICE_OTHER) {
           *out = order[k];
-          return 0;
+          return;
         }
       }
     }
     *out = DPT_BACKEND_CPU;
-    return 0;
+    return;
   }
-  return dpt_backend_kind_parse(tok, out) == DPT_OK ? 0 : -1;
+  (void)dpt_backend_kind_parse(tok, out); /* checked by check_backend_list */
 }
 
 /* Options that take a value (the others are flags). */
@@ -240,7 +240,8 @@ static void on_progress(int64_t epoch, size_t batch, size_t batches, double loss
 static int fail(const cli *c, dpt_status st, const char *msg) {
   if (!msg) msg = dpt_last_error();
   int global = st == DPT_ERR_NONFINITE || st == DPT_ERR_MISMATCH || st == DPT_ERR_TIMEOUT ||
-               strstr(msg, "another replica") != NULL || strstr(msg, "could not start") != NULL;
+               strstr(msg, "another replica") != NULL || strstr(msg, "could not start") != NULL ||
+               strstr(msg, "the same data sets") != NULL;
   if (c->rank == 0 || !global) {
     if (c->rank > 0)
       fprintf(stderr, "dptrain: rank %d: %s: %s\n", c->rank, dpt_status_str(st), msg);
@@ -410,12 +411,7 @@ int dpt_cmd_train(int argc, char **argv) {
     if (st != DPT_OK) return fail(&c, st, NULL);
     c.rank = dpt_comm_rank(comm);
   }
-  if (pick_backend(c.backend, c.rank, &c.cfg.backend) != 0) {
-    fprintf(stderr, "dptrain train: bad --backend '%s' (auto, cpu, opencl, vulkan or a list)\n",
-            c.backend);
-    dpt_comm_destroy(comm);
-    return 2;
-  }
+  pick_backend(c.backend, c.rank, &c.cfg.backend);
   if (c.cfg.optim.schedule == DPT_SCHEDULE_COSINE && c.cfg.optim.total_steps == 0)
     c.cfg.optim.total_steps = 1; /* replaced once the data set size is known */
 
