@@ -152,27 +152,18 @@ static int vk_has_layer(const char *name, dpt_status *st) {
   return found;
 }
 
-static int vk_has_instance_extension(const char *layer, const char *name) {
+/* Whether the instance (phys == VK_NULL_HANDLE, extensions of `layer` or the implementation's
+ * when NULL) or the physical device `phys` offers extension `name`. */
+static int vk_has_extension(VkPhysicalDevice phys, const char *layer, const char *name) {
   uint32_t n = 0;
-  if (vkEnumerateInstanceExtensionProperties(layer, &n, NULL) != VK_SUCCESS || n == 0) return 0;
+  VkResult r = phys ? vkEnumerateDeviceExtensionProperties(phys, NULL, &n, NULL)
+                    : vkEnumerateInstanceExtensionProperties(layer, &n, NULL);
+  if (r != VK_SUCCESS || n == 0) return 0;
   VkExtensionProperties *ext = calloc(n, sizeof *ext);
   if (!ext) return 0;
   int found = 0;
-  VkResult r = vkEnumerateInstanceExtensionProperties(layer, &n, ext);
-  if (r == VK_SUCCESS || r == VK_INCOMPLETE)
-    for (uint32_t i = 0; i < n; ++i)
-      if (strcmp(ext[i].extensionName, name) == 0) found = 1;
-  free(ext);
-  return found;
-}
-
-static int vk_has_device_extension(VkPhysicalDevice phys, const char *name) {
-  uint32_t n = 0;
-  if (vkEnumerateDeviceExtensionProperties(phys, NULL, &n, NULL) != VK_SUCCESS || n == 0) return 0;
-  VkExtensionProperties *ext = calloc(n, sizeof *ext);
-  if (!ext) return 0;
-  int found = 0;
-  VkResult r = vkEnumerateDeviceExtensionProperties(phys, NULL, &n, ext);
+  r = phys ? vkEnumerateDeviceExtensionProperties(phys, NULL, &n, ext)
+           : vkEnumerateInstanceExtensionProperties(layer, &n, ext);
   if (r == VK_SUCCESS || r == VK_INCOMPLETE)
     for (uint32_t i = 0; i < n; ++i)
       if (strcmp(ext[i].extensionName, name) == 0) found = 1;
@@ -209,7 +200,7 @@ static dpt_status vk_instance_create(dpt_vk_ctx *ctx, VkInstance *out) {
   VkInstanceCreateInfo info = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
                                .pApplicationInfo = &app};
   /* Drivers layered over Metal and the like are only listed with portability enumeration. */
-  if (vk_has_instance_extension(NULL, "VK_KHR_portability_enumeration")) {
+  if (vk_has_extension(VK_NULL_HANDLE, NULL, "VK_KHR_portability_enumeration")) {
     exts[nexts++] = "VK_KHR_portability_enumeration";
     info.flags |= 0x00000001; /* VK_INSTANCE_CREATE_ENUMERATE_PORTABILITY_BIT_KHR */
   }
@@ -229,8 +220,9 @@ static dpt_status vk_instance_create(dpt_vk_ctx *ctx, VkInstance *out) {
                            "(apt-get install vulkan-validationlayers)",
                            DPT_VK_VALIDATION_LAYER);
     }
-    if (!vk_has_instance_extension(NULL, VK_EXT_DEBUG_UTILS_EXTENSION_NAME) &&
-        !vk_has_instance_extension(DPT_VK_VALIDATION_LAYER, VK_EXT_DEBUG_UTILS_EXTENSION_NAME))
+    if (!vk_has_extension(VK_NULL_HANDLE, NULL, VK_EXT_DEBUG_UTILS_EXTENSION_NAME) &&
+        !vk_has_extension(VK_NULL_HANDLE, DPT_VK_VALIDATION_LAYER,
+                          VK_EXT_DEBUG_UTILS_EXTENSION_NAME))
       return dpt_set_error(DPT_ERR_UNSUPPORTED,
                            "vulkan: DPT_VULKAN_VALIDATION=1 but %s is not available",
                            VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
@@ -239,8 +231,8 @@ static dpt_status vk_instance_create(dpt_vk_ctx *ctx, VkInstance *out) {
     /* Also covers messages from vkCreateInstance/vkDestroyInstance themselves. */
     vk_messenger_info(ctx, &dbg);
     info.pNext = &dbg;
-    if (vk_has_instance_extension(DPT_VK_VALIDATION_LAYER,
-                                  VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME)) {
+    if (vk_has_extension(VK_NULL_HANDLE, DPT_VK_VALIDATION_LAYER,
+                         VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME)) {
       exts[nexts++] = VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME;
       features.pNext = &dbg;
       info.pNext = &features;
@@ -500,7 +492,7 @@ static dpt_status vk_device_create(dpt_vk_ctx *ctx) {
   /* A driver layered over another API (MoltenVK over Metal) lists VK_KHR_portability_subset,
    * and the spec then requires it enabled. */
   const char *portability = "VK_KHR_portability_subset";
-  const int subset = vk_has_device_extension(ctx->phys, portability);
+  const int subset = vk_has_extension(ctx->phys, NULL, portability);
   VkDeviceCreateInfo info = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
                              .queueCreateInfoCount = 1,
                              .pQueueCreateInfos = &q,
@@ -561,7 +553,7 @@ static dpt_status vk_create(dpt_backend *be, int device) {
       lim->maxComputeWorkGroupSize[0] < DPT_VK_WG || lim->maxComputeWorkGroupSize[1] < 8) {
     st = dpt_set_error(DPT_ERR_UNSUPPORTED,
                        "vulkan: %s allows workgroups of %u invocations (%u x %u), the shaders need "
-                       "256 (256 x 8)",
+                       "256 invocations and sizes of at least 256 x 8",
                        ctx->props.deviceName, (unsigned)lim->maxComputeWorkGroupInvocations,
                        (unsigned)lim->maxComputeWorkGroupSize[0],
                        (unsigned)lim->maxComputeWorkGroupSize[1]);

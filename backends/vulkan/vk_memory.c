@@ -103,7 +103,7 @@ static dpt_status vk_block_create(dpt_vk_ctx *ctx, VkDeviceSize size, dpt_vk_mem
                          "vulkan: %llu bytes exceed maxMemoryAllocationSize (%llu bytes) of %s",
                          (unsigned long long)size, (unsigned long long)ctx->max_allocation,
                          ctx->props.deviceName);
-  if (kind == DPT_VK_MEM_DEVICE && ctx->test_budget && size > ctx->test_budget - ctx->device_bytes)
+  if (kind == DPT_VK_MEM_DEVICE && ctx->test_budget && ctx->device_bytes + size > ctx->test_budget)
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY,
                          "vulkan: %llu more bytes exceed the test budget (%llu in use)",
                          (unsigned long long)size, (unsigned long long)ctx->device_bytes);
