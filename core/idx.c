@@ -61,10 +61,10 @@ static void idx_close(idx_file *f) {
   f->gz = NULL;
 }
 
-/* Reads up to n bytes into buf; *got < n means the end of the (decompressed) data. */
 /* First buffer for a gzip payload, doubled as the data comes. */
 #define IDX_GZ_CHUNK ((size_t)16 << 20)
 
+/* Reads up to n bytes into buf; *got < n means the end of the (decompressed) data. */
 static dpt_status idx_read(idx_file *f, void *buf, size_t n, size_t *got) {
   *got = 0;
   if (f->fp) {
