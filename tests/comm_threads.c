@@ -405,6 +405,17 @@ static void barrier_rank(dpt_comm *c, const team *t, member_out *out) {
   }
 }
 
+/* One all-reduce of rank + 1 on 2 members (sum 3), a failure recorded in *out for round i. */
+static void sum_pair(dpt_comm *c, int i, member_out *out) {
+  float x = (float)(dpt_comm_rank(c) + 1);
+  dpt_status st = dpt_allreduce_host(c, &x, 1, DPT_COMM_F32);
+  if (st != DPT_OK || x != 3.0f) {
+    out->rc = -1;
+    snprintf(out->err, sizeof out->err, "round %d: %s: %s (sum %g)", i, dpt_status_name(st),
+             st == DPT_OK ? "" : dpt_last_error(), (double)x);
+  }
+}
+
 /* Many small all-reduces where one member arrives after a random delay around the spin
  * window of the threads transport: the other member's wait ends in the spin, in the sleep,
  * or right between the two. A wake-up lost there stalls the member until the (short)
@@ -420,13 +431,7 @@ static void wakeup_rank(dpt_comm *c, const team *t, member_out *out) {
       while (now_s() < until) {
       }
     }
-    float x = (float)(rank + 1);
-    dpt_status st = dpt_allreduce_host(c, &x, 1, DPT_COMM_F32);
-    if (st != DPT_OK || x != 3.0f) {
-      out->rc = -1;
-      snprintf(out->err, sizeof out->err, "round %d: %s (sum %g)", i, dpt_status_name(st),
-               (double)x);
-    }
+    sum_pair(c, i, out);
   }
 }
 
@@ -446,13 +451,7 @@ static void late_rank(dpt_comm *c, const team *t, member_out *out) {
   const int rank = dpt_comm_rank(c);
   for (int i = 0; i < 3 && out->rc == 0; ++i) {
     if (rank == 1) nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
-    float x = (float)(rank + 1);
-    dpt_status st = dpt_allreduce_host(c, &x, 1, DPT_COMM_F32);
-    if (st != DPT_OK || x != 3.0f) {
-      out->rc = -1;
-      snprintf(out->err, sizeof out->err, "round %d: %s: %s (sum %g)", i, dpt_status_name(st),
-               dpt_last_error(), (double)x);
-    }
+    sum_pair(c, i, out);
   }
 }
 
