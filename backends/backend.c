@@ -7,7 +7,8 @@
 #include <string.h>
 
 #include "backends/backend_impl.h"
-#include "core/error.h"
+#include "base/error.h"
+#include "base/size.h"
 
 /* ---- kinds, names, enumeration ----------------------------------------------------------- */
 
@@ -425,12 +426,6 @@ static dpt_ref ref(const dpt_buffer *buf, size_t off) {
   return r;
 }
 
-#define TRY(expr)                                                                                  \
-  do {                                                                                             \
-    dpt_status try_st_ = (expr);                                                                   \
-    if (try_st_ != DPT_OK) return try_st_;                                                         \
-  } while (0)
-
 /* ---- ops --------------------------------------------------------------------------------- */
 
 /* Matrix operand with `rows` x `cols` logical storage and leading dimension ld: the last row
@@ -454,22 +449,22 @@ dpt_status dpt_gemm(dpt_backend *be, int trans_a, int trans_b, size_t m, size_t 
                     float alpha, const dpt_buffer *a, size_t a_off, size_t lda, const dpt_buffer *b,
                     size_t b_off, size_t ldb, float beta, dpt_buffer *c, size_t c_off, size_t ldc) {
   op_check ck;
-  TRY(op_begin(&ck, "dpt_gemm", be, be && be->vt->gemm));
+  DPT_TRY(op_begin(&ck, "dpt_gemm", be, be && be->vt->gemm));
   size_t ea = 0, eb = 0, ec = 0;
-  TRY(check_matrix(&ck, "a", "lda", a, a_off, trans_a ? k : m, trans_a ? m : k, lda, &ea));
-  TRY(check_matrix(&ck, "b", "ldb", b, b_off, trans_b ? n : k, trans_b ? k : n, ldb, &eb));
-  TRY(check_matrix(&ck, "c", "ldc", c, c_off, m, n, ldc, &ec));
-  TRY(check_alias(&ck, "c", c, c_off, ec, F32, "a", a, a_off, ea, F32, 0));
-  TRY(check_alias(&ck, "c", c, c_off, ec, F32, "b", b, b_off, eb, F32, 0));
+  DPT_TRY(check_matrix(&ck, "a", "lda", a, a_off, trans_a ? k : m, trans_a ? m : k, lda, &ea));
+  DPT_TRY(check_matrix(&ck, "b", "ldb", b, b_off, trans_b ? n : k, trans_b ? k : n, ldb, &eb));
+  DPT_TRY(check_matrix(&ck, "c", "ldc", c, c_off, m, n, ldc, &ec));
+  DPT_TRY(check_alias(&ck, "c", c, c_off, ec, F32, "a", a, a_off, ea, F32, 0));
+  DPT_TRY(check_alias(&ck, "c", c, c_off, ec, F32, "b", b, b_off, eb, F32, 0));
   if (m == 0 || n == 0) return DPT_OK;
   if (k == 0 || alpha == 0.0f) {
     /* C = beta * C row by row (C is not read when beta == 0; A and B are never read). */
     for (size_t r = 0; r < m; ++r) {
       if (beta == 0.0f) {
-        TRY(dpt_buffer_fill_f32(c, c_off + r * ldc, n, 0.0f));
+        DPT_TRY(dpt_buffer_fill_f32(c, c_off + r * ldc, n, 0.0f));
       } else if (be->vt->scale) {
         dpt_scale_args sa = {n, beta, ref(c, c_off + r * ldc)};
-        TRY(be->vt->scale(be, &sa));
+        DPT_TRY(be->vt->scale(be, &sa));
       } else {
         return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_gemm: k == 0 or alpha == 0 needs the "
                                                   "scale op");
@@ -486,11 +481,11 @@ dpt_status dpt_bias_add(dpt_backend *be, size_t rows, size_t cols, dpt_buffer *y
                         const dpt_buffer *bias, size_t bias_off) {
   op_check ck;
   size_t ny = 0;
-  TRY(op_begin(&ck, "dpt_bias_add", be, be && be->vt->bias_add));
-  TRY(elems2(&ck, "y", rows, cols, &ny));
-  TRY(check_tensor(&ck, "y", y, y_off, ny, F32));
-  TRY(check_tensor(&ck, "bias", bias, bias_off, cols, F32));
-  TRY(check_alias(&ck, "y", y, y_off, ny, F32, "bias", bias, bias_off, cols, F32, 0));
+  DPT_TRY(op_begin(&ck, "dpt_bias_add", be, be && be->vt->bias_add));
+  DPT_TRY(elems2(&ck, "y", rows, cols, &ny));
+  DPT_TRY(check_tensor(&ck, "y", y, y_off, ny, F32));
+  DPT_TRY(check_tensor(&ck, "bias", bias, bias_off, cols, F32));
+  DPT_TRY(check_alias(&ck, "y", y, y_off, ny, F32, "bias", bias, bias_off, cols, F32, 0));
   if (ny == 0) return DPT_OK;
   dpt_bias_add_args args = {rows, cols, ref(y, y_off), ref(bias, bias_off)};
   return be->vt->bias_add(be, &args);
@@ -500,11 +495,11 @@ dpt_status dpt_bias_grad(dpt_backend *be, size_t rows, size_t cols, const dpt_bu
                          size_t dy_off, float beta, dpt_buffer *db, size_t db_off) {
   op_check ck;
   size_t ny = 0;
-  TRY(op_begin(&ck, "dpt_bias_grad", be, be && be->vt->bias_grad));
-  TRY(elems2(&ck, "dy", rows, cols, &ny));
-  TRY(check_tensor(&ck, "dy", dy, dy_off, ny, F32));
-  TRY(check_tensor(&ck, "db", db, db_off, cols, F32));
-  TRY(check_alias(&ck, "db", db, db_off, cols, F32, "dy", dy, dy_off, ny, F32, 0));
+  DPT_TRY(op_begin(&ck, "dpt_bias_grad", be, be && be->vt->bias_grad));
+  DPT_TRY(elems2(&ck, "dy", rows, cols, &ny));
+  DPT_TRY(check_tensor(&ck, "dy", dy, dy_off, ny, F32));
+  DPT_TRY(check_tensor(&ck, "db", db, db_off, cols, F32));
+  DPT_TRY(check_alias(&ck, "db", db, db_off, cols, F32, "dy", dy, dy_off, ny, F32, 0));
   if (cols == 0) return DPT_OK;
   dpt_bias_grad_args args = {rows, cols, beta, ref(dy, dy_off), ref(db, db_off)};
   return be->vt->bias_grad(be, &args);
@@ -513,10 +508,10 @@ dpt_status dpt_bias_grad(dpt_backend *be, size_t rows, size_t cols, const dpt_bu
 dpt_status dpt_relu_fwd(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_off, dpt_buffer *y,
                         size_t y_off) {
   op_check ck;
-  TRY(op_begin(&ck, "dpt_relu_fwd", be, be && be->vt->relu_fwd));
-  TRY(check_tensor(&ck, "x", x, x_off, n, F32));
-  TRY(check_tensor(&ck, "y", y, y_off, n, F32));
-  TRY(check_alias(&ck, "y", y, y_off, n, F32, "x", x, x_off, n, F32, 1));
+  DPT_TRY(op_begin(&ck, "dpt_relu_fwd", be, be && be->vt->relu_fwd));
+  DPT_TRY(check_tensor(&ck, "x", x, x_off, n, F32));
+  DPT_TRY(check_tensor(&ck, "y", y, y_off, n, F32));
+  DPT_TRY(check_alias(&ck, "y", y, y_off, n, F32, "x", x, x_off, n, F32, 1));
   if (n == 0) return DPT_OK;
   dpt_relu_fwd_args args = {n, ref(x, x_off), ref(y, y_off)};
   return be->vt->relu_fwd(be, &args);
@@ -525,12 +520,12 @@ dpt_status dpt_relu_fwd(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x
 dpt_status dpt_relu_bwd(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_off,
                         const dpt_buffer *dy, size_t dy_off, dpt_buffer *dx, size_t dx_off) {
   op_check ck;
-  TRY(op_begin(&ck, "dpt_relu_bwd", be, be && be->vt->relu_bwd));
-  TRY(check_tensor(&ck, "x", x, x_off, n, F32));
-  TRY(check_tensor(&ck, "dy", dy, dy_off, n, F32));
-  TRY(check_tensor(&ck, "dx", dx, dx_off, n, F32));
-  TRY(check_alias(&ck, "dx", dx, dx_off, n, F32, "x", x, x_off, n, F32, 0));
-  TRY(check_alias(&ck, "dx", dx, dx_off, n, F32, "dy", dy, dy_off, n, F32, 1));
+  DPT_TRY(op_begin(&ck, "dpt_relu_bwd", be, be && be->vt->relu_bwd));
+  DPT_TRY(check_tensor(&ck, "x", x, x_off, n, F32));
+  DPT_TRY(check_tensor(&ck, "dy", dy, dy_off, n, F32));
+  DPT_TRY(check_tensor(&ck, "dx", dx, dx_off, n, F32));
+  DPT_TRY(check_alias(&ck, "dx", dx, dx_off, n, F32, "x", x, x_off, n, F32, 0));
+  DPT_TRY(check_alias(&ck, "dx", dx, dx_off, n, F32, "dy", dy, dy_off, n, F32, 1));
   if (n == 0) return DPT_OK;
   dpt_relu_bwd_args args = {n, ref(x, x_off), ref(dy, dy_off), ref(dx, dx_off)};
   return be->vt->relu_bwd(be, &args);
@@ -542,17 +537,17 @@ dpt_status dpt_softmax_xent(dpt_backend *be, size_t rows, size_t cols, const dpt
                             int64_t *correct) {
   op_check ck;
   size_t nl = 0;
-  TRY(op_begin(&ck, "dpt_softmax_xent", be, be && be->vt->softmax_xent));
+  DPT_TRY(op_begin(&ck, "dpt_softmax_xent", be, be && be->vt->softmax_xent));
   if (cols == 0) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_softmax_xent: cols is 0");
-  TRY(elems2(&ck, "logits", rows, cols, &nl));
-  TRY(check_tensor(&ck, "logits", logits, logits_off, nl, F32));
-  TRY(check_tensor(&ck, "labels", labels, labels_off, rows, I32));
+  DPT_TRY(elems2(&ck, "logits", rows, cols, &nl));
+  DPT_TRY(check_tensor(&ck, "logits", logits, logits_off, nl, F32));
+  DPT_TRY(check_tensor(&ck, "labels", labels, labels_off, rows, I32));
   if (dlogits) {
-    TRY(check_tensor(&ck, "dlogits", dlogits, dlogits_off, nl, F32));
-    TRY(check_alias(&ck, "dlogits", dlogits, dlogits_off, nl, F32, "logits", logits, logits_off, nl,
-                    F32, 0));
-    TRY(check_alias(&ck, "dlogits", dlogits, dlogits_off, nl, F32, "labels", labels, labels_off,
-                    rows, I32, 0));
+    DPT_TRY(check_tensor(&ck, "dlogits", dlogits, dlogits_off, nl, F32));
+    DPT_TRY(check_alias(&ck, "dlogits", dlogits, dlogits_off, nl, F32, "logits", logits, logits_off,
+                        nl, F32, 0));
+    DPT_TRY(check_alias(&ck, "dlogits", dlogits, dlogits_off, nl, F32, "labels", labels, labels_off,
+                        rows, I32, 0));
   }
   if (loss_sum) *loss_sum = 0.0;
   if (correct) *correct = 0;
@@ -614,11 +609,11 @@ dpt_status dpt_im2col(dpt_backend *be, const dpt_conv_geom *g, const dpt_buffer 
                       dpt_buffer *col, size_t col_off) {
   op_check ck;
   size_t oh = 0, ow = 0, nx = 0, ncol = 0;
-  TRY(op_begin(&ck, "dpt_im2col", be, be && be->vt->im2col));
-  TRY(conv_sizes(&ck, g, &oh, &ow, &nx, &ncol));
-  TRY(check_tensor(&ck, "x", x, x_off, nx, F32));
-  TRY(check_tensor(&ck, "col", col, col_off, ncol, F32));
-  TRY(check_alias(&ck, "col", col, col_off, ncol, F32, "x", x, x_off, nx, F32, 0));
+  DPT_TRY(op_begin(&ck, "dpt_im2col", be, be && be->vt->im2col));
+  DPT_TRY(conv_sizes(&ck, g, &oh, &ow, &nx, &ncol));
+  DPT_TRY(check_tensor(&ck, "x", x, x_off, nx, F32));
+  DPT_TRY(check_tensor(&ck, "col", col, col_off, ncol, F32));
+  DPT_TRY(check_alias(&ck, "col", col, col_off, ncol, F32, "x", x, x_off, nx, F32, 0));
   if (ncol == 0) return DPT_OK;
   dpt_im2col_args args = {*g, oh, ow, ref(x, x_off), ref(col, col_off)};
   return be->vt->im2col(be, &args);
@@ -628,11 +623,11 @@ dpt_status dpt_col2im(dpt_backend *be, const dpt_conv_geom *g, const dpt_buffer 
                       size_t col_off, dpt_buffer *dx, size_t dx_off) {
   op_check ck;
   size_t oh = 0, ow = 0, nx = 0, ncol = 0;
-  TRY(op_begin(&ck, "dpt_col2im", be, be && be->vt->col2im));
-  TRY(conv_sizes(&ck, g, &oh, &ow, &nx, &ncol));
-  TRY(check_tensor(&ck, "col", col, col_off, ncol, F32));
-  TRY(check_tensor(&ck, "dx", dx, dx_off, nx, F32));
-  TRY(check_alias(&ck, "dx", dx, dx_off, nx, F32, "col", col, col_off, ncol, F32, 0));
+  DPT_TRY(op_begin(&ck, "dpt_col2im", be, be && be->vt->col2im));
+  DPT_TRY(conv_sizes(&ck, g, &oh, &ow, &nx, &ncol));
+  DPT_TRY(check_tensor(&ck, "col", col, col_off, ncol, F32));
+  DPT_TRY(check_tensor(&ck, "dx", dx, dx_off, nx, F32));
+  DPT_TRY(check_alias(&ck, "dx", dx, dx_off, nx, F32, "col", col, col_off, ncol, F32, 0));
   if (nx == 0) return DPT_OK;
   dpt_col2im_args args = {*g, oh, ow, ref(col, col_off), ref(dx, dx_off)};
   return be->vt->col2im(be, &args);
@@ -678,14 +673,14 @@ dpt_status dpt_maxpool_fwd(dpt_backend *be, const dpt_pool_geom *g, const dpt_bu
                            size_t argmax_off) {
   op_check ck;
   size_t oh = 0, ow = 0, nx = 0, ny = 0;
-  TRY(op_begin(&ck, "dpt_maxpool_fwd", be, be && be->vt->maxpool_fwd));
-  TRY(pool_sizes(&ck, g, &oh, &ow, &nx, &ny));
-  TRY(check_tensor(&ck, "x", x, x_off, nx, F32));
-  TRY(check_tensor(&ck, "y", y, y_off, ny, F32));
-  TRY(check_tensor(&ck, "argmax", argmax, argmax_off, ny, I32));
-  TRY(check_alias(&ck, "y", y, y_off, ny, F32, "x", x, x_off, nx, F32, 0));
-  TRY(check_alias(&ck, "argmax", argmax, argmax_off, ny, I32, "x", x, x_off, nx, F32, 0));
-  TRY(check_alias(&ck, "argmax", argmax, argmax_off, ny, I32, "y", y, y_off, ny, F32, 0));
+  DPT_TRY(op_begin(&ck, "dpt_maxpool_fwd", be, be && be->vt->maxpool_fwd));
+  DPT_TRY(pool_sizes(&ck, g, &oh, &ow, &nx, &ny));
+  DPT_TRY(check_tensor(&ck, "x", x, x_off, nx, F32));
+  DPT_TRY(check_tensor(&ck, "y", y, y_off, ny, F32));
+  DPT_TRY(check_tensor(&ck, "argmax", argmax, argmax_off, ny, I32));
+  DPT_TRY(check_alias(&ck, "y", y, y_off, ny, F32, "x", x, x_off, nx, F32, 0));
+  DPT_TRY(check_alias(&ck, "argmax", argmax, argmax_off, ny, I32, "x", x, x_off, nx, F32, 0));
+  DPT_TRY(check_alias(&ck, "argmax", argmax, argmax_off, ny, I32, "y", y, y_off, ny, F32, 0));
   if (ny == 0) return DPT_OK;
   dpt_maxpool_fwd_args args = {*g, oh, ow, ref(x, x_off), ref(y, y_off), ref(argmax, argmax_off)};
   return be->vt->maxpool_fwd(be, &args);
@@ -696,13 +691,13 @@ dpt_status dpt_maxpool_bwd(dpt_backend *be, const dpt_pool_geom *g, const dpt_bu
                            dpt_buffer *dx, size_t dx_off) {
   op_check ck;
   size_t oh = 0, ow = 0, nx = 0, ny = 0;
-  TRY(op_begin(&ck, "dpt_maxpool_bwd", be, be && be->vt->maxpool_bwd));
-  TRY(pool_sizes(&ck, g, &oh, &ow, &nx, &ny));
-  TRY(check_tensor(&ck, "dy", dy, dy_off, ny, F32));
-  TRY(check_tensor(&ck, "argmax", argmax, argmax_off, ny, I32));
-  TRY(check_tensor(&ck, "dx", dx, dx_off, nx, F32));
-  TRY(check_alias(&ck, "dx", dx, dx_off, nx, F32, "dy", dy, dy_off, ny, F32, 0));
-  TRY(check_alias(&ck, "dx", dx, dx_off, nx, F32, "argmax", argmax, argmax_off, ny, I32, 0));
+  DPT_TRY(op_begin(&ck, "dpt_maxpool_bwd", be, be && be->vt->maxpool_bwd));
+  DPT_TRY(pool_sizes(&ck, g, &oh, &ow, &nx, &ny));
+  DPT_TRY(check_tensor(&ck, "dy", dy, dy_off, ny, F32));
+  DPT_TRY(check_tensor(&ck, "argmax", argmax, argmax_off, ny, I32));
+  DPT_TRY(check_tensor(&ck, "dx", dx, dx_off, nx, F32));
+  DPT_TRY(check_alias(&ck, "dx", dx, dx_off, nx, F32, "dy", dy, dy_off, ny, F32, 0));
+  DPT_TRY(check_alias(&ck, "dx", dx, dx_off, nx, F32, "argmax", argmax, argmax_off, ny, I32, 0));
   if (nx == 0) return DPT_OK;
   dpt_maxpool_bwd_args args = {
       *g, oh, ow, ref(dy, dy_off), ref(argmax, argmax_off), ref(dx, dx_off)};
@@ -721,15 +716,15 @@ dpt_status dpt_embed_gather(dpt_backend *be, size_t n, size_t vocab, size_t dim,
                             size_t idx_off, dpt_buffer *out, size_t out_off) {
   op_check ck;
   size_t nt = 0, no = 0;
-  TRY(op_begin(&ck, "dpt_embed_gather", be, be && be->vt->embed_gather));
-  TRY(check_vocab(&ck, vocab));
-  TRY(elems2(&ck, "table", vocab, dim, &nt));
-  TRY(elems2(&ck, "out", n, dim, &no));
-  TRY(check_tensor(&ck, "table", table, table_off, nt, F32));
-  TRY(check_tensor(&ck, "idx", idx, idx_off, n, I32));
-  TRY(check_tensor(&ck, "out", out, out_off, no, F32));
-  TRY(check_alias(&ck, "out", out, out_off, no, F32, "table", table, table_off, nt, F32, 0));
-  TRY(check_alias(&ck, "out", out, out_off, no, F32, "idx", idx, idx_off, n, I32, 0));
+  DPT_TRY(op_begin(&ck, "dpt_embed_gather", be, be && be->vt->embed_gather));
+  DPT_TRY(check_vocab(&ck, vocab));
+  DPT_TRY(elems2(&ck, "table", vocab, dim, &nt));
+  DPT_TRY(elems2(&ck, "out", n, dim, &no));
+  DPT_TRY(check_tensor(&ck, "table", table, table_off, nt, F32));
+  DPT_TRY(check_tensor(&ck, "idx", idx, idx_off, n, I32));
+  DPT_TRY(check_tensor(&ck, "out", out, out_off, no, F32));
+  DPT_TRY(check_alias(&ck, "out", out, out_off, no, F32, "table", table, table_off, nt, F32, 0));
+  DPT_TRY(check_alias(&ck, "out", out, out_off, no, F32, "idx", idx, idx_off, n, I32, 0));
   if (no == 0) return DPT_OK;
   dpt_embed_gather_args args = {
       n, vocab, dim, ref(table, table_off), ref(idx, idx_off), ref(out, out_off)};
@@ -741,15 +736,16 @@ dpt_status dpt_embed_scatter_add(dpt_backend *be, size_t n, size_t vocab, size_t
                                  size_t idx_off, dpt_buffer *dtable, size_t dtable_off) {
   op_check ck;
   size_t nt = 0, no = 0;
-  TRY(op_begin(&ck, "dpt_embed_scatter_add", be, be && be->vt->embed_scatter_add));
-  TRY(check_vocab(&ck, vocab));
-  TRY(elems2(&ck, "dtable", vocab, dim, &nt));
-  TRY(elems2(&ck, "dout", n, dim, &no));
-  TRY(check_tensor(&ck, "dout", dout, dout_off, no, F32));
-  TRY(check_tensor(&ck, "idx", idx, idx_off, n, I32));
-  TRY(check_tensor(&ck, "dtable", dtable, dtable_off, nt, F32));
-  TRY(check_alias(&ck, "dtable", dtable, dtable_off, nt, F32, "dout", dout, dout_off, no, F32, 0));
-  TRY(check_alias(&ck, "dtable", dtable, dtable_off, nt, F32, "idx", idx, idx_off, n, I32, 0));
+  DPT_TRY(op_begin(&ck, "dpt_embed_scatter_add", be, be && be->vt->embed_scatter_add));
+  DPT_TRY(check_vocab(&ck, vocab));
+  DPT_TRY(elems2(&ck, "dtable", vocab, dim, &nt));
+  DPT_TRY(elems2(&ck, "dout", n, dim, &no));
+  DPT_TRY(check_tensor(&ck, "dout", dout, dout_off, no, F32));
+  DPT_TRY(check_tensor(&ck, "idx", idx, idx_off, n, I32));
+  DPT_TRY(check_tensor(&ck, "dtable", dtable, dtable_off, nt, F32));
+  DPT_TRY(
+      check_alias(&ck, "dtable", dtable, dtable_off, nt, F32, "dout", dout, dout_off, no, F32, 0));
+  DPT_TRY(check_alias(&ck, "dtable", dtable, dtable_off, nt, F32, "idx", idx, idx_off, n, I32, 0));
   if (no == 0) return DPT_OK;
   dpt_embed_scatter_add_args args = {
       n, vocab, dim, ref(dout, dout_off), ref(idx, idx_off), ref(dtable, dtable_off)};
@@ -759,10 +755,10 @@ dpt_status dpt_embed_scatter_add(dpt_backend *be, size_t n, size_t vocab, size_t
 dpt_status dpt_axpy(dpt_backend *be, size_t n, float alpha, const dpt_buffer *x, size_t x_off,
                     dpt_buffer *y, size_t y_off) {
   op_check ck;
-  TRY(op_begin(&ck, "dpt_axpy", be, be && be->vt->axpy));
-  TRY(check_tensor(&ck, "x", x, x_off, n, F32));
-  TRY(check_tensor(&ck, "y", y, y_off, n, F32));
-  TRY(check_alias(&ck, "y", y, y_off, n, F32, "x", x, x_off, n, F32, 0));
+  DPT_TRY(op_begin(&ck, "dpt_axpy", be, be && be->vt->axpy));
+  DPT_TRY(check_tensor(&ck, "x", x, x_off, n, F32));
+  DPT_TRY(check_tensor(&ck, "y", y, y_off, n, F32));
+  DPT_TRY(check_alias(&ck, "y", y, y_off, n, F32, "x", x, x_off, n, F32, 0));
   if (n == 0) return DPT_OK;
   dpt_axpy_args args = {n, alpha, ref(x, x_off), ref(y, y_off)};
   return be->vt->axpy(be, &args);
@@ -770,8 +766,8 @@ dpt_status dpt_axpy(dpt_backend *be, size_t n, float alpha, const dpt_buffer *x,
 
 dpt_status dpt_scale(dpt_backend *be, size_t n, float alpha, dpt_buffer *x, size_t x_off) {
   op_check ck;
-  TRY(op_begin(&ck, "dpt_scale", be, be && be->vt->scale));
-  TRY(check_tensor(&ck, "x", x, x_off, n, F32));
+  DPT_TRY(op_begin(&ck, "dpt_scale", be, be && be->vt->scale));
+  DPT_TRY(check_tensor(&ck, "x", x, x_off, n, F32));
   if (n == 0) return DPT_OK;
   dpt_scale_args args = {n, alpha, ref(x, x_off)};
   return be->vt->scale(be, &args);
@@ -779,8 +775,8 @@ dpt_status dpt_scale(dpt_backend *be, size_t n, float alpha, dpt_buffer *x, size
 
 dpt_status dpt_sum(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_off, double *out) {
   op_check ck;
-  TRY(op_begin(&ck, "dpt_sum", be, be && be->vt->sum));
-  TRY(check_tensor(&ck, "x", x, x_off, n, F32));
+  DPT_TRY(op_begin(&ck, "dpt_sum", be, be && be->vt->sum));
+  DPT_TRY(check_tensor(&ck, "x", x, x_off, n, F32));
   if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_sum: out is NULL");
   *out = 0.0;
   if (n == 0) return DPT_OK;
@@ -790,8 +786,8 @@ dpt_status dpt_sum(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_off,
 
 dpt_status dpt_sumsq(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_off, double *out) {
   op_check ck;
-  TRY(op_begin(&ck, "dpt_sumsq", be, be && be->vt->sumsq));
-  TRY(check_tensor(&ck, "x", x, x_off, n, F32));
+  DPT_TRY(op_begin(&ck, "dpt_sumsq", be, be && be->vt->sumsq));
+  DPT_TRY(check_tensor(&ck, "x", x, x_off, n, F32));
   if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_sumsq: out is NULL");
   *out = 0.0;
   if (n == 0) return DPT_OK;
@@ -802,8 +798,8 @@ dpt_status dpt_sumsq(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_of
 dpt_status dpt_count_nonfinite(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_off,
                                uint64_t *out) {
   op_check ck;
-  TRY(op_begin(&ck, "dpt_count_nonfinite", be, be && be->vt->count_nonfinite));
-  TRY(check_tensor(&ck, "x", x, x_off, n, F32));
+  DPT_TRY(op_begin(&ck, "dpt_count_nonfinite", be, be && be->vt->count_nonfinite));
+  DPT_TRY(check_tensor(&ck, "x", x, x_off, n, F32));
   if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_count_nonfinite: out is NULL");
   *out = 0;
   if (n == 0) return DPT_OK;
@@ -815,16 +811,16 @@ dpt_status dpt_sgd_update(dpt_backend *be, size_t n, const dpt_sgd_params *p, dp
                           size_t w_off, const dpt_buffer *grad, size_t grad_off,
                           dpt_buffer *velocity, size_t velocity_off) {
   op_check ck;
-  TRY(op_begin(&ck, "dpt_sgd_update", be, be && be->vt->sgd_update));
+  DPT_TRY(op_begin(&ck, "dpt_sgd_update", be, be && be->vt->sgd_update));
   if (!p) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_sgd_update: params is NULL");
-  TRY(check_tensor(&ck, "w", w, w_off, n, F32));
-  TRY(check_tensor(&ck, "grad", grad, grad_off, n, F32));
-  TRY(check_alias(&ck, "w", w, w_off, n, F32, "grad", grad, grad_off, n, F32, 0));
+  DPT_TRY(check_tensor(&ck, "w", w, w_off, n, F32));
+  DPT_TRY(check_tensor(&ck, "grad", grad, grad_off, n, F32));
+  DPT_TRY(check_alias(&ck, "w", w, w_off, n, F32, "grad", grad, grad_off, n, F32, 0));
   if (p->momentum != 0.0f || velocity) {
-    TRY(check_tensor(&ck, "velocity", velocity, velocity_off, n, F32));
-    TRY(check_alias(&ck, "velocity", velocity, velocity_off, n, F32, "w", w, w_off, n, F32, 0));
-    TRY(check_alias(&ck, "velocity", velocity, velocity_off, n, F32, "grad", grad, grad_off, n, F32,
-                    0));
+    DPT_TRY(check_tensor(&ck, "velocity", velocity, velocity_off, n, F32));
+    DPT_TRY(check_alias(&ck, "velocity", velocity, velocity_off, n, F32, "w", w, w_off, n, F32, 0));
+    DPT_TRY(check_alias(&ck, "velocity", velocity, velocity_off, n, F32, "grad", grad, grad_off, n,
+                        F32, 0));
   }
   if (p->nesterov && p->momentum == 0.0f)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_sgd_update: nesterov needs momentum > 0");
@@ -838,7 +834,7 @@ dpt_status dpt_adamw_update(dpt_backend *be, size_t n, const dpt_adamw_params *p
                             size_t w_off, const dpt_buffer *grad, size_t grad_off, dpt_buffer *m,
                             size_t m_off, dpt_buffer *v, size_t v_off) {
   op_check ck;
-  TRY(op_begin(&ck, "dpt_adamw_update", be, be && be->vt->adamw_update));
+  DPT_TRY(op_begin(&ck, "dpt_adamw_update", be, be && be->vt->adamw_update));
   if (!p) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_adamw_update: params is NULL");
   if (p->step < 1)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_adamw_update: step %lld must be >= 1",
@@ -846,16 +842,16 @@ dpt_status dpt_adamw_update(dpt_backend *be, size_t n, const dpt_adamw_params *p
   if (!(p->beta1 >= 0.0f && p->beta1 < 1.0f) || !(p->beta2 >= 0.0f && p->beta2 < 1.0f))
     return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_adamw_update: beta1 %g / beta2 %g not in [0,1)",
                          (double)p->beta1, (double)p->beta2);
-  TRY(check_tensor(&ck, "w", w, w_off, n, F32));
-  TRY(check_tensor(&ck, "grad", grad, grad_off, n, F32));
-  TRY(check_tensor(&ck, "m", m, m_off, n, F32));
-  TRY(check_tensor(&ck, "v", v, v_off, n, F32));
-  TRY(check_alias(&ck, "w", w, w_off, n, F32, "grad", grad, grad_off, n, F32, 0));
-  TRY(check_alias(&ck, "m", m, m_off, n, F32, "w", w, w_off, n, F32, 0));
-  TRY(check_alias(&ck, "m", m, m_off, n, F32, "grad", grad, grad_off, n, F32, 0));
-  TRY(check_alias(&ck, "v", v, v_off, n, F32, "w", w, w_off, n, F32, 0));
-  TRY(check_alias(&ck, "v", v, v_off, n, F32, "grad", grad, grad_off, n, F32, 0));
-  TRY(check_alias(&ck, "v", v, v_off, n, F32, "m", m, m_off, n, F32, 0));
+  DPT_TRY(check_tensor(&ck, "w", w, w_off, n, F32));
+  DPT_TRY(check_tensor(&ck, "grad", grad, grad_off, n, F32));
+  DPT_TRY(check_tensor(&ck, "m", m, m_off, n, F32));
+  DPT_TRY(check_tensor(&ck, "v", v, v_off, n, F32));
+  DPT_TRY(check_alias(&ck, "w", w, w_off, n, F32, "grad", grad, grad_off, n, F32, 0));
+  DPT_TRY(check_alias(&ck, "m", m, m_off, n, F32, "w", w, w_off, n, F32, 0));
+  DPT_TRY(check_alias(&ck, "m", m, m_off, n, F32, "grad", grad, grad_off, n, F32, 0));
+  DPT_TRY(check_alias(&ck, "v", v, v_off, n, F32, "w", w, w_off, n, F32, 0));
+  DPT_TRY(check_alias(&ck, "v", v, v_off, n, F32, "grad", grad, grad_off, n, F32, 0));
+  DPT_TRY(check_alias(&ck, "v", v, v_off, n, F32, "m", m, m_off, n, F32, 0));
   if (n == 0) return DPT_OK;
   dpt_adamw_update_args args = {
       n, *p, ref(w, w_off), ref(grad, grad_off), ref(m, m_off), ref(v, v_off)};
@@ -865,10 +861,10 @@ dpt_status dpt_adamw_update(dpt_backend *be, size_t n, const dpt_adamw_params *p
 dpt_status dpt_f32_to_f16(dpt_backend *be, size_t n, const dpt_buffer *src, size_t src_off,
                           dpt_buffer *dst, size_t dst_off) {
   op_check ck;
-  TRY(op_begin(&ck, "dpt_f32_to_f16", be, be && be->vt->f32_to_f16));
-  TRY(check_tensor(&ck, "src", src, src_off, n, F32));
-  TRY(check_tensor(&ck, "dst", dst, dst_off, n, F16));
-  TRY(check_alias(&ck, "dst", dst, dst_off, n, F16, "src", src, src_off, n, F32, 0));
+  DPT_TRY(op_begin(&ck, "dpt_f32_to_f16", be, be && be->vt->f32_to_f16));
+  DPT_TRY(check_tensor(&ck, "src", src, src_off, n, F32));
+  DPT_TRY(check_tensor(&ck, "dst", dst, dst_off, n, F16));
+  DPT_TRY(check_alias(&ck, "dst", dst, dst_off, n, F16, "src", src, src_off, n, F32, 0));
   if (n == 0) return DPT_OK;
   dpt_f32_to_f16_args args = {n, ref(src, src_off), ref(dst, dst_off)};
   return be->vt->f32_to_f16(be, &args);
@@ -877,10 +873,10 @@ dpt_status dpt_f32_to_f16(dpt_backend *be, size_t n, const dpt_buffer *src, size
 dpt_status dpt_f16_to_f32(dpt_backend *be, size_t n, const dpt_buffer *src, size_t src_off,
                           dpt_buffer *dst, size_t dst_off) {
   op_check ck;
-  TRY(op_begin(&ck, "dpt_f16_to_f32", be, be && be->vt->f16_to_f32));
-  TRY(check_tensor(&ck, "src", src, src_off, n, F16));
-  TRY(check_tensor(&ck, "dst", dst, dst_off, n, F32));
-  TRY(check_alias(&ck, "dst", dst, dst_off, n, F32, "src", src, src_off, n, F16, 0));
+  DPT_TRY(op_begin(&ck, "dpt_f16_to_f32", be, be && be->vt->f16_to_f32));
+  DPT_TRY(check_tensor(&ck, "src", src, src_off, n, F16));
+  DPT_TRY(check_tensor(&ck, "dst", dst, dst_off, n, F32));
+  DPT_TRY(check_alias(&ck, "dst", dst, dst_off, n, F32, "src", src, src_off, n, F16, 0));
   if (n == 0) return DPT_OK;
   dpt_f16_to_f32_args args = {n, ref(src, src_off), ref(dst, dst_off)};
   return be->vt->f16_to_f32(be, &args);

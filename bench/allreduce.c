@@ -18,8 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
+#include "base/parse.h"
 #include "bench/bench.h"
-#include "core/parse.h"
 #include "dptrain/backend.h"
 #include "dptrain/comm.h"
 
@@ -158,9 +159,9 @@ static double memcpy_gbs(void) {
     memset(a, 1, n);
     memset(b, 2, n);
     for (int k = 0; k < 5; ++k) {
-      double t = dpt_bench_now();
+      double t = dpt_now();
       memcpy(b, a, n);
-      t = dpt_bench_now() - t;
+      t = dpt_now() - t;
       if (t > 0 && n / t > best) best = (double)n / t;
     }
   }
@@ -202,7 +203,7 @@ static int call(run *r, int m, double *seconds) {
   fill(r);
   if (r->buf) st = dpt_buffer_upload(r->buf, 0, r->host, r->bytes);
   MPI_Barrier(MPI_COMM_WORLD);
-  double t = dpt_bench_now();
+  double t = dpt_now();
   if (m < 2) {
     dpt_comm *c = m == 0 ? r->comm : r->nocheck;
     st = r->buf ? dpt_allreduce_buffer(c, r->buf, 0, r->count, cfg->dtype)
@@ -215,7 +216,7 @@ static int call(run *r, int m, double *seconds) {
     if (rc != MPI_SUCCESS) st = DPT_ERR_COMM;
     if (st == DPT_OK && r->buf) st = dpt_buffer_upload(r->buf, 0, r->host, r->bytes);
   }
-  double dt = dpt_bench_now() - t;
+  double dt = dpt_now() - t;
   MPI_Allreduce(&dt, seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   int bad = st != DPT_OK, any = 0;
   if (bad) fprintf(stderr, "rank %d: %s: %s\n", r->rank, dpt_status_str(st), dpt_last_error());

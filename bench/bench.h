@@ -10,8 +10,6 @@ int dpt_bench_gemm(int argc, char **argv);
 int dpt_bench_allreduce(int argc, char **argv);
 int dpt_bench_train(int argc, char **argv);
 
-/* Monotonic clock in seconds. */
-double dpt_bench_now(void);
 /* Parses "a,b,c" into out[0..max): every value in 1..max_value, at least one. 0 on success,
  * -1 on anything else. Shared by the benchmarks' and the dptrain tool's command lines. */
 int dpt_parse_size_list(const char *s, size_t *out, size_t max, size_t max_value, size_t *count);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "bench/bench.h"
 #include "dptrain/backend.h"
 
@@ -86,10 +87,10 @@ static double measure(dpt_backend *be, size_t n, int repeat) {
   if (st == DPT_OK) st = dpt_gemm(be, 0, 0, n, n, n, 1.0f, a, 0, n, b, 0, n, 0.0f, c, 0, n);
   if (st == DPT_OK) st = dpt_backend_synchronize(be);
   for (int r = 0; r < repeat && st == DPT_OK; ++r) {
-    double t0 = dpt_bench_now();
+    double t0 = dpt_now();
     st = dpt_gemm(be, 0, 0, n, n, n, 1.0f, a, 0, n, b, 0, n, 0.0f, c, 0, n);
     if (st == DPT_OK) st = dpt_backend_synchronize(be);
-    t[r] = dpt_bench_now() - t0;
+    t[r] = dpt_now() - t0;
   }
   if (st == DPT_OK) {
     double med = dpt_bench_median(t, repeat);

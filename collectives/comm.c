@@ -19,12 +19,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backends/backend_impl.h"
 #include "collectives/comm_impl.h"
-#include "core/error.h"
-#include "core/parse.h"
+#include "base/clock.h"
+#include "base/error.h"
+#include "base/size.h"
+#include "base/parse.h"
 
 #define DPT_HELLO_MAGIC 0x48545044u /* "DPTH" */
 
@@ -57,12 +58,6 @@ typedef struct dpt_hello {
 _Static_assert(sizeof(dpt_hello) == 80, "hello header is 80 bytes");
 
 /* ---- small shared helpers ----------------------------------------------------------------- */
-
-double dpt_comm_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 dpt_status dpt_comm_scratch(unsigned char **buf, size_t *have, size_t bytes, dpt_what *what) {
   if (*have >= bytes) return DPT_OK;
@@ -591,7 +586,7 @@ static dpt_status hello_wait(dpt_comm *c, const hello_layout *L, dpt_req *recv, 
     dpt_status st = c->tp->poll(c, list + at, w, 0, 0.0, &ndone);
     if (st == DPT_OK && ndone == 0) {
       /* The clock is read only when a pass completes nothing. */
-      double now = dpt_comm_now();
+      double now = dpt_now();
       if (*deadline == 0.0) *deadline = now + c->opt.timeout_s;
       if (now >= *deadline) return hello_timeout(c, L, recv, wt);
       /* More requests than one window: wake up often to look at the others. */
@@ -849,7 +844,7 @@ static dpt_status allreduce_run(dpt_comm *c, coll *k, void *data, size_t count,
   case DPT_ALLREDUCE_MPI:
     if (count == 0) return DPT_OK;
     st = c->tp->native_allreduce(c, data, count, dtype, c->opt.desync_check,
-                                 dpt_comm_now() + c->opt.timeout_s);
+                                 dpt_now() + c->opt.timeout_s);
     return st == DPT_OK ? st : dpt_error_context(st, "%s", dpt_what_str(&k->w));
   default: {
     dpt_ring_args a = {data, NULL, count, dtype, DPT_RING_BOTH};

@@ -154,8 +154,6 @@ static inline void dpt_cpu_relax(void) {
  * r->reduce (transports with recv_reduce). */
 void dpt_req_deliver(dpt_req *r, size_t at, const void *src, size_t bytes);
 
-/* Monotonic clock, seconds. */
-double dpt_comm_now(void);
 /* Grows *buf to at least `bytes` (contents not kept). */
 dpt_status dpt_comm_scratch(unsigned char **buf, size_t *have, size_t bytes, dpt_what *what);
 /* The tag of data messages of collective `seq`. */

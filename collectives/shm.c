@@ -60,7 +60,8 @@
 #include <unistd.h>
 
 #include "collectives/comm_impl.h"
-#include "core/error.h"
+#include "base/clock.h"
+#include "base/error.h"
 
 #if defined(__x86_64__)
 #include <emmintrin.h>
@@ -287,7 +288,7 @@ static void fill_slot(dpt_shm *s, peer *pe, chan *c, uint64_t head, const dpt_re
     copy_stream(dst, src, n);
     return;
   }
-  const double t0 = dpt_comm_now();
+  const double t0 = dpt_now();
   const uint32_t advice = atomic_load_explicit(&c->advice, memory_order_relaxed);
   uint32_t mode = advice & 1;
   if (pe->explore_in-- <= 0) {
@@ -303,7 +304,7 @@ static void fill_slot(dpt_shm *s, peer *pe, chan *c, uint64_t head, const dpt_re
     copy_stream(dst, src, n);
   else
     memcpy(dst, src, n);
-  const double ns = (dpt_comm_now() - t0) * 1e9;
+  const double ns = (dpt_now() - t0) * 1e9;
   h->mode = mode;
   h->send_ns = ns < 4e9 ? (uint32_t)ns + 1 : UINT32_MAX;
 }
@@ -376,10 +377,10 @@ static void progress_recv(dpt_shm *s, int p, uint64_t current) {
     }
     if (pe->cur && !pe->discard) {
       dpt_req *r = pe->cur;
-      const double t0 = h.send_ns ? dpt_comm_now() : 0.0;
+      const double t0 = h.send_ns ? dpt_now() : 0.0;
       dpt_req_deliver(r, h.offset, slot_data(s, c, tail), h.bytes);
       if (h.send_ns) { /* a timed slot: add both copies' cost to the choice */
-        const double ns = (dpt_comm_now() - t0) * 1e9 + h.send_ns;
+        const double ns = (dpt_now() - t0) * 1e9 + h.send_ns;
         const int kind = r->reduce ? (r->dtype == DPT_COMM_F16 ? 2 : 1) : 0;
         const int mode =
             dpt_copy_choice_add(&pe->choice, kind, (int)h.mode, ns * 1024.0 / (double)h.bytes);
@@ -442,7 +443,7 @@ dpt_status dpt_shm_poll(dpt_shm *s, dpt_req **reqs, int n, int block, double dea
     if (*ndone > 0 || !block) return DPT_OK;
     if (spin > 256) dpt_cpu_relax();
     if ((spin & 255) == 0) {
-      if (dpt_comm_now() >= deadline) return DPT_OK;
+      if (dpt_now() >= deadline) return DPT_OK;
       if (yield || (spin & 4095) == 0) sched_yield();
     }
   }

@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "collectives/comm_impl.h"
-#include "core/error.h"
+#include "base/error.h"
 
 #define DPT_STAGE_SLOTS 3
 /* Bytes per transfer job: small enough that the inline mode returns to the network often. */

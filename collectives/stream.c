@@ -19,7 +19,9 @@
 #include <string.h>
 
 #include "collectives/comm_impl.h"
-#include "core/error.h"
+#include "base/clock.h"
+#include "base/error.h"
+#include "base/size.h"
 
 /* Messages in flight per direction: enough to overlap a sum with the next transfers. */
 #define DPT_WINDOW 4
@@ -239,7 +241,7 @@ dpt_status dpt_stream_run(dpt_comm *c, const dpt_sched *s, int tag, dpt_what *wh
     if (st != DPT_OK) return st;
   }
   const double timeout = c->opt.timeout_s;
-  double last = dpt_comm_now();
+  double last = dpt_now();
   while (e.s_done < s->nsend || e.r_proc < s->nrecv) {
     int progress = 0;
     e.staging_wait = 0;
@@ -255,14 +257,14 @@ dpt_status dpt_stream_run(dpt_comm *c, const dpt_sched *s, int tag, dpt_what *wh
     if (st != DPT_OK) break;
     report_blocks(&e);
     if (progress || ndone > 0) {
-      last = dpt_comm_now();
+      last = dpt_now();
       continue;
     }
     if (s->idle && s->idle(s->st) > 0) {
-      last = dpt_comm_now();
+      last = dpt_now();
       continue;
     }
-    const double now = dpt_comm_now();
+    const double now = dpt_now();
     if (now - last > timeout) {
       st = stalled(&e, now - last);
       break;
@@ -274,7 +276,7 @@ dpt_status dpt_stream_run(dpt_comm *c, const dpt_sched *s, int tag, dpt_what *wh
     n = active_reqs(&e, list);
     st = c->tp->poll(c, list, n, 1, until, &ndone);
     if (st != DPT_OK) break;
-    if (ndone > 0) last = dpt_comm_now();
+    if (ndone > 0) last = dpt_now();
   }
   if (st != DPT_OK) {
     cancel_all(&e);

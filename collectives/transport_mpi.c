@@ -23,7 +23,8 @@
 #include <unistd.h>
 
 #include "collectives/comm_impl.h"
-#include "core/error.h"
+#include "base/clock.h"
+#include "base/error.h"
 
 _Static_assert(sizeof(MPI_Request) <= sizeof(((dpt_req *)0)->mpi), "MPI_Request too large");
 
@@ -144,7 +145,7 @@ static dpt_status mpi_poll(dpt_comm *c, dpt_req **reqs, int n, int block, double
      * core's resources to a sibling hardware thread. */
     if (spin > 256) dpt_cpu_relax();
     if ((spin & 255) == 0) {
-      if (dpt_comm_now() >= deadline) return DPT_OK;
+      if (dpt_now() >= deadline) return DPT_OK;
       if (s->oversubscribed || (spin & 4095) == 0) sched_yield();
     }
   }
@@ -204,7 +205,7 @@ static dpt_status mpi_native_allreduce(dpt_comm *c, void *data, size_t count, dp
       if (flag) break;
       if (spin > 256) dpt_cpu_relax();
       if ((spin & 255) == 0) {
-        if (dpt_comm_now() >= deadline)
+        if (dpt_now() >= deadline)
           /* A nonblocking collective cannot be cancelled: the communicator is unusable. */
           return dpt_set_error(DPT_ERR_TIMEOUT,
                                "MPI_Iallreduce did not complete before the deadline");
@@ -296,8 +297,7 @@ static dpt_status agree_setup(dpt_comm *c, mpi_state *s, int ok, dpt_shm_copy co
   const int node = c->size > 1 && single_node(s->comm, c->size);
   const int want = node && shm;
   if (c->rank == 0) {
-    uint64_t x =
-        (uint64_t)(dpt_comm_now() * 1e9) ^ (uint64_t)(uintptr_t)c ^ ((uint64_t)getpid() << 32);
+    uint64_t x = (uint64_t)(dpt_now() * 1e9) ^ (uint64_t)(uintptr_t)c ^ ((uint64_t)getpid() << 32);
     x *= 0x9E3779B97F4A7C15ull;
     su.uid = (unsigned)(x >> 32);
     snprintf(su.name, sizeof su.name, "/dptrain-%d-%08x", (int)getpid(), su.uid);

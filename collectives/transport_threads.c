@@ -27,7 +27,8 @@
 #include <unistd.h>
 
 #include "collectives/comm_impl.h"
-#include "core/error.h"
+#include "base/clock.h"
+#include "base/error.h"
 
 /* How long a member spins for an event before it sleeps on its condition variable. */
 #define TH_SPIN_SECONDS 200e-6
@@ -159,12 +160,12 @@ static void to_timespec(double t, struct timespec *ts) {
  * collective's messages follow each other closer than that; the spin catches them. */
 static int spin_for_event(dpt_comm_group *g, member *me, uint64_t epoch, double deadline) {
   pthread_mutex_unlock(&g->lock);
-  double until = dpt_comm_now() + TH_SPIN_SECONDS;
+  double until = dpt_now() + TH_SPIN_SECONDS;
   if (until > deadline) until = deadline;
   unsigned k = 0;
   while (atomic_load_explicit(&me->epoch, memory_order_acquire) == epoch) {
     dpt_cpu_relax();
-    if ((++k & 63) == 0 && dpt_comm_now() >= until) break;
+    if ((++k & 63) == 0 && dpt_now() >= until) break;
     if ((k & 1023) == 0) sched_yield(); /* a staging helper thread may want this core */
   }
   pthread_mutex_lock(&g->lock);
@@ -195,7 +196,7 @@ static dpt_status th_poll(dpt_comm *c, dpt_req **reqs, int n, int block, double 
     }
     if (*ndone > 0 || !block) break;
     if (atomic_load_explicit(&me->epoch, memory_order_relaxed) != epoch) continue;
-    if (dpt_comm_now() >= deadline) break;
+    if (dpt_now() >= deadline) break;
     if (g->spin && spin_for_event(g, me, epoch, deadline)) continue;
     struct timespec ts;
     to_timespec(deadline, &ts);

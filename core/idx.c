@@ -12,7 +12,8 @@
 #include <zlib.h>
 
 #include "core/dataset_impl.h"
-#include "core/error.h"
+#include "base/error.h"
+#include "base/size.h"
 
 /* One open IDX file, read sequentially whether compressed or not. */
 typedef struct idx_file {

@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
+#include "base/error.h"
+#include "base/size.h"
 #include "core/rng.h"
 #include "dptrain/model.h"
 
@@ -41,12 +42,6 @@ struct dpt_model {
   dpt_buffer *grads;  /* [num_params] */
   dpt_buffer *ones;   /* [max oh*ow] of 1.0f, for conv bias */
 };
-
-#define TRY(expr)                                                                                  \
-  do {                                                                                             \
-    dpt_status try_st_ = (expr);                                                                   \
-    if (try_st_ != DPT_OK) return try_st_;                                                         \
-  } while (0)
 
 /* ---- specs -------------------------------------------------------------------------------- */
 
@@ -166,8 +161,8 @@ static dpt_status plan(dpt_model *m) {
         return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: layer %zu (linear) has size 0", fn, i);
       int64_t ws[2] = {(int64_t)L->spec.size, (int64_t)in_features};
       int64_t bs[1] = {(int64_t)L->spec.size};
-      TRY(add_tensor(m, i, "weight", 2, ws, &L->w_index));
-      TRY(add_tensor(m, i, "bias", 1, bs, &L->b_index));
+      DPT_TRY(add_tensor(m, i, "weight", 2, ws, &L->w_index));
+      DPT_TRY(add_tensor(m, i, "bias", 1, bs, &L->b_index));
       c = L->spec.size;
       h = w = 1;
       flat = 1;
@@ -207,8 +202,8 @@ static dpt_status plan(dpt_model *m) {
       int64_t ws[4] = {(int64_t)L->spec.size, (int64_t)c, (int64_t)L->spec.kernel,
                        (int64_t)L->spec.kernel};
       int64_t bs[1] = {(int64_t)L->spec.size};
-      TRY(add_tensor(m, i, "weight", 4, ws, &L->w_index));
-      TRY(add_tensor(m, i, "bias", 1, bs, &L->b_index));
+      DPT_TRY(add_tensor(m, i, "weight", 4, ws, &L->w_index));
+      DPT_TRY(add_tensor(m, i, "bias", 1, bs, &L->b_index));
       c = L->spec.size;
       h = oh;
       w = ow;
@@ -423,33 +418,33 @@ static dpt_status forward(dpt_model *m, const dpt_buffer *x, size_t b) {
       const dpt_tensor_info *W = &m->tensors[L->w_index], *B = &m->tensors[L->b_index];
       size_t in_f = L->in_size, out_f = L->out_size;
       /* y[b, out] = x[b, in] * W[out, in]^T + bias */
-      TRY(dpt_gemm(be, 0, 1, b, out_f, in_f, 1.0f, in, 0, in_f, m->params, W->offset, in_f, 0.0f,
-                   L->out, 0, out_f));
-      TRY(dpt_bias_add(be, b, out_f, L->out, 0, m->params, B->offset));
+      DPT_TRY(dpt_gemm(be, 0, 1, b, out_f, in_f, 1.0f, in, 0, in_f, m->params, W->offset, in_f,
+                       0.0f, L->out, 0, out_f));
+      DPT_TRY(dpt_bias_add(be, b, out_f, L->out, 0, m->params, B->offset));
       break;
     }
     case DPT_LAYER_RELU:
-      TRY(dpt_relu_fwd(be, b * L->out_size, in, 0, L->out, 0));
+      DPT_TRY(dpt_relu_fwd(be, b * L->out_size, in, 0, L->out, 0));
       break;
     case DPT_LAYER_CONV2D: {
       const dpt_tensor_info *W = &m->tensors[L->w_index], *B = &m->tensors[L->b_index];
       size_t k = L->spec.kernel, K = L->in_c * k * k, P = L->out_h * L->out_w, co = L->out_c;
       dpt_conv_geom g = {b, L->in_c,        L->in_h,        L->in_w,         k,
                          k, L->spec.stride, L->spec.stride, L->spec.padding, L->spec.padding};
-      TRY(dpt_im2col(be, &g, in, 0, L->aux, 0));
+      DPT_TRY(dpt_im2col(be, &g, in, 0, L->aux, 0));
       for (size_t n = 0; n < b; ++n) {
         /* y_n[co, P] = W[co, K] * col_n[K, P] + bias[co] * ones[1, P] */
-        TRY(dpt_gemm(be, 0, 0, co, P, K, 1.0f, m->params, W->offset, K, L->aux, n * K * P, P, 0.0f,
-                     L->out, n * co * P, P));
-        TRY(dpt_gemm(be, 0, 0, co, P, 1, 1.0f, m->params, B->offset, 1, m->ones, 0, P, 1.0f, L->out,
-                     n * co * P, P));
+        DPT_TRY(dpt_gemm(be, 0, 0, co, P, K, 1.0f, m->params, W->offset, K, L->aux, n * K * P, P,
+                         0.0f, L->out, n * co * P, P));
+        DPT_TRY(dpt_gemm(be, 0, 0, co, P, 1, 1.0f, m->params, B->offset, 1, m->ones, 0, P, 1.0f,
+                         L->out, n * co * P, P));
       }
       break;
     }
     case DPT_LAYER_MAXPOOL: {
       dpt_pool_geom g = {b * L->in_c,    L->in_h,        L->in_w,       L->spec.kernel,
                          L->spec.kernel, L->spec.stride, L->spec.stride};
-      TRY(dpt_maxpool_fwd(be, &g, in, 0, L->out, 0, L->aux, 0));
+      DPT_TRY(dpt_maxpool_fwd(be, &g, in, 0, L->out, 0, L->aux, 0));
       break;
     }
     case DPT_LAYER_FLATTEN:
@@ -471,16 +466,16 @@ static dpt_status backward(dpt_model *m, const dpt_buffer *x, size_t b) {
       const dpt_tensor_info *W = &m->tensors[L->w_index], *B = &m->tensors[L->b_index];
       size_t in_f = L->in_size, out_f = L->out_size;
       /* dW[out, in] = dy[b, out]^T * x[b, in];  db = column sums of dy;  dx = dy * W */
-      TRY(dpt_gemm(be, 1, 0, out_f, in_f, b, 1.0f, L->dout, 0, out_f, in, 0, in_f, 0.0f, m->grads,
-                   W->offset, in_f));
-      TRY(dpt_bias_grad(be, b, out_f, L->dout, 0, 0.0f, m->grads, B->offset));
+      DPT_TRY(dpt_gemm(be, 1, 0, out_f, in_f, b, 1.0f, L->dout, 0, out_f, in, 0, in_f, 0.0f,
+                       m->grads, W->offset, in_f));
+      DPT_TRY(dpt_bias_grad(be, b, out_f, L->dout, 0, 0.0f, m->grads, B->offset));
       if (din)
-        TRY(dpt_gemm(be, 0, 0, b, in_f, out_f, 1.0f, L->dout, 0, out_f, m->params, W->offset, in_f,
-                     0.0f, din, 0, in_f));
+        DPT_TRY(dpt_gemm(be, 0, 0, b, in_f, out_f, 1.0f, L->dout, 0, out_f, m->params, W->offset,
+                         in_f, 0.0f, din, 0, in_f));
       break;
     }
     case DPT_LAYER_RELU:
-      if (din) TRY(dpt_relu_bwd(be, b * L->out_size, L->out, 0, L->dout, 0, din, 0));
+      if (din) DPT_TRY(dpt_relu_bwd(be, b * L->out_size, L->out, 0, L->dout, 0, din, 0));
       break;
     case DPT_LAYER_CONV2D: {
       const dpt_tensor_info *W = &m->tensors[L->w_index], *B = &m->tensors[L->b_index];
@@ -490,15 +485,15 @@ static dpt_status backward(dpt_model *m, const dpt_buffer *x, size_t b) {
       for (size_t n = 0; n < b; ++n) {
         float beta = n == 0 ? 0.0f : 1.0f;
         /* dW[co, K] += dy_n[co, P] * col_n[K, P]^T;  db[co] += dy_n[co, P] * ones[P] */
-        TRY(dpt_gemm(be, 0, 1, co, K, P, 1.0f, L->dout, n * co * P, P, L->aux, n * K * P, P, beta,
-                     m->grads, W->offset, K));
-        TRY(dpt_gemm(be, 0, 0, co, 1, P, 1.0f, L->dout, n * co * P, P, m->ones, 0, 1, beta,
-                     m->grads, B->offset, 1));
+        DPT_TRY(dpt_gemm(be, 0, 1, co, K, P, 1.0f, L->dout, n * co * P, P, L->aux, n * K * P, P,
+                         beta, m->grads, W->offset, K));
+        DPT_TRY(dpt_gemm(be, 0, 0, co, 1, P, 1.0f, L->dout, n * co * P, P, m->ones, 0, 1, beta,
+                         m->grads, B->offset, 1));
         if (din) {
           /* dcol[K, P] = W[co, K]^T * dy_n[co, P];  dx_n = col2im(dcol) */
-          TRY(dpt_gemm(be, 1, 0, K, P, co, 1.0f, m->params, W->offset, K, L->dout, n * co * P, P,
-                       0.0f, L->daux, 0, P));
-          TRY(dpt_col2im(be, &g1, L->daux, 0, din, n * L->in_size));
+          DPT_TRY(dpt_gemm(be, 1, 0, K, P, co, 1.0f, m->params, W->offset, K, L->dout, n * co * P,
+                           P, 0.0f, L->daux, 0, P));
+          DPT_TRY(dpt_col2im(be, &g1, L->daux, 0, din, n * L->in_size));
         }
       }
       break;
@@ -507,7 +502,7 @@ static dpt_status backward(dpt_model *m, const dpt_buffer *x, size_t b) {
       if (din) {
         dpt_pool_geom g = {b * L->in_c,    L->in_h,        L->in_w,       L->spec.kernel,
                            L->spec.kernel, L->spec.stride, L->spec.stride};
-        TRY(dpt_maxpool_bwd(be, &g, L->dout, 0, L->aux, 0, din, 0));
+        DPT_TRY(dpt_maxpool_bwd(be, &g, L->dout, 0, L->aux, 0, din, 0));
       }
       break;
     case DPT_LAYER_FLATTEN:
@@ -531,18 +526,18 @@ static dpt_status check_batch(const dpt_model *m, const char *fn, const dpt_buff
 
 dpt_status dpt_model_train_step(dpt_model *m, const dpt_buffer *x, const dpt_buffer *labels,
                                 size_t b, float grad_scale, double *loss_sum, int64_t *correct) {
-  TRY(check_batch(m, "dpt_model_train_step", x, labels, b));
-  TRY(forward(m, x, b));
+  DPT_TRY(check_batch(m, "dpt_model_train_step", x, labels, b));
+  DPT_TRY(forward(m, x, b));
   layer *last = &m->layers[m->num_layers - 1]; /* never a flatten (checked in plan) */
-  TRY(dpt_softmax_xent(m->be, b, m->spec.num_classes, last->out, 0, labels, 0, grad_scale,
-                       last->dout, 0, loss_sum, correct));
+  DPT_TRY(dpt_softmax_xent(m->be, b, m->spec.num_classes, last->out, 0, labels, 0, grad_scale,
+                           last->dout, 0, loss_sum, correct));
   return backward(m, x, b);
 }
 
 dpt_status dpt_model_evaluate(dpt_model *m, const dpt_buffer *x, const dpt_buffer *labels, size_t b,
                               double *loss_sum, int64_t *correct) {
-  TRY(check_batch(m, "dpt_model_evaluate", x, labels, b));
-  TRY(forward(m, x, b));
+  DPT_TRY(check_batch(m, "dpt_model_evaluate", x, labels, b));
+  DPT_TRY(forward(m, x, b));
   const layer *last = &m->layers[m->num_layers - 1];
   return dpt_softmax_xent(m->be, b, m->spec.num_classes, last->out, 0, labels, 0, 1.0f, NULL, 0,
                           loss_sum, correct);

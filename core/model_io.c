@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "dptrain/model.h"
 #include "dptrain/safetensors.h"
 

@@ -24,7 +24,8 @@
 #include <unistd.h>
 #endif
 
-#include "core/error.h"
+#include "base/error.h"
+#include "base/size.h"
 #include "dptrain/backend.h" /* dpt_f16_to_f32_scalar */
 #include "dptrain/safetensors.h"
 

@@ -6,7 +6,7 @@
  *   batch k split over R       [ r0 | r1 | r2 | r3 ]   sizes B/R or B/R + 1, larger ones first
  */
 
-#include "core/error.h"
+#include "base/error.h"
 #include "core/rng.h"
 #include "dptrain/data.h"
 

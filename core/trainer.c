@@ -12,9 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "core/error.h"
+#include "base/clock.h"
+#include "base/error.h"
 #include "dptrain/train.h"
 
 /* What every replica contributes to a step's decision. */
@@ -39,12 +39,6 @@ typedef struct replica {
   char error[1024]; /* message of a failure on this replica's thread */
   dpt_train_report final;
 } replica;
-
-static double now_sec(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* The fingerprint: four independent lanes over 64-bit little-endian words (multiply, rotate,
  * multiply: every input bit reaches every bit of its lane within two words), folded together
@@ -263,16 +257,16 @@ static dpt_status shard_step(replica *r, replica_state *s, double *t_opt, double
     if (st != DPT_OK) return st;
     sumsq = sum.sumsq; /* summed in replica order: the same on every replica */
   }
-  double t0 = now_sec();
+  double t0 = dpt_now();
   *skipped = 0;
   if (s->pending == DPT_OK) /* a failure is announced at the next exchange */
     *skipped = optimizer_outcome(
         r, s, dpt_optimizer_step_ranges(s->opt, s->shard, s->nshard, sumsq, NULL));
-  double t1 = now_sec();
+  double t1 = dpt_now();
   *t_opt += t1 - t0;
   dpt_status st = dpt_allgather_shards_buffer(r->comm, dpt_model_params(s->model), 0,
                                               dpt_model_num_params(s->model), DPT_COMM_F32);
-  *t_comm += now_sec() - t1;
+  *t_comm += dpt_now() - t1;
   if (st == DPT_ERR_TIMEOUT || st == DPT_ERR_COMM || st == DPT_ERR_MISMATCH) {
     /* The collective itself failed (every replica sees it, or the communicator is broken):
      * stop now, with this replica's own earlier failure if it had one. */
@@ -428,13 +422,13 @@ static dpt_status replica_run(replica *r, replica_state *s) {
   if (st != DPT_OK) return st;
 
   int64_t step = 0, skipped = 0;
-  double run_start = now_sec(), train_time = 0;
+  double run_start = dpt_now(), train_time = 0;
   int64_t trained_samples = 0;
   double t_compute = 0, t_allreduce = 0, t_optimizer = 0; /* the report's time split */
   double t_imbalance = 0;
   int stop = 0;
   for (int64_t epoch = 0; epoch < cfg->epochs && !stop; ++epoch) {
-    double t0 = now_sec();
+    double t0 = dpt_now();
     st = dpt_sampler_permutation(cfg->seed, (uint64_t)epoch, cfg->shuffle, n, s->perm);
     if (st != DPT_OK) return st;
     double epoch_loss = 0;
@@ -448,7 +442,7 @@ static dpt_status replica_run(replica *r, replica_state *s) {
       /* The loss gradient is scaled by 1/(samples in this global batch): the sum over replicas
        * is the batch mean, whatever the split (and for a kept, smaller last batch too). */
       const float scale = 1.0f / (float)bcount;
-      double ta = now_sec();
+      double ta = dpt_now();
       if (s->pending != DPT_OK) {
         st = s->pending; /* failed after the last exchange: only join the collectives */
       } else if (count > 0) {
@@ -459,7 +453,7 @@ static dpt_status replica_run(replica *r, replica_state *s) {
       } else {
         st = dpt_buffer_fill_f32(grads, 0, np, 0.0f); /* contributes nothing to the sum */
       }
-      double tb = now_sec();
+      double tb = dpt_now();
       t_compute += tb - ta;
       mine.compute = tb - ta;
       if (!cfg->skip_allreduce) {
@@ -467,7 +461,7 @@ static dpt_status replica_run(replica *r, replica_state *s) {
                             ? dpt_reduce_scatter_buffer(r->comm, grads, 0, np, DPT_COMM_F32)
                             : dpt_allreduce_buffer(r->comm, grads, 0, np, DPT_COMM_F32);
         if (st == DPT_OK) st = sa;
-        t_allreduce += now_sec() - tb;
+        t_allreduce += dpt_now() - tb;
       }
       char what[64];
       snprintf(what, sizeof what, "step %lld", (long long)step + 1);
@@ -488,7 +482,7 @@ static dpt_status replica_run(replica *r, replica_state *s) {
           st = shard_step(r, s, &t_optimizer, &t_allreduce, &skip);
           if (st != DPT_OK) return st;
         } else {
-          double tc = now_sec();
+          double tc = dpt_now();
           if (cfg->skip_nonfinite && cfg->optim.clip_norm > 0.0f && r->count > 1) {
             /* Each replica computes the norm on its own backend, and a float sum (Vulkan) can
              * overflow where a double sum (CPU) does not: they agree before anyone steps. */
@@ -504,7 +498,7 @@ static dpt_status replica_run(replica *r, replica_state *s) {
           }
           /* A failure is announced at the next exchange, which every replica reaches. */
           if (!skip) skip = optimizer_outcome(r, s, dpt_optimizer_step(s->opt, NULL));
-          t_optimizer += now_sec() - tc;
+          t_optimizer += dpt_now() - tc;
         }
         if (skip) {
           ++skipped;
@@ -526,7 +520,7 @@ static dpt_status replica_run(replica *r, replica_state *s) {
         break;
       }
     }
-    double t1 = now_sec();
+    double t1 = dpt_now();
     train_time += t1 - t0;
     dpt_train_report rep;
     memset(&rep, 0, sizeof rep);
@@ -543,7 +537,7 @@ static dpt_status replica_run(replica *r, replica_state *s) {
       if (st != DPT_OK) return st;
     }
     rep.samples_per_sec = train_time > 0 ? (double)trained_samples / train_time : 0;
-    rep.seconds = now_sec() - t0;
+    rep.seconds = dpt_now() - t0;
     rep.ranks = r->ranks;
     rep.replicas = r->count;
     rep.param_hash = hash;
@@ -556,7 +550,7 @@ static dpt_status replica_run(replica *r, replica_state *s) {
     r->final = rep;
   }
   r->final.final = 1;
-  r->final.seconds = now_sec() - run_start;
+  r->final.seconds = dpt_now() - run_start;
   r->final.steps = step;
   if (cfg->final_params && r->index == 0) st = dpt_model_get_params(s->model, cfg->final_params);
   if (r->index == 0 && cfg->on_report) cfg->on_report(&r->final, cfg->user);

@@ -9,3 +9,11 @@ if(DPT_BUILD_TOOLS)
   set_tests_properties(cli PROPERTIES TIMEOUT 600 LABELS "cli;mpi"
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endif()
+
+# The param_hash of fixed training runs on Fashion-MNIST (tests/param_hash_test.sh).
+if(DPT_BUILD_TOOLS)
+  add_test(NAME param_hash COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/param_hash_test.sh"
+                                   $<TARGET_FILE:dptrain_cli> "${_dpt_cli_mpi}")
+  set_tests_properties(param_hash PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "cli;mpi;train"
+                       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+endif()

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "backends/cpu/cpu_internal.h"
-#include "core/error.h"
+#include "base/error.h"
 
 /* Buffers are aligned for the widest vector loads (AVX-512) and a cache line. */
 enum { DPT_CPU_ALIGN = 64 };

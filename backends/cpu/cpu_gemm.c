@@ -40,7 +40,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
+#include "base/error.h"
+#include "base/size.h"
 
 #ifdef DPT_HAVE_OPENBLAS
 #include <cblas.h>

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "backends/opencl/ocl_internal.h"
-#include "core/error.h"
+#include "base/error.h"
 
 #define NO_DRIVER_MESSAGE                                                                          \
   "no OpenCL driver installed (for a CPU driver: apt-get install pocl-opencl-icd)"

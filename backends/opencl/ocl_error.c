@@ -6,7 +6,7 @@
 #include <stdio.h>
 
 #include "backends/opencl/ocl_internal.h"
-#include "core/error.h"
+#include "base/error.h"
 
 typedef struct code_name {
   int code;

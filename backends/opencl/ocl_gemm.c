@@ -18,7 +18,7 @@
 #include <clblast_c.h>
 
 #include "backends/opencl/ocl_internal.h"
-#include "core/error.h"
+#include "base/error.h"
 
 dpt_status dpt_ocl_gemm(dpt_backend *be, const dpt_gemm_args *a) {
   dpt_ocl_ctx *c = dpt_ocl_ctx_of(be);

@@ -6,13 +6,8 @@
 #include <stdlib.h>
 
 #include "backends/opencl/ocl_internal.h"
-#include "core/error.h"
-
-#define TRY(expr)                                                                                  \
-  do {                                                                                             \
-    dpt_status try_st_ = (expr);                                                                   \
-    if (try_st_ != DPT_OK) return try_st_;                                                         \
-  } while (0)
+#include "base/error.h"
+#include "base/size.h"
 
 static dpt_ocl_ctx *ctx(dpt_backend *be) {
   return dpt_ocl_ctx_of(be);
@@ -26,7 +21,7 @@ static dpt_status launch_flat(dpt_backend *be, dpt_ocl_kernel k, size_t items, i
                               const uint64_t *u, int nf, const float *f, int nr,
                               const dpt_ref *refs) {
   dpt_ocl_args l;
-  TRY(dpt_ocl_begin(&l, ctx(be), k));
+  DPT_TRY(dpt_ocl_begin(&l, ctx(be), k));
   dpt_ocl_arg_u64(&l, items);
   for (int i = 0; i < nu; ++i)
     dpt_ocl_arg_u64(&l, u[i]);
@@ -91,15 +86,15 @@ static dpt_status reduce_partials(dpt_backend *be, dpt_ocl_kernel k, int square,
   dpt_ocl_ctx *c = ctx(be);
   dpt_ocl_args l;
   *part = NULL;
-  TRY(dpt_ocl_begin(&l, c, k));
+  DPT_TRY(dpt_ocl_begin(&l, c, k));
   size_t g = reduce_groups(c, k, n);
-  TRY(dpt_ocl_scratch(c, g * elem_bytes));
+  DPT_TRY(dpt_ocl_scratch(c, g * elem_bytes));
   dpt_ocl_arg_u64(&l, n);
   if (k == DPT_OCL_K_reduce_sum) dpt_ocl_arg_i32(&l, square);
   dpt_ocl_arg_ref(&l, x);
   dpt_ocl_arg_mem(&l, c->scratch);
   dpt_ocl_arg_local(&l, c->local_size[k] * elem_bytes);
-  TRY(dpt_ocl_launch_groups(&l, g));
+  DPT_TRY(dpt_ocl_launch_groups(&l, g));
   void *host = malloc(g * elem_bytes);
   if (!host) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
   dpt_status st = dpt_ocl_read_scratch(c, host, g * elem_bytes, what);
@@ -129,8 +124,8 @@ static dpt_status reduce_f64(dpt_backend *be, int square, const dpt_reduce_args 
                              const char *what) {
   void *part;
   size_t groups;
-  TRY(reduce_partials(be, DPT_OCL_K_reduce_sum, square, a->n, a->x,
-                      dpt_ocl_acc_bytes(&ctx(be)->lim), &part, &groups, what));
+  DPT_TRY(reduce_partials(be, DPT_OCL_K_reduce_sum, square, a->n, a->x,
+                          dpt_ocl_acc_bytes(&ctx(be)->lim), &part, &groups, what));
   *a->out = sum_acc(ctx(be), part, groups);
   free(part);
   return DPT_OK;
@@ -147,8 +142,8 @@ dpt_status dpt_ocl_sumsq(dpt_backend *be, const dpt_sumsq_args *a) {
 dpt_status dpt_ocl_count_nonfinite(dpt_backend *be, const dpt_count_nonfinite_args *a) {
   void *part;
   size_t groups;
-  TRY(reduce_partials(be, DPT_OCL_K_count_nonfinite, 0, a->n, a->x, sizeof(cl_ulong), &part,
-                      &groups, "count_nonfinite"));
+  DPT_TRY(reduce_partials(be, DPT_OCL_K_count_nonfinite, 0, a->n, a->x, sizeof(cl_ulong), &part,
+                          &groups, "count_nonfinite"));
   uint64_t total = 0;
   for (size_t i = 0; i < groups; ++i)
     total += ((const cl_ulong *)part)[i];
@@ -169,8 +164,8 @@ dpt_status dpt_ocl_softmax_xent(dpt_backend *be, const dpt_softmax_xent_args *a)
   if (want_stats && (!dpt_mul_ok(a->rows, 2 * acc, &stats_bytes)))
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "softmax_xent: %zu rows of statistics overflow",
                          a->rows);
-  TRY(dpt_ocl_begin(&l, c, DPT_OCL_K_softmax_xent));
-  if (want_stats) TRY(dpt_ocl_scratch(c, stats_bytes));
+  DPT_TRY(dpt_ocl_begin(&l, c, DPT_OCL_K_softmax_xent));
+  if (want_stats) DPT_TRY(dpt_ocl_scratch(c, stats_bytes));
   size_t local = c->local_size[DPT_OCL_K_softmax_xent];
   /* Unused outputs still need a valid cl_mem argument: the logits stand in, never written. */
   cl_mem unused = dpt_ocl_mem(a->logits.buf);
@@ -186,7 +181,7 @@ dpt_status dpt_ocl_softmax_xent(dpt_backend *be, const dpt_softmax_xent_args *a)
   dpt_ocl_arg_local(&l, local * sizeof(cl_float));
   dpt_ocl_arg_local(&l, local * sizeof(cl_ulong));
   dpt_ocl_arg_local(&l, local * acc);
-  TRY(dpt_ocl_launch_groups(&l, a->rows));
+  DPT_TRY(dpt_ocl_launch_groups(&l, a->rows));
   if (!want_stats) return DPT_OK;
 
   void *stats = malloc(stats_bytes);
@@ -274,7 +269,7 @@ dpt_status dpt_ocl_embed_gather(dpt_backend *be, const dpt_embed_gather_args *a)
 dpt_status dpt_ocl_embed_scatter_add(dpt_backend *be, const dpt_embed_scatter_add_args *a) {
   dpt_ocl_ctx *c = ctx(be);
   dpt_ocl_args l;
-  TRY(dpt_ocl_begin(&l, c, DPT_OCL_K_embed_scatter_add));
+  DPT_TRY(dpt_ocl_begin(&l, c, DPT_OCL_K_embed_scatter_add));
   size_t fill = (size_t)c->lim.compute_units * c->local_size[DPT_OCL_K_embed_scatter_add];
   size_t buckets = fill / a->dim + (fill % a->dim != 0);
   if (buckets > DPT_OCL_SCATTER_MAX_BUCKETS) buckets = DPT_OCL_SCATTER_MAX_BUCKETS;
@@ -298,7 +293,7 @@ dpt_status dpt_ocl_embed_scatter_add(dpt_backend *be, const dpt_embed_scatter_ad
 dpt_status dpt_ocl_sgd_update(dpt_backend *be, const dpt_sgd_update_args *a) {
   dpt_ocl_args l;
   int has_velocity = a->velocity.buf != NULL;
-  TRY(dpt_ocl_begin(&l, ctx(be), DPT_OCL_K_sgd_update));
+  DPT_TRY(dpt_ocl_begin(&l, ctx(be), DPT_OCL_K_sgd_update));
   dpt_ocl_arg_u64(&l, a->n);
   dpt_ocl_arg_f32(&l, a->p.lr);
   dpt_ocl_arg_f32(&l, a->p.momentum);

@@ -6,7 +6,7 @@
 
 #include "backends/vulkan/vk_internal.h"
 #include "backends/vulkan/vulkan_debug.h"
-#include "core/error.h"
+#include "base/error.h"
 
 #define DPT_VK_NO_DRIVER                                                                           \
   "no Vulkan driver installed (for a CPU driver: apt-get install mesa-vulkan-drivers)"

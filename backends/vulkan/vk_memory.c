@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "backends/vulkan/vk_internal.h"
-#include "core/error.h"
+#include "base/error.h"
 
 #define DPT_VK_BLOCK_BYTES   ((VkDeviceSize)64 << 20)
 #define DPT_VK_STAGING_BYTES ((VkDeviceSize)16 << 20)

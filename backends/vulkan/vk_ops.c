@@ -9,7 +9,8 @@
 #include <string.h>
 
 #include "backends/vulkan/vk_internal.h"
-#include "core/error.h"
+#include "base/error.h"
+#include "base/size.h"
 
 /* Workgroups of the reductions: enough to fill a GPU, few enough partials to add on the host. */
 #define DPT_VK_REDUCE_GROUPS 512u

@@ -1,7 +1,7 @@
 # Vulkan backend: included by the top-level CMakeLists.txt when DPT_WITH_VULKAN is ON.
 # Compiles every shaders/*.comp to SPIR-V 1.3 (Vulkan 1.1, which lavapipe and every current GPU
 # driver accept) at build time, validates each module with spirv-val when it is installed, and
-# embeds the modules in the library (dpt_vulkan_spirv[], see core/embedded.h).
+# embeds the modules in the library (dpt_vulkan_spirv[], see base/embedded.h).
 set(_dpt_vk_dir "${CMAKE_CURRENT_LIST_DIR}")
 set(_dpt_vk_out "${CMAKE_CURRENT_BINARY_DIR}/vulkan_spirv")
 file(MAKE_DIRECTORY "${_dpt_vk_out}")

@@ -1,5 +1,5 @@
 /* Status names and the per-thread error message. */
-#include "core/error.h"
+#include "base/error.h"
 
 #include <stdarg.h>
 #include <stdio.h>

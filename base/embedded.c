@@ -1,4 +1,4 @@
-#include "core/embedded.h"
+#include "base/embedded.h"
 
 #include <string.h>
 
