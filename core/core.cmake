@@ -1,2 +1,3 @@
 # The training core: models, optimizers (and the trainer, data readers in their fragments).
-list(APPEND DPT_SOURCES core/model.c core/optimizer.c core/model_io.c core/trainer.c)
+list(APPEND DPT_SOURCES core/model.c core/optimizer.c core/model_io.c core/trainer.c core/fingerprint.c
+     core/agree.c)

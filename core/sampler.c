@@ -71,11 +71,11 @@ dpt_status dpt_batch_split(size_t batch, int replicas, int replica, size_t *star
                          replicas);
   if (batch == 0) return dpt_set_error(DPT_ERR_INVALID_ARG, "batch_split: batch size is 0");
   const size_t r = (size_t)replicas, i = (size_t)replica;
-  if (batch < r)
-    return dpt_set_error(DPT_ERR_INVALID_ARG,
-                         "batch_split: a batch of %zu samples cannot be split over %d replicas "
-                         "(each needs at least one sample)",
-                         batch, replicas);
+  if (batch < r) { /* the first `batch` replicas take one sample each, the others none */
+    *start = i < batch ? i : batch;
+    *count = i < batch ? 1u : 0u;
+    return DPT_OK;
+  }
   const size_t base = batch / r, extra = batch % r;
   /* Replicas below `extra` hold base + 1 samples, the rest base. */
   *start = i * base + (i < extra ? i : extra);

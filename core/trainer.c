@@ -1,11 +1,12 @@
-/* Data-parallel training: replicas, the batch split, the synchronized step, drift checks and
- * data-parallel evaluation. See include/dptrain/train.h for the step's contract.
+/* Data-parallel training: replicas, the synchronized step, drift checks and data-parallel
+ * evaluation. The step follows the contract in include/dptrain/train.h, one named function per
+ * stage (train_step).
  *
- * Each replica runs replica_main() on its own thread (threads transport) or process (MPI),
+ * Each replica runs replica_run() on its own thread (threads transport) or process (MPI),
  * with its own backend, model and optimizer. Everything that decides control flow (loss
- * finiteness, fingerprints, evaluation counts) is exchanged with an allgather and combined in
- * replica order, so every replica takes the same branch: no replica can leave a collective
- * that another one enters. */
+ * finiteness, gradient norms, fingerprints, evaluation counts) is exchanged with an allgather
+ * and combined in replica order, so every replica takes the same branch: no replica can leave
+ * a collective that another one enters. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <pthread.h>
@@ -24,9 +25,22 @@ typedef struct step_stats {
   int64_t samples; /* slice size */
   int64_t failed;  /* 1 when this replica failed locally (its message says why) */
   uint64_t hash;   /* parameter fingerprint (drift checks only) */
-  double sumsq;    /* squared gradient norm over the replica's shard (sharded clipping only) */
+  double sumsq;    /* squared gradient norm over the replica's range (norm agreement only) */
   double compute;  /* seconds of the step's batch loading, forward and backward (steps only) */
 } step_stats;
+
+/* Every replica's data set sizes, compared at start-up. */
+typedef struct data_sizes {
+  int64_t train; /* training samples */
+  int64_t test;  /* test samples, -1 without a test set */
+} data_sizes;
+
+/* How the replicas combine their gradients, decided once per run by step_mode_of. */
+typedef enum step_mode {
+  STEP_LOCAL,   /* no exchange: each replica steps on its own gradients (benchmarking) */
+  STEP_FULL,    /* all-reduce the gradients; every replica updates every parameter */
+  STEP_SHARDED, /* reduce-scatter; each replica updates its shard; all-gather the parameters */
+} step_mode;
 
 typedef struct replica {
   const dpt_train_config *cfg;
@@ -40,54 +54,40 @@ typedef struct replica {
   dpt_train_report final;
 } replica;
 
-/* The fingerprint: four independent lanes over 64-bit little-endian words (multiply, rotate,
- * multiply: every input bit reaches every bit of its lane within two words), folded together
- * with the tail bytes and the length, then avalanched. Four lanes keep the multiplier busy:
- * about 7x faster than the byte-at-a-time FNV-1a it replaced (2 MB of parameters: 0.3 against
- * 2.4 ms on one core of the EPYC VM of docs/performance.md), which the drift check pays every
- * --check-every steps. Same bytes, same value, on any host and at any alignment. */
-#define FP_K1 0x9E3779B185EBCA87ull
-#define FP_K2 0xC2B2AE3D27D4EB4Full
-#define FP_K3 0x165667B19E3779F9ull
+/* The run's running figures, from which every report is made. */
+typedef struct run_totals {
+  int64_t step, skipped, trained_samples;
+  double run_start, train_time; /* seconds: start of the run; spent in training epochs */
+  double compute, comm, optimizer, imbalance; /* the report's time split, seconds */
+  uint64_t hash;                              /* the latest parameter fingerprint */
+} run_totals;
 
-static uint64_t fp_rotl(uint64_t x, int r) {
-  return (x << r) | (x >> (64 - r));
-}
+/* Replicas whose exchanges need no allocation. */
+enum { GATHER_INLINE = 64 };
 
-static uint64_t fp_load(const unsigned char *p) { /* little-endian, any alignment */
-  return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 |
-         (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 | (uint64_t)p[7] << 56;
-}
-
-static uint64_t fp_round(uint64_t lane, uint64_t w) {
-  return fp_rotl(lane + w * FP_K2, 31) * FP_K1;
-}
-
-uint64_t dpt_fingerprint(const void *data, size_t bytes) {
-  const unsigned char *p = data;
-  uint64_t h0 = FP_K1 + FP_K2, h1 = FP_K2, h2 = 0, h3 = (uint64_t)0 - FP_K1;
-  size_t i = 0;
-  if (bytes > 0 && !p) return 0;
-  for (; i + 32 <= bytes; i += 32) {
-    h0 = fp_round(h0, fp_load(p + i));
-    h1 = fp_round(h1, fp_load(p + i + 8));
-    h2 = fp_round(h2, fp_load(p + i + 16));
-    h3 = fp_round(h3, fp_load(p + i + 24));
-  }
-  const uint64_t h[4] = {h0, h1, h2, h3};
-  uint64_t x = FP_K3 + (uint64_t)bytes;
-  for (int l = 0; l < 4; ++l)
-    x = fp_rotl(x ^ fp_round(0, h[l]), 27) * FP_K1 + FP_K3;
-  for (; i + 8 <= bytes; i += 8)
-    x = fp_rotl(x ^ fp_round(0, fp_load(p + i)), 27) * FP_K1 + FP_K3;
-  for (; i < bytes; ++i)
-    x = fp_rotl(x ^ (p[i] * FP_K3), 11) * FP_K1;
-  x ^= x >> 33;
-  x *= FP_K2;
-  x ^= x >> 29;
-  x *= FP_K3;
-  return x ^ (x >> 32);
-}
+typedef struct replica_state {
+  dpt_backend *be;
+  dpt_model *model;
+  dpt_optimizer *opt;
+  step_mode mode;
+  dpt_buffer *x, *y; /* device batch: [slice, input] floats, [slice] int32 */
+  float *hx;         /* host batch [max_slice, input] */
+  int32_t *hy;       /* host labels [max_slice] */
+  uint64_t *perm;    /* epoch permutation [n_train] */
+  uint64_t *idx;     /* the slice's sample indices [max_slice] */
+  float *hparams;    /* [num_params] host copy for fingerprints */
+  dpt_range *shard;  /* this replica's shard of the parameters (sharded step), [nshard] */
+  size_t nshard;
+  size_t max_slice;   /* largest slice of a global batch; evaluation reuses the batch buffers */
+  size_t batches;     /* global batches per epoch */
+  step_stats *gather; /* [count]: gather_small, or allocated for more replicas */
+  step_stats gather_small[GATHER_INLINE];
+  data_sizes *sizes; /* [count]: sizes_small, or allocated for more replicas */
+  data_sizes sizes_small[GATHER_INLINE];
+  dpt_status pending; /* a local failure the other replicas have not been told of yet */
+  char pending_msg[1024];
+  run_totals t;
+} replica_state;
 
 void dpt_train_config_default(dpt_train_config *cfg) {
   if (!cfg) return;
@@ -104,35 +104,14 @@ void dpt_train_config_default(dpt_train_config *cfg) {
   cfg->check_every = 100;
 }
 
-/* Replica r's slice of a batch (dpt_batch_split); a kept last batch with fewer samples than
- * replicas gives one sample to each of the first replicas and none to the others. */
-static void slice_of(size_t batch, int replicas, int r, size_t *start, size_t *count) {
-  if (batch >= (size_t)replicas && dpt_batch_split(batch, replicas, r, start, count) == DPT_OK)
-    return;
-  *count = (size_t)r < batch ? 1 : 0;
-  *start = (size_t)r < batch ? (size_t)r : batch;
+static step_mode step_mode_of(const dpt_train_config *cfg, int replicas) {
+  if (cfg->skip_allreduce) return STEP_LOCAL;
+  /* Every element is updated by one replica from the same sum the ring all-reduce gives, so
+   * the parameters are bit for bit those of the full step, with 1/R of the optimizer's work
+   * and state per replica. */
+  if (replicas > 1 && !cfg->full_optimizer_step) return STEP_SHARDED;
+  return STEP_FULL;
 }
-
-/* Replicas whose per-step exchange needs no allocation. */
-enum { GATHER_INLINE = 64 };
-
-typedef struct replica_state {
-  dpt_backend *be;
-  dpt_model *model;
-  dpt_optimizer *opt;
-  dpt_buffer *x, *y; /* device batch: [slice, input] floats, [slice] int32 */
-  float *hx;         /* host batch [max_slice, input] */
-  int32_t *hy;       /* host labels [max_slice] */
-  uint64_t *perm;    /* epoch permutation [n_train] */
-  uint64_t *idx;     /* the slice's sample indices [max_slice] */
-  float *hparams;    /* [num_params] host copy for fingerprints */
-  dpt_range *shard;  /* this replica's shard of the parameters (sharded step), [nshard] */
-  size_t nshard;
-  step_stats *gather; /* [count]: gather_small, or allocated for more replicas */
-  step_stats gather_small[GATHER_INLINE];
-  dpt_status pending; /* a local failure the other replicas have not been told of yet */
-  char pending_msg[1024];
-} replica_state;
 
 static void state_free(replica_state *s) {
   dpt_buffer_free(s->x);
@@ -147,6 +126,7 @@ static void state_free(replica_state *s) {
   free(s->hparams);
   free(s->shard);
   if (s->gather != s->gather_small) free(s->gather);
+  if (s->sizes != s->sizes_small) free(s->sizes);
 }
 
 /* Keeps this replica's first local failure (with its message) for the next exchange. */
@@ -160,7 +140,7 @@ static void keep_failure(replica_state *s, dpt_status st) {
  * failure flag are gathered from all replicas and summed in replica order (identical
  * everywhere). `local` is this replica's outcome since the last exchange: a failure is kept
  * (with its message) and announced, so every replica stops at the same exchange, the failed
- * one with its own message, the others saying where it happened. */
+ * one with its own message, the others with DPT_ERR_PEER saying where it happened. */
 static dpt_status exchange(replica *r, replica_state *s, step_stats *mine, step_stats *sum,
                            dpt_status local, const char *what) {
   keep_failure(s, local);
@@ -176,7 +156,7 @@ static dpt_status exchange(replica *r, replica_state *s, step_stats *mine, step_
     sum->failed += s->gather[i].failed;
     sum->sumsq += s->gather[i].sumsq;
   }
-  if (sum->failed) return dpt_set_error(DPT_ERR_DEVICE, "%s failed on another replica", what);
+  if (sum->failed) return dpt_set_error(DPT_ERR_PEER, "%s failed on another replica", what);
   return DPT_OK;
 }
 
@@ -193,17 +173,17 @@ static double train_imbalance(const step_stats *gathered, int count) {
   return count > 0 ? slowest - total / (double)count : 0;
 }
 
-/* Fingerprints the parameters on every replica and compares them. */
-static dpt_status check_drift(replica *r, replica_state *s, int64_t step, uint64_t *hash_out) {
+/* Fingerprints the parameters on every replica and compares them; keeps the fingerprint in
+ * s->t.hash for the reports. */
+static dpt_status check_drift(replica *r, replica_state *s, int64_t step) {
   size_t n = dpt_model_num_params(s->model);
   step_stats mine, sum;
   memset(&mine, 0, sizeof mine);
   dpt_status st = s->pending == DPT_OK ? dpt_model_get_params(s->model, s->hparams) : DPT_OK;
   if (st == DPT_OK && s->pending == DPT_OK)
     mine.hash = dpt_fingerprint(s->hparams, n * sizeof(float));
-  st = exchange(r, s, &mine, &sum, st, "the parameter fingerprint");
-  if (st != DPT_OK) return st;
-  if (hash_out) *hash_out = mine.hash;
+  DPT_TRY(exchange(r, s, &mine, &sum, st, "the parameter fingerprint"));
+  s->t.hash = mine.hash;
   char list[512] = "";
   size_t len = 0;
   int differ = 0;
@@ -213,7 +193,7 @@ static dpt_status check_drift(replica *r, replica_state *s, int64_t step, uint64
     if (len < sizeof list - 16)
       len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", differ > 1 ? ", " : "", i);
   }
-  if (differ && !r->cfg->skip_allreduce) /* without the all-reduce, drift is the point */
+  if (differ && s->mode != STEP_LOCAL) /* without the exchange, drift is the point */
     return dpt_set_error(DPT_ERR_MISMATCH,
                          "replica drift at step %lld: replicas %s differ from replica 0 "
                          "(parameter fingerprint %016llx)",
@@ -221,52 +201,259 @@ static dpt_status check_drift(replica *r, replica_state *s, int64_t step, uint64
   return DPT_OK;
 }
 
-/* The sharded step (the default with several replicas): the gradients are reduce-scattered,
- * each replica updates only its shard of the parameters (1/R of the optimizer's work and
- * state), and
- * the parameters are all-gathered. Every element is updated by one replica from the same sum
- * the ring all-reduce gives, so the parameters are bit for bit those of the full step when
- * its all-reduce runs the ring. */
-static int sharded_step(const replica *r) {
-  return r->count > 1 && !r->cfg->skip_allreduce && !r->cfg->full_optimizer_step;
+/* Uploads the given samples as the device batch. */
+static dpt_status load_batch(replica_state *s, const dpt_dataset *ds, const uint64_t *idx,
+                             size_t count) {
+  const size_t input = dpt_model_input_size(s->model);
+  dpt_status st = dpt_dataset_gather(ds, idx, count, s->hx, s->hy);
+  if (st == DPT_OK) st = dpt_buffer_upload(s->x, 0, s->hx, count * input * sizeof(float));
+  if (st == DPT_OK) st = dpt_buffer_upload(s->y, 0, s->hy, count * sizeof(int32_t));
+  return st;
 }
 
-/* The optimizer's outcome on this replica: a non-finite gradient norm (clipping) skips the step
- * with skip_nonfinite, else it is a failure like any other, kept for the next exchange.
- * Returns 1 when skipped. Every replica decides alike: the sharded step clips by the norm
- * summed over the replicas' exchange; the full step agrees on it first (see the step). */
-static int optimizer_outcome(const replica *r, replica_state *s, dpt_status st) {
-  if (st == DPT_ERR_NONFINITE && r->cfg->skip_nonfinite) return 1;
-  keep_failure(s, st);
-  return 0;
-}
-
-/* The optimizer half of the sharded step, after the reduce-scatter and the step's exchange.
- * A local failure is kept for the next exchange; the collectives are joined regardless, so
- * that no replica waits for one that gave up. *skipped: see optimizer_outcome. */
-static dpt_status shard_step(replica *r, replica_state *s, double *t_opt, double *t_comm,
-                             int *skipped) {
-  double sumsq = 0;
-  if (r->cfg->optim.clip_norm > 0.0f) {
-    step_stats mine, sum;
-    memset(&mine, 0, sizeof mine);
-    dpt_status local = DPT_OK;
-    if (s->pending == DPT_OK)
-      local = dpt_optimizer_grad_sumsq(s->opt, s->shard, s->nshard, &mine.sumsq);
-    dpt_status st = exchange(r, s, &mine, &sum, local, "the gradient norm");
-    if (st != DPT_OK) return st;
-    sumsq = sum.sumsq; /* summed in replica order: the same on every replica */
+/* Data-parallel evaluation: replica r takes a contiguous shard of the test set. */
+static dpt_status evaluate(replica *r, replica_state *s, double *loss, double *accuracy) {
+  const dpt_dataset *ds = r->cfg->test;
+  size_t start, count;
+  DPT_TRY(dpt_batch_split(dpt_dataset_count(ds), r->count, r->index, &start, &count));
+  step_stats mine = {0, 0, (int64_t)count, 0, 0, 0, 0}, sum;
+  dpt_status st = s->pending;
+  for (size_t done = 0; done < count && st == DPT_OK;) {
+    size_t b = count - done < s->max_slice ? count - done : s->max_slice;
+    for (size_t i = 0; i < b; ++i)
+      s->idx[i] = start + done + i;
+    double l = 0;
+    int64_t c = 0;
+    st = load_batch(s, ds, s->idx, b);
+    if (st == DPT_OK) st = dpt_model_evaluate(s->model, s->x, s->y, b, &l, &c);
+    mine.loss_sum += l;
+    mine.correct += c;
+    done += b;
   }
-  double t0 = dpt_now();
-  *skipped = 0;
-  if (s->pending == DPT_OK) /* a failure is announced at the next exchange */
-    *skipped = optimizer_outcome(
-        r, s, dpt_optimizer_step_ranges(s->opt, s->shard, s->nshard, sumsq, NULL));
-  double t1 = dpt_now();
-  *t_opt += t1 - t0;
-  dpt_status st = dpt_allgather_shards_buffer(r->comm, dpt_model_params(s->model), 0,
-                                              dpt_model_num_params(s->model), DPT_COMM_F32);
-  *t_comm += dpt_now() - t1;
+  /* Every replica joins the exchange, even after a local failure, so nobody waits forever. */
+  DPT_TRY(exchange(r, s, &mine, &sum, st, "evaluation"));
+  *loss = sum.samples ? sum.loss_sum / (double)sum.samples : NAN;
+  *accuracy = sum.samples ? (double)sum.correct / (double)sum.samples : NAN;
+  return DPT_OK;
+}
+
+/* ---- set-up ------------------------------------------------------------------------------- */
+
+/* The exchange arrays, first of all, so a replica that fails later still takes part in the
+ * start-up agreement (up to GATHER_INLINE replicas they need no allocation, so cannot fail). */
+static dpt_status alloc_exchange(replica *r, replica_state *s) {
+  const size_t n = (size_t)r->count;
+  s->gather = r->count <= GATHER_INLINE ? s->gather_small : malloc(n * sizeof *s->gather);
+  s->sizes = r->count <= GATHER_INLINE ? s->sizes_small : malloc(n * sizeof *s->sizes);
+  if (!s->gather || !s->sizes)
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "training: out of host memory");
+  return DPT_OK;
+}
+
+static dpt_status create_backend_and_model(replica *r, replica_state *s) {
+  const dpt_train_config *cfg = r->cfg;
+  int devices = 0;
+  DPT_TRY(dpt_device_count(cfg->backend, &devices));
+  if (devices == 0)
+    return dpt_error_context(DPT_ERR_UNSUPPORTED, "no %s device",
+                             dpt_backend_kind_name(cfg->backend));
+  int device = cfg->device >= 0 ? cfg->device : r->local_index % devices;
+  DPT_TRY(dpt_backend_create(cfg->backend, device, &s->be));
+  s->max_slice = (cfg->global_batch + (size_t)r->count - 1) / (size_t)r->count;
+  DPT_TRY(dpt_model_create(s->be, &cfg->model, s->max_slice, &s->model));
+  size_t input = dpt_model_input_size(s->model);
+  if (input != dpt_dataset_dim(cfg->train))
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "the model takes %zu inputs per sample but the data set has %zu", input,
+                         dpt_dataset_dim(cfg->train));
+  if (cfg->test && dpt_dataset_dim(cfg->test) != input)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "the test set has %zu values per sample, the model takes %zu",
+                         dpt_dataset_dim(cfg->test), input);
+  return DPT_OK;
+}
+
+/* The optimizer: for the sharded step it keeps state for this replica's shard only. */
+static dpt_status create_optimizer(replica *r, replica_state *s) {
+  if (s->mode != STEP_SHARDED) return dpt_optimizer_create(s->model, &r->cfg->optim, &s->opt);
+  const size_t np = dpt_model_num_params(s->model);
+  s->nshard = dpt_comm_shard(r->comm, np, DPT_COMM_F32, r->index, NULL, 0);
+  s->shard = malloc((s->nshard ? s->nshard : 1) * sizeof *s->shard);
+  if (!s->shard) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "training: out of host memory");
+  dpt_comm_shard(r->comm, np, DPT_COMM_F32, r->index, s->shard, s->nshard);
+  return dpt_optimizer_create_sharded(s->model, &r->cfg->optim, s->shard, s->nshard, &s->opt);
+}
+
+static dpt_status alloc_batch(replica *r, replica_state *s) {
+  const size_t input = dpt_model_input_size(s->model), np = dpt_model_num_params(s->model);
+  const size_t max_slice = s->max_slice, n = dpt_dataset_count(r->cfg->train);
+  DPT_TRY(dpt_buffer_alloc(s->be, max_slice * input * sizeof(float), &s->x));
+  DPT_TRY(dpt_buffer_alloc(s->be, max_slice * sizeof(int32_t), &s->y));
+  s->hx = malloc(max_slice * input * sizeof(float));
+  s->hy = malloc(max_slice * sizeof(int32_t));
+  s->perm = malloc(n * sizeof(uint64_t));
+  s->idx = malloc(max_slice * sizeof(uint64_t));
+  s->hparams = malloc(np * sizeof(float));
+  if (!s->hx || !s->hy || !s->perm || !s->idx || !s->hparams)
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "training: out of host memory");
+  return DPT_OK;
+}
+
+static dpt_status replica_setup(replica *r, replica_state *s) {
+  s->mode = step_mode_of(r->cfg, r->count);
+  DPT_TRY(create_backend_and_model(r, s));
+  DPT_TRY(create_optimizer(r, s));
+  DPT_TRY(alloc_batch(r, s));
+  if (r->cfg->init_params) return dpt_model_set_params(s->model, r->cfg->init_params);
+  return dpt_model_init(s->model, r->cfg->seed);
+}
+
+/* Every replica draws the same permutation of its data sets, so replicas (MPI ranks, each with
+ * its own files) whose sets differ in size stop together here instead of training on
+ * unrelated samples or parting ways later. */
+static dpt_status agree_on_data(replica *r, replica_state *s) {
+  const dpt_train_config *cfg = r->cfg;
+  data_sizes mine = {(int64_t)dpt_dataset_count(cfg->train),
+                     cfg->test ? (int64_t)dpt_dataset_count(cfg->test) : -1};
+  DPT_TRY(dpt_allgather_host(r->comm, &mine, sizeof mine, s->sizes));
+  for (int i = 1; i < r->count; ++i) {
+    const data_sizes *a = &s->sizes[0], *b = &s->sizes[i];
+    if (b->train != a->train || b->test != a->test)
+      return dpt_set_error(DPT_ERR_MISMATCH,
+                           "replica %d has %lld training and %lld test samples, replica 0 has "
+                           "%lld and %lld (-1: no test set): every replica needs the same data "
+                           "sets",
+                           i, (long long)b->train, (long long)b->test, (long long)a->train,
+                           (long long)a->test);
+  }
+  s->batches =
+      dpt_sampler_num_batches(dpt_dataset_count(cfg->train), cfg->global_batch, cfg->keep_last);
+  if (s->batches == 0) /* the same on every replica: the sizes agree */
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "global batch %zu is larger than the %zu training "
+                         "samples (and the last partial batch is dropped)",
+                         cfg->global_batch, dpt_dataset_count(cfg->train));
+  return DPT_OK;
+}
+
+/* Replica 0's parameters to every replica, then the first drift check. Every replica meets at
+ * the check's exchange after a failure here, which stops them all together: the replica that
+ * failed locally (device, staging) announces it there, and the others come whether the
+ * broadcast went through for them or told them that a replica failed before it (DPT_ERR_COMM,
+ * no data moved). A timeout or a disagreement on the call means the replicas are not in step:
+ * stop now. */
+static dpt_status broadcast_params(replica *r, replica_state *s) {
+  const size_t np = dpt_model_num_params(s->model);
+  dpt_status st =
+      dpt_broadcast_buffer(r->comm, dpt_model_params(s->model), 0, np * sizeof(float), 0);
+  if (st == DPT_ERR_TIMEOUT || st == DPT_ERR_MISMATCH) return st;
+  keep_failure(s, st);
+  return check_drift(r, s, 0);
+}
+
+/* ---- the step ----------------------------------------------------------------------------- */
+
+/* Loads this replica's slice of the global batch at `bstart` (bcount samples) and runs forward
+ * and backward. Returns the local outcome, which the step's exchange announces. */
+static dpt_status forward_backward(replica *r, replica_state *s, size_t bstart, size_t bcount,
+                                   step_stats *mine) {
+  size_t start, count;
+  dpt_status st = dpt_batch_split(bcount, r->count, r->index, &start, &count);
+  if (st != DPT_OK) return st;
+  mine->samples = (int64_t)count;
+  if (s->pending != DPT_OK) return s->pending; /* failed since the last exchange */
+  if (count == 0)                              /* contributes nothing to the sum */
+    return dpt_buffer_fill_f32(dpt_model_grads(s->model), 0, dpt_model_num_params(s->model), 0.0f);
+  st = load_batch(s, r->cfg->train, s->perm + bstart + start, count);
+  /* The loss gradient is scaled by 1/(samples in this global batch): the sum over replicas is
+   * the batch mean, whatever the split (and for a kept, smaller last batch too). */
+  if (st == DPT_OK)
+    st = dpt_model_train_step(s->model, s->x, s->y, count, 1.0f / (float)bcount, &mine->loss_sum,
+                              &mine->correct);
+  return st;
+}
+
+/* Sums the gradients over the replicas: the complete sum of this replica's shard (sharded
+ * step) or of everything (full step). Every replica joins, whatever its local outcome. */
+static dpt_status reduce_gradients(replica *r, replica_state *s, dpt_status local) {
+  if (s->mode == STEP_LOCAL) return local;
+  dpt_buffer *grads = dpt_model_grads(s->model);
+  const size_t np = dpt_model_num_params(s->model);
+  const double t0 = dpt_now();
+  dpt_status st = s->mode == STEP_SHARDED
+                      ? dpt_reduce_scatter_buffer(r->comm, grads, 0, np, DPT_COMM_F32)
+                      : dpt_allreduce_buffer(r->comm, grads, 0, np, DPT_COMM_F32);
+  s->t.comm += dpt_now() - t0;
+  return local != DPT_OK ? local : st;
+}
+
+/* Whether the step needs the gradient norm agreed by every replica: the sharded step clips by
+ * the norm of the whole gradient, which no replica holds alone; with the full step each
+ * replica computes it on its own backend, and a float sum can overflow where a double sum
+ * does not, so with skip_nonfinite they agree on its finiteness before anyone steps. */
+static int needs_norm(const replica *r, const replica_state *s) {
+  const dpt_train_config *cfg = r->cfg;
+  if (cfg->optim.clip_norm <= 0.0f) return 0;
+  return s->mode == STEP_SHARDED || (cfg->skip_nonfinite && r->count > 1);
+}
+
+/* The squared gradient norm over this replica's range (its shard, or everything), summed over
+ * the replicas in replica order: the same on every replica. */
+static dpt_status agree_grad_norm(replica *r, replica_state *s, double *sumsq) {
+  step_stats mine, sum;
+  memset(&mine, 0, sizeof mine);
+  const dpt_range whole = {0, dpt_model_num_params(s->model)};
+  const int sharded = s->mode == STEP_SHARDED;
+  dpt_status local = DPT_OK;
+  if (s->pending == DPT_OK)
+    local = dpt_optimizer_grad_sumsq(s->opt, sharded ? s->shard : &whole, sharded ? s->nshard : 1,
+                                     &mine.sumsq);
+  DPT_TRY(exchange(r, s, &mine, &sum, local, "the gradient norm"));
+  *sumsq = sum.sumsq;
+  return DPT_OK;
+}
+
+/* The step's decision, taken alike on every replica from the exchanged sums: step, skip (a
+ * non-finite loss or gradient norm with skip_nonfinite) or stop (a non-finite loss without). */
+static dpt_status agree_on_step(replica *r, replica_state *s, const step_stats *sum, int64_t epoch,
+                                size_t k, int *skip, double *sumsq) {
+  const dpt_train_config *cfg = r->cfg;
+  *skip = 0;
+  *sumsq = 0;
+  if (!isfinite(sum->loss_sum)) {
+    if (!cfg->skip_nonfinite)
+      return dpt_set_error(DPT_ERR_NONFINITE,
+                           "the loss is not finite at step %lld (epoch %lld, batch %zu); "
+                           "lower the learning rate or pass --skip-nonfinite",
+                           (long long)s->t.step, (long long)epoch + 1, k + 1);
+    *skip = 1;
+    return DPT_OK;
+  }
+  if (!needs_norm(r, s)) return DPT_OK;
+  DPT_TRY(agree_grad_norm(r, s, sumsq));
+  *skip = cfg->skip_nonfinite && !isfinite(*sumsq);
+  return DPT_OK;
+}
+
+/* The optimizer step: the shard's update and the parameter all-gather (sharded), or the whole
+ * update. A local failure is kept for the next exchange and the all-gather is joined
+ * regardless, so that no replica waits for one that gave up. *skipped: the optimizer found a
+ * non-finite gradient norm and skip_nonfinite is on (the same on every replica). */
+static dpt_status optimizer_step(replica *r, replica_state *s, double sumsq, int *skipped) {
+  const double t0 = dpt_now();
+  dpt_status st = DPT_OK;
+  if (s->pending == DPT_OK)
+    st = s->mode == STEP_SHARDED
+             ? dpt_optimizer_step_ranges(s->opt, s->shard, s->nshard, sumsq, NULL)
+             : dpt_optimizer_step(s->opt, NULL);
+  *skipped = st == DPT_ERR_NONFINITE && r->cfg->skip_nonfinite;
+  if (!*skipped) keep_failure(s, st);
+  const double t1 = dpt_now();
+  s->t.optimizer += t1 - t0;
+  if (s->mode != STEP_SHARDED) return DPT_OK;
+  st = dpt_allgather_shards_buffer(r->comm, dpt_model_params(s->model), 0,
+                                   dpt_model_num_params(s->model), DPT_COMM_F32);
+  s->t.comm += dpt_now() - t1;
   if (st == DPT_ERR_TIMEOUT || st == DPT_ERR_COMM || st == DPT_ERR_MISMATCH) {
     /* The collective itself failed (every replica sees it, or the communicator is broken):
      * stop now, with this replica's own earlier failure if it had one. */
@@ -277,285 +464,112 @@ static dpt_status shard_step(replica *r, replica_state *s, double *t_opt, double
   return DPT_OK;
 }
 
-/* Uploads the given samples as the device batch. */
-static dpt_status load_batch(replica_state *s, const dpt_dataset *ds, const uint64_t *idx,
-                             size_t count, size_t input) {
-  dpt_status st = dpt_dataset_gather(ds, idx, count, s->hx, s->hy);
-  if (st == DPT_OK) st = dpt_buffer_upload(s->x, 0, s->hx, count * input * sizeof(float));
-  if (st == DPT_OK) st = dpt_buffer_upload(s->y, 0, s->hy, count * sizeof(int32_t));
-  return st;
-}
-
-/* Data-parallel evaluation: replica r takes a contiguous shard of the test set. */
-static dpt_status evaluate(replica *r, replica_state *s, size_t max_slice, double *loss,
-                           double *accuracy) {
-  const dpt_dataset *ds = r->cfg->test;
-  size_t n = dpt_dataset_count(ds), input = dpt_model_input_size(s->model);
-  size_t start, count;
-  slice_of(n, r->count, r->index, &start, &count);
-  step_stats mine = {0, 0, (int64_t)count, 0, 0, 0, 0}, sum;
-  dpt_status st = s->pending;
-  for (size_t done = 0; done < count && st == DPT_OK;) {
-    size_t b = count - done < max_slice ? count - done : max_slice;
-    for (size_t i = 0; i < b; ++i)
-      s->idx[i] = start + done + i;
-    double l = 0;
-    int64_t c = 0;
-    st = load_batch(s, ds, s->idx, b, input);
-    if (st == DPT_OK) st = dpt_model_evaluate(s->model, s->x, s->y, b, &l, &c);
-    mine.loss_sum += l;
-    mine.correct += c;
-    done += b;
+/* One synchronized step on global batch k of the epoch (see train.h). Adds the batch's loss
+ * and samples to *loss and *samples unless the step was skipped. */
+static dpt_status train_step(replica *r, replica_state *s, int64_t epoch, size_t k, double *loss,
+                             int64_t *samples) {
+  const dpt_train_config *cfg = r->cfg;
+  size_t bstart, bcount;
+  DPT_TRY(dpt_sampler_batch(dpt_dataset_count(cfg->train), cfg->global_batch, cfg->keep_last, k,
+                            &bstart, &bcount));
+  step_stats mine = {0, 0, 0, 0, 0, 0, 0}, sum;
+  const double t0 = dpt_now();
+  dpt_status st = forward_backward(r, s, bstart, bcount, &mine);
+  mine.compute = dpt_now() - t0;
+  s->t.compute += mine.compute;
+  st = reduce_gradients(r, s, st);
+  char what[64];
+  snprintf(what, sizeof what, "step %lld", (long long)s->t.step + 1);
+  DPT_TRY(exchange(r, s, &mine, &sum, st, what));
+  s->t.imbalance += train_imbalance(s->gather, r->count);
+  ++s->t.step;
+  int skip = 0;
+  double sumsq = 0;
+  DPT_TRY(agree_on_step(r, s, &sum, epoch, k, &skip, &sumsq));
+  if (!skip) DPT_TRY(optimizer_step(r, s, sumsq, &skip));
+  if (skip) {
+    ++s->t.skipped;
+  } else {
+    *loss += sum.loss_sum;
+    *samples += sum.samples;
   }
-  /* Every replica joins the exchange, even after a local failure, so nobody waits forever. */
-  st = exchange(r, s, &mine, &sum, st, "evaluation");
-  if (st != DPT_OK) return st;
-  *loss = sum.samples ? sum.loss_sum / (double)sum.samples : NAN;
-  *accuracy = sum.samples ? (double)sum.correct / (double)sum.samples : NAN;
+  s->t.trained_samples += sum.samples;
+  if (cfg->check_every > 0 && s->t.step % cfg->check_every == 0)
+    DPT_TRY(check_drift(r, s, s->t.step));
+  if (r->index == 0 && cfg->on_progress)
+    cfg->on_progress(epoch + 1, k + 1, s->batches,
+                     sum.samples ? sum.loss_sum / (double)sum.samples : NAN, cfg->user);
   return DPT_OK;
 }
 
-static dpt_status replica_setup(replica *r, replica_state *s, size_t *max_slice_out) {
-  const dpt_train_config *cfg = r->cfg;
-  /* First what the start-up agreement needs, so a replica that fails below still takes part
-   * (up to GATHER_INLINE replicas that needs no allocation, so it cannot fail). */
-  s->gather =
-      r->count <= GATHER_INLINE ? s->gather_small : malloc((size_t)r->count * sizeof(step_stats));
-  if (!s->gather) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "training: out of host memory");
-  int devices = 0;
-  dpt_status st = dpt_device_count(cfg->backend, &devices);
-  if (st != DPT_OK) return st;
-  if (devices == 0)
-    return dpt_error_context(DPT_ERR_UNSUPPORTED, "no %s device",
-                             dpt_backend_kind_name(cfg->backend));
-  int device = cfg->device >= 0 ? cfg->device : r->local_index % devices;
-  st = dpt_backend_create(cfg->backend, device, &s->be);
-  if (st != DPT_OK) return st;
+/* ---- epochs and reports ------------------------------------------------------------------- */
 
-  size_t max_slice = (cfg->global_batch + (size_t)r->count - 1) / (size_t)r->count;
-  /* Evaluation reuses the training batch buffers, max_slice samples at a time. */
-  *max_slice_out = max_slice;
-  st = dpt_model_create(s->be, &cfg->model, max_slice, &s->model);
-  if (st != DPT_OK) return st;
-  size_t input = dpt_model_input_size(s->model), np = dpt_model_num_params(s->model);
-  if (input != dpt_dataset_dim(cfg->train))
-    return dpt_set_error(DPT_ERR_INVALID_ARG,
-                         "the model takes %zu inputs per sample but the data set has %zu", input,
-                         dpt_dataset_dim(cfg->train));
-  if (cfg->test && dpt_dataset_dim(cfg->test) != input)
-    return dpt_set_error(DPT_ERR_INVALID_ARG,
-                         "the test set has %zu values per sample, the model takes %zu",
-                         dpt_dataset_dim(cfg->test), input);
-  if (sharded_step(r)) { /* the optimizer keeps state for this replica's shard only */
-    s->nshard = dpt_comm_shard(r->comm, np, DPT_COMM_F32, r->index, NULL, 0);
-    s->shard = malloc((s->nshard ? s->nshard : 1) * sizeof *s->shard);
-    if (!s->shard) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "training: out of host memory");
-    dpt_comm_shard(r->comm, np, DPT_COMM_F32, r->index, s->shard, s->nshard);
-    st = dpt_optimizer_create_sharded(s->model, &cfg->optim, s->shard, s->nshard, &s->opt);
-  } else {
-    st = dpt_optimizer_create(s->model, &cfg->optim, &s->opt);
+/* The report of an epoch, after its closing drift check and evaluation. */
+static dpt_status report_epoch(replica *r, replica_state *s, int64_t epoch, double epoch_start,
+                               double loss, int64_t samples) {
+  const dpt_train_config *cfg = r->cfg;
+  dpt_train_report rep;
+  memset(&rep, 0, sizeof rep);
+  rep.epoch = epoch + 1;
+  rep.steps = s->t.step;
+  rep.skipped_steps = s->t.skipped;
+  rep.train_loss = samples ? loss / (double)samples : NAN;
+  rep.test_loss = rep.test_accuracy = NAN;
+  /* The epoch's closing fingerprint: the report's param_hash is the current one. */
+  DPT_TRY(check_drift(r, s, s->t.step));
+  if (cfg->test && dpt_dataset_count(cfg->test) > 0)
+    DPT_TRY(evaluate(r, s, &rep.test_loss, &rep.test_accuracy));
+  rep.samples_per_sec = s->t.train_time > 0 ? (double)s->t.trained_samples / s->t.train_time : 0;
+  rep.seconds = dpt_now() - epoch_start;
+  rep.ranks = r->ranks;
+  rep.replicas = r->count;
+  rep.param_hash = s->t.hash;
+  rep.backend = dpt_backend_kind_name(cfg->backend);
+  rep.compute_seconds = s->t.compute;
+  rep.allreduce_seconds = s->t.comm;
+  rep.optimizer_seconds = s->t.optimizer;
+  rep.imbalance_seconds = s->t.imbalance;
+  if (r->index == 0 && cfg->on_report) cfg->on_report(&rep, cfg->user);
+  r->final = rep;
+  return DPT_OK;
+}
+
+/* One epoch: its permutation, its steps, its report. *stop: max_steps reached. */
+static dpt_status train_epoch(replica *r, replica_state *s, int64_t epoch, int *stop) {
+  const dpt_train_config *cfg = r->cfg;
+  const double t0 = dpt_now();
+  DPT_TRY(dpt_sampler_permutation(cfg->seed, (uint64_t)epoch, cfg->shuffle,
+                                  dpt_dataset_count(cfg->train), s->perm));
+  double loss = 0;
+  int64_t samples = 0;
+  for (size_t k = 0; k < s->batches && !*stop; ++k) {
+    DPT_TRY(train_step(r, s, epoch, k, &loss, &samples));
+    *stop = cfg->max_steps > 0 && s->t.step >= cfg->max_steps;
   }
-  if (st == DPT_OK) st = dpt_buffer_alloc(s->be, max_slice * input * sizeof(float), &s->x);
-  if (st == DPT_OK) st = dpt_buffer_alloc(s->be, max_slice * sizeof(int32_t), &s->y);
-  if (st != DPT_OK) return st;
-  size_t n = dpt_dataset_count(cfg->train);
-  s->hx = malloc(max_slice * input * sizeof(float));
-  s->hy = malloc(max_slice * sizeof(int32_t));
-  s->perm = malloc(n * sizeof(uint64_t));
-  s->idx = malloc(max_slice * sizeof(uint64_t));
-  s->hparams = malloc(np * sizeof(float));
-  if (!s->hx || !s->hy || !s->perm || !s->idx || !s->hparams)
-    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "training: out of host memory");
-  if (cfg->init_params)
-    st = dpt_model_set_params(s->model, cfg->init_params);
-  else
-    st = dpt_model_init(s->model, cfg->seed);
-  return st;
+  s->t.train_time += dpt_now() - t0;
+  return report_epoch(r, s, epoch, t0, loss, samples);
 }
 
 static dpt_status replica_run(replica *r, replica_state *s) {
   const dpt_train_config *cfg = r->cfg;
-  size_t max_slice = 0;
-  dpt_status st = replica_setup(r, s, &max_slice);
-  if (!s->gather) return st; /* out of memory before anything else: the others time out */
-  /* Agree that every replica is ready before the first collective on device data: a replica
-   * that failed to set up reports it and all stop together. */
-  step_stats ready, all;
-  memset(&ready, 0, sizeof ready);
-  /* The data sets' sizes ride along: every replica draws the same permutation of them, so
-   * replicas (MPI ranks, each with its own files) that loaded different data sets stop
-   * together here instead of training on unrelated samples or parting ways later. */
-  ready.samples = (int64_t)dpt_dataset_count(cfg->train);
-  ready.correct = cfg->test ? (int64_t)dpt_dataset_count(cfg->test) : -1;
-  st = exchange(r, s, &ready, &all, st, "start-up");
-  if (st != DPT_OK) return st;
-  for (int i = 1; i < r->count; ++i) {
-    const step_stats *a = &s->gather[0], *b = &s->gather[i];
-    if (b->samples != a->samples || b->correct != a->correct)
-      return dpt_set_error(DPT_ERR_INVALID_ARG,
-                           "replica %d has %lld training and %lld test samples, replica 0 has "
-                           "%lld and %lld (-1: no test set): every replica needs the same data "
-                           "sets",
-                           i, (long long)b->samples, (long long)b->correct, (long long)a->samples,
-                           (long long)a->correct);
-  }
-  size_t n = dpt_dataset_count(cfg->train), B = cfg->global_batch;
-  size_t batches = dpt_sampler_num_batches(n, B, cfg->keep_last);
-  if (batches == 0) /* the same on every replica: the sizes agree */
-    return dpt_set_error(DPT_ERR_INVALID_ARG,
-                         "global batch %zu is larger than the %zu training "
-                         "samples (and the last partial batch is dropped)",
-                         B, n);
-
-  size_t np = dpt_model_num_params(s->model), input = dpt_model_input_size(s->model);
-  dpt_buffer *params = dpt_model_params(s->model), *grads = dpt_model_grads(s->model);
-  st = dpt_broadcast_buffer(r->comm, params, 0, np * sizeof(float), 0);
-  /* Every replica meets at the fingerprint's exchange after a failure here, which stops them
-   * all together: the replica that failed locally (device, staging) and announces it there,
-   * and the others, whether the broadcast went through for them or told them that a replica
-   * failed before it (DPT_ERR_COMM, no data moved). A timeout or a disagreement on the call
-   * means the replicas are not in step: stop now. */
-  if (st == DPT_ERR_TIMEOUT || st == DPT_ERR_MISMATCH) return st;
-  keep_failure(s, st);
-  uint64_t hash = 0;
-  st = check_drift(r, s, 0, &hash);
-  if (st != DPT_OK) return st;
-
-  int64_t step = 0, skipped = 0;
-  double run_start = dpt_now(), train_time = 0;
-  int64_t trained_samples = 0;
-  double t_compute = 0, t_allreduce = 0, t_optimizer = 0; /* the report's time split */
-  double t_imbalance = 0;
+  DPT_TRY(alloc_exchange(r, s)); /* out of memory before anything else: the others time out */
+  DPT_TRY(dpt_train_agree_ready(r->comm, replica_setup(r, s), dpt_last_error(), "replica", NULL));
+  DPT_TRY(agree_on_data(r, s));
+  DPT_TRY(broadcast_params(r, s));
+  s->t.run_start = dpt_now();
   int stop = 0;
-  for (int64_t epoch = 0; epoch < cfg->epochs && !stop; ++epoch) {
-    double t0 = dpt_now();
-    st = dpt_sampler_permutation(cfg->seed, (uint64_t)epoch, cfg->shuffle, n, s->perm);
-    if (st != DPT_OK) return st;
-    double epoch_loss = 0;
-    int64_t epoch_samples = 0;
-    for (size_t k = 0; k < batches; ++k) {
-      size_t bstart, bcount, start, count;
-      st = dpt_sampler_batch(n, B, cfg->keep_last, k, &bstart, &bcount);
-      if (st != DPT_OK) return st;
-      slice_of(bcount, r->count, r->index, &start, &count);
-      step_stats mine = {0, 0, (int64_t)count, 0, 0, 0, 0}, sum;
-      /* The loss gradient is scaled by 1/(samples in this global batch): the sum over replicas
-       * is the batch mean, whatever the split (and for a kept, smaller last batch too). */
-      const float scale = 1.0f / (float)bcount;
-      double ta = dpt_now();
-      if (s->pending != DPT_OK) {
-        st = s->pending; /* failed after the last exchange: only join the collectives */
-      } else if (count > 0) {
-        st = load_batch(s, cfg->train, s->perm + bstart + start, count, input);
-        if (st == DPT_OK)
-          st = dpt_model_train_step(s->model, s->x, s->y, count, scale, &mine.loss_sum,
-                                    &mine.correct);
-      } else {
-        st = dpt_buffer_fill_f32(grads, 0, np, 0.0f); /* contributes nothing to the sum */
-      }
-      double tb = dpt_now();
-      t_compute += tb - ta;
-      mine.compute = tb - ta;
-      if (!cfg->skip_allreduce) {
-        dpt_status sa = sharded_step(r)
-                            ? dpt_reduce_scatter_buffer(r->comm, grads, 0, np, DPT_COMM_F32)
-                            : dpt_allreduce_buffer(r->comm, grads, 0, np, DPT_COMM_F32);
-        if (st == DPT_OK) st = sa;
-        t_allreduce += dpt_now() - tb;
-      }
-      char what[64];
-      snprintf(what, sizeof what, "step %lld", (long long)step + 1);
-      st = exchange(r, s, &mine, &sum, st, what);
-      if (st != DPT_OK) return st;
-      t_imbalance += train_imbalance(s->gather, r->count);
-      ++step;
-      if (!isfinite(sum.loss_sum)) {
-        if (!cfg->skip_nonfinite)
-          return dpt_set_error(DPT_ERR_NONFINITE,
-                               "the loss is not finite at step %lld (epoch %lld, batch %zu); "
-                               "lower the learning rate or pass --skip-nonfinite",
-                               (long long)step, (long long)epoch + 1, k + 1);
-        ++skipped;
-      } else {
-        int skip = 0;
-        if (sharded_step(r)) {
-          st = shard_step(r, s, &t_optimizer, &t_allreduce, &skip);
-          if (st != DPT_OK) return st;
-        } else {
-          double tc = dpt_now();
-          if (cfg->skip_nonfinite && cfg->optim.clip_norm > 0.0f && r->count > 1) {
-            /* Each replica computes the norm on its own backend, and a float sum (Vulkan) can
-             * overflow where a double sum (CPU) does not: they agree before anyone steps. */
-            step_stats mine_n, sum_n;
-            memset(&mine_n, 0, sizeof mine_n);
-            const dpt_range whole = {0, np};
-            dpt_status ls = s->pending == DPT_OK
-                                ? dpt_optimizer_grad_sumsq(s->opt, &whole, 1, &mine_n.sumsq)
-                                : DPT_OK;
-            st = exchange(r, s, &mine_n, &sum_n, ls, "the gradient norm");
-            if (st != DPT_OK) return st;
-            skip = !isfinite(sum_n.sumsq);
-          }
-          /* A failure is announced at the next exchange, which every replica reaches. */
-          if (!skip) skip = optimizer_outcome(r, s, dpt_optimizer_step(s->opt, NULL));
-          t_optimizer += dpt_now() - tc;
-        }
-        if (skip) {
-          ++skipped;
-        } else {
-          epoch_loss += sum.loss_sum;
-          epoch_samples += sum.samples;
-        }
-      }
-      trained_samples += sum.samples;
-      if (cfg->check_every > 0 && step % cfg->check_every == 0) {
-        st = check_drift(r, s, step, &hash);
-        if (st != DPT_OK) return st;
-      }
-      if (r->index == 0 && cfg->on_progress)
-        cfg->on_progress(epoch + 1, k + 1, batches,
-                         sum.samples ? sum.loss_sum / (double)sum.samples : NAN, cfg->user);
-      if (cfg->max_steps > 0 && step >= cfg->max_steps) {
-        stop = 1;
-        break;
-      }
-    }
-    double t1 = dpt_now();
-    train_time += t1 - t0;
-    dpt_train_report rep;
-    memset(&rep, 0, sizeof rep);
-    rep.epoch = epoch + 1;
-    rep.steps = step;
-    rep.skipped_steps = skipped;
-    rep.train_loss = epoch_samples ? epoch_loss / (double)epoch_samples : NAN;
-    rep.test_loss = rep.test_accuracy = NAN;
-    /* The epoch's closing fingerprint: the report's param_hash is the current one. */
-    st = check_drift(r, s, step, &hash);
-    if (st != DPT_OK) return st;
-    if (cfg->test && dpt_dataset_count(cfg->test) > 0) {
-      st = evaluate(r, s, max_slice, &rep.test_loss, &rep.test_accuracy);
-      if (st != DPT_OK) return st;
-    }
-    rep.samples_per_sec = train_time > 0 ? (double)trained_samples / train_time : 0;
-    rep.seconds = dpt_now() - t0;
-    rep.ranks = r->ranks;
-    rep.replicas = r->count;
-    rep.param_hash = hash;
-    rep.backend = dpt_backend_kind_name(cfg->backend);
-    rep.compute_seconds = t_compute;
-    rep.allreduce_seconds = t_allreduce;
-    rep.optimizer_seconds = t_optimizer;
-    rep.imbalance_seconds = t_imbalance;
-    if (r->index == 0 && cfg->on_report) cfg->on_report(&rep, cfg->user);
-    r->final = rep;
-  }
+  for (int64_t epoch = 0; epoch < cfg->epochs && !stop; ++epoch)
+    DPT_TRY(train_epoch(r, s, epoch, &stop));
   r->final.final = 1;
-  r->final.seconds = dpt_now() - run_start;
-  r->final.steps = step;
+  r->final.seconds = dpt_now() - s->t.run_start;
+  r->final.steps = s->t.step;
+  dpt_status st = DPT_OK;
   if (cfg->final_params && r->index == 0) st = dpt_model_get_params(s->model, cfg->final_params);
   if (r->index == 0 && cfg->on_report) cfg->on_report(&r->final, cfg->user);
   return st;
 }
+
+/* ---- replicas as MPI ranks or threads ----------------------------------------------------- */
 
 static void *replica_thread(void *arg) {
   replica *r = arg;
@@ -603,64 +617,66 @@ static dpt_status check_config(const dpt_train_config *cfg, dpt_comm *comm) {
   return dpt_optim_config_check(&cfg->optim);
 }
 
-dpt_status dpt_train(const dpt_train_config *cfg, dpt_comm *comm, dpt_train_report *final) {
-  dpt_status st = check_config(cfg, comm);
-  if (st != DPT_OK) return st;
-  if (comm) {
-    replica r;
-    memset(&r, 0, sizeof r);
-    r.cfg = cfg;
-    r.comm = comm;
-    r.index = dpt_comm_rank(comm);
-    r.count = dpt_comm_size(comm);
-    r.ranks = r.count;
-    r.local_index = local_rank(r.index);
-    replica_state s;
-    memset(&s, 0, sizeof s);
-    st = replica_run(&r, &s);
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", dpt_last_error());
-    state_free(&s);
-    if (st != DPT_OK) return dpt_set_error(st, "%s", msg);
-    if (final) *final = r.final;
-    return DPT_OK;
-  }
+/* This rank as one replica of an MPI job. */
+static dpt_status train_as_rank(const dpt_train_config *cfg, dpt_comm *comm,
+                                dpt_train_report *final) {
+  replica r;
+  memset(&r, 0, sizeof r);
+  r.cfg = cfg;
+  r.comm = comm;
+  r.index = dpt_comm_rank(comm);
+  r.count = dpt_comm_size(comm);
+  r.ranks = r.count;
+  r.local_index = local_rank(r.index);
+  replica_state s;
+  memset(&s, 0, sizeof s);
+  dpt_status st = replica_run(&r, &s);
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", dpt_last_error());
+  state_free(&s);
+  if (st != DPT_OK) return dpt_set_error(st, "%s", msg);
+  if (final) *final = r.final;
+  return DPT_OK;
+}
 
-  int R = cfg->replicas;
+/* The failure to report from the replica threads: the first one where it happened, else the
+ * first replica that saw it on another; -1 when all succeeded. */
+static int worst_replica(const replica *reps, int started) {
+  int worst = -1;
+  for (int i = 0; i < started; ++i) {
+    if (reps[i].status == DPT_OK) continue;
+    if (worst < 0 || (reps[worst].status == DPT_ERR_PEER && reps[i].status != DPT_ERR_PEER))
+      worst = i;
+  }
+  return worst;
+}
+
+/* cfg->replicas replicas as threads of this process, joined by the threads transport. */
+static dpt_status train_as_threads(const dpt_train_config *cfg, dpt_train_report *final) {
+  const int R = cfg->replicas;
   dpt_comm_group *group = NULL;
   replica *reps = calloc((size_t)R, sizeof *reps);
   pthread_t *threads = calloc((size_t)R, sizeof *threads);
-  st = reps && threads ? DPT_OK
-                       : dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_train: out of host memory");
+  dpt_status st = reps && threads
+                      ? DPT_OK
+                      : dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_train: out of host memory");
   if (st == DPT_OK) st = dpt_comm_group_create(R, &group);
   for (int i = 0; i < R && st == DPT_OK; ++i) {
-    reps[i].cfg = cfg;
-    reps[i].index = i;
-    reps[i].count = R;
-    reps[i].ranks = 1;
-    reps[i].local_index = i;
+    reps[i] = (replica){.cfg = cfg, .index = i, .count = R, .ranks = 1, .local_index = i};
     st = dpt_comm_group_member(group, i, &reps[i].comm);
   }
   int started = 0;
-  for (int i = 0; i < R && st == DPT_OK; ++i) {
-    if (pthread_create(&threads[i], NULL, replica_thread, &reps[i]) != 0) {
+  while (started < R && st == DPT_OK) {
+    if (pthread_create(&threads[started], NULL, replica_thread, &reps[started]) != 0)
       /* The replicas already running stop at their first collective's deadline. */
-      st = dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_train: cannot start replica thread %d", i);
-      break;
-    }
-    ++started;
+      st = dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_train: cannot start replica thread %d",
+                         started);
+    else
+      ++started;
   }
   for (int i = 0; i < started; ++i)
     pthread_join(threads[i], NULL);
-  /* Report the first failure, preferring the replica where it happened over those that only
-   * saw it. */
-  int worst = -1;
-  for (int i = 0; i < started && st == DPT_OK; ++i) {
-    if (reps[i].status == DPT_OK) continue;
-    if (worst < 0 ||
-        (strstr(reps[worst].error, "another replica") && !strstr(reps[i].error, "another replica")))
-      worst = i;
-  }
+  const int worst = st == DPT_OK ? worst_replica(reps, started) : -1;
   if (worst >= 0)
     st = dpt_set_error(reps[worst].status, "replica %d: %s", worst, reps[worst].error);
   if (st == DPT_OK && final) *final = reps[0].final;
@@ -670,4 +686,9 @@ dpt_status dpt_train(const dpt_train_config *cfg, dpt_comm *comm, dpt_train_repo
   free(reps);
   free(threads);
   return st;
+}
+
+dpt_status dpt_train(const dpt_train_config *cfg, dpt_comm *comm, dpt_train_report *final) {
+  DPT_TRY(check_config(cfg, comm));
+  return comm ? train_as_rank(cfg, comm, final) : train_as_threads(cfg, final);
 }

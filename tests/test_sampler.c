@@ -248,10 +248,25 @@ START_TEST(split_sizes) {
 }
 END_TEST
 
+/* Fewer samples than replicas: one each for the first, none (start at the end) for the rest. */
+START_TEST(split_small_batch) {
+  for (size_t batch = 1; batch < 6; batch++) {
+    size_t next = 0;
+    for (int r = 0; r < 6; r++) {
+      size_t start = 99, count = 99;
+      TU_OK(dpt_batch_split(batch, 6, r, &start, &count));
+      ck_assert_uint_eq(count, (size_t)r < batch ? 1u : 0u);
+      ck_assert_uint_eq(start, (size_t)r < batch ? (size_t)r : batch);
+      ck_assert_uint_eq(start, next); /* contiguous, in replica order */
+      next += count;
+    }
+    ck_assert_uint_eq(next, batch);
+  }
+}
+END_TEST
+
 START_TEST(split_errors) {
   size_t start, count;
-  EXPECT_STATUS(dpt_batch_split(3, 4, 0, &start, &count), DPT_ERR_INVALID_ARG,
-                "batch of 3 samples cannot be split over 4 replicas");
   EXPECT_STATUS(dpt_batch_split(0, 1, 0, &start, &count), DPT_ERR_INVALID_ARG, "batch size is 0");
   EXPECT_STATUS(dpt_batch_split(8, 0, 0, &start, &count), DPT_ERR_INVALID_ARG,
                 "replica count 0 must be >= 1");
@@ -304,11 +319,11 @@ START_TEST(epoch_coverage) {
   check_epoch(60000, 256, 8, 1, 0);
   check_epoch(17, 5, 1, 1, 0);
   check_epoch(17, 5, 5, 0, 0);
-  /* With keep_last, a last batch smaller than the replica count is reported, not split. */
+  /* With keep_last, a last batch smaller than the replica count leaves replicas without a
+   * sample; every sample is still taken once. */
   ck_assert_uint_lt(dpt_sampler_last_batch(1003, 250, 1), 4);
-  size_t start, count;
-  EXPECT_STATUS(dpt_batch_split(dpt_sampler_last_batch(1003, 250, 1), 4, 3, &start, &count),
-                DPT_ERR_INVALID_ARG, "cannot be split over 4 replicas");
+  check_epoch(1003, 250, 4, 1, 0);
+  check_epoch(17, 5, 4, 1, 3);
 }
 END_TEST
 
@@ -328,6 +343,7 @@ int main(void) {
   tc = tcase_create("batches");
   tcase_add_test(tc, num_batches_and_batch);
   tcase_add_test(tc, split_sizes);
+  tcase_add_test(tc, split_small_batch);
   tcase_add_test(tc, split_errors);
   tcase_add_test(tc, epoch_coverage);
   suite_add_tcase(s, tc);

@@ -756,8 +756,33 @@ static int mpi_main(const char *backends) {
     st = dpt_train(&cfg, comm, NULL); /* a rank left waiting would end in DPT_ERR_TIMEOUT */
     char want[64];
     snprintf(want, sizeof want, "replica %d has 999 training", size - 1);
-    if (st != DPT_ERR_INVALID_ARG || !strstr(dpt_last_error(), want)) {
+    if (st != DPT_ERR_MISMATCH || !strstr(dpt_last_error(), want)) {
       fprintf(stderr, "rank %d: different data sets: %s: %s\n", rank, dpt_status_name(st),
+              dpt_last_error());
+      ++failures;
+    }
+    dpt_dataset_destroy(ds);
+  }
+  /* The last rank cannot start (no such device): it returns its own failure, every other rank
+   * DPT_ERR_PEER naming it, all at start-up. */
+  if (size > 1) {
+    dpt_comm_set_timeout(comm, 20.0);
+    dpt_dataset *ds = make_data(1000, 11);
+    dpt_train_config cfg;
+    dpt_train_config_default(&cfg);
+    const size_t hidden[1] = {8};
+    dpt_model_spec_mlp(&cfg.model, 1, 8, 8, hidden, 1, 10);
+    cfg.train = ds;
+    cfg.global_batch = 64;
+    cfg.max_steps = 5;
+    cfg.device = rank == size - 1 ? 1000 : -1;
+    st = dpt_train(&cfg, comm, NULL);
+    char want[64];
+    snprintf(want, sizeof want, "replica %d could not start", size - 1);
+    const int ok = rank == size - 1 ? st != DPT_OK && st != DPT_ERR_PEER
+                                    : st == DPT_ERR_PEER && strstr(dpt_last_error(), want);
+    if (!ok) {
+      fprintf(stderr, "rank %d: one rank without a device: %s: %s\n", rank, dpt_status_name(st),
               dpt_last_error());
       ++failures;
     }

@@ -97,9 +97,8 @@ DPT_API dpt_status dpt_sampler_permutation(uint64_t seed, uint64_t epoch, int sh
 
 /* Global batches per epoch of n samples with global_batch samples each: ceil(n / B) when
  * keep_last (the last batch holds the n % B leftovers), floor(n / B) otherwise. 0 when
- * global_batch is 0.
- * Note: with keep_last, a last batch smaller than the number of replicas cannot be split
- * (dpt_batch_split rejects it); check dpt_sampler_last_batch() against the replica count. */
+ * global_batch is 0. With keep_last, a last batch smaller than the number of replicas leaves
+ * some replicas without a sample in that step (dpt_batch_split). */
 DPT_API size_t dpt_sampler_num_batches(size_t n, size_t global_batch, int keep_last);
 
 /* Position and size of global batch k in the epoch's permutation: *start = k * B, *count =
@@ -115,8 +114,10 @@ DPT_API size_t dpt_sampler_last_batch(size_t n, size_t global_batch, int keep_la
 /* Replica `replica`'s slice of a batch of `batch` samples split over `replicas` replicas:
  * contiguous, in replica order, sizes differing by at most one (the first batch % replicas
  * replicas get one sample more). Replica r takes [*start, *start + *count) of the batch.
- * DPT_ERR_INVALID_ARG with a message when batch is 0, replicas < 1, replica outside
- * [0, replicas), batch < replicas (a replica would get no sample), or start/count is NULL. */
+ * A batch smaller than the replica count (a kept last batch, a small test set) gives one
+ * sample to each of the first `batch` replicas and none (*count 0, *start = batch) to the
+ * others. DPT_ERR_INVALID_ARG with a message when batch is 0, replicas < 1, replica outside
+ * [0, replicas), or start/count is NULL. */
 DPT_API dpt_status dpt_batch_split(size_t batch, int replicas, int replica, size_t *start,
                                    size_t *count);
 
