@@ -491,6 +491,95 @@ static int check_options(cli *c) {
   return KEEP_GOING;
 }
 
+/* Communicator first: the rank decides the backend, the device and who prints. KEEP_GOING or
+ * the exit code. */
+static int open_comm(cli *c, dpt_comm **comm) {
+  if (dpt_comm_mpi_launched()) {
+    if (c->cfg.replicas != 1) {
+      fprintf(stderr, "dptrain train: --replicas is for one process; under mpirun every rank is "
+                      "one replica\n");
+      return 2;
+    }
+    dpt_status st = dpt_comm_create_mpi(NULL, comm);
+    if (st != DPT_OK) return fail(c, st, NULL);
+    c->rank = dpt_comm_rank(*comm);
+  }
+  pick_backend(c->backend, c->rank, &c->cfg.backend);
+  return KEEP_GOING;
+}
+
+static dpt_status load_data(const cli *c, dpt_dataset **train, dpt_dataset **test) {
+  dpt_status st = dpt_dataset_load_dir(c->data_dir, "train", 10, train);
+  if (st == DPT_OK) st = dpt_dataset_load_dir(c->data_dir, "test", 10, test);
+  return st;
+}
+
+/* The model's shape, from the options and the images' size. */
+static dpt_status build_model(cli *c, const dpt_dataset *train) {
+  size_t rows = dpt_dataset_rows(train), cols = dpt_dataset_cols(train);
+  return c->mlp
+             ? dpt_model_spec_mlp(&c->cfg.model, 1, rows, cols, c->hidden, c->num_hidden, 10)
+             : dpt_model_spec_cnn(&c->cfg.model, 1, rows, cols, c->channels[0], c->channels[1], 10);
+}
+
+/* A cosine schedule anneals over the whole run after the warmup (at least one step); the
+ * run's length depends on the data set's size. */
+static void fit_schedule(cli *c, const dpt_dataset *train) {
+  if (c->cfg.optim.schedule != DPT_SCHEDULE_COSINE) return;
+  size_t per_epoch =
+      dpt_sampler_num_batches(dpt_dataset_count(train), c->cfg.global_batch, c->cfg.keep_last);
+  int64_t total = per_epoch > 0 && c->cfg.epochs > INT64_MAX / (int64_t)per_epoch
+                      ? INT64_MAX
+                      : (int64_t)per_epoch * c->cfg.epochs;
+  if (c->cfg.max_steps > 0 && c->cfg.max_steps < total) total = c->cfg.max_steps;
+  total -= c->cfg.optim.warmup_steps;
+  c->cfg.optim.total_steps = total > 0 ? total : 1;
+}
+
+/* What --init-weights and --save-weights need: weights files go through a host-side model
+ * description on the CPU backend. */
+typedef struct weights {
+  dpt_backend *host_be;  /* CPU backend of host_model, or NULL */
+  dpt_model *host_model; /* reads and writes the files, or NULL */
+  float *init;           /* [num_params] read from --init-weights, or NULL */
+  float *final_params;   /* [num_params] written to --save-weights, or NULL */
+} weights;
+
+/* Reads --init-weights and makes room for --save-weights, pointing c->cfg at both. Messages
+ * of the tool's own go to other[cap]. */
+static dpt_status prepare_weights(cli *c, weights *w, char *other, size_t cap) {
+  if (!c->init_weights && !c->save_weights) return DPT_OK;
+  dpt_status st = dpt_backend_create(DPT_BACKEND_CPU, 0, &w->host_be);
+  if (st == DPT_OK) st = dpt_model_create(w->host_be, &c->cfg.model, 1, &w->host_model);
+  size_t np = w->host_model ? dpt_model_num_params(w->host_model) : 0;
+  if (st == DPT_OK && c->init_weights) {
+    w->init = malloc(np * sizeof(float));
+    if (w->init) {
+      st = dpt_model_load_params(w->host_model, c->init_weights, w->init);
+    } else {
+      snprintf(other, cap, "cannot allocate %zu parameters", np);
+      st = DPT_ERR_OUT_OF_MEMORY;
+    }
+    c->cfg.init_params = w->init;
+  }
+  if (st == DPT_OK && c->save_weights) {
+    w->final_params = malloc(np * sizeof(float));
+    if (!w->final_params) {
+      snprintf(other, cap, "cannot allocate %zu parameters", np);
+      st = DPT_ERR_OUT_OF_MEMORY;
+    }
+    c->cfg.final_params = w->final_params;
+  }
+  return st;
+}
+
+static void release_weights(weights *w) {
+  dpt_model_destroy(w->host_model);
+  dpt_backend_destroy(w->host_be);
+  free(w->init);
+  free(w->final_params);
+}
+
 /* Options, communicator, data, model, weights; then every rank agrees to start, trains, and
  * rank 0 saves the weights. */
 int dpt_cmd_train(int argc, char **argv) {
@@ -498,72 +587,18 @@ int dpt_cmd_train(int argc, char **argv) {
   set_defaults(&c);
   int rc = parse_options(&c, argc, argv);
   if (rc == KEEP_GOING) rc = check_options(&c);
+  dpt_comm *comm = NULL;
+  if (rc == KEEP_GOING) rc = open_comm(&c, &comm);
   if (rc != KEEP_GOING) return rc;
   c.tty = isatty(STDERR_FILENO);
 
-  /* Communicator first: the rank decides the backend, the device and who prints. */
-  dpt_comm *comm = NULL;
-  dpt_status st = DPT_OK;
-  if (dpt_comm_mpi_launched()) {
-    if (c.cfg.replicas != 1) {
-      fprintf(stderr, "dptrain train: --replicas is for one process; under mpirun every rank is "
-                      "one replica\n");
-      return 2;
-    }
-    st = dpt_comm_create_mpi(NULL, &comm);
-    if (st != DPT_OK) return fail(&c, st, NULL);
-    c.rank = dpt_comm_rank(comm);
-  }
-  pick_backend(c.backend, c.rank, &c.cfg.backend);
-  if (c.cfg.optim.schedule == DPT_SCHEDULE_COSINE && c.cfg.optim.total_steps == 0)
-    c.cfg.optim.total_steps = 1; /* replaced once the data set size is known */
-
   char other[128] = ""; /* a message of the tool's own, replacing dpt_last_error() */
   dpt_dataset *train = NULL, *test = NULL;
-  float *init = NULL, *final_params = NULL;
-  st = dpt_dataset_load_dir(c.data_dir, "train", 10, &train);
-  if (st == DPT_OK) st = dpt_dataset_load_dir(c.data_dir, "test", 10, &test);
-  if (st == DPT_OK) {
-    size_t rows = dpt_dataset_rows(train), cols = dpt_dataset_cols(train);
-    st = c.mlp ? dpt_model_spec_mlp(&c.cfg.model, 1, rows, cols, c.hidden, c.num_hidden, 10)
-               : dpt_model_spec_cnn(&c.cfg.model, 1, rows, cols, c.channels[0], c.channels[1], 10);
-  }
-  if (st == DPT_OK && c.cfg.optim.schedule == DPT_SCHEDULE_COSINE) {
-    size_t per_epoch =
-        dpt_sampler_num_batches(dpt_dataset_count(train), c.cfg.global_batch, c.cfg.keep_last);
-    int64_t total = per_epoch > 0 && c.cfg.epochs > INT64_MAX / (int64_t)per_epoch
-                        ? INT64_MAX
-                        : (int64_t)per_epoch * c.cfg.epochs;
-    if (c.cfg.max_steps > 0 && c.cfg.max_steps < total) total = c.cfg.max_steps;
-    total -= c.cfg.optim.warmup_steps;
-    c.cfg.optim.total_steps = total > 0 ? total : 1;
-  }
-  /* Weights files go through a host-side model description on the CPU backend. */
-  dpt_backend *host_be = NULL;
-  dpt_model *host_model = NULL;
-  if (st == DPT_OK && (c.init_weights || c.save_weights)) {
-    st = dpt_backend_create(DPT_BACKEND_CPU, 0, &host_be);
-    if (st == DPT_OK) st = dpt_model_create(host_be, &c.cfg.model, 1, &host_model);
-    size_t np = host_model ? dpt_model_num_params(host_model) : 0;
-    if (st == DPT_OK && c.init_weights) {
-      init = malloc(np * sizeof(float));
-      if (init) {
-        st = dpt_model_load_params(host_model, c.init_weights, init);
-      } else {
-        snprintf(other, sizeof other, "cannot allocate %zu parameters", np);
-        st = DPT_ERR_OUT_OF_MEMORY;
-      }
-      c.cfg.init_params = init;
-    }
-    if (st == DPT_OK && c.save_weights) {
-      final_params = malloc(np * sizeof(float));
-      if (!final_params) {
-        snprintf(other, sizeof other, "cannot allocate %zu parameters", np);
-        st = DPT_ERR_OUT_OF_MEMORY;
-      }
-      c.cfg.final_params = final_params;
-    }
-  }
+  weights w = {NULL, NULL, NULL, NULL};
+  dpt_status st = load_data(&c, &train, &test);
+  if (st == DPT_OK) st = build_model(&c, train);
+  if (st == DPT_OK) fit_schedule(&c, train);
+  if (st == DPT_OK) st = prepare_weights(&c, &w, other, sizeof other);
   /* Under MPI the ranks agree that all of them are ready, so a rank that failed to read its
    * input stops the others at once instead of leaving them at the first collective. */
   int quiet_failure = 0;
@@ -612,12 +647,9 @@ int dpt_cmd_train(int argc, char **argv) {
     st = dpt_train(&c.cfg, comm, NULL);
   }
   if (st == DPT_OK && c.save_weights && c.rank == 0)
-    st = dpt_model_save_params(host_model, final_params, c.save_weights);
+    st = dpt_model_save_params(w.host_model, w.final_params, c.save_weights);
   rc = st == DPT_OK ? 0 : quiet_failure ? 1 : fail(&c, st, other[0] ? other : NULL);
-  dpt_model_destroy(host_model);
-  dpt_backend_destroy(host_be);
-  free(init);
-  free(final_params);
+  release_weights(&w);
   dpt_dataset_destroy(train);
   dpt_dataset_destroy(test);
   dpt_comm_destroy(comm);
