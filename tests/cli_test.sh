@@ -31,6 +31,35 @@ make_idx "$good" t10k 100
 "$dptrain" no-such-command >/dev/null 2>&1; rc=$?
 [ $rc -eq 2 ] || fail "unknown command exited $rc, expected 2"
 "$dptrain" train --help | grep -q -- "--global-batch" || fail "--help does not document --global-batch"
+# Every option --help lists is one the parser knows, and takes a value exactly when the help
+# shows one: a value option given none exits 2 saying so; a flag leaves the next word to be
+# read as an option.
+"$dptrain" train --help >"$scratch/help"; rc=$?
+[ $rc -eq 0 ] || fail "--help exited $rc"
+awk 'length($0) > 100 { exit 1 }' "$scratch/help" || fail "--help has lines over 100 columns"
+options=0
+while read -r opt value; do
+  options=$((options + 1))
+  if [ -n "$value" ]; then
+    "$dptrain" train "$opt" >/dev/null 2>"$scratch/err"; rc=$?
+    [ $rc -eq 2 ] && grep -q "^dptrain train: $opt needs a value$" "$scratch/err" ||
+      fail "$opt without its value exited $rc: $(head -n 1 "$scratch/err")"
+  else
+    "$dptrain" train "$opt" --no-such-flag >/dev/null 2>"$scratch/err"; rc=$?
+    [ $rc -eq 2 ] && grep -q "^dptrain train: unknown option '--no-such-flag'$" "$scratch/err" ||
+      fail "flag $opt exited $rc: $(head -n 1 "$scratch/err")"
+  fi
+done < <(sed -n 's/^  \(--[a-z-]*\)\( [^ ]*\)\{0,1\}  .*/\1\2/p' "$scratch/help")
+[ $options -ge 30 ] || fail "--help lists $options options, expected at least 30"
+# Bad values exit 2 with one line naming the value and the option, then the usage text.
+for args in "--epochs 0" "--device 1025" "--replicas 0" "--lr nan" "--seed -1" "--model rnn" \
+  "--channels 8" "--hidden 0" "--schedule linear" "--optimizer adam" "--warmup x"; do
+  set -- $args
+  "$dptrain" train "$@" >/dev/null 2>"$scratch/err"; rc=$?
+  [ $rc -eq 2 ] && [ "$(head -n 1 "$scratch/err")" = "dptrain train: bad value '$2' for $1" ] &&
+    grep -q "^usage: dptrain train" "$scratch/err" ||
+    fail "$args exited $rc: $(head -n 1 "$scratch/err")"
+done
 for b in "cpu,bogus" "cpu," ""; do
   "$dptrain" train --backend "$b" --data "$good" --epochs 1 >/dev/null 2>&1; rc=$?
   [ $rc -eq 2 ] || fail "--backend '$b' exited $rc, expected 2"

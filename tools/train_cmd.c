@@ -3,6 +3,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,62 +16,12 @@
 
 #define DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
 
-static void usage(FILE *f) {
-  fprintf(f, "usage: dptrain train [options]            (one process)\n"
-             "       mpirun -np N dptrain train [options] (N ranks, one replica each)\n"
-             "\n"
-             "Trains a classifier data-parallel: every replica holds the whole model, takes its\n"
-             "slice of each global batch, gradients are summed with a ring all-reduce, and one\n"
-             "synchronized optimizer step keeps the replicas identical.\n"
-             "\n"
-             "model and data:\n"
-             "  --model mlp|cnn        model (default mlp)\n"
-             "  --hidden LIST          mlp hidden sizes, comma-separated (default 512,256)\n"
-             "  --channels C1,C2       cnn channels of its two conv blocks (default 32,64)\n"
-             "  --data DIR             IDX files (train-*, t10k-*, plain or .gz)\n"
-             "                         (default " DEFAULT_DATA_DIR ")\n"
-             "  --init-weights FILE    start from these weights (safetensors, PyTorch names)\n"
-             "  --save-weights FILE    write the final weights (safetensors)\n"
-             "devices:\n"
-             "  --backend B            auto|cpu|opencl|vulkan (default auto: a GPU if one\n"
-             "                         exists, else cpu); a comma-separated list gives one\n"
-             "                         backend per rank (rank i takes entry i mod length)\n"
-             "  --device N             device index (default: the local rank / replica index)\n"
-             "  --replicas K           replicas as threads of this process (no MPI; default 1)\n"
-             "schedule:\n"
-             "  --global-batch B       samples per step over all replicas (default 256)\n"
-             "  --epochs E             (default 10)\n"
-             "  --max-steps S          stop after S steps (default: no limit)\n"
-             "  --keep-last            keep each epoch's final partial batch (default: drop it)\n"
-             "  --no-shuffle           fixed sample order\n"
-             "  --seed S               initialization and shuffling seed (default 0)\n"
-             "optimizer:\n"
-             "  --optimizer sgd|adamw  (default sgd)\n"
-             "  --lr X                 learning rate (default 0.05 sgd, 0.001 adamw)\n"
-             "  --momentum X           sgd momentum (default 0.9)\n"
-             "  --nesterov             sgd Nesterov momentum\n"
-             "  --weight-decay X       (default 0 sgd, 0.01 adamw)\n"
-             "  --schedule S           constant|step|cosine (default cosine: from --lr to 0 over\n"
-             "                         the run, after the warmup)\n"
-             "  --step-size N --gamma X  step schedule: lr *= gamma every N steps (--step-size\n"
-             "                         required, gamma default 0.1)\n"
-             "  --warmup N             linear warmup over N steps\n"
-             "  --clip-norm X          clip the global gradient norm to X\n"
-             "  --full-step            every replica runs the whole optimizer step after an\n"
-             "                         all-reduce (default: the sharded step: reduce-scatter,\n"
-             "                         each replica updates 1/R of the parameters, all-gather;\n"
-             "                         the same update with less work)\n"
-             "checks and output:\n"
-             "  --check-every N        compare replica fingerprints every N steps (default 100)\n"
-             "  --skip-nonfinite       skip steps with a non-finite loss or, with --clip-norm,\n"
-             "                         gradient norm (default: stop)\n"
-             "  --json                 one JSON object per epoch, then a final one\n"
-             "  --quiet                no progress bar\n");
-}
-
+/* What the options set, and what the report callbacks read. */
 typedef struct cli {
   dpt_train_config cfg;
-  const char *data_dir, *init_weights, *save_weights, *backend;
+  const char *data_dir, *init_weights, *save_weights, *backend; /* argv strings or literals */
+  const char *optimizer;                                        /* "sgd" or "adamw" */
+  int lr_set, wd_set; /* --lr, --weight-decay given: kept over AdamW's defaults */
   int json, quiet, tty, rank;
   int mlp;
   size_t hidden[16], num_hidden, channels[2];
@@ -91,6 +43,262 @@ static int parse_float(const char *s, float *out) {
   if (end == s || *end || errno || !isfinite(v)) return -1;
   *out = (float)v;
   return 0;
+}
+
+/* Options that need more than storing one number or string. Each returns 0, or -1 for a bad
+ * value. */
+static int parse_model(cli *c, const char *v) {
+  if (!strcmp(v, "mlp"))
+    c->mlp = 1;
+  else if (!strcmp(v, "cnn"))
+    c->mlp = 0;
+  else
+    return -1;
+  return 0;
+}
+
+static int parse_hidden(cli *c, const char *v) {
+  return dpt_parse_size_list(v, c->hidden, 14, 1000000, &c->num_hidden) != 0 ? -1 : 0;
+}
+
+static int parse_channels(cli *c, const char *v) {
+  size_t n = 0;
+  return dpt_parse_size_list(v, c->channels, 2, 100000, &n) != 0 || n != 2 ? -1 : 0;
+}
+
+static int parse_optimizer(cli *c, const char *v) {
+  c->optimizer = v;
+  return strcmp(v, "sgd") && strcmp(v, "adamw") ? -1 : 0;
+}
+
+static int parse_lr(cli *c, const char *v) {
+  c->lr_set = 1;
+  return parse_float(v, &c->cfg.optim.lr);
+}
+
+static int parse_weight_decay(cli *c, const char *v) {
+  c->wd_set = 1;
+  return parse_float(v, &c->cfg.optim.weight_decay);
+}
+
+static int parse_schedule(cli *c, const char *v) {
+  if (!strcmp(v, "constant"))
+    c->cfg.optim.schedule = DPT_SCHEDULE_CONSTANT;
+  else if (!strcmp(v, "step"))
+    c->cfg.optim.schedule = DPT_SCHEDULE_STEP;
+  else if (!strcmp(v, "cosine"))
+    c->cfg.optim.schedule = DPT_SCHEDULE_COSINE;
+  else
+    return -1;
+  return 0;
+}
+
+/* How an option's value is read and where it goes. */
+typedef enum arg_kind {
+  ARG_FLAG,   /* no value: stores `lo` into an int */
+  ARG_STRING, /* the argument itself (argv outlives the run) */
+  ARG_INT,    /* an integer in [lo, hi], stored as int */
+  ARG_I64,    /* an integer in [lo, hi], stored as int64_t */
+  ARG_SIZE,   /* an integer in [lo, hi], stored as size_t */
+  ARG_U64,    /* an integer in [lo, hi], stored as uint64_t */
+  ARG_FLOAT,  /* a finite number, stored as float */
+  ARG_CUSTOM, /* parse(c, value) */
+} arg_kind;
+
+/* One row per option: the help text, the takes-a-value check and the parser all read it. */
+typedef struct option {
+  const char *name;  /* "--lr"; NULL: a section heading, `help` is its title */
+  const char *value; /* placeholder in the help; NULL: a flag, which takes no value */
+  const char *help;  /* '\n' starts a continuation line, indented under the first */
+  arg_kind kind;
+  size_t field;   /* offsetof(cli, ...) of what the option sets; unused by ARG_CUSTOM */
+  int64_t lo, hi; /* integers: the accepted range; ARG_FLAG: lo is the value stored */
+  int (*parse)(cli *c, const char *v); /* ARG_CUSTOM: 0, or -1 for a bad value */
+} option;
+
+/* The offset of cli field f, which must have type T: a kind that does not fit the field it
+ * writes does not compile. */
+#define FIELD(f, T)    _Generic(((cli *)0)->f, T : offsetof(cli, f))
+#define FLAG(f, v)     ARG_FLAG, FIELD(f, int), v, 0, NULL
+#define STRING(f)      ARG_STRING, FIELD(f, const char *), 0, 0, NULL
+#define INT(f, lo, hi) ARG_INT, FIELD(f, int), lo, hi, NULL
+#define I64(f, lo)     ARG_I64, FIELD(f, int64_t), lo, INT64_MAX, NULL
+#define SIZE(f, lo)    ARG_SIZE, FIELD(f, size_t), lo, INT64_MAX, NULL
+#define U64(f, lo)     ARG_U64, FIELD(f, uint64_t), lo, INT64_MAX, NULL
+#define FLOAT(f)       ARG_FLOAT, FIELD(f, float), 0, 0, NULL
+#define CUSTOM(fn)     ARG_CUSTOM, 0, 0, 0, fn
+
+static const option options[] = {
+    {.help = "model and data:"},
+    {"--model", "mlp|cnn", "model (default mlp)", CUSTOM(parse_model)},
+    {"--hidden", "LIST", "mlp hidden sizes, comma-separated (default 512,256)",
+     CUSTOM(parse_hidden)},
+    {"--channels", "C1,C2", "cnn channels of its two conv blocks (default 32,64)",
+     CUSTOM(parse_channels)},
+    {"--data", "DIR",
+     "IDX files (train-*, t10k-*, plain or .gz)\n"
+     "(default " DEFAULT_DATA_DIR ")",
+     STRING(data_dir)},
+    {"--init-weights", "FILE", "start from these weights (safetensors, PyTorch names)",
+     STRING(init_weights)},
+    {"--save-weights", "FILE", "write the final weights (safetensors)", STRING(save_weights)},
+    {.help = "devices:"},
+    {"--backend", "B",
+     "auto|cpu|opencl|vulkan (default auto: a GPU if one\n"
+     "exists, else cpu); a comma-separated list gives one\n"
+     "backend per rank (rank i takes entry i mod length)",
+     STRING(backend)},
+    {"--device", "N", "device index (default: the local rank / replica index)",
+     INT(cfg.device, 0, 1024)},
+    {"--replicas", "K", "replicas as threads of this process (no MPI; default 1)",
+     INT(cfg.replicas, 1, 256)},
+    {.help = "schedule:"},
+    {"--global-batch", "B", "samples per step over all replicas (default 256)",
+     SIZE(cfg.global_batch, 1)},
+    {"--epochs", "E", "(default 10)", I64(cfg.epochs, 1)},
+    {"--max-steps", "S", "stop after S steps (default: no limit)", I64(cfg.max_steps, 1)},
+    {"--keep-last", NULL, "keep each epoch's final partial batch (default: drop it)",
+     FLAG(cfg.keep_last, 1)},
+    {"--no-shuffle", NULL, "fixed sample order", FLAG(cfg.shuffle, 0)},
+    {"--seed", "S", "initialization and shuffling seed (default 0)", U64(cfg.seed, 0)},
+    {.help = "optimizer:"},
+    {"--optimizer", "sgd|adamw", "(default sgd)", CUSTOM(parse_optimizer)},
+    {"--lr", "X", "learning rate (default 0.05 sgd, 0.001 adamw)", CUSTOM(parse_lr)},
+    {"--momentum", "X", "sgd momentum (default 0.9)", FLOAT(cfg.optim.momentum)},
+    {"--nesterov", NULL, "sgd Nesterov momentum", FLAG(cfg.optim.nesterov, 1)},
+    {"--weight-decay", "X", "(default 0 sgd, 0.01 adamw)", CUSTOM(parse_weight_decay)},
+    {"--schedule", "S",
+     "constant|step|cosine (default cosine: from --lr to 0 over\n"
+     "the run, after the warmup)",
+     CUSTOM(parse_schedule)},
+    {"--step-size", "N",
+     "step schedule: lr *= gamma every N steps\n"
+     "(required by --schedule step)",
+     I64(cfg.optim.step_size, 1)},
+    {"--gamma", "X", "step schedule's gamma (default 0.1)", FLOAT(cfg.optim.gamma)},
+    {"--warmup", "N", "linear warmup over N steps", I64(cfg.optim.warmup_steps, 0)},
+    {"--clip-norm", "X", "clip the global gradient norm to X", FLOAT(cfg.optim.clip_norm)},
+    {"--full-step", NULL,
+     "every replica runs the whole optimizer step after an\n"
+     "all-reduce (default: the sharded step: reduce-scatter,\n"
+     "each replica updates 1/R of the parameters, all-gather;\n"
+     "the same update with less work)",
+     FLAG(cfg.full_optimizer_step, 1)},
+    {.help = "checks and output:"},
+    {"--check-every", "N", "compare replica fingerprints every N steps (default 100)",
+     I64(cfg.check_every, 0)},
+    {"--skip-nonfinite", NULL,
+     "skip steps with a non-finite loss or, with --clip-norm,\n"
+     "gradient norm (default: stop)",
+     FLAG(cfg.skip_nonfinite, 1)},
+    {"--json", NULL, "one JSON object per epoch, then a final one", FLAG(json, 1)},
+    {"--quiet", NULL, "no progress bar", FLAG(quiet, 1)},
+};
+#define NUM_OPTIONS (sizeof options / sizeof options[0])
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: dptrain train [options]            (one process)\n"
+             "       mpirun -np N dptrain train [options] (N ranks, one replica each)\n"
+             "\n"
+             "Trains a classifier data-parallel: every replica holds the whole model, takes its\n"
+             "slice of each global batch, gradients are summed with a ring all-reduce, and one\n"
+             "synchronized optimizer step keeps the replicas identical.\n"
+             "\n");
+  int width = 0; /* of the widest "--name VALUE": the help texts start in one column */
+  for (size_t i = 0; i < NUM_OPTIONS; ++i) {
+    const option *o = &options[i];
+    int w = o->name ? (int)(strlen(o->name) + (o->value ? 1 + strlen(o->value) : 0)) : 0;
+    if (w > width) width = w;
+  }
+  for (size_t i = 0; i < NUM_OPTIONS; ++i) {
+    const option *o = &options[i];
+    if (!o->name) {
+      fprintf(f, "%s\n", o->help);
+      continue;
+    }
+    /* "  --name VALUE", then each line of help from column width + 4 */
+    int used = fprintf(f, "  %s%s%s", o->name, o->value ? " " : "", o->value ? o->value : "");
+    for (const char *line = o->help;; used = 0) {
+      const char *nl = strchr(line, '\n');
+      const int len = nl ? (int)(nl - line) : (int)strlen(line);
+      fprintf(f, "%*s%.*s\n", width + 4 - used, "", len, line);
+      if (!nl) break;
+      line = nl + 1;
+    }
+  }
+}
+
+static const option *find_option(const char *name) {
+  for (size_t i = 0; i < NUM_OPTIONS; ++i)
+    if (options[i].name && !strcmp(options[i].name, name)) return &options[i];
+  return NULL;
+}
+
+/* Applies option o with value v (NULL for a flag); 0, or -1 for a bad value. */
+static int set_option(cli *c, const option *o, const char *v) {
+  char *field = (char *)c + o->field;
+  const int integer =
+      o->kind == ARG_INT || o->kind == ARG_I64 || o->kind == ARG_SIZE || o->kind == ARG_U64;
+  int64_t iv = 0;
+  if (integer && (parse_i64(v, o->lo, &iv) != 0 || iv > o->hi)) return -1;
+  switch (o->kind) {
+  case ARG_FLAG:
+    *(int *)field = (int)o->lo;
+    return 0;
+  case ARG_STRING:
+    *(const char **)field = v;
+    return 0;
+  case ARG_INT:
+    *(int *)field = (int)iv;
+    return 0;
+  case ARG_I64:
+    *(int64_t *)field = iv;
+    return 0;
+  case ARG_SIZE:
+    *(size_t *)field = (size_t)iv;
+    return 0;
+  case ARG_U64:
+    *(uint64_t *)field = (uint64_t)iv;
+    return 0;
+  case ARG_FLOAT:
+    return parse_float(v, (float *)field);
+  case ARG_CUSTOM:
+    return o->parse(c, v);
+  }
+  return -1;
+}
+
+/* What parse_options and the other start-up steps return to mean "no exit yet". */
+#define KEEP_GOING (-1)
+
+/* A usage error: its line, then the usage text, on stderr; returns the exit code 2. */
+__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("dptrain train: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  usage(stderr);
+  return 2;
+}
+
+/* Reads argv into c, in order. KEEP_GOING, or the exit code: 0 after --help, 2 for a usage
+ * error. */
+static int parse_options(cli *c, int argc, char **argv) {
+  for (int i = 1; i < argc; ++i) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      return 0;
+    }
+    const option *o = find_option(a);
+    if (!o) return usage_error("unknown option '%s'", a);
+    if (o->value && i + 1 == argc) return usage_error("%s needs a value", a);
+    const char *v = o->value ? argv[++i] : NULL;
+    if (set_option(c, o, v) != 0) return usage_error("bad value '%s' for %s", v, a);
+  }
+  return KEEP_GOING;
 }
 
 /* Entry `i` of a comma-separated --backend list into tok (NUL-terminated); the number of
@@ -144,19 +352,6 @@ static void pick_backend(const char *spec, int rank, dpt_backend_kind *out) {
     return;
   }
   (void)dpt_backend_kind_parse(tok, out); /* checked by check_backend_list */
-}
-
-/* Options that take a value (the others are flags). */
-static int takes_value(const char *opt) {
-  static const char *const names[] = {
-      "--model",        "--hidden",       "--channels",   "--data",      "--init-weights",
-      "--save-weights", "--backend",      "--device",     "--replicas",  "--global-batch",
-      "--epochs",       "--max-steps",    "--seed",       "--optimizer", "--lr",
-      "--momentum",     "--weight-decay", "--schedule",   "--step-size", "--gamma",
-      "--warmup",       "--clip-norm",    "--check-every"};
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i)
-    if (!strcmp(opt, names[i])) return 1;
-  return 0;
 }
 
 /* JSON has no NaN: a value that is not finite is null. */
@@ -251,216 +446,159 @@ static int fail(const cli *c, dpt_status st, const char *msg) {
   return 1;
 }
 
-int dpt_cmd_train(int argc, char **argv) {
-  cli c;
-  memset(&c, 0, sizeof c);
-  dpt_train_config_default(&c.cfg);
+/* The tool's defaults where they differ from dpt_train_config_default's. */
+static void set_defaults(cli *c) {
+  memset(c, 0, sizeof *c);
+  dpt_train_config_default(&c->cfg);
   /* A fixed-length run ends better annealed: cosine is the tool's default (the library's
    * default stays constant); docs/training.md has the measurements. */
-  c.cfg.optim.schedule = DPT_SCHEDULE_COSINE;
-  c.data_dir = DEFAULT_DATA_DIR;
-  c.backend = "auto";
-  c.mlp = 1;
-  c.hidden[0] = 512;
-  c.hidden[1] = 256;
-  c.num_hidden = 2;
-  c.channels[0] = 32;
-  c.channels[1] = 64;
-  int lr_set = 0, wd_set = 0;
-  const char *optimizer = "sgd";
-  for (int i = 1; i < argc; ++i) {
-    const char *a = argv[i];
-    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    int bad = 0, takes = 1;
-    int64_t iv;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      usage(stdout);
-      return 0;
-    } else if (!strcmp(a, "--json")) {
-      c.json = 1, takes = 0;
-    } else if (!strcmp(a, "--quiet")) {
-      c.quiet = 1, takes = 0;
-    } else if (!strcmp(a, "--keep-last")) {
-      c.cfg.keep_last = 1, takes = 0;
-    } else if (!strcmp(a, "--no-shuffle")) {
-      c.cfg.shuffle = 0, takes = 0;
-    } else if (!strcmp(a, "--nesterov")) {
-      c.cfg.optim.nesterov = 1, takes = 0;
-    } else if (!strcmp(a, "--skip-nonfinite")) {
-      c.cfg.skip_nonfinite = 1, takes = 0;
-    } else if (!strcmp(a, "--full-step")) {
-      c.cfg.full_optimizer_step = 1, takes = 0;
-    } else if (!takes_value(a)) {
-      fprintf(stderr, "dptrain train: unknown option '%s'\n", a);
-      usage(stderr);
-      return 2;
-    } else if (!v) {
-      fprintf(stderr, "dptrain train: %s needs a value\n", a);
-      usage(stderr);
-      return 2;
-    } else if (!strcmp(a, "--model")) {
-      if (!strcmp(v, "mlp"))
-        c.mlp = 1;
-      else if (!strcmp(v, "cnn"))
-        c.mlp = 0;
-      else
-        bad = 1;
-    } else if (!strcmp(a, "--hidden")) {
-      bad = dpt_parse_size_list(v, c.hidden, 14, 1000000, &c.num_hidden) != 0;
-    } else if (!strcmp(a, "--channels")) {
-      size_t n = 0;
-      bad = dpt_parse_size_list(v, c.channels, 2, 100000, &n) != 0 || n != 2;
-    } else if (!strcmp(a, "--data")) {
-      c.data_dir = v;
-    } else if (!strcmp(a, "--init-weights")) {
-      c.init_weights = v;
-    } else if (!strcmp(a, "--save-weights")) {
-      c.save_weights = v;
-    } else if (!strcmp(a, "--backend")) {
-      c.backend = v;
-    } else if (!strcmp(a, "--device")) {
-      bad = parse_i64(v, 0, &iv) != 0 || iv > 1024;
-      c.cfg.device = (int)iv;
-    } else if (!strcmp(a, "--replicas")) {
-      bad = parse_i64(v, 1, &iv) != 0 || iv > 256;
-      c.cfg.replicas = (int)iv;
-    } else if (!strcmp(a, "--global-batch")) {
-      bad = parse_i64(v, 1, &iv) != 0;
-      c.cfg.global_batch = (size_t)iv;
-    } else if (!strcmp(a, "--epochs")) {
-      bad = parse_i64(v, 1, &c.cfg.epochs) != 0;
-    } else if (!strcmp(a, "--max-steps")) {
-      bad = parse_i64(v, 1, &c.cfg.max_steps) != 0;
-    } else if (!strcmp(a, "--seed")) {
-      bad = parse_i64(v, 0, &iv) != 0;
-      c.cfg.seed = (uint64_t)iv;
-    } else if (!strcmp(a, "--optimizer")) {
-      optimizer = v;
-      bad = strcmp(v, "sgd") && strcmp(v, "adamw");
-    } else if (!strcmp(a, "--lr")) {
-      bad = parse_float(v, &c.cfg.optim.lr) != 0;
-      lr_set = 1;
-    } else if (!strcmp(a, "--momentum")) {
-      bad = parse_float(v, &c.cfg.optim.momentum) != 0;
-    } else if (!strcmp(a, "--weight-decay")) {
-      bad = parse_float(v, &c.cfg.optim.weight_decay) != 0;
-      wd_set = 1;
-    } else if (!strcmp(a, "--schedule")) {
-      if (!strcmp(v, "constant"))
-        c.cfg.optim.schedule = DPT_SCHEDULE_CONSTANT;
-      else if (!strcmp(v, "step"))
-        c.cfg.optim.schedule = DPT_SCHEDULE_STEP;
-      else if (!strcmp(v, "cosine"))
-        c.cfg.optim.schedule = DPT_SCHEDULE_COSINE;
-      else
-        bad = 1;
-    } else if (!strcmp(a, "--step-size")) {
-      bad = parse_i64(v, 1, &c.cfg.optim.step_size) != 0;
-    } else if (!strcmp(a, "--gamma")) {
-      bad = parse_float(v, &c.cfg.optim.gamma) != 0;
-    } else if (!strcmp(a, "--warmup")) {
-      bad = parse_i64(v, 0, &c.cfg.optim.warmup_steps) != 0;
-    } else if (!strcmp(a, "--clip-norm")) {
-      bad = parse_float(v, &c.cfg.optim.clip_norm) != 0;
-    } else if (!strcmp(a, "--check-every")) {
-      bad = parse_i64(v, 0, &c.cfg.check_every) != 0;
-    } else {
-      fprintf(stderr, "dptrain train: unknown option '%s'\n", a);
-      usage(stderr);
-      return 2;
-    }
-    if (bad) {
-      fprintf(stderr, "dptrain train: bad value '%s' for %s\n", v, a);
-      usage(stderr);
-      return 2;
-    }
-    i += takes;
-  }
-  if (!strcmp(optimizer, "adamw")) {
-    dpt_optim_config o = c.cfg.optim;
-    dpt_optim_config_default(&c.cfg.optim, DPT_OPTIM_ADAMW);
-    c.cfg.optim.schedule = o.schedule;
-    c.cfg.optim.step_size = o.step_size;
-    c.cfg.optim.gamma = o.gamma;
-    c.cfg.optim.warmup_steps = o.warmup_steps;
-    c.cfg.optim.clip_norm = o.clip_norm;
-    if (lr_set) c.cfg.optim.lr = o.lr;
-    if (wd_set) c.cfg.optim.weight_decay = o.weight_decay;
-  } else if (!wd_set) {
-    c.cfg.optim.weight_decay = 0.0f;
-  }
-  c.tty = isatty(STDERR_FILENO);
+  c->cfg.optim.schedule = DPT_SCHEDULE_COSINE;
+  c->data_dir = DEFAULT_DATA_DIR;
+  c->backend = "auto";
+  c->optimizer = "sgd";
+  c->mlp = 1;
+  c->hidden[0] = 512;
+  c->hidden[1] = 256;
+  c->num_hidden = 2;
+  c->channels[0] = 32;
+  c->channels[1] = 64;
+}
 
-  if (check_backend_list(c.backend) != 0) {
+/* What depends on several options: AdamW's own defaults for the settings not given, SGD
+ * without weight decay unless asked, and a --backend list every rank accepts. KEEP_GOING or
+ * the exit code 2. */
+static int check_options(cli *c) {
+  if (!strcmp(c->optimizer, "adamw")) {
+    dpt_optim_config o = c->cfg.optim;
+    dpt_optim_config_default(&c->cfg.optim, DPT_OPTIM_ADAMW);
+    c->cfg.optim.schedule = o.schedule;
+    c->cfg.optim.step_size = o.step_size;
+    c->cfg.optim.gamma = o.gamma;
+    c->cfg.optim.warmup_steps = o.warmup_steps;
+    c->cfg.optim.clip_norm = o.clip_norm;
+    if (c->lr_set) c->cfg.optim.lr = o.lr;
+    if (c->wd_set) c->cfg.optim.weight_decay = o.weight_decay;
+  } else if (!c->wd_set) {
+    c->cfg.optim.weight_decay = 0.0f;
+  }
+  if (check_backend_list(c->backend) != 0) {
     fprintf(stderr,
             "dptrain train: bad --backend '%s' (auto, cpu, opencl, vulkan or a "
             "comma-separated list of them)\n",
-            c.backend);
+            c->backend);
     return 2;
   }
-  /* Communicator first: the rank decides the backend, the device and who prints. */
-  dpt_comm *comm = NULL;
-  dpt_status st = DPT_OK;
+  return KEEP_GOING;
+}
+
+/* Communicator first: the rank decides the backend, the device and who prints. KEEP_GOING or
+ * the exit code. */
+static int open_comm(cli *c, dpt_comm **comm) {
   if (dpt_comm_mpi_launched()) {
-    if (c.cfg.replicas != 1) {
+    if (c->cfg.replicas != 1) {
       fprintf(stderr, "dptrain train: --replicas is for one process; under mpirun every rank is "
                       "one replica\n");
       return 2;
     }
-    st = dpt_comm_create_mpi(NULL, &comm);
-    if (st != DPT_OK) return fail(&c, st, NULL);
-    c.rank = dpt_comm_rank(comm);
+    dpt_status st = dpt_comm_create_mpi(NULL, comm);
+    if (st != DPT_OK) return fail(c, st, NULL);
+    c->rank = dpt_comm_rank(*comm);
   }
-  pick_backend(c.backend, c.rank, &c.cfg.backend);
-  if (c.cfg.optim.schedule == DPT_SCHEDULE_COSINE && c.cfg.optim.total_steps == 0)
-    c.cfg.optim.total_steps = 1; /* replaced once the data set size is known */
+  pick_backend(c->backend, c->rank, &c->cfg.backend);
+  return KEEP_GOING;
+}
+
+static dpt_status load_data(const cli *c, dpt_dataset **train, dpt_dataset **test) {
+  dpt_status st = dpt_dataset_load_dir(c->data_dir, "train", 10, train);
+  if (st == DPT_OK) st = dpt_dataset_load_dir(c->data_dir, "test", 10, test);
+  return st;
+}
+
+/* The model's shape, from the options and the images' size. */
+static dpt_status build_model(cli *c, const dpt_dataset *train) {
+  size_t rows = dpt_dataset_rows(train), cols = dpt_dataset_cols(train);
+  return c->mlp
+             ? dpt_model_spec_mlp(&c->cfg.model, 1, rows, cols, c->hidden, c->num_hidden, 10)
+             : dpt_model_spec_cnn(&c->cfg.model, 1, rows, cols, c->channels[0], c->channels[1], 10);
+}
+
+/* A cosine schedule anneals over the whole run after the warmup (at least one step); the
+ * run's length depends on the data set's size. */
+static void fit_schedule(cli *c, const dpt_dataset *train) {
+  if (c->cfg.optim.schedule != DPT_SCHEDULE_COSINE) return;
+  size_t per_epoch =
+      dpt_sampler_num_batches(dpt_dataset_count(train), c->cfg.global_batch, c->cfg.keep_last);
+  int64_t total = per_epoch > 0 && c->cfg.epochs > INT64_MAX / (int64_t)per_epoch
+                      ? INT64_MAX
+                      : (int64_t)per_epoch * c->cfg.epochs;
+  if (c->cfg.max_steps > 0 && c->cfg.max_steps < total) total = c->cfg.max_steps;
+  total -= c->cfg.optim.warmup_steps;
+  c->cfg.optim.total_steps = total > 0 ? total : 1;
+}
+
+/* What --init-weights and --save-weights need: weights files go through a host-side model
+ * description on the CPU backend. */
+typedef struct weights {
+  dpt_backend *host_be;  /* CPU backend of host_model, or NULL */
+  dpt_model *host_model; /* reads and writes the files, or NULL */
+  float *init;           /* [num_params] read from --init-weights, or NULL */
+  float *final_params;   /* [num_params] written to --save-weights, or NULL */
+} weights;
+
+/* Reads --init-weights and makes room for --save-weights, pointing c->cfg at both. Messages
+ * of the tool's own go to other[cap]. */
+static dpt_status prepare_weights(cli *c, weights *w, char *other, size_t cap) {
+  if (!c->init_weights && !c->save_weights) return DPT_OK;
+  dpt_status st = dpt_backend_create(DPT_BACKEND_CPU, 0, &w->host_be);
+  if (st == DPT_OK) st = dpt_model_create(w->host_be, &c->cfg.model, 1, &w->host_model);
+  size_t np = w->host_model ? dpt_model_num_params(w->host_model) : 0;
+  if (st == DPT_OK && c->init_weights) {
+    w->init = malloc(np * sizeof(float));
+    if (w->init) {
+      st = dpt_model_load_params(w->host_model, c->init_weights, w->init);
+    } else {
+      snprintf(other, cap, "cannot allocate %zu parameters", np);
+      st = DPT_ERR_OUT_OF_MEMORY;
+    }
+    c->cfg.init_params = w->init;
+  }
+  if (st == DPT_OK && c->save_weights) {
+    w->final_params = malloc(np * sizeof(float));
+    if (!w->final_params) {
+      snprintf(other, cap, "cannot allocate %zu parameters", np);
+      st = DPT_ERR_OUT_OF_MEMORY;
+    }
+    c->cfg.final_params = w->final_params;
+  }
+  return st;
+}
+
+static void release_weights(weights *w) {
+  dpt_model_destroy(w->host_model);
+  dpt_backend_destroy(w->host_be);
+  free(w->init);
+  free(w->final_params);
+}
+
+/* Options, communicator, data, model, weights; then every rank agrees to start, trains, and
+ * rank 0 saves the weights. */
+int dpt_cmd_train(int argc, char **argv) {
+  cli c;
+  set_defaults(&c);
+  int rc = parse_options(&c, argc, argv);
+  if (rc == KEEP_GOING) rc = check_options(&c);
+  dpt_comm *comm = NULL;
+  if (rc == KEEP_GOING) rc = open_comm(&c, &comm);
+  if (rc != KEEP_GOING) return rc;
+  c.tty = isatty(STDERR_FILENO);
 
   char other[128] = ""; /* a message of the tool's own, replacing dpt_last_error() */
   dpt_dataset *train = NULL, *test = NULL;
-  float *init = NULL, *final_params = NULL;
-  st = dpt_dataset_load_dir(c.data_dir, "train", 10, &train);
-  if (st == DPT_OK) st = dpt_dataset_load_dir(c.data_dir, "test", 10, &test);
-  if (st == DPT_OK) {
-    size_t rows = dpt_dataset_rows(train), cols = dpt_dataset_cols(train);
-    st = c.mlp ? dpt_model_spec_mlp(&c.cfg.model, 1, rows, cols, c.hidden, c.num_hidden, 10)
-               : dpt_model_spec_cnn(&c.cfg.model, 1, rows, cols, c.channels[0], c.channels[1], 10);
-  }
-  if (st == DPT_OK && c.cfg.optim.schedule == DPT_SCHEDULE_COSINE) {
-    size_t per_epoch =
-        dpt_sampler_num_batches(dpt_dataset_count(train), c.cfg.global_batch, c.cfg.keep_last);
-    int64_t total = per_epoch > 0 && c.cfg.epochs > INT64_MAX / (int64_t)per_epoch
-                        ? INT64_MAX
-                        : (int64_t)per_epoch * c.cfg.epochs;
-    if (c.cfg.max_steps > 0 && c.cfg.max_steps < total) total = c.cfg.max_steps;
-    total -= c.cfg.optim.warmup_steps;
-    c.cfg.optim.total_steps = total > 0 ? total : 1;
-  }
-  /* Weights files go through a host-side model description on the CPU backend. */
-  dpt_backend *host_be = NULL;
-  dpt_model *host_model = NULL;
-  if (st == DPT_OK && (c.init_weights || c.save_weights)) {
-    st = dpt_backend_create(DPT_BACKEND_CPU, 0, &host_be);
-    if (st == DPT_OK) st = dpt_model_create(host_be, &c.cfg.model, 1, &host_model);
-    size_t np = host_model ? dpt_model_num_params(host_model) : 0;
-    if (st == DPT_OK && c.init_weights) {
-      init = malloc(np * sizeof(float));
-      if (init) {
-        st = dpt_model_load_params(host_model, c.init_weights, init);
-      } else {
-        snprintf(other, sizeof other, "cannot allocate %zu parameters", np);
-        st = DPT_ERR_OUT_OF_MEMORY;
-      }
-      c.cfg.init_params = init;
-    }
-    if (st == DPT_OK && c.save_weights) {
-      final_params = malloc(np * sizeof(float));
-      if (!final_params) {
-        snprintf(other, sizeof other, "cannot allocate %zu parameters", np);
-        st = DPT_ERR_OUT_OF_MEMORY;
-      }
-      c.cfg.final_params = final_params;
-    }
-  }
+  weights w = {NULL, NULL, NULL, NULL};
+  dpt_status st = load_data(&c, &train, &test);
+  if (st == DPT_OK) st = build_model(&c, train);
+  if (st == DPT_OK) fit_schedule(&c, train);
+  if (st == DPT_OK) st = prepare_weights(&c, &w, other, sizeof other);
   /* Under MPI the ranks agree that all of them are ready, so a rank that failed to read its
    * input stops the others at once instead of leaving them at the first collective. */
   int quiet_failure = 0;
@@ -504,17 +642,14 @@ int dpt_cmd_train(int argc, char **argv) {
     if (c.rank == 0 && !c.json)
       printf("training %s on %s: %d %s%s, global batch %zu, %lld epochs, %s lr %g (%s)\n",
              c.mlp ? "mlp" : "cnn", c.data_dir, nrep, comm ? "rank" : "replica",
-             nrep == 1 ? "" : "s", c.cfg.global_batch, (long long)c.cfg.epochs, optimizer,
+             nrep == 1 ? "" : "s", c.cfg.global_batch, (long long)c.cfg.epochs, c.optimizer,
              (double)c.cfg.optim.lr, sk < 3 ? schedules[sk] : "?");
     st = dpt_train(&c.cfg, comm, NULL);
   }
   if (st == DPT_OK && c.save_weights && c.rank == 0)
-    st = dpt_model_save_params(host_model, final_params, c.save_weights);
-  int rc = st == DPT_OK ? 0 : quiet_failure ? 1 : fail(&c, st, other[0] ? other : NULL);
-  dpt_model_destroy(host_model);
-  dpt_backend_destroy(host_be);
-  free(init);
-  free(final_params);
+    st = dpt_model_save_params(w.host_model, w.final_params, c.save_weights);
+  rc = st == DPT_OK ? 0 : quiet_failure ? 1 : fail(&c, st, other[0] ? other : NULL);
+  release_weights(&w);
   dpt_dataset_destroy(train);
   dpt_dataset_destroy(test);
   dpt_comm_destroy(comm);
