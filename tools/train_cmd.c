@@ -430,13 +430,12 @@ static void on_progress(int64_t epoch, size_t batch, size_t batches, double loss
 }
 
 /* Prints a failure: one line, from the rank where it happened. Decisions every rank takes
- * together (non-finite loss, drift, timeouts) and failures seen on another replica are printed
- * by rank 0 only. */
+ * together (non-finite loss, disagreement, timeouts) and failures seen on another replica are
+ * printed by rank 0 only. */
 static int fail(const cli *c, dpt_status st, const char *msg) {
   if (!msg) msg = dpt_last_error();
   int global = st == DPT_ERR_NONFINITE || st == DPT_ERR_MISMATCH || st == DPT_ERR_TIMEOUT ||
-               strstr(msg, "another replica") != NULL || strstr(msg, "could not start") != NULL ||
-               strstr(msg, "the same data sets") != NULL;
+               st == DPT_ERR_PEER;
   if (c->rank == 0 || !global) {
     if (c->rank > 0)
       fprintf(stderr, "dptrain: rank %d: %s: %s\n", c->rank, dpt_status_str(st), msg);
@@ -580,6 +579,18 @@ static void release_weights(weights *w) {
   free(w->final_params);
 }
 
+/* The run's opening line, from rank 0. */
+static void announce(const cli *c, dpt_comm *comm) {
+  static const char *const schedules[] = {"constant", "step", "cosine"};
+  const unsigned sk = (unsigned)c->cfg.optim.schedule;
+  const int nrep = comm ? dpt_comm_size(comm) : c->cfg.replicas;
+  if (c->rank == 0 && !c->json)
+    printf("training %s on %s: %d %s%s, global batch %zu, %lld epochs, %s lr %g (%s)\n",
+           c->mlp ? "mlp" : "cnn", c->data_dir, nrep, comm ? "rank" : "replica",
+           nrep == 1 ? "" : "s", c->cfg.global_batch, (long long)c->cfg.epochs, c->optimizer,
+           (double)c->cfg.optim.lr, sk < 3 ? schedules[sk] : "?");
+}
+
 /* Options, communicator, data, model, weights; then every rank agrees to start, trains, and
  * rank 0 saves the weights. */
 int dpt_cmd_train(int argc, char **argv) {
@@ -600,35 +611,13 @@ int dpt_cmd_train(int argc, char **argv) {
   if (st == DPT_OK) fit_schedule(&c, train);
   if (st == DPT_OK) st = prepare_weights(&c, &w, other, sizeof other);
   /* Under MPI the ranks agree that all of them are ready, so a rank that failed to read its
-   * input stops the others at once instead of leaving them at the first collective. */
+   * input stops the others at once instead of leaving them at the first collective. A rank
+   * stays quiet when rank 0 reports the very same failure (the same file, the same problem). */
   int quiet_failure = 0;
   if (comm) {
-    /* Each rank's status and message; a rank stays quiet only when rank 0 reports the very
-     * same failure (the same file, the same problem). */
-    typedef struct start_state {
-      int status;
-      char msg[256];
-    } start_state;
-    int size = dpt_comm_size(comm);
-    start_state mine;
-    memset(&mine, 0, sizeof mine);
-    mine.status = (int)st;
-    if (st != DPT_OK)
-      snprintf(mine.msg, sizeof mine.msg, "%s", other[0] ? other : dpt_last_error());
-    start_state *all = calloc((size_t)size, sizeof *all);
-    dpt_status sg = all ? dpt_allgather_host(comm, &mine, sizeof mine, all) : DPT_ERR_OUT_OF_MEMORY;
-    if (sg != DPT_OK && st == DPT_OK) st = sg;
-    for (int r = 0; all && sg == DPT_OK && r < size; ++r) {
-      if (all[r].status == DPT_OK) continue;
-      if (st == DPT_OK) {
-        st = (dpt_status)all[r].status;
-        snprintf(other, sizeof other, "rank %d could not start (see its message)", r);
-      } else if (c.rank > 0 && all[0].status == mine.status && !strcmp(all[0].msg, mine.msg)) {
-        quiet_failure = 1; /* rank 0 prints the same failure */
-      }
-      break;
-    }
-    free(all);
+    st = dpt_train_agree_ready(comm, st, other[0] ? other : dpt_last_error(), "rank",
+                               &quiet_failure);
+    other[0] = '\0'; /* the outcome's message is the thread's last error */
   }
   if (st == DPT_OK) {
     c.cfg.train = train;
@@ -636,14 +625,7 @@ int dpt_cmd_train(int argc, char **argv) {
     c.cfg.on_report = on_report;
     c.cfg.on_progress = on_progress;
     c.cfg.user = &c;
-    static const char *const schedules[] = {"constant", "step", "cosine"};
-    const unsigned sk = (unsigned)c.cfg.optim.schedule;
-    const int nrep = comm ? dpt_comm_size(comm) : c.cfg.replicas;
-    if (c.rank == 0 && !c.json)
-      printf("training %s on %s: %d %s%s, global batch %zu, %lld epochs, %s lr %g (%s)\n",
-             c.mlp ? "mlp" : "cnn", c.data_dir, nrep, comm ? "rank" : "replica",
-             nrep == 1 ? "" : "s", c.cfg.global_batch, (long long)c.cfg.epochs, c.optimizer,
-             (double)c.cfg.optim.lr, sk < 3 ? schedules[sk] : "?");
+    announce(&c, comm);
     st = dpt_train(&c.cfg, comm, NULL);
   }
   if (st == DPT_OK && c.save_weights && c.rank == 0)
