@@ -13,6 +13,7 @@
  */
 #include <string.h>
 
+#include "collectives/algorithms.h"
 #include "collectives/comm_impl.h"
 
 typedef struct chain {
@@ -74,7 +75,7 @@ dpt_status dpt_chain_broadcast(dpt_comm *c, const dpt_ring_args *a, const dpt_sc
   g.right = (c->rank + 1) % c->size;
   g.pos = (c->rank - root + c->size) % c->size;
   g.bytes = a->count;
-  g.block = dpt_ring_block_elems(c, 1);
+  g.block = dpt_block_elems(c, 1);
   g.piece = c->opt.piece_bytes;
   g.nfull = g.bytes / g.block;
   g.c_full = div_up(g.block, g.piece);
@@ -92,7 +93,7 @@ dpt_status dpt_chain_broadcast(dpt_comm *c, const dpt_ring_args *a, const dpt_sc
   s.ctx = &g;
   s.dtype = DPT_COMM_F32; /* no sums: receives go into place */
   s.slot_bytes = 0;
-  return dpt_stream_run(c, &s, tag, what);
+  return dpt_engine_run(c, &s, tag, what);
 }
 
 typedef struct gather {
@@ -146,5 +147,5 @@ dpt_status dpt_ring_allgather(dpt_comm *c, void *recv, size_t bytes, int tag, dp
   s.recv_at = gather_recv_at;
   s.ctx = &g;
   s.dtype = DPT_COMM_F32;
-  return dpt_stream_run(c, &s, tag, what);
+  return dpt_engine_run(c, &s, tag, what);
 }

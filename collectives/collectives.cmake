@@ -2,7 +2,12 @@
 # ring / recursive doubling / direct all-reduce, broadcast, allgather, barrier, staging.
 list(APPEND DPT_SOURCES
      collectives/comm.c
-     collectives/stream.c
+     collectives/comm_options.c
+     collectives/comm_util.c
+     collectives/allreduce_algo.c
+     collectives/coll.c
+     collectives/hello.c
+     collectives/engine.c
      collectives/ring_allreduce.c
      collectives/rd_allreduce.c
      collectives/chain.c

@@ -1,15 +1,22 @@
-/* Internal: the communicator, its transports, and what the collective algorithms share.
+/* Internal: the struct bodies of the communicator and its requests, and the transports'
+ * contract (dpt_transport), including the shared-memory channels of the MPI transport.
  *
- * Layering inside collectives/:
- *   comm.c            public entry points, options, the "hello" round (desync check, arrival)
- *   stream.c          the message engine: windows of nonblocking sends/receives, dependencies
+ * Files of collectives/ and what they may include (an arrow: "includes"):
+ *   comm.c            public entry points, the handle   -> coll.h, algorithms.h, comm_options.h
+ *   comm_options.c    options, environment variables    -> algorithms.h (the algorithm check)
+ *   allreduce_algo.c  the all-reduce choice and dispatch -> algorithms.h
+ *   coll.c            one collective: hello, failure, where its data lives (mapped, one host
+ *                     copy, staged)                     -> hello.h, staging.h, algorithms.h
+ *   hello.c           the hello round (desync check, arrival, inline payloads)
+ *   ring_allreduce.c, rd_allreduce.c, chain.c, reduce.c: the algorithms -> engine.h
+ *   engine.c          the message engine: windows of nonblocking sends/receives, dependencies
  *                     between them, deadline, staging hooks
- *   ring_allreduce.c  ring schedule (reduce-scatter + all-gather), block by block
- *   rd_allreduce.c    recursive doubling schedule; the one-round `direct` reduction
- *   chain.c           broadcast along the ring, ring allgather
- *   staging.c         device buffers through host memory in blocks
- *   reduce.c          the sum kernels (float32, float16)
- *   transport_threads.c, transport_mpi.c
+ *   staging.c         device buffers through host memory in blocks -> engine.h
+ *   comm_util.c       shared helpers (comm_util.h: dtypes, scratch, tags, names, sums)
+ *   transport_threads.c, transport_mpi.c, shm.c: the transports
+ * Every file may include comm_util.h and this header. The arrows point one way, entry points
+ * -> coll -> hello, staging -> engine <- algorithms: an algorithm or the engine never includes
+ * coll.h, hello.h, staging.h or comm_options.h.
  */
 #ifndef DPTRAIN_COLLECTIVES_COMM_IMPL_H
 #define DPTRAIN_COLLECTIVES_COMM_IMPL_H
@@ -17,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "collectives/comm_util.h"
 #include "dptrain/comm.h"
 
 /* Tag of the hello round (fixed, so that a rank a collective ahead or behind is matched and
@@ -27,10 +35,6 @@
 /* Most requests one poll call handles (window sizes and 2 * (size - 1) for the hello round
  * are bounded by what callers pass; larger sets are polled in slices). */
 #define DPT_POLL_MAX 64
-
-/* Largest inline payload of the hello round: 64 KiB up to 17 ranks, then 1 MiB / (size - 1)
- * (at least 1 KiB), so the receive buffers of one round stay around 1 MiB. */
-size_t dpt_comm_inline_cap(int size);
 
 /* One nonblocking send or receive. Posted by the transport's isend/irecv, completed by poll
  * (done = 1), or abandoned by cancel. Lives in the caller's memory until completed or
@@ -131,18 +135,6 @@ struct dpt_comm {
                            this struct; the pointers point into hello_buf) */
 };
 
-/* Names a collective in error messages ("allreduce #12 (1000 x float32, ring)"); the text
- * is formatted only when a message needs it (formatting costs as much as a small
- * all-reduce). */
-typedef struct dpt_what {
-  uint32_t op; /* DPT_OP_* of comm.c */
-  int32_t root;
-  uint64_t seq, count;
-  uint32_t dtype, algo;
-  char text[160]; /* "" until dpt_what_str */
-} dpt_what;
-const char *dpt_what_str(dpt_what *w);
-
 /* Inside a spin-wait loop: lets a sibling hardware thread run (x86 PAUSE). */
 static inline void dpt_cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -153,110 +145,6 @@ static inline void dpt_cpu_relax(void) {
 /* Delivers `bytes` of a message into receive r at byte `at`: copied, or added into place when
  * r->reduce (transports with recv_reduce). */
 void dpt_req_deliver(dpt_req *r, size_t at, const void *src, size_t bytes);
-
-/* Grows *buf to at least `bytes` (contents not kept). */
-dpt_status dpt_comm_scratch(unsigned char **buf, size_t *have, size_t bytes, dpt_what *what);
-/* The tag of data messages of collective `seq`. */
-int dpt_comm_data_tag(const dpt_comm *c, uint64_t seq);
-size_t dpt_dtype_size(dpt_comm_dtype dtype);
-const char *dpt_dtype_name(dpt_comm_dtype dtype);
-
-/* ---- sums (reduce.c) ------------------------------------------------------------------- */
-
-/* dst[i] += src[i] for n elements (dst and src do not overlap). */
-void dpt_sum_into(void *dst, const void *src, size_t n, dpt_comm_dtype dtype);
-/* dst[i] = a[i] + b[i]; dst may equal a or b (elementwise). */
-void dpt_sum_to(void *dst, const void *a, const void *b, size_t n, dpt_comm_dtype dtype);
-
-/* ---- the message engine (stream.c) --------------------------------------------------------- */
-
-#define DPT_NO_DEP ((size_t)-1)
-
-/* One message of a schedule as this rank sees it. */
-typedef struct dpt_xfer {
-  int peer;
-  size_t bytes; /* 0: nothing is sent/received (both sides know it), counts as done */
-  void *ptr;    /* send: source; recv: destination, or NULL to receive into a slot and add
-                   the slot into `reduce_dst` (elements of the schedule's dtype) */
-  void *reduce_dst;
-  size_t dep;   /* send: index of the receive that must be processed before it is posted;
-                   recv: index of the send that must have completed before it is posted */
-  size_t dep2;  /* recv into a slot: send that must have completed before the sum is done */
-  size_t block; /* staging block the message reads or writes */
-} dpt_xfer;
-
-typedef struct dpt_sched {
-  size_t nsend, nrecv;
-  void (*send_at)(const void *ctx, size_t i, dpt_xfer *x);
-  void (*recv_at)(const void *ctx, size_t j, dpt_xfer *x);
-  const void *ctx;
-  dpt_comm_dtype dtype;
-  size_t slot_bytes; /* largest slot receive (0 if none) */
-  /* Staging hooks, NULL for host data. ready: 1 when block b may be read and written (it is
-   * in host memory), 0 not yet, < 0 staging failed. done: blocks [0, b) will not be touched
-   * again. idle: do one piece of staging work on this thread; 1 if it did some. */
-  int (*ready)(void *st, size_t b);
-  void (*done)(void *st, size_t b);
-  int (*idle)(void *st);
-  void *st;
-} dpt_sched;
-
-/* Runs a schedule to completion: receives posted ahead of sends (a window of a few), sends
- * in order, slot receives summed in order. `what` names the collective in messages ("allreduce
- * #12 (ring)"). DPT_ERR_TIMEOUT when nothing progresses for the comm's timeout. On failure
- * every pending request is cancelled before returning. */
-dpt_status dpt_stream_run(dpt_comm *c, const dpt_sched *s, int tag, dpt_what *what);
-
-/* ---- schedules ----------------------------------------------------------------------------- */
-
-/* Block geometry shared by the ring and staging: the data is cut into blocks of
- * block_elems (the last one shorter). */
-size_t dpt_ring_block_elems(const dpt_comm *c, size_t esize);
-
-/* Ring all-reduce (or one of its phases) over `count` elements; block b lives at block_ptr(st, b)
- * when staging, else at data + b * block_elems. */
-typedef enum dpt_ring_phase {
-  DPT_RING_BOTH = 0,       /* the all-reduce: reduce-scatter, then all-gather */
-  DPT_RING_REDUCE_SCATTER, /* only the first half: rank r ends with its shard summed */
-  DPT_RING_ALLGATHER       /* only the second half: every rank's shard to all */
-} dpt_ring_phase;
-typedef struct dpt_ring_args {
-  void *data;                             /* host data, or NULL when staging */
-  void *(*block_ptr)(void *st, size_t b); /* staging: host copy of block b */
-  size_t count;
-  dpt_comm_dtype dtype;
-  dpt_ring_phase phase; /* dpt_ring_allreduce only */
-} dpt_ring_args;
-dpt_status dpt_ring_allreduce(dpt_comm *c, const dpt_ring_args *a, const dpt_sched *hooks, int tag,
-                              dpt_what *what);
-
-/* Recursive doubling over the whole vector (host data). */
-dpt_status dpt_rd_allreduce(dpt_comm *c, void *data, size_t count, dpt_comm_dtype dtype, int tag,
-                            dpt_what *what);
-
-/* One-round reduction after the hello round delivered every rank's payload: data = sum in
- * rank order of payload[0..size) (payload[rank] is this rank's own copy). */
-void dpt_direct_sum(const dpt_comm *c, void *data, const void *const *payload, size_t count,
-                    dpt_comm_dtype dtype);
-
-/* Broadcast along the ring from root, in pieces; blocks as for the ring. */
-dpt_status dpt_chain_broadcast(dpt_comm *c, const dpt_ring_args *a, const dpt_sched *hooks,
-                               int root, int tag, dpt_what *what);
-/* Ring allgather of `bytes` per rank into recv (host). */
-dpt_status dpt_ring_allgather(dpt_comm *c, void *recv, size_t bytes, int tag, dpt_what *what);
-
-/* ---- staging (staging.c) ------------------------------------------------------------------- */
-
-typedef struct dpt_stage dpt_stage;
-/* Stages bytes [offset, offset + bytes) of buf in blocks of block_bytes: `download` fills
- * host blocks before the engine uses them, `upload` writes finished blocks back. */
-dpt_status dpt_stage_create(dpt_comm *c, dpt_buffer *buf, size_t offset, size_t bytes,
-                            size_t block_bytes, int download, int upload, dpt_stage **out);
-/* Sets the hooks of a schedule to this stage. */
-void dpt_stage_hooks(dpt_stage *s, dpt_sched *hooks);
-void *dpt_stage_block_ptr(void *s, size_t b);
-/* Finishes every upload (when ok) and frees everything; returns the first staging failure. */
-dpt_status dpt_stage_finish(dpt_stage *s, int ok);
 
 /* ---- shared-memory channels (shm.c), the MPI transport's path inside one node ---------- */
 

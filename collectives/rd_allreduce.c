@@ -16,6 +16,7 @@
  * The vector moves in pieces (piece_bytes) so that no message exceeds the transport's limit
  * and the sum of piece c overlaps the transfer of piece c+1.
  */
+#include "collectives/algorithms.h"
 #include "collectives/comm_impl.h"
 
 typedef struct rd {
@@ -123,5 +124,5 @@ dpt_status dpt_rd_allreduce(dpt_comm *c, void *data, size_t count, dpt_comm_dtyp
   s.ctx = &g;
   s.dtype = dtype;
   s.slot_bytes = (count < g.piece ? count : g.piece) * g.esize;
-  return dpt_stream_run(c, &s, tag, what);
+  return dpt_engine_run(c, &s, tag, what);
 }

@@ -4,6 +4,7 @@
  * lets a rank add a partner's vector to its own in either order. */
 #include <string.h>
 
+#include "collectives/algorithms.h"
 #include "collectives/comm_impl.h"
 
 #if defined(__GNUC__)

@@ -33,6 +33,7 @@
  * of segment (r + 1) mod N of every block (its shard, dpt_comm_shard); the all-gather copies
  * every rank's shard to all. Between them the sharded optimizer step updates only the shard.
  */
+#include "collectives/algorithms.h"
 #include "collectives/comm_impl.h"
 
 typedef struct ring {
@@ -144,11 +145,6 @@ static void recv_at(const void *ctx, size_t i, dpt_xfer *x) {
   }
 }
 
-size_t dpt_ring_block_elems(const dpt_comm *c, size_t esize) {
-  size_t b = c->opt.block_bytes / esize;
-  return b ? b : 1;
-}
-
 size_t dpt_comm_shard(const dpt_comm *c, size_t count, dpt_comm_dtype dtype, int rank,
                       dpt_range *out, size_t max) {
   if (!c || rank < 0 || rank >= c->size || (dtype != DPT_COMM_F32 && dtype != DPT_COMM_F16))
@@ -157,7 +153,7 @@ size_t dpt_comm_shard(const dpt_comm *c, size_t count, dpt_comm_dtype dtype, int
     if (count > 0 && max > 0) out[0] = (dpt_range){0, count};
     return count > 0;
   }
-  const size_t block = dpt_ring_block_elems(c, dpt_dtype_size(dtype));
+  const size_t block = dpt_block_elems(c, dpt_dtype_size(dtype));
   const size_t k = (size_t)(rank + 1) % (size_t)c->size;
   size_t n = 0;
   for (size_t start = 0; start < count; start += block) {
@@ -180,7 +176,7 @@ dpt_status dpt_ring_allreduce(dpt_comm *c, const dpt_ring_args *a, const dpt_sch
   g.right = (c->rank + 1) % c->size;
   g.esize = dpt_dtype_size(a->dtype);
   g.count = a->count;
-  g.block = dpt_ring_block_elems(c, g.esize);
+  g.block = dpt_block_elems(c, g.esize);
   g.piece = c->opt.piece_bytes / g.esize ? c->opt.piece_bytes / g.esize : 1;
   g.nfull = a->count / g.block;
   g.c_full = pieces_for(&g, g.block);
@@ -208,5 +204,5 @@ dpt_status dpt_ring_allreduce(dpt_comm *c, const dpt_ring_args *a, const dpt_sch
   s.ctx = &g;
   s.dtype = a->dtype;
   s.slot_bytes = slot * g.esize;
-  return dpt_stream_run(c, &s, tag, what);
+  return dpt_engine_run(c, &s, tag, what);
 }

@@ -1,9 +1,9 @@
 /* Shared-memory channels: the MPI transport's data path when every rank runs on one node.
  *
  * Why not MPI's own shared-memory path: for large messages Open MPI copies with CMA
- * (process_vm_readv), which pins the pages of the other process on every call; on data that
- * is not in cache this runs at 1-2 GB/s here, against 10+ GB/s for a memcpy. Copying through
- * a small shared ring keeps every copy a plain memcpy on cache-resident slots.
+ * (process_vm_readv), which pins the pages of the other process on every call and runs far
+ * below memcpy speed on data that is not in cache. Copying through a small shared ring keeps
+ * every copy a plain memcpy on cache-resident slots.
  *
  * One POSIX shared-memory segment (created by rank 0, mapped by all, unlinked once mapped)
  * holds a channel per ordered pair (src, dst): a ring of `slots` slots of `slot` bytes with
@@ -22,11 +22,11 @@
  * the two cores sit. When they share a cache the receiver reads the slot from it and a plain
  * memcpy is best. When they do not (cores on different chiplets or sockets, or vCPUs the
  * hypervisor placed apart), every line the receiver reads comes from the other core's cache and
- * every line the sender rewrites must first be taken back from the receiver's: on the
- * development VM, which switches between the two placements at run time, that made a 1 MiB
- * all-reduce 5x slower. There, streaming (non-temporal) stores win: the slot goes to memory,
- * the receiver reads it from there at full speed and no line moves between the caches.
- * Streaming loses about 1.5x where the cores share a cache. So, per channel (copy "auto"):
+ * every line the sender rewrites must first be taken back from the receiver's. There,
+ * streaming (non-temporal) stores win: the slot goes to memory, the receiver reads it from
+ * there at full speed and no line moves between the caches. Streaming loses where the cores
+ * share a cache, and the placement can change while a job runs (a VM's vCPUs move). So, per
+ * channel (copy "auto"):
  *
  *   sender:   writes slots of SHM_MEASURE_MIN bytes or more in the mode the receiver prefers,
  *             and now and then one in the other mode (about one in 32 to one in 256 slots,

@@ -26,8 +26,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collectives/comm_impl.h"
+#include "collectives/staging.h"
 #include "base/error.h"
+#include "collectives/comm_impl.h"
 
 #define DPT_STAGE_SLOTS 3
 /* Bytes per transfer job: small enough that the inline mode returns to the network often. */

@@ -58,26 +58,45 @@ typedef struct dpt_comm_group dpt_comm_group;
  * computed in float32 and rounded to binary16 after every addition. */
 typedef enum dpt_comm_dtype { DPT_COMM_F32 = 0, DPT_COMM_F16 = 1 } dpt_comm_dtype;
 
-/* All-reduce algorithms. AUTO picks by payload size from the thresholds below. */
+/* All-reduce algorithms, the one list: X(ENUM_SUFFIX, value, "name"); the name is what
+ * DPT_ALLREDUCE_ALGO accepts and dpt_allreduce_algo_name() returns. AUTO picks by payload
+ * size from the thresholds below.
+ *   RING    reduce-scatter + all-gather, 2(N-1) steps: large payloads
+ *   RD      recursive doubling, log2(N) steps of the whole vector
+ *   DIRECT  one round: every rank sends its vector to every other rank; payloads up to the
+ *           inline limit (64 KiB for up to 17 ranks)
+ *   MPI     the MPI library's own (MPI transport only) */
+#define DPT_ALLREDUCE_ALGO_MAP(X)                                                                  \
+  X(AUTO, 0, "auto")                                                                               \
+  X(RING, 1, "ring")                                                                               \
+  X(RD, 2, "rd")                                                                                   \
+  X(DIRECT, 3, "direct")                                                                           \
+  X(MPI, 4, "mpi")
+
 typedef enum dpt_allreduce_algo {
-  DPT_ALLREDUCE_AUTO = 0,
-  DPT_ALLREDUCE_RING = 1,   /* reduce-scatter + all-gather, 2(N-1) steps: large payloads */
-  DPT_ALLREDUCE_RD = 2,     /* recursive doubling, log2(N) steps of the whole vector */
-  DPT_ALLREDUCE_DIRECT = 3, /* one round: every rank sends its vector to every other rank;
-                               payloads up to the inline limit (64 KiB for up to 17 ranks) */
-  DPT_ALLREDUCE_MPI = 4     /* the MPI library's own (MPI transport only) */
+#define DPT_ALLREDUCE_ALGO_ENUM_(name, value, text) DPT_ALLREDUCE_##name = value,
+  DPT_ALLREDUCE_ALGO_MAP(DPT_ALLREDUCE_ALGO_ENUM_)
+#undef DPT_ALLREDUCE_ALGO_ENUM_
 } dpt_allreduce_algo;
 
-/* How device buffers are staged through host memory. */
+/* How device buffers are staged through host memory, the one list: X(ENUM_SUFFIX, value,
+ * "name"); the name is what DPT_COMM_STAGING accepts.
+ *   AUTO    no staging where the backend's memory is host-addressable (CPU backend, CPU
+ *           drivers, integrated GPUs with host-visible memory): the collective works on the
+ *           mapped buffer in place; otherwise THREAD for GPU devices, INLINE for CPU devices
+ *   INLINE  the calling thread does downloads/uploads while it waits for messages (a
+ *           memcpy-like transfer gains nothing from a thread)
+ *   THREAD  a helper thread does downloads/uploads while the calling thread communicates
+ *           (overlaps DMA transfers with communication) */
+#define DPT_STAGING_MODE_MAP(X)                                                                    \
+  X(AUTO, 0, "auto")                                                                               \
+  X(INLINE, 1, "inline")                                                                           \
+  X(THREAD, 2, "thread")
+
 typedef enum dpt_staging_mode {
-  DPT_STAGING_AUTO = 0,   /* no staging where the backend's memory is host-addressable (CPU
-                             backend, CPU drivers, integrated GPUs with host-visible memory):
-                             the collective works on the mapped buffer in place; otherwise
-                             THREAD for GPU devices, INLINE for CPU devices */
-  DPT_STAGING_INLINE = 1, /* the calling thread does downloads/uploads while it waits for
-                             messages (a memcpy-like transfer gains nothing from a thread) */
-  DPT_STAGING_THREAD = 2  /* a helper thread does downloads/uploads while the calling thread
-                             communicates (overlaps DMA transfers with communication) */
+#define DPT_STAGING_MODE_ENUM_(name, value, text) DPT_STAGING_##name = value,
+  DPT_STAGING_MODE_MAP(DPT_STAGING_MODE_ENUM_)
+#undef DPT_STAGING_MODE_ENUM_
 } dpt_staging_mode;
 
 typedef struct dpt_comm_options {

@@ -18,10 +18,11 @@
  */
 #include <string.h>
 
-#include "collectives/comm_impl.h"
+#include "collectives/engine.h"
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/size.h"
+#include "collectives/comm_impl.h"
 
 /* Messages in flight per direction: enough to overlap a sum with the next transfers. */
 #define DPT_WINDOW 4
@@ -224,7 +225,16 @@ static dpt_status stalled(engine *e, double waited) {
                        dpt_what_str(e->what), waited, peer, dir, idx, total);
 }
 
-dpt_status dpt_stream_run(dpt_comm *c, const dpt_sched *s, int tag, dpt_what *what) {
+/* The receive slots of a window (c->slot_buf, reused across collectives). */
+static dpt_status reserve_slots(dpt_comm *c, const dpt_sched *s, dpt_what *what) {
+  if (s->slot_bytes == 0) return DPT_OK;
+  size_t need;
+  if (!dpt_mul_ok(s->slot_bytes, DPT_WINDOW, &need))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: slot size overflows", dpt_what_str(what));
+  return dpt_comm_scratch(&c->slot_buf, &c->slot_bytes, need, what);
+}
+
+dpt_status dpt_engine_run(dpt_comm *c, const dpt_sched *s, int tag, dpt_what *what) {
   engine e;
   memset(&e, 0, sizeof e);
   e.c = c;
@@ -232,14 +242,8 @@ dpt_status dpt_stream_run(dpt_comm *c, const dpt_sched *s, int tag, dpt_what *wh
   e.tag = tag;
   e.what = what;
   e.esize = dpt_dtype_size(s->dtype);
-  dpt_status st = DPT_OK;
-  if (s->slot_bytes > 0) {
-    size_t need;
-    if (!dpt_mul_ok(s->slot_bytes, DPT_WINDOW, &need))
-      return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: slot size overflows", dpt_what_str(what));
-    st = dpt_comm_scratch(&c->slot_buf, &c->slot_bytes, need, what);
-    if (st != DPT_OK) return st;
-  }
+  dpt_status st = reserve_slots(c, s, what);
+  if (st != DPT_OK) return st;
   const double timeout = c->opt.timeout_s;
   double last = dpt_now();
   while (e.s_done < s->nsend || e.r_proc < s->nrecv) {

@@ -1,0 +1,61 @@
+/* Internal: the collective algorithms (one file each) and the all-reduce choice among them.
+ * Each algorithm builds a schedule (engine.h) and runs it on the engine; the entry points
+ * (comm.c) reach them only through this header. */
+#ifndef DPTRAIN_COLLECTIVES_ALGORITHMS_H
+#define DPTRAIN_COLLECTIVES_ALGORITHMS_H
+
+#include <stddef.h>
+
+#include "collectives/comm_util.h"
+#include "collectives/engine.h"
+#include "dptrain/comm.h"
+
+/* Which part of the ring all-reduce to run. */
+typedef enum dpt_ring_phase {
+  DPT_RING_BOTH = 0,       /* the all-reduce: reduce-scatter, then all-gather */
+  DPT_RING_REDUCE_SCATTER, /* only the first half: rank r ends with its shard summed */
+  DPT_RING_ALLGATHER       /* only the second half: every rank's shard to all */
+} dpt_ring_phase;
+
+/* The data of a block-wise algorithm (ring, broadcast chain): `count` elements; block b lives
+ * at block_ptr(hooks->st, b) when staging, else at data + b * block elements. */
+typedef struct dpt_ring_args {
+  void *data;                             /* host data, or NULL when staging */
+  void *(*block_ptr)(void *st, size_t b); /* staging: host copy of block b */
+  size_t count;
+  dpt_comm_dtype dtype;
+  dpt_ring_phase phase; /* dpt_ring_allreduce only */
+} dpt_ring_args;
+
+/* ---- algorithms ---------------------------------------------------------------------------- */
+
+/* Ring all-reduce, or one of its phases (ring_allreduce.c). hooks: staging, or NULL. */
+dpt_status dpt_ring_allreduce(dpt_comm *c, const dpt_ring_args *a, const dpt_sched *hooks, int tag,
+                              dpt_what *what);
+
+/* Recursive doubling over the whole vector, host data (rd_allreduce.c). */
+dpt_status dpt_rd_allreduce(dpt_comm *c, void *data, size_t count, dpt_comm_dtype dtype, int tag,
+                            dpt_what *what);
+
+/* One-round reduction after the hello round delivered every rank's payload: data = sum in
+ * rank order of payload[0..size) (payload[rank] is this rank's own copy) (reduce.c). */
+void dpt_direct_sum(const dpt_comm *c, void *data, const void *const *payload, size_t count,
+                    dpt_comm_dtype dtype);
+
+/* Broadcast along the ring from root, in pieces; blocks as for the ring (chain.c). */
+dpt_status dpt_chain_broadcast(dpt_comm *c, const dpt_ring_args *a, const dpt_sched *hooks,
+                               int root, int tag, dpt_what *what);
+/* Ring allgather of `bytes` per rank into recv (host) (chain.c). */
+dpt_status dpt_ring_allgather(dpt_comm *c, void *recv, size_t bytes, int tag, dpt_what *what);
+
+/* ---- the all-reduce choice (allreduce_algo.c) -------------------------------------------- */
+
+/* DPT_OK when this communicator can run `algo`; otherwise the error, prefixed with fn. */
+dpt_status dpt_allreduce_algo_check(const dpt_comm *c, dpt_allreduce_algo algo, const char *fn);
+/* 1 when `algo` carries the vector in the hello round (its inline payload). */
+int dpt_allreduce_algo_inline(dpt_allreduce_algo algo);
+/* Runs the picked algorithm on host data once the hello round (when any) is done. */
+dpt_status dpt_allreduce_algo_run(dpt_comm *c, dpt_allreduce_algo algo, void *data, size_t count,
+                                  dpt_comm_dtype dtype, int tag, dpt_what *what);
+
+#endif

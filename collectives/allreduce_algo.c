@@ -1,0 +1,63 @@
+/* The all-reduce algorithm choice: which algorithm AUTO (or a forced one) runs for a payload,
+ * whether this communicator can run it, and the call into it. Adding an algorithm: its own
+ * file, its entry in DPT_ALLREDUCE_ALGO_MAP (comm.h), and the three functions below. */
+#include "collectives/algorithms.h"
+#include "base/clock.h"
+#include "base/error.h"
+#include "base/size.h"
+#include "collectives/comm_impl.h"
+
+dpt_allreduce_algo dpt_comm_pick_algo(const dpt_comm *c, size_t count, dpt_comm_dtype dtype) {
+  if (!c) return DPT_ALLREDUCE_RING;
+  const size_t bytes = dpt_payload_bytes(count, dtype);
+  const size_t cap = dpt_comm_inline_cap(c->size);
+  dpt_allreduce_algo a = c->opt.algo;
+  if (a == DPT_ALLREDUCE_AUTO) {
+    /* direct sends (N-1) payloads per rank: the limit bounds their sum. */
+    size_t sent;
+    if (bytes <= cap && dpt_mul_ok(bytes, (size_t)(c->size > 1 ? c->size - 1 : 1), &sent) &&
+        sent <= c->opt.direct_max_bytes)
+      return DPT_ALLREDUCE_DIRECT;
+    if (c->tp->native_allreduce && bytes <= c->opt.mpi_max_bytes) return DPT_ALLREDUCE_MPI;
+    if (bytes <= c->opt.rd_max_bytes) return DPT_ALLREDUCE_RD;
+    return DPT_ALLREDUCE_RING;
+  }
+  /* `direct` carries the vector in the hello message: larger ones use rd. */
+  if (a == DPT_ALLREDUCE_DIRECT && bytes > cap) return DPT_ALLREDUCE_RD;
+  return a;
+}
+
+dpt_status dpt_allreduce_algo_check(const dpt_comm *c, dpt_allreduce_algo algo, const char *fn) {
+  if (algo == DPT_ALLREDUCE_MPI && (!c || !c->tp->native_allreduce))
+    return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                         "%s: algorithm 'mpi' needs the MPI transport (this one is %s)", fn,
+                         c ? c->tp->name : "?");
+  return DPT_OK;
+}
+
+int dpt_allreduce_algo_inline(dpt_allreduce_algo algo) {
+  return algo == DPT_ALLREDUCE_DIRECT;
+}
+
+dpt_status dpt_allreduce_algo_run(dpt_comm *c, dpt_allreduce_algo algo, void *data, size_t count,
+                                  dpt_comm_dtype dtype, int tag, dpt_what *what) {
+  switch (algo) {
+  case DPT_ALLREDUCE_DIRECT:
+    dpt_direct_sum(c, data, c->payload, count, dtype);
+    return DPT_OK;
+  case DPT_ALLREDUCE_RD:
+    return dpt_rd_allreduce(c, data, count, dtype, tag, what);
+  case DPT_ALLREDUCE_MPI: {
+    if (count == 0) return DPT_OK;
+    /* With the desync check the hello round has just seen every rank arrive, so the
+     * transport may use its blocking call. */
+    dpt_status st = c->tp->native_allreduce(c, data, count, dtype, c->opt.desync_check,
+                                            dpt_now() + c->opt.timeout_s);
+    return st == DPT_OK ? st : dpt_error_context(st, "%s", dpt_what_str(what));
+  }
+  default: {
+    dpt_ring_args a = {data, NULL, count, dtype, DPT_RING_BOTH};
+    return dpt_ring_allreduce(c, &a, NULL, tag, what);
+  }
+  }
+}

@@ -1,0 +1,11 @@
+/* Internal: the options a communicator starts with (comm_options.c). */
+#ifndef DPTRAIN_COLLECTIVES_COMM_OPTIONS_H
+#define DPTRAIN_COLLECTIVES_COMM_OPTIONS_H
+
+#include "dptrain/comm.h"
+
+/* The defaults, then the environment variables of comm.h, validated for communicator c;
+ * an invalid value is DPT_ERR_INVALID_ARG naming the variable. */
+dpt_status dpt_comm_options_init(const dpt_comm *c, dpt_comm_options *o);
+
+#endif

@@ -1,0 +1,61 @@
+/* Internal: what every file of collectives/ shares: element types, scratch, tags, the
+ * inline limit, block geometry, the names of collectives in messages, and the sums.
+ * Depends on nothing inside collectives/ (the struct bodies are in comm_impl.h). */
+#ifndef DPTRAIN_COLLECTIVES_COMM_UTIL_H
+#define DPTRAIN_COLLECTIVES_COMM_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dptrain/comm.h"
+
+/* The operation a hello header announces (the values travel in it: never renumber). */
+enum {
+  DPT_COLL_ALLREDUCE = 1,
+  DPT_COLL_BROADCAST = 2,
+  DPT_COLL_ALLGATHER = 3,
+  DPT_COLL_BARRIER = 4,
+  DPT_COLL_REDUCE_SCATTER = 5,
+  DPT_COLL_ALLGATHER_SHARDS = 6
+};
+
+/* Names a collective in error messages ("allreduce #12 (1000 x float32, ring)"); the text
+ * is formatted only when a message needs it (formatting costs as much as a small
+ * all-reduce). */
+typedef struct dpt_what {
+  uint32_t op; /* DPT_COLL_* */
+  int32_t root;
+  uint64_t seq, count;
+  uint32_t dtype, algo;
+  char text[160]; /* "" until dpt_what_str */
+} dpt_what;
+/* The name of w, formatted on first use; "collective" for NULL. */
+const char *dpt_what_str(dpt_what *w);
+/* Formats the name of w into out[0..n) (w->text untouched). */
+void dpt_what_describe(char *out, size_t n, const dpt_what *w);
+
+/* Grows *buf to at least `bytes`, zeroed (contents not kept). */
+dpt_status dpt_comm_scratch(unsigned char **buf, size_t *have, size_t bytes, dpt_what *what);
+/* The tag of data messages of collective `seq`. */
+int dpt_comm_data_tag(const dpt_comm *c, uint64_t seq);
+size_t dpt_dtype_size(dpt_comm_dtype dtype);
+const char *dpt_dtype_name(dpt_comm_dtype dtype);
+/* count elements of dtype in bytes; SIZE_MAX when that overflows. */
+size_t dpt_payload_bytes(size_t count, dpt_comm_dtype dtype);
+
+/* Largest inline payload of the hello round: 64 KiB up to 17 ranks, then 1 MiB / (size - 1)
+ * (at least 1 KiB), so the receive buffers of one round stay around 1 MiB. */
+size_t dpt_comm_inline_cap(int size);
+
+/* Block geometry shared by the ring, the broadcast chain and staging: the data is cut into
+ * blocks of this many elements of `esize` bytes (the last one shorter). */
+size_t dpt_block_elems(const dpt_comm *c, size_t esize);
+
+/* ---- sums (reduce.c) ------------------------------------------------------------------- */
+
+/* dst[i] += src[i] for n elements (dst and src do not overlap). */
+void dpt_sum_into(void *dst, const void *src, size_t n, dpt_comm_dtype dtype);
+/* dst[i] = a[i] + b[i]; dst may equal a or b (elementwise). */
+void dpt_sum_to(void *dst, const void *a, const void *b, size_t n, dpt_comm_dtype dtype);
+
+#endif

@@ -1,0 +1,51 @@
+/* Internal: the message engine (engine.c), the contract between a collective's schedule
+ * and the transport. An algorithm describes, for this rank, an ordered list of sends and an
+ * ordered list of receives (dpt_sched: counts plus send_at / recv_at callbacks that fill a
+ * dpt_xfer), and dpt_engine_run moves them: windows of nonblocking requests, dependencies,
+ * sums of slot receives, staging hooks, the deadline. */
+#ifndef DPTRAIN_COLLECTIVES_ENGINE_H
+#define DPTRAIN_COLLECTIVES_ENGINE_H
+
+#include <stddef.h>
+
+#include "collectives/comm_util.h"
+#include "dptrain/comm.h"
+
+#define DPT_NO_DEP ((size_t)-1)
+
+/* One message of a schedule as this rank sees it. */
+typedef struct dpt_xfer {
+  int peer;
+  size_t bytes; /* 0: nothing is sent/received (both sides know it), counts as done */
+  void *ptr;    /* send: source; recv: destination, or NULL to receive into a slot and add
+                   the slot into `reduce_dst` (elements of the schedule's dtype) */
+  void *reduce_dst;
+  size_t dep;   /* send: index of the receive that must be processed before it is posted;
+                   recv: index of the send that must have completed before it is posted */
+  size_t dep2;  /* recv into a slot: send that must have completed before the sum is done */
+  size_t block; /* staging block the message reads or writes */
+} dpt_xfer;
+
+typedef struct dpt_sched {
+  size_t nsend, nrecv;
+  void (*send_at)(const void *ctx, size_t i, dpt_xfer *x);
+  void (*recv_at)(const void *ctx, size_t j, dpt_xfer *x);
+  const void *ctx;
+  dpt_comm_dtype dtype;
+  size_t slot_bytes; /* largest slot receive (0 if none) */
+  /* Staging hooks, NULL for host data. ready: 1 when block b may be read and written (it is
+   * in host memory), 0 not yet, < 0 staging failed. done: blocks [0, b) will not be touched
+   * again. idle: do one piece of staging work on this thread; 1 if it did some. */
+  int (*ready)(void *st, size_t b);
+  void (*done)(void *st, size_t b);
+  int (*idle)(void *st);
+  void *st;
+} dpt_sched;
+
+/* Runs a schedule to completion: receives posted ahead of sends (a window of a few), sends
+ * in order, slot receives summed in order. `what` names the collective in messages ("allreduce
+ * #12 (ring)"). DPT_ERR_TIMEOUT when nothing progresses for the comm's timeout. On failure
+ * every pending request is cancelled before returning. */
+dpt_status dpt_engine_run(dpt_comm *c, const dpt_sched *s, int tag, dpt_what *what);
+
+#endif
