@@ -1,5 +1,5 @@
-/* Vulkan backend: instance and device enumeration, backend creation/destruction, VkResult
- * translation, validation-layer reporting and the vtable. */
+/* Vulkan backend: instance and device enumeration, backend creation/destruction,
+ * validation-layer reporting and the vtable. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,64 +15,6 @@
 /* Validation errors over the whole process, including those reported while a backend is
  * destroyed (when no op is left to return them). */
 static atomic_uint_fast64_t vk_validation_total;
-
-/* ---- VkResult translation ------------------------------------------------------------- */
-
-const char *dpt_vk_result_name(VkResult r) {
-  switch (r) {
-#define DPT_VK_RESULT_(name)                                                                       \
-  case name:                                                                                       \
-    return #name;
-    DPT_VK_RESULT_(VK_SUCCESS)
-    DPT_VK_RESULT_(VK_NOT_READY)
-    DPT_VK_RESULT_(VK_TIMEOUT)
-    DPT_VK_RESULT_(VK_EVENT_SET)
-    DPT_VK_RESULT_(VK_EVENT_RESET)
-    DPT_VK_RESULT_(VK_INCOMPLETE)
-    DPT_VK_RESULT_(VK_ERROR_OUT_OF_HOST_MEMORY)
-    DPT_VK_RESULT_(VK_ERROR_OUT_OF_DEVICE_MEMORY)
-    DPT_VK_RESULT_(VK_ERROR_INITIALIZATION_FAILED)
-    DPT_VK_RESULT_(VK_ERROR_DEVICE_LOST)
-    DPT_VK_RESULT_(VK_ERROR_MEMORY_MAP_FAILED)
-    DPT_VK_RESULT_(VK_ERROR_LAYER_NOT_PRESENT)
-    DPT_VK_RESULT_(VK_ERROR_EXTENSION_NOT_PRESENT)
-    DPT_VK_RESULT_(VK_ERROR_FEATURE_NOT_PRESENT)
-    DPT_VK_RESULT_(VK_ERROR_INCOMPATIBLE_DRIVER)
-    DPT_VK_RESULT_(VK_ERROR_TOO_MANY_OBJECTS)
-    DPT_VK_RESULT_(VK_ERROR_FORMAT_NOT_SUPPORTED)
-    DPT_VK_RESULT_(VK_ERROR_FRAGMENTED_POOL)
-    DPT_VK_RESULT_(VK_ERROR_UNKNOWN)
-    DPT_VK_RESULT_(VK_ERROR_OUT_OF_POOL_MEMORY)
-    DPT_VK_RESULT_(VK_ERROR_INVALID_EXTERNAL_HANDLE)
-    DPT_VK_RESULT_(VK_ERROR_FRAGMENTATION)
-    DPT_VK_RESULT_(VK_ERROR_INVALID_OPAQUE_CAPTURE_ADDRESS)
-    DPT_VK_RESULT_(VK_PIPELINE_COMPILE_REQUIRED)
-    DPT_VK_RESULT_(VK_ERROR_VALIDATION_FAILED_EXT)
-    DPT_VK_RESULT_(VK_ERROR_INVALID_SHADER_NV)
-    DPT_VK_RESULT_(VK_ERROR_NOT_PERMITTED_KHR)
-    DPT_VK_RESULT_(VK_ERROR_COMPRESSION_EXHAUSTED_EXT)
-#undef DPT_VK_RESULT_
-  default:
-    break;
-  }
-  return "VK_RESULT_UNKNOWN";
-}
-
-dpt_status dpt_vk_check(dpt_vk_ctx *ctx, VkResult r, const char *call, size_t bytes) {
-  if (r == VK_SUCCESS) return DPT_OK;
-  const char *name = dpt_vk_result_name(r);
-  if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY) {
-    if (bytes)
-      return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s (%zu bytes): %s (%d)", call, bytes, name,
-                           (int)r);
-    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: %s (%d)", call, name, (int)r);
-  }
-  if (r == VK_ERROR_DEVICE_LOST) {
-    if (ctx && ctx->be) ctx->be->lost = 1;
-    return dpt_set_error(DPT_ERR_DEVICE, "%s: %s (%d)", call, name, (int)r);
-  }
-  return dpt_set_error(DPT_ERR_DEVICE, "%s: %s (%d)", call, name, (int)r);
-}
 
 /* ---- validation ------------------------------------------------------------------------ */
 
@@ -121,13 +63,6 @@ static void vk_messenger_info(dpt_vk_ctx *ctx, VkDebugUtilsMessengerCreateInfoEX
       VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT;
   info->pfnUserCallback = vk_debug_callback;
   info->pUserData = ctx;
-}
-
-/* Returns (and clears) a validation error not yet reported by any call. */
-static dpt_status vk_validation_status(dpt_vk_ctx *ctx) {
-  if (ctx && atomic_exchange(&ctx->validation_pending, 0))
-    return dpt_set_error(DPT_ERR_DEVICE, "Vulkan validation error: %s", ctx->validation_msg);
-  return DPT_OK;
 }
 
 static int vk_has_layer(const char *name, dpt_status *st) {
@@ -573,7 +508,7 @@ static dpt_status vk_create(dpt_backend *be, int device) {
   st = vk_device_create(ctx);
   if (st == DPT_OK) st = dpt_vk_memory_init(ctx);
   if (st == DPT_OK) st = dpt_vk_exec_init(ctx);
-  if (st == DPT_OK) st = vk_validation_status(ctx);
+  if (st == DPT_OK) st = dpt_vk_validation_status(ctx);
   if (st != DPT_OK) {
     vk_destroy(be);
     return st;
@@ -598,72 +533,61 @@ static void vk_destroy(dpt_backend *be) {
   be->ctx = NULL;
 }
 
-/* ---- entry points: refuse work on a lost device, report validation errors --------------- */
-
-static dpt_status vk_enter(dpt_backend *be) {
-  if (be->lost)
-    return dpt_set_error(DPT_ERR_DEVICE, "vulkan: the device was lost; destroy the backend");
-  return vk_validation_status(be->ctx);
-}
-
-static dpt_status vk_leave(dpt_backend *be, dpt_status st) {
-  if (st != DPT_OK) return st;
-  return vk_validation_status(be->ctx);
-}
+/* ---- entry points ------------------------------------------------------------------------ */
 
 static dpt_status vk_synchronize(dpt_backend *be) {
-  dpt_status st = vk_enter(be);
+  dpt_status st = dpt_vk_enter(be);
   if (st == DPT_OK) st = dpt_vk_finish(be->ctx);
-  return vk_leave(be, st);
+  return dpt_vk_leave(be, st);
 }
 
 static dpt_status vk_buffer_alloc(dpt_backend *be, dpt_buffer *buf) {
-  dpt_status st = vk_enter(be);
+  dpt_status st = dpt_vk_enter(be);
   if (st == DPT_OK) st = dpt_vk_buffer_alloc(be, buf);
-  return vk_leave(be, st);
+  return dpt_vk_leave(be, st);
 }
 
 static dpt_status vk_upload(dpt_backend *be, dpt_buffer *dst, size_t offset, const void *src,
                             size_t bytes) {
-  dpt_status st = vk_enter(be);
+  dpt_status st = dpt_vk_enter(be);
   if (st == DPT_OK) st = dpt_vk_upload(be, dst, offset, src, bytes);
-  return vk_leave(be, st);
+  return dpt_vk_leave(be, st);
 }
 
 static dpt_status vk_download(dpt_backend *be, const dpt_buffer *src, size_t offset, void *dst,
                               size_t bytes) {
-  dpt_status st = vk_enter(be);
+  dpt_status st = dpt_vk_enter(be);
   if (st == DPT_OK) st = dpt_vk_download(be, src, offset, dst, bytes);
-  return vk_leave(be, st);
+  return dpt_vk_leave(be, st);
 }
 
 static dpt_status vk_map(dpt_backend *be, dpt_buffer *buf, size_t offset, size_t bytes,
                          void **ptr) {
   (void)bytes;
-  dpt_status st = vk_enter(be);
+  dpt_status st = dpt_vk_enter(be);
   if (st == DPT_OK) st = dpt_vk_map(be, buf, offset, ptr);
-  return vk_leave(be, st);
+  return dpt_vk_leave(be, st);
 }
 
 static dpt_status vk_copy(dpt_backend *be, dpt_buffer *dst, size_t dst_offset,
                           const dpt_buffer *src, size_t src_offset, size_t bytes) {
-  dpt_status st = vk_enter(be);
+  dpt_status st = dpt_vk_enter(be);
   if (st == DPT_OK) st = dpt_vk_copy(be, dst, dst_offset, src, src_offset, bytes);
-  return vk_leave(be, st);
+  return dpt_vk_leave(be, st);
 }
 
 static dpt_status vk_fill_f32(dpt_backend *be, dpt_buffer *dst, size_t offset_elems, size_t count,
                               float value) {
-  dpt_status st = vk_enter(be);
+  dpt_status st = dpt_vk_enter(be);
   if (st == DPT_OK) st = dpt_vk_fill_f32(be, dst, offset_elems, count, value);
-  return vk_leave(be, st);
+  return dpt_vk_leave(be, st);
 }
 
 #define DPT_VK_OP_WRAP_(NAME, name)                                                                \
   static dpt_status vk_##name(dpt_backend *be, const dpt_##name##_args *a) {                       \
-    dpt_status st = vk_enter(be);                                                                  \
+    dpt_status st = dpt_vk_enter(be);                                                              \
     if (st == DPT_OK) st = dpt_vk_op_##name(be->ctx, a);                                           \
-    return vk_leave(be, st);                                                                       \
+    return dpt_vk_leave(be, st);                                                                   \
   }
 DPT_OP_MAP(DPT_VK_OP_WRAP_)
 #undef DPT_VK_OP_WRAP_

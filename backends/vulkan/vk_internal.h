@@ -1,5 +1,6 @@
 /* Internal to the Vulkan backend: the per-backend context, memory sub-allocation, command
- * batching and the pipeline table shared by vk_backend.c, vk_memory.c, vk_exec.c, vk_ops.c.
+ * batching and the pipeline table shared by vk_backend.c, vk_error.c, vk_memory.c, vk_exec.c and
+ * vk_ops.c.
  *
  * Execution model. Work is recorded into a command buffer ("batch") and submitted when a
  * result is needed on the host (download, synchronize, reductions) or when the batch holds
@@ -247,13 +248,21 @@ typedef struct dpt_vk_ctx {
   VkPipeline pipes[DPT_VK_PIPE_COUNT]; /* created on first use */
 } dpt_vk_ctx;
 
-/* ---- vk_backend.c ---------------------------------------------------------------------- */
+/* ---- errors (vk_error.c) ---------------------------------------------------------------- */
 /* The name of a VkResult ("VK_ERROR_DEVICE_LOST"). */
 const char *dpt_vk_result_name(VkResult r);
 /* Translates a failed call: DPT_OK for VK_SUCCESS, else sets the error "call: NAME (n)";
  * out-of-memory results give DPT_ERR_OUT_OF_MEMORY (with `bytes` when non-zero), device loss
  * DPT_ERR_DEVICE and marks the backend lost. ctx may be NULL (enumeration). */
 dpt_status dpt_vk_check(dpt_vk_ctx *ctx, VkResult r, const char *call, size_t bytes);
+/* Returns (and clears) a validation error no call has reported yet: DPT_ERR_DEVICE with the
+ * layer's message. DPT_OK for a NULL ctx or when none is pending. */
+dpt_status dpt_vk_validation_status(dpt_vk_ctx *ctx);
+/* The guard around every vtable entry that works on the device: dpt_vk_enter refuses work on a
+ * lost device and reports a validation error raised since the last call; dpt_vk_leave(st)
+ * passes a failure through and otherwise reports one the call itself raised. */
+dpt_status dpt_vk_enter(dpt_backend *be);
+dpt_status dpt_vk_leave(dpt_backend *be, dpt_status st);
 
 /* ---- vk_memory.c ----------------------------------------------------------------------- */
 dpt_status dpt_vk_memory_init(dpt_vk_ctx *ctx);
