@@ -365,7 +365,7 @@ static void vk_fill_info(VkPhysicalDevice pd, int index, dpt_device_info *out) {
       out->memory_bytes += mp.memoryHeaps[h].size;
 }
 
-static dpt_status vk_device_count(int *count) {
+static dpt_status dpt_vk_device_count(int *count) {
   *count = 0;
   VkInstance inst;
   dpt_status st = vk_instance_create(NULL, &inst);
@@ -381,7 +381,7 @@ static dpt_status vk_device_count(int *count) {
   return DPT_OK;
 }
 
-static dpt_status vk_device_info(int index, dpt_device_info *out) {
+static dpt_status dpt_vk_device_info(int index, dpt_device_info *out) {
   VkInstance inst;
   dpt_status st = vk_instance_create(NULL, &inst);
   if (st != DPT_OK) return st;
@@ -404,7 +404,7 @@ static dpt_status vk_device_info(int index, dpt_device_info *out) {
 
 /* ---- backend lifetime ------------------------------------------------------------------ */
 
-static void vk_destroy(dpt_backend *be);
+static void dpt_vk_destroy(dpt_backend *be);
 
 static dpt_status vk_device_create(dpt_vk_ctx *ctx) {
   ctx->queue_family = vk_compute_family(ctx->phys);
@@ -444,7 +444,7 @@ static dpt_status vk_device_create(dpt_vk_ctx *ctx) {
   return DPT_OK;
 }
 
-static dpt_status vk_create(dpt_backend *be, int device) {
+static dpt_status dpt_vk_create(dpt_backend *be, int device) {
   dpt_vk_ctx *ctx = calloc(1, sizeof *ctx);
   if (!ctx) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "vulkan: out of host memory");
   ctx->be = be;
@@ -458,7 +458,7 @@ static dpt_status vk_create(dpt_backend *be, int device) {
 
   dpt_status st = vk_instance_create(ctx, &ctx->instance);
   if (st != DPT_OK) {
-    vk_destroy(be);
+    dpt_vk_destroy(be);
     return st;
   }
   VkPhysicalDevice *devs;
@@ -471,7 +471,7 @@ static dpt_status vk_create(dpt_backend *be, int device) {
   if (st == DPT_OK) ctx->phys = devs[device];
   free(devs);
   if (st != DPT_OK) {
-    vk_destroy(be);
+    dpt_vk_destroy(be);
     return st;
   }
   VkPhysicalDeviceMaintenance3Properties m3 = {
@@ -492,7 +492,7 @@ static dpt_status vk_create(dpt_backend *be, int device) {
                        ctx->props.deviceName, (unsigned)lim->maxComputeWorkGroupInvocations,
                        (unsigned)lim->maxComputeWorkGroupSize[0],
                        (unsigned)lim->maxComputeWorkGroupSize[1]);
-    vk_destroy(be);
+    dpt_vk_destroy(be);
     return st;
   }
   /* Test knob: a smaller maxStorageBufferRange, so tests reach the split dispatches with small
@@ -510,13 +510,13 @@ static dpt_status vk_create(dpt_backend *be, int device) {
   if (st == DPT_OK) st = dpt_vk_exec_init(ctx);
   if (st == DPT_OK) st = dpt_vk_validation_status(ctx);
   if (st != DPT_OK) {
-    vk_destroy(be);
+    dpt_vk_destroy(be);
     return st;
   }
   return DPT_OK;
 }
 
-static void vk_destroy(dpt_backend *be) {
+static void dpt_vk_destroy(dpt_backend *be) {
   dpt_vk_ctx *ctx = be->ctx;
   if (!ctx) return;
   if (ctx->device) {
@@ -533,79 +533,28 @@ static void vk_destroy(dpt_backend *be) {
   be->ctx = NULL;
 }
 
-/* ---- entry points ------------------------------------------------------------------------ */
-
-static dpt_status vk_synchronize(dpt_backend *be) {
+static dpt_status dpt_vk_synchronize(dpt_backend *be) {
   dpt_status st = dpt_vk_enter(be);
-  if (st == DPT_OK) st = dpt_vk_finish(be->ctx);
+  if (st == DPT_OK) st = dpt_vk_finish(dpt_vk_ctx_of(be));
   return dpt_vk_leave(be, st);
 }
 
-static dpt_status vk_buffer_alloc(dpt_backend *be, dpt_buffer *buf) {
-  dpt_status st = dpt_vk_enter(be);
-  if (st == DPT_OK) st = dpt_vk_buffer_alloc(be, buf);
-  return dpt_vk_leave(be, st);
-}
-
-static dpt_status vk_upload(dpt_backend *be, dpt_buffer *dst, size_t offset, const void *src,
-                            size_t bytes) {
-  dpt_status st = dpt_vk_enter(be);
-  if (st == DPT_OK) st = dpt_vk_upload(be, dst, offset, src, bytes);
-  return dpt_vk_leave(be, st);
-}
-
-static dpt_status vk_download(dpt_backend *be, const dpt_buffer *src, size_t offset, void *dst,
-                              size_t bytes) {
-  dpt_status st = dpt_vk_enter(be);
-  if (st == DPT_OK) st = dpt_vk_download(be, src, offset, dst, bytes);
-  return dpt_vk_leave(be, st);
-}
-
-static dpt_status vk_map(dpt_backend *be, dpt_buffer *buf, size_t offset, size_t bytes,
-                         void **ptr) {
-  (void)bytes;
-  dpt_status st = dpt_vk_enter(be);
-  if (st == DPT_OK) st = dpt_vk_map(be, buf, offset, ptr);
-  return dpt_vk_leave(be, st);
-}
-
-static dpt_status vk_copy(dpt_backend *be, dpt_buffer *dst, size_t dst_offset,
-                          const dpt_buffer *src, size_t src_offset, size_t bytes) {
-  dpt_status st = dpt_vk_enter(be);
-  if (st == DPT_OK) st = dpt_vk_copy(be, dst, dst_offset, src, src_offset, bytes);
-  return dpt_vk_leave(be, st);
-}
-
-static dpt_status vk_fill_f32(dpt_backend *be, dpt_buffer *dst, size_t offset_elems, size_t count,
-                              float value) {
-  dpt_status st = dpt_vk_enter(be);
-  if (st == DPT_OK) st = dpt_vk_fill_f32(be, dst, offset_elems, count, value);
-  return dpt_vk_leave(be, st);
-}
-
-#define DPT_VK_OP_WRAP_(NAME, name)                                                                \
-  static dpt_status vk_##name(dpt_backend *be, const dpt_##name##_args *a) {                       \
-    dpt_status st = dpt_vk_enter(be);                                                              \
-    if (st == DPT_OK) st = dpt_vk_op_##name(be->ctx, a);                                           \
-    return dpt_vk_leave(be, st);                                                                   \
-  }
-DPT_OP_MAP(DPT_VK_OP_WRAP_)
-#undef DPT_VK_OP_WRAP_
-
+/* Lifetime and synchronize are above; the memory entries are in vk_memory.c, the ops in vk_ops.c.
+ */
 const dpt_backend_vtable dpt_vulkan_vtable = {.kind = DPT_BACKEND_VULKAN,
-                                              .device_count = vk_device_count,
-                                              .device_info = vk_device_info,
-                                              .create = vk_create,
-                                              .destroy = vk_destroy,
-                                              .synchronize = vk_synchronize,
-                                              .buffer_alloc = vk_buffer_alloc,
+                                              .device_count = dpt_vk_device_count,
+                                              .device_info = dpt_vk_device_info,
+                                              .create = dpt_vk_create,
+                                              .destroy = dpt_vk_destroy,
+                                              .synchronize = dpt_vk_synchronize,
+                                              .buffer_alloc = dpt_vk_buffer_alloc,
                                               .buffer_free = dpt_vk_buffer_free,
-                                              .upload = vk_upload,
-                                              .download = vk_download,
-                                              .copy = vk_copy,
-                                              .fill_f32 = vk_fill_f32,
-                                              .map = vk_map,
-#define DPT_VK_OP_VT_(NAME, name) .name = vk_##name,
-                                              DPT_OP_MAP(DPT_VK_OP_VT_)
-#undef DPT_VK_OP_VT_
+                                              .upload = dpt_vk_upload,
+                                              .download = dpt_vk_download,
+                                              .copy = dpt_vk_copy,
+                                              .fill_f32 = dpt_vk_fill_f32,
+                                              .map = dpt_vk_map,
+#define DPT_VK_OP_ENTRY_(NAME, name) .name = dpt_vk_##name,
+                                              DPT_OP_MAP(DPT_VK_OP_ENTRY_)
+#undef DPT_VK_OP_ENTRY_
 };

@@ -248,6 +248,10 @@ typedef struct dpt_vk_ctx {
   VkPipeline pipes[DPT_VK_PIPE_COUNT]; /* created on first use */
 } dpt_vk_ctx;
 
+static inline dpt_vk_ctx *dpt_vk_ctx_of(dpt_backend *be) {
+  return (dpt_vk_ctx *)be->ctx;
+}
+
 /* ---- errors (vk_error.c) ---------------------------------------------------------------- */
 /* The name of a VkResult ("VK_ERROR_DEVICE_LOST"). */
 const char *dpt_vk_result_name(VkResult r);
@@ -277,12 +281,13 @@ void dpt_vk_memory_reclaim(dpt_vk_ctx *ctx);
 dpt_status dpt_vk_scratch(dpt_vk_ctx *ctx, VkDeviceSize bytes, dpt_vk_alloc **out);
 dpt_status dpt_vk_partials(dpt_vk_ctx *ctx, VkDeviceSize bytes, dpt_vk_alloc **out);
 
+/* The vtable's memory entries (contracts in backend_impl.h). map gives a host pointer in direct
+ * mode, after the buffer's pending work, else NULL. */
 dpt_status dpt_vk_buffer_alloc(dpt_backend *be, dpt_buffer *buf);
 void dpt_vk_buffer_free(dpt_backend *be, dpt_buffer *buf);
 dpt_status dpt_vk_upload(dpt_backend *be, dpt_buffer *dst, size_t offset, const void *src,
                          size_t bytes);
-/* Zero-copy host pointer to the buffer in direct mode (after its pending work), else NULL. */
-dpt_status dpt_vk_map(dpt_backend *be, dpt_buffer *buf, size_t offset, void **ptr);
+dpt_status dpt_vk_map(dpt_backend *be, dpt_buffer *buf, size_t offset, size_t bytes, void **ptr);
 dpt_status dpt_vk_download(dpt_backend *be, const dpt_buffer *src, size_t offset, void *dst,
                            size_t bytes);
 dpt_status dpt_vk_copy(dpt_backend *be, dpt_buffer *dst, size_t dst_offset, const dpt_buffer *src,
@@ -321,9 +326,9 @@ dpt_status dpt_vk_dispatch(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, const dpt_vk_win *
 /* Largest element count an element-wise op may give one dispatch for tensors of `esize`. */
 size_t dpt_vk_chunk_elems(const dpt_vk_ctx *ctx, size_t esize);
 
-/* ---- vk_ops.c: one entry per op of DPT_OP_MAP ------------------------------------------ */
+/* ---- vk_ops.c: one vtable entry per op of DPT_OP_MAP ---------------------------------- */
 #define DPT_VK_OP_DECL_(NAME, name)                                                                \
-  dpt_status dpt_vk_op_##name(dpt_vk_ctx *ctx, const dpt_##name##_args *a);
+  dpt_status dpt_vk_##name(dpt_backend *be, const dpt_##name##_args *a);
 DPT_OP_MAP(DPT_VK_OP_DECL_)
 #undef DPT_VK_OP_DECL_
 
