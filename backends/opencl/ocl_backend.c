@@ -131,7 +131,7 @@ static dpt_status find_device(int index, ocl_device *out) {
   return DPT_OK;
 }
 
-static dpt_status ocl_device_count(int *count) {
+static dpt_status dpt_ocl_device_count(int *count) {
   ocl_device *list;
   dpt_status st = enumerate(&list, count);
   free(list);
@@ -218,7 +218,7 @@ static dpt_status fill_info(const ocl_device *d, dpt_device_info *out) {
   return DPT_OK;
 }
 
-static dpt_status ocl_device_info(int index, dpt_device_info *out) {
+static dpt_status dpt_ocl_device_info(int index, dpt_device_info *out) {
   ocl_device d;
   dpt_status st = find_device(index, &d);
   if (st != DPT_OK) return st;
@@ -269,7 +269,7 @@ static dpt_status read_limits(dpt_ocl_ctx *c) {
   return DPT_OK;
 }
 
-static void ocl_destroy(dpt_backend *be) {
+static void dpt_ocl_destroy(dpt_backend *be) {
   dpt_ocl_ctx *c = dpt_ocl_ctx_of(be);
   if (!c) return;
   if (c->queue) clFinish(c->queue);
@@ -281,7 +281,7 @@ static void ocl_destroy(dpt_backend *be) {
   be->ctx = NULL;
 }
 
-static dpt_status ocl_create(dpt_backend *be, int device) {
+static dpt_status dpt_ocl_create(dpt_backend *be, int device) {
   ocl_device d;
   dpt_status st = find_device(device, &d);
   if (st != DPT_OK) return st;
@@ -307,7 +307,7 @@ static dpt_status ocl_create(dpt_backend *be, int device) {
     }
   }
   if (st == DPT_OK) st = read_limits(c);
-  if (st != DPT_OK) ocl_destroy(be);
+  if (st != DPT_OK) dpt_ocl_destroy(be);
   return st;
 }
 
@@ -317,7 +317,7 @@ static void check_lost(dpt_backend *be, cl_int err) {
     be->lost = 1;
 }
 
-static dpt_status ocl_synchronize(dpt_backend *be) {
+static dpt_status dpt_ocl_synchronize(dpt_backend *be) {
   cl_int err = clFinish(dpt_ocl_ctx_of(be)->queue);
   if (err != CL_SUCCESS) {
     be->lost = 1;
@@ -328,7 +328,7 @@ static dpt_status ocl_synchronize(dpt_backend *be) {
 
 /* ---- memory -------------------------------------------------------------------------------- */
 
-static dpt_status ocl_buffer_alloc(dpt_backend *be, dpt_buffer *buf) {
+static dpt_status dpt_ocl_buffer_alloc(dpt_backend *be, dpt_buffer *buf) {
   dpt_ocl_ctx *c = dpt_ocl_ctx_of(be);
   if (c->lim.max_alloc > 0 && buf->size > c->lim.max_alloc)
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY,
@@ -342,14 +342,14 @@ static dpt_status ocl_buffer_alloc(dpt_backend *be, dpt_buffer *buf) {
   return DPT_OK;
 }
 
-static void ocl_buffer_free(dpt_backend *be, dpt_buffer *buf) {
+static void dpt_ocl_buffer_free(dpt_backend *be, dpt_buffer *buf) {
   (void)be;
   clReleaseMemObject(dpt_ocl_mem(buf));
   buf->handle = NULL;
 }
 
-static dpt_status ocl_upload(dpt_backend *be, dpt_buffer *dst, size_t offset, const void *src,
-                             size_t bytes) {
+static dpt_status dpt_ocl_upload(dpt_backend *be, dpt_buffer *dst, size_t offset, const void *src,
+                                 size_t bytes) {
   cl_int err = clEnqueueWriteBuffer(dpt_ocl_ctx_of(be)->queue, dpt_ocl_mem(dst), CL_TRUE, offset,
                                     bytes, src, 0, NULL, NULL);
   if (err != CL_SUCCESS) {
@@ -359,8 +359,8 @@ static dpt_status ocl_upload(dpt_backend *be, dpt_buffer *dst, size_t offset, co
   return DPT_OK;
 }
 
-static dpt_status ocl_download(dpt_backend *be, const dpt_buffer *src, size_t offset, void *dst,
-                               size_t bytes) {
+static dpt_status dpt_ocl_download(dpt_backend *be, const dpt_buffer *src, size_t offset, void *dst,
+                                   size_t bytes) {
   cl_int err = clEnqueueReadBuffer(dpt_ocl_ctx_of(be)->queue, dpt_ocl_mem(src), CL_TRUE, offset,
                                    bytes, dst, 0, NULL, NULL);
   if (err != CL_SUCCESS) {
@@ -373,8 +373,8 @@ static dpt_status ocl_download(dpt_backend *be, const dpt_buffer *src, size_t of
 /* Zero-copy host access where the device works in host memory (a CPU device, or a GPU that
  * shares it): a blocking map, which waits for the commands before it. A discrete GPU's map
  * would be a hidden copy, so it reports none and the caller stages. */
-static dpt_status ocl_map(dpt_backend *be, dpt_buffer *buf, size_t offset, size_t bytes,
-                          void **ptr) {
+static dpt_status dpt_ocl_map(dpt_backend *be, dpt_buffer *buf, size_t offset, size_t bytes,
+                              void **ptr) {
   *ptr = NULL;
   if (be->info.type != DPT_DEVICE_CPU && be->info.type != DPT_DEVICE_GPU_INTEGRATED) return DPT_OK;
   cl_int err;
@@ -388,7 +388,7 @@ static dpt_status ocl_map(dpt_backend *be, dpt_buffer *buf, size_t offset, size_
   return DPT_OK;
 }
 
-static dpt_status ocl_unmap(dpt_backend *be, dpt_buffer *buf, void *ptr) {
+static dpt_status dpt_ocl_unmap(dpt_backend *be, dpt_buffer *buf, void *ptr) {
   cl_int err =
       clEnqueueUnmapMemObject(dpt_ocl_ctx_of(be)->queue, dpt_ocl_mem(buf), ptr, 0, NULL, NULL);
   if (err != CL_SUCCESS) {
@@ -398,16 +398,16 @@ static dpt_status ocl_unmap(dpt_backend *be, dpt_buffer *buf, void *ptr) {
   return DPT_OK;
 }
 
-static dpt_status ocl_copy(dpt_backend *be, dpt_buffer *dst, size_t dst_offset,
-                           const dpt_buffer *src, size_t src_offset, size_t bytes) {
+static dpt_status dpt_ocl_copy(dpt_backend *be, dpt_buffer *dst, size_t dst_offset,
+                               const dpt_buffer *src, size_t src_offset, size_t bytes) {
   cl_int err = clEnqueueCopyBuffer(dpt_ocl_ctx_of(be)->queue, dpt_ocl_mem(src), dpt_ocl_mem(dst),
                                    src_offset, dst_offset, bytes, 0, NULL, NULL);
   if (err != CL_SUCCESS) return dpt_ocl_fail(err, "clEnqueueCopyBuffer", "copy", bytes);
   return DPT_OK;
 }
 
-static dpt_status ocl_fill_f32(dpt_backend *be, dpt_buffer *dst, size_t offset_elems, size_t count,
-                               float value) {
+static dpt_status dpt_ocl_fill_f32(dpt_backend *be, dpt_buffer *dst, size_t offset_elems,
+                                   size_t count, float value) {
   cl_float pattern = value;
   cl_int err =
       clEnqueueFillBuffer(dpt_ocl_ctx_of(be)->queue, dpt_ocl_mem(dst), &pattern, sizeof pattern,
@@ -418,20 +418,20 @@ static dpt_status ocl_fill_f32(dpt_backend *be, dpt_buffer *dst, size_t offset_e
 }
 
 const dpt_backend_vtable dpt_opencl_vtable = {.kind = DPT_BACKEND_OPENCL,
-                                              .device_count = ocl_device_count,
-                                              .device_info = ocl_device_info,
-                                              .create = ocl_create,
-                                              .destroy = ocl_destroy,
-                                              .synchronize = ocl_synchronize,
-                                              .buffer_alloc = ocl_buffer_alloc,
-                                              .buffer_free = ocl_buffer_free,
-                                              .upload = ocl_upload,
-                                              .download = ocl_download,
-                                              .copy = ocl_copy,
-                                              .fill_f32 = ocl_fill_f32,
-                                              .map = ocl_map,
-                                              .unmap = ocl_unmap,
-#define DPT_OCL_VT_OP_(NAME, name) .name = dpt_ocl_##name,
-                                              DPT_OP_MAP(DPT_OCL_VT_OP_)
-#undef DPT_OCL_VT_OP_
+                                              .device_count = dpt_ocl_device_count,
+                                              .device_info = dpt_ocl_device_info,
+                                              .create = dpt_ocl_create,
+                                              .destroy = dpt_ocl_destroy,
+                                              .synchronize = dpt_ocl_synchronize,
+                                              .buffer_alloc = dpt_ocl_buffer_alloc,
+                                              .buffer_free = dpt_ocl_buffer_free,
+                                              .upload = dpt_ocl_upload,
+                                              .download = dpt_ocl_download,
+                                              .copy = dpt_ocl_copy,
+                                              .fill_f32 = dpt_ocl_fill_f32,
+                                              .map = dpt_ocl_map,
+                                              .unmap = dpt_ocl_unmap,
+#define DPT_OCL_OP_ENTRY_(NAME, name) .name = dpt_ocl_##name,
+                                              DPT_OP_MAP(DPT_OCL_OP_ENTRY_)
+#undef DPT_OCL_OP_ENTRY_
 };
