@@ -36,6 +36,50 @@ static int type_rank(cl_device_id dev) {
   return 3;
 }
 
+/* Appends the devices of platform `plat` to list[*n] and their ranks to rank[*n], growing both
+ * arrays. One query per platform (CL_DEVICE_TYPE_ALL), so no call fails merely because a
+ * platform lacks a device type; a platform without devices, or a broken one, adds nothing and
+ * must not hide the working ones. */
+static dpt_status append_devices(cl_platform_id plat, ocl_device **list, int **rank, size_t *n) {
+  cl_uint ndev = 0;
+  cl_int err = clGetDeviceIDs(plat, CL_DEVICE_TYPE_ALL, 0, NULL, &ndev);
+  if (err != CL_SUCCESS || ndev == 0) return DPT_OK;
+  cl_device_id *ids = malloc(ndev * sizeof *ids);
+  ocl_device *grown = realloc(*list, (*n + ndev) * sizeof **list);
+  if (grown) *list = grown;
+  int *grown_rank = realloc(*rank, (*n + ndev) * sizeof **rank);
+  if (grown_rank) *rank = grown_rank;
+  if (!ids || !grown || !grown_rank) {
+    free(ids);
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "OpenCL enumeration: out of memory");
+  }
+  if (clGetDeviceIDs(plat, CL_DEVICE_TYPE_ALL, ndev, ids, NULL) == CL_SUCCESS) {
+    for (cl_uint d = 0; d < ndev; ++d) {
+      (*list)[*n].platform = plat;
+      (*list)[*n].device = ids[d];
+      (*rank)[*n] = type_rank(ids[d]);
+      ++*n;
+    }
+  }
+  free(ids);
+  return DPT_OK;
+}
+
+/* Stable insertion sort of list[0, n) by rank (ranks move along). */
+static void sort_by_rank(ocl_device *list, int *rank, size_t n) {
+  for (size_t i = 1; i < n; ++i) {
+    ocl_device d = list[i];
+    int r = rank[i];
+    size_t j = i;
+    for (; j > 0 && rank[j - 1] > r; --j) {
+      list[j] = list[j - 1];
+      rank[j] = rank[j - 1];
+    }
+    list[j] = d;
+    rank[j] = r;
+  }
+}
+
 /* Lists every device in enumeration order into *out (malloc'ed, *count entries; NULL when
  * there are none). No platform: *count = 0, DPT_OK, the reason as the thread's message. */
 static dpt_status enumerate(ocl_device **out, int *count) {
@@ -58,54 +102,20 @@ static dpt_status enumerate(ocl_device **out, int *count) {
   }
 
   /* Every device of every platform in the loader's and platforms' order, each with its rank;
-   * then a stable insertion sort by rank. One query per platform (CL_DEVICE_TYPE_ALL), so no
-   * call fails merely because a platform lacks a device type. */
+   * then a stable sort by rank. */
   dpt_status st = DPT_OK;
   ocl_device *list = NULL;
   int *rank = NULL;
   size_t n = 0;
-  for (cl_uint p = 0; p < nplat && st == DPT_OK; ++p) {
-    cl_uint ndev = 0;
-    err = clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &ndev);
-    /* No device, or a broken platform: it must not hide the working ones. */
-    if (err != CL_SUCCESS || ndev == 0) continue;
-    cl_device_id *ids = malloc(ndev * sizeof *ids);
-    ocl_device *grown = realloc(list, (n + ndev) * sizeof *list);
-    if (grown) list = grown;
-    int *grown_rank = realloc(rank, (n + ndev) * sizeof *rank);
-    if (grown_rank) rank = grown_rank;
-    if (!ids || !grown || !grown_rank) {
-      free(ids);
-      st = dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "OpenCL enumeration: out of memory");
-      break;
-    }
-    if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, ndev, ids, NULL) == CL_SUCCESS) {
-      for (cl_uint d = 0; d < ndev; ++d) {
-        list[n].platform = plats[p];
-        list[n].device = ids[d];
-        rank[n] = type_rank(ids[d]);
-        ++n;
-      }
-    }
-    free(ids);
-  }
+  for (cl_uint p = 0; p < nplat && st == DPT_OK; ++p)
+    st = append_devices(plats[p], &list, &rank, &n);
   free(plats);
   if (st != DPT_OK) {
     free(list);
     free(rank);
     return st;
   }
-  for (size_t i = 1; i < n; ++i) {
-    ocl_device d = list[i];
-    int r = rank[i];
-    size_t j = i;
-    for (; j > 0 && rank[j - 1] > r; --j) {
-      list[j] = list[j - 1];
-      rank[j] = rank[j - 1];
-    }
-    list[j] = d;
-    rank[j] = r;
-  }
+  sort_by_rank(list, rank, n);
   free(rank);
   if (n == 0) dpt_set_error(DPT_OK, "OpenCL platforms found, but none has a device");
   if (n > 1000) n = 1000; /* fits an int comfortably; no machine comes close */

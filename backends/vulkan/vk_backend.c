@@ -108,19 +108,61 @@ static int vk_has_extension(VkPhysicalDevice phys, const char *layer, const char
 
 /* ---- instance and physical devices ----------------------------------------------------- */
 
+/* The Vulkan version of the loader; DPT_ERR_UNSUPPORTED below 1.1, which the backend needs. */
+static dpt_status vk_loader_version(uint32_t *api) {
+  *api = VK_API_VERSION_1_0;
+  PFN_vkEnumerateInstanceVersion enum_version =
+      (PFN_vkEnumerateInstanceVersion)vkGetInstanceProcAddr(NULL, "vkEnumerateInstanceVersion");
+  if (enum_version && enum_version(api) != VK_SUCCESS) *api = VK_API_VERSION_1_0;
+  if (*api < VK_API_VERSION_1_1)
+    return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                         "vulkan: the Vulkan loader supports version %u.%u, 1.1 is needed",
+                         VK_API_VERSION_MAJOR(*api), VK_API_VERSION_MINOR(*api));
+  return DPT_OK;
+}
+
+/* What DPT_VULKAN_VALIDATION=1 needs: the validation layer, and debug utils from the
+ * implementation or the layer. DPT_ERR_UNSUPPORTED naming what is missing. */
+static dpt_status vk_validation_available(void) {
+  dpt_status st = DPT_OK;
+  if (!vk_has_layer(DPT_VK_VALIDATION_LAYER, &st)) {
+    if (st != DPT_OK) return st;
+    return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                         "vulkan: DPT_VULKAN_VALIDATION=1 but the layer %s is not installed "
+                         "(apt-get install vulkan-validationlayers)",
+                         DPT_VK_VALIDATION_LAYER);
+  }
+  if (!vk_has_extension(VK_NULL_HANDLE, NULL, VK_EXT_DEBUG_UTILS_EXTENSION_NAME) &&
+      !vk_has_extension(VK_NULL_HANDLE, DPT_VK_VALIDATION_LAYER, VK_EXT_DEBUG_UTILS_EXTENSION_NAME))
+    return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                         "vulkan: DPT_VULKAN_VALIDATION=1 but %s is not available",
+                         VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
+  return DPT_OK;
+}
+
+/* Registers ctx's messenger (`dbg`) on instance `inst`; the caller destroys the instance when
+ * this fails. */
+static dpt_status vk_messenger_create(dpt_vk_ctx *ctx, VkInstance inst,
+                                      const VkDebugUtilsMessengerCreateInfoEXT *dbg) {
+  PFN_vkCreateDebugUtilsMessengerEXT create_messenger =
+      (PFN_vkCreateDebugUtilsMessengerEXT)vkGetInstanceProcAddr(inst,
+                                                                "vkCreateDebugUtilsMessengerEXT");
+  ctx->destroy_messenger = (PFN_vkDestroyDebugUtilsMessengerEXT)vkGetInstanceProcAddr(
+      inst, "vkDestroyDebugUtilsMessengerEXT");
+  if (!create_messenger || !ctx->destroy_messenger)
+    return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                         "vulkan: vkCreateDebugUtilsMessengerEXT is not available");
+  return dpt_vk_check(NULL, create_messenger(inst, dbg, NULL, &ctx->messenger),
+                      "vkCreateDebugUtilsMessengerEXT", 0);
+}
+
 /* Creates an instance. With `ctx` and validation requested, enables the validation layer and
  * debug utils and registers the messenger. A missing driver is DPT_ERR_UNSUPPORTED with the
  * install hint. */
 static dpt_status vk_instance_create(dpt_vk_ctx *ctx, VkInstance *out) {
   *out = VK_NULL_HANDLE;
-  uint32_t api = VK_API_VERSION_1_0;
-  PFN_vkEnumerateInstanceVersion enum_version =
-      (PFN_vkEnumerateInstanceVersion)vkGetInstanceProcAddr(NULL, "vkEnumerateInstanceVersion");
-  if (enum_version && enum_version(&api) != VK_SUCCESS) api = VK_API_VERSION_1_0;
-  if (api < VK_API_VERSION_1_1)
-    return dpt_set_error(DPT_ERR_UNSUPPORTED,
-                         "vulkan: the Vulkan loader supports version %u.%u, 1.1 is needed",
-                         VK_API_VERSION_MAJOR(api), VK_API_VERSION_MINOR(api));
+  uint32_t api;
+  DPT_TRY(vk_loader_version(&api));
 
   VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
                            .pApplicationName = "dptrain",
@@ -147,20 +189,7 @@ static dpt_status vk_instance_create(dpt_vk_ctx *ctx, VkInstance *out) {
                                       .pEnabledValidationFeatures = &sync};
   int validation = ctx && ctx->validation;
   if (validation) {
-    dpt_status st = DPT_OK;
-    if (!vk_has_layer(DPT_VK_VALIDATION_LAYER, &st)) {
-      if (st != DPT_OK) return st;
-      return dpt_set_error(DPT_ERR_UNSUPPORTED,
-                           "vulkan: DPT_VULKAN_VALIDATION=1 but the layer %s is not installed "
-                           "(apt-get install vulkan-validationlayers)",
-                           DPT_VK_VALIDATION_LAYER);
-    }
-    if (!vk_has_extension(VK_NULL_HANDLE, NULL, VK_EXT_DEBUG_UTILS_EXTENSION_NAME) &&
-        !vk_has_extension(VK_NULL_HANDLE, DPT_VK_VALIDATION_LAYER,
-                          VK_EXT_DEBUG_UTILS_EXTENSION_NAME))
-      return dpt_set_error(DPT_ERR_UNSUPPORTED,
-                           "vulkan: DPT_VULKAN_VALIDATION=1 but %s is not available",
-                           VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
+    DPT_TRY(vk_validation_available());
     layers[nlayers++] = DPT_VK_VALIDATION_LAYER;
     exts[nexts++] = VK_EXT_DEBUG_UTILS_EXTENSION_NAME;
     /* Also covers messages from vkCreateInstance/vkDestroyInstance themselves. */
@@ -188,22 +217,11 @@ static dpt_status vk_instance_create(dpt_vk_ctx *ctx, VkInstance *out) {
     return dpt_vk_check(NULL, r, "vkCreateInstance", 0);
   }
   if (validation) {
-    PFN_vkCreateDebugUtilsMessengerEXT create_messenger =
-        (PFN_vkCreateDebugUtilsMessengerEXT)vkGetInstanceProcAddr(*out,
-                                                                  "vkCreateDebugUtilsMessengerEXT");
-    ctx->destroy_messenger = (PFN_vkDestroyDebugUtilsMessengerEXT)vkGetInstanceProcAddr(
-        *out, "vkDestroyDebugUtilsMessengerEXT");
-    if (!create_messenger || !ctx->destroy_messenger) {
+    dpt_status st = vk_messenger_create(ctx, *out, &dbg);
+    if (st != DPT_OK) {
       vkDestroyInstance(*out, NULL);
       *out = VK_NULL_HANDLE;
-      return dpt_set_error(DPT_ERR_UNSUPPORTED,
-                           "vulkan: vkCreateDebugUtilsMessengerEXT is not available");
-    }
-    r = create_messenger(*out, &dbg, NULL, &ctx->messenger);
-    if (r != VK_SUCCESS) {
-      vkDestroyInstance(*out, NULL);
-      *out = VK_NULL_HANDLE;
-      return dpt_vk_check(NULL, r, "vkCreateDebugUtilsMessengerEXT", 0);
+      return st;
     }
   }
   return DPT_OK;
@@ -406,6 +424,53 @@ static dpt_status dpt_vk_device_info(int index, dpt_device_info *out) {
 
 static void dpt_vk_destroy(dpt_backend *be);
 
+/* ctx->phys = physical device `device` of the backend's order. */
+static dpt_status vk_pick_device(dpt_vk_ctx *ctx, int device) {
+  VkPhysicalDevice *devs;
+  uint32_t n;
+  dpt_status st = vk_physical_devices(ctx->instance, &devs, &n);
+  if (st == DPT_OK && n == 0) st = DPT_ERR_UNSUPPORTED; /* message set by vk_physical_devices */
+  if (st == DPT_OK && (device < 0 || (uint32_t)device >= n))
+    st = dpt_set_error(DPT_ERR_INVALID_ARG, "vulkan: device %d does not exist (%u devices)", device,
+                       n);
+  if (st == DPT_OK) ctx->phys = devs[device];
+  free(devs);
+  return st;
+}
+
+/* Reads the properties, limits and memory types of ctx->phys into ctx, refusing a device whose
+ * workgroups are too small for the shaders. */
+static dpt_status vk_read_properties(dpt_vk_ctx *ctx) {
+  VkPhysicalDeviceMaintenance3Properties m3 = {
+      .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
+  VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+                                    .pNext = &m3};
+  vkGetPhysicalDeviceProperties2(ctx->phys, &p2);
+  ctx->props = p2.properties;
+  ctx->max_allocation = m3.maxMemoryAllocationSize;
+  /* The shaders' workgroups: 256 x 1 (DPT_VK_WG) and 32 x 8; the spec guarantees only 128
+   * invocations. A device below that is refused here, not at its first pipeline. */
+  const VkPhysicalDeviceLimits *lim = &ctx->props.limits;
+  if (lim->maxComputeWorkGroupInvocations < DPT_VK_WG ||
+      lim->maxComputeWorkGroupSize[0] < DPT_VK_WG || lim->maxComputeWorkGroupSize[1] < 8)
+    return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                         "vulkan: %s allows workgroups of %u invocations (%u x %u), the shaders "
+                         "need 256 invocations and sizes of at least 256 x 8",
+                         ctx->props.deviceName, (unsigned)lim->maxComputeWorkGroupInvocations,
+                         (unsigned)lim->maxComputeWorkGroupSize[0],
+                         (unsigned)lim->maxComputeWorkGroupSize[1]);
+  /* Test knob: a smaller maxStorageBufferRange, so tests reach the split dispatches with small
+   * tensors. */
+  const char *range = getenv("DPT_VULKAN_TEST_MAX_RANGE");
+  if (range) {
+    unsigned long v = strtoul(range, NULL, 10);
+    if (v >= 1024 && v < ctx->props.limits.maxStorageBufferRange)
+      ctx->props.limits.maxStorageBufferRange = (uint32_t)v;
+  }
+  vkGetPhysicalDeviceMemoryProperties(ctx->phys, &ctx->memprops);
+  return DPT_OK;
+}
+
 static dpt_status vk_device_create(dpt_vk_ctx *ctx) {
   ctx->queue_family = vk_compute_family(ctx->phys);
   float prio = 1.0f;
@@ -457,63 +522,14 @@ static dpt_status dpt_vk_create(dpt_backend *be, int device) {
   be->ctx = ctx;
 
   dpt_status st = vk_instance_create(ctx, &ctx->instance);
-  if (st != DPT_OK) {
-    dpt_vk_destroy(be);
-    return st;
-  }
-  VkPhysicalDevice *devs;
-  uint32_t n;
-  st = vk_physical_devices(ctx->instance, &devs, &n);
-  if (st == DPT_OK && n == 0) st = DPT_ERR_UNSUPPORTED; /* message set above */
-  if (st == DPT_OK && (device < 0 || (uint32_t)device >= n))
-    st = dpt_set_error(DPT_ERR_INVALID_ARG, "vulkan: device %d does not exist (%u devices)", device,
-                       n);
-  if (st == DPT_OK) ctx->phys = devs[device];
-  free(devs);
-  if (st != DPT_OK) {
-    dpt_vk_destroy(be);
-    return st;
-  }
-  VkPhysicalDeviceMaintenance3Properties m3 = {
-      .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
-  VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
-                                    .pNext = &m3};
-  vkGetPhysicalDeviceProperties2(ctx->phys, &p2);
-  ctx->props = p2.properties;
-  ctx->max_allocation = m3.maxMemoryAllocationSize;
-  /* The shaders' workgroups: 256 x 1 (DPT_VK_WG) and 32 x 8; the spec guarantees only 128
-   * invocations. A device below that is refused here, not at its first pipeline. */
-  const VkPhysicalDeviceLimits *lim = &ctx->props.limits;
-  if (lim->maxComputeWorkGroupInvocations < DPT_VK_WG ||
-      lim->maxComputeWorkGroupSize[0] < DPT_VK_WG || lim->maxComputeWorkGroupSize[1] < 8) {
-    st = dpt_set_error(DPT_ERR_UNSUPPORTED,
-                       "vulkan: %s allows workgroups of %u invocations (%u x %u), the shaders need "
-                       "256 invocations and sizes of at least 256 x 8",
-                       ctx->props.deviceName, (unsigned)lim->maxComputeWorkGroupInvocations,
-                       (unsigned)lim->maxComputeWorkGroupSize[0],
-                       (unsigned)lim->maxComputeWorkGroupSize[1]);
-    dpt_vk_destroy(be);
-    return st;
-  }
-  /* Test knob: a smaller maxStorageBufferRange, so tests reach the split dispatches with small
-   * tensors. */
-  const char *range = getenv("DPT_VULKAN_TEST_MAX_RANGE");
-  if (range) {
-    unsigned long v = strtoul(range, NULL, 10);
-    if (v >= 1024 && v < ctx->props.limits.maxStorageBufferRange)
-      ctx->props.limits.maxStorageBufferRange = (uint32_t)v;
-  }
-  vkGetPhysicalDeviceMemoryProperties(ctx->phys, &ctx->memprops);
-
-  st = vk_device_create(ctx);
+  if (st == DPT_OK) st = vk_pick_device(ctx, device);
+  if (st == DPT_OK) st = vk_read_properties(ctx);
+  if (st == DPT_OK) st = vk_device_create(ctx);
   if (st == DPT_OK) st = dpt_vk_memory_init(ctx);
   if (st == DPT_OK) st = dpt_vk_exec_init(ctx);
   if (st == DPT_OK) st = dpt_vk_validation_status(ctx);
-  if (st != DPT_OK) {
-    dpt_vk_destroy(be);
-    return st;
-  }
-  return DPT_OK;
+  if (st != DPT_OK) dpt_vk_destroy(be);
+  return st;
 }
 
 static void dpt_vk_destroy(dpt_backend *be) {
