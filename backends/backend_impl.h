@@ -10,6 +10,11 @@
  * Entries marked optional may be NULL: the wrapper supplies the default (through host memory
  * for copy/fill, nothing for synchronize); an op entry left NULL makes the op return
  * DPT_ERR_UNSUPPORTED.
+ *
+ * A backend fills its vtable with its own functions, named dpt_<backend>_<entry> (dpt_cpu_gemm,
+ * dpt_ocl_upload, dpt_vk_relu_fwd) and typed exactly as the slot: an entry that works on a
+ * backend takes the dpt_backend and finds its context in be->ctx itself, so nothing sits
+ * between the vtable and the code.
  */
 #ifndef DPTRAIN_BACKEND_IMPL_H
 #define DPTRAIN_BACKEND_IMPL_H

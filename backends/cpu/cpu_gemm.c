@@ -25,9 +25,9 @@
  * read, so NaN in C does not propagate.
  *
  * The micro-kernels are written with GCC/Clang vector extensions rather than left to the
- * auto-vectorizer: with plain nested loops GCC 12 vectorizes the wrong loop of the tile,
- * spills the accumulators and shuffles them (measured), while the vector types keep them in
- * registers under any -O level >= 1. Kernels, picked once at run time:
+ * auto-vectorizer, so the accumulators stay in registers under any -O level >= 1; from plain
+ * nested loops GCC vectorizes the wrong loop of the tile and spills and shuffles them. Kernels,
+ * picked once at run time:
  *   baseline  MR=6, NR=8,  4-wide vectors: 12 accumulator registers of the 16 in SSE2;
  *   avx2+fma  MR=6, NR=16, 8-wide vectors: 12 of 16 ymm registers; compiled with a target
  *             attribute and used only where __builtin_cpu_supports reports AVX2 and FMA.

@@ -36,6 +36,50 @@ static int type_rank(cl_device_id dev) {
   return 3;
 }
 
+/* Appends the devices of platform `plat` to list[*n] and their ranks to rank[*n], growing both
+ * arrays. One query per platform (CL_DEVICE_TYPE_ALL), so no call fails merely because a
+ * platform lacks a device type; a platform without devices, or a broken one, adds nothing and
+ * must not hide the working ones. */
+static dpt_status append_devices(cl_platform_id plat, ocl_device **list, int **rank, size_t *n) {
+  cl_uint ndev = 0;
+  cl_int err = clGetDeviceIDs(plat, CL_DEVICE_TYPE_ALL, 0, NULL, &ndev);
+  if (err != CL_SUCCESS || ndev == 0) return DPT_OK;
+  cl_device_id *ids = malloc(ndev * sizeof *ids);
+  ocl_device *grown = realloc(*list, (*n + ndev) * sizeof **list);
+  if (grown) *list = grown;
+  int *grown_rank = realloc(*rank, (*n + ndev) * sizeof **rank);
+  if (grown_rank) *rank = grown_rank;
+  if (!ids || !grown || !grown_rank) {
+    free(ids);
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "OpenCL enumeration: out of memory");
+  }
+  if (clGetDeviceIDs(plat, CL_DEVICE_TYPE_ALL, ndev, ids, NULL) == CL_SUCCESS) {
+    for (cl_uint d = 0; d < ndev; ++d) {
+      (*list)[*n].platform = plat;
+      (*list)[*n].device = ids[d];
+      (*rank)[*n] = type_rank(ids[d]);
+      ++*n;
+    }
+  }
+  free(ids);
+  return DPT_OK;
+}
+
+/* Stable insertion sort of list[0, n) by rank (ranks move along). */
+static void sort_by_rank(ocl_device *list, int *rank, size_t n) {
+  for (size_t i = 1; i < n; ++i) {
+    ocl_device d = list[i];
+    int r = rank[i];
+    size_t j = i;
+    for (; j > 0 && rank[j - 1] > r; --j) {
+      list[j] = list[j - 1];
+      rank[j] = rank[j - 1];
+    }
+    list[j] = d;
+    rank[j] = r;
+  }
+}
+
 /* Lists every device in enumeration order into *out (malloc'ed, *count entries; NULL when
  * there are none). No platform: *count = 0, DPT_OK, the reason as the thread's message. */
 static dpt_status enumerate(ocl_device **out, int *count) {
@@ -58,54 +102,20 @@ static dpt_status enumerate(ocl_device **out, int *count) {
   }
 
   /* Every device of every platform in the loader's and platforms' order, each with its rank;
-   * then a stable insertion sort by rank. One query per platform (CL_DEVICE_TYPE_ALL), so no
-   * call fails merely because a platform lacks a device type. */
+   * then a stable sort by rank. */
   dpt_status st = DPT_OK;
   ocl_device *list = NULL;
   int *rank = NULL;
   size_t n = 0;
-  for (cl_uint p = 0; p < nplat && st == DPT_OK; ++p) {
-    cl_uint ndev = 0;
-    err = clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &ndev);
-    /* No device, or a broken platform: it must not hide the working ones. */
-    if (err != CL_SUCCESS || ndev == 0) continue;
-    cl_device_id *ids = malloc(ndev * sizeof *ids);
-    ocl_device *grown = realloc(list, (n + ndev) * sizeof *list);
-    if (grown) list = grown;
-    int *grown_rank = realloc(rank, (n + ndev) * sizeof *rank);
-    if (grown_rank) rank = grown_rank;
-    if (!ids || !grown || !grown_rank) {
-      free(ids);
-      st = dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "OpenCL enumeration: out of memory");
-      break;
-    }
-    if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, ndev, ids, NULL) == CL_SUCCESS) {
-      for (cl_uint d = 0; d < ndev; ++d) {
-        list[n].platform = plats[p];
-        list[n].device = ids[d];
-        rank[n] = type_rank(ids[d]);
-        ++n;
-      }
-    }
-    free(ids);
-  }
+  for (cl_uint p = 0; p < nplat && st == DPT_OK; ++p)
+    st = append_devices(plats[p], &list, &rank, &n);
   free(plats);
   if (st != DPT_OK) {
     free(list);
     free(rank);
     return st;
   }
-  for (size_t i = 1; i < n; ++i) {
-    ocl_device d = list[i];
-    int r = rank[i];
-    size_t j = i;
-    for (; j > 0 && rank[j - 1] > r; --j) {
-      list[j] = list[j - 1];
-      rank[j] = rank[j - 1];
-    }
-    list[j] = d;
-    rank[j] = r;
-  }
+  sort_by_rank(list, rank, n);
   free(rank);
   if (n == 0) dpt_set_error(DPT_OK, "OpenCL platforms found, but none has a device");
   if (n > 1000) n = 1000; /* fits an int comfortably; no machine comes close */
@@ -131,7 +141,7 @@ static dpt_status find_device(int index, ocl_device *out) {
   return DPT_OK;
 }
 
-static dpt_status ocl_device_count(int *count) {
+static dpt_status dpt_ocl_device_count(int *count) {
   ocl_device *list;
   dpt_status st = enumerate(&list, count);
   free(list);
@@ -218,7 +228,7 @@ static dpt_status fill_info(const ocl_device *d, dpt_device_info *out) {
   return DPT_OK;
 }
 
-static dpt_status ocl_device_info(int index, dpt_device_info *out) {
+static dpt_status dpt_ocl_device_info(int index, dpt_device_info *out) {
   ocl_device d;
   dpt_status st = find_device(index, &d);
   if (st != DPT_OK) return st;
@@ -269,7 +279,7 @@ static dpt_status read_limits(dpt_ocl_ctx *c) {
   return DPT_OK;
 }
 
-static void ocl_destroy(dpt_backend *be) {
+static void dpt_ocl_destroy(dpt_backend *be) {
   dpt_ocl_ctx *c = dpt_ocl_ctx_of(be);
   if (!c) return;
   if (c->queue) clFinish(c->queue);
@@ -281,7 +291,7 @@ static void ocl_destroy(dpt_backend *be) {
   be->ctx = NULL;
 }
 
-static dpt_status ocl_create(dpt_backend *be, int device) {
+static dpt_status dpt_ocl_create(dpt_backend *be, int device) {
   ocl_device d;
   dpt_status st = find_device(device, &d);
   if (st != DPT_OK) return st;
@@ -307,7 +317,7 @@ static dpt_status ocl_create(dpt_backend *be, int device) {
     }
   }
   if (st == DPT_OK) st = read_limits(c);
-  if (st != DPT_OK) ocl_destroy(be);
+  if (st != DPT_OK) dpt_ocl_destroy(be);
   return st;
 }
 
@@ -317,7 +327,7 @@ static void check_lost(dpt_backend *be, cl_int err) {
     be->lost = 1;
 }
 
-static dpt_status ocl_synchronize(dpt_backend *be) {
+static dpt_status dpt_ocl_synchronize(dpt_backend *be) {
   cl_int err = clFinish(dpt_ocl_ctx_of(be)->queue);
   if (err != CL_SUCCESS) {
     be->lost = 1;
@@ -328,7 +338,7 @@ static dpt_status ocl_synchronize(dpt_backend *be) {
 
 /* ---- memory -------------------------------------------------------------------------------- */
 
-static dpt_status ocl_buffer_alloc(dpt_backend *be, dpt_buffer *buf) {
+static dpt_status dpt_ocl_buffer_alloc(dpt_backend *be, dpt_buffer *buf) {
   dpt_ocl_ctx *c = dpt_ocl_ctx_of(be);
   if (c->lim.max_alloc > 0 && buf->size > c->lim.max_alloc)
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY,
@@ -342,14 +352,14 @@ static dpt_status ocl_buffer_alloc(dpt_backend *be, dpt_buffer *buf) {
   return DPT_OK;
 }
 
-static void ocl_buffer_free(dpt_backend *be, dpt_buffer *buf) {
+static void dpt_ocl_buffer_free(dpt_backend *be, dpt_buffer *buf) {
   (void)be;
   clReleaseMemObject(dpt_ocl_mem(buf));
   buf->handle = NULL;
 }
 
-static dpt_status ocl_upload(dpt_backend *be, dpt_buffer *dst, size_t offset, const void *src,
-                             size_t bytes) {
+static dpt_status dpt_ocl_upload(dpt_backend *be, dpt_buffer *dst, size_t offset, const void *src,
+                                 size_t bytes) {
   cl_int err = clEnqueueWriteBuffer(dpt_ocl_ctx_of(be)->queue, dpt_ocl_mem(dst), CL_TRUE, offset,
                                     bytes, src, 0, NULL, NULL);
   if (err != CL_SUCCESS) {
@@ -359,8 +369,8 @@ static dpt_status ocl_upload(dpt_backend *be, dpt_buffer *dst, size_t offset, co
   return DPT_OK;
 }
 
-static dpt_status ocl_download(dpt_backend *be, const dpt_buffer *src, size_t offset, void *dst,
-                               size_t bytes) {
+static dpt_status dpt_ocl_download(dpt_backend *be, const dpt_buffer *src, size_t offset, void *dst,
+                                   size_t bytes) {
   cl_int err = clEnqueueReadBuffer(dpt_ocl_ctx_of(be)->queue, dpt_ocl_mem(src), CL_TRUE, offset,
                                    bytes, dst, 0, NULL, NULL);
   if (err != CL_SUCCESS) {
@@ -373,8 +383,8 @@ static dpt_status ocl_download(dpt_backend *be, const dpt_buffer *src, size_t of
 /* Zero-copy host access where the device works in host memory (a CPU device, or a GPU that
  * shares it): a blocking map, which waits for the commands before it. A discrete GPU's map
  * would be a hidden copy, so it reports none and the caller stages. */
-static dpt_status ocl_map(dpt_backend *be, dpt_buffer *buf, size_t offset, size_t bytes,
-                          void **ptr) {
+static dpt_status dpt_ocl_map(dpt_backend *be, dpt_buffer *buf, size_t offset, size_t bytes,
+                              void **ptr) {
   *ptr = NULL;
   if (be->info.type != DPT_DEVICE_CPU && be->info.type != DPT_DEVICE_GPU_INTEGRATED) return DPT_OK;
   cl_int err;
@@ -388,7 +398,7 @@ static dpt_status ocl_map(dpt_backend *be, dpt_buffer *buf, size_t offset, size_
   return DPT_OK;
 }
 
-static dpt_status ocl_unmap(dpt_backend *be, dpt_buffer *buf, void *ptr) {
+static dpt_status dpt_ocl_unmap(dpt_backend *be, dpt_buffer *buf, void *ptr) {
   cl_int err =
       clEnqueueUnmapMemObject(dpt_ocl_ctx_of(be)->queue, dpt_ocl_mem(buf), ptr, 0, NULL, NULL);
   if (err != CL_SUCCESS) {
@@ -398,16 +408,16 @@ static dpt_status ocl_unmap(dpt_backend *be, dpt_buffer *buf, void *ptr) {
   return DPT_OK;
 }
 
-static dpt_status ocl_copy(dpt_backend *be, dpt_buffer *dst, size_t dst_offset,
-                           const dpt_buffer *src, size_t src_offset, size_t bytes) {
+static dpt_status dpt_ocl_copy(dpt_backend *be, dpt_buffer *dst, size_t dst_offset,
+                               const dpt_buffer *src, size_t src_offset, size_t bytes) {
   cl_int err = clEnqueueCopyBuffer(dpt_ocl_ctx_of(be)->queue, dpt_ocl_mem(src), dpt_ocl_mem(dst),
                                    src_offset, dst_offset, bytes, 0, NULL, NULL);
   if (err != CL_SUCCESS) return dpt_ocl_fail(err, "clEnqueueCopyBuffer", "copy", bytes);
   return DPT_OK;
 }
 
-static dpt_status ocl_fill_f32(dpt_backend *be, dpt_buffer *dst, size_t offset_elems, size_t count,
-                               float value) {
+static dpt_status dpt_ocl_fill_f32(dpt_backend *be, dpt_buffer *dst, size_t offset_elems,
+                                   size_t count, float value) {
   cl_float pattern = value;
   cl_int err =
       clEnqueueFillBuffer(dpt_ocl_ctx_of(be)->queue, dpt_ocl_mem(dst), &pattern, sizeof pattern,
@@ -418,20 +428,20 @@ static dpt_status ocl_fill_f32(dpt_backend *be, dpt_buffer *dst, size_t offset_e
 }
 
 const dpt_backend_vtable dpt_opencl_vtable = {.kind = DPT_BACKEND_OPENCL,
-                                              .device_count = ocl_device_count,
-                                              .device_info = ocl_device_info,
-                                              .create = ocl_create,
-                                              .destroy = ocl_destroy,
-                                              .synchronize = ocl_synchronize,
-                                              .buffer_alloc = ocl_buffer_alloc,
-                                              .buffer_free = ocl_buffer_free,
-                                              .upload = ocl_upload,
-                                              .download = ocl_download,
-                                              .copy = ocl_copy,
-                                              .fill_f32 = ocl_fill_f32,
-                                              .map = ocl_map,
-                                              .unmap = ocl_unmap,
-#define DPT_OCL_VT_OP_(NAME, name) .name = dpt_ocl_##name,
-                                              DPT_OP_MAP(DPT_OCL_VT_OP_)
-#undef DPT_OCL_VT_OP_
+                                              .device_count = dpt_ocl_device_count,
+                                              .device_info = dpt_ocl_device_info,
+                                              .create = dpt_ocl_create,
+                                              .destroy = dpt_ocl_destroy,
+                                              .synchronize = dpt_ocl_synchronize,
+                                              .buffer_alloc = dpt_ocl_buffer_alloc,
+                                              .buffer_free = dpt_ocl_buffer_free,
+                                              .upload = dpt_ocl_upload,
+                                              .download = dpt_ocl_download,
+                                              .copy = dpt_ocl_copy,
+                                              .fill_f32 = dpt_ocl_fill_f32,
+                                              .map = dpt_ocl_map,
+                                              .unmap = dpt_ocl_unmap,
+#define DPT_OCL_OP_ENTRY_(NAME, name) .name = dpt_ocl_##name,
+                                              DPT_OP_MAP(DPT_OCL_OP_ENTRY_)
+#undef DPT_OCL_OP_ENTRY_
 };

@@ -7,11 +7,11 @@
  * conformance suite checks this with NaN-filled C.
  *
  * CLBlast is not safe to call from several threads at once, even on different contexts: its
- * per-call routine set-up (the tuning database lookup) races and crashes now and then
- * (CLBlast issue #486; seen here with replicas as threads of one process). Every call takes
- * one process-wide lock. It covers the enqueue (CLBlast does not wait for the kernel, so
- * replicas still compute concurrently) and, on the first call per device and shape class, the
- * kernel compilation: other replicas' first gemms wait for it. */
+ * per-call routine set-up (the tuning database lookup) races and can crash (CLBlast issue
+ * #486), and replicas run as threads of one process. Every call takes one process-wide lock. It
+ * covers the enqueue (CLBlast does not wait for the kernel, so replicas still compute concurrently)
+ * and, on the first call per device and shape class, the kernel compilation: other replicas' first
+ * gemms wait for it. */
 #include <pthread.h>
 #include <stdio.h>
 

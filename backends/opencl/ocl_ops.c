@@ -9,10 +9,6 @@
 #include "base/error.h"
 #include "base/size.h"
 
-static dpt_ocl_ctx *ctx(dpt_backend *be) {
-  return dpt_ocl_ctx_of(be);
-}
-
 /* Launches kernel k over `items` work-items, with the argument shape every kernel but the
  * reductions, softmax and scatter-add shares:
  *   (ulong items, ulong u[0..nu), float f[0..nf), then a (buffer, ulong offset) pair per tensor)
@@ -21,7 +17,7 @@ static dpt_status launch_flat(dpt_backend *be, dpt_ocl_kernel k, size_t items, i
                               const uint64_t *u, int nf, const float *f, int nr,
                               const dpt_ref *refs) {
   dpt_ocl_args l;
-  DPT_TRY(dpt_ocl_begin(&l, ctx(be), k));
+  DPT_TRY(dpt_ocl_begin(&l, dpt_ocl_ctx_of(be), k));
   dpt_ocl_arg_u64(&l, items);
   for (int i = 0; i < nu; ++i)
     dpt_ocl_arg_u64(&l, u[i]);
@@ -83,7 +79,7 @@ static size_t reduce_groups(const dpt_ocl_ctx *c, dpt_ocl_kernel k, size_t n) {
 static dpt_status reduce_partials(dpt_backend *be, dpt_ocl_kernel k, int square, size_t n,
                                   dpt_ref x, size_t elem_bytes, void **part, size_t *groups,
                                   const char *what) {
-  dpt_ocl_ctx *c = ctx(be);
+  dpt_ocl_ctx *c = dpt_ocl_ctx_of(be);
   dpt_ocl_args l;
   *part = NULL;
   DPT_TRY(dpt_ocl_begin(&l, c, k));
@@ -125,8 +121,8 @@ static dpt_status reduce_f64(dpt_backend *be, int square, const dpt_reduce_args 
   void *part;
   size_t groups;
   DPT_TRY(reduce_partials(be, DPT_OCL_K_reduce_sum, square, a->n, a->x,
-                          dpt_ocl_acc_bytes(&ctx(be)->lim), &part, &groups, what));
-  *a->out = sum_acc(ctx(be), part, groups);
+                          dpt_ocl_acc_bytes(&dpt_ocl_ctx_of(be)->lim), &part, &groups, what));
+  *a->out = sum_acc(dpt_ocl_ctx_of(be), part, groups);
   free(part);
   return DPT_OK;
 }
@@ -155,7 +151,7 @@ dpt_status dpt_ocl_count_nonfinite(dpt_backend *be, const dpt_count_nonfinite_ar
 /* ---- softmax cross-entropy ----------------------------------------------------------------- */
 
 dpt_status dpt_ocl_softmax_xent(dpt_backend *be, const dpt_softmax_xent_args *a) {
-  dpt_ocl_ctx *c = ctx(be);
+  dpt_ocl_ctx *c = dpt_ocl_ctx_of(be);
   dpt_ocl_args l;
   int want_grad = a->dlogits.buf != NULL;
   int want_stats = a->loss_sum != NULL || a->correct != NULL;
@@ -267,7 +263,7 @@ dpt_status dpt_ocl_embed_gather(dpt_backend *be, const dpt_embed_gather_args *a)
 #define DPT_OCL_SCATTER_MAX_BUCKETS 64
 
 dpt_status dpt_ocl_embed_scatter_add(dpt_backend *be, const dpt_embed_scatter_add_args *a) {
-  dpt_ocl_ctx *c = ctx(be);
+  dpt_ocl_ctx *c = dpt_ocl_ctx_of(be);
   dpt_ocl_args l;
   DPT_TRY(dpt_ocl_begin(&l, c, DPT_OCL_K_embed_scatter_add));
   size_t fill = (size_t)c->lim.compute_units * c->local_size[DPT_OCL_K_embed_scatter_add];
@@ -293,7 +289,7 @@ dpt_status dpt_ocl_embed_scatter_add(dpt_backend *be, const dpt_embed_scatter_ad
 dpt_status dpt_ocl_sgd_update(dpt_backend *be, const dpt_sgd_update_args *a) {
   dpt_ocl_args l;
   int has_velocity = a->velocity.buf != NULL;
-  DPT_TRY(dpt_ocl_begin(&l, ctx(be), DPT_OCL_K_sgd_update));
+  DPT_TRY(dpt_ocl_begin(&l, dpt_ocl_ctx_of(be), DPT_OCL_K_sgd_update));
   dpt_ocl_arg_u64(&l, a->n);
   dpt_ocl_arg_f32(&l, a->p.lr);
   dpt_ocl_arg_f32(&l, a->p.momentum);

@@ -1,5 +1,5 @@
-/* Vulkan backend: instance and device enumeration, backend creation/destruction, VkResult
- * translation, validation-layer reporting and the vtable. */
+/* Vulkan backend: instance and device enumeration, backend creation/destruction,
+ * validation-layer reporting and the vtable. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,64 +15,6 @@
 /* Validation errors over the whole process, including those reported while a backend is
  * destroyed (when no op is left to return them). */
 static atomic_uint_fast64_t vk_validation_total;
-
-/* ---- VkResult translation ------------------------------------------------------------- */
-
-const char *dpt_vk_result_name(VkResult r) {
-  switch (r) {
-#define DPT_VK_RESULT_(name)                                                                       \
-  case name:                                                                                       \
-    return #name;
-    DPT_VK_RESULT_(VK_SUCCESS)
-    DPT_VK_RESULT_(VK_NOT_READY)
-    DPT_VK_RESULT_(VK_TIMEOUT)
-    DPT_VK_RESULT_(VK_EVENT_SET)
-    DPT_VK_RESULT_(VK_EVENT_RESET)
-    DPT_VK_RESULT_(VK_INCOMPLETE)
-    DPT_VK_RESULT_(VK_ERROR_OUT_OF_HOST_MEMORY)
-    DPT_VK_RESULT_(VK_ERROR_OUT_OF_DEVICE_MEMORY)
-    DPT_VK_RESULT_(VK_ERROR_INITIALIZATION_FAILED)
-    DPT_VK_RESULT_(VK_ERROR_DEVICE_LOST)
-    DPT_VK_RESULT_(VK_ERROR_MEMORY_MAP_FAILED)
-    DPT_VK_RESULT_(VK_ERROR_LAYER_NOT_PRESENT)
-    DPT_VK_RESULT_(VK_ERROR_EXTENSION_NOT_PRESENT)
-    DPT_VK_RESULT_(VK_ERROR_FEATURE_NOT_PRESENT)
-    DPT_VK_RESULT_(VK_ERROR_INCOMPATIBLE_DRIVER)
-    DPT_VK_RESULT_(VK_ERROR_TOO_MANY_OBJECTS)
-    DPT_VK_RESULT_(VK_ERROR_FORMAT_NOT_SUPPORTED)
-    DPT_VK_RESULT_(VK_ERROR_FRAGMENTED_POOL)
-    DPT_VK_RESULT_(VK_ERROR_UNKNOWN)
-    DPT_VK_RESULT_(VK_ERROR_OUT_OF_POOL_MEMORY)
-    DPT_VK_RESULT_(VK_ERROR_INVALID_EXTERNAL_HANDLE)
-    DPT_VK_RESULT_(VK_ERROR_FRAGMENTATION)
-    DPT_VK_RESULT_(VK_ERROR_INVALID_OPAQUE_CAPTURE_ADDRESS)
-    DPT_VK_RESULT_(VK_PIPELINE_COMPILE_REQUIRED)
-    DPT_VK_RESULT_(VK_ERROR_VALIDATION_FAILED_EXT)
-    DPT_VK_RESULT_(VK_ERROR_INVALID_SHADER_NV)
-    DPT_VK_RESULT_(VK_ERROR_NOT_PERMITTED_KHR)
-    DPT_VK_RESULT_(VK_ERROR_COMPRESSION_EXHAUSTED_EXT)
-#undef DPT_VK_RESULT_
-  default:
-    break;
-  }
-  return "VK_RESULT_UNKNOWN";
-}
-
-dpt_status dpt_vk_check(dpt_vk_ctx *ctx, VkResult r, const char *call, size_t bytes) {
-  if (r == VK_SUCCESS) return DPT_OK;
-  const char *name = dpt_vk_result_name(r);
-  if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY) {
-    if (bytes)
-      return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s (%zu bytes): %s (%d)", call, bytes, name,
-                           (int)r);
-    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: %s (%d)", call, name, (int)r);
-  }
-  if (r == VK_ERROR_DEVICE_LOST) {
-    if (ctx && ctx->be) ctx->be->lost = 1;
-    return dpt_set_error(DPT_ERR_DEVICE, "%s: %s (%d)", call, name, (int)r);
-  }
-  return dpt_set_error(DPT_ERR_DEVICE, "%s: %s (%d)", call, name, (int)r);
-}
 
 /* ---- validation ------------------------------------------------------------------------ */
 
@@ -123,13 +65,6 @@ static void vk_messenger_info(dpt_vk_ctx *ctx, VkDebugUtilsMessengerCreateInfoEX
   info->pUserData = ctx;
 }
 
-/* Returns (and clears) a validation error not yet reported by any call. */
-static dpt_status vk_validation_status(dpt_vk_ctx *ctx) {
-  if (ctx && atomic_exchange(&ctx->validation_pending, 0))
-    return dpt_set_error(DPT_ERR_DEVICE, "Vulkan validation error: %s", ctx->validation_msg);
-  return DPT_OK;
-}
-
 static int vk_has_layer(const char *name, dpt_status *st) {
   uint32_t n = 0;
   *st = dpt_vk_check(NULL, vkEnumerateInstanceLayerProperties(&n, NULL),
@@ -173,19 +108,61 @@ static int vk_has_extension(VkPhysicalDevice phys, const char *layer, const char
 
 /* ---- instance and physical devices ----------------------------------------------------- */
 
+/* The Vulkan version of the loader; DPT_ERR_UNSUPPORTED below 1.1, which the backend needs. */
+static dpt_status vk_loader_version(uint32_t *api) {
+  *api = VK_API_VERSION_1_0;
+  PFN_vkEnumerateInstanceVersion enum_version =
+      (PFN_vkEnumerateInstanceVersion)vkGetInstanceProcAddr(NULL, "vkEnumerateInstanceVersion");
+  if (enum_version && enum_version(api) != VK_SUCCESS) *api = VK_API_VERSION_1_0;
+  if (*api < VK_API_VERSION_1_1)
+    return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                         "vulkan: the Vulkan loader supports version %u.%u, 1.1 is needed",
+                         VK_API_VERSION_MAJOR(*api), VK_API_VERSION_MINOR(*api));
+  return DPT_OK;
+}
+
+/* What DPT_VULKAN_VALIDATION=1 needs: the validation layer, and debug utils from the
+ * implementation or the layer. DPT_ERR_UNSUPPORTED naming what is missing. */
+static dpt_status vk_validation_available(void) {
+  dpt_status st = DPT_OK;
+  if (!vk_has_layer(DPT_VK_VALIDATION_LAYER, &st)) {
+    if (st != DPT_OK) return st;
+    return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                         "vulkan: DPT_VULKAN_VALIDATION=1 but the layer %s is not installed "
+                         "(apt-get install vulkan-validationlayers)",
+                         DPT_VK_VALIDATION_LAYER);
+  }
+  if (!vk_has_extension(VK_NULL_HANDLE, NULL, VK_EXT_DEBUG_UTILS_EXTENSION_NAME) &&
+      !vk_has_extension(VK_NULL_HANDLE, DPT_VK_VALIDATION_LAYER, VK_EXT_DEBUG_UTILS_EXTENSION_NAME))
+    return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                         "vulkan: DPT_VULKAN_VALIDATION=1 but %s is not available",
+                         VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
+  return DPT_OK;
+}
+
+/* Registers ctx's messenger (`dbg`) on instance `inst`; the caller destroys the instance when
+ * this fails. */
+static dpt_status vk_messenger_create(dpt_vk_ctx *ctx, VkInstance inst,
+                                      const VkDebugUtilsMessengerCreateInfoEXT *dbg) {
+  PFN_vkCreateDebugUtilsMessengerEXT create_messenger =
+      (PFN_vkCreateDebugUtilsMessengerEXT)vkGetInstanceProcAddr(inst,
+                                                                "vkCreateDebugUtilsMessengerEXT");
+  ctx->destroy_messenger = (PFN_vkDestroyDebugUtilsMessengerEXT)vkGetInstanceProcAddr(
+      inst, "vkDestroyDebugUtilsMessengerEXT");
+  if (!create_messenger || !ctx->destroy_messenger)
+    return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                         "vulkan: vkCreateDebugUtilsMessengerEXT is not available");
+  return dpt_vk_check(NULL, create_messenger(inst, dbg, NULL, &ctx->messenger),
+                      "vkCreateDebugUtilsMessengerEXT", 0);
+}
+
 /* Creates an instance. With `ctx` and validation requested, enables the validation layer and
  * debug utils and registers the messenger. A missing driver is DPT_ERR_UNSUPPORTED with the
  * install hint. */
 static dpt_status vk_instance_create(dpt_vk_ctx *ctx, VkInstance *out) {
   *out = VK_NULL_HANDLE;
-  uint32_t api = VK_API_VERSION_1_0;
-  PFN_vkEnumerateInstanceVersion enum_version =
-      (PFN_vkEnumerateInstanceVersion)vkGetInstanceProcAddr(NULL, "vkEnumerateInstanceVersion");
-  if (enum_version && enum_version(&api) != VK_SUCCESS) api = VK_API_VERSION_1_0;
-  if (api < VK_API_VERSION_1_1)
-    return dpt_set_error(DPT_ERR_UNSUPPORTED,
-                         "vulkan: the Vulkan loader supports version %u.%u, 1.1 is needed",
-                         VK_API_VERSION_MAJOR(api), VK_API_VERSION_MINOR(api));
+  uint32_t api;
+  DPT_TRY(vk_loader_version(&api));
 
   VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
                            .pApplicationName = "dptrain",
@@ -212,20 +189,7 @@ static dpt_status vk_instance_create(dpt_vk_ctx *ctx, VkInstance *out) {
                                       .pEnabledValidationFeatures = &sync};
   int validation = ctx && ctx->validation;
   if (validation) {
-    dpt_status st = DPT_OK;
-    if (!vk_has_layer(DPT_VK_VALIDATION_LAYER, &st)) {
-      if (st != DPT_OK) return st;
-      return dpt_set_error(DPT_ERR_UNSUPPORTED,
-                           "vulkan: DPT_VULKAN_VALIDATION=1 but the layer %s is not installed "
-                           "(apt-get install vulkan-validationlayers)",
-                           DPT_VK_VALIDATION_LAYER);
-    }
-    if (!vk_has_extension(VK_NULL_HANDLE, NULL, VK_EXT_DEBUG_UTILS_EXTENSION_NAME) &&
-        !vk_has_extension(VK_NULL_HANDLE, DPT_VK_VALIDATION_LAYER,
-                          VK_EXT_DEBUG_UTILS_EXTENSION_NAME))
-      return dpt_set_error(DPT_ERR_UNSUPPORTED,
-                           "vulkan: DPT_VULKAN_VALIDATION=1 but %s is not available",
-                           VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
+    DPT_TRY(vk_validation_available());
     layers[nlayers++] = DPT_VK_VALIDATION_LAYER;
     exts[nexts++] = VK_EXT_DEBUG_UTILS_EXTENSION_NAME;
     /* Also covers messages from vkCreateInstance/vkDestroyInstance themselves. */
@@ -253,22 +217,11 @@ static dpt_status vk_instance_create(dpt_vk_ctx *ctx, VkInstance *out) {
     return dpt_vk_check(NULL, r, "vkCreateInstance", 0);
   }
   if (validation) {
-    PFN_vkCreateDebugUtilsMessengerEXT create_messenger =
-        (PFN_vkCreateDebugUtilsMessengerEXT)vkGetInstanceProcAddr(*out,
-                                                                  "vkCreateDebugUtilsMessengerEXT");
-    ctx->destroy_messenger = (PFN_vkDestroyDebugUtilsMessengerEXT)vkGetInstanceProcAddr(
-        *out, "vkDestroyDebugUtilsMessengerEXT");
-    if (!create_messenger || !ctx->destroy_messenger) {
+    dpt_status st = vk_messenger_create(ctx, *out, &dbg);
+    if (st != DPT_OK) {
       vkDestroyInstance(*out, NULL);
       *out = VK_NULL_HANDLE;
-      return dpt_set_error(DPT_ERR_UNSUPPORTED,
-                           "vulkan: vkCreateDebugUtilsMessengerEXT is not available");
-    }
-    r = create_messenger(*out, &dbg, NULL, &ctx->messenger);
-    if (r != VK_SUCCESS) {
-      vkDestroyInstance(*out, NULL);
-      *out = VK_NULL_HANDLE;
-      return dpt_vk_check(NULL, r, "vkCreateDebugUtilsMessengerEXT", 0);
+      return st;
     }
   }
   return DPT_OK;
@@ -430,7 +383,7 @@ static void vk_fill_info(VkPhysicalDevice pd, int index, dpt_device_info *out) {
       out->memory_bytes += mp.memoryHeaps[h].size;
 }
 
-static dpt_status vk_device_count(int *count) {
+static dpt_status dpt_vk_device_count(int *count) {
   *count = 0;
   VkInstance inst;
   dpt_status st = vk_instance_create(NULL, &inst);
@@ -446,7 +399,7 @@ static dpt_status vk_device_count(int *count) {
   return DPT_OK;
 }
 
-static dpt_status vk_device_info(int index, dpt_device_info *out) {
+static dpt_status dpt_vk_device_info(int index, dpt_device_info *out) {
   VkInstance inst;
   dpt_status st = vk_instance_create(NULL, &inst);
   if (st != DPT_OK) return st;
@@ -469,7 +422,54 @@ static dpt_status vk_device_info(int index, dpt_device_info *out) {
 
 /* ---- backend lifetime ------------------------------------------------------------------ */
 
-static void vk_destroy(dpt_backend *be);
+static void dpt_vk_destroy(dpt_backend *be);
+
+/* ctx->phys = physical device `device` of the backend's order. */
+static dpt_status vk_pick_device(dpt_vk_ctx *ctx, int device) {
+  VkPhysicalDevice *devs;
+  uint32_t n;
+  dpt_status st = vk_physical_devices(ctx->instance, &devs, &n);
+  if (st == DPT_OK && n == 0) st = DPT_ERR_UNSUPPORTED; /* message set by vk_physical_devices */
+  if (st == DPT_OK && (device < 0 || (uint32_t)device >= n))
+    st = dpt_set_error(DPT_ERR_INVALID_ARG, "vulkan: device %d does not exist (%u devices)", device,
+                       n);
+  if (st == DPT_OK) ctx->phys = devs[device];
+  free(devs);
+  return st;
+}
+
+/* Reads the properties, limits and memory types of ctx->phys into ctx, refusing a device whose
+ * workgroups are too small for the shaders. */
+static dpt_status vk_read_properties(dpt_vk_ctx *ctx) {
+  VkPhysicalDeviceMaintenance3Properties m3 = {
+      .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
+  VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+                                    .pNext = &m3};
+  vkGetPhysicalDeviceProperties2(ctx->phys, &p2);
+  ctx->props = p2.properties;
+  ctx->max_allocation = m3.maxMemoryAllocationSize;
+  /* The shaders' workgroups: 256 x 1 (DPT_VK_WG) and 32 x 8; the spec guarantees only 128
+   * invocations. A device below that is refused here, not at its first pipeline. */
+  const VkPhysicalDeviceLimits *lim = &ctx->props.limits;
+  if (lim->maxComputeWorkGroupInvocations < DPT_VK_WG ||
+      lim->maxComputeWorkGroupSize[0] < DPT_VK_WG || lim->maxComputeWorkGroupSize[1] < 8)
+    return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                         "vulkan: %s allows workgroups of %u invocations (%u x %u), the shaders "
+                         "need 256 invocations and sizes of at least 256 x 8",
+                         ctx->props.deviceName, (unsigned)lim->maxComputeWorkGroupInvocations,
+                         (unsigned)lim->maxComputeWorkGroupSize[0],
+                         (unsigned)lim->maxComputeWorkGroupSize[1]);
+  /* Test knob: a smaller maxStorageBufferRange, so tests reach the split dispatches with small
+   * tensors. */
+  const char *range = getenv("DPT_VULKAN_TEST_MAX_RANGE");
+  if (range) {
+    unsigned long v = strtoul(range, NULL, 10);
+    if (v >= 1024 && v < ctx->props.limits.maxStorageBufferRange)
+      ctx->props.limits.maxStorageBufferRange = (uint32_t)v;
+  }
+  vkGetPhysicalDeviceMemoryProperties(ctx->phys, &ctx->memprops);
+  return DPT_OK;
+}
 
 static dpt_status vk_device_create(dpt_vk_ctx *ctx) {
   ctx->queue_family = vk_compute_family(ctx->phys);
@@ -509,7 +509,7 @@ static dpt_status vk_device_create(dpt_vk_ctx *ctx) {
   return DPT_OK;
 }
 
-static dpt_status vk_create(dpt_backend *be, int device) {
+static dpt_status dpt_vk_create(dpt_backend *be, int device) {
   dpt_vk_ctx *ctx = calloc(1, sizeof *ctx);
   if (!ctx) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "vulkan: out of host memory");
   ctx->be = be;
@@ -522,66 +522,17 @@ static dpt_status vk_create(dpt_backend *be, int device) {
   be->ctx = ctx;
 
   dpt_status st = vk_instance_create(ctx, &ctx->instance);
-  if (st != DPT_OK) {
-    vk_destroy(be);
-    return st;
-  }
-  VkPhysicalDevice *devs;
-  uint32_t n;
-  st = vk_physical_devices(ctx->instance, &devs, &n);
-  if (st == DPT_OK && n == 0) st = DPT_ERR_UNSUPPORTED; /* message set above */
-  if (st == DPT_OK && (device < 0 || (uint32_t)device >= n))
-    st = dpt_set_error(DPT_ERR_INVALID_ARG, "vulkan: device %d does not exist (%u devices)", device,
-                       n);
-  if (st == DPT_OK) ctx->phys = devs[device];
-  free(devs);
-  if (st != DPT_OK) {
-    vk_destroy(be);
-    return st;
-  }
-  VkPhysicalDeviceMaintenance3Properties m3 = {
-      .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
-  VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
-                                    .pNext = &m3};
-  vkGetPhysicalDeviceProperties2(ctx->phys, &p2);
-  ctx->props = p2.properties;
-  ctx->max_allocation = m3.maxMemoryAllocationSize;
-  /* The shaders' workgroups: 256 x 1 (DPT_VK_WG) and 32 x 8; the spec guarantees only 128
-   * invocations. A device below that is refused here, not at its first pipeline. */
-  const VkPhysicalDeviceLimits *lim = &ctx->props.limits;
-  if (lim->maxComputeWorkGroupInvocations < DPT_VK_WG ||
-      lim->maxComputeWorkGroupSize[0] < DPT_VK_WG || lim->maxComputeWorkGroupSize[1] < 8) {
-    st = dpt_set_error(DPT_ERR_UNSUPPORTED,
-                       "vulkan: %s allows workgroups of %u invocations (%u x %u), the shaders need "
-                       "256 invocations and sizes of at least 256 x 8",
-                       ctx->props.deviceName, (unsigned)lim->maxComputeWorkGroupInvocations,
-                       (unsigned)lim->maxComputeWorkGroupSize[0],
-                       (unsigned)lim->maxComputeWorkGroupSize[1]);
-    vk_destroy(be);
-    return st;
-  }
-  /* Test knob: a smaller maxStorageBufferRange, so tests reach the split dispatches with small
-   * tensors. */
-  const char *range = getenv("DPT_VULKAN_TEST_MAX_RANGE");
-  if (range) {
-    unsigned long v = strtoul(range, NULL, 10);
-    if (v >= 1024 && v < ctx->props.limits.maxStorageBufferRange)
-      ctx->props.limits.maxStorageBufferRange = (uint32_t)v;
-  }
-  vkGetPhysicalDeviceMemoryProperties(ctx->phys, &ctx->memprops);
-
-  st = vk_device_create(ctx);
+  if (st == DPT_OK) st = vk_pick_device(ctx, device);
+  if (st == DPT_OK) st = vk_read_properties(ctx);
+  if (st == DPT_OK) st = vk_device_create(ctx);
   if (st == DPT_OK) st = dpt_vk_memory_init(ctx);
   if (st == DPT_OK) st = dpt_vk_exec_init(ctx);
-  if (st == DPT_OK) st = vk_validation_status(ctx);
-  if (st != DPT_OK) {
-    vk_destroy(be);
-    return st;
-  }
-  return DPT_OK;
+  if (st == DPT_OK) st = dpt_vk_validation_status(ctx);
+  if (st != DPT_OK) dpt_vk_destroy(be);
+  return st;
 }
 
-static void vk_destroy(dpt_backend *be) {
+static void dpt_vk_destroy(dpt_backend *be) {
   dpt_vk_ctx *ctx = be->ctx;
   if (!ctx) return;
   if (ctx->device) {
@@ -598,90 +549,28 @@ static void vk_destroy(dpt_backend *be) {
   be->ctx = NULL;
 }
 
-/* ---- entry points: refuse work on a lost device, report validation errors --------------- */
-
-static dpt_status vk_enter(dpt_backend *be) {
-  if (be->lost)
-    return dpt_set_error(DPT_ERR_DEVICE, "vulkan: the device was lost; destroy the backend");
-  return vk_validation_status(be->ctx);
+static dpt_status dpt_vk_synchronize(dpt_backend *be) {
+  dpt_status st = dpt_vk_enter(be);
+  if (st == DPT_OK) st = dpt_vk_finish(dpt_vk_ctx_of(be));
+  return dpt_vk_leave(be, st);
 }
 
-static dpt_status vk_leave(dpt_backend *be, dpt_status st) {
-  if (st != DPT_OK) return st;
-  return vk_validation_status(be->ctx);
-}
-
-static dpt_status vk_synchronize(dpt_backend *be) {
-  dpt_status st = vk_enter(be);
-  if (st == DPT_OK) st = dpt_vk_finish(be->ctx);
-  return vk_leave(be, st);
-}
-
-static dpt_status vk_buffer_alloc(dpt_backend *be, dpt_buffer *buf) {
-  dpt_status st = vk_enter(be);
-  if (st == DPT_OK) st = dpt_vk_buffer_alloc(be, buf);
-  return vk_leave(be, st);
-}
-
-static dpt_status vk_upload(dpt_backend *be, dpt_buffer *dst, size_t offset, const void *src,
-                            size_t bytes) {
-  dpt_status st = vk_enter(be);
-  if (st == DPT_OK) st = dpt_vk_upload(be, dst, offset, src, bytes);
-  return vk_leave(be, st);
-}
-
-static dpt_status vk_download(dpt_backend *be, const dpt_buffer *src, size_t offset, void *dst,
-                              size_t bytes) {
-  dpt_status st = vk_enter(be);
-  if (st == DPT_OK) st = dpt_vk_download(be, src, offset, dst, bytes);
-  return vk_leave(be, st);
-}
-
-static dpt_status vk_map(dpt_backend *be, dpt_buffer *buf, size_t offset, size_t bytes,
-                         void **ptr) {
-  (void)bytes;
-  dpt_status st = vk_enter(be);
-  if (st == DPT_OK) st = dpt_vk_map(be, buf, offset, ptr);
-  return vk_leave(be, st);
-}
-
-static dpt_status vk_copy(dpt_backend *be, dpt_buffer *dst, size_t dst_offset,
-                          const dpt_buffer *src, size_t src_offset, size_t bytes) {
-  dpt_status st = vk_enter(be);
-  if (st == DPT_OK) st = dpt_vk_copy(be, dst, dst_offset, src, src_offset, bytes);
-  return vk_leave(be, st);
-}
-
-static dpt_status vk_fill_f32(dpt_backend *be, dpt_buffer *dst, size_t offset_elems, size_t count,
-                              float value) {
-  dpt_status st = vk_enter(be);
-  if (st == DPT_OK) st = dpt_vk_fill_f32(be, dst, offset_elems, count, value);
-  return vk_leave(be, st);
-}
-
-#define DPT_VK_OP_WRAP_(NAME, name)                                                                \
-  static dpt_status vk_##name(dpt_backend *be, const dpt_##name##_args *a) {                       \
-    dpt_status st = vk_enter(be);                                                                  \
-    if (st == DPT_OK) st = dpt_vk_op_##name(be->ctx, a);                                           \
-    return vk_leave(be, st);                                                                       \
-  }
-DPT_OP_MAP(DPT_VK_OP_WRAP_)
-#undef DPT_VK_OP_WRAP_
-
+/* Lifetime and synchronize are above; the memory entries are in vk_memory.c, the ops in vk_ops.c.
+ */
 const dpt_backend_vtable dpt_vulkan_vtable = {.kind = DPT_BACKEND_VULKAN,
-                                              .device_count = vk_device_count,
-                                              .device_info = vk_device_info,
-                                              .create = vk_create,
-                                              .destroy = vk_destroy,
-                                              .synchronize = vk_synchronize,
-                                              .buffer_alloc = vk_buffer_alloc,
+                                              .device_count = dpt_vk_device_count,
+                                              .device_info = dpt_vk_device_info,
+                                              .create = dpt_vk_create,
+                                              .destroy = dpt_vk_destroy,
+                                              .synchronize = dpt_vk_synchronize,
+                                              .buffer_alloc = dpt_vk_buffer_alloc,
                                               .buffer_free = dpt_vk_buffer_free,
-                                              .upload = vk_upload,
-                                              .download = vk_download,
-                                              .copy = vk_copy,
-                                              .fill_f32 = vk_fill_f32,
-                                              .map = vk_map,
-#define DPT_VK_OP_VT_(NAME, name) .name = vk_##name,
-                                              DPT_OP_MAP(DPT_VK_OP_VT_)
-#undef DPT_VK_OP_VT_
+                                              .upload = dpt_vk_upload,
+                                              .download = dpt_vk_download,
+                                              .copy = dpt_vk_copy,
+                                              .fill_f32 = dpt_vk_fill_f32,
+                                              .map = dpt_vk_map,
+#define DPT_VK_OP_ENTRY_(NAME, name) .name = dpt_vk_##name,
+                                              DPT_OP_MAP(DPT_VK_OP_ENTRY_)
+#undef DPT_VK_OP_ENTRY_
 };

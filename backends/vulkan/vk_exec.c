@@ -20,40 +20,35 @@ static const struct {
 #undef DPT_VK_PIPE_INFO_
 };
 
-dpt_status dpt_vk_exec_init(dpt_vk_ctx *ctx) {
-  dpt_status st;
-  for (int i = 0; i < DPT_VK_FRAMES; ++i) {
-    dpt_vk_frame *f = &ctx->frames[i];
-    VkCommandPoolCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
-                                  .flags = VK_COMMAND_POOL_CREATE_TRANSIENT_BIT,
-                                  .queueFamilyIndex = ctx->queue_family};
-    st = dpt_vk_check(ctx, vkCreateCommandPool(ctx->device, &pi, NULL, &f->pool),
-                      "vkCreateCommandPool", 0);
-    if (st != DPT_OK) return st;
-    VkCommandBufferAllocateInfo ci = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
-                                      .commandPool = f->pool,
-                                      .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
-                                      .commandBufferCount = 1};
-    st = dpt_vk_check(ctx, vkAllocateCommandBuffers(ctx->device, &ci, &f->cmd),
-                      "vkAllocateCommandBuffers", 0);
-    if (st != DPT_OK) return st;
-    VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-    st = dpt_vk_check(ctx, vkCreateFence(ctx->device, &fi, NULL, &f->fence), "vkCreateFence", 0);
-    if (st != DPT_OK) return st;
-    VkDescriptorPoolSize size = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-                                 .descriptorCount = DPT_VK_BATCH_DISPATCHES * DPT_VK_MAX_BINDINGS};
-    VkDescriptorPoolCreateInfo di = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
-                                     .maxSets = DPT_VK_BATCH_DISPATCHES,
-                                     .poolSizeCount = 1,
-                                     .pPoolSizes = &size};
-    st = dpt_vk_check(ctx, vkCreateDescriptorPool(ctx->device, &di, NULL, &f->descriptors),
+/* One frame: a command pool with its command buffer, a fence, and a descriptor pool for a full
+ * batch of dispatches. */
+static dpt_status vk_frame_init(dpt_vk_ctx *ctx, dpt_vk_frame *f) {
+  VkCommandPoolCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+                                .flags = VK_COMMAND_POOL_CREATE_TRANSIENT_BIT,
+                                .queueFamilyIndex = ctx->queue_family};
+  DPT_TRY(dpt_vk_check(ctx, vkCreateCommandPool(ctx->device, &pi, NULL, &f->pool),
+                       "vkCreateCommandPool", 0));
+  VkCommandBufferAllocateInfo ci = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                    .commandPool = f->pool,
+                                    .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                    .commandBufferCount = 1};
+  DPT_TRY(dpt_vk_check(ctx, vkAllocateCommandBuffers(ctx->device, &ci, &f->cmd),
+                       "vkAllocateCommandBuffers", 0));
+  VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+  DPT_TRY(dpt_vk_check(ctx, vkCreateFence(ctx->device, &fi, NULL, &f->fence), "vkCreateFence", 0));
+  VkDescriptorPoolSize size = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                               .descriptorCount = DPT_VK_BATCH_DISPATCHES * DPT_VK_MAX_BINDINGS};
+  VkDescriptorPoolCreateInfo di = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
+                                   .maxSets = DPT_VK_BATCH_DISPATCHES,
+                                   .poolSizeCount = 1,
+                                   .pPoolSizes = &size};
+  return dpt_vk_check(ctx, vkCreateDescriptorPool(ctx->device, &di, NULL, &f->descriptors),
                       "vkCreateDescriptorPool", 0);
-    if (st != DPT_OK) return st;
-  }
-  VkPipelineCacheCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
-  st = dpt_vk_check(ctx, vkCreatePipelineCache(ctx->device, &ci, NULL, &ctx->cache),
-                    "vkCreatePipelineCache", 0);
-  if (st != DPT_OK) return st;
+}
+
+/* A descriptor set layout and a pipeline layout per binding count 1..DPT_VK_MAX_BINDINGS, all
+ * with the same push-constant range. */
+static dpt_status vk_layouts_init(dpt_vk_ctx *ctx) {
   VkDescriptorSetLayoutBinding bindings[DPT_VK_MAX_BINDINGS];
   for (uint32_t i = 0; i < DPT_VK_MAX_BINDINGS; ++i) {
     bindings[i] =
@@ -69,19 +64,27 @@ dpt_status dpt_vk_exec_init(dpt_vk_ctx *ctx) {
                                               VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
                                           .bindingCount = n,
                                           .pBindings = bindings};
-    st = dpt_vk_check(ctx, vkCreateDescriptorSetLayout(ctx->device, &li, NULL, &ctx->set_layout[n]),
-                      "vkCreateDescriptorSetLayout", 0);
-    if (st != DPT_OK) return st;
+    DPT_TRY(dpt_vk_check(ctx,
+                         vkCreateDescriptorSetLayout(ctx->device, &li, NULL, &ctx->set_layout[n]),
+                         "vkCreateDescriptorSetLayout", 0));
     VkPipelineLayoutCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
                                      .setLayoutCount = 1,
                                      .pSetLayouts = &ctx->set_layout[n],
                                      .pushConstantRangeCount = 1,
                                      .pPushConstantRanges = &push};
-    st = dpt_vk_check(ctx, vkCreatePipelineLayout(ctx->device, &pi, NULL, &ctx->pipe_layout[n]),
-                      "vkCreatePipelineLayout", 0);
-    if (st != DPT_OK) return st;
+    DPT_TRY(dpt_vk_check(ctx, vkCreatePipelineLayout(ctx->device, &pi, NULL, &ctx->pipe_layout[n]),
+                         "vkCreatePipelineLayout", 0));
   }
   return DPT_OK;
+}
+
+dpt_status dpt_vk_exec_init(dpt_vk_ctx *ctx) {
+  for (int i = 0; i < DPT_VK_FRAMES; ++i)
+    DPT_TRY(vk_frame_init(ctx, &ctx->frames[i]));
+  VkPipelineCacheCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
+  DPT_TRY(dpt_vk_check(ctx, vkCreatePipelineCache(ctx->device, &ci, NULL, &ctx->cache),
+                       "vkCreatePipelineCache", 0));
+  return vk_layouts_init(ctx);
 }
 
 void dpt_vk_exec_destroy(dpt_vk_ctx *ctx) {

@@ -1,5 +1,6 @@
 /* Internal to the Vulkan backend: the per-backend context, memory sub-allocation, command
- * batching and the pipeline table shared by vk_backend.c, vk_memory.c, vk_exec.c, vk_ops.c.
+ * batching and the pipeline table shared by vk_backend.c, vk_error.c, vk_memory.c, vk_exec.c and
+ * vk_ops.c.
  *
  * Execution model. Work is recorded into a command buffer ("batch") and submitted when a
  * result is needed on the host (download, synchronize, reductions) or when the batch holds
@@ -247,13 +248,25 @@ typedef struct dpt_vk_ctx {
   VkPipeline pipes[DPT_VK_PIPE_COUNT]; /* created on first use */
 } dpt_vk_ctx;
 
-/* ---- vk_backend.c ---------------------------------------------------------------------- */
+static inline dpt_vk_ctx *dpt_vk_ctx_of(dpt_backend *be) {
+  return (dpt_vk_ctx *)be->ctx;
+}
+
+/* ---- errors (vk_error.c) ---------------------------------------------------------------- */
 /* The name of a VkResult ("VK_ERROR_DEVICE_LOST"). */
 const char *dpt_vk_result_name(VkResult r);
 /* Translates a failed call: DPT_OK for VK_SUCCESS, else sets the error "call: NAME (n)";
  * out-of-memory results give DPT_ERR_OUT_OF_MEMORY (with `bytes` when non-zero), device loss
  * DPT_ERR_DEVICE and marks the backend lost. ctx may be NULL (enumeration). */
 dpt_status dpt_vk_check(dpt_vk_ctx *ctx, VkResult r, const char *call, size_t bytes);
+/* Returns (and clears) a validation error no call has reported yet: DPT_ERR_DEVICE with the
+ * layer's message. DPT_OK for a NULL ctx or when none is pending. */
+dpt_status dpt_vk_validation_status(dpt_vk_ctx *ctx);
+/* The guard around every vtable entry that works on the device: dpt_vk_enter refuses work on a
+ * lost device and reports a validation error raised since the last call; dpt_vk_leave(st)
+ * passes a failure through and otherwise reports one the call itself raised. */
+dpt_status dpt_vk_enter(dpt_backend *be);
+dpt_status dpt_vk_leave(dpt_backend *be, dpt_status st);
 
 /* ---- vk_memory.c ----------------------------------------------------------------------- */
 dpt_status dpt_vk_memory_init(dpt_vk_ctx *ctx);
@@ -268,12 +281,13 @@ void dpt_vk_memory_reclaim(dpt_vk_ctx *ctx);
 dpt_status dpt_vk_scratch(dpt_vk_ctx *ctx, VkDeviceSize bytes, dpt_vk_alloc **out);
 dpt_status dpt_vk_partials(dpt_vk_ctx *ctx, VkDeviceSize bytes, dpt_vk_alloc **out);
 
+/* The vtable's memory entries (contracts in backend_impl.h). map gives a host pointer in direct
+ * mode, after the buffer's pending work, else NULL. */
 dpt_status dpt_vk_buffer_alloc(dpt_backend *be, dpt_buffer *buf);
 void dpt_vk_buffer_free(dpt_backend *be, dpt_buffer *buf);
 dpt_status dpt_vk_upload(dpt_backend *be, dpt_buffer *dst, size_t offset, const void *src,
                          size_t bytes);
-/* Zero-copy host pointer to the buffer in direct mode (after its pending work), else NULL. */
-dpt_status dpt_vk_map(dpt_backend *be, dpt_buffer *buf, size_t offset, void **ptr);
+dpt_status dpt_vk_map(dpt_backend *be, dpt_buffer *buf, size_t offset, size_t bytes, void **ptr);
 dpt_status dpt_vk_download(dpt_backend *be, const dpt_buffer *src, size_t offset, void *dst,
                            size_t bytes);
 dpt_status dpt_vk_copy(dpt_backend *be, dpt_buffer *dst, size_t dst_offset, const dpt_buffer *src,
@@ -312,9 +326,9 @@ dpt_status dpt_vk_dispatch(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, const dpt_vk_win *
 /* Largest element count an element-wise op may give one dispatch for tensors of `esize`. */
 size_t dpt_vk_chunk_elems(const dpt_vk_ctx *ctx, size_t esize);
 
-/* ---- vk_ops.c: one entry per op of DPT_OP_MAP ------------------------------------------ */
+/* ---- vk_ops.c: one vtable entry per op of DPT_OP_MAP ---------------------------------- */
 #define DPT_VK_OP_DECL_(NAME, name)                                                                \
-  dpt_status dpt_vk_op_##name(dpt_vk_ctx *ctx, const dpt_##name##_args *a);
+  dpt_status dpt_vk_##name(dpt_backend *be, const dpt_##name##_args *a);
 DPT_OP_MAP(DPT_VK_OP_DECL_)
 #undef DPT_VK_OP_DECL_
 

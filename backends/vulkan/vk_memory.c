@@ -357,10 +357,14 @@ dpt_status dpt_vk_partials(dpt_vk_ctx *ctx, VkDeviceSize bytes, dpt_vk_alloc **o
   return st;
 }
 
-/* ---- buffers and transfers -------------------------------------------------------------- */
+/* ---- buffers and transfers: the vtable's memory entries ---------------------------------- */
+
+/* Each entry that touches the device opens with dpt_vk_enter and returns success through
+ * dpt_vk_leave (vk_error.c), so a validation error is reported by the call that raised it. */
 
 dpt_status dpt_vk_buffer_alloc(dpt_backend *be, dpt_buffer *buf) {
-  dpt_vk_ctx *ctx = be->ctx;
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
   dpt_vk_alloc *al;
   dpt_status st = dpt_vk_alloc_create(ctx, buf->size, DPT_VK_MEM_DEVICE, &al);
   if (st == DPT_ERR_OUT_OF_MEMORY && ctx->ndeferred > 0) {
@@ -376,7 +380,7 @@ dpt_status dpt_vk_buffer_alloc(dpt_backend *be, dpt_buffer *buf) {
   }
   if (st != DPT_OK) return st;
   buf->handle = al;
-  return DPT_OK;
+  return dpt_vk_leave(be, DPT_OK);
 }
 
 void dpt_vk_buffer_free(dpt_backend *be, dpt_buffer *buf) {
@@ -418,14 +422,15 @@ static dpt_status vk_record_copy(dpt_vk_ctx *ctx, dpt_vk_alloc *src, VkDeviceSiz
 
 dpt_status dpt_vk_upload(dpt_backend *be, dpt_buffer *dst, size_t offset, const void *src,
                          size_t bytes) {
-  dpt_vk_ctx *ctx = be->ctx;
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
   dpt_vk_alloc *al = dst->handle;
   if (ctx->direct) {
     dpt_status st = dpt_vk_poll(ctx);
     if (st != DPT_OK) return st;
     if (al->last_use <= ctx->completed) {
       memcpy(al->block->map + al->offset + offset, src, bytes);
-      return DPT_OK;
+      return dpt_vk_leave(be, DPT_OK);
     }
   }
   /* The device may still read or write the buffer: order the write in the command stream. */
@@ -443,18 +448,19 @@ dpt_status dpt_vk_upload(dpt_backend *be, dpt_buffer *dst, size_t offset, const 
     offset += (size_t)chunk;
     bytes -= (size_t)chunk;
   }
-  return DPT_OK;
+  return dpt_vk_leave(be, DPT_OK);
 }
 
 dpt_status dpt_vk_download(dpt_backend *be, const dpt_buffer *src, size_t offset, void *dst,
                            size_t bytes) {
-  dpt_vk_ctx *ctx = be->ctx;
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
   dpt_vk_alloc *al = src->handle;
   if (ctx->direct) {
     dpt_status st = dpt_vk_wait(ctx, al->last_use);
     if (st != DPT_OK) return st;
     memcpy(dst, al->block->map + al->offset + offset, bytes);
-    return DPT_OK;
+    return dpt_vk_leave(be, DPT_OK);
   }
   uint8_t *p = dst;
   while (bytes > 0) {
@@ -472,29 +478,34 @@ dpt_status dpt_vk_download(dpt_backend *be, const dpt_buffer *src, size_t offset
     offset += (size_t)chunk;
     bytes -= (size_t)chunk;
   }
-  return DPT_OK;
+  return dpt_vk_leave(be, DPT_OK);
 }
 
-dpt_status dpt_vk_map(dpt_backend *be, dpt_buffer *buf, size_t offset, void **ptr) {
-  dpt_vk_ctx *ctx = be->ctx;
+dpt_status dpt_vk_map(dpt_backend *be, dpt_buffer *buf, size_t offset, size_t bytes, void **ptr) {
+  (void)bytes; /* the whole block is mapped already */
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
   dpt_vk_alloc *al = buf->handle;
   *ptr = NULL;
-  if (!ctx->direct) return DPT_OK; /* device-local only: the caller stages */
+  if (!ctx->direct) return dpt_vk_leave(be, DPT_OK); /* device-local only: the caller stages */
   /* Coherent memory: once the last batch using the buffer has finished, host reads see the
    * device's writes, and later submissions see the host's. */
   dpt_status st = dpt_vk_wait(ctx, al->last_use);
   if (st == DPT_OK) *ptr = al->block->map + al->offset + offset;
-  return st;
+  return dpt_vk_leave(be, st);
 }
 
 dpt_status dpt_vk_copy(dpt_backend *be, dpt_buffer *dst, size_t dst_offset, const dpt_buffer *src,
                        size_t src_offset, size_t bytes) {
-  return vk_record_copy(be->ctx, src->handle, src_offset, dst->handle, dst_offset, bytes);
+  DPT_TRY(dpt_vk_enter(be));
+  return dpt_vk_leave(be, vk_record_copy(dpt_vk_ctx_of(be), src->handle, src_offset, dst->handle,
+                                         dst_offset, bytes));
 }
 
 dpt_status dpt_vk_fill_f32(dpt_backend *be, dpt_buffer *dst, size_t offset_elems, size_t count,
                            float value) {
-  dpt_vk_ctx *ctx = be->ctx;
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
   dpt_vk_alloc *al = dst->handle;
   VkCommandBuffer cmd;
   dpt_status st = dpt_vk_cmd(ctx, &cmd);
@@ -505,5 +516,5 @@ dpt_status dpt_vk_fill_f32(dpt_backend *be, dpt_buffer *dst, size_t offset_elems
   vkCmdFillBuffer(cmd, al->block->buffer, al->offset + (VkDeviceSize)offset_elems * 4,
                   (VkDeviceSize)count * 4, bits);
   dpt_vk_touch(ctx, al);
-  return DPT_OK;
+  return dpt_vk_leave(be, DPT_OK);
 }

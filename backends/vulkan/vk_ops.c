@@ -4,7 +4,10 @@
  * larger than one window into several dispatches; structured ops return DPT_ERR_UNSUPPORTED
  * when a tensor does not fit one window (maxStorageBufferRange) or a size needs more than 32
  * bits. Results needed on the host (reductions, loss) come from per-workgroup partials in host
- * memory, added here in double. */
+ * memory, added here in double.
+ *
+ * Each op is its vtable entry: it opens with dpt_vk_enter and returns success through
+ * dpt_vk_leave (vk_error.c), so a validation error is reported by the op that raised it. */
 #include <math.h>
 #include <string.h>
 
@@ -73,32 +76,42 @@ static dpt_status vk_elementwise(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, size_t n, co
   return DPT_OK;
 }
 
-dpt_status dpt_vk_op_relu_fwd(dpt_vk_ctx *ctx, const dpt_relu_fwd_args *a) {
+dpt_status dpt_vk_relu_fwd(dpt_backend *be, const dpt_relu_fwd_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
   vk_tensor t[2] = {{vk_al(&a->x), a->x.off, 4}, {vk_al(&a->y), a->y.off, 4}};
   uint32_t push[3];
-  return vk_elementwise(ctx, DPT_VK_PIPE_RELU_FWD, a->n, t, 2, push, 3);
+  return dpt_vk_leave(be, vk_elementwise(ctx, DPT_VK_PIPE_RELU_FWD, a->n, t, 2, push, 3));
 }
 
-dpt_status dpt_vk_op_relu_bwd(dpt_vk_ctx *ctx, const dpt_relu_bwd_args *a) {
+dpt_status dpt_vk_relu_bwd(dpt_backend *be, const dpt_relu_bwd_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
   vk_tensor t[3] = {
       {vk_al(&a->x), a->x.off, 4}, {vk_al(&a->dy), a->dy.off, 4}, {vk_al(&a->dx), a->dx.off, 4}};
   uint32_t push[4];
-  return vk_elementwise(ctx, DPT_VK_PIPE_RELU_BWD, a->n, t, 3, push, 4);
+  return dpt_vk_leave(be, vk_elementwise(ctx, DPT_VK_PIPE_RELU_BWD, a->n, t, 3, push, 4));
 }
 
-dpt_status dpt_vk_op_axpy(dpt_vk_ctx *ctx, const dpt_axpy_args *a) {
+dpt_status dpt_vk_axpy(dpt_backend *be, const dpt_axpy_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
   vk_tensor t[2] = {{vk_al(&a->x), a->x.off, 4}, {vk_al(&a->y), a->y.off, 4}};
   uint32_t push[4] = {0, 0, 0, vk_f2u(a->alpha)};
-  return vk_elementwise(ctx, DPT_VK_PIPE_AXPY, a->n, t, 2, push, 4);
+  return dpt_vk_leave(be, vk_elementwise(ctx, DPT_VK_PIPE_AXPY, a->n, t, 2, push, 4));
 }
 
-dpt_status dpt_vk_op_scale(dpt_vk_ctx *ctx, const dpt_scale_args *a) {
+dpt_status dpt_vk_scale(dpt_backend *be, const dpt_scale_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
   vk_tensor t[1] = {{vk_al(&a->x), a->x.off, 4}};
   uint32_t push[3] = {0, 0, vk_f2u(a->alpha)};
-  return vk_elementwise(ctx, DPT_VK_PIPE_SCALE, a->n, t, 1, push, 3);
+  return dpt_vk_leave(be, vk_elementwise(ctx, DPT_VK_PIPE_SCALE, a->n, t, 1, push, 3));
 }
 
-dpt_status dpt_vk_op_sgd_update(dpt_vk_ctx *ctx, const dpt_sgd_update_args *a) {
+dpt_status dpt_vk_sgd_update(dpt_backend *be, const dpt_sgd_update_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
   int has_v = a->velocity.buf != NULL;
   /* Without velocity the binding still needs a buffer: the weights stand in, unused. */
   vk_tensor t[3] = {
@@ -114,10 +127,12 @@ dpt_status dpt_vk_op_sgd_update(dpt_vk_ctx *ctx, const dpt_sgd_update_args *a) {
                       vk_f2u(a->p.weight_decay),
                       a->p.nesterov ? 1u : 0u,
                       has_v ? 1u : 0u};
-  return vk_elementwise(ctx, DPT_VK_PIPE_SGD_UPDATE, a->n, t, 3, push, 9);
+  return dpt_vk_leave(be, vk_elementwise(ctx, DPT_VK_PIPE_SGD_UPDATE, a->n, t, 3, push, 9));
 }
 
-dpt_status dpt_vk_op_adamw_update(dpt_vk_ctx *ctx, const dpt_adamw_update_args *a) {
+dpt_status dpt_vk_adamw_update(dpt_backend *be, const dpt_adamw_update_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
   const dpt_adamw_params *p = &a->p;
   const dpt_adamw_scalars k = dpt_adamw_scalars_of(p); /* rounded like every backend */
   vk_tensor t[4] = {{vk_al(&a->w), a->w.off, 4},
@@ -137,22 +152,28 @@ dpt_status dpt_vk_op_adamw_update(dpt_vk_ctx *ctx, const dpt_adamw_update_args *
                        vk_f2u(k.bc2_sqrt),
                        vk_f2u(k.one_minus_b1),
                        vk_f2u(k.one_minus_b2)};
-  return vk_elementwise(ctx, DPT_VK_PIPE_ADAMW_UPDATE, a->n, t, 4, push, 13);
+  return dpt_vk_leave(be, vk_elementwise(ctx, DPT_VK_PIPE_ADAMW_UPDATE, a->n, t, 4, push, 13));
 }
 
-dpt_status dpt_vk_op_f32_to_f16(dpt_vk_ctx *ctx, const dpt_f32_to_f16_args *a) {
+dpt_status dpt_vk_f32_to_f16(dpt_backend *be, const dpt_f32_to_f16_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
   vk_tensor t[2] = {{vk_al(&a->src), a->src.off, 4}, {vk_al(&a->dst), a->dst.off, 2}};
   uint32_t push[3];
-  return vk_elementwise(ctx, DPT_VK_PIPE_F32_TO_F16, a->n, t, 2, push, 3);
+  return dpt_vk_leave(be, vk_elementwise(ctx, DPT_VK_PIPE_F32_TO_F16, a->n, t, 2, push, 3));
 }
 
-dpt_status dpt_vk_op_f16_to_f32(dpt_vk_ctx *ctx, const dpt_f16_to_f32_args *a) {
+dpt_status dpt_vk_f16_to_f32(dpt_backend *be, const dpt_f16_to_f32_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
   vk_tensor t[2] = {{vk_al(&a->src), a->src.off, 2}, {vk_al(&a->dst), a->dst.off, 4}};
   uint32_t push[3];
-  return vk_elementwise(ctx, DPT_VK_PIPE_F16_TO_F32, a->n, t, 2, push, 3);
+  return dpt_vk_leave(be, vk_elementwise(ctx, DPT_VK_PIPE_F16_TO_F32, a->n, t, 2, push, 3));
 }
 
-dpt_status dpt_vk_op_bias_add(dpt_vk_ctx *ctx, const dpt_bias_add_args *a) {
+dpt_status dpt_vk_bias_add(dpt_backend *be, const dpt_bias_add_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
   size_t n;
   if (!dpt_mul_ok(a->rows, a->cols, &n) || a->cols > UINT32_MAX) return vk_too_large("bias_add");
   /* Whole rows per chunk so every chunk starts at column 0. */
@@ -168,10 +189,12 @@ dpt_status dpt_vk_op_bias_add(dpt_vk_ctx *ctx, const dpt_bias_add_args *a) {
     st = dpt_vk_dispatch(ctx, DPT_VK_PIPE_BIAS_ADD, w, 2, push, sizeof push,
                          vk_div_up(rows * a->cols, DPT_VK_WG));
   }
-  return st;
+  return dpt_vk_leave(be, st);
 }
 
-dpt_status dpt_vk_op_bias_grad(dpt_vk_ctx *ctx, const dpt_bias_grad_args *a) {
+dpt_status dpt_vk_bias_grad(dpt_backend *be, const dpt_bias_grad_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
   size_t n;
   if (!dpt_mul_ok(a->rows, a->cols, &n) || n > UINT32_MAX) return vk_too_large("bias_grad");
   dpt_vk_win w[2];
@@ -181,8 +204,8 @@ dpt_status dpt_vk_op_bias_grad(dpt_vk_ctx *ctx, const dpt_bias_grad_args *a) {
   if (st == DPT_OK) st = dpt_vk_window(ctx, vk_al(&a->db), a->db.off, a->cols, 4, &w[1]);
   if (st != DPT_OK) return st;
   uint32_t push[5] = {(uint32_t)a->rows, (uint32_t)a->cols, w[0].elem, w[1].elem, vk_f2u(a->beta)};
-  return dpt_vk_dispatch(ctx, DPT_VK_PIPE_BIAS_GRAD, w, 2, push, sizeof push,
-                         vk_div_up(a->cols, 32));
+  return dpt_vk_leave(be, dpt_vk_dispatch(ctx, DPT_VK_PIPE_BIAS_GRAD, w, 2, push, sizeof push,
+                                          vk_div_up(a->cols, 32)));
 }
 
 /* ---- reductions ----------------------------------------------------------------------------- */
@@ -233,15 +256,21 @@ static dpt_status vk_sum_common(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, const dpt_red
   return DPT_OK;
 }
 
-dpt_status dpt_vk_op_sum(dpt_vk_ctx *ctx, const dpt_sum_args *a) {
-  return vk_sum_common(ctx, DPT_VK_PIPE_SUM, a);
+dpt_status dpt_vk_sum(dpt_backend *be, const dpt_sum_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
+  return dpt_vk_leave(be, vk_sum_common(ctx, DPT_VK_PIPE_SUM, a));
 }
 
-dpt_status dpt_vk_op_sumsq(dpt_vk_ctx *ctx, const dpt_sumsq_args *a) {
-  return vk_sum_common(ctx, DPT_VK_PIPE_SUMSQ, a);
+dpt_status dpt_vk_sumsq(dpt_backend *be, const dpt_sumsq_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
+  return dpt_vk_leave(be, vk_sum_common(ctx, DPT_VK_PIPE_SUMSQ, a));
 }
 
-dpt_status dpt_vk_op_count_nonfinite(dpt_vk_ctx *ctx, const dpt_count_nonfinite_args *a) {
+dpt_status dpt_vk_count_nonfinite(dpt_backend *be, const dpt_count_nonfinite_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
   const uint32_t *parts;
   size_t np;
   dpt_status st = vk_reduce(ctx, DPT_VK_PIPE_COUNT_NONFINITE, a->n, &a->x, &parts, &np);
@@ -250,15 +279,17 @@ dpt_status dpt_vk_op_count_nonfinite(dpt_vk_ctx *ctx, const dpt_count_nonfinite_
   for (size_t i = 0; i < np; ++i)
     s += parts[i];
   *a->out = s;
-  return DPT_OK;
+  return dpt_vk_leave(be, DPT_OK);
 }
 
 /* ---- softmax cross-entropy ------------------------------------------------------------------ */
 
-dpt_status dpt_vk_op_softmax_xent(dpt_vk_ctx *ctx, const dpt_softmax_xent_args *a) {
+dpt_status dpt_vk_softmax_xent(dpt_backend *be, const dpt_softmax_xent_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
   int grad = a->dlogits.buf != NULL;
   int host = a->loss_sum != NULL || a->correct != NULL;
-  if (!grad && !host) return DPT_OK;
+  if (!grad && !host) return dpt_vk_leave(be, DPT_OK);
   if (a->cols > UINT32_MAX) return vk_too_large("softmax_xent");
   /* Rows per dispatch: the logits window, and a bounded partials buffer when the host waits
    * for results (the loop then waits once per chunk). */
@@ -311,7 +342,7 @@ dpt_status dpt_vk_op_softmax_xent(dpt_vk_ctx *ctx, const dpt_softmax_xent_args *
   }
   if (a->loss_sum) *a->loss_sum = loss;
   if (a->correct) *a->correct = correct;
-  return DPT_OK;
+  return dpt_vk_leave(be, DPT_OK);
 }
 
 /* ---- convolution and pooling ---------------------------------------------------------------- */
@@ -343,12 +374,18 @@ static dpt_status vk_conv(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, const char *op, con
   return dpt_vk_dispatch(ctx, pipe, w, 2, push, sizeof push, vk_div_up(n, DPT_VK_WG));
 }
 
-dpt_status dpt_vk_op_im2col(dpt_vk_ctx *ctx, const dpt_im2col_args *a) {
-  return vk_conv(ctx, DPT_VK_PIPE_IM2COL, "im2col", &a->g, a->out_h, a->out_w, &a->x, &a->col, 0);
+dpt_status dpt_vk_im2col(dpt_backend *be, const dpt_im2col_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
+  return dpt_vk_leave(
+      be, vk_conv(ctx, DPT_VK_PIPE_IM2COL, "im2col", &a->g, a->out_h, a->out_w, &a->x, &a->col, 0));
 }
 
-dpt_status dpt_vk_op_col2im(dpt_vk_ctx *ctx, const dpt_col2im_args *a) {
-  return vk_conv(ctx, DPT_VK_PIPE_COL2IM, "col2im", &a->g, a->out_h, a->out_w, &a->dx, &a->col, 1);
+dpt_status dpt_vk_col2im(dpt_backend *be, const dpt_col2im_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
+  return dpt_vk_leave(be, vk_conv(ctx, DPT_VK_PIPE_COL2IM, "col2im", &a->g, a->out_h, a->out_w,
+                                  &a->dx, &a->col, 1));
 }
 
 /* maxpool_fwd (x, y, argmax; one invocation per output) and maxpool_bwd (dy, argmax, dx; one
@@ -382,23 +419,29 @@ static dpt_status vk_pool(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, const char *op, con
   return dpt_vk_dispatch(ctx, pipe, w, 3, push, sizeof push, vk_div_up(n, DPT_VK_WG));
 }
 
-dpt_status dpt_vk_op_maxpool_fwd(dpt_vk_ctx *ctx, const dpt_maxpool_fwd_args *a) {
+dpt_status dpt_vk_maxpool_fwd(dpt_backend *be, const dpt_maxpool_fwd_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
   dpt_ref t[3] = {a->x, a->y, a->argmax};
   static const int planar[3] = {1, 0, 0};
-  return vk_pool(ctx, DPT_VK_PIPE_MAXPOOL_FWD, "maxpool_fwd", &a->g, a->out_h, a->out_w, t, planar,
-                 0);
+  return dpt_vk_leave(be, vk_pool(ctx, DPT_VK_PIPE_MAXPOOL_FWD, "maxpool_fwd", &a->g, a->out_h,
+                                  a->out_w, t, planar, 0));
 }
 
-dpt_status dpt_vk_op_maxpool_bwd(dpt_vk_ctx *ctx, const dpt_maxpool_bwd_args *a) {
+dpt_status dpt_vk_maxpool_bwd(dpt_backend *be, const dpt_maxpool_bwd_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
   dpt_ref t[3] = {a->dy, a->argmax, a->dx};
   static const int planar[3] = {0, 0, 1};
-  return vk_pool(ctx, DPT_VK_PIPE_MAXPOOL_BWD, "maxpool_bwd", &a->g, a->out_h, a->out_w, t, planar,
-                 1);
+  return dpt_vk_leave(be, vk_pool(ctx, DPT_VK_PIPE_MAXPOOL_BWD, "maxpool_bwd", &a->g, a->out_h,
+                                  a->out_w, t, planar, 1));
 }
 
 /* ---- embeddings ------------------------------------------------------------------------------ */
 
-dpt_status dpt_vk_op_embed_gather(dpt_vk_ctx *ctx, const dpt_embed_gather_args *a) {
+dpt_status dpt_vk_embed_gather(dpt_backend *be, const dpt_embed_gather_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
   size_t tn = a->vocab * a->dim, on = a->n * a->dim;
   if (on > UINT32_MAX || a->vocab > UINT32_MAX) return vk_too_large("embed_gather");
   dpt_vk_win w[3];
@@ -408,11 +451,13 @@ dpt_status dpt_vk_op_embed_gather(dpt_vk_ctx *ctx, const dpt_embed_gather_args *
   if (st != DPT_OK) return st;
   uint32_t push[6] = {(uint32_t)on, w[0].elem,        w[1].elem,
                       w[2].elem,    (uint32_t)a->dim, (uint32_t)a->vocab};
-  return dpt_vk_dispatch(ctx, DPT_VK_PIPE_EMBED_GATHER, w, 3, push, sizeof push,
-                         vk_div_up(on, DPT_VK_WG));
+  return dpt_vk_leave(be, dpt_vk_dispatch(ctx, DPT_VK_PIPE_EMBED_GATHER, w, 3, push, sizeof push,
+                                          vk_div_up(on, DPT_VK_WG)));
 }
 
-dpt_status dpt_vk_op_embed_scatter_add(dpt_vk_ctx *ctx, const dpt_embed_scatter_add_args *a) {
+dpt_status dpt_vk_embed_scatter_add(dpt_backend *be, const dpt_embed_scatter_add_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
   size_t tn = a->vocab * a->dim, gn = a->n * a->dim;
   if (gn > UINT32_MAX || a->vocab > UINT32_MAX || a->n >= UINT32_MAX / 2)
     return vk_too_large("embed_scatter_add");
@@ -435,8 +480,8 @@ dpt_status dpt_vk_op_embed_scatter_add(dpt_vk_ctx *ctx, const dpt_embed_scatter_
   if (st != DPT_OK) return st;
   uint32_t push[6] = {(uint32_t)gn, w[0].elem,        w[1].elem,
                       w[3].elem,    (uint32_t)a->dim, (uint32_t)a->n};
-  return dpt_vk_dispatch(ctx, DPT_VK_PIPE_EMBED_SCATTER_ADD, w, 4, push, sizeof push,
-                         vk_div_up(gn, DPT_VK_WG));
+  return dpt_vk_leave(be, dpt_vk_dispatch(ctx, DPT_VK_PIPE_EMBED_SCATTER_ADD, w, 4, push,
+                                          sizeof push, vk_div_up(gn, DPT_VK_WG)));
 }
 
 /* ---- gemm ------------------------------------------------------------------------------------ */
@@ -545,6 +590,8 @@ static dpt_status vk_gemm_split(dpt_vk_ctx *ctx, const dpt_gemm_args *a) {
   return st == DPT_OK ? vk_gemm_split(ctx, &hi) : st;
 }
 
-dpt_status dpt_vk_op_gemm(dpt_vk_ctx *ctx, const dpt_gemm_args *a) {
-  return vk_gemm_split(ctx, a);
+dpt_status dpt_vk_gemm(dpt_backend *be, const dpt_gemm_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
+  return dpt_vk_leave(be, vk_gemm_split(ctx, a));
 }

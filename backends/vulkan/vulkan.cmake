@@ -33,8 +33,12 @@ dpt_embed_files(OUTPUT "${CMAKE_CURRENT_BINARY_DIR}/vulkan_spirv.c" SYMBOL dpt_v
                 FILES ${_dpt_vk_spv})
 
 find_package(Vulkan REQUIRED)
-list(APPEND DPT_SOURCES backends/vulkan/vk_backend.c backends/vulkan/vk_exec.c
-     backends/vulkan/vk_memory.c backends/vulkan/vk_ops.c
+list(APPEND DPT_SOURCES
+     backends/vulkan/vk_backend.c
+     backends/vulkan/vk_error.c
+     backends/vulkan/vk_exec.c
+     backends/vulkan/vk_memory.c
+     backends/vulkan/vk_ops.c
      "${CMAKE_CURRENT_BINARY_DIR}/vulkan_spirv.c")
 list(APPEND DPT_PRIVATE_LIBS Vulkan::Vulkan)
 list(APPEND DPT_PRIVATE_DEFS DPT_HAVE_VULKAN)
