@@ -100,10 +100,9 @@ DPT_API dpt_status dpt_optimizer_create_sharded(dpt_model *model, const dpt_opti
  * offsets into the parameters, increasing; this replica's shard after a reduce-scatter of the
  * gradients, dpt_comm_shard), counted as one step. On an optimizer from dpt_optimizer_create,
  * state outside the ranges is left alone; on a sharded one the ranges must be its own.
- * Clipping needs the norm of the
- * whole gradient: pass in grad_sumsq its sum of squares (every replica's
- * dpt_optimizer_grad_sumsq over its shard, summed over replicas in the same order everywhere);
- * it is ignored without clipping. grad_norm as for dpt_optimizer_step. */
+ * Clipping needs the norm of the whole gradient: pass in grad_sumsq its sum of squares (every
+ * replica's dpt_optimizer_grad_sumsq over its shard, summed over replicas in the same order
+ * everywhere); it is ignored without clipping. grad_norm as for dpt_optimizer_step. */
 DPT_API dpt_status dpt_optimizer_step_ranges(dpt_optimizer *opt, const dpt_range *ranges, size_t n,
                                              double grad_sumsq, double *grad_norm);
 /* Sum of squares of the model's gradients over `ranges` (waits for the device). */
