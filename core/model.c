@@ -106,6 +106,8 @@ const char *dpt_layer_kind_name(dpt_layer_kind kind) {
   }
 }
 
+/* Appends tensor "<layer_index>.<what>" of shape[ndim] to the tensor list and to the end of the
+ * flat buffers; *index_out receives its index. */
 static dpt_status add_tensor(dpt_model *m, size_t layer_index, const char *what, int ndim,
                              const int64_t *shape, size_t *index_out) {
   size_t i = m->num_tensors++;
@@ -125,6 +127,14 @@ static dpt_status add_tensor(dpt_model *m, size_t layer_index, const char *what,
     return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_create: too many parameters");
   *index_out = i;
   return DPT_OK;
+}
+
+/* Layer i's "i.weight" of shape w_shape[ndim] and "i.bias" [w_shape[0]], weight first, as
+ * PyTorch's state_dict orders them. */
+static dpt_status add_weight_and_bias(dpt_model *m, size_t i, int ndim, const int64_t *w_shape) {
+  layer *L = &m->layers[i];
+  DPT_TRY(add_tensor(m, i, "weight", ndim, w_shape, &L->w_index));
+  return add_tensor(m, i, "bias", 1, w_shape, &L->b_index);
 }
 
 /* Planning runs inside dpt_model_create; its messages carry that name. */
@@ -155,10 +165,8 @@ static dpt_status plan_linear(dpt_model *m, size_t i, size_t in_features, sample
   layer *L = &m->layers[i];
   if (L->spec.size == 0)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: layer %zu (linear) has size 0", plan_fn, i);
-  int64_t ws[2] = {(int64_t)L->spec.size, (int64_t)in_features};
-  int64_t bs[1] = {(int64_t)L->spec.size};
-  DPT_TRY(add_tensor(m, i, "weight", 2, ws, &L->w_index));
-  DPT_TRY(add_tensor(m, i, "bias", 1, bs, &L->b_index));
+  const int64_t ws[2] = {(int64_t)L->spec.size, (int64_t)in_features};
+  DPT_TRY(add_weight_and_bias(m, i, 2, ws));
   x->c = L->spec.size;
   x->h = x->w = 1;
   x->flat = 1;
@@ -190,11 +198,9 @@ static dpt_status plan_conv2d(dpt_model *m, size_t i, sample_shape *x) {
   size_t oh, ow;
   dpt_status st = dpt_conv_out_size(&g, &oh, &ow);
   if (st != DPT_OK) return dpt_error_context(st, "%s: layer %zu (conv2d)", fn, i);
-  int64_t ws[4] = {(int64_t)L->spec.size, (int64_t)x->c, (int64_t)L->spec.kernel,
-                   (int64_t)L->spec.kernel};
-  int64_t bs[1] = {(int64_t)L->spec.size};
-  DPT_TRY(add_tensor(m, i, "weight", 4, ws, &L->w_index));
-  DPT_TRY(add_tensor(m, i, "bias", 1, bs, &L->b_index));
+  const int64_t ws[4] = {(int64_t)L->spec.size, (int64_t)x->c, (int64_t)L->spec.kernel,
+                         (int64_t)L->spec.kernel};
+  DPT_TRY(add_weight_and_bias(m, i, 4, ws));
   x->c = L->spec.size;
   x->h = oh;
   x->w = ow;
