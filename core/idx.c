@@ -115,117 +115,126 @@ static uint32_t idx_be32(const unsigned char *p) {
 #define DPT_IDX_IMAGES_MAGIC 0x00000803u
 #define DPT_IDX_LABELS_MAGIC 0x00000801u
 
-/* Reads an IDX file of unsigned bytes with `ndims` (1 or 3) dimensions. On success *data is a
- * malloc'd [product(dims)] byte array the caller frees. `what` names the content ("images"). */
-static dpt_status idx_load(const char *path, int ndims, const char *what, uint32_t dims[3],
-                           unsigned char **data) {
-  *data = NULL;
-  const uint32_t want_magic = 0x00000800u | (uint32_t)ndims;
-  const size_t header_bytes = 4u + 4u * (size_t)ndims;
-  idx_file f;
-  dpt_status st = idx_open(&f, path);
-  if (st != DPT_OK) return st;
-  const char *unit = f.gz ? "bytes decompressed" : "bytes";
+/* What an IDX header announces, and the strings its messages use. */
+typedef struct idx_layout {
+  const char *what;    /* "images" or "labels", for messages */
+  int ndims;           /* 1 or 3 */
+  size_t header_bytes; /* 4 + 4 * ndims */
+  uint32_t *dims;      /* [ndims], the caller's */
+  char shape[64];      /* the dims as "60000, 28, 28", for messages */
+  size_t payload;      /* product(dims): element bytes after the header */
+  size_t expected;     /* header_bytes + payload: the whole (decompressed) file */
+} idx_layout;
 
+/* How lengths of f are counted, for messages. */
+static const char *idx_unit(const idx_file *f) {
+  return f->gz ? "bytes decompressed" : "bytes";
+}
+
+/* The magic and the dimension sizes; fills l->dims, shape, payload, expected. */
+static dpt_status idx_read_header(idx_file *f, idx_layout *l) {
+  const uint32_t want_magic = 0x00000800u | (uint32_t)l->ndims;
   unsigned char header[16];
   size_t got;
-  st = idx_read(&f, header, header_bytes, &got);
-  if (st != DPT_OK) goto done;
+  DPT_TRY(idx_read(f, header, l->header_bytes, &got));
   /* The magic alone can tell a swapped file apart, so it is checked before the length. */
   if (got >= 4 && idx_be32(header) != want_magic) {
     const uint32_t found = idx_be32(header);
     const char *hint = found == DPT_IDX_IMAGES_MAGIC   ? " (an IDX images file)"
                        : found == DPT_IDX_LABELS_MAGIC ? " (an IDX labels file)"
                                                        : "";
-    st =
-        dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: not an IDX %s file: magic 0x%08x%s, expected 0x%08x",
-                      path, what, (unsigned)found, hint, (unsigned)want_magic);
-    goto done;
+    return dpt_set_error(DPT_ERR_BAD_FORMAT,
+                         "%s: not an IDX %s file: magic 0x%08x%s, expected 0x%08x", f->path,
+                         l->what, (unsigned)found, hint, (unsigned)want_magic);
   }
-  if (got < header_bytes) {
-    st = dpt_set_error(DPT_ERR_BAD_FORMAT,
-                       "%s: truncated IDX %s header: expected %zu bytes, file has %zu %s", path,
-                       what, header_bytes, got, unit);
-    goto done;
-  }
-
-  size_t payload = 1;
+  if (got < l->header_bytes)
+    return dpt_set_error(DPT_ERR_BAD_FORMAT,
+                         "%s: truncated IDX %s header: expected %zu bytes, file has %zu %s",
+                         f->path, l->what, l->header_bytes, got, idx_unit(f));
+  l->payload = 1;
   int overflow = 0;
-  char shape[64] = "";
-  for (int i = 0; i < ndims; i++) {
-    dims[i] = idx_be32(header + 4 + 4 * i);
-    overflow |= !dpt_mul_ok(payload, dims[i], &payload);
-    const size_t len = strlen(shape);
-    snprintf(shape + len, sizeof shape - len, "%s%u", i ? ", " : "", (unsigned)dims[i]);
+  l->shape[0] = '\0';
+  for (int i = 0; i < l->ndims; i++) {
+    l->dims[i] = idx_be32(header + 4 + 4 * i);
+    overflow |= !dpt_mul_ok(l->payload, l->dims[i], &l->payload);
+    const size_t len = strlen(l->shape);
+    snprintf(l->shape + len, sizeof l->shape - len, "%s%u", i ? ", " : "", (unsigned)l->dims[i]);
   }
-  for (int i = 0; i < ndims; i++) {
-    if (dims[i] == 0) {
-      st = dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: IDX %s header has a zero dimension: [%s]", path,
-                         what, shape);
-      goto done;
-    }
-  }
-  size_t expected = 0;
-  if (overflow || !dpt_add_ok(payload, header_bytes, &expected)) {
-    st = dpt_set_error(DPT_ERR_BAD_FORMAT,
-                       "%s: IDX %s header dimensions [%s] overflow the address space", path, what,
-                       shape);
-    goto done;
-  }
+  for (int i = 0; i < l->ndims; i++)
+    if (l->dims[i] == 0)
+      return dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: IDX %s header has a zero dimension: [%s]",
+                           f->path, l->what, l->shape);
+  if (overflow || !dpt_add_ok(l->payload, l->header_bytes, &l->expected))
+    return dpt_set_error(DPT_ERR_BAD_FORMAT,
+                         "%s: IDX %s header dimensions [%s] overflow the address space", f->path,
+                         l->what, l->shape);
+  return DPT_OK;
+}
 
-  /* For a plain file the length is known up front: no allocation on the header's word. */
-  if (f.fp) {
-    long end = -1;
-    if (fseek(f.fp, 0, SEEK_END) == 0) end = ftell(f.fp);
-    if (end < 0 || fseek(f.fp, (long)header_bytes, SEEK_SET) != 0) {
-      st = dpt_set_error(DPT_ERR_IO, "%s: seek failed: %s", path, strerror(errno));
-      goto done;
-    }
-    if ((unsigned long)end != expected) {
-      st = dpt_set_error(
-          DPT_ERR_BAD_FORMAT, "%s: %s: header [%s] means %zu bytes, file has %ld bytes", path,
-          (size_t)end < expected ? "truncated" : "trailing bytes", shape, expected, end);
-      goto done;
-    }
-  }
+/* A plain file's length is known up front: it must be what the header announces, checked
+ * before anything is allocated on the header's word. Leaves f at the first element. */
+static dpt_status idx_check_plain_length(idx_file *f, const idx_layout *l) {
+  long end = -1;
+  if (fseek(f->fp, 0, SEEK_END) == 0) end = ftell(f->fp);
+  if (end < 0 || fseek(f->fp, (long)l->header_bytes, SEEK_SET) != 0)
+    return dpt_set_error(DPT_ERR_IO, "%s: seek failed: %s", f->path, strerror(errno));
+  if ((unsigned long)end != l->expected)
+    return dpt_set_error(
+        DPT_ERR_BAD_FORMAT, "%s: %s: header [%s] means %zu bytes, file has %ld bytes", f->path,
+        (size_t)end < l->expected ? "truncated" : "trailing bytes", l->shape, l->expected, end);
+  return DPT_OK;
+}
 
-  /* A compressed file's length says nothing of what it holds: its buffer grows as data comes
-   * (a truncated file claiming terabytes is reported truncated, not out of memory). */
-  size_t cap = f.fp || payload < IDX_GZ_CHUNK ? payload : IDX_GZ_CHUNK;
+/* The payload into a new malloc'd [payload] byte array, refusing a short or a long file. A
+ * compressed file's length says nothing of what it holds: its buffer grows as data comes (a
+ * truncated file claiming terabytes is reported truncated, not out of memory). */
+static dpt_status idx_read_payload(idx_file *f, const idx_layout *l, unsigned char **data) {
+  size_t cap = f->fp || l->payload < IDX_GZ_CHUNK ? l->payload : IDX_GZ_CHUNK;
   unsigned char *buf = malloc(cap);
-  got = 0;
+  size_t got = 0;
+  dpt_status st = DPT_OK;
   for (;;) {
-    if (!buf) {
-      st = dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu bytes of %s", path, cap,
-                         what);
-      goto done;
-    }
+    if (!buf)
+      return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu bytes of %s", f->path,
+                           cap, l->what);
     size_t n = 0;
-    st = idx_read(&f, buf + got, cap - got, &n);
+    st = idx_read(f, buf + got, cap - got, &n);
     got += n;
-    if (st != DPT_OK || got < cap || cap == payload) break;
-    cap = payload - cap < cap ? payload : 2 * cap;
+    if (st != DPT_OK || got < cap || cap == l->payload) break;
+    cap = l->payload - cap < cap ? l->payload : 2 * cap;
     unsigned char *grown = realloc(buf, cap);
     if (!grown) free(buf);
     buf = grown;
   }
-  if (st == DPT_OK && got < payload) {
+  if (st == DPT_OK && got < l->payload)
     st = dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: truncated: header [%s] means %zu %s, file has %zu",
-                       path, shape, expected, unit, header_bytes + got);
-  }
+                       f->path, l->shape, l->expected, idx_unit(f), l->header_bytes + got);
   if (st == DPT_OK) {
     size_t rest = 0;
-    st = idx_count_rest(&f, &rest);
+    st = idx_count_rest(f, &rest);
     if (st == DPT_OK && rest > 0)
       st = dpt_set_error(DPT_ERR_BAD_FORMAT,
-                         "%s: trailing bytes: header [%s] means %zu %s, file has %zu", path, shape,
-                         expected, unit, expected + rest);
+                         "%s: trailing bytes: header [%s] means %zu %s, file has %zu", f->path,
+                         l->shape, l->expected, idx_unit(f), l->expected + rest);
   }
   if (st == DPT_OK)
     *data = buf;
   else
     free(buf);
-done:
+  return st;
+}
+
+/* Reads an IDX file of unsigned bytes with `ndims` (1 or 3) dimensions. On success *data is a
+ * malloc'd [product(dims)] byte array the caller frees. `what` names the content ("images"). */
+static dpt_status idx_load(const char *path, int ndims, const char *what, uint32_t dims[3],
+                           unsigned char **data) {
+  *data = NULL;
+  idx_layout l = {what, ndims, 4u + 4u * (size_t)ndims, dims, "", 0, 0};
+  idx_file f;
+  DPT_TRY(idx_open(&f, path));
+  dpt_status st = idx_read_header(&f, &l);
+  if (st == DPT_OK && f.fp) st = idx_check_plain_length(&f, &l);
+  if (st == DPT_OK) st = idx_read_payload(&f, &l, data);
   idx_close(&f);
   return st;
 }

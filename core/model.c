@@ -94,22 +94,20 @@ dpt_status dpt_model_spec_cnn(dpt_model_spec *spec, size_t c, size_t h, size_t w
 
 /* ---- shapes and tensors ------------------------------------------------------------------ */
 
-static const char *layer_kind_name(dpt_layer_kind k) {
-  switch (k) {
-  case DPT_LAYER_LINEAR:
-    return "linear";
-  case DPT_LAYER_RELU:
-    return "relu";
-  case DPT_LAYER_CONV2D:
-    return "conv2d";
-  case DPT_LAYER_MAXPOOL:
-    return "maxpool";
-  case DPT_LAYER_FLATTEN:
-    return "flatten";
+const char *dpt_layer_kind_name(dpt_layer_kind kind) {
+  switch (kind) {
+#define DPT_LAYER_KIND_NAME_(name, value, text)                                                    \
+  case DPT_LAYER_##name:                                                                           \
+    return text;
+    DPT_LAYER_KIND_MAP(DPT_LAYER_KIND_NAME_)
+#undef DPT_LAYER_KIND_NAME_
+  default:
+    return NULL;
   }
-  return "?";
 }
 
+/* Appends tensor "<layer_index>.<what>" of shape[ndim] to the tensor list and to the end of the
+ * flat buffers; *index_out receives its index. */
 static dpt_status add_tensor(dpt_model *m, size_t layer_index, const char *what, int ndim,
                              const int64_t *shape, size_t *index_out) {
   size_t i = m->num_tensors++;
@@ -131,10 +129,27 @@ static dpt_status add_tensor(dpt_model *m, size_t layer_index, const char *what,
   return DPT_OK;
 }
 
-/* Derives every layer's shapes and the tensor list from the spec; allocates nothing. */
-static dpt_status plan(dpt_model *m) {
-  const dpt_model_spec *s = &m->spec;
-  const char *fn = "dpt_model_create";
+/* Layer i's "i.weight" of shape w_shape[ndim] and "i.bias" [w_shape[0]], weight first, as
+ * PyTorch's state_dict orders them. */
+static dpt_status add_weight_and_bias(dpt_model *m, size_t i, int ndim, const int64_t *w_shape) {
+  layer *L = &m->layers[i];
+  DPT_TRY(add_tensor(m, i, "weight", ndim, w_shape, &L->w_index));
+  return add_tensor(m, i, "bias", 1, w_shape, &L->b_index);
+}
+
+/* Planning runs inside dpt_model_create; its messages carry that name. */
+static const char plan_fn[] = "dpt_model_create";
+
+/* The shape of one sample between two layers. After a flatten or linear layer the sample is a
+ * vector of c features (h = w = 1) and `flat` is set: image layers refuse it. */
+typedef struct sample_shape {
+  size_t c, h, w;
+  int flat;
+} sample_shape;
+
+/* The spec's model-wide fields: input shape, layer count, classes. */
+static dpt_status plan_check_spec(const dpt_model_spec *s) {
+  const char *fn = plan_fn;
   if (s->in_c == 0 || s->in_h == 0 || s->in_w == 0)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: input shape %zu x %zu x %zu has a zero", fn,
                          s->in_c, s->in_h, s->in_w);
@@ -142,113 +157,145 @@ static dpt_status plan(dpt_model *m) {
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: num_layers %zu not in 1..%d", fn, s->num_layers,
                          DPT_MODEL_MAX_LAYERS);
   if (s->num_classes < 1) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: num_classes is 0", fn);
-  size_t c = s->in_c, h = s->in_h, w = s->in_w;
-  int flat = 0; /* after a flatten or linear layer the sample is a vector of c*h*w features */
-  m->num_layers = s->num_layers;
-  for (size_t i = 0; i < s->num_layers; ++i) {
-    layer *L = &m->layers[i];
-    L->spec = s->layers[i];
-    L->in_c = c;
-    L->in_h = h;
-    L->in_w = w;
-    L->w_index = L->b_index = SIZE_MAX;
-    size_t in_features;
-    if (!dpt_mul_ok(c, h, &in_features) || !dpt_mul_ok(in_features, w, &in_features))
-      return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: layer %zu input too large", fn, i);
-    switch (L->spec.kind) {
-    case DPT_LAYER_LINEAR: {
-      if (L->spec.size == 0)
-        return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: layer %zu (linear) has size 0", fn, i);
-      int64_t ws[2] = {(int64_t)L->spec.size, (int64_t)in_features};
-      int64_t bs[1] = {(int64_t)L->spec.size};
-      DPT_TRY(add_tensor(m, i, "weight", 2, ws, &L->w_index));
-      DPT_TRY(add_tensor(m, i, "bias", 1, bs, &L->b_index));
-      c = L->spec.size;
-      h = w = 1;
-      flat = 1;
-      break;
-    }
-    case DPT_LAYER_RELU:
-    case DPT_LAYER_FLATTEN:
-      if (L->spec.kind == DPT_LAYER_FLATTEN) {
-        c = in_features;
-        h = w = 1;
-        flat = 1;
-      }
-      break;
-    case DPT_LAYER_CONV2D: {
-      if (flat)
-        return dpt_set_error(DPT_ERR_INVALID_ARG,
-                             "%s: layer %zu (conv2d) needs an image input, not a flattened one", fn,
-                             i);
-      if (L->spec.size == 0 || L->spec.kernel == 0)
-        return dpt_set_error(DPT_ERR_INVALID_ARG,
-                             "%s: layer %zu (conv2d) needs out channels and kernel > 0", fn, i);
-      size_t stride = L->spec.stride ? L->spec.stride : 1;
-      L->spec.stride = stride;
-      dpt_conv_geom g = {1,
-                         c,
-                         h,
-                         w,
-                         L->spec.kernel,
-                         L->spec.kernel,
-                         stride,
-                         stride,
-                         L->spec.padding,
-                         L->spec.padding};
-      size_t oh, ow;
-      dpt_status st = dpt_conv_out_size(&g, &oh, &ow);
-      if (st != DPT_OK) return dpt_error_context(st, "%s: layer %zu (conv2d)", fn, i);
-      int64_t ws[4] = {(int64_t)L->spec.size, (int64_t)c, (int64_t)L->spec.kernel,
-                       (int64_t)L->spec.kernel};
-      int64_t bs[1] = {(int64_t)L->spec.size};
-      DPT_TRY(add_tensor(m, i, "weight", 4, ws, &L->w_index));
-      DPT_TRY(add_tensor(m, i, "bias", 1, bs, &L->b_index));
-      c = L->spec.size;
-      h = oh;
-      w = ow;
-      break;
-    }
-    case DPT_LAYER_MAXPOOL: {
-      if (flat)
-        return dpt_set_error(DPT_ERR_INVALID_ARG,
-                             "%s: layer %zu (maxpool) needs an image input, not a flattened one",
-                             fn, i);
-      if (L->spec.kernel == 0)
-        return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: layer %zu (maxpool) has kernel 0", fn, i);
-      if (L->spec.stride == 0) L->spec.stride = L->spec.kernel;
-      dpt_pool_geom g = {c, h, w, L->spec.kernel, L->spec.kernel, L->spec.stride, L->spec.stride};
-      size_t oh, ow;
-      dpt_status st = dpt_pool_out_size(&g, &oh, &ow);
-      if (st != DPT_OK) return dpt_error_context(st, "%s: layer %zu (maxpool)", fn, i);
-      h = oh;
-      w = ow;
-      break;
-    }
-    default:
-      return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: layer %zu has unknown kind %d", fn, i,
-                           (int)L->spec.kind);
-    }
-    L->out_c = c;
-    L->out_h = h;
-    L->out_w = w;
-    L->in_size = in_features;
-    if (!dpt_mul_ok(c, h, &L->out_size) || !dpt_mul_ok(L->out_size, w, &L->out_size))
-      return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: layer %zu output too large", fn, i);
+  return DPT_OK;
+}
+
+/* linear: weight [out, in_features], bias [out]; the output is a vector of `size` features. */
+static dpt_status plan_linear(dpt_model *m, size_t i, size_t in_features, sample_shape *x) {
+  layer *L = &m->layers[i];
+  if (L->spec.size == 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: layer %zu (linear) has size 0", plan_fn, i);
+  const int64_t ws[2] = {(int64_t)L->spec.size, (int64_t)in_features};
+  DPT_TRY(add_weight_and_bias(m, i, 2, ws));
+  x->c = L->spec.size;
+  x->h = x->w = 1;
+  x->flat = 1;
+  return DPT_OK;
+}
+
+/* conv2d: weight [out, c, k, k], bias [out]; stride 0 means 1. */
+static dpt_status plan_conv2d(dpt_model *m, size_t i, sample_shape *x) {
+  const char *fn = plan_fn;
+  layer *L = &m->layers[i];
+  if (x->flat)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: layer %zu (conv2d) needs an image input, not a flattened one", fn, i);
+  if (L->spec.size == 0 || L->spec.kernel == 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: layer %zu (conv2d) needs out channels and kernel > 0", fn, i);
+  size_t stride = L->spec.stride ? L->spec.stride : 1;
+  L->spec.stride = stride;
+  dpt_conv_geom g = {1,
+                     x->c,
+                     x->h,
+                     x->w,
+                     L->spec.kernel,
+                     L->spec.kernel,
+                     stride,
+                     stride,
+                     L->spec.padding,
+                     L->spec.padding};
+  size_t oh, ow;
+  dpt_status st = dpt_conv_out_size(&g, &oh, &ow);
+  if (st != DPT_OK) return dpt_error_context(st, "%s: layer %zu (conv2d)", fn, i);
+  const int64_t ws[4] = {(int64_t)L->spec.size, (int64_t)x->c, (int64_t)L->spec.kernel,
+                         (int64_t)L->spec.kernel};
+  DPT_TRY(add_weight_and_bias(m, i, 4, ws));
+  x->c = L->spec.size;
+  x->h = oh;
+  x->w = ow;
+  return DPT_OK;
+}
+
+/* maxpool: channels kept, each plane pooled; stride 0 means the kernel. */
+static dpt_status plan_maxpool(dpt_model *m, size_t i, sample_shape *x) {
+  const char *fn = plan_fn;
+  layer *L = &m->layers[i];
+  if (x->flat)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: layer %zu (maxpool) needs an image input, not a flattened one", fn,
+                         i);
+  if (L->spec.kernel == 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: layer %zu (maxpool) has kernel 0", fn, i);
+  if (L->spec.stride == 0) L->spec.stride = L->spec.kernel;
+  dpt_pool_geom g = {x->c,           x->h,           x->w,          L->spec.kernel,
+                     L->spec.kernel, L->spec.stride, L->spec.stride};
+  size_t oh, ow;
+  dpt_status st = dpt_pool_out_size(&g, &oh, &ow);
+  if (st != DPT_OK) return dpt_error_context(st, "%s: layer %zu (maxpool)", fn, i);
+  x->h = oh;
+  x->w = ow;
+  return DPT_OK;
+}
+
+/* Layer i's shapes and tensors from the sample shape `x` entering it; `x` leaves as its output. */
+static dpt_status plan_layer(dpt_model *m, size_t i, sample_shape *x) {
+  layer *L = &m->layers[i];
+  L->spec = m->spec.layers[i];
+  L->in_c = x->c;
+  L->in_h = x->h;
+  L->in_w = x->w;
+  L->w_index = L->b_index = SIZE_MAX;
+  size_t in_features;
+  if (!dpt_mul_ok(x->c, x->h, &in_features) || !dpt_mul_ok(in_features, x->w, &in_features))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: layer %zu input too large", plan_fn, i);
+  switch (L->spec.kind) {
+  case DPT_LAYER_LINEAR:
+    DPT_TRY(plan_linear(m, i, in_features, x));
+    break;
+  case DPT_LAYER_RELU:
+    break;
+  case DPT_LAYER_FLATTEN:
+    x->c = in_features;
+    x->h = x->w = 1;
+    x->flat = 1;
+    break;
+  case DPT_LAYER_CONV2D:
+    DPT_TRY(plan_conv2d(m, i, x));
+    break;
+  case DPT_LAYER_MAXPOOL:
+    DPT_TRY(plan_maxpool(m, i, x));
+    break;
+  default:
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: layer %zu has unknown kind %d", plan_fn, i,
+                         (int)L->spec.kind);
   }
+  L->out_c = x->c;
+  L->out_h = x->h;
+  L->out_w = x->w;
+  L->in_size = in_features;
+  if (!dpt_mul_ok(x->c, x->h, &L->out_size) || !dpt_mul_ok(L->out_size, x->w, &L->out_size))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: layer %zu output too large", plan_fn, i);
+  return DPT_OK;
+}
+
+/* The last layer computes the logits (one per class), and something is trained. */
+static dpt_status plan_check_output(const dpt_model *m) {
+  const char *fn = plan_fn;
   const layer *last = &m->layers[m->num_layers - 1];
   if (last->spec.kind == DPT_LAYER_FLATTEN)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "%s: the last layer must compute the logits, not "
                          "flatten them",
                          fn);
-  if (last->out_size != s->num_classes)
+  if (last->out_size != m->spec.num_classes)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "%s: the last layer (%s) gives %zu outputs but num_classes is %zu", fn,
-                         layer_kind_name(last->spec.kind), last->out_size, s->num_classes);
+                         dpt_layer_kind_name(last->spec.kind), last->out_size, m->spec.num_classes);
   if (m->num_params == 0)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: the model has no parameters", fn);
   return DPT_OK;
+}
+
+/* Derives every layer's shapes and the tensor list from the spec; allocates nothing. */
+static dpt_status plan(dpt_model *m) {
+  const dpt_model_spec *s = &m->spec;
+  DPT_TRY(plan_check_spec(s));
+  sample_shape x = {s->in_c, s->in_h, s->in_w, 0};
+  m->num_layers = s->num_layers;
+  for (size_t i = 0; i < s->num_layers; ++i)
+    DPT_TRY(plan_layer(m, i, &x));
+  return plan_check_output(m);
 }
 
 static dpt_status alloc_floats(dpt_backend *be, size_t count, size_t elem, dpt_buffer **out) {
@@ -256,6 +303,29 @@ static dpt_status alloc_floats(dpt_backend *be, size_t count, size_t elem, dpt_b
   if (!dpt_mul_ok(count, elem, &bytes))
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_model_create: buffer size overflows");
   return dpt_buffer_alloc(be, bytes ? bytes : elem, out);
+}
+
+/* Layer i's activation buffers for max_batch samples: output and its gradient, and what the
+ * kind keeps between forward and backward (maxpool: argmax; conv2d: im2col columns and one
+ * image's column gradient). A flatten layer aliases its input and owns nothing. max_plane grows
+ * to the largest conv2d output plane (the length of the ones vector for its bias). */
+static dpt_status alloc_layer(dpt_model *m, size_t i, size_t *max_plane) {
+  dpt_backend *be = m->be;
+  layer *L = &m->layers[i];
+  if (L->spec.kind == DPT_LAYER_FLATTEN) return DPT_OK;
+  size_t n;
+  if (!dpt_mul_ok(m->max_batch, L->out_size, &n))
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_model_create: layer %zu too large", i);
+  DPT_TRY(alloc_floats(be, n, sizeof(float), &L->out));
+  DPT_TRY(alloc_floats(be, n, sizeof(float), &L->dout));
+  if (L->spec.kind == DPT_LAYER_MAXPOOL) return alloc_floats(be, n, sizeof(int32_t), &L->aux);
+  if (L->spec.kind != DPT_LAYER_CONV2D) return DPT_OK;
+  size_t k = L->in_c * L->spec.kernel * L->spec.kernel, plane = L->out_h * L->out_w, col;
+  if (plane > *max_plane) *max_plane = plane;
+  if (!dpt_mul_ok(k, plane, &col) || !dpt_mul_ok(col, m->max_batch, &n))
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_model_create: layer %zu too large", i);
+  DPT_TRY(alloc_floats(be, n, sizeof(float), &L->aux));
+  return alloc_floats(be, col, sizeof(float), &L->daux);
 }
 
 dpt_status dpt_model_create(dpt_backend *be, const dpt_model_spec *spec, size_t max_batch,
@@ -272,29 +342,8 @@ dpt_status dpt_model_create(dpt_backend *be, const dpt_model_spec *spec, size_t 
   m->max_batch = max_batch;
   dpt_status st = plan(m);
   size_t max_plane = 1;
-  for (size_t i = 0; i < m->num_layers && st == DPT_OK; ++i) {
-    layer *L = &m->layers[i];
-    if (L->spec.kind == DPT_LAYER_FLATTEN) continue;
-    size_t n;
-    if (!dpt_mul_ok(max_batch, L->out_size, &n)) {
-      st = dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_model_create: layer %zu too large", i);
-      break;
-    }
-    st = alloc_floats(be, n, sizeof(float), &L->out);
-    if (st == DPT_OK) st = alloc_floats(be, n, sizeof(float), &L->dout);
-    if (st == DPT_OK && L->spec.kind == DPT_LAYER_MAXPOOL)
-      st = alloc_floats(be, n, sizeof(int32_t), &L->aux);
-    if (st == DPT_OK && L->spec.kind == DPT_LAYER_CONV2D) {
-      size_t k = L->in_c * L->spec.kernel * L->spec.kernel, plane = L->out_h * L->out_w, col;
-      if (plane > max_plane) max_plane = plane;
-      if (!dpt_mul_ok(k, plane, &col) || !dpt_mul_ok(col, max_batch, &n)) {
-        st = dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_model_create: layer %zu too large", i);
-        break;
-      }
-      st = alloc_floats(be, n, sizeof(float), &L->aux);
-      if (st == DPT_OK) st = alloc_floats(be, col, sizeof(float), &L->daux);
-    }
-  }
+  for (size_t i = 0; i < m->num_layers && st == DPT_OK; ++i)
+    st = alloc_layer(m, i, &max_plane);
   if (st == DPT_OK) st = alloc_floats(be, m->num_params, sizeof(float), &m->params);
   if (st == DPT_OK) st = alloc_floats(be, m->num_params, sizeof(float), &m->grads);
   if (st == DPT_OK) st = alloc_floats(be, max_plane, sizeof(float), &m->ones);
@@ -408,104 +457,131 @@ static dpt_buffer *dinput_of(const dpt_model *m, size_t i) {
   return i == 0 ? NULL : m->layers[i - 1].dout;
 }
 
-static dpt_status forward(dpt_model *m, const dpt_buffer *x, size_t b) {
+static dpt_status linear_forward(dpt_model *m, const layer *L, const dpt_buffer *in, size_t b) {
+  const dpt_tensor_info *W = &m->tensors[L->w_index], *B = &m->tensors[L->b_index];
+  size_t in_f = L->in_size, out_f = L->out_size;
+  /* y[b, out] = x[b, in] * W[out, in]^T + bias */
+  DPT_TRY(dpt_gemm(m->be, 0, 1, b, out_f, in_f, 1.0f, in, 0, in_f, m->params, W->offset, in_f, 0.0f,
+                   L->out, 0, out_f));
+  return dpt_bias_add(m->be, b, out_f, L->out, 0, m->params, B->offset);
+}
+
+static dpt_status conv2d_forward(dpt_model *m, const layer *L, const dpt_buffer *in, size_t b) {
   dpt_backend *be = m->be;
+  const dpt_tensor_info *W = &m->tensors[L->w_index], *B = &m->tensors[L->b_index];
+  size_t k = L->spec.kernel, K = L->in_c * k * k, P = L->out_h * L->out_w, co = L->out_c;
+  dpt_conv_geom g = {b, L->in_c,        L->in_h,        L->in_w,         k,
+                     k, L->spec.stride, L->spec.stride, L->spec.padding, L->spec.padding};
+  DPT_TRY(dpt_im2col(be, &g, in, 0, L->aux, 0));
+  for (size_t n = 0; n < b; ++n) {
+    /* y_n[co, P] = W[co, K] * col_n[K, P] + bias[co] * ones[1, P] */
+    DPT_TRY(dpt_gemm(be, 0, 0, co, P, K, 1.0f, m->params, W->offset, K, L->aux, n * K * P, P, 0.0f,
+                     L->out, n * co * P, P));
+    DPT_TRY(dpt_gemm(be, 0, 0, co, P, 1, 1.0f, m->params, B->offset, 1, m->ones, 0, P, 1.0f, L->out,
+                     n * co * P, P));
+  }
+  return DPT_OK;
+}
+
+static dpt_status maxpool_forward(dpt_model *m, const layer *L, const dpt_buffer *in, size_t b) {
+  dpt_pool_geom g = {b * L->in_c,    L->in_h,        L->in_w,       L->spec.kernel,
+                     L->spec.kernel, L->spec.stride, L->spec.stride};
+  return dpt_maxpool_fwd(m->be, &g, in, 0, L->out, 0, L->aux, 0);
+}
+
+static dpt_status forward(dpt_model *m, const dpt_buffer *x, size_t b) {
   for (size_t i = 0; i < m->num_layers; ++i) {
     layer *L = &m->layers[i];
     const dpt_buffer *in = input_of(m, i, x);
     switch (L->spec.kind) {
-    case DPT_LAYER_LINEAR: {
-      const dpt_tensor_info *W = &m->tensors[L->w_index], *B = &m->tensors[L->b_index];
-      size_t in_f = L->in_size, out_f = L->out_size;
-      /* y[b, out] = x[b, in] * W[out, in]^T + bias */
-      DPT_TRY(dpt_gemm(be, 0, 1, b, out_f, in_f, 1.0f, in, 0, in_f, m->params, W->offset, in_f,
-                       0.0f, L->out, 0, out_f));
-      DPT_TRY(dpt_bias_add(be, b, out_f, L->out, 0, m->params, B->offset));
+    case DPT_LAYER_LINEAR:
+      DPT_TRY(linear_forward(m, L, in, b));
       break;
-    }
     case DPT_LAYER_RELU:
-      DPT_TRY(dpt_relu_fwd(be, b * L->out_size, in, 0, L->out, 0));
+      DPT_TRY(dpt_relu_fwd(m->be, b * L->out_size, in, 0, L->out, 0));
       break;
-    case DPT_LAYER_CONV2D: {
-      const dpt_tensor_info *W = &m->tensors[L->w_index], *B = &m->tensors[L->b_index];
-      size_t k = L->spec.kernel, K = L->in_c * k * k, P = L->out_h * L->out_w, co = L->out_c;
-      dpt_conv_geom g = {b, L->in_c,        L->in_h,        L->in_w,         k,
-                         k, L->spec.stride, L->spec.stride, L->spec.padding, L->spec.padding};
-      DPT_TRY(dpt_im2col(be, &g, in, 0, L->aux, 0));
-      for (size_t n = 0; n < b; ++n) {
-        /* y_n[co, P] = W[co, K] * col_n[K, P] + bias[co] * ones[1, P] */
-        DPT_TRY(dpt_gemm(be, 0, 0, co, P, K, 1.0f, m->params, W->offset, K, L->aux, n * K * P, P,
-                         0.0f, L->out, n * co * P, P));
-        DPT_TRY(dpt_gemm(be, 0, 0, co, P, 1, 1.0f, m->params, B->offset, 1, m->ones, 0, P, 1.0f,
-                         L->out, n * co * P, P));
-      }
+    case DPT_LAYER_CONV2D:
+      DPT_TRY(conv2d_forward(m, L, in, b));
       break;
-    }
-    case DPT_LAYER_MAXPOOL: {
-      dpt_pool_geom g = {b * L->in_c,    L->in_h,        L->in_w,       L->spec.kernel,
-                         L->spec.kernel, L->spec.stride, L->spec.stride};
-      DPT_TRY(dpt_maxpool_fwd(be, &g, in, 0, L->out, 0, L->aux, 0));
+    case DPT_LAYER_MAXPOOL:
+      DPT_TRY(maxpool_forward(m, L, in, b));
       break;
-    }
     case DPT_LAYER_FLATTEN:
+    case DPT_LAYER_KIND_COUNT: /* refused by plan */
       break;
     }
   }
   return DPT_OK;
 }
 
-static dpt_status backward(dpt_model *m, const dpt_buffer *x, size_t b) {
+/* din is NULL for the first layer: its input needs no gradient. */
+static dpt_status linear_backward(dpt_model *m, const layer *L, const dpt_buffer *in,
+                                  dpt_buffer *din, size_t b) {
   dpt_backend *be = m->be;
+  const dpt_tensor_info *W = &m->tensors[L->w_index], *B = &m->tensors[L->b_index];
+  size_t in_f = L->in_size, out_f = L->out_size;
+  /* dW[out, in] = dy[b, out]^T * x[b, in];  db = column sums of dy;  dx = dy * W */
+  DPT_TRY(dpt_gemm(be, 1, 0, out_f, in_f, b, 1.0f, L->dout, 0, out_f, in, 0, in_f, 0.0f, m->grads,
+                   W->offset, in_f));
+  DPT_TRY(dpt_bias_grad(be, b, out_f, L->dout, 0, 0.0f, m->grads, B->offset));
+  if (din)
+    DPT_TRY(dpt_gemm(be, 0, 0, b, in_f, out_f, 1.0f, L->dout, 0, out_f, m->params, W->offset, in_f,
+                     0.0f, din, 0, in_f));
+  return DPT_OK;
+}
+
+static dpt_status conv2d_backward(dpt_model *m, const layer *L, dpt_buffer *din, size_t b) {
+  dpt_backend *be = m->be;
+  const dpt_tensor_info *W = &m->tensors[L->w_index], *B = &m->tensors[L->b_index];
+  size_t k = L->spec.kernel, K = L->in_c * k * k, P = L->out_h * L->out_w, co = L->out_c;
+  dpt_conv_geom g1 = {1, L->in_c,        L->in_h,        L->in_w,         k,
+                      k, L->spec.stride, L->spec.stride, L->spec.padding, L->spec.padding};
+  for (size_t n = 0; n < b; ++n) {
+    float beta = n == 0 ? 0.0f : 1.0f;
+    /* dW[co, K] += dy_n[co, P] * col_n[K, P]^T;  db[co] += dy_n[co, P] * ones[P] */
+    DPT_TRY(dpt_gemm(be, 0, 1, co, K, P, 1.0f, L->dout, n * co * P, P, L->aux, n * K * P, P, beta,
+                     m->grads, W->offset, K));
+    DPT_TRY(dpt_gemm(be, 0, 0, co, 1, P, 1.0f, L->dout, n * co * P, P, m->ones, 0, 1, beta,
+                     m->grads, B->offset, 1));
+    if (din) {
+      /* dcol[K, P] = W[co, K]^T * dy_n[co, P];  dx_n = col2im(dcol) */
+      DPT_TRY(dpt_gemm(be, 1, 0, K, P, co, 1.0f, m->params, W->offset, K, L->dout, n * co * P, P,
+                       0.0f, L->daux, 0, P));
+      DPT_TRY(dpt_col2im(be, &g1, L->daux, 0, din, n * L->in_size));
+    }
+  }
+  return DPT_OK;
+}
+
+static dpt_status maxpool_backward(dpt_model *m, const layer *L, dpt_buffer *din, size_t b) {
+  dpt_pool_geom g = {b * L->in_c,    L->in_h,        L->in_w,       L->spec.kernel,
+                     L->spec.kernel, L->spec.stride, L->spec.stride};
+  return dpt_maxpool_bwd(m->be, &g, L->dout, 0, L->aux, 0, din, 0);
+}
+
+/* Walks the layers in reverse; each reads its dout and writes its parameters' gradients and,
+ * unless it is the first, the dout of the layer before it. */
+static dpt_status backward(dpt_model *m, const dpt_buffer *x, size_t b) {
   for (size_t i = m->num_layers; i-- > 0;) {
     layer *L = &m->layers[i];
     if (L->spec.kind == DPT_LAYER_FLATTEN) continue;
     const dpt_buffer *in = input_of(m, i, x);
     dpt_buffer *din = dinput_of(m, i);
     switch (L->spec.kind) {
-    case DPT_LAYER_LINEAR: {
-      const dpt_tensor_info *W = &m->tensors[L->w_index], *B = &m->tensors[L->b_index];
-      size_t in_f = L->in_size, out_f = L->out_size;
-      /* dW[out, in] = dy[b, out]^T * x[b, in];  db = column sums of dy;  dx = dy * W */
-      DPT_TRY(dpt_gemm(be, 1, 0, out_f, in_f, b, 1.0f, L->dout, 0, out_f, in, 0, in_f, 0.0f,
-                       m->grads, W->offset, in_f));
-      DPT_TRY(dpt_bias_grad(be, b, out_f, L->dout, 0, 0.0f, m->grads, B->offset));
-      if (din)
-        DPT_TRY(dpt_gemm(be, 0, 0, b, in_f, out_f, 1.0f, L->dout, 0, out_f, m->params, W->offset,
-                         in_f, 0.0f, din, 0, in_f));
+    case DPT_LAYER_LINEAR:
+      DPT_TRY(linear_backward(m, L, in, din, b));
       break;
-    }
     case DPT_LAYER_RELU:
-      if (din) DPT_TRY(dpt_relu_bwd(be, b * L->out_size, L->out, 0, L->dout, 0, din, 0));
+      if (din) DPT_TRY(dpt_relu_bwd(m->be, b * L->out_size, L->out, 0, L->dout, 0, din, 0));
       break;
-    case DPT_LAYER_CONV2D: {
-      const dpt_tensor_info *W = &m->tensors[L->w_index], *B = &m->tensors[L->b_index];
-      size_t k = L->spec.kernel, K = L->in_c * k * k, P = L->out_h * L->out_w, co = L->out_c;
-      dpt_conv_geom g1 = {1, L->in_c,        L->in_h,        L->in_w,         k,
-                          k, L->spec.stride, L->spec.stride, L->spec.padding, L->spec.padding};
-      for (size_t n = 0; n < b; ++n) {
-        float beta = n == 0 ? 0.0f : 1.0f;
-        /* dW[co, K] += dy_n[co, P] * col_n[K, P]^T;  db[co] += dy_n[co, P] * ones[P] */
-        DPT_TRY(dpt_gemm(be, 0, 1, co, K, P, 1.0f, L->dout, n * co * P, P, L->aux, n * K * P, P,
-                         beta, m->grads, W->offset, K));
-        DPT_TRY(dpt_gemm(be, 0, 0, co, 1, P, 1.0f, L->dout, n * co * P, P, m->ones, 0, 1, beta,
-                         m->grads, B->offset, 1));
-        if (din) {
-          /* dcol[K, P] = W[co, K]^T * dy_n[co, P];  dx_n = col2im(dcol) */
-          DPT_TRY(dpt_gemm(be, 1, 0, K, P, co, 1.0f, m->params, W->offset, K, L->dout, n * co * P,
-                           P, 0.0f, L->daux, 0, P));
-          DPT_TRY(dpt_col2im(be, &g1, L->daux, 0, din, n * L->in_size));
-        }
-      }
+    case DPT_LAYER_CONV2D:
+      DPT_TRY(conv2d_backward(m, L, din, b));
       break;
-    }
     case DPT_LAYER_MAXPOOL:
-      if (din) {
-        dpt_pool_geom g = {b * L->in_c,    L->in_h,        L->in_w,       L->spec.kernel,
-                           L->spec.kernel, L->spec.stride, L->spec.stride};
-        DPT_TRY(dpt_maxpool_bwd(be, &g, L->dout, 0, L->aux, 0, din, 0));
-      }
+      if (din) DPT_TRY(maxpool_backward(m, L, din, b));
       break;
     case DPT_LAYER_FLATTEN:
+    case DPT_LAYER_KIND_COUNT: /* refused by plan */
       break;
     }
   }

@@ -19,6 +19,30 @@ struct dpt_optimizer {
   size_t nshard;
 };
 
+const char *dpt_optim_kind_name(dpt_optim_kind kind) {
+  switch (kind) {
+#define DPT_OPTIM_KIND_NAME_(name, value, text)                                                    \
+  case DPT_OPTIM_##name:                                                                           \
+    return text;
+    DPT_OPTIM_KIND_MAP(DPT_OPTIM_KIND_NAME_)
+#undef DPT_OPTIM_KIND_NAME_
+  default:
+    return NULL;
+  }
+}
+
+const char *dpt_schedule_kind_name(dpt_schedule_kind kind) {
+  switch (kind) {
+#define DPT_SCHEDULE_KIND_NAME_(name, value, text)                                                 \
+  case DPT_SCHEDULE_##name:                                                                        \
+    return text;
+    DPT_SCHEDULE_KIND_MAP(DPT_SCHEDULE_KIND_NAME_)
+#undef DPT_SCHEDULE_KIND_NAME_
+  default:
+    return NULL;
+  }
+}
+
 void dpt_optim_config_default(dpt_optim_config *cfg, dpt_optim_kind kind) {
   if (!cfg) return;
   dpt_optim_config c = {0};
@@ -40,7 +64,7 @@ void dpt_optim_config_default(dpt_optim_config *cfg, dpt_optim_kind kind) {
 dpt_status dpt_optim_config_check(const dpt_optim_config *c) {
   const char *fn = "optimizer";
   if (!c) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: config is NULL", fn);
-  if (c->kind != DPT_OPTIM_SGD && c->kind != DPT_OPTIM_ADAMW)
+  if (!dpt_optim_kind_name(c->kind))
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: unknown kind %d", fn, (int)c->kind);
   if (!(c->lr > 0.0f) || !isfinite(c->lr))
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: lr %g must be a positive number", fn,
@@ -66,7 +90,7 @@ dpt_status dpt_optim_config_check(const dpt_optim_config *c) {
       (c->total_steps < 1 || !(c->min_lr >= 0.0f) || !(c->min_lr <= c->lr)))
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "%s: cosine schedule needs total_steps >= 1 and 0 <= min_lr <= lr", fn);
-  if ((int)c->schedule < 0 || c->schedule > DPT_SCHEDULE_COSINE)
+  if (!dpt_schedule_kind_name(c->schedule))
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: unknown schedule %d", fn, (int)c->schedule);
   if (!(c->clip_norm >= 0.0f))
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: clip_norm must be >= 0", fn);

@@ -223,6 +223,80 @@ static int st_hex4(const unsigned char *s, unsigned *out) {
   return 1;
 }
 
+/* Index of the quote closing the string opened at `open`, stepping over escapes, so the decoded
+ * string (never longer than its source) can be sized before decoding. */
+static dpt_status st_string_end(st_parser *p, size_t open, size_t *end) {
+  size_t j = open + 1;
+  while (j < p->n && p->s[j] != '"')
+    j += p->s[j] == '\\' ? 2 : 1;
+  if (j >= p->n) {
+    p->i = open;
+    return st_parse_error(p, "unterminated string");
+  }
+  *end = j;
+  return DPT_OK;
+}
+
+/* Appends code point cp as UTF-8 (1 to 4 bytes). */
+static void st_put_utf8(char *dst, size_t *len, unsigned cp) {
+  if (cp < 0x80) {
+    dst[(*len)++] = (char)cp;
+  } else if (cp < 0x800) {
+    dst[(*len)++] = (char)(0xc0 | (cp >> 6));
+    dst[(*len)++] = (char)(0x80 | (cp & 0x3f));
+  } else if (cp < 0x10000) {
+    dst[(*len)++] = (char)(0xe0 | (cp >> 12));
+    dst[(*len)++] = (char)(0x80 | ((cp >> 6) & 0x3f));
+    dst[(*len)++] = (char)(0x80 | (cp & 0x3f));
+  } else {
+    dst[(*len)++] = (char)(0xf0 | (cp >> 18));
+    dst[(*len)++] = (char)(0x80 | ((cp >> 12) & 0x3f));
+    dst[(*len)++] = (char)(0x80 | ((cp >> 6) & 0x3f));
+    dst[(*len)++] = (char)(0x80 | (cp & 0x3f));
+  }
+}
+
+/* The \uXXXX escape at the current position (before `end`, the closing quote): one code point,
+ * or a surrogate pair \uD8xx\uDCxx joined into one. *used receives the escape's length (6 or
+ * 12). Lone surrogates and U+0000 are refused. */
+static dpt_status st_parse_unicode_escape(st_parser *p, size_t end, unsigned *cp, size_t *used) {
+  if (end - p->i < 6 || !st_hex4(p->s + p->i + 2, cp))
+    return st_parse_error(p, "\\u needs four hex digits");
+  *used = 6;
+  if (*cp >= 0xdc00 && *cp <= 0xdfff) return st_parse_error(p, "lone low surrogate \\u%04x", *cp);
+  if (*cp >= 0xd800 && *cp <= 0xdbff) {
+    unsigned lo;
+    if (end - p->i < 12 || p->s[p->i + 6] != '\\' || p->s[p->i + 7] != 'u' ||
+        !st_hex4(p->s + p->i + 8, &lo) || lo < 0xdc00 || lo > 0xdfff)
+      return st_parse_error(p, "high surrogate \\u%04x without its low surrogate", *cp);
+    *cp = 0x10000u + ((*cp - 0xd800u) << 10) + (lo - 0xdc00u);
+    *used = 12;
+  }
+  if (*cp == 0) return st_parse_error(p, "\\u0000 in a string is not supported");
+  return DPT_OK;
+}
+
+/* The escape sequence at the current position (a backslash before `end`) decoded onto dst;
+ * the position moves past it. The UTF-8 written is never longer than the escape. */
+static dpt_status st_parse_escape(st_parser *p, size_t end, char *dst, size_t *len) {
+  const unsigned e = p->s[p->i + 1]; /* exists: the closing quote comes after it */
+  const char *simple = strchr("\"\\/bfnrt", (int)e);
+  if (e != 0 && simple) {
+    static const char map[] = "\"\\/\b\f\n\r\t";
+    dst[(*len)++] = map[simple - "\"\\/bfnrt"];
+    p->i += 2;
+    return DPT_OK;
+  }
+  if (e != 'u')
+    return st_parse_error(p, "invalid escape '\\%c'", e >= 0x20 && e < 0x7f ? (char)e : '?');
+  unsigned cp;
+  size_t used;
+  DPT_TRY(st_parse_unicode_escape(p, end, &cp, &used));
+  st_put_utf8(dst, len, cp);
+  p->i += used;
+  return DPT_OK;
+}
+
 /* Parses a JSON string at the current position (after whitespace) into a new malloc'd,
  * NUL-terminated UTF-8 string. The raw bytes were checked to be UTF-8 beforehand. */
 static dpt_status st_parse_string(st_parser *p, char **out) {
@@ -232,82 +306,27 @@ static dpt_status st_parse_string(st_parser *p, char **out) {
     char buf[16];
     return st_parse_error(p, "expected a string, found %s", st_found(p, buf));
   }
-  const size_t open = p->i++;
-  /* First pass: find the closing quote, so the decoded string (never longer) fits. */
-  size_t j = p->i;
-  while (j < p->n && p->s[j] != '"')
-    j += p->s[j] == '\\' ? 2 : 1;
-  if (j >= p->n) {
-    p->i = open;
-    return st_parse_error(p, "unterminated string");
-  }
-  char *dst = malloc(j - p->i + 1);
+  size_t end = 0;
+  DPT_TRY(st_string_end(p, p->i, &end));
+  p->i++; /* the opening quote */
+  char *dst = malloc(end - p->i + 1);
   if (!dst) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of memory", p->st->path);
   size_t len = 0;
-  while (p->s[p->i] != '"') {
+  dpt_status st = DPT_OK;
+  while (st == DPT_OK && p->s[p->i] != '"') {
     const unsigned c = p->s[p->i];
     if (c < 0x20) {
-      free(dst);
-      return st_parse_error(p, "control character 0x%02x in a string (must be escaped)", c);
-    }
-    if (c != '\\') {
+      st = st_parse_error(p, "control character 0x%02x in a string (must be escaped)", c);
+    } else if (c == '\\') {
+      st = st_parse_escape(p, end, dst, &len);
+    } else {
       dst[len++] = (char)c;
       p->i++;
-      continue;
     }
-    const unsigned e = p->s[p->i + 1]; /* exists: the first pass stopped at a quote after it */
-    const char *simple = strchr("\"\\/bfnrt", (int)e);
-    if (e != 0 && simple) {
-      static const char map[] = "\"\\/\b\f\n\r\t";
-      dst[len++] = map[simple - "\"\\/bfnrt"];
-      p->i += 2;
-      continue;
-    }
-    if (e != 'u') {
-      free(dst);
-      return st_parse_error(p, "invalid escape '\\%c'", e >= 0x20 && e < 0x7f ? (char)e : '?');
-    }
-    unsigned cp;
-    if (j - p->i < 6 || !st_hex4(p->s + p->i + 2, &cp)) {
-      free(dst);
-      return st_parse_error(p, "\\u needs four hex digits");
-    }
-    size_t used = 6;
-    if (cp >= 0xdc00 && cp <= 0xdfff) {
-      free(dst);
-      return st_parse_error(p, "lone low surrogate \\u%04x", cp);
-    }
-    if (cp >= 0xd800 && cp <= 0xdbff) {
-      unsigned lo;
-      if (j - p->i < 12 || p->s[p->i + 6] != '\\' || p->s[p->i + 7] != 'u' ||
-          !st_hex4(p->s + p->i + 8, &lo) || lo < 0xdc00 || lo > 0xdfff) {
-        free(dst);
-        return st_parse_error(p, "high surrogate \\u%04x without its low surrogate", cp);
-      }
-      cp = 0x10000u + ((cp - 0xd800u) << 10) + (lo - 0xdc00u);
-      used = 12;
-    }
-    if (cp == 0) {
-      free(dst);
-      return st_parse_error(p, "\\u0000 in a string is not supported");
-    }
-    /* UTF-8 encoding; never longer than the escape it replaces (6 or 12 bytes). */
-    if (cp < 0x80) {
-      dst[len++] = (char)cp;
-    } else if (cp < 0x800) {
-      dst[len++] = (char)(0xc0 | (cp >> 6));
-      dst[len++] = (char)(0x80 | (cp & 0x3f));
-    } else if (cp < 0x10000) {
-      dst[len++] = (char)(0xe0 | (cp >> 12));
-      dst[len++] = (char)(0x80 | ((cp >> 6) & 0x3f));
-      dst[len++] = (char)(0x80 | (cp & 0x3f));
-    } else {
-      dst[len++] = (char)(0xf0 | (cp >> 18));
-      dst[len++] = (char)(0x80 | ((cp >> 12) & 0x3f));
-      dst[len++] = (char)(0x80 | ((cp >> 6) & 0x3f));
-      dst[len++] = (char)(0x80 | (cp & 0x3f));
-    }
-    p->i += used;
+  }
+  if (st != DPT_OK) {
+    free(dst);
+    return st;
   }
   p->i++; /* the closing quote */
   dst[len] = '\0';
@@ -417,81 +436,102 @@ static dpt_status st_parse_uint_array(st_parser *p, const char *what, uint64_t *
   }
 }
 
+/* The fields a tensor entry must have, each once; seen[] in st_parse_tensor follows this order. */
+static const char *const st_tensor_fields[] = {"dtype", "shape", "data_offsets"};
+enum { ST_FIELD_DTYPE, ST_FIELD_SHAPE, ST_FIELD_OFFSETS, ST_FIELD_COUNT };
+
+static int st_tensor_field(const char *key) {
+  for (int k = 0; k < ST_FIELD_COUNT; k++)
+    if (strcmp(key, st_tensor_fields[k]) == 0) return k;
+  return -1;
+}
+
+/* "dtype": one of st_dtypes' names. */
+static dpt_status st_parse_dtype(st_parser *p, st_entry *e) {
+  char *dtype;
+  st_skip_ws(p);
+  const size_t at = p->i;
+  dpt_status st = st_parse_string(p, &dtype);
+  if (st != DPT_OK) return st;
+  e->dtype = st_dtype_lookup(dtype);
+  if (e->dtype < 0) {
+    p->i = at;
+    st = st_parse_error(p, "unknown dtype \"%.32s\"", dtype);
+  }
+  free(dtype);
+  return st;
+}
+
+/* "shape": up to DPT_ST_MAX_DIMS sizes, each fitting int64. */
+static dpt_status st_parse_shape(st_parser *p, st_entry *e) {
+  uint64_t dims[DPT_ST_MAX_DIMS];
+  DPT_TRY(st_parse_uint_array(p, "shape", dims, DPT_ST_MAX_DIMS, &e->ndim));
+  for (int k = 0; k < e->ndim; k++) {
+    if (dims[k] > (uint64_t)INT64_MAX)
+      return st_parse_error(p, "shape entry %llu is too large", (unsigned long long)dims[k]);
+    e->shape[k] = (int64_t)dims[k];
+  }
+  return DPT_OK;
+}
+
+/* "data_offsets": [begin, end], checked against the data section later (st_validate). */
+static dpt_status st_parse_offsets(st_parser *p, st_entry *e) {
+  uint64_t off[3];
+  int n_off;
+  DPT_TRY(st_parse_uint_array(p, "data_offsets", off, 3, &n_off));
+  if (n_off != 2) return st_parse_error(p, "data_offsets has %d entries, expected 2", n_off);
+  e->begin = off[0];
+  e->end = off[1];
+  return DPT_OK;
+}
+
+/* One "key": value member of a tensor entry; seen[] marks the known fields already read. */
+static dpt_status st_parse_tensor_member(st_parser *p, st_entry *e, int seen[ST_FIELD_COUNT]) {
+  st_skip_ws(p);
+  const size_t key_at = p->i;
+  char *key;
+  dpt_status st = st_parse_string(p, &key);
+  if (st == DPT_OK) st = st_expect(p, ':');
+  if (st != DPT_OK) {
+    free(key);
+    return st;
+  }
+  const int field = st_tensor_field(key);
+  if (field >= 0 && seen[field]) {
+    p->i = key_at;
+    st = st_parse_error(p, "field \"%s\" appears twice", key);
+  } else if (field == ST_FIELD_DTYPE) {
+    st = st_parse_dtype(p, e);
+  } else if (field == ST_FIELD_SHAPE) {
+    st = st_parse_shape(p, e);
+  } else if (field == ST_FIELD_OFFSETS) {
+    st = st_parse_offsets(p, e);
+  } else {
+    st = st_skip_value(p, 1); /* unknown fields are ignored, as by the reference reader */
+  }
+  if (field >= 0) seen[field] = 1;
+  free(key);
+  return st;
+}
+
 /* One tensor entry {"dtype": .., "shape": [..], "data_offsets": [b, e]} into e (named). */
 static dpt_status st_parse_tensor(st_parser *p, st_entry *e) {
-  dpt_status st = st_expect(p, '{');
-  if (st != DPT_OK) return st;
-  int have_dtype = 0, have_shape = 0, have_offsets = 0;
+  DPT_TRY(st_expect(p, '{'));
+  int seen[ST_FIELD_COUNT] = {0, 0, 0};
   st_skip_ws(p);
   int more = 1;
   if (p->i < p->n && p->s[p->i] == '}') {
     p->i++;
     more = 0;
   }
+  dpt_status st = DPT_OK;
   while (more) {
-    st_skip_ws(p);
-    const size_t key_at = p->i;
-    char *key;
-    if ((st = st_parse_string(p, &key)) != DPT_OK) return st;
-    if ((st = st_expect(p, ':')) != DPT_OK) {
-      free(key);
-      return st;
-    }
-    int *seen = strcmp(key, "dtype") == 0          ? &have_dtype
-                : strcmp(key, "shape") == 0        ? &have_shape
-                : strcmp(key, "data_offsets") == 0 ? &have_offsets
-                                                   : NULL;
-    if (seen && *seen) {
-      p->i = key_at;
-      st = st_parse_error(p, "field \"%s\" appears twice", key);
-      free(key);
-      return st;
-    }
-    if (seen) *seen = 1;
-    if (seen == &have_dtype) {
-      char *dtype;
-      st_skip_ws(p);
-      const size_t at = p->i;
-      if ((st = st_parse_string(p, &dtype)) == DPT_OK) {
-        e->dtype = st_dtype_lookup(dtype);
-        if (e->dtype < 0) {
-          p->i = at;
-          st = st_parse_error(p, "unknown dtype \"%.32s\"", dtype);
-        }
-        free(dtype);
-      }
-    } else if (seen == &have_shape) {
-      uint64_t dims[DPT_ST_MAX_DIMS];
-      st = st_parse_uint_array(p, "shape", dims, DPT_ST_MAX_DIMS, &e->ndim);
-      for (int k = 0; st == DPT_OK && k < e->ndim; k++) {
-        if (dims[k] > (uint64_t)INT64_MAX)
-          st = st_parse_error(p, "shape entry %llu is too large", (unsigned long long)dims[k]);
-        else
-          e->shape[k] = (int64_t)dims[k];
-      }
-    } else if (seen == &have_offsets) {
-      uint64_t off[3];
-      int n_off;
-      st = st_parse_uint_array(p, "data_offsets", off, 3, &n_off);
-      if (st == DPT_OK && n_off != 2)
-        st = st_parse_error(p, "data_offsets has %d entries, expected 2", n_off);
-      if (st == DPT_OK) {
-        e->begin = off[0];
-        e->end = off[1];
-      }
-    } else {
-      st = st_skip_value(p, 1); /* unknown fields are ignored, as by the reference reader */
-    }
-    free(key);
-    if (st != DPT_OK) return st;
+    DPT_TRY(st_parse_tensor_member(p, e, seen));
     more = st_next_or_close(p, '}', &st);
     if (more < 0) return st;
   }
-  if (!have_dtype || !have_shape || !have_offsets)
-    return st_parse_error(p, "entry lacks \"%s\"",
-                          !have_dtype   ? "dtype"
-                          : !have_shape ? "shape"
-                                        : "data_offsets");
+  for (int k = 0; k < ST_FIELD_COUNT; k++)
+    if (!seen[k]) return st_parse_error(p, "entry lacks \"%s\"", st_tensor_fields[k]);
   return DPT_OK;
 }
 
@@ -627,41 +667,91 @@ static void st_shape_str(const int64_t *shape, int ndim, char *buf, size_t size)
   if (len < size) snprintf(buf + len, size - len, "]");
 }
 
+/* One tensor on its own: its shape's byte size fits, and its data_offsets lie inside the data
+ * section and hold exactly that many bytes. Fills e->count and e->nbytes. */
+static dpt_status st_validate_entry(const dpt_safetensors *st, st_entry *e) {
+  char shape[160];
+  st_shape_str(e->shape, e->ndim, shape, sizeof shape);
+  size_t count = 1, nbytes;
+  int ok = 1;
+  for (int k = 0; k < e->ndim && ok; k++)
+    ok = (uint64_t)e->shape[k] <= (uint64_t)SIZE_MAX &&
+         dpt_mul_ok(count, (size_t)e->shape[k], &count);
+  if (!ok || !dpt_mul_ok(count, st_dtypes[e->dtype].size, &nbytes))
+    return dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: tensor '%s': shape %s overflows", st->path,
+                         e->name, shape);
+  e->count = count;
+  e->nbytes = nbytes;
+  if (e->begin > e->end)
+    return dpt_set_error(
+        DPT_ERR_BAD_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] end before they begin",
+        st->path, e->name, (unsigned long long)e->begin, (unsigned long long)e->end);
+  if (e->end > st->data_size)
+    return dpt_set_error(DPT_ERR_BAD_FORMAT,
+                         "%s: tensor '%s': data_offsets [%llu, %llu] lie outside the data "
+                         "section of %zu bytes",
+                         st->path, e->name, (unsigned long long)e->begin,
+                         (unsigned long long)e->end, st->data_size);
+  if (e->end - e->begin != nbytes)
+    return dpt_set_error(DPT_ERR_BAD_FORMAT,
+                         "%s: tensor '%s': data_offsets [%llu, %llu] hold %llu bytes but shape "
+                         "%s of %s needs %zu",
+                         st->path, e->name, (unsigned long long)e->begin,
+                         (unsigned long long)e->end, (unsigned long long)(e->end - e->begin), shape,
+                         st_dtypes[e->dtype].name, nbytes);
+  return DPT_OK;
+}
+
+/* Sorts st->by_name (filled with every entry) for lookups and refuses duplicate names. */
+static dpt_status st_check_names(dpt_safetensors *st) {
+  const size_t n = st->count;
+  qsort(st->by_name, n, sizeof *st->by_name, st_cmp_name);
+  for (size_t t = 1; t < n; t++)
+    if (strcmp(st->by_name[t - 1]->name, st->by_name[t]->name) == 0)
+      return dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: duplicate tensor name '%s' in the header",
+                           st->path, st->by_name[t]->name);
+  return DPT_OK;
+}
+
+/* The tensors must tile the data section exactly, as the reference reader demands: sorted by
+ * offset (by_offset, [count] entries, sorted here), each begins where the previous ended and
+ * the last ends at the end of the data. */
+static dpt_status st_check_tiling(const dpt_safetensors *st, st_entry **by_offset) {
+  const size_t n = st->count;
+  qsort(by_offset, n, sizeof *by_offset, st_cmp_offsets);
+  uint64_t covered = 0;
+  for (size_t t = 0; t < n; t++) {
+    const st_entry *e = by_offset[t];
+    if (e->begin < covered) {
+      const st_entry *prev = by_offset[t - 1]; /* covered > 0 means t > 0 */
+      return dpt_set_error(
+          DPT_ERR_BAD_FORMAT, "%s: tensors '%s' [%llu, %llu] and '%s' [%llu, %llu] overlap",
+          st->path, prev->name, (unsigned long long)prev->begin, (unsigned long long)prev->end,
+          e->name, (unsigned long long)e->begin, (unsigned long long)e->end);
+    }
+    if (e->begin > covered)
+      return dpt_set_error(DPT_ERR_BAD_FORMAT,
+                           "%s: data bytes [%llu, %llu) belong to no tensor (a hole before tensor "
+                           "'%s')",
+                           st->path, (unsigned long long)covered, (unsigned long long)e->begin,
+                           e->name);
+    covered = e->end;
+  }
+  if (covered != st->data_size)
+    return dpt_set_error(DPT_ERR_BAD_FORMAT,
+                         "%s: the data section has %zu bytes but the tensors cover only %llu (the "
+                         "last is '%s')",
+                         st->path, st->data_size, (unsigned long long)covered,
+                         by_offset[n - 1]->name);
+  return DPT_OK;
+}
+
+/* Everything the header claims, before any pointer into the data is handed out: each tensor
+ * on its own, then the names (unique) and the offsets (tiling the data) across tensors. */
 static dpt_status st_validate(dpt_safetensors *st) {
   const size_t n = st->count;
-  /* Sizes and ranges of each tensor on its own. */
-  for (size_t t = 0; t < n; t++) {
-    st_entry *e = &st->entries[t];
-    char shape[160];
-    st_shape_str(e->shape, e->ndim, shape, sizeof shape);
-    size_t count = 1, nbytes;
-    int ok = 1;
-    for (int k = 0; k < e->ndim && ok; k++)
-      ok = (uint64_t)e->shape[k] <= (uint64_t)SIZE_MAX &&
-           dpt_mul_ok(count, (size_t)e->shape[k], &count);
-    if (!ok || !dpt_mul_ok(count, st_dtypes[e->dtype].size, &nbytes))
-      return dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: tensor '%s': shape %s overflows", st->path,
-                           e->name, shape);
-    e->count = count;
-    e->nbytes = nbytes;
-    if (e->begin > e->end)
-      return dpt_set_error(
-          DPT_ERR_BAD_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] end before they begin",
-          st->path, e->name, (unsigned long long)e->begin, (unsigned long long)e->end);
-    if (e->end > st->data_size)
-      return dpt_set_error(DPT_ERR_BAD_FORMAT,
-                           "%s: tensor '%s': data_offsets [%llu, %llu] lie outside the data "
-                           "section of %zu bytes",
-                           st->path, e->name, (unsigned long long)e->begin,
-                           (unsigned long long)e->end, st->data_size);
-    if (e->end - e->begin != nbytes)
-      return dpt_set_error(DPT_ERR_BAD_FORMAT,
-                           "%s: tensor '%s': data_offsets [%llu, %llu] hold %llu bytes but shape "
-                           "%s of %s needs %zu",
-                           st->path, e->name, (unsigned long long)e->begin,
-                           (unsigned long long)e->end, (unsigned long long)(e->end - e->begin),
-                           shape, st_dtypes[e->dtype].name, nbytes);
-  }
+  for (size_t t = 0; t < n; t++)
+    DPT_TRY(st_validate_entry(st, &st->entries[t]));
   if (n == 0) {
     if (st->data_size != 0)
       return dpt_set_error(DPT_ERR_BAD_FORMAT,
@@ -669,7 +759,6 @@ static dpt_status st_validate(dpt_safetensors *st) {
                            st->data_size);
     return DPT_OK;
   }
-
   st->by_name = malloc(n * sizeof *st->by_name);
   st_entry **by_offset = malloc(n * sizeof *by_offset);
   if (!st->by_name || !by_offset) {
@@ -678,40 +767,8 @@ static dpt_status st_validate(dpt_safetensors *st) {
   }
   for (size_t t = 0; t < n; t++)
     st->by_name[t] = by_offset[t] = &st->entries[t];
-  qsort(st->by_name, n, sizeof *st->by_name, st_cmp_name);
-  for (size_t t = 1; t < n; t++) {
-    if (strcmp(st->by_name[t - 1]->name, st->by_name[t]->name) == 0) {
-      free(by_offset);
-      return dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: duplicate tensor name '%s' in the header",
-                           st->path, st->by_name[t]->name);
-    }
-  }
-  /* The tensors must tile the data section exactly, as the reference reader demands. */
-  qsort(by_offset, n, sizeof *by_offset, st_cmp_offsets);
-  uint64_t covered = 0;
-  dpt_status s = DPT_OK;
-  for (size_t t = 0; t < n && s == DPT_OK; t++) {
-    const st_entry *e = by_offset[t];
-    if (e->begin < covered) {
-      const st_entry *prev = by_offset[t - 1]; /* covered > 0 means t > 0 */
-      s = dpt_set_error(DPT_ERR_BAD_FORMAT,
-                        "%s: tensors '%s' [%llu, %llu] and '%s' [%llu, %llu] overlap", st->path,
-                        prev->name, (unsigned long long)prev->begin, (unsigned long long)prev->end,
-                        e->name, (unsigned long long)e->begin, (unsigned long long)e->end);
-    } else if (e->begin > covered) {
-      s = dpt_set_error(DPT_ERR_BAD_FORMAT,
-                        "%s: data bytes [%llu, %llu) belong to no tensor (a hole before tensor "
-                        "'%s')",
-                        st->path, (unsigned long long)covered, (unsigned long long)e->begin,
-                        e->name);
-    }
-    covered = e->end;
-  }
-  if (s == DPT_OK && covered != st->data_size)
-    s = dpt_set_error(DPT_ERR_BAD_FORMAT,
-                      "%s: the data section has %zu bytes but the tensors cover only %llu (the "
-                      "last is '%s')",
-                      st->path, st->data_size, (unsigned long long)covered, by_offset[n - 1]->name);
+  dpt_status s = st_check_names(st);
+  if (s == DPT_OK) s = st_check_tiling(st, by_offset);
   free(by_offset);
   return s;
 }
@@ -1015,40 +1072,43 @@ static int st_cmp_str(const void *a, const void *b) {
   return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* Checks the arguments of a write; sizes[t] receives tensor t's byte size. */
-static dpt_status st_check_write(const dpt_st_tensor *tensors, size_t count, const char *const *kv,
-                                 size_t *sizes) {
-  for (size_t t = 0; t < count; t++) {
-    const dpt_st_tensor *x = &tensors[t];
-    if (!x->name)
-      return dpt_set_error(DPT_ERR_INVALID_ARG, "safetensors_write: tensor %zu has no name", t);
-    const size_t nl = strlen(x->name);
-    if (st_utf8_check((const unsigned char *)x->name, nl) != nl)
+/* Tensor t of a write: a valid, unreserved name, a shape within limits whose byte size fits
+ * (*size receives it), data unless the tensor is empty. */
+static dpt_status st_check_write_tensor(const dpt_st_tensor *x, size_t t, size_t *size) {
+  if (!x->name)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "safetensors_write: tensor %zu has no name", t);
+  const size_t nl = strlen(x->name);
+  if (st_utf8_check((const unsigned char *)x->name, nl) != nl)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "safetensors_write: tensor %zu: name is not valid UTF-8", t);
+  if (strcmp(x->name, "__metadata__") == 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "safetensors_write: tensor %zu: the name __metadata__ is reserved", t);
+  if (x->ndim < 0 || x->ndim > DPT_ST_MAX_DIMS)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "safetensors_write: tensor '%s': ndim %d outside [0, %d]", x->name,
+                         x->ndim, DPT_ST_MAX_DIMS);
+  size_t n = 1;
+  int ok = 1;
+  for (int k = 0; k < x->ndim; k++) {
+    if (x->shape[k] < 0)
       return dpt_set_error(DPT_ERR_INVALID_ARG,
-                           "safetensors_write: tensor %zu: name is not valid UTF-8", t);
-    if (strcmp(x->name, "__metadata__") == 0)
-      return dpt_set_error(DPT_ERR_INVALID_ARG,
-                           "safetensors_write: tensor %zu: the name __metadata__ is reserved", t);
-    if (x->ndim < 0 || x->ndim > DPT_ST_MAX_DIMS)
-      return dpt_set_error(DPT_ERR_INVALID_ARG,
-                           "safetensors_write: tensor '%s': ndim %d outside [0, %d]", x->name,
-                           x->ndim, DPT_ST_MAX_DIMS);
-    size_t n = 1;
-    int ok = 1;
-    for (int k = 0; k < x->ndim; k++) {
-      if (x->shape[k] < 0)
-        return dpt_set_error(DPT_ERR_INVALID_ARG,
-                             "safetensors_write: tensor '%s': shape[%d] = %lld is negative",
-                             x->name, k, (long long)x->shape[k]);
-      ok &= (uint64_t)x->shape[k] <= (uint64_t)SIZE_MAX && dpt_mul_ok(n, (size_t)x->shape[k], &n);
-    }
-    if (!ok || !dpt_mul_ok(n, sizeof(float), &sizes[t]))
-      return dpt_set_error(DPT_ERR_INVALID_ARG, "safetensors_write: tensor '%s': size overflows",
-                           x->name);
-    if (!x->data && n > 0)
-      return dpt_set_error(DPT_ERR_INVALID_ARG, "safetensors_write: tensor '%s': data is NULL",
-                           x->name);
+                           "safetensors_write: tensor '%s': shape[%d] = %lld is negative", x->name,
+                           k, (long long)x->shape[k]);
+    ok &= (uint64_t)x->shape[k] <= (uint64_t)SIZE_MAX && dpt_mul_ok(n, (size_t)x->shape[k], &n);
   }
+  if (!ok || !dpt_mul_ok(n, sizeof(float), size))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "safetensors_write: tensor '%s': size overflows",
+                         x->name);
+  if (!x->data && n > 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "safetensors_write: tensor '%s': data is NULL",
+                         x->name);
+  return DPT_OK;
+}
+
+/* The metadata of a write (NULL, or key, value, ..., NULL): UTF-8, a value per key, keys
+ * unique. */
+static dpt_status st_check_write_metadata(const char *const *kv) {
   for (size_t k = 0; kv && kv[k]; k += 2) {
     const size_t kl = strlen(kv[k]);
     if (!kv[k + 1])
@@ -1064,6 +1124,11 @@ static dpt_status st_check_write(const dpt_st_tensor *tensors, size_t count, con
         return dpt_set_error(DPT_ERR_INVALID_ARG,
                              "safetensors_write: metadata key '%s' appears twice", kv[k]);
   }
+  return DPT_OK;
+}
+
+/* No two tensors of a write share a name. */
+static dpt_status st_check_write_unique(const dpt_st_tensor *tensors, size_t count) {
   if (count < 2) return DPT_OK;
   const char **names = malloc(count * sizeof *names);
   if (!names) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "safetensors_write: out of memory");
@@ -1077,6 +1142,15 @@ static dpt_status st_check_write(const dpt_st_tensor *tensors, size_t count, con
                         names[t]);
   free(names);
   return s;
+}
+
+/* Checks the arguments of a write; sizes[t] receives tensor t's byte size. */
+static dpt_status st_check_write(const dpt_st_tensor *tensors, size_t count, const char *const *kv,
+                                 size_t *sizes) {
+  for (size_t t = 0; t < count; t++)
+    DPT_TRY(st_check_write_tensor(&tensors[t], t, &sizes[t]));
+  DPT_TRY(st_check_write_metadata(kv));
+  return st_check_write_unique(tensors, count);
 }
 
 /* The header JSON, padded with spaces to a multiple of 8 bytes. */

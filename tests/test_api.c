@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "dptrain/backend.h"
+#include "dptrain/optim.h"
 #include "test_util.h"
 
 /* Under AddressSanitizer, an absurd allocation must come back as NULL (the library then
@@ -191,6 +192,64 @@ START_TEST(backend_kinds) {
       ck_assert_str_ne(n, dpt_device_type_name((dpt_device_type)j));
   }
   ck_assert_ptr_nonnull(dpt_device_type_name((dpt_device_type)99));
+}
+END_TEST
+
+/* The names of one X-macro list, [0, count): lower-case identifiers, distinct, NULL outside. */
+static void check_kind_names(const char *what, const char *(*name)(int), int count) {
+  for (int i = 0; i < count; i++) {
+    const char *n = name(i);
+    ck_assert_msg(n != NULL && n[0] != '\0', "%s %d has no name", what, i);
+    for (const char *p = n; *p; p++)
+      ck_assert_msg(islower((unsigned char)*p) || isdigit((unsigned char)*p) || *p == '_',
+                    "%s name '%s' is not a lower-case identifier", what, n);
+    for (int j = 0; j < i; j++)
+      ck_assert_msg(strcmp(n, name(j)) != 0, "%s %d and %d are both '%s'", what, j, i, n);
+  }
+  ck_assert_ptr_null(name(count));
+  ck_assert_ptr_null(name(-1));
+}
+
+static const char *layer_name(int k) {
+  return dpt_layer_kind_name((dpt_layer_kind)k);
+}
+static const char *optim_name(int k) {
+  return dpt_optim_kind_name((dpt_optim_kind)k);
+}
+static const char *schedule_name(int k) {
+  return dpt_schedule_kind_name((dpt_schedule_kind)k);
+}
+
+START_TEST(model_and_optim_kinds) {
+  check_kind_names("layer kind", layer_name, DPT_LAYER_KIND_COUNT);
+  ck_assert_int_eq(DPT_LAYER_KIND_COUNT, 5);
+  ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_LINEAR), "linear");
+  ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_RELU), "relu");
+  ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_CONV2D), "conv2d");
+  ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_MAXPOOL), "maxpool");
+  ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_FLATTEN), "flatten");
+
+  check_kind_names("optimizer", optim_name, DPT_OPTIM_KIND_COUNT);
+  ck_assert_int_eq(DPT_OPTIM_KIND_COUNT, 2);
+  ck_assert_str_eq(dpt_optim_kind_name(DPT_OPTIM_SGD), "sgd");
+  ck_assert_str_eq(dpt_optim_kind_name(DPT_OPTIM_ADAMW), "adamw");
+
+  check_kind_names("schedule", schedule_name, DPT_SCHEDULE_KIND_COUNT);
+  ck_assert_int_eq(DPT_SCHEDULE_KIND_COUNT, 3);
+  ck_assert_str_eq(dpt_schedule_kind_name(DPT_SCHEDULE_CONSTANT), "constant");
+  ck_assert_str_eq(dpt_schedule_kind_name(DPT_SCHEDULE_STEP), "step");
+  ck_assert_str_eq(dpt_schedule_kind_name(DPT_SCHEDULE_COSINE), "cosine");
+
+  /* A configuration is checked against the same lists. */
+  dpt_optim_config c;
+  dpt_optim_config_default(&c, DPT_OPTIM_SGD);
+  TU_OK(dpt_optim_config_check(&c));
+  c.schedule = DPT_SCHEDULE_KIND_COUNT;
+  EXPECT_INVALID(dpt_optim_config_check(&c), "schedule");
+  dpt_optim_config_default(&c, DPT_OPTIM_ADAMW);
+  TU_OK(dpt_optim_config_check(&c));
+  c.kind = DPT_OPTIM_KIND_COUNT;
+  EXPECT_INVALID(dpt_optim_config_check(&c), "kind");
 }
 END_TEST
 
@@ -658,6 +717,7 @@ static Suite *api_suite(void) {
   TCase *names = tcase_create("names");
   tcase_add_test(names, op_names);
   tcase_add_test(names, backend_kinds);
+  tcase_add_test(names, model_and_optim_kinds);
   tcase_add_test(names, devices_and_backends);
   suite_add_tcase(s, names);
 

@@ -22,13 +22,25 @@
 extern "C" {
 #endif
 
+/* The one list of layer kinds: X(ENUM_SUFFIX, value, "name"). The spec fields each uses:
+ * linear: size (out features); relu: none; conv2d: size (out channels), kernel, stride,
+ * padding; maxpool: kernel, stride (0 = kernel); flatten: none. */
+#define DPT_LAYER_KIND_MAP(X)                                                                      \
+  X(LINEAR, 0, "linear")                                                                           \
+  X(RELU, 1, "relu")                                                                               \
+  X(CONV2D, 2, "conv2d")                                                                           \
+  X(MAXPOOL, 3, "maxpool")                                                                         \
+  X(FLATTEN, 4, "flatten")
+
 typedef enum dpt_layer_kind {
-  DPT_LAYER_LINEAR = 0, /* size = out features */
-  DPT_LAYER_RELU = 1,
-  DPT_LAYER_CONV2D = 2,  /* size = out channels, kernel, stride, padding */
-  DPT_LAYER_MAXPOOL = 3, /* kernel, stride (0 = kernel) */
-  DPT_LAYER_FLATTEN = 4
+#define DPT_LAYER_KIND_ENUM_(name, value, text) DPT_LAYER_##name = value,
+  DPT_LAYER_KIND_MAP(DPT_LAYER_KIND_ENUM_)
+#undef DPT_LAYER_KIND_ENUM_
+      DPT_LAYER_KIND_COUNT
 } dpt_layer_kind;
+
+/* "linear", "relu", "conv2d", "maxpool", "flatten"; NULL for values outside the list. */
+DPT_API const char *dpt_layer_kind_name(dpt_layer_kind kind);
 
 typedef struct dpt_layer_spec {
   dpt_layer_kind kind;

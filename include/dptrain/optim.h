@@ -15,13 +15,40 @@
 extern "C" {
 #endif
 
-typedef enum dpt_optim_kind { DPT_OPTIM_SGD = 0, DPT_OPTIM_ADAMW = 1 } dpt_optim_kind;
+/* The one list of optimizers: X(ENUM_SUFFIX, value, "name"). */
+#define DPT_OPTIM_KIND_MAP(X)                                                                      \
+  X(SGD, 0, "sgd")                                                                                 \
+  X(ADAMW, 1, "adamw")
+
+typedef enum dpt_optim_kind {
+#define DPT_OPTIM_KIND_ENUM_(name, value, text) DPT_OPTIM_##name = value,
+  DPT_OPTIM_KIND_MAP(DPT_OPTIM_KIND_ENUM_)
+#undef DPT_OPTIM_KIND_ENUM_
+      DPT_OPTIM_KIND_COUNT
+} dpt_optim_kind;
+
+/* "sgd", "adamw"; NULL for values outside the list. */
+DPT_API const char *dpt_optim_kind_name(dpt_optim_kind kind);
+
+/* The one list of learning-rate schedules: X(ENUM_SUFFIX, value, "name"). The rate at step s
+ * after warmup:
+ *   constant: lr
+ *   step:     lr * gamma^(floor(s / step_size))
+ *   cosine:   min_lr + (lr - min_lr) * (1 + cos(pi * min(s, total_steps) / total_steps)) / 2 */
+#define DPT_SCHEDULE_KIND_MAP(X)                                                                   \
+  X(CONSTANT, 0, "constant")                                                                       \
+  X(STEP, 1, "step")                                                                               \
+  X(COSINE, 2, "cosine")
 
 typedef enum dpt_schedule_kind {
-  DPT_SCHEDULE_CONSTANT = 0, /* lr */
-  DPT_SCHEDULE_STEP = 1,     /* lr * gamma^(floor(step / step_size)) */
-  DPT_SCHEDULE_COSINE = 2    /* min_lr + (lr - min_lr) * (1 + cos(pi * step / total_steps)) / 2 */
+#define DPT_SCHEDULE_KIND_ENUM_(name, value, text) DPT_SCHEDULE_##name = value,
+  DPT_SCHEDULE_KIND_MAP(DPT_SCHEDULE_KIND_ENUM_)
+#undef DPT_SCHEDULE_KIND_ENUM_
+      DPT_SCHEDULE_KIND_COUNT
 } dpt_schedule_kind;
+
+/* "constant", "step", "cosine"; NULL for values outside the list. */
+DPT_API const char *dpt_schedule_kind_name(dpt_schedule_kind kind);
 
 typedef struct dpt_optim_config {
   dpt_optim_kind kind;
@@ -73,10 +100,9 @@ DPT_API dpt_status dpt_optimizer_create_sharded(dpt_model *model, const dpt_opti
  * offsets into the parameters, increasing; this replica's shard after a reduce-scatter of the
  * gradients, dpt_comm_shard), counted as one step. On an optimizer from dpt_optimizer_create,
  * state outside the ranges is left alone; on a sharded one the ranges must be its own.
- * Clipping needs the norm of the
- * whole gradient: pass in grad_sumsq its sum of squares (every replica's
- * dpt_optimizer_grad_sumsq over its shard, summed over replicas in the same order everywhere);
- * it is ignored without clipping. grad_norm as for dpt_optimizer_step. */
+ * Clipping needs the norm of the whole gradient: pass in grad_sumsq its sum of squares (every
+ * replica's dpt_optimizer_grad_sumsq over its shard, summed over replicas in the same order
+ * everywhere); it is ignored without clipping. grad_norm as for dpt_optimizer_step. */
 DPT_API dpt_status dpt_optimizer_step_ranges(dpt_optimizer *opt, const dpt_range *ranges, size_t n,
                                              double grad_sumsq, double *grad_norm);
 /* Sum of squares of the model's gradients over `ranges` (waits for the device). */
