@@ -68,7 +68,9 @@ static int parse_channels(cli *c, const char *v) {
 
 static int parse_optimizer(cli *c, const char *v) {
   c->optimizer = v;
-  return strcmp(v, "sgd") && strcmp(v, "adamw") ? -1 : 0;
+  for (int k = 0; k < DPT_OPTIM_KIND_COUNT; ++k)
+    if (!strcmp(v, dpt_optim_kind_name((dpt_optim_kind)k))) return 0;
+  return -1;
 }
 
 static int parse_lr(cli *c, const char *v) {
@@ -82,15 +84,12 @@ static int parse_weight_decay(cli *c, const char *v) {
 }
 
 static int parse_schedule(cli *c, const char *v) {
-  if (!strcmp(v, "constant"))
-    c->cfg.optim.schedule = DPT_SCHEDULE_CONSTANT;
-  else if (!strcmp(v, "step"))
-    c->cfg.optim.schedule = DPT_SCHEDULE_STEP;
-  else if (!strcmp(v, "cosine"))
-    c->cfg.optim.schedule = DPT_SCHEDULE_COSINE;
-  else
-    return -1;
-  return 0;
+  for (int k = 0; k < DPT_SCHEDULE_KIND_COUNT; ++k) {
+    if (strcmp(v, dpt_schedule_kind_name((dpt_schedule_kind)k))) continue;
+    c->cfg.optim.schedule = (dpt_schedule_kind)k;
+    return 0;
+  }
+  return -1;
 }
 
 /* How an option's value is read and where it goes. */
@@ -581,14 +580,13 @@ static void release_weights(weights *w) {
 
 /* The run's opening line, from rank 0. */
 static void announce(const cli *c, dpt_comm *comm) {
-  static const char *const schedules[] = {"constant", "step", "cosine"};
-  const unsigned sk = (unsigned)c->cfg.optim.schedule;
+  const char *schedule = dpt_schedule_kind_name(c->cfg.optim.schedule);
   const int nrep = comm ? dpt_comm_size(comm) : c->cfg.replicas;
   if (c->rank == 0 && !c->json)
     printf("training %s on %s: %d %s%s, global batch %zu, %lld epochs, %s lr %g (%s)\n",
            c->mlp ? "mlp" : "cnn", c->data_dir, nrep, comm ? "rank" : "replica",
            nrep == 1 ? "" : "s", c->cfg.global_batch, (long long)c->cfg.epochs, c->optimizer,
-           (double)c->cfg.optim.lr, sk < 3 ? schedules[sk] : "?");
+           (double)c->cfg.optim.lr, schedule ? schedule : "?");
 }
 
 /* Options, communicator, data, model, weights; then every rank agrees to start, trains, and
