@@ -77,8 +77,7 @@ dpt_status dpt_comm_create_mpi(const void *mpi_comm, dpt_comm **out) {
 }
 #endif
 
-/* ---- argument checks ---------------------------------------------------------------------------
- */
+/* ---- argument checks ------------------------------------------------------------------------- */
 
 static dpt_status check_comm(const dpt_comm *c, const char *fn) {
   if (!c) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: comm is NULL", fn);
@@ -114,8 +113,7 @@ static dpt_status check_elems(const dpt_buffer *buf, size_t offset, size_t count
   return check_range(buf, *off, *bytes, fn);
 }
 
-/* ---- all-reduce
- * ---------------------------------------------------------------------------------- */
+/* ---- all-reduce ------------------------------------------------------------------------------ */
 
 /* The hello round opens the collective when the desync check is on, and carries the vector
  * for an algorithm that reduces the inline payloads. */
@@ -190,8 +188,7 @@ dpt_status dpt_allreduce_buffer(dpt_comm *c, dpt_buffer *buf, size_t offset, siz
   return dpt_coll_run(c, &k, &d);
 }
 
-/* ---- reduce-scatter, all-gather of shards: the ring's halves ------------------------------------
- */
+/* ---- reduce-scatter, all-gather of shards: the ring's halves --------------------------------- */
 
 static dpt_status ring_phase_hello(dpt_comm *c, dpt_coll *k, const dpt_ring_args *a, int *done) {
   *done = c->size == 1 || a->count == 0;
@@ -259,8 +256,7 @@ dpt_status dpt_allgather_shards_buffer(dpt_comm *c, dpt_buffer *buf, size_t offs
                     "dpt_allgather_shards_buffer");
 }
 
-/* ---- broadcast ---------------------------------------------------------------------------------
- */
+/* ---- broadcast ------------------------------------------------------------------------------- */
 
 static int broadcast_inline(const dpt_comm *c, size_t bytes) {
   return bytes > 0 && bytes <= dpt_comm_inline_cap(c->size);
@@ -326,8 +322,7 @@ dpt_status dpt_broadcast_buffer(dpt_comm *c, dpt_buffer *buf, size_t offset, siz
   return broadcast(c, NULL, buf, offset, bytes, root, "dpt_broadcast_buffer");
 }
 
-/* ---- allgather, barrier: host data only
- * ---------------------------------------------------------- */
+/* ---- allgather, barrier: host data only ------------------------------------------------------ */
 
 dpt_status dpt_allgather_host(dpt_comm *c, const void *send, size_t bytes, void *recv) {
   const char *fn = "dpt_allgather_host";

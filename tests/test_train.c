@@ -657,6 +657,16 @@ static int parse_kinds(const char *list, dpt_backend_kind *kinds, int max) {
  * on the CPU backend, 1e-4 with GPU backends, whose gemm rounds differently). Ranks on
  * different backends (e.g. OpenCL and Vulkan) must also stay identical: the fingerprint check
  * runs every 5 steps. Plain main (not Check) so every rank takes part in every collective. */
+/* A 5-step run of a small MLP on `ds` with a global batch of 64. */
+static void tiny_mlp_config(dpt_train_config *cfg, const dpt_dataset *ds) {
+  dpt_train_config_default(cfg);
+  const size_t hidden[1] = {8};
+  dpt_model_spec_mlp(&cfg->model, 1, 8, 8, hidden, 1, 10);
+  cfg->train = ds;
+  cfg->global_batch = 64;
+  cfg->max_steps = 5;
+}
+
 static int mpi_main(const char *backends) {
   dpt_backend_kind kinds[8];
   int nk = parse_kinds(backends, kinds, 8);
@@ -747,12 +757,7 @@ static int mpi_main(const char *backends) {
     dpt_comm_set_timeout(comm, 20.0);
     dpt_dataset *ds = make_data(rank == size - 1 ? 999 : 1000, 11);
     dpt_train_config cfg;
-    dpt_train_config_default(&cfg);
-    const size_t hidden[1] = {8};
-    dpt_model_spec_mlp(&cfg.model, 1, 8, 8, hidden, 1, 10);
-    cfg.train = ds;
-    cfg.global_batch = 64;
-    cfg.max_steps = 5;
+    tiny_mlp_config(&cfg, ds);
     st = dpt_train(&cfg, comm, NULL); /* a rank left waiting would end in DPT_ERR_TIMEOUT */
     char want[64];
     snprintf(want, sizeof want, "replica %d has 999 training", size - 1);
@@ -769,12 +774,7 @@ static int mpi_main(const char *backends) {
     dpt_comm_set_timeout(comm, 20.0);
     dpt_dataset *ds = make_data(1000, 11);
     dpt_train_config cfg;
-    dpt_train_config_default(&cfg);
-    const size_t hidden[1] = {8};
-    dpt_model_spec_mlp(&cfg.model, 1, 8, 8, hidden, 1, 10);
-    cfg.train = ds;
-    cfg.global_batch = 64;
-    cfg.max_steps = 5;
+    tiny_mlp_config(&cfg, ds);
     cfg.device = rank == size - 1 ? 1000 : -1;
     st = dpt_train(&cfg, comm, NULL);
     char want[64];
