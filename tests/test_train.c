@@ -652,11 +652,6 @@ static int parse_kinds(const char *list, dpt_backend_kind *kinds, int max) {
   return n;
 }
 
-/* Under mpiexec: every rank trains one replica over MPI, rank r on backends[r % count]; each
- * rank also computes the one-replica CPU reference itself and rank 0 compares (1e-5 relative
- * on the CPU backend, 1e-4 with GPU backends, whose gemm rounds differently). Ranks on
- * different backends (e.g. OpenCL and Vulkan) must also stay identical: the fingerprint check
- * runs every 5 steps. Plain main (not Check) so every rank takes part in every collective. */
 /* A 5-step run of a small MLP on `ds` with a global batch of 64. */
 static void tiny_mlp_config(dpt_train_config *cfg, const dpt_dataset *ds) {
   dpt_train_config_default(cfg);
@@ -667,6 +662,11 @@ static void tiny_mlp_config(dpt_train_config *cfg, const dpt_dataset *ds) {
   cfg->max_steps = 5;
 }
 
+/* Under mpiexec: every rank trains one replica over MPI, rank r on backends[r % count]; each
+ * rank also computes the one-replica CPU reference itself and rank 0 compares (1e-5 relative
+ * on the CPU backend, 1e-4 with GPU backends, whose gemm rounds differently). Ranks on
+ * different backends (e.g. OpenCL and Vulkan) must also stay identical: the fingerprint check
+ * runs every 5 steps. Plain main (not Check) so every rank takes part in every collective. */
 static int mpi_main(const char *backends) {
   dpt_backend_kind kinds[8];
   int nk = parse_kinds(backends, kinds, 8);

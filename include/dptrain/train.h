@@ -58,7 +58,8 @@ typedef struct dpt_train_report {
   /* Where the training time went so far, seconds, on the reporting replica: batch loading,
    * forward and backward; the step's communication (the gradient all-reduce, or the
    * reduce-scatter and the parameter all-gather; waiting for the slowest replica included);
-   * the optimizer step. The rest of the training time is the per-step exchange and checks. */
+   * the optimizer step. The rest of the training time is the per-step exchange, the gradient
+   * norm's agreement when clipping needs it, and the checks. */
   double compute_seconds, allreduce_seconds, optimizer_seconds;
   /* Uneven replicas, seconds so far, the same on every replica: the sum over steps of how much
    * longer the slowest replica's batch loading, forward and backward took than the replicas'
