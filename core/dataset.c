@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "base/size.h"
+#include "dptrain/train.h"
 
 dpt_status dpt_dataset_adopt(void *storage, const uint8_t *pixels, int32_t *labels, size_t count,
                              size_t rows, size_t cols, int num_classes, dpt_dataset **out) {
@@ -25,8 +26,20 @@ dpt_status dpt_dataset_adopt(void *storage, const uint8_t *pixels, int32_t *labe
   ds->cols = cols;
   ds->dim = rows * cols;
   ds->num_classes = num_classes;
+  /* The pixels' and labels' fingerprints, folded with the shape into one. */
+  const uint64_t parts[6] = {dpt_fingerprint(pixels, count * ds->dim),
+                             dpt_fingerprint(labels, count * sizeof *labels),
+                             (uint64_t)count,
+                             (uint64_t)rows,
+                             (uint64_t)cols,
+                             (uint64_t)num_classes};
+  ds->fingerprint = dpt_fingerprint(parts, sizeof parts);
   *out = ds;
   return DPT_OK;
+}
+
+uint64_t dpt_dataset_fingerprint(const dpt_dataset *ds) {
+  return ds ? ds->fingerprint : 0;
 }
 
 dpt_status dpt_dataset_from_memory(const uint8_t *pixels, const int32_t *labels, size_t count,

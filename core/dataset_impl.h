@@ -17,6 +17,7 @@ struct dpt_dataset {
   size_t cols;
   size_t dim; /* rows * cols, checked not to overflow */
   int num_classes;
+  uint64_t fingerprint; /* of the shape, pixels and labels, taken once when built */
 };
 
 /* Takes ownership of `storage` (holding `pixels`) and `labels` (malloc'd) and returns a new

@@ -16,24 +16,21 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "core/run_terms.h"
 #include "dptrain/train.h"
 
 /* What every replica contributes to a step's decision. */
 typedef struct step_stats {
-  double loss_sum; /* sum of per-sample losses of the replica's slice */
-  int64_t correct; /* correct predictions in the slice */
-  int64_t samples; /* slice size */
-  int64_t failed;  /* 1 when this replica failed locally (its message says why) */
-  uint64_t hash;   /* parameter fingerprint (drift checks only) */
-  double sumsq;    /* squared gradient norm over the replica's range (norm agreement only) */
-  double compute;  /* seconds of the step's batch loading, forward and backward (steps only) */
+  double loss_sum;    /* sum of per-sample losses of the replica's slice */
+  int64_t correct;    /* correct predictions in the slice */
+  int64_t samples;    /* slice size */
+  int64_t failed;     /* 1 when this replica failed locally (its message says why) */
+  uint64_t hash;      /* parameter fingerprint (drift checks only) */
+  double sumsq;       /* squared gradient norm over the replica's range (norm agreement only) */
+  double compute;     /* seconds of the step's batch loading, forward and backward (steps only) */
+  int64_t bad_grads;  /* non-finite values in the replica's range of the reduced gradient */
+  int64_t bad_params; /* 1 when the replica found non-finite parameters (see check_params) */
 } step_stats;
-
-/* Every replica's data set sizes, compared at start-up. */
-typedef struct data_sizes {
-  int64_t train; /* training samples */
-  int64_t test;  /* test samples, -1 without a test set */
-} data_sizes;
 
 /* How the replicas combine their gradients, decided once per run by step_mode_of. */
 typedef enum step_mode {
@@ -57,6 +54,8 @@ typedef struct replica {
 /* The run's running figures, from which every report is made. */
 typedef struct run_totals {
   int64_t step, skipped, trained_samples;
+  int64_t skipped_in_a_row;     /* consecutive skipped steps up to the last one */
+  int64_t planned_steps;        /* steps the run will take if nothing stops it */
   double run_start, train_time; /* seconds: start of the run; spent in training epochs */
   double compute, comm, optimizer, imbalance; /* the report's time split, seconds */
   uint64_t hash;                              /* the latest parameter fingerprint */
@@ -82,8 +81,9 @@ typedef struct replica_state {
   size_t batches;     /* global batches per epoch */
   step_stats *gather; /* [count]: gather_small, or allocated for more replicas */
   step_stats gather_small[GATHER_INLINE];
-  data_sizes *sizes; /* [count]: sizes_small, or allocated for more replicas */
-  data_sizes sizes_small[GATHER_INLINE];
+  uint64_t *terms; /* [count, DPT_RUN_TERM_COUNT]: terms_small, or allocated for more replicas */
+  uint64_t terms_small[GATHER_INLINE * DPT_RUN_TERM_COUNT];
+  int bad_params;     /* this replica's update made parameters non-finite (skip_nonfinite) */
   dpt_status pending; /* a local failure the other replicas have not been told of yet */
   char pending_msg[1024];
   run_totals t;
@@ -102,6 +102,7 @@ void dpt_train_config_default(dpt_train_config *cfg) {
   cfg->epochs = 10;
   cfg->shuffle = 1;
   cfg->check_every = 100;
+  cfg->max_skipped = 10;
 }
 
 static step_mode step_mode_of(const dpt_train_config *cfg, int replicas) {
@@ -126,7 +127,7 @@ static void state_free(replica_state *s) {
   free(s->hparams);
   free(s->shard);
   if (s->gather != s->gather_small) free(s->gather);
-  if (s->sizes != s->sizes_small) free(s->sizes);
+  if (s->terms != s->terms_small) free(s->terms);
 }
 
 /* Keeps this replica's first local failure (with its message) for the next exchange. */
@@ -145,6 +146,7 @@ static dpt_status exchange(replica *r, replica_state *s, step_stats *mine, step_
                            dpt_status local, const char *what) {
   keep_failure(s, local);
   mine->failed = s->pending != DPT_OK;
+  mine->bad_params |= s->bad_params;
   dpt_status st = dpt_allgather_host(r->comm, mine, sizeof *mine, s->gather);
   if (s->pending != DPT_OK) return dpt_set_error(s->pending, "%s", s->pending_msg);
   if (st != DPT_OK) return st;
@@ -155,8 +157,15 @@ static dpt_status exchange(replica *r, replica_state *s, step_stats *mine, step_
     sum->samples += s->gather[i].samples;
     sum->failed += s->gather[i].failed;
     sum->sumsq += s->gather[i].sumsq;
+    sum->bad_grads += s->gather[i].bad_grads;
+    sum->bad_params += s->gather[i].bad_params;
   }
   if (sum->failed) return dpt_set_error(DPT_ERR_PEER, "%s failed on another replica", what);
+  if (sum->bad_params)
+    return dpt_set_error(DPT_ERR_NONFINITE,
+                         "the parameters are not finite after step %lld (found at %s); lower "
+                         "the learning rate or clip the gradients (--clip-norm)",
+                         (long long)s->t.step, what);
   return DPT_OK;
 }
 
@@ -180,8 +189,11 @@ static dpt_status check_drift(replica *r, replica_state *s, int64_t step) {
   step_stats mine, sum;
   memset(&mine, 0, sizeof mine);
   dpt_status st = s->pending == DPT_OK ? dpt_model_get_params(s->model, s->hparams) : DPT_OK;
-  if (st == DPT_OK && s->pending == DPT_OK)
+  if (st == DPT_OK && s->pending == DPT_OK) {
     mine.hash = dpt_fingerprint(s->hparams, n * sizeof(float));
+    for (size_t i = 0; i < n && !mine.bad_params; ++i)
+      mine.bad_params = !isfinite(s->hparams[i]);
+  }
   DPT_TRY(exchange(r, s, &mine, &sum, st, "the parameter fingerprint"));
   s->t.hash = mine.hash;
   char list[512] = "";
@@ -216,7 +228,9 @@ static dpt_status evaluate(replica *r, replica_state *s, double *loss, double *a
   const dpt_dataset *ds = r->cfg->test;
   size_t start, count;
   DPT_TRY(dpt_batch_split(dpt_dataset_count(ds), r->count, r->index, &start, &count));
-  step_stats mine = {0, 0, (int64_t)count, 0, 0, 0, 0}, sum;
+  step_stats mine, sum;
+  memset(&mine, 0, sizeof mine);
+  mine.samples = (int64_t)count;
   dpt_status st = s->pending;
   for (size_t done = 0; done < count && st == DPT_OK;) {
     size_t b = count - done < s->max_slice ? count - done : s->max_slice;
@@ -244,8 +258,9 @@ static dpt_status evaluate(replica *r, replica_state *s, double *loss, double *a
 static dpt_status alloc_exchange(replica *r, replica_state *s) {
   const size_t n = (size_t)r->count;
   s->gather = r->count <= GATHER_INLINE ? s->gather_small : malloc(n * sizeof *s->gather);
-  s->sizes = r->count <= GATHER_INLINE ? s->sizes_small : malloc(n * sizeof *s->sizes);
-  if (!s->gather || !s->sizes)
+  s->terms = r->count <= GATHER_INLINE ? s->terms_small
+                                       : malloc(n * DPT_RUN_TERM_COUNT * sizeof *s->terms);
+  if (!s->gather || !s->terms)
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "training: out of host memory");
   return DPT_OK;
 }
@@ -308,31 +323,26 @@ static dpt_status replica_setup(replica *r, replica_state *s) {
   return dpt_model_init(s->model, r->cfg->seed);
 }
 
-/* Every replica draws the same permutation of its data sets, so replicas (MPI ranks, each with
- * its own files) whose sets differ in size stop together here instead of training on
- * unrelated samples or parting ways later. */
-static dpt_status agree_on_data(replica *r, replica_state *s) {
+/* Every replica's terms of the run (settings and data, run_terms.c) against replica 0's:
+ * replicas started differently (MPI ranks, each with its own flags and files) stop together
+ * here, before the first step, instead of training something else than asked. */
+static dpt_status agree_on_run(replica *r, replica_state *s) {
   const dpt_train_config *cfg = r->cfg;
-  data_sizes mine = {(int64_t)dpt_dataset_count(cfg->train),
-                     cfg->test ? (int64_t)dpt_dataset_count(cfg->test) : -1};
-  DPT_TRY(dpt_allgather_host(r->comm, &mine, sizeof mine, s->sizes));
-  for (int i = 1; i < r->count; ++i) {
-    const data_sizes *a = &s->sizes[0], *b = &s->sizes[i];
-    if (b->train != a->train || b->test != a->test)
-      return dpt_set_error(DPT_ERR_MISMATCH,
-                           "replica %d has %lld training and %lld test samples, replica 0 has "
-                           "%lld and %lld (-1: no test set): every replica needs the same data "
-                           "sets",
-                           i, (long long)b->train, (long long)b->test, (long long)a->train,
-                           (long long)a->test);
-  }
-  s->batches =
-      dpt_sampler_num_batches(dpt_dataset_count(cfg->train), cfg->global_batch, cfg->keep_last);
-  if (s->batches == 0) /* the same on every replica: the sizes agree */
+  uint64_t mine[DPT_RUN_TERM_COUNT];
+  dpt_run_terms(cfg, mine);
+  DPT_TRY(dpt_allgather_host(r->comm, mine, sizeof mine, s->terms));
+  DPT_TRY(dpt_run_terms_compare(s->terms, r->count));
+  const size_t n = dpt_dataset_count(cfg->train);
+  s->batches = dpt_sampler_num_batches(n, cfg->global_batch, cfg->keep_last);
+  if (s->batches == 0) /* the same on every replica: the terms agree */
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "global batch %zu is larger than the %zu training "
                          "samples (and the last partial batch is dropped)",
-                         cfg->global_batch, dpt_dataset_count(cfg->train));
+                         cfg->global_batch, n);
+  const int64_t per_epoch = (int64_t)s->batches;
+  s->t.planned_steps = cfg->epochs > INT64_MAX / per_epoch ? INT64_MAX : cfg->epochs * per_epoch;
+  if (cfg->max_steps > 0 && cfg->max_steps < s->t.planned_steps)
+    s->t.planned_steps = cfg->max_steps;
   return DPT_OK;
 }
 
@@ -373,18 +383,65 @@ static dpt_status forward_backward(replica *r, replica_state *s, size_t bstart, 
   return st;
 }
 
+/* Whether a collective's failure means the replicas are out of step (one stalled or gone, or
+ * calls that disagree): no further collective can succeed, and entering one would wait out
+ * another deadline, so the replica stops at once. */
+static int out_of_step(dpt_status st) {
+  return st == DPT_ERR_TIMEOUT || st == DPT_ERR_MISMATCH;
+}
+
+/* The failure to stop with after a collective failed: this replica's own earlier one if any. */
+static dpt_status stop_after(replica_state *s, dpt_status st) {
+  if (s->pending != DPT_OK) return dpt_set_error(s->pending, "%s", s->pending_msg);
+  return st;
+}
+
+/* The parameter ranges this replica owns in the step: its shard (sharded step) or all of them.
+ * `whole` is storage for the latter. */
+static const dpt_range *own_ranges(const replica_state *s, dpt_range *whole, size_t *n) {
+  if (s->mode == STEP_SHARDED) {
+    *n = s->nshard;
+    return s->shard;
+  }
+  *whole = (dpt_range){0, dpt_model_num_params(s->model)};
+  *n = 1;
+  return whole;
+}
+
+/* Non-finite values in this replica's ranges of `buf` (gradients or parameters). */
+static dpt_status count_nonfinite_own(replica_state *s, const dpt_buffer *buf, int64_t *out) {
+  dpt_range whole;
+  size_t n = 0;
+  const dpt_range *rg = own_ranges(s, &whole, &n);
+  uint64_t total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t c = 0;
+    DPT_TRY(dpt_count_nonfinite(s->be, rg[i].count, buf, rg[i].offset, &c));
+    total += c;
+  }
+  *out = (int64_t)total;
+  return DPT_OK;
+}
+
 /* Sums the gradients over the replicas: the complete sum of this replica's shard (sharded
  * step) or of everything (full step). Every replica joins, whatever its local outcome. */
-static dpt_status reduce_gradients(replica *r, replica_state *s, dpt_status local) {
-  if (s->mode == STEP_LOCAL) return local;
+static dpt_status reduce_gradients(replica *r, replica_state *s, dpt_status local,
+                                   step_stats *mine) {
+  keep_failure(s, local);
   dpt_buffer *grads = dpt_model_grads(s->model);
-  const size_t np = dpt_model_num_params(s->model);
-  const double t0 = dpt_now();
-  dpt_status st = s->mode == STEP_SHARDED
-                      ? dpt_reduce_scatter_buffer(r->comm, grads, 0, np, DPT_COMM_F32)
-                      : dpt_allreduce_buffer(r->comm, grads, 0, np, DPT_COMM_F32);
-  s->t.comm += dpt_now() - t0;
-  return local != DPT_OK ? local : st;
+  dpt_status st = DPT_OK;
+  if (s->mode != STEP_LOCAL) {
+    const double t0 = dpt_now();
+    const size_t np = dpt_model_num_params(s->model);
+    st = s->mode == STEP_SHARDED ? dpt_reduce_scatter_buffer(r->comm, grads, 0, np, DPT_COMM_F32)
+                                 : dpt_allreduce_buffer(r->comm, grads, 0, np, DPT_COMM_F32);
+    s->t.comm += dpt_now() - t0;
+    if (out_of_step(st)) return stop_after(s, st);
+  }
+  /* With skip_nonfinite a non-finite gradient skips the step, whatever the loss said. */
+  if (st == DPT_OK && s->pending == DPT_OK && r->cfg->skip_nonfinite)
+    st = count_nonfinite_own(s, grads, &mine->bad_grads);
+  return st;
 }
 
 /* Whether the step needs the gradient norm agreed by every replica: the sharded step clips by
@@ -402,12 +459,11 @@ static int needs_norm(const replica *r, const replica_state *s) {
 static dpt_status agree_grad_norm(replica *r, replica_state *s, double *sumsq) {
   step_stats mine, sum;
   memset(&mine, 0, sizeof mine);
-  const dpt_range whole = {0, dpt_model_num_params(s->model)};
-  const int sharded = s->mode == STEP_SHARDED;
+  dpt_range whole;
+  size_t n = 0;
+  const dpt_range *rg = own_ranges(s, &whole, &n);
   dpt_status local = DPT_OK;
-  if (s->pending == DPT_OK)
-    local = dpt_optimizer_grad_sumsq(s->opt, sharded ? s->shard : &whole, sharded ? s->nshard : 1,
-                                     &mine.sumsq);
+  if (s->pending == DPT_OK) local = dpt_optimizer_grad_sumsq(s->opt, rg, n, &mine.sumsq);
   DPT_TRY(exchange(r, s, &mine, &sum, local, "the gradient norm"));
   *sumsq = sum.sumsq;
   return DPT_OK;
@@ -426,6 +482,10 @@ static dpt_status agree_on_step(replica *r, replica_state *s, const step_stats *
                            "the loss is not finite at step %lld (epoch %lld, batch %zu); "
                            "lower the learning rate or pass --skip-nonfinite",
                            (long long)s->t.step, (long long)epoch + 1, k + 1);
+    *skip = 1;
+    return DPT_OK;
+  }
+  if (sum->bad_grads > 0) { /* counted with skip_nonfinite only */
     *skip = 1;
     return DPT_OK;
   }
@@ -448,19 +508,43 @@ static dpt_status optimizer_step(replica *r, replica_state *s, double sumsq, int
              : dpt_optimizer_step(s->opt, NULL);
   *skipped = st == DPT_ERR_NONFINITE && r->cfg->skip_nonfinite;
   if (!*skipped) keep_failure(s, st);
+  /* With skip_nonfinite an update that made parameters non-finite stops the run at the next
+   * exchange: no later step can undo it, and skipping would hide it. */
+  int64_t bad = 0;
+  if (!*skipped && st == DPT_OK && r->cfg->skip_nonfinite && s->pending == DPT_OK) {
+    keep_failure(s, count_nonfinite_own(s, dpt_model_params(s->model), &bad));
+    s->bad_params = bad > 0;
+  }
   const double t1 = dpt_now();
   s->t.optimizer += t1 - t0;
   if (s->mode != STEP_SHARDED) return DPT_OK;
   st = dpt_allgather_shards_buffer(r->comm, dpt_model_params(s->model), 0,
                                    dpt_model_num_params(s->model), DPT_COMM_F32);
   s->t.comm += dpt_now() - t1;
-  if (st == DPT_ERR_TIMEOUT || st == DPT_ERR_COMM || st == DPT_ERR_MISMATCH) {
-    /* The collective itself failed (every replica sees it, or the communicator is broken):
-     * stop now, with this replica's own earlier failure if it had one. */
-    if (s->pending != DPT_OK) return dpt_set_error(s->pending, "%s", s->pending_msg);
-    return st;
-  }
+  /* The collective itself failed (every replica sees it, or the communicator is broken). */
+  if (out_of_step(st) || st == DPT_ERR_COMM) return stop_after(s, st);
   keep_failure(s, st); /* local (staging, device): announced at the next exchange */
+  return DPT_OK;
+}
+
+/* Skipping cannot hide a diverged run: past the limit (max_skipped) the run fails. The counts
+ * are the same on every replica. */
+static dpt_status check_skipped(const replica *r, const replica_state *s) {
+  const int64_t limit = r->cfg->max_skipped, share = s->t.planned_steps / 100;
+  const int64_t total = share > limit ? share : limit;
+  if (limit < 0) return DPT_OK;
+  if (s->t.skipped_in_a_row > limit)
+    return dpt_set_error(DPT_ERR_NONFINITE,
+                         "%lld steps in a row were skipped for non-finite values, up to step "
+                         "%lld: the run diverged; lower the learning rate, or raise the limit "
+                         "(max_skipped, %lld)",
+                         (long long)s->t.skipped_in_a_row, (long long)s->t.step, (long long)limit);
+  if (s->t.skipped > total)
+    return dpt_set_error(DPT_ERR_NONFINITE,
+                         "%lld of the first %lld steps were skipped for non-finite values, more "
+                         "than %lld (max_skipped, or 1 %% of the run's %lld steps if larger)",
+                         (long long)s->t.skipped, (long long)s->t.step, (long long)total,
+                         (long long)s->t.planned_steps);
   return DPT_OK;
 }
 
@@ -472,12 +556,14 @@ static dpt_status train_step(replica *r, replica_state *s, int64_t epoch, size_t
   size_t bstart, bcount;
   DPT_TRY(dpt_sampler_batch(dpt_dataset_count(cfg->train), cfg->global_batch, cfg->keep_last, k,
                             &bstart, &bcount));
-  step_stats mine = {0, 0, 0, 0, 0, 0, 0}, sum;
+  step_stats mine, sum;
+  memset(&mine, 0, sizeof mine);
   const double t0 = dpt_now();
   dpt_status st = forward_backward(r, s, bstart, bcount, &mine);
   mine.compute = dpt_now() - t0;
   s->t.compute += mine.compute;
-  st = reduce_gradients(r, s, st);
+  st = reduce_gradients(r, s, st, &mine);
+  if (out_of_step(st)) return st;
   char what[64];
   snprintf(what, sizeof what, "step %lld", (long long)s->t.step + 1);
   DPT_TRY(exchange(r, s, &mine, &sum, st, what));
@@ -489,7 +575,10 @@ static dpt_status train_step(replica *r, replica_state *s, int64_t epoch, size_t
   if (!skip) DPT_TRY(optimizer_step(r, s, sumsq, &skip));
   if (skip) {
     ++s->t.skipped;
+    ++s->t.skipped_in_a_row;
+    DPT_TRY(check_skipped(r, s));
   } else {
+    s->t.skipped_in_a_row = 0;
     *loss += sum.loss_sum;
     *samples += sum.samples;
   }
@@ -554,12 +643,17 @@ static dpt_status replica_run(replica *r, replica_state *s) {
   const dpt_train_config *cfg = r->cfg;
   DPT_TRY(alloc_exchange(r, s)); /* out of memory before anything else: the others time out */
   DPT_TRY(dpt_train_agree_ready(r->comm, replica_setup(r, s), dpt_last_error(), "replica", NULL));
-  DPT_TRY(agree_on_data(r, s));
+  DPT_TRY(agree_on_run(r, s));
   DPT_TRY(broadcast_params(r, s));
   s->t.run_start = dpt_now();
   int stop = 0;
   for (int64_t epoch = 0; epoch < cfg->epochs && !stop; ++epoch)
     DPT_TRY(train_epoch(r, s, epoch, &stop));
+  if (s->t.step > 0 && s->t.skipped == s->t.step)
+    return dpt_set_error(DPT_ERR_NONFINITE,
+                         "every one of the %lld steps was skipped for non-finite values: "
+                         "nothing was trained",
+                         (long long)s->t.step);
   r->final.final = 1;
   r->final.seconds = dpt_now() - s->t.run_start;
   r->final.steps = s->t.step;

@@ -486,14 +486,21 @@ START_TEST(nonfinite_loss) {
   dpt_status st = dpt_train(&cfg, NULL, NULL);
   ck_assert_int_eq(st, DPT_ERR_NONFINITE);
   ck_assert_ptr_nonnull(strstr(dpt_last_error(), "step"));
-  /* Skipping: every replica skips alike, the run completes and stays in sync. */
+  /* Skipping cannot hide the divergence: the run fails once too many steps were skipped (or
+   * the parameters went non-finite), alike on every replica. */
   cfg.skip_nonfinite = 1;
-  dpt_train_report rep;
-  ck_assert_int_eq(dpt_train(&cfg, NULL, &rep), DPT_OK);
-  ck_assert_int_gt(rep.skipped_steps, 0);
+  st = dpt_train(&cfg, NULL, NULL);
+  ck_assert_int_eq(st, DPT_ERR_NONFINITE);
+  ck_assert_msg(strstr(dpt_last_error(), "skipped") || strstr(dpt_last_error(), "not finite"), "%s",
+                dpt_last_error());
   dpt_dataset_destroy(ds);
 }
 END_TEST
+
+/* The last report of replica 0. */
+static void keep_report(const dpt_train_report *rep, void *user) {
+  *(dpt_train_report *)user = *rep;
+}
 
 /* A finite loss with a non-finite gradient (the 16 units of the second hidden layer feed
  * logits of +-1e38 x 3.2e-28 = +-5e11, finite; back through them the gradient reaches
@@ -532,13 +539,43 @@ START_TEST(nonfinite_gradient_norm) {
       cfg.skip_nonfinite = 0;
       ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_NONFINITE);
       ck_assert_msg(strstr(dpt_last_error(), "gradient norm"), "%s", dpt_last_error());
+      /* With skip_nonfinite (and with clipping off too: the reduced gradient is checked)
+       * every step is skipped alike, the parameters stay as they started, and a run that
+       * trained nothing fails; past max_skipped steps in a row it fails earlier. */
       cfg.skip_nonfinite = 1;
-      dpt_train_report rep;
-      ck_assert_msg(dpt_train(&cfg, NULL, &rep) == DPT_OK, "%s", dpt_last_error());
-      ck_assert_int_eq(rep.steps, 6);
-      ck_assert_int_eq(rep.skipped_steps, 6);
-      ck_assert_mem_eq(out, init, sizeof init);
+      cfg.max_skipped = -1;
+      for (int clip = 0; clip < 2; ++clip) {
+        dpt_train_report rep;
+        memset(&rep, 0, sizeof rep);
+        cfg.optim.clip_norm = clip ? 1.0f : 0.0f;
+        cfg.on_report = keep_report;
+        cfg.user = &rep;
+        ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_NONFINITE);
+        ck_assert_msg(strstr(dpt_last_error(), "every one of the 6 steps was skipped"), "%s",
+                      dpt_last_error());
+        ck_assert_int_eq(rep.steps, 6);
+        ck_assert_int_eq(rep.skipped_steps, 6);
+        ck_assert(rep.param_hash == dpt_fingerprint(init, sizeof init));
+      }
+      cfg.on_report = NULL;
+      cfg.max_skipped = 3;
+      ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_NONFINITE);
+      ck_assert_msg(strstr(dpt_last_error(), "4 steps in a row"), "%s", dpt_last_error());
+      cfg.max_skipped = 10;
+      cfg.optim.clip_norm = 1.0f;
     }
+  /* Without clipping or skipping, the one step's update makes the parameters non-finite: the
+   * run fails at the epoch's closing check instead of ending well. */
+  cfg.skip_nonfinite = 0;
+  cfg.optim.clip_norm = 0.0f;
+  cfg.max_steps = 1;
+  for (int R = 1; R <= 2; ++R) {
+    cfg.replicas = R;
+    ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_NONFINITE);
+    ck_assert_msg(strstr(dpt_last_error(), "parameters are not finite after step 1"), "%s",
+                  dpt_last_error());
+  }
+  (void)out;
   dpt_dataset_destroy(ds);
 }
 END_TEST
@@ -759,10 +796,35 @@ static int mpi_main(const char *backends) {
     dpt_train_config cfg;
     tiny_mlp_config(&cfg, ds);
     st = dpt_train(&cfg, comm, NULL); /* a rank left waiting would end in DPT_ERR_TIMEOUT */
-    char want[64];
-    snprintf(want, sizeof want, "replica %d has 999 training", size - 1);
+    char want[128];
+    snprintf(want, sizeof want, "training samples: replica 0 has 1000, replica %d has 999",
+             size - 1);
     if (st != DPT_ERR_MISMATCH || !strstr(dpt_last_error(), want)) {
       fprintf(stderr, "rank %d: different data sets: %s: %s\n", rank, dpt_status_name(st),
+              dpt_last_error());
+      ++failures;
+    }
+    dpt_dataset_destroy(ds);
+  }
+  /* The last rank starts with another setting, or other data of the same size: every rank
+   * stops at start-up with DPT_ERR_MISMATCH naming the field. */
+  static const char *const fields[] = {
+      "the optimizer (optim.kind", "the learning rate", "the seed",
+      "the global batch",          "the step limit",    "the training set's contents"};
+  for (int f = 0; size > 1 && f < (int)(sizeof fields / sizeof fields[0]); ++f) {
+    dpt_comm_set_timeout(comm, 20.0);
+    const int odd = rank == size - 1;
+    dpt_dataset *ds = make_data(1000, odd && f == 5 ? 12 : 11);
+    dpt_train_config cfg;
+    tiny_mlp_config(&cfg, ds);
+    if (odd && f == 0) dpt_optim_config_default(&cfg.optim, DPT_OPTIM_ADAMW);
+    if (odd && f == 1) cfg.optim.lr = 0.1f;
+    if (odd && f == 2) cfg.seed = 8;
+    if (odd && f == 3) cfg.global_batch = 32;
+    if (odd && f == 4) cfg.max_steps = 4;
+    st = dpt_train(&cfg, comm, NULL);
+    if (st != DPT_ERR_MISMATCH || !strstr(dpt_last_error(), fields[f])) {
+      fprintf(stderr, "rank %d: different %s: %s: %s\n", rank, fields[f], dpt_status_name(st),
               dpt_last_error());
       ++failures;
     }

@@ -70,6 +70,9 @@ DPT_API void dpt_dataset_destroy(dpt_dataset *ds);
 DPT_API size_t dpt_dataset_count(const dpt_dataset *ds);
 /* Pixels per sample, rows * cols (0 for NULL). */
 DPT_API size_t dpt_dataset_dim(const dpt_dataset *ds);
+/* Fingerprint of the samples (shape, pixels and labels, with dpt_fingerprint), taken once when
+ * the data set was built: the replicas compare it at start-up. 0 for NULL. */
+DPT_API uint64_t dpt_dataset_fingerprint(const dpt_dataset *ds);
 /* Image height and width in pixels (0 for NULL). */
 DPT_API size_t dpt_dataset_rows(const dpt_dataset *ds);
 DPT_API size_t dpt_dataset_cols(const dpt_dataset *ds);

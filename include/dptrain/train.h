@@ -92,8 +92,12 @@ typedef struct dpt_train_config {
   int keep_last;            /* 1: keep the final partial batch */
   int64_t check_every;      /* fingerprint comparison period in steps (0: only at start and
                                at the end of every epoch) */
-  int skip_nonfinite;       /* 1: skip steps whose loss (or, when clipping, gradient norm) is
-                               not finite, on every replica */
+  int skip_nonfinite;       /* 1: skip steps whose loss, reduced gradient or (when clipping)
+                               gradient norm is not finite, on every replica */
+  int64_t max_skipped;      /* with skip_nonfinite: the run fails once more than this many
+                               steps in a row were skipped, or more than this many or 1 % of
+                               the run's steps, whichever is larger (default 10; < 0: no
+                               limit) */
   int skip_allreduce;       /* benchmarking only: no gradient all-reduce (replicas drift) */
   int full_optimizer_step;  /* 1: all-reduce the gradients and run the whole optimizer step on
                                every replica; 0 (default): the sharded step (see above) */

@@ -1,0 +1,170 @@
+/* The terms of a run: everything that decides its numerics, one 64-bit word per field, which
+ * every replica contributes at start-up so that replicas started with different settings or
+ * data stop before the first step, naming the field and the replicas that differ. */
+#include "core/run_terms.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "base/error.h"
+
+typedef enum term_kind { TERM_INT, TERM_FLOAT, TERM_HASH } term_kind;
+
+/* The fields: X(ENUM, "name in messages", kind). */
+#define DPT_RUN_TERMS(X)                                                                           \
+  X(TRAIN_SAMPLES, "training samples", TERM_INT)                                                   \
+  X(TEST_SAMPLES, "test samples (-1: no test set)", TERM_INT)                                      \
+  X(TRAIN_DATA, "the training set's contents (dpt_dataset_fingerprint)", TERM_HASH)                \
+  X(TEST_DATA, "the test set's contents (dpt_dataset_fingerprint)", TERM_HASH)                     \
+  X(MODEL, "the model (model spec)", TERM_HASH)                                                    \
+  X(OPTIMIZER, "the optimizer (optim.kind: 0 sgd, 1 adamw)", TERM_INT)                             \
+  X(LR, "the learning rate (optim.lr)", TERM_FLOAT)                                                \
+  X(MOMENTUM, "the momentum (optim.momentum)", TERM_FLOAT)                                         \
+  X(NESTEROV, "Nesterov momentum (optim.nesterov)", TERM_INT)                                      \
+  X(WEIGHT_DECAY, "the weight decay (optim.weight_decay)", TERM_FLOAT)                             \
+  X(BETA1, "AdamW's beta1 (optim.beta1)", TERM_FLOAT)                                              \
+  X(BETA2, "AdamW's beta2 (optim.beta2)", TERM_FLOAT)                                              \
+  X(EPS, "AdamW's eps (optim.eps)", TERM_FLOAT)                                                    \
+  X(SCHEDULE, "the schedule (optim.schedule: 0 constant, 1 step, 2 cosine)", TERM_INT)             \
+  X(WARMUP, "the warmup steps (optim.warmup_steps)", TERM_INT)                                     \
+  X(STEP_SIZE, "the step schedule's period (optim.step_size)", TERM_INT)                           \
+  X(GAMMA, "the step schedule's factor (optim.gamma)", TERM_FLOAT)                                 \
+  X(TOTAL_STEPS, "the cosine schedule's length (optim.total_steps)", TERM_INT)                     \
+  X(MIN_LR, "the cosine schedule's floor (optim.min_lr)", TERM_FLOAT)                              \
+  X(CLIP_NORM, "the gradient clipping norm (optim.clip_norm)", TERM_FLOAT)                         \
+  X(GLOBAL_BATCH, "the global batch (global_batch)", TERM_INT)                                     \
+  X(EPOCHS, "the epochs (epochs)", TERM_INT)                                                       \
+  X(MAX_STEPS, "the step limit (max_steps)", TERM_INT)                                             \
+  X(SEED, "the seed (seed)", TERM_INT)                                                             \
+  X(SHUFFLE, "shuffling (shuffle)", TERM_INT)                                                      \
+  X(KEEP_LAST, "keeping the last partial batch (keep_last)", TERM_INT)                             \
+  X(CHECK_EVERY, "the drift check period (check_every)", TERM_INT)                                 \
+  X(SKIP_NONFINITE, "skipping non-finite steps (skip_nonfinite)", TERM_INT)                        \
+  X(MAX_SKIPPED, "the skipped-step limit (max_skipped)", TERM_INT)                                 \
+  X(SKIP_ALLREDUCE, "skipping the gradient exchange (skip_allreduce)", TERM_INT)                   \
+  X(FULL_STEP, "the full optimizer step (full_optimizer_step)", TERM_INT)
+
+enum {
+#define DPT_TERM_ENUM_(e, name, kind) TERM_##e,
+  DPT_RUN_TERMS(DPT_TERM_ENUM_)
+#undef DPT_TERM_ENUM_
+      TERM_COUNT_
+};
+_Static_assert(TERM_COUNT_ == DPT_RUN_TERM_COUNT, "DPT_RUN_TERM_COUNT matches the list");
+
+static const struct {
+  const char *name;
+  term_kind kind;
+} terms[] = {
+#define DPT_TERM_ROW_(e, name, kind) {name, kind},
+    DPT_RUN_TERMS(DPT_TERM_ROW_)
+#undef DPT_TERM_ROW_
+};
+
+static uint64_t int_word(int64_t v) {
+  return (uint64_t)v;
+}
+
+static uint64_t float_word(double v) {
+  uint64_t w;
+  memcpy(&w, &v, sizeof w);
+  return w;
+}
+
+/* The model spec field by field (its padding bytes are not part of it). */
+static uint64_t model_word(const dpt_model_spec *m) {
+  uint64_t w[5 + 5 * DPT_MODEL_MAX_LAYERS];
+  size_t n = 0;
+  w[n++] = m->in_c;
+  w[n++] = m->in_h;
+  w[n++] = m->in_w;
+  w[n++] = m->num_classes;
+  w[n++] = m->num_layers;
+  for (size_t i = 0; i < m->num_layers && i < DPT_MODEL_MAX_LAYERS; ++i) {
+    const dpt_layer_spec *l = &m->layers[i];
+    w[n++] = (uint64_t)l->kind;
+    w[n++] = l->size;
+    w[n++] = l->kernel;
+    w[n++] = l->stride;
+    w[n++] = l->padding;
+  }
+  return dpt_fingerprint(w, n * sizeof w[0]);
+}
+
+static void optim_words(const dpt_optim_config *o, uint64_t *w) {
+  w[TERM_OPTIMIZER] = int_word(o->kind);
+  w[TERM_LR] = float_word(o->lr);
+  w[TERM_MOMENTUM] = float_word(o->momentum);
+  w[TERM_NESTEROV] = int_word(o->nesterov);
+  w[TERM_WEIGHT_DECAY] = float_word(o->weight_decay);
+  w[TERM_BETA1] = float_word(o->beta1);
+  w[TERM_BETA2] = float_word(o->beta2);
+  w[TERM_EPS] = float_word(o->eps);
+  w[TERM_SCHEDULE] = int_word(o->schedule);
+  w[TERM_WARMUP] = int_word(o->warmup_steps);
+  w[TERM_STEP_SIZE] = int_word(o->step_size);
+  w[TERM_GAMMA] = float_word(o->gamma);
+  w[TERM_TOTAL_STEPS] = int_word(o->total_steps);
+  w[TERM_MIN_LR] = float_word(o->min_lr);
+  w[TERM_CLIP_NORM] = float_word(o->clip_norm);
+}
+
+void dpt_run_terms(const dpt_train_config *cfg, uint64_t *w) {
+  w[TERM_TRAIN_SAMPLES] = int_word((int64_t)dpt_dataset_count(cfg->train));
+  w[TERM_TEST_SAMPLES] = int_word(cfg->test ? (int64_t)dpt_dataset_count(cfg->test) : -1);
+  w[TERM_TRAIN_DATA] = dpt_dataset_fingerprint(cfg->train);
+  w[TERM_TEST_DATA] = dpt_dataset_fingerprint(cfg->test);
+  w[TERM_MODEL] = model_word(&cfg->model);
+  optim_words(&cfg->optim, w);
+  w[TERM_GLOBAL_BATCH] = int_word((int64_t)cfg->global_batch);
+  w[TERM_EPOCHS] = int_word(cfg->epochs);
+  w[TERM_MAX_STEPS] = int_word(cfg->max_steps);
+  w[TERM_SEED] = cfg->seed;
+  w[TERM_SHUFFLE] = int_word(cfg->shuffle);
+  w[TERM_KEEP_LAST] = int_word(cfg->keep_last);
+  w[TERM_CHECK_EVERY] = int_word(cfg->check_every);
+  w[TERM_SKIP_NONFINITE] = int_word(cfg->skip_nonfinite);
+  w[TERM_MAX_SKIPPED] = int_word(cfg->max_skipped);
+  w[TERM_SKIP_ALLREDUCE] = int_word(cfg->skip_allreduce);
+  w[TERM_FULL_STEP] = int_word(cfg->full_optimizer_step);
+}
+
+static void word_str(int term, uint64_t w, char *out, size_t cap) {
+  double d;
+  switch (terms[term].kind) {
+  case TERM_INT:
+    snprintf(out, cap, "%lld", (long long)(int64_t)w);
+    break;
+  case TERM_FLOAT:
+    memcpy(&d, &w, sizeof d);
+    snprintf(out, cap, "%g", d);
+    break;
+  case TERM_HASH:
+    snprintf(out, cap, "%016llx", (unsigned long long)w);
+    break;
+  }
+}
+
+dpt_status dpt_run_terms_compare(const uint64_t *all, int count) {
+  for (int t = 0; t < DPT_RUN_TERM_COUNT; ++t) {
+    char list[640] = "", v0[32], vi[32];
+    size_t len = 0;
+    int differ = 0;
+    word_str(t, all[t], v0, sizeof v0);
+    for (int i = 1; i < count; ++i) {
+      const uint64_t wi = all[(size_t)i * DPT_RUN_TERM_COUNT + (size_t)t];
+      if (wi == all[t]) continue;
+      word_str(t, wi, vi, sizeof vi);
+      if (len < sizeof list - 64)
+        len += (size_t)snprintf(list + len, sizeof list - len, "%sreplica %d has %s",
+                                differ ? ", " : "", i, vi);
+      ++differ;
+    }
+    if (differ)
+      return dpt_set_error(DPT_ERR_MISMATCH,
+                           "the replicas disagree on %s: replica 0 has %s, %s; every replica "
+                           "needs the same settings and data",
+                           terms[t].name, v0, list);
+  }
+  return DPT_OK;
+}
