@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #if defined(_WIN32)
 #include <io.h>
@@ -793,6 +794,12 @@ void dpt_safetensors_close(dpt_safetensors *st) {
 static dpt_status st_read_file(dpt_safetensors *st) {
   FILE *f = fopen(st->path, "rb");
   if (!f) return dpt_set_error(DPT_ERR_IO, "%s: cannot open: %s", st->path, strerror(errno));
+  struct stat sb;
+  if (fstat(fileno(f), &sb) == 0 && !S_ISREG(sb.st_mode)) {
+    fclose(f);
+    return dpt_set_error(DPT_ERR_IO, "%s: not a file (%s)", st->path,
+                         S_ISDIR(sb.st_mode) ? "a directory" : "a device, pipe or socket");
+  }
   dpt_status s = DPT_OK;
   long size = -1;
   if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);

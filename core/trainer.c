@@ -46,6 +46,7 @@ typedef struct replica {
   int count;       /* replicas in all */
   int ranks;       /* MPI ranks */
   int local_index; /* index among the replicas of this process / node (device choice) */
+  int over_mpi;    /* 1: comm is an MPI communicator (one replica per rank) */
   dpt_status status;
   char error[1024]; /* message of a failure on this replica's thread */
   dpt_train_report final;
@@ -274,7 +275,10 @@ static dpt_status create_backend_and_model(replica *r, replica_state *s) {
                              dpt_backend_kind_name(cfg->backend));
   int device = cfg->device >= 0 ? cfg->device : r->local_index % devices;
   DPT_TRY(dpt_backend_create(cfg->backend, device, &s->be));
-  s->max_slice = (cfg->global_batch + (size_t)r->count - 1) / (size_t)r->count;
+  /* No batch holds more samples than the training set. */
+  const size_t n = dpt_dataset_count(cfg->train);
+  const size_t batch = cfg->global_batch < n ? cfg->global_batch : n;
+  s->max_slice = (batch + (size_t)r->count - 1) / (size_t)r->count;
   DPT_TRY(dpt_model_create(s->be, &cfg->model, s->max_slice, &s->model));
   size_t input = dpt_model_input_size(s->model);
   if (input != dpt_dataset_dim(cfg->train))
@@ -639,10 +643,42 @@ static dpt_status train_epoch(replica *r, replica_state *s, int64_t epoch, int *
   return report_epoch(r, s, epoch, t0, loss, samples);
 }
 
+static dpt_status check_config(const dpt_train_config *cfg, dpt_comm *comm) {
+  const char *fn = "dpt_train";
+  if (!cfg) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: config is NULL", fn);
+  if (!cfg->train) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: no training set", fn);
+  if (cfg->replicas < 1)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: replicas %d must be >= 1", fn, cfg->replicas);
+  if (comm && cfg->replicas != 1)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: with MPI every rank is one replica (replicas must be 1, got %d)", fn,
+                         cfg->replicas);
+  int total = comm ? dpt_comm_size(comm) : cfg->replicas;
+  if (cfg->global_batch == 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: global batch is 0", fn);
+  if (cfg->global_batch < (size_t)total)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: global batch %zu is smaller than the %d replicas (each needs at "
+                         "least one sample)",
+                         fn, cfg->global_batch, total);
+  if (cfg->global_batch > dpt_dataset_count(cfg->train) && !cfg->keep_last)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "global batch %zu is larger than the %zu training samples (and the last "
+                         "partial batch is dropped)",
+                         cfg->global_batch, dpt_dataset_count(cfg->train));
+  if (cfg->epochs < 1) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: epochs must be >= 1", fn);
+  if (cfg->max_steps < 0 || cfg->check_every < 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: max_steps/check_every must be >= 0", fn);
+  return dpt_optim_config_check(&cfg->optim);
+}
+
 static dpt_status replica_run(replica *r, replica_state *s) {
   const dpt_train_config *cfg = r->cfg;
   DPT_TRY(alloc_exchange(r, s)); /* out of memory before anything else: the others time out */
-  DPT_TRY(dpt_train_agree_ready(r->comm, replica_setup(r, s), dpt_last_error(), "replica", NULL));
+  /* A configuration this replica refuses is announced like any failure to start. */
+  dpt_status st = check_config(cfg, r->over_mpi ? r->comm : NULL);
+  if (st == DPT_OK) st = replica_setup(r, s);
+  DPT_TRY(dpt_train_agree_ready(r->comm, st, dpt_last_error(), "replica", NULL));
   DPT_TRY(agree_on_run(r, s));
   DPT_TRY(broadcast_params(r, s));
   s->t.run_start = dpt_now();
@@ -657,7 +693,7 @@ static dpt_status replica_run(replica *r, replica_state *s) {
   r->final.final = 1;
   r->final.seconds = dpt_now() - s->t.run_start;
   r->final.steps = s->t.step;
-  dpt_status st = DPT_OK;
+  st = DPT_OK;
   if (cfg->final_params && r->index == 0) st = dpt_model_get_params(s->model, cfg->final_params);
   if (r->index == 0 && cfg->on_report) cfg->on_report(&r->final, cfg->user);
   return st;
@@ -687,30 +723,6 @@ static int local_rank(int rank) {
   return rank;
 }
 
-static dpt_status check_config(const dpt_train_config *cfg, dpt_comm *comm) {
-  const char *fn = "dpt_train";
-  if (!cfg) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: config is NULL", fn);
-  if (!cfg->train) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: no training set", fn);
-  if (cfg->replicas < 1)
-    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: replicas %d must be >= 1", fn, cfg->replicas);
-  if (comm && cfg->replicas != 1)
-    return dpt_set_error(DPT_ERR_INVALID_ARG,
-                         "%s: with MPI every rank is one replica (replicas must be 1, got %d)", fn,
-                         cfg->replicas);
-  int total = comm ? dpt_comm_size(comm) : cfg->replicas;
-  if (cfg->global_batch == 0)
-    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: global batch is 0", fn);
-  if (cfg->global_batch < (size_t)total)
-    return dpt_set_error(DPT_ERR_INVALID_ARG,
-                         "%s: global batch %zu is smaller than the %d replicas (each needs at "
-                         "least one sample)",
-                         fn, cfg->global_batch, total);
-  if (cfg->epochs < 1) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: epochs must be >= 1", fn);
-  if (cfg->max_steps < 0 || cfg->check_every < 0)
-    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: max_steps/check_every must be >= 0", fn);
-  return dpt_optim_config_check(&cfg->optim);
-}
-
 /* This rank as one replica of an MPI job. */
 static dpt_status train_as_rank(const dpt_train_config *cfg, dpt_comm *comm,
                                 dpt_train_report *final) {
@@ -722,6 +734,7 @@ static dpt_status train_as_rank(const dpt_train_config *cfg, dpt_comm *comm,
   r.count = dpt_comm_size(comm);
   r.ranks = r.count;
   r.local_index = local_rank(r.index);
+  r.over_mpi = 1;
   replica_state s;
   memset(&s, 0, sizeof s);
   dpt_status st = replica_run(&r, &s);
@@ -783,6 +796,10 @@ static dpt_status train_as_threads(const dpt_train_config *cfg, dpt_train_report
 }
 
 dpt_status dpt_train(const dpt_train_config *cfg, dpt_comm *comm, dpt_train_report *final) {
-  DPT_TRY(check_config(cfg, comm));
-  return comm ? train_as_rank(cfg, comm, final) : train_as_threads(cfg, final);
+  if (!cfg) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_train: config is NULL");
+  /* Under MPI every rank checks its configuration inside the start-up agreement, so that one
+   * rank's refusal stops the others at once. */
+  if (comm) return train_as_rank(cfg, comm, final);
+  DPT_TRY(check_config(cfg, NULL));
+  return train_as_threads(cfg, final);
 }

@@ -2,6 +2,8 @@
  * default), alone or under mpirun. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <fcntl.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -40,7 +42,9 @@ static int parse_float(const char *s, float *out) {
   char *end;
   errno = 0;
   double v = strtod(s, &end);
-  if (end == s || *end || errno || !isfinite(v)) return -1;
+  /* A value a float cannot hold (it would round to 0 or to infinity) is refused as given. */
+  if (end == s || *end || errno || !isfinite(v) || fabs(v) > FLT_MAX || (v != 0 && (float)v == 0))
+    return -1;
   *out = (float)v;
   return 0;
 }
@@ -187,9 +191,13 @@ static const option options[] = {
     {"--check-every", "N", "compare replica fingerprints every N steps (default 100)",
      I64(cfg.check_every, 0)},
     {"--skip-nonfinite", NULL,
-     "skip steps with a non-finite loss or, with --clip-norm,\n"
-     "gradient norm (default: stop)",
+     "skip steps with a non-finite loss, reduced gradient or, with\n"
+     "--clip-norm, gradient norm (default: stop)",
      FLAG(cfg.skip_nonfinite, 1)},
+    {"--max-skipped", "N",
+     "with --skip-nonfinite: fail after N skipped steps in a row, or\n"
+     "more than N or 1% of the run (default 10; -1: no limit)",
+     I64(cfg.max_skipped, -1)},
     {"--json", NULL, "one JSON object per epoch, then a final one", FLAG(json, 1)},
     {"--quiet", NULL, "no progress bar", FLAG(quiet, 1)},
 };
@@ -522,16 +530,31 @@ static dpt_status build_model(cli *c, const dpt_dataset *train) {
 
 /* A cosine schedule anneals over the whole run after the warmup (at least one step); the
  * run's length depends on the data set's size. */
-static void fit_schedule(cli *c, const dpt_dataset *train) {
-  if (c->cfg.optim.schedule != DPT_SCHEDULE_COSINE) return;
+/* The schedule against the run's length: the cosine's length, and a warmup or a step period
+ * longer than the whole run refused (the rate would never reach --lr, or never decay). The
+ * tool's own message goes to other[cap]. */
+static dpt_status plan_schedule(cli *c, const dpt_dataset *train, char *other, size_t cap) {
   size_t per_epoch =
       dpt_sampler_num_batches(dpt_dataset_count(train), c->cfg.global_batch, c->cfg.keep_last);
   int64_t total = per_epoch > 0 && c->cfg.epochs > INT64_MAX / (int64_t)per_epoch
                       ? INT64_MAX
                       : (int64_t)per_epoch * c->cfg.epochs;
   if (c->cfg.max_steps > 0 && c->cfg.max_steps < total) total = c->cfg.max_steps;
-  total -= c->cfg.optim.warmup_steps;
+  const dpt_optim_config *o = &c->cfg.optim;
+  if (total > 0 && o->warmup_steps > total) {
+    snprintf(other, cap, "--warmup %lld is longer than the run's %lld steps",
+             (long long)o->warmup_steps, (long long)total);
+    return DPT_ERR_INVALID_ARG;
+  }
+  if (total > 0 && o->schedule == DPT_SCHEDULE_STEP && o->step_size > total) {
+    snprintf(other, cap, "--step-size %lld is longer than the run's %lld steps",
+             (long long)o->step_size, (long long)total);
+    return DPT_ERR_INVALID_ARG;
+  }
+  if (o->schedule != DPT_SCHEDULE_COSINE) return DPT_OK;
+  total -= o->warmup_steps;
   c->cfg.optim.total_steps = total > 0 ? total : 1;
+  return DPT_OK;
 }
 
 /* What --init-weights and --save-weights need: weights files go through a host-side model
@@ -542,6 +565,38 @@ typedef struct weights {
   float *init;           /* [num_params] read from --init-weights, or NULL */
   float *final_params;   /* [num_params] written to --save-weights, or NULL */
 } weights;
+
+/* Before the run: --save-weights must be writable (its directory takes a file of the weights'
+ * size: a probe, removed at once), and a "<file>.tmp" that an interrupted save left is
+ * removed, with a note. The tool's own message goes to other[cap]. */
+static dpt_status check_output(const char *path, size_t bytes, char *other, size_t cap) {
+  char tmp[4096], probe[4096];
+  if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp ||
+      snprintf(probe, sizeof probe, "%s.probe-%ld", path, (long)getpid()) >= (int)sizeof probe) {
+    snprintf(other, cap, "--save-weights: the path is too long");
+    return DPT_ERR_INVALID_ARG;
+  }
+  if (access(tmp, F_OK) == 0) {
+    if (remove(tmp) != 0) {
+      snprintf(other, cap, "%.300s: cannot remove what an interrupted save left: %s", tmp,
+               strerror(errno));
+      return DPT_ERR_IO;
+    }
+    fprintf(stderr, "dptrain: removed %s, left by an interrupted save\n", tmp);
+  }
+  int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0644);
+  int err = fd < 0 ? errno : posix_fallocate(fd, 0, (off_t)bytes);
+  if (err == EOPNOTSUPP || err == EINVAL) err = 0; /* the file system cannot reserve: skip */
+  if (fd >= 0) {
+    close(fd);
+    remove(probe);
+  }
+  if (err) {
+    snprintf(other, cap, "--save-weights %.300s: cannot write there: %s", path, strerror(err));
+    return DPT_ERR_IO;
+  }
+  return DPT_OK;
+}
 
 /* Reads --init-weights and makes room for --save-weights, pointing c->cfg at both. Messages
  * of the tool's own go to other[cap]. */
@@ -560,6 +615,8 @@ static dpt_status prepare_weights(cli *c, weights *w, char *other, size_t cap) {
     }
     c->cfg.init_params = w->init;
   }
+  if (st == DPT_OK && c->save_weights && c->rank == 0)
+    st = check_output(c->save_weights, np * sizeof(float) + 65536, other, cap);
   if (st == DPT_OK && c->save_weights) {
     w->final_params = malloc(np * sizeof(float));
     if (!w->final_params) {
@@ -601,12 +658,12 @@ int dpt_cmd_train(int argc, char **argv) {
   if (rc != KEEP_GOING) return rc;
   c.tty = isatty(STDERR_FILENO);
 
-  char other[128] = ""; /* a message of the tool's own, replacing dpt_last_error() */
+  char other[512] = ""; /* a message of the tool's own, replacing dpt_last_error() */
   dpt_dataset *train = NULL, *test = NULL;
   weights w = {NULL, NULL, NULL, NULL};
   dpt_status st = load_data(&c, &train, &test);
   if (st == DPT_OK) st = build_model(&c, train);
-  if (st == DPT_OK) fit_schedule(&c, train);
+  if (st == DPT_OK) st = plan_schedule(&c, train, other, sizeof other);
   if (st == DPT_OK) st = prepare_weights(&c, &w, other, sizeof other);
   /* Under MPI the ranks agree that all of them are ready, so a rank that failed to read its
    * input stops the others at once instead of leaving them at the first collective. A rank
