@@ -10,7 +10,8 @@
 
 typedef enum term_kind { TERM_INT, TERM_FLOAT, TERM_HASH } term_kind;
 
-/* The fields: X(ENUM, "name in messages", kind). */
+/* The fields: X(ENUM, "name in messages", kind), settings before what derives from them (a
+ * different step limit is named as that, not as the cosine length it gives). */
 #define DPT_RUN_TERMS(X)                                                                           \
   X(TRAIN_SAMPLES, "training samples", TERM_INT)                                                   \
   X(TEST_SAMPLES, "test samples (-1: no test set)", TERM_INT)                                      \
@@ -29,7 +30,6 @@ typedef enum term_kind { TERM_INT, TERM_FLOAT, TERM_HASH } term_kind;
   X(WARMUP, "the warmup steps (optim.warmup_steps)", TERM_INT)                                     \
   X(STEP_SIZE, "the step schedule's period (optim.step_size)", TERM_INT)                           \
   X(GAMMA, "the step schedule's factor (optim.gamma)", TERM_FLOAT)                                 \
-  X(TOTAL_STEPS, "the cosine schedule's length (optim.total_steps)", TERM_INT)                     \
   X(MIN_LR, "the cosine schedule's floor (optim.min_lr)", TERM_FLOAT)                              \
   X(CLIP_NORM, "the gradient clipping norm (optim.clip_norm)", TERM_FLOAT)                         \
   X(GLOBAL_BATCH, "the global batch (global_batch)", TERM_INT)                                     \
@@ -42,7 +42,8 @@ typedef enum term_kind { TERM_INT, TERM_FLOAT, TERM_HASH } term_kind;
   X(SKIP_NONFINITE, "skipping non-finite steps (skip_nonfinite)", TERM_INT)                        \
   X(MAX_SKIPPED, "the skipped-step limit (max_skipped)", TERM_INT)                                 \
   X(SKIP_ALLREDUCE, "skipping the gradient exchange (skip_allreduce)", TERM_INT)                   \
-  X(FULL_STEP, "the full optimizer step (full_optimizer_step)", TERM_INT)
+  X(FULL_STEP, "the full optimizer step (full_optimizer_step)", TERM_INT)                          \
+  X(TOTAL_STEPS, "the cosine schedule's length (optim.total_steps)", TERM_INT)
 
 enum {
 #define DPT_TERM_ENUM_(e, name, kind) TERM_##e,

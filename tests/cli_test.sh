@@ -182,5 +182,48 @@ if [ -n "$mpiexec" ]; then
   echo "$out" | grep -q '"replicas": 2,' || fail "mpi bench train: expected 2 ranks: $out"
 fi
 
+# 8. Outputs are tried before the run, and a run that cannot be trusted saves nothing.
+small=(--data "$good" --hidden 16 --global-batch 50 --epochs 1 --backend cpu)
+out=$("$dptrain" train "${small[@]}" --save-weights "$scratch/no/such/dir/w.st" 2>"$scratch/err")
+[ $? -ne 0 ] || fail "--save-weights into a missing directory accepted"
+grep -q "cannot write there" "$scratch/err" || fail "unwritable output: $(cat "$scratch/err")"
+echo "$out" | grep -q "^epoch" && fail "unwritable output found only after training: $out"
+echo stale >"$scratch/w.st.tmp"
+"$dptrain" train "${small[@]}" --save-weights "$scratch/w.st" >/dev/null 2>"$scratch/err" ||
+  fail "save after a stale .tmp failed: $(cat "$scratch/err")"
+grep -q "removed .*w.st.tmp" "$scratch/err" || fail "stale .tmp not reported: $(cat "$scratch/err")"
+[ -s "$scratch/w.st" ] && [ ! -e "$scratch/w.st.tmp" ] || fail "stale .tmp: weights not saved"
+"$dptrain" train "${small[@]}" --init-weights "$scratch" >/dev/null 2>"$scratch/err"
+grep -q "not a file (a directory)" "$scratch/err" || fail "--init-weights DIR: $(cat "$scratch/err")"
+"$dptrain" train "${small[@]}" --lr 1e-50 >/dev/null 2>&1
+[ $? -eq 2 ] || fail "--lr 1e-50 (0 as a float) accepted"
+"$dptrain" train "${small[@]}" --warmup 4611686018427387904 >/dev/null 2>"$scratch/err"
+grep -q "longer than the run's 6 steps" "$scratch/err" || fail "--warmup: $(cat "$scratch/err")"
+"$dptrain" train "${small[@]}" --global-batch 4611686018427387904 >/dev/null 2>"$scratch/err"
+grep -q "larger than the 300 training samples" "$scratch/err" ||
+  fail "huge --global-batch: $(cat "$scratch/err")"
+# Diverging with --skip-nonfinite: past --max-skipped it fails, and the good file stays.
+cp "$scratch/w.st" "$scratch/w.keep"
+"$dptrain" train "${small[@]}" --epochs 3 --lr 1e30 --momentum 0 --skip-nonfinite \
+  --max-skipped 2 --save-weights "$scratch/w.st" >/dev/null 2>"$scratch/err"
+[ $? -ne 0 ] || fail "diverging run past --max-skipped exited 0"
+grep -q "in a row were skipped" "$scratch/err" || fail "max-skipped: $(cat "$scratch/err")"
+cmp -s "$scratch/w.st" "$scratch/w.keep" || fail "a failed run overwrote the weights file"
+
+# 9. Ranks started with different settings stop before the first step, naming the field.
+if [ -n "$mpiexec" ]; then
+  timeout 120 $mpiexec -n 1 "$dptrain" train "${small[@]}" --optimizer sgd : \
+    -n 1 "$dptrain" train "${small[@]}" --optimizer adamw >"$scratch/out" 2>"$scratch/err"
+  rc=$?
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "mpi different --optimizer exited $rc"
+  grep -q "disagree on the optimizer" "$scratch/err" || fail "mpi optimizer: $(cat "$scratch/err")"
+  grep -q "^epoch" "$scratch/out" && fail "mpi different --optimizer trained: $(cat "$scratch/out")"
+  timeout 120 $mpiexec -n 1 "$dptrain" train "${small[@]}" --max-steps 5 : \
+    -n 1 "$dptrain" train "${small[@]}" --max-steps 4 >/dev/null 2>"$scratch/err"
+  rc=$?
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "mpi different --max-steps exited $rc"
+  grep -q "disagree on the step limit" "$scratch/err" || fail "mpi max-steps: $(cat "$scratch/err")"
+fi
+
 echo "cli test: $failures failure(s)"
 [ $failures -eq 0 ]
