@@ -16,7 +16,6 @@
 #include <limits.h>
 #include <mpi.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,24 +129,21 @@ static dpt_status test_some(dpt_req **reqs, int n, int *ndone) {
 }
 
 static dpt_status mpi_poll(dpt_comm *c, dpt_req **reqs, int n, int block, double deadline,
-                           int *ndone) {
+                           double since, int *ndone) {
   mpi_state *s = c->impl;
   if (s->shm)
-    return dpt_shm_poll(s->shm, reqs, n, block, deadline, ndone, c->seq ? c->seq - 1 : 0,
+    return dpt_shm_poll(s->shm, reqs, n, block, deadline, since, ndone, c->seq ? c->seq - 1 : 0,
                         s->oversubscribed);
   *ndone = 0;
-  for (unsigned spin = 1;; ++spin) {
+  /* Spin (the peers are usually microseconds away), yielding the core when there are more
+   * ranks than cores here (a spinning rank would keep the one it waits for off the CPU),
+   * then sleep (dpt_backoff). */
+  dpt_backoff b;
+  dpt_backoff_start(&b, since, s->oversubscribed);
+  for (;;) {
     dpt_status st = test_some(reqs, n, ndone);
     if (st != DPT_OK || *ndone > 0 || !block) return st;
-    /* Spin (the peers are usually microseconds away), reading the clock now and then, and
-     * yielding the core when there are more ranks than cores here: a spinning rank would
-     * keep the one it waits for off the CPU. Past the first microseconds, PAUSE leaves the
-     * core's resources to a sibling hardware thread. */
-    if (spin > 256) dpt_cpu_relax();
-    if ((spin & 255) == 0) {
-      if (dpt_now() >= deadline) return DPT_OK;
-      if (s->oversubscribed || (spin & 4095) == 0) sched_yield();
-    }
+    if (dpt_backoff_pause(&b, deadline)) return DPT_OK;
   }
 }
 
@@ -198,19 +194,17 @@ static dpt_status mpi_native_allreduce(dpt_comm *c, void *data, size_t count, dp
     MPI_Request q;
     rc = MPI_Iallreduce(MPI_IN_PLACE, p, (int)n, type, op, s->comm, &q);
     if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Iallreduce", -1);
-    for (unsigned spin = 1;; ++spin) {
+    dpt_backoff b;
+    dpt_backoff_start(&b, dpt_now(), s->oversubscribed);
+    for (;;) {
       int flag = 0;
       rc = MPI_Test(&q, &flag, MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Iallreduce", -1);
       if (flag) break;
-      if (spin > 256) dpt_cpu_relax();
-      if ((spin & 255) == 0) {
-        if (dpt_now() >= deadline)
-          /* A nonblocking collective cannot be cancelled: the communicator is unusable. */
-          return dpt_set_error(DPT_ERR_TIMEOUT,
-                               "MPI_Iallreduce did not complete before the deadline");
-        if (s->oversubscribed || (spin & 4095) == 0) sched_yield();
-      }
+      if (dpt_backoff_pause(&b, deadline))
+        /* A nonblocking collective cannot be cancelled: the communicator is unusable. */
+        return dpt_set_error(DPT_ERR_TIMEOUT,
+                             "MPI_Iallreduce did not complete before the deadline");
     }
     done += n;
   }

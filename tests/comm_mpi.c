@@ -327,6 +327,51 @@ START_TEST(stall_gives_timeout) {
 }
 END_TEST
 
+/* Seconds of CPU this process has used (every thread). */
+static double cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Rank 1 reaches the collective 1 s late; the others wait without burning a core: after a
+ * short spin they sleep, so their CPU time over the wait stays well under its wall time.
+ * Both places a rank waits: the hello round (a barrier), and the message engine (a ring
+ * all-reduce without the desync check). The deadline stays honoured: a 30 s one does not
+ * fire, and the wait ends within a few naps of rank 1's arrival. */
+START_TEST(late_rank_waits_asleep) {
+  const double late = 1.0;
+  for (int variant = 0; variant < 2; ++variant) {
+    dpt_comm_options opt;
+    base_options(&opt);
+    opt.desync_check = variant == 0;
+    opt.algo = DPT_ALLREDUCE_RING;
+    dpt_comm *c = make_comm(&opt);
+    outcome o = {0};
+    float *x = calloc(100000, sizeof *x);
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = now_s(), cpu0 = cpu_s();
+    if (world_rank == 1) nanosleep(&(struct timespec){.tv_sec = 1}, NULL);
+    dpt_status st = variant == 0 ? dpt_barrier(c) : dpt_allreduce_host(c, x, 100000, DPT_COMM_F32);
+    const double wall = now_s() - t0, cpu = cpu_s() - cpu0;
+    if (st != DPT_OK) {
+      o.rc = -1;
+      snprintf(o.err, sizeof o.err, "%s: %s", dpt_status_name(st), dpt_last_error());
+    } else if (world_rank != 1 && (wall < 0.9 * late || wall > late + 1.0 || cpu > 0.3 * wall)) {
+      o.rc = -1;
+      snprintf(o.err, sizeof o.err, "%s: waited %.3f s using %.3f s of CPU (%.0f %%)",
+               variant == 0 ? "barrier" : "ring all-reduce", wall, cpu, 100.0 * cpu / wall);
+    }
+    if (world_rank == 0)
+      printf("late_rank_waits_asleep (%s): waited %.3f s, %.3f s of CPU (%.1f %%)\n",
+             variant == 0 ? "barrier" : "ring", wall, cpu, 100.0 * cpu / wall);
+    free(x);
+    dpt_comm_destroy(c);
+    agree(&o, "late rank");
+  }
+}
+END_TEST
+
 /* A communicator on a sub-communicator given by the application. */
 START_TEST(sub_communicator) {
   MPI_Comm half;
@@ -479,6 +524,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, broadcast_allgather_barrier);
   tcase_add_test(tc, mismatch_reported_everywhere);
   tcase_add_test(tc, stall_gives_timeout);
+  tcase_add_test(tc, late_rank_waits_asleep);
   tcase_add_test(tc, sub_communicator);
   tcase_add_test(tc, shm_copy_modes);
   tcase_add_test(tc, shm_switch_checked);
