@@ -272,6 +272,108 @@ static int single_node(MPI_Comm comm, int size) {
   return n == size;
 }
 
+/* The settings every rank must share, one record per rank: whatever changes the algorithm
+ * choice, the schedule, the message sizes, the desync check (and with it the message
+ * format), the deadline or the data path. DPT_COMM_STAGING and DPT_COMM_SHM_COPY are left
+ * out: they say how this rank moves its own bytes (staging of its device buffers, how it
+ * writes its own slots), and ranks may differ there. */
+enum {
+  OPT_OK, /* this rank's settings are valid (else its own error reports, not this check) */
+  OPT_TIMEOUT,
+  OPT_DESYNC,
+  OPT_ALGO,
+  OPT_DIRECT,
+  OPT_MPI,
+  OPT_RD,
+  OPT_PIECE,
+  OPT_BLOCK,
+  OPT_SHM,
+  OPT_N
+};
+static const char *const opt_vars[OPT_N] = {
+    [OPT_TIMEOUT] = "DPT_COMM_TIMEOUT",  [OPT_DESYNC] = "DPT_COMM_DESYNC_CHECK",
+    [OPT_ALGO] = "DPT_ALLREDUCE_ALGO",   [OPT_DIRECT] = "DPT_ALLREDUCE_DIRECT_MAX",
+    [OPT_MPI] = "DPT_ALLREDUCE_MPI_MAX", [OPT_RD] = "DPT_ALLREDUCE_RD_MAX",
+    [OPT_PIECE] = "DPT_COMM_PIECE",      [OPT_BLOCK] = "DPT_COMM_BLOCK",
+    [OPT_SHM] = "DPT_COMM_SHM"};
+
+/* Formats field f of a record as its variable would say it. */
+static const char *opt_text(char *out, size_t n, int f, const int64_t *rec) {
+  if (f == OPT_TIMEOUT) {
+    double t;
+    memcpy(&t, &rec[f], sizeof t);
+    snprintf(out, n, "%g", t);
+  } else if (f == OPT_ALGO) {
+    const char *name = dpt_allreduce_algo_name((dpt_allreduce_algo)rec[f]);
+    snprintf(out, n, "%s", name ? name : "?");
+  } else {
+    snprintf(out, n, "%lld", (long long)rec[f]);
+  }
+  return out;
+}
+
+/* Collective: every rank's settings to every rank; when they differ (and every rank's are
+ * valid), DPT_ERR_MISMATCH on every rank, naming each variable and the ranks whose value
+ * differs from rank 0's. Before any collective of ours: a rank without the desync check
+ * would otherwise skip the hello round that the others wait in. */
+static dpt_status agree_options(dpt_comm *c, MPI_Comm comm, int ok, int shm) {
+  int64_t mine[OPT_N];
+  memset(mine, 0, sizeof mine);
+  const dpt_comm_options *o = &c->opt;
+  mine[OPT_OK] = ok;
+  if (ok) {
+    memcpy(&mine[OPT_TIMEOUT], &o->timeout_s, sizeof o->timeout_s);
+    mine[OPT_DESYNC] = o->desync_check;
+    mine[OPT_ALGO] = o->algo;
+    mine[OPT_DIRECT] = (int64_t)o->direct_max_bytes;
+    mine[OPT_MPI] = (int64_t)o->mpi_max_bytes;
+    mine[OPT_RD] = (int64_t)o->rd_max_bytes;
+    mine[OPT_PIECE] = (int64_t)o->piece_bytes;
+    mine[OPT_BLOCK] = (int64_t)o->block_bytes;
+    mine[OPT_SHM] = shm;
+  }
+  int64_t *all = malloc((size_t)c->size * sizeof mine);
+  if (!all) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_comm_create_mpi: no memory");
+  int rc = MPI_Allgather(mine, OPT_N, MPI_INT64_T, all, OPT_N, MPI_INT64_T, comm);
+  if (rc != MPI_SUCCESS) {
+    free(all);
+    return mpi_fail(rc, "MPI_Allgather", -1);
+  }
+  int valid = 1;
+  for (int r = 0; r < c->size; ++r)
+    valid &= all[(size_t)r * OPT_N + OPT_OK] != 0;
+  char msg[2048], v[64];
+  size_t len = 0;
+  msg[0] = '\0';
+  for (int f = OPT_OK + 1; valid && f < OPT_N && len < sizeof msg - 256; ++f) {
+    int listed = 0, more = 0;
+    for (int r = 1; r < c->size; ++r) {
+      const int64_t *rec = all + (size_t)r * OPT_N;
+      if (rec[f] == all[f]) continue;
+      if (listed == 8) {
+        ++more;
+        continue;
+      }
+      len += (size_t)snprintf(msg + len, sizeof msg - len, "%s%s differs across ranks: ",
+                              listed ? ""
+                              : len  ? "; "
+                                     : "",
+                              listed ? "" : opt_vars[f]);
+      len += (size_t)snprintf(msg + len, sizeof msg - len, "rank %d has %s, ", r,
+                              opt_text(v, sizeof v, f, rec));
+      ++listed;
+    }
+    if (more) len += (size_t)snprintf(msg + len, sizeof msg - len, "%d more ranks, ", more);
+    if (listed)
+      len += (size_t)snprintf(msg + len, sizeof msg - len, "rank 0 has %s",
+                              opt_text(v, sizeof v, f, all));
+  }
+  free(all);
+  if (len == 0) return DPT_OK;
+  return dpt_set_error(DPT_ERR_MISMATCH,
+                       "dpt_comm_create_mpi: %s (every rank must run with the same settings)", msg);
+}
+
 /* What rank 0 tells the others at creation. */
 typedef struct setup {
   unsigned uid;
@@ -374,7 +476,9 @@ dpt_status dpt_comm_create_mpi(const void *mpi_comm, dpt_comm **out) {
   const int shm = !shm_env || strcmp(shm_env, "0");
   if (st == DPT_OK && shm_env && strcmp(shm_env, "0") && strcmp(shm_env, "1"))
     st = dpt_set_error(DPT_ERR_INVALID_ARG, "DPT_COMM_SHM='%s' is not 0 or 1", shm_env);
-  dpt_status agreed = agree_setup(c, s, st == DPT_OK, copy, shm);
+  /* Both steps are collective, and every rank reaches the same verdict on the first. */
+  dpt_status agreed = agree_options(c, s->comm, st == DPT_OK, shm);
+  if (agreed == DPT_OK) agreed = agree_setup(c, s, st == DPT_OK, copy, shm);
   if (st == DPT_OK) st = agreed;
   if (st != DPT_OK) {
     free(c->payload);

@@ -506,6 +506,64 @@ START_TEST(shm_switch_checked) {
 }
 END_TEST
 
+/* Creation with setting `name` = `value` on rank `who` only: DPT_ERR_MISMATCH on every rank,
+ * quickly, with a message containing `want` (rank 0's value being the default). */
+static void expect_mismatch(outcome *o, const char *name, const char *value, int who,
+                            const char *want) {
+  char *saved = env_save(name);
+  if (world_rank == who) setenv(name, value, 1);
+  dpt_comm *c = NULL;
+  const double t0 = now_s();
+  dpt_status st = dpt_comm_create_mpi(NULL, &c);
+  const double took = now_s() - t0;
+  if (o->rc == 0 &&
+      (st != DPT_ERR_MISMATCH || c || took > 5.0 || !strstr(dpt_last_error(), want))) {
+    o->rc = -1;
+    snprintf(o->err, sizeof o->err, "%s=%s on rank %d: %s after %.2f s: %s", name, value, who,
+             dpt_status_name(st), took, st == DPT_OK ? "accepted" : dpt_last_error());
+  }
+  dpt_comm_destroy(c);
+  env_restore(name, saved);
+}
+
+/* Settings that change the schedule, the sizes, the algorithm choice or the desync check
+ * must agree across ranks: one rank without the desync check would skip the hello round the
+ * others wait in (a hang until the deadline). Staging and the slot copy mode may differ. */
+START_TEST(options_must_agree) {
+  outcome o = {0};
+  char want[128];
+  expect_mismatch(&o, "DPT_COMM_DESYNC_CHECK", "0", 1,
+                  "DPT_COMM_DESYNC_CHECK differs across ranks: rank 1 has 0, rank 0 has 1");
+  const int last = world_size - 1;
+  snprintf(want, sizeof want,
+           "DPT_COMM_PIECE differs across ranks: rank %d has 65536, rank 0 has 131072", last);
+  expect_mismatch(&o, "DPT_COMM_PIECE", "64K", last, want);
+  expect_mismatch(&o, "DPT_ALLREDUCE_ALGO", "ring", 1,
+                  "DPT_ALLREDUCE_ALGO differs across ranks: rank 1 has ring, rank 0 has auto");
+  expect_mismatch(&o, "DPT_COMM_TIMEOUT", "7.5", 1,
+                  "DPT_COMM_TIMEOUT differs across ranks: rank 1 has 7.5, rank 0 has 300");
+  /* Per-rank settings: accepted, and the collectives agree. */
+  char *staging = env_save("DPT_COMM_STAGING"), *copy = env_save("DPT_COMM_SHM_COPY");
+  if (world_rank == 1) {
+    setenv("DPT_COMM_STAGING", "inline", 1);
+    setenv("DPT_COMM_SHM_COPY", "cached", 1);
+  }
+  dpt_comm *c = NULL;
+  dpt_status st = dpt_comm_create_mpi(NULL, &c);
+  if (o.rc == 0 && st != DPT_OK) {
+    o.rc = -1;
+    snprintf(o.err, sizeof o.err, "per-rank staging and copy mode: %s", dpt_last_error());
+  }
+  if (o.rc == 0)
+    o.rc =
+        comm_case_allreduce(c, NULL, 300007, DPT_COMM_F32, &o.hash[o.nhash++], o.err, sizeof o.err);
+  dpt_comm_destroy(c);
+  env_restore("DPT_COMM_STAGING", staging);
+  env_restore("DPT_COMM_SHM_COPY", copy);
+  agree(&o, "options agree across ranks");
+}
+END_TEST
+
 int main(int argc, char **argv) {
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
@@ -528,6 +586,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, sub_communicator);
   tcase_add_test(tc, shm_copy_modes);
   tcase_add_test(tc, shm_switch_checked);
+  tcase_add_test(tc, options_must_agree);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK);

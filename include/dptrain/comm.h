@@ -22,7 +22,8 @@
  *
  * Environment variables, read when a communicator is created (the dpt_comm_set_* calls
  * override them afterwards); an invalid value makes the creation fail with a message naming
- * the variable:
+ * the variable. Under MPI every rank must have the same values (DPT_COMM_STAGING and
+ * DPT_COMM_SHM_COPY excepted), else creation fails with DPT_ERR_MISMATCH on every rank:
  *   DPT_ALLREDUCE_ALGO        auto | ring | rd | direct | mpi
  *   DPT_ALLREDUCE_DIRECT_MAX  bytes: auto uses `direct` while (size - 1) * payload <= this
  *   DPT_ALLREDUCE_MPI_MAX     bytes: then MPI_Allreduce up to this (MPI transport only)
@@ -133,7 +134,9 @@ DPT_API int dpt_comm_mpi_launched(void);
  * communicator (it calls MPI_Comm_dup). If the application has not initialized MPI, this
  * initializes it (MPI_Init_thread, MPI_THREAD_SERIALIZED requested), and MPI is finalized
  * when the last communicator created that way is destroyed (MPI cannot be initialized
- * twice: creating one after that fails). DPT_ERR_UNSUPPORTED when MPI is not compiled in. */
+ * twice: creating one after that fails). DPT_ERR_MISMATCH on every rank when the ranks'
+ * DPT_COMM_* / DPT_ALLREDUCE_* settings differ (the message names the variable and the
+ * ranks). DPT_ERR_UNSUPPORTED when MPI is not compiled in. */
 DPT_API dpt_status dpt_comm_create_mpi(const void *mpi_comm, dpt_comm **out);
 
 /* Frees the member (local; never waits for other ranks). NULL does nothing. */
