@@ -16,6 +16,7 @@
 #include <limits.h>
 #include <mpi.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -381,14 +382,28 @@ typedef struct setup {
   char name[56]; /* its name */
 } setup;
 
+/* Says once per process, from rank 0, that the shared-memory channels could not be set up:
+ * the job still runs, about 3x slower on large collectives, and nothing else would tell. The
+ * one line the library prints (docs/collectives.md). */
+static void say_no_shm(const char *reason) {
+  static atomic_flag said = ATOMIC_FLAG_INIT;
+  if (atomic_flag_test_and_set(&said)) return;
+  fprintf(stderr,
+          "dptrain: shared-memory channels unavailable (%s); using MPI point-to-point, slower\n",
+          reason);
+}
+
 /* The collective part of creation: the communicator's id, the shared-memory segment when
  * every rank is on this node (and DPT_COMM_SHM is not 0), and agreement that every rank
  * succeeded, so that a failure on one rank fails the creation everywhere instead of leaving
  * the others waiting. `ok`: this rank's own setup succeeded; `copy`: how its slots are written;
- * `shm`: DPT_COMM_SHM allows the segment. */
+ * `shm`: DPT_COMM_SHM allows the segment (the same on every rank: agree_options). Every rank
+ * uses the segment or none does: rank 0 creates it and says whether it could, each other rank
+ * maps it, and one that cannot makes all of them drop it. */
 static dpt_status agree_setup(dpt_comm *c, mpi_state *s, int ok, dpt_shm_copy copy, int shm) {
   setup su;
   memset(&su, 0, sizeof su);
+  char why[256] = ""; /* why this rank could not create or map the segment */
   /* Collective: every rank asks, whatever its environment says. */
   const int node = c->size > 1 && single_node(s->comm, c->size);
   const int want = node && shm;
@@ -398,14 +413,20 @@ static dpt_status agree_setup(dpt_comm *c, mpi_state *s, int ok, dpt_shm_copy co
     su.uid = (unsigned)(x >> 32);
     snprintf(su.name, sizeof su.name, "/dptrain-%d-%08x", (int)getpid(), su.uid);
     su.shm = ok && want && dpt_shm_open(su.name, 1, 0, c->size, copy, &s->shm) == DPT_OK;
+    if (ok && want && !su.shm) snprintf(why, sizeof why, "%s", dpt_last_error());
   }
   int rc = MPI_Bcast(&su, (int)sizeof su, MPI_BYTE, 0, s->comm);
   if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Bcast", -1);
   c->uid = su.uid;
-  if (c->rank != 0 && su.shm && dpt_shm_open(su.name, 0, c->rank, c->size, copy, &s->shm) != DPT_OK)
+  if (c->rank != 0 && su.shm &&
+      dpt_shm_open(su.name, 0, c->rank, c->size, copy, &s->shm) != DPT_OK) {
+    snprintf(why, sizeof why, "rank %d: %s", c->rank, dpt_last_error());
     s->shm = NULL;
-  int mine[2] = {ok, s->shm != NULL || !su.shm}, all[2] = {0, 0};
-  rc = MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MIN, s->comm);
+  }
+  /* Every rank ok, every rank mapped (or no segment), the first rank that could not map. */
+  int mine[3] = {ok, s->shm != NULL || !su.shm, s->shm != NULL || !su.shm ? INT_MAX : c->rank};
+  int all[3] = {0, 0, 0};
+  rc = MPI_Allreduce(mine, all, 3, MPI_INT, MPI_MIN, s->comm);
   if (c->rank == 0 && su.shm) dpt_shm_unlink(su.name); /* every rank has mapped it, or failed */
   if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Allreduce", -1);
   if (!all[1] || !su.shm) { /* some rank could not map it: MPI's own path for all */
@@ -416,6 +437,12 @@ static dpt_status agree_setup(dpt_comm *c, mpi_state *s, int ok, dpt_shm_copy co
     return ok ? dpt_set_error(DPT_ERR_COMM, "dpt_comm_create_mpi: another rank failed to create "
                                             "its communicator (its error says why)")
               : DPT_ERR_INVALID_ARG;
+  if (!all[1]) { /* rank 0 reports the reason of the first rank that could not map it */
+    rc = MPI_Bcast(why, (int)sizeof why, MPI_CHAR, all[2], s->comm);
+    if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Bcast", -1);
+    why[sizeof why - 1] = '\0';
+  }
+  if (c->rank == 0 && want && !s->shm) say_no_shm(why);
   c->eager_bytes = s->shm ? dpt_shm_slot_bytes(s->shm) : 4000;
   c->recv_reduce = s->shm != NULL;
   return DPT_OK;

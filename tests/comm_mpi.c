@@ -15,7 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "collectives/comm_impl.h"
 #include "comm_cases.h"
@@ -564,6 +567,74 @@ START_TEST(options_must_agree) {
 }
 END_TEST
 
+/* When the shared-memory segment cannot be created (here: rank 0 may not write files over
+ * 64 KiB, as on a full /dev/shm), every rank falls back to MPI point-to-point, the results
+ * are unchanged, and rank 0 says so on stderr in one line, once per process however many
+ * communicators fall back. Under DPT_COMM_SHM=0 nothing is said (nothing was wanted). */
+START_TEST(shm_fallback_said_once) {
+  const char *env = getenv("DPT_COMM_SHM");
+  const int want_shm = !env || strcmp(env, "0");
+  outcome o = {0};
+  struct rlimit was;
+  getrlimit(RLIMIT_FSIZE, &was);
+  void (*was_sig)(int) = SIG_DFL;
+  int saved_err = -1;
+  FILE *log = NULL;
+  if (world_rank == 0) {
+    log = tmpfile();
+    ck_assert_ptr_nonnull(log);
+    fflush(stderr);
+    saved_err = dup(2);
+    dup2(fileno(log), 2);
+    was_sig = signal(SIGXFSZ, SIG_IGN);
+    struct rlimit small = was;
+    small.rlim_cur = 64 << 10;
+    setrlimit(RLIMIT_FSIZE, &small);
+  }
+  for (int k = 0; k < 2 && o.rc == 0; ++k) {
+    dpt_comm *c = NULL;
+    uint64_t large[2];
+    if (dpt_comm_create_mpi(NULL, &c) != DPT_OK) {
+      o.rc = -1;
+      snprintf(o.err, sizeof o.err, "creation: %s", dpt_last_error());
+    } else if (dpt_comm_mpi_large_slots(c, large)) {
+      o.rc = -1;
+      snprintf(o.err, sizeof o.err, "rank %d uses shared memory", world_rank);
+    } else {
+      o.rc = comm_case_allreduce(c, NULL, 100003, DPT_COMM_F32, &o.hash[o.nhash++], o.err,
+                                 sizeof o.err);
+    }
+    dpt_comm_destroy(c);
+  }
+  if (world_rank == 0) {
+    setrlimit(RLIMIT_FSIZE, &was);
+    signal(SIGXFSZ, was_sig);
+    fflush(stderr);
+    dup2(saved_err, 2);
+    close(saved_err);
+    char text[2048] = "";
+    rewind(log);
+    size_t n = fread(text, 1, sizeof text - 1, log);
+    text[n] = '\0';
+    fclose(log);
+    int lines = 0;
+    for (size_t i = 0; i < n; ++i)
+      lines += text[i] == '\n';
+    const char *head = "dptrain: shared-memory channels unavailable (";
+    const char *tail = "); using MPI point-to-point, slower\n";
+    const int ok = want_shm ? lines == 1 && !strncmp(text, head, strlen(head)) &&
+                                  n > strlen(tail) && !strcmp(text + n - strlen(tail), tail)
+                            : n == 0;
+    if (o.rc == 0 && !ok) {
+      o.rc = -1;
+      snprintf(o.err, sizeof o.err, "stderr of rank 0 (%d lines): '%s'", lines, text);
+    }
+    if (want_shm) printf("shm_fallback_said_once: %s", text);
+  }
+  agree(&o, "shared-memory fallback");
+}
+END_TEST
+
 int main(int argc, char **argv) {
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
@@ -587,6 +658,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, shm_copy_modes);
   tcase_add_test(tc, shm_switch_checked);
   tcase_add_test(tc, options_must_agree);
+  tcase_add_test(tc, shm_fallback_said_once);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK);
