@@ -106,6 +106,8 @@ typedef struct dpt_transport {
   /* Abandons a pending request: afterwards the transport no longer writes its buffer. */
   void (*cancel)(dpt_comm *c, dpt_req *r);
   void (*destroy)(dpt_comm *c);
+  /* Optional: ends every process of the job at once (dpt_comm_abort); returns only on failure. */
+  dpt_status (*abort)(dpt_comm *c, int code);
   /* Optional: the library's own all-reduce over the whole vector, in place. `arrived`: the
    * hello round has just seen every rank enter the collective. */
   dpt_status (*native_allreduce)(dpt_comm *c, void *data, size_t count, dpt_comm_dtype dtype,

@@ -231,6 +231,18 @@ static void mpi_destroy(dpt_comm *c) {
   pthread_mutex_unlock(&g_mpi_lock);
 }
 
+/* MPI_Abort on the duplicate: the same processes as the application's communicator, and a
+ * handle that stays valid while this communicator lives, whatever the application freed. */
+static dpt_status mpi_abort(dpt_comm *c, int code) {
+  mpi_state *s = c->impl;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized)
+    return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_comm_abort: MPI is already finalized");
+  int rc = MPI_Abort(s->comm, code);
+  return mpi_fail(rc, "MPI_Abort", -1);
+}
+
 static const dpt_transport mpi_transport = {
     .name = "mpi",
     .isend = mpi_isend,
@@ -238,6 +250,7 @@ static const dpt_transport mpi_transport = {
     .poll = mpi_poll,
     .cancel = mpi_cancel,
     .destroy = mpi_destroy,
+    .abort = mpi_abort,
     .native_allreduce = mpi_native_allreduce,
 };
 

@@ -17,7 +17,8 @@
  *     DPT_ERR_TIMEOUT naming the missing ranks; during data movement, a collective that makes
  *     no progress for that long returns DPT_ERR_TIMEOUT naming the rank it waited for.
  *     After DPT_ERR_TIMEOUT (or DPT_ERR_COMM) the communicator may hold messages of the
- *     failed collective: destroy it (destroying is local and never waits for other ranks).
+ *     failed collective: destroy it (local, see dpt_comm_destroy), or under MPI end the
+ *     job with dpt_comm_abort when a peer may be stopped (MPI_Finalize would wait for it).
  *   - The sum is a sum: averaging (dividing by the number of ranks) is the caller's business.
  *
  * Environment variables, read when a communicator is created (the dpt_comm_set_* calls
@@ -139,8 +140,21 @@ DPT_API int dpt_comm_mpi_launched(void);
  * ranks). DPT_ERR_UNSUPPORTED when MPI is not compiled in. */
 DPT_API dpt_status dpt_comm_create_mpi(const void *mpi_comm, dpt_comm **out);
 
-/* Frees the member (local; never waits for other ranks). NULL does nothing. */
+/* Frees the member. NULL does nothing. Local: it never waits for other ranks, except that
+ * destroying the last communicator of a library that initialized MPI itself calls
+ * MPI_Finalize, which waits for every rank; so does the application's own MPI_Finalize.
+ * After DPT_ERR_TIMEOUT (or DPT_ERR_COMM) under MPI a peer may be stopped or gone, and that
+ * wait would last for ever: end the job with dpt_comm_abort instead. */
 DPT_API void dpt_comm_destroy(dpt_comm *comm);
+
+/* Ends the whole job at once: MPI_Abort(comm's processes, code), which stops every rank
+ * (the launcher usually exits with `code`) without waiting for any of them; for when a
+ * collective failed with DPT_ERR_TIMEOUT or DPT_ERR_COMM and MPI_Finalize could wait for a
+ * stopped peer for ever. Returns only when it could not: DPT_ERR_UNSUPPORTED for a threads
+ * communicator (nothing to end: its members are threads of this process; nothing is done) or
+ * when MPI is already finalized, DPT_ERR_COMM when MPI_Abort fails, DPT_ERR_INVALID_ARG for
+ * NULL (nothing is done). */
+DPT_API dpt_status dpt_comm_abort(dpt_comm *comm, int code);
 
 DPT_API int dpt_comm_rank(const dpt_comm *comm);
 DPT_API int dpt_comm_size(const dpt_comm *comm);
