@@ -368,11 +368,9 @@ static dpt_status agree_options(dpt_comm *c, MPI_Comm comm, int ok, int shm) {
         ++more;
         continue;
       }
-      len += (size_t)snprintf(msg + len, sizeof msg - len, "%s%s differs across ranks: ",
-                              listed ? ""
-                              : len  ? "; "
-                                     : "",
-                              listed ? "" : opt_vars[f]);
+      if (!listed)
+        len += (size_t)snprintf(msg + len, sizeof msg - len,
+                                "%s%s differs across ranks: ", len ? "; " : "", opt_vars[f]);
       len += (size_t)snprintf(msg + len, sizeof msg - len, "rank %d has %s, ", r,
                               opt_text(v, sizeof v, f, rec));
       ++listed;

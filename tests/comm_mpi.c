@@ -509,12 +509,13 @@ START_TEST(shm_switch_checked) {
 }
 END_TEST
 
-/* Creation with setting `name` = `value` on rank `who` only: DPT_ERR_MISMATCH on every rank,
- * quickly, with a message containing `want` (rank 0's value being the default). */
+/* Creation with setting `name` = `value` on rank `who` only (-1: on every rank but 0):
+ * DPT_ERR_MISMATCH on every rank, quickly, with a message containing `want` (rank 0's value
+ * being the default). */
 static void expect_mismatch(outcome *o, const char *name, const char *value, int who,
                             const char *want) {
   char *saved = env_save(name);
-  if (world_rank == who) setenv(name, value, 1);
+  if (world_rank == who || (who < 0 && world_rank > 0)) setenv(name, value, 1);
   dpt_comm *c = NULL;
   const double t0 = now_s();
   dpt_status st = dpt_comm_create_mpi(NULL, &c);
@@ -541,6 +542,10 @@ START_TEST(options_must_agree) {
   snprintf(want, sizeof want,
            "DPT_COMM_PIECE differs across ranks: rank %d has 65536, rank 0 has 131072", last);
   expect_mismatch(&o, "DPT_COMM_PIECE", "64K", last, want);
+  /* Every rank but 0 differs: all are named. */
+  snprintf(want, sizeof want, "DPT_COMM_DESYNC_CHECK differs across ranks: rank 1 has 0, %s",
+           world_size > 2 ? "rank 2 has 0, " : "rank 0 has 1");
+  expect_mismatch(&o, "DPT_COMM_DESYNC_CHECK", "0", -1, want);
   expect_mismatch(&o, "DPT_ALLREDUCE_ALGO", "ring", 1,
                   "DPT_ALLREDUCE_ALGO differs across ranks: rank 1 has ring, rank 0 has auto");
   expect_mismatch(&o, "DPT_COMM_TIMEOUT", "7.5", 1,
