@@ -47,6 +47,16 @@ void dpt_comm_destroy(dpt_comm *c) {
   free(c);
 }
 
+dpt_status dpt_comm_abort(dpt_comm *c, int code) {
+  if (!c) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_comm_abort: comm is NULL");
+  if (!c->tp->abort)
+    return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                         "dpt_comm_abort: the %s transport has no job to end (its members are "
+                         "threads of this process: return from them)",
+                         c->tp->name);
+  return c->tp->abort(c, code);
+}
+
 int dpt_comm_rank(const dpt_comm *c) {
   return c ? c->rank : -1;
 }

@@ -12,7 +12,8 @@
  *   engine.c          the message engine: windows of nonblocking sends/receives, dependencies
  *                     between them, deadline, staging hooks
  *   staging.c         device buffers through host memory in blocks -> engine.h
- *   comm_util.c       shared helpers (comm_util.h: dtypes, scratch, tags, names, sums)
+ *   comm_util.c       shared helpers (comm_util.h: dtypes, scratch, tags, names, sums), and
+ *                     the transports' backoff from spinning to sleeping (dpt_backoff, here)
  *   transport_threads.c, transport_mpi.c, shm.c: the transports
  * Every file may include comm_util.h and this header. The arrows point one way, entry points
  * -> coll -> hello, staging -> engine <- algorithms: an algorithm or the engine never includes
@@ -96,12 +97,17 @@ typedef struct dpt_transport {
   dpt_status (*irecv)(dpt_comm *c, dpt_req *r);
   /* Completes what it can among reqs[0..n) (n <= DPT_POLL_MAX; inactive entries ignored),
    * setting done/got/err and clearing active. With `block`, waits until at least one
-   * completes or the monotonic clock passes `deadline`. *ndone counts the newly completed.
-   * Failure only for transport errors (the message names the peer). */
-  dpt_status (*poll)(dpt_comm *c, dpt_req **reqs, int n, int block, double deadline, int *ndone);
+   * completes or the monotonic clock passes `deadline`; `since` is when the caller last saw
+   * progress (its quiet spell began: dpt_backoff), so that a wait cut into several calls
+   * backs off as one. *ndone counts the newly completed. Failure only for transport errors
+   * (the message names the peer). */
+  dpt_status (*poll)(dpt_comm *c, dpt_req **reqs, int n, int block, double deadline, double since,
+                     int *ndone);
   /* Abandons a pending request: afterwards the transport no longer writes its buffer. */
   void (*cancel)(dpt_comm *c, dpt_req *r);
   void (*destroy)(dpt_comm *c);
+  /* Optional: ends every process of the job at once (dpt_comm_abort); returns only on failure. */
+  dpt_status (*abort)(dpt_comm *c, int code);
   /* Optional: the library's own all-reduce over the whole vector, in place. `arrived`: the
    * hello round has just seen every rank enter the collective. */
   dpt_status (*native_allreduce)(dpt_comm *c, void *data, size_t count, dpt_comm_dtype dtype,
@@ -141,6 +147,27 @@ static inline void dpt_cpu_relax(void) {
   __builtin_ia32_pause();
 #endif
 }
+
+/* How a transport waits for a message (the MPI transport and its shared-memory channels).
+ * During the first DPT_SPIN_SECONDS of a quiet spell it spins: the pieces of a collective
+ * follow each other within microseconds, and the replicas of a training step reach a
+ * collective within a millisecond or two of each other (docs/performance.md), so a wake-up
+ * there would cost latency. After that it sleeps between looks, 1 us at first, doubling up to
+ * DPT_NAP_MAX_SECONDS: a rank that waits seconds for a stalled peer then costs a few hundred
+ * wake-ups a second instead of a core, and the deadline is still seen within that nap. */
+#define DPT_SPIN_SECONDS    2e-3
+#define DPT_NAP_MAX_SECONDS 1e-3
+typedef struct dpt_backoff {
+  double spin_until; /* spinning ends here (dpt_now()'s clock, seconds) */
+  double nap;        /* the next sleep, seconds; 0 while spinning */
+  unsigned pass;     /* passes that found nothing so far */
+  int yield;         /* more ranks than cores here: give the core away while spinning */
+} dpt_backoff;
+/* A wait whose quiet spell began at `since` (dpt_now()'s clock). */
+void dpt_backoff_start(dpt_backoff *b, double since, int yield);
+/* After a pass that found nothing: spins (PAUSE, the clock read every 256 passes) inside the
+ * spin window, then sleeps, never past `deadline`. 1 once the deadline has passed. */
+int dpt_backoff_pause(dpt_backoff *b, double deadline);
 
 /* Delivers `bytes` of a message into receive r at byte `at`: copied, or added into place when
  * r->reduce (transports with recv_reduce). */
@@ -188,8 +215,8 @@ dpt_status dpt_shm_isend(dpt_shm *s, dpt_req *r);
 dpt_status dpt_shm_irecv(dpt_shm *s, dpt_req *r);
 /* As dpt_transport.poll; `current` is the sequence number of the collective in progress
  * (older data messages are dropped), `yield` gives the core away while spinning. */
-dpt_status dpt_shm_poll(dpt_shm *s, dpt_req **reqs, int n, int block, double deadline, int *ndone,
-                        uint64_t current, int yield);
+dpt_status dpt_shm_poll(dpt_shm *s, dpt_req **reqs, int n, int block, double deadline, double since,
+                        int *ndone, uint64_t current, int yield);
 void dpt_shm_cancel(dpt_shm *s, dpt_req *r);
 
 /* ---- transports ------------------------------------------------------------------------- */

@@ -85,7 +85,25 @@ void dpt_comm_options_default(dpt_comm_options *o) {
   o->staging = DPT_STAGING_AUTO;
 }
 
-static dpt_status check_options(const dpt_comm *c, const dpt_comm_options *o, const char *fn) {
+/* How a message names a size option: with `env` (the options came from the environment), the
+ * variable and its text ("DPT_COMM_PIECE='16'", or "DPT_COMM_BLOCK (unset: 524288)" for a
+ * default), else the field and its value ("piece_bytes 16"). */
+static const char *size_text(char *out, size_t n, int env, const char *field, const char *var,
+                             size_t value) {
+  const char *v = env ? getenv(var) : NULL;
+  if (v)
+    snprintf(out, n, "%s='%s'", var, v);
+  else if (env)
+    snprintf(out, n, "%s (unset: %zu)", var, value);
+  else
+    snprintf(out, n, "%s %zu", field, value);
+  return out;
+}
+
+/* Validates o for c; `fn` names the caller, `env`: the values came from the environment (the
+ * messages then name the variables; the parsers already rejected what is not a value). */
+static dpt_status check_options(const dpt_comm *c, const dpt_comm_options *o, const char *fn,
+                                int env) {
   if (!(o->timeout_s > 0) || !isfinite(o->timeout_s))
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: timeout_s %g is not a positive number", fn,
                          o->timeout_s);
@@ -95,14 +113,20 @@ static dpt_status check_options(const dpt_comm *c, const dpt_comm_options *o, co
   if (!dpt_allreduce_algo_name(o->algo))
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: algo %d is not a dpt_allreduce_algo", fn,
                          (int)o->algo);
-  dpt_status st = dpt_allreduce_algo_check(c, o->algo, fn);
+  char who[128], a[128], b[128];
+  if (env) snprintf(who, sizeof who, "DPT_ALLREDUCE_ALGO='%s'", dpt_allreduce_algo_name(o->algo));
+  dpt_status st = dpt_allreduce_algo_check(c, o->algo, env ? who : fn);
   if (st != DPT_OK) return st;
+  const char *pre = env ? "" : fn, *sep = env ? "" : ": ";
   if (o->piece_bytes < 64 || o->piece_bytes > ((size_t)1 << 30))
-    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: piece_bytes %zu outside [64, 1 GiB]", fn,
-                         o->piece_bytes);
+    return dpt_set_error(
+        DPT_ERR_INVALID_ARG, "%s%s%s is outside [64, 1 GiB]", pre, sep,
+        size_text(a, sizeof a, env, "piece_bytes", "DPT_COMM_PIECE", o->piece_bytes));
   if (o->block_bytes < o->piece_bytes)
-    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: block_bytes %zu < piece_bytes %zu", fn,
-                         o->block_bytes, o->piece_bytes);
+    return dpt_set_error(
+        DPT_ERR_INVALID_ARG, "%s%s%s is less than %s", pre, sep,
+        size_text(a, sizeof a, env, "block_bytes", "DPT_COMM_BLOCK", o->block_bytes),
+        size_text(b, sizeof b, env, "piece_bytes", "DPT_COMM_PIECE", o->piece_bytes));
   if ((unsigned)o->staging >= N_STAGING)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: staging %d is not a dpt_staging_mode", fn,
                          (int)o->staging);
@@ -179,7 +203,7 @@ static dpt_status options_from_env(dpt_comm_options *o) {
 dpt_status dpt_comm_options_init(const dpt_comm *c, dpt_comm_options *o) {
   dpt_comm_options_default(o);
   dpt_status st = options_from_env(o);
-  return st == DPT_OK ? check_options(c, o, "environment") : st;
+  return st == DPT_OK ? check_options(c, o, "environment", 1) : st;
 }
 
 dpt_status dpt_comm_get_options(const dpt_comm *c, dpt_comm_options *out) {
@@ -190,7 +214,7 @@ dpt_status dpt_comm_get_options(const dpt_comm *c, dpt_comm_options *out) {
 
 dpt_status dpt_comm_set_options(dpt_comm *c, const dpt_comm_options *o) {
   if (!c || !o) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_comm_set_options: NULL argument");
-  dpt_status st = check_options(c, o, "dpt_comm_set_options");
+  dpt_status st = check_options(c, o, "dpt_comm_set_options", 0);
   if (st == DPT_OK) c->opt = *o;
   return st;
 }

@@ -1,5 +1,6 @@
 /* Internal: what every file of collectives/ shares: element types, scratch, tags, the
- * inline limit, block geometry, the names of collectives in messages, and the sums.
+ * inline limit, block geometry, the names of collectives in messages, and the sums (the
+ * transports' backoff while waiting is in comm_impl.h, with dpt_cpu_relax).
  * Depends on nothing inside collectives/ (the struct bodies are in comm_impl.h). */
 #ifndef DPTRAIN_COLLECTIVES_COMM_UTIL_H
 #define DPTRAIN_COLLECTIVES_COMM_UTIL_H

@@ -253,7 +253,7 @@ dpt_status dpt_engine_run(dpt_comm *c, const dpt_sched *s, int tag, dpt_what *wh
     if (st == DPT_OK) st = post_sends(&e, &progress);
     dpt_req *list[2 * DPT_WINDOW];
     int n = active_reqs(&e, list), ndone = 0;
-    if (st == DPT_OK && n > 0) st = c->tp->poll(c, list, n, 0, 0.0, &ndone);
+    if (st == DPT_OK && n > 0) st = c->tp->poll(c, list, n, 0, 0.0, 0.0, &ndone);
     if (st == DPT_OK) {
       advance_sends(&e, &progress);
       st = process_recvs(&e, &progress);
@@ -274,11 +274,12 @@ dpt_status dpt_engine_run(dpt_comm *c, const dpt_sched *s, int tag, dpt_what *wh
       break;
     }
     /* Nothing to do but wait: block in the transport, briefly when a staging thread may
-     * make a block ready without any message arriving. */
+     * make a block ready without any message arriving; quiet since `last`, so a wait cut
+     * into such slices still backs off from spinning to sleeping. */
     double until = last + timeout;
     if (e.staging_wait && until > now + 1e-3) until = now + 1e-3;
     n = active_reqs(&e, list);
-    st = c->tp->poll(c, list, n, 1, until, &ndone);
+    st = c->tp->poll(c, list, n, 1, until, last, &ndone);
     if (st != DPT_OK) break;
     if (ndone > 0) last = dpt_now();
   }

@@ -213,6 +213,7 @@ static dpt_status hello_wait(dpt_comm *c, const hello_layout *L, dpt_req *recv, 
                              size_t nf_send, int headers_only, double *deadline, dpt_what *wt) {
   dpt_req **list = L->list;
   size_t m = 0, at = 0;
+  double since = 0.0; /* when the current quiet spell began (0: not yet read) */
   /* Headers: ours delivered (a threads-transport send completes when the peer takes it) and
    * theirs received. Only the fragments posted are looked at (a slot has room for more). */
   if (headers_only) nf_recv = nf_send = 1;
@@ -227,18 +228,20 @@ static dpt_status hello_wait(dpt_comm *c, const hello_layout *L, dpt_req *recv, 
     if (at >= m) at = 0;
     const int w = m - at < DPT_POLL_MAX ? (int)(m - at) : DPT_POLL_MAX;
     int ndone = 0;
-    dpt_status st = c->tp->poll(c, list + at, w, 0, 0.0, &ndone);
+    dpt_status st = c->tp->poll(c, list + at, w, 0, 0.0, 0.0, &ndone);
     if (st == DPT_OK && ndone == 0) {
       /* The clock is read only when a pass completes nothing. */
       double now = dpt_now();
       if (*deadline == 0.0) *deadline = now + c->opt.timeout_s;
+      if (since == 0.0) since = now;
       if (now >= *deadline) return hello_timeout(c, L, recv, wt);
       /* More requests than one window: wake up often to look at the others. */
       double until = ((size_t)w<m && * deadline> now + 1e-3) ? now + 1e-3 : *deadline;
-      st = c->tp->poll(c, list + at, w, 1, until, &ndone);
+      st = c->tp->poll(c, list + at, w, 1, until, since, &ndone);
       if (ndone == 0) at += (size_t)w;
     }
     if (st != DPT_OK) return st;
+    if (ndone > 0) since = 0.0;
     /* Drop the completed: this window's, and with several windows any other's too, which a
      * transport that moves every channel on each poll (shared memory) may have completed
      * meanwhile without counting them (they were not in the window it was given). */

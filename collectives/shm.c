@@ -51,7 +51,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -423,13 +422,15 @@ dpt_status dpt_shm_irecv(dpt_shm *s, dpt_req *r) {
   return DPT_OK;
 }
 
-dpt_status dpt_shm_poll(dpt_shm *s, dpt_req **reqs, int n, int block, double deadline, int *ndone,
-                        uint64_t current, int yield) {
+dpt_status dpt_shm_poll(dpt_shm *s, dpt_req **reqs, int n, int block, double deadline, double since,
+                        int *ndone, uint64_t current, int yield) {
   unsigned char was[DPT_POLL_MAX];
   for (int i = 0; i < n; ++i)
     was[i] = (unsigned char)reqs[i]->active;
   *ndone = 0;
-  for (unsigned spin = 1;; ++spin) {
+  dpt_backoff b;
+  dpt_backoff_start(&b, since, yield);
+  for (;;) {
     for (int p = 0; p < s->size; ++p) {
       if (p == s->rank) continue;
       if (s->peers[p].sq_head) progress_send(s, p);
@@ -441,11 +442,7 @@ dpt_status dpt_shm_poll(dpt_shm *s, dpt_req **reqs, int n, int block, double dea
         ++*ndone;
       }
     if (*ndone > 0 || !block) return DPT_OK;
-    if (spin > 256) dpt_cpu_relax();
-    if ((spin & 255) == 0) {
-      if (dpt_now() >= deadline) return DPT_OK;
-      if (yield || (spin & 4095) == 0) sched_yield();
-    }
+    if (dpt_backoff_pause(&b, deadline)) return DPT_OK;
   }
 }
 

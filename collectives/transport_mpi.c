@@ -16,7 +16,7 @@
 #include <limits.h>
 #include <mpi.h>
 #include <pthread.h>
-#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,24 +130,21 @@ static dpt_status test_some(dpt_req **reqs, int n, int *ndone) {
 }
 
 static dpt_status mpi_poll(dpt_comm *c, dpt_req **reqs, int n, int block, double deadline,
-                           int *ndone) {
+                           double since, int *ndone) {
   mpi_state *s = c->impl;
   if (s->shm)
-    return dpt_shm_poll(s->shm, reqs, n, block, deadline, ndone, c->seq ? c->seq - 1 : 0,
+    return dpt_shm_poll(s->shm, reqs, n, block, deadline, since, ndone, c->seq ? c->seq - 1 : 0,
                         s->oversubscribed);
   *ndone = 0;
-  for (unsigned spin = 1;; ++spin) {
+  /* Spin (the peers are usually microseconds away), yielding the core when there are more
+   * ranks than cores here (a spinning rank would keep the one it waits for off the CPU),
+   * then sleep (dpt_backoff). */
+  dpt_backoff b;
+  dpt_backoff_start(&b, since, s->oversubscribed);
+  for (;;) {
     dpt_status st = test_some(reqs, n, ndone);
     if (st != DPT_OK || *ndone > 0 || !block) return st;
-    /* Spin (the peers are usually microseconds away), reading the clock now and then, and
-     * yielding the core when there are more ranks than cores here: a spinning rank would
-     * keep the one it waits for off the CPU. Past the first microseconds, PAUSE leaves the
-     * core's resources to a sibling hardware thread. */
-    if (spin > 256) dpt_cpu_relax();
-    if ((spin & 255) == 0) {
-      if (dpt_now() >= deadline) return DPT_OK;
-      if (s->oversubscribed || (spin & 4095) == 0) sched_yield();
-    }
+    if (dpt_backoff_pause(&b, deadline)) return DPT_OK;
   }
 }
 
@@ -198,19 +195,17 @@ static dpt_status mpi_native_allreduce(dpt_comm *c, void *data, size_t count, dp
     MPI_Request q;
     rc = MPI_Iallreduce(MPI_IN_PLACE, p, (int)n, type, op, s->comm, &q);
     if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Iallreduce", -1);
-    for (unsigned spin = 1;; ++spin) {
+    dpt_backoff b;
+    dpt_backoff_start(&b, dpt_now(), s->oversubscribed);
+    for (;;) {
       int flag = 0;
       rc = MPI_Test(&q, &flag, MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Iallreduce", -1);
       if (flag) break;
-      if (spin > 256) dpt_cpu_relax();
-      if ((spin & 255) == 0) {
-        if (dpt_now() >= deadline)
-          /* A nonblocking collective cannot be cancelled: the communicator is unusable. */
-          return dpt_set_error(DPT_ERR_TIMEOUT,
-                               "MPI_Iallreduce did not complete before the deadline");
-        if (s->oversubscribed || (spin & 4095) == 0) sched_yield();
-      }
+      if (dpt_backoff_pause(&b, deadline))
+        /* A nonblocking collective cannot be cancelled: the communicator is unusable. */
+        return dpt_set_error(DPT_ERR_TIMEOUT,
+                             "MPI_Iallreduce did not complete before the deadline");
     }
     done += n;
   }
@@ -236,6 +231,18 @@ static void mpi_destroy(dpt_comm *c) {
   pthread_mutex_unlock(&g_mpi_lock);
 }
 
+/* MPI_Abort on the duplicate: the same processes as the application's communicator, and a
+ * handle that stays valid while this communicator lives, whatever the application freed. */
+static dpt_status mpi_abort(dpt_comm *c, int code) {
+  mpi_state *s = c->impl;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized)
+    return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_comm_abort: MPI is already finalized");
+  int rc = MPI_Abort(s->comm, code);
+  return mpi_fail(rc, "MPI_Abort", -1);
+}
+
 static const dpt_transport mpi_transport = {
     .name = "mpi",
     .isend = mpi_isend,
@@ -243,6 +250,7 @@ static const dpt_transport mpi_transport = {
     .poll = mpi_poll,
     .cancel = mpi_cancel,
     .destroy = mpi_destroy,
+    .abort = mpi_abort,
     .native_allreduce = mpi_native_allreduce,
 };
 
@@ -278,6 +286,106 @@ static int single_node(MPI_Comm comm, int size) {
   return n == size;
 }
 
+/* The settings every rank must share, one record per rank: whatever changes the algorithm
+ * choice, the schedule, the message sizes, the desync check (and with it the message
+ * format), the deadline or the data path. DPT_COMM_STAGING and DPT_COMM_SHM_COPY are left
+ * out: they say how this rank moves its own bytes (staging of its device buffers, how it
+ * writes its own slots), and ranks may differ there. */
+enum {
+  OPT_OK, /* this rank's settings are valid (else its own error reports, not this check) */
+  OPT_TIMEOUT,
+  OPT_DESYNC,
+  OPT_ALGO,
+  OPT_DIRECT,
+  OPT_MPI,
+  OPT_RD,
+  OPT_PIECE,
+  OPT_BLOCK,
+  OPT_SHM,
+  OPT_N
+};
+static const char *const opt_vars[OPT_N] = {
+    [OPT_TIMEOUT] = "DPT_COMM_TIMEOUT",  [OPT_DESYNC] = "DPT_COMM_DESYNC_CHECK",
+    [OPT_ALGO] = "DPT_ALLREDUCE_ALGO",   [OPT_DIRECT] = "DPT_ALLREDUCE_DIRECT_MAX",
+    [OPT_MPI] = "DPT_ALLREDUCE_MPI_MAX", [OPT_RD] = "DPT_ALLREDUCE_RD_MAX",
+    [OPT_PIECE] = "DPT_COMM_PIECE",      [OPT_BLOCK] = "DPT_COMM_BLOCK",
+    [OPT_SHM] = "DPT_COMM_SHM"};
+
+/* Formats field f of a record as its variable would say it. */
+static const char *opt_text(char *out, size_t n, int f, const int64_t *rec) {
+  if (f == OPT_TIMEOUT) {
+    double t;
+    memcpy(&t, &rec[f], sizeof t);
+    snprintf(out, n, "%g", t);
+  } else if (f == OPT_ALGO) {
+    const char *name = dpt_allreduce_algo_name((dpt_allreduce_algo)rec[f]);
+    snprintf(out, n, "%s", name ? name : "?");
+  } else {
+    snprintf(out, n, "%lld", (long long)rec[f]);
+  }
+  return out;
+}
+
+/* Collective: every rank's settings to every rank; when they differ (and every rank's are
+ * valid), DPT_ERR_MISMATCH on every rank, naming each variable and the ranks whose value
+ * differs from rank 0's. Before any collective of ours: a rank without the desync check
+ * would otherwise skip the hello round that the others wait in. */
+static dpt_status agree_options(dpt_comm *c, MPI_Comm comm, int ok, int shm) {
+  int64_t mine[OPT_N];
+  memset(mine, 0, sizeof mine);
+  const dpt_comm_options *o = &c->opt;
+  mine[OPT_OK] = ok;
+  if (ok) {
+    memcpy(&mine[OPT_TIMEOUT], &o->timeout_s, sizeof o->timeout_s);
+    mine[OPT_DESYNC] = o->desync_check;
+    mine[OPT_ALGO] = o->algo;
+    mine[OPT_DIRECT] = (int64_t)o->direct_max_bytes;
+    mine[OPT_MPI] = (int64_t)o->mpi_max_bytes;
+    mine[OPT_RD] = (int64_t)o->rd_max_bytes;
+    mine[OPT_PIECE] = (int64_t)o->piece_bytes;
+    mine[OPT_BLOCK] = (int64_t)o->block_bytes;
+    mine[OPT_SHM] = shm;
+  }
+  int64_t *all = malloc((size_t)c->size * sizeof mine);
+  if (!all) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_comm_create_mpi: no memory");
+  int rc = MPI_Allgather(mine, OPT_N, MPI_INT64_T, all, OPT_N, MPI_INT64_T, comm);
+  if (rc != MPI_SUCCESS) {
+    free(all);
+    return mpi_fail(rc, "MPI_Allgather", -1);
+  }
+  int valid = 1;
+  for (int r = 0; r < c->size; ++r)
+    valid &= all[(size_t)r * OPT_N + OPT_OK] != 0;
+  char msg[2048], v[64];
+  size_t len = 0;
+  msg[0] = '\0';
+  for (int f = OPT_OK + 1; valid && f < OPT_N && len < sizeof msg - 256; ++f) {
+    int listed = 0, more = 0;
+    for (int r = 1; r < c->size; ++r) {
+      const int64_t *rec = all + (size_t)r * OPT_N;
+      if (rec[f] == all[f]) continue;
+      if (listed == 8) {
+        ++more;
+        continue;
+      }
+      if (!listed)
+        len += (size_t)snprintf(msg + len, sizeof msg - len,
+                                "%s%s differs across ranks: ", len ? "; " : "", opt_vars[f]);
+      len += (size_t)snprintf(msg + len, sizeof msg - len, "rank %d has %s, ", r,
+                              opt_text(v, sizeof v, f, rec));
+      ++listed;
+    }
+    if (more) len += (size_t)snprintf(msg + len, sizeof msg - len, "%d more ranks, ", more);
+    if (listed)
+      len += (size_t)snprintf(msg + len, sizeof msg - len, "rank 0 has %s",
+                              opt_text(v, sizeof v, f, all));
+  }
+  free(all);
+  if (len == 0) return DPT_OK;
+  return dpt_set_error(DPT_ERR_MISMATCH,
+                       "dpt_comm_create_mpi: %s (every rank must run with the same settings)", msg);
+}
+
 /* What rank 0 tells the others at creation. */
 typedef struct setup {
   unsigned uid;
@@ -285,14 +393,28 @@ typedef struct setup {
   char name[56]; /* its name */
 } setup;
 
+/* Says once per process, from rank 0, that the shared-memory channels could not be set up:
+ * the job still runs, about 3x slower on large collectives, and nothing else would tell. The
+ * one line the library prints (docs/collectives.md). */
+static void say_no_shm(const char *reason) {
+  static atomic_flag said = ATOMIC_FLAG_INIT;
+  if (atomic_flag_test_and_set(&said)) return;
+  fprintf(stderr,
+          "dptrain: shared-memory channels unavailable (%s); using MPI point-to-point, slower\n",
+          reason);
+}
+
 /* The collective part of creation: the communicator's id, the shared-memory segment when
  * every rank is on this node (and DPT_COMM_SHM is not 0), and agreement that every rank
  * succeeded, so that a failure on one rank fails the creation everywhere instead of leaving
  * the others waiting. `ok`: this rank's own setup succeeded; `copy`: how its slots are written;
- * `shm`: DPT_COMM_SHM allows the segment. */
+ * `shm`: DPT_COMM_SHM allows the segment (the same on every rank: agree_options). Every rank
+ * uses the segment or none does: rank 0 creates it and says whether it could, each other rank
+ * maps it, and one that cannot makes all of them drop it. */
 static dpt_status agree_setup(dpt_comm *c, mpi_state *s, int ok, dpt_shm_copy copy, int shm) {
   setup su;
   memset(&su, 0, sizeof su);
+  char why[256] = ""; /* why this rank could not create or map the segment */
   /* Collective: every rank asks, whatever its environment says. */
   const int node = c->size > 1 && single_node(s->comm, c->size);
   const int want = node && shm;
@@ -302,14 +424,20 @@ static dpt_status agree_setup(dpt_comm *c, mpi_state *s, int ok, dpt_shm_copy co
     su.uid = (unsigned)(x >> 32);
     snprintf(su.name, sizeof su.name, "/dptrain-%d-%08x", (int)getpid(), su.uid);
     su.shm = ok && want && dpt_shm_open(su.name, 1, 0, c->size, copy, &s->shm) == DPT_OK;
+    if (ok && want && !su.shm) snprintf(why, sizeof why, "%s", dpt_last_error());
   }
   int rc = MPI_Bcast(&su, (int)sizeof su, MPI_BYTE, 0, s->comm);
   if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Bcast", -1);
   c->uid = su.uid;
-  if (c->rank != 0 && su.shm && dpt_shm_open(su.name, 0, c->rank, c->size, copy, &s->shm) != DPT_OK)
+  if (c->rank != 0 && su.shm &&
+      dpt_shm_open(su.name, 0, c->rank, c->size, copy, &s->shm) != DPT_OK) {
+    snprintf(why, sizeof why, "rank %d: %s", c->rank, dpt_last_error());
     s->shm = NULL;
-  int mine[2] = {ok, s->shm != NULL || !su.shm}, all[2] = {0, 0};
-  rc = MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MIN, s->comm);
+  }
+  /* Every rank ok, every rank mapped (or no segment), the first rank that could not map. */
+  int mine[3] = {ok, s->shm != NULL || !su.shm, s->shm != NULL || !su.shm ? INT_MAX : c->rank};
+  int all[3] = {0, 0, 0};
+  rc = MPI_Allreduce(mine, all, 3, MPI_INT, MPI_MIN, s->comm);
   if (c->rank == 0 && su.shm) dpt_shm_unlink(su.name); /* every rank has mapped it, or failed */
   if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Allreduce", -1);
   if (!all[1] || !su.shm) { /* some rank could not map it: MPI's own path for all */
@@ -320,6 +448,12 @@ static dpt_status agree_setup(dpt_comm *c, mpi_state *s, int ok, dpt_shm_copy co
     return ok ? dpt_set_error(DPT_ERR_COMM, "dpt_comm_create_mpi: another rank failed to create "
                                             "its communicator (its error says why)")
               : DPT_ERR_INVALID_ARG;
+  if (!all[1]) { /* rank 0 reports the reason of the first rank that could not map it */
+    rc = MPI_Bcast(why, (int)sizeof why, MPI_CHAR, all[2], s->comm);
+    if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Bcast", -1);
+    why[sizeof why - 1] = '\0';
+  }
+  if (c->rank == 0 && want && !s->shm) say_no_shm(why);
   c->eager_bytes = s->shm ? dpt_shm_slot_bytes(s->shm) : 4000;
   c->recv_reduce = s->shm != NULL;
   return DPT_OK;
@@ -380,7 +514,9 @@ dpt_status dpt_comm_create_mpi(const void *mpi_comm, dpt_comm **out) {
   const int shm = !shm_env || strcmp(shm_env, "0");
   if (st == DPT_OK && shm_env && strcmp(shm_env, "0") && strcmp(shm_env, "1"))
     st = dpt_set_error(DPT_ERR_INVALID_ARG, "DPT_COMM_SHM='%s' is not 0 or 1", shm_env);
-  dpt_status agreed = agree_setup(c, s, st == DPT_OK, copy, shm);
+  /* Both steps are collective, and every rank reaches the same verdict on the first. */
+  dpt_status agreed = agree_options(c, s->comm, st == DPT_OK, shm);
+  if (agreed == DPT_OK) agreed = agree_setup(c, s, st == DPT_OK, copy, shm);
   if (st == DPT_OK) st = agreed;
   if (st != DPT_OK) {
     free(c->payload);

@@ -39,6 +39,13 @@ if(DPT_WITH_MPI)
                      TIMEOUT 300
                      LAUNCHER ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2
                      ENVIRONMENT ${_dpt_mpi_env} POCL_MAX_PTHREAD_COUNT=1)
+  # dpt_comm_abort ends a job whose rank 1 is stuck, with the code given, in seconds; a
+  # communicator destroyed after a timeout does not wait for that rank.
+  dpt_add_check_test(NAME comm_mpi_abort SOURCES comm_mpi_abort.c LIBS MPI::MPI_C
+                     LABELS comm mpi TIMEOUT 60
+                     LAUNCHER sh ${CMAKE_CURRENT_LIST_DIR}/comm_mpi_abort_test.sh
+                              ${MPIEXEC_EXECUTABLE}
+                     ENVIRONMENT ${_dpt_mpi_env})
   # The library initializes and finalizes MPI itself when the program does not.
   dpt_add_check_test(NAME comm_mpi_self_init SOURCES comm_mpi_init.c comm_cases.c LIBS MPI::MPI_C
                      LABELS comm mpi TIMEOUT 60

@@ -15,7 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "collectives/comm_impl.h"
 #include "comm_cases.h"
@@ -327,6 +330,51 @@ START_TEST(stall_gives_timeout) {
 }
 END_TEST
 
+/* Seconds of CPU this process has used (every thread). */
+static double cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Rank 1 reaches the collective 1 s late; the others wait without burning a core: after a
+ * short spin they sleep, so their CPU time over the wait stays well under its wall time.
+ * Both places a rank waits: the hello round (a barrier), and the message engine (a ring
+ * all-reduce without the desync check). The deadline stays honoured: a 30 s one does not
+ * fire, and the wait ends within a few naps of rank 1's arrival. */
+START_TEST(late_rank_waits_asleep) {
+  const double late = 1.0;
+  for (int variant = 0; variant < 2; ++variant) {
+    dpt_comm_options opt;
+    base_options(&opt);
+    opt.desync_check = variant == 0;
+    opt.algo = DPT_ALLREDUCE_RING;
+    dpt_comm *c = make_comm(&opt);
+    outcome o = {0};
+    float *x = calloc(100000, sizeof *x);
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = now_s(), cpu0 = cpu_s();
+    if (world_rank == 1) nanosleep(&(struct timespec){.tv_sec = 1}, NULL);
+    dpt_status st = variant == 0 ? dpt_barrier(c) : dpt_allreduce_host(c, x, 100000, DPT_COMM_F32);
+    const double wall = now_s() - t0, cpu = cpu_s() - cpu0;
+    if (st != DPT_OK) {
+      o.rc = -1;
+      snprintf(o.err, sizeof o.err, "%s: %s", dpt_status_name(st), dpt_last_error());
+    } else if (world_rank != 1 && (wall < 0.9 * late || wall > late + 1.0 || cpu > 0.3 * wall)) {
+      o.rc = -1;
+      snprintf(o.err, sizeof o.err, "%s: waited %.3f s using %.3f s of CPU (%.0f %%)",
+               variant == 0 ? "barrier" : "ring all-reduce", wall, cpu, 100.0 * cpu / wall);
+    }
+    if (world_rank == 0)
+      printf("late_rank_waits_asleep (%s): waited %.3f s, %.3f s of CPU (%.1f %%)\n",
+             variant == 0 ? "barrier" : "ring", wall, cpu, 100.0 * cpu / wall);
+    free(x);
+    dpt_comm_destroy(c);
+    agree(&o, "late rank");
+  }
+}
+END_TEST
+
 /* A communicator on a sub-communicator given by the application. */
 START_TEST(sub_communicator) {
   MPI_Comm half;
@@ -461,6 +509,137 @@ START_TEST(shm_switch_checked) {
 }
 END_TEST
 
+/* Creation with setting `name` = `value` on rank `who` only (-1: on every rank but 0):
+ * DPT_ERR_MISMATCH on every rank, quickly, with a message containing `want` (rank 0's value
+ * being the default). */
+static void expect_mismatch(outcome *o, const char *name, const char *value, int who,
+                            const char *want) {
+  char *saved = env_save(name);
+  if (world_rank == who || (who < 0 && world_rank > 0)) setenv(name, value, 1);
+  dpt_comm *c = NULL;
+  const double t0 = now_s();
+  dpt_status st = dpt_comm_create_mpi(NULL, &c);
+  const double took = now_s() - t0;
+  if (o->rc == 0 &&
+      (st != DPT_ERR_MISMATCH || c || took > 5.0 || !strstr(dpt_last_error(), want))) {
+    o->rc = -1;
+    snprintf(o->err, sizeof o->err, "%s=%s on rank %d: %s after %.2f s: %s", name, value, who,
+             dpt_status_name(st), took, st == DPT_OK ? "accepted" : dpt_last_error());
+  }
+  dpt_comm_destroy(c);
+  env_restore(name, saved);
+}
+
+/* Settings that change the schedule, the sizes, the algorithm choice or the desync check
+ * must agree across ranks: one rank without the desync check would skip the hello round the
+ * others wait in (a hang until the deadline). Staging and the slot copy mode may differ. */
+START_TEST(options_must_agree) {
+  outcome o = {0};
+  char want[128];
+  expect_mismatch(&o, "DPT_COMM_DESYNC_CHECK", "0", 1,
+                  "DPT_COMM_DESYNC_CHECK differs across ranks: rank 1 has 0, rank 0 has 1");
+  const int last = world_size - 1;
+  snprintf(want, sizeof want,
+           "DPT_COMM_PIECE differs across ranks: rank %d has 65536, rank 0 has 131072", last);
+  expect_mismatch(&o, "DPT_COMM_PIECE", "64K", last, want);
+  /* Every rank but 0 differs: all are named. */
+  snprintf(want, sizeof want, "DPT_COMM_DESYNC_CHECK differs across ranks: rank 1 has 0, %s",
+           world_size > 2 ? "rank 2 has 0, " : "rank 0 has 1");
+  expect_mismatch(&o, "DPT_COMM_DESYNC_CHECK", "0", -1, want);
+  expect_mismatch(&o, "DPT_ALLREDUCE_ALGO", "ring", 1,
+                  "DPT_ALLREDUCE_ALGO differs across ranks: rank 1 has ring, rank 0 has auto");
+  expect_mismatch(&o, "DPT_COMM_TIMEOUT", "7.5", 1,
+                  "DPT_COMM_TIMEOUT differs across ranks: rank 1 has 7.5, rank 0 has 300");
+  /* Per-rank settings: accepted, and the collectives agree. */
+  char *staging = env_save("DPT_COMM_STAGING"), *copy = env_save("DPT_COMM_SHM_COPY");
+  if (world_rank == 1) {
+    setenv("DPT_COMM_STAGING", "inline", 1);
+    setenv("DPT_COMM_SHM_COPY", "cached", 1);
+  }
+  dpt_comm *c = NULL;
+  dpt_status st = dpt_comm_create_mpi(NULL, &c);
+  if (o.rc == 0 && st != DPT_OK) {
+    o.rc = -1;
+    snprintf(o.err, sizeof o.err, "per-rank staging and copy mode: %s", dpt_last_error());
+  }
+  if (o.rc == 0)
+    o.rc =
+        comm_case_allreduce(c, NULL, 300007, DPT_COMM_F32, &o.hash[o.nhash++], o.err, sizeof o.err);
+  dpt_comm_destroy(c);
+  env_restore("DPT_COMM_STAGING", staging);
+  env_restore("DPT_COMM_SHM_COPY", copy);
+  agree(&o, "options agree across ranks");
+}
+END_TEST
+
+/* When the shared-memory segment cannot be created (here: rank 0 may not write files over
+ * 64 KiB, as on a full /dev/shm), every rank falls back to MPI point-to-point, the results
+ * are unchanged, and rank 0 says so on stderr in one line, once per process however many
+ * communicators fall back. Under DPT_COMM_SHM=0 nothing is said (nothing was wanted). */
+START_TEST(shm_fallback_said_once) {
+  const char *env = getenv("DPT_COMM_SHM");
+  const int want_shm = !env || strcmp(env, "0");
+  outcome o = {0};
+  struct rlimit was;
+  getrlimit(RLIMIT_FSIZE, &was);
+  void (*was_sig)(int) = SIG_DFL;
+  int saved_err = -1;
+  FILE *log = NULL;
+  if (world_rank == 0) {
+    log = tmpfile();
+    ck_assert_ptr_nonnull(log);
+    fflush(stderr);
+    saved_err = dup(2);
+    dup2(fileno(log), 2);
+    was_sig = signal(SIGXFSZ, SIG_IGN);
+    struct rlimit small = was;
+    small.rlim_cur = 64 << 10;
+    setrlimit(RLIMIT_FSIZE, &small);
+  }
+  for (int k = 0; k < 2 && o.rc == 0; ++k) {
+    dpt_comm *c = NULL;
+    uint64_t large[2];
+    if (dpt_comm_create_mpi(NULL, &c) != DPT_OK) {
+      o.rc = -1;
+      snprintf(o.err, sizeof o.err, "creation: %s", dpt_last_error());
+    } else if (dpt_comm_mpi_large_slots(c, large)) {
+      o.rc = -1;
+      snprintf(o.err, sizeof o.err, "rank %d uses shared memory", world_rank);
+    } else {
+      o.rc = comm_case_allreduce(c, NULL, 100003, DPT_COMM_F32, &o.hash[o.nhash++], o.err,
+                                 sizeof o.err);
+    }
+    dpt_comm_destroy(c);
+  }
+  if (world_rank == 0) {
+    setrlimit(RLIMIT_FSIZE, &was);
+    signal(SIGXFSZ, was_sig);
+    fflush(stderr);
+    dup2(saved_err, 2);
+    close(saved_err);
+    char text[2048] = "";
+    rewind(log);
+    size_t n = fread(text, 1, sizeof text - 1, log);
+    text[n] = '\0';
+    fclose(log);
+    int lines = 0;
+    for (size_t i = 0; i < n; ++i)
+      lines += text[i] == '\n';
+    const char *head = "dptrain: shared-memory channels unavailable (";
+    const char *tail = "); using MPI point-to-point, slower\n";
+    const int ok = want_shm ? lines == 1 && !strncmp(text, head, strlen(head)) &&
+                                  n > strlen(tail) && !strcmp(text + n - strlen(tail), tail)
+                            : n == 0;
+    if (o.rc == 0 && !ok) {
+      o.rc = -1;
+      snprintf(o.err, sizeof o.err, "stderr of rank 0 (%d lines): '%s'", lines, text);
+    }
+    if (want_shm) printf("shm_fallback_said_once: %s", text);
+  }
+  agree(&o, "shared-memory fallback");
+}
+END_TEST
+
 int main(int argc, char **argv) {
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
@@ -479,9 +658,12 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, broadcast_allgather_barrier);
   tcase_add_test(tc, mismatch_reported_everywhere);
   tcase_add_test(tc, stall_gives_timeout);
+  tcase_add_test(tc, late_rank_waits_asleep);
   tcase_add_test(tc, sub_communicator);
   tcase_add_test(tc, shm_copy_modes);
   tcase_add_test(tc, shm_switch_checked);
+  tcase_add_test(tc, options_must_agree);
+  tcase_add_test(tc, shm_fallback_said_once);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK);

@@ -676,6 +676,22 @@ START_TEST(options_and_environment) {
   ck_assert_int_eq(dpt_comm_group_member(g, 0, &c), DPT_ERR_INVALID_ARG);
   ck_assert_msg(strstr(dpt_last_error(), "DPT_ALLREDUCE_ALGO"), "%s", dpt_last_error());
   ck_assert_ptr_null(c);
+  /* Values that parse but are refused name their variable, not the field. */
+  setenv("DPT_ALLREDUCE_ALGO", "mpi", 1);
+  ck_assert_int_eq(dpt_comm_group_member(g, 0, &c), DPT_ERR_UNSUPPORTED);
+  ck_assert_msg(strstr(dpt_last_error(), "DPT_ALLREDUCE_ALGO='mpi'"), "%s", dpt_last_error());
+  unsetenv("DPT_ALLREDUCE_ALGO");
+  setenv("DPT_COMM_PIECE", "16", 1);
+  ck_assert_int_eq(dpt_comm_group_member(g, 0, &c), DPT_ERR_INVALID_ARG);
+  ck_assert_msg(strstr(dpt_last_error(), "DPT_COMM_PIECE='16'") &&
+                    !strstr(dpt_last_error(), "piece_bytes"),
+                "%s", dpt_last_error());
+  setenv("DPT_COMM_PIECE", "1M", 1);
+  ck_assert_int_eq(dpt_comm_group_member(g, 0, &c), DPT_ERR_INVALID_ARG);
+  ck_assert_msg(strstr(dpt_last_error(), "DPT_COMM_BLOCK (unset: 524288) is less than "
+                                         "DPT_COMM_PIECE='1M'"),
+                "%s", dpt_last_error());
+  ck_assert_ptr_null(c);
   setenv("DPT_ALLREDUCE_ALGO", "rd", 1);
   setenv("DPT_COMM_PIECE", "8K", 1);
   setenv("DPT_COMM_BLOCK", "1M", 1);

@@ -17,12 +17,14 @@
  *     DPT_ERR_TIMEOUT naming the missing ranks; during data movement, a collective that makes
  *     no progress for that long returns DPT_ERR_TIMEOUT naming the rank it waited for.
  *     After DPT_ERR_TIMEOUT (or DPT_ERR_COMM) the communicator may hold messages of the
- *     failed collective: destroy it (destroying is local and never waits for other ranks).
+ *     failed collective: destroy it (local, see dpt_comm_destroy), or under MPI end the
+ *     job with dpt_comm_abort when a peer may be stopped (MPI_Finalize would wait for it).
  *   - The sum is a sum: averaging (dividing by the number of ranks) is the caller's business.
  *
  * Environment variables, read when a communicator is created (the dpt_comm_set_* calls
  * override them afterwards); an invalid value makes the creation fail with a message naming
- * the variable:
+ * the variable. Under MPI every rank must have the same values (DPT_COMM_STAGING and
+ * DPT_COMM_SHM_COPY excepted), else creation fails with DPT_ERR_MISMATCH on every rank:
  *   DPT_ALLREDUCE_ALGO        auto | ring | rd | direct | mpi
  *   DPT_ALLREDUCE_DIRECT_MAX  bytes: auto uses `direct` while (size - 1) * payload <= this
  *   DPT_ALLREDUCE_MPI_MAX     bytes: then MPI_Allreduce up to this (MPI transport only)
@@ -133,11 +135,26 @@ DPT_API int dpt_comm_mpi_launched(void);
  * communicator (it calls MPI_Comm_dup). If the application has not initialized MPI, this
  * initializes it (MPI_Init_thread, MPI_THREAD_SERIALIZED requested), and MPI is finalized
  * when the last communicator created that way is destroyed (MPI cannot be initialized
- * twice: creating one after that fails). DPT_ERR_UNSUPPORTED when MPI is not compiled in. */
+ * twice: creating one after that fails). DPT_ERR_MISMATCH on every rank when the ranks'
+ * DPT_COMM_* / DPT_ALLREDUCE_* settings differ (the message names the variable and the
+ * ranks). DPT_ERR_UNSUPPORTED when MPI is not compiled in. */
 DPT_API dpt_status dpt_comm_create_mpi(const void *mpi_comm, dpt_comm **out);
 
-/* Frees the member (local; never waits for other ranks). NULL does nothing. */
+/* Frees the member. NULL does nothing. Local: it never waits for other ranks, except that
+ * destroying the last communicator of a library that initialized MPI itself calls
+ * MPI_Finalize, which waits for every rank; so does the application's own MPI_Finalize.
+ * After DPT_ERR_TIMEOUT (or DPT_ERR_COMM) under MPI a peer may be stopped or gone, and that
+ * wait would last for ever: end the job with dpt_comm_abort instead. */
 DPT_API void dpt_comm_destroy(dpt_comm *comm);
+
+/* Ends the whole job at once: MPI_Abort(comm's processes, code), which stops every rank
+ * (the launcher usually exits with `code`) without waiting for any of them; for when a
+ * collective failed with DPT_ERR_TIMEOUT or DPT_ERR_COMM and MPI_Finalize could wait for a
+ * stopped peer for ever. Returns only when it could not: DPT_ERR_UNSUPPORTED for a threads
+ * communicator (nothing to end: its members are threads of this process; nothing is done) or
+ * when MPI is already finalized, DPT_ERR_COMM when MPI_Abort fails, DPT_ERR_INVALID_ARG for
+ * NULL (nothing is done). */
+DPT_API dpt_status dpt_comm_abort(dpt_comm *comm, int code);
 
 DPT_API int dpt_comm_rank(const dpt_comm *comm);
 DPT_API int dpt_comm_size(const dpt_comm *comm);
