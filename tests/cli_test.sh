@@ -225,5 +225,31 @@ if [ -n "$mpiexec" ]; then
   grep -q "disagree on the step limit" "$scratch/err" || fail "mpi max-steps: $(cat "$scratch/err")"
 fi
 
+# 10. A stalled rank ends the job within the deadline: the rank that sees the timeout prints one
+# line naming the other and ends every process (no MPI_Finalize waiting on a stopped rank).
+if [ -n "$mpiexec" ]; then
+  cat >"$scratch/stall.sh" <<EOF
+#!/usr/bin/env bash
+echo \$\$ >"$scratch/pid.\${OMPI_COMM_WORLD_RANK:-0}"
+exec "$dptrain" train --data "$good" --hidden 16 --global-batch 50 --epochs 100000 \\
+  --backend cpu --quiet
+EOF
+  chmod +x "$scratch/stall.sh"
+  rm -f "$scratch"/pid.*
+  DPT_COMM_TIMEOUT=3 timeout 60 $mpiexec -n 2 "$scratch/stall.sh" >/dev/null 2>"$scratch/err" &
+  job=$!
+  for _ in $(seq 50); do [ -s "$scratch/pid.1" ] && break; sleep 0.1; done
+  sleep 1
+  kill -STOP "$(cat "$scratch/pid.1")"
+  stopped=$(date +%s)
+  wait $job
+  rc=$?
+  took=$(($(date +%s) - stopped))
+  kill -KILL "$(cat "$scratch/pid.1")" 2>/dev/null
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "stalled rank: job exited $rc"
+  [ $took -le 6 ] || fail "stalled rank: the job took $took s to end (deadline 3 s)"
+  grep -q "timeout: .*rank 1" "$scratch/err" || fail "stalled rank: $(cat "$scratch/err")"
+fi
+
 echo "cli test: $failures failure(s)"
 [ $failures -eq 0 ]

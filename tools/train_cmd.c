@@ -437,12 +437,12 @@ static void on_progress(int64_t epoch, size_t batch, size_t batches, double loss
 }
 
 /* Prints a failure: one line, from the rank where it happened. Decisions every rank takes
- * together (non-finite loss, disagreement, timeouts) and failures seen on another replica are
- * printed by rank 0 only. */
+ * together (non-finite values, disagreement) and failures seen on another replica are printed
+ * by rank 0 only; a timeout by every rank that saw it, since the rank that stalled may be
+ * rank 0. */
 static int fail(const cli *c, dpt_status st, const char *msg) {
   if (!msg) msg = dpt_last_error();
-  int global = st == DPT_ERR_NONFINITE || st == DPT_ERR_MISMATCH || st == DPT_ERR_TIMEOUT ||
-               st == DPT_ERR_PEER;
+  int global = st == DPT_ERR_NONFINITE || st == DPT_ERR_MISMATCH || st == DPT_ERR_PEER;
   if (c->rank == 0 || !global) {
     if (c->rank > 0)
       fprintf(stderr, "dptrain: rank %d: %s: %s\n", c->rank, dpt_status_str(st), msg);
@@ -686,6 +686,13 @@ int dpt_cmd_train(int argc, char **argv) {
   if (st == DPT_OK && c.save_weights && c.rank == 0)
     st = dpt_model_save_params(w.host_model, w.final_params, c.save_weights);
   rc = st == DPT_OK ? 0 : quiet_failure ? 1 : fail(&c, st, other[0] ? other : NULL);
+  /* A stalled or vanished rank would keep MPI_Finalize (in dpt_comm_destroy) waiting forever:
+   * end the whole job now, after the line above. */
+  if (comm && dpt_comm_size(comm) > 1 && (st == DPT_ERR_TIMEOUT || st == DPT_ERR_COMM)) {
+    fflush(stdout);
+    fflush(stderr);
+    dpt_comm_abort(comm, rc);
+  }
   release_weights(&w);
   dpt_dataset_destroy(train);
   dpt_dataset_destroy(test);
