@@ -2,6 +2,8 @@
  * its forward op (finite differences, or the adjoint identity <F(x), y> == <x, F^T(y)>).
  * The conformance suite compares the other backends with this one, so this is where the
  * reference itself is pinned down. */
+#define _POSIX_C_SOURCE 200809L /* setenv, unsetenv */
+
 #include <check.h>
 #include <float.h>
 #include <math.h>
@@ -840,6 +842,30 @@ START_TEST(gemm_grad_vs_fd) {
 }
 END_TEST
 
+/* DPT_CPU_GEMM takes portable, portable-baseline or openblas; anything else fails the creation
+ * naming the variable, the value and the accepted ones. */
+START_TEST(cpu_gemm_env_values) {
+  static const char *const bad[] = {"OpenBLAS", "blas", "portable ", "1"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; ++i) {
+    setenv("DPT_CPU_GEMM", bad[i], 1);
+    dpt_backend *other = NULL;
+    dpt_status st = dpt_backend_create(DPT_BACKEND_CPU, 0, &other);
+    unsetenv("DPT_CPU_GEMM");
+    EXPECT_FAIL(st, DPT_ERR_INVALID_ARG, "DPT_CPU_GEMM", bad[i], "portable-baseline");
+    ck_assert_ptr_null(other);
+  }
+  static const char *const good[] = {"portable", "portable-baseline", ""};
+  for (size_t i = 0; i < sizeof good / sizeof *good; ++i) {
+    setenv("DPT_CPU_GEMM", good[i], 1);
+    dpt_backend *other = NULL;
+    dpt_status st = dpt_backend_create(DPT_BACKEND_CPU, 0, &other);
+    unsetenv("DPT_CPU_GEMM");
+    TU_OK(st);
+    dpt_backend_destroy(other);
+  }
+}
+END_TEST
+
 static Suite *cpu_ops_suite(void) {
   Suite *s = suite_create("cpu_ops");
   TCase *hand = tcase_create("hand_computed");
@@ -847,6 +873,7 @@ static Suite *cpu_ops_suite(void) {
   tcase_add_test(hand, gemm_each_transpose);
   tcase_add_test(hand, gemm_strides_offsets_beta0);
   tcase_add_test(hand, gemm_k0_and_empty);
+  tcase_add_test(hand, cpu_gemm_env_values);
   tcase_add_test(hand, bias_add_and_grad);
   tcase_add_test(hand, relu_values_and_in_place);
   tcase_add_test(hand, softmax_xent_values);

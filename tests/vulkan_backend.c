@@ -499,6 +499,52 @@ START_TEST(test_gemm_variants_portable) {
 }
 END_TEST
 
+/* ---- environment knobs ------------------------------------------------------------------------
+ * Each accepts what vulkan_debug.h documents; anything else fails the creation naming the
+ * variable and the value, instead of silently meaning the default. */
+
+START_TEST(test_env_values) {
+  static const struct {
+    const char *var, *value;
+    int ok;
+  } cases[] = {
+      {"DPT_VULKAN_VALIDATION", "yes", 0},       {"DPT_VULKAN_VALIDATION", "2", 0},
+      {"DPT_VULKAN_VALIDATION", "0", 1},         {"DPT_VULKAN_FORCE_STAGING", "true", 0},
+      {"DPT_VULKAN_FORCE_STAGING", " 1", 0},     {"DPT_VULKAN_FORCE_STAGING", "0", 1},
+      {"DPT_VULKAN_FORCE_STAGING", "", 1},       {"DPT_VULKAN_PORTABLE", "on", 0},
+      {"DPT_VULKAN_PORTABLE", "10", 0},          {"DPT_VULKAN_PORTABLE", "0", 1},
+      {"DPT_VULKAN_TEST_MAX_RANGE", "4k", 0},    {"DPT_VULKAN_TEST_MAX_RANGE", "1023", 0},
+      {"DPT_VULKAN_TEST_MAX_RANGE", "-4096", 0}, {"DPT_VULKAN_TEST_MAX_RANGE", "4294967296", 0},
+      {"DPT_VULKAN_TEST_MAX_RANGE", "1024", 1},
+  };
+  /* The ctest entry sets DPT_VULKAN_VALIDATION: put it back after the cases that change it. */
+  const char *saved = getenv("DPT_VULKAN_VALIDATION");
+  char keep[16] = "";
+  if (saved) snprintf(keep, sizeof keep, "%s", saved);
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; ++i) {
+    setenv(cases[i].var, cases[i].value, 1);
+    dpt_backend *be = NULL;
+    dpt_status st = dpt_backend_create(DPT_BACKEND_VULKAN, 0, &be);
+    if (saved)
+      setenv("DPT_VULKAN_VALIDATION", keep, 1);
+    else
+      unsetenv("DPT_VULKAN_VALIDATION");
+    if (strcmp(cases[i].var, "DPT_VULKAN_VALIDATION") != 0) unsetenv(cases[i].var);
+    if (cases[i].ok) {
+      ck_assert_msg(st == DPT_OK, "%s='%s': %s: %s", cases[i].var, cases[i].value,
+                    dpt_status_str(st), dpt_last_error());
+      dpt_backend_destroy(be);
+      continue;
+    }
+    ck_assert_msg(st == DPT_ERR_INVALID_ARG && be == NULL, "%s='%s' gave %s", cases[i].var,
+                  cases[i].value, dpt_status_str(st));
+    ck_assert_msg(
+        strstr(dpt_last_error(), cases[i].var) && strstr(dpt_last_error(), cases[i].value),
+        "message '%s' names neither %s nor '%s'", dpt_last_error(), cases[i].var, cases[i].value);
+  }
+}
+END_TEST
+
 /* ---- validation ------------------------------------------------------------------------------ */
 
 /* With DPT_VULKAN_VALIDATION=1: a real validation error (a descriptor offset that breaks
@@ -587,6 +633,7 @@ int main(int argc, char **argv) {
   TCase *tc = tcase_create("vulkan");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_device_info);
+  tcase_add_test(tc, test_env_values);
   tcase_add_test(tc, test_error_translation);
   tcase_add_test(tc, test_device_lost);
   tcase_add_test(tc, test_alloc_too_large);

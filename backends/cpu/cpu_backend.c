@@ -51,7 +51,7 @@ static dpt_status dpt_cpu_device_info(int index, dpt_device_info *out) {
     return dpt_set_error(DPT_ERR_INVALID_ARG, "cpu: device %d does not exist (1 device)", index);
   }
   dpt_cpu_gemm_impl gemm;
-  dpt_status st = dpt_cpu_gemm_select(&gemm);
+  dpt_status st = dpt_cpu_gemm_select(&gemm, NULL);
   if (st != DPT_OK) return st;
 
   memset(out, 0, sizeof *out);
@@ -71,6 +71,25 @@ static dpt_status dpt_cpu_device_info(int index, dpt_device_info *out) {
   return DPT_OK;
 }
 
+/* A backend that would use OpenBLAS past what it can serve (cpu_openblas.c) gets the portable
+ * gemm, and its driver string (be->info, filled from device_info) says so and why; with
+ * DPT_CPU_GEMM=openblas (`requested`) it is refused instead. */
+static dpt_status dpt_cpu_admit_openblas(dpt_backend *be, dpt_cpu_ctx *ctx, int requested) {
+  char why[72]; /* with gemm_text, fits the 128 bytes of the driver string */
+  if (dpt_cpu_openblas_admit(why, sizeof why)) return DPT_OK;
+  if (requested) {
+    return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                         "cpu: DPT_CPU_GEMM=openblas but %s (unset DPT_CPU_GEMM to let such "
+                         "backends use the portable gemm)",
+                         why);
+  }
+  ctx->gemm = DPT_CPU_GEMM_PORTABLE;
+  char gemm_text[32];
+  dpt_cpu_gemm_describe(ctx->gemm, gemm_text, sizeof gemm_text);
+  snprintf(be->info.driver, sizeof be->info.driver, "dptrain cpu (%s; %s)", gemm_text, why);
+  return DPT_OK;
+}
+
 static dpt_status dpt_cpu_create(dpt_backend *be, int device) {
   (void)device; /* the wrapper checked it against device_count */
   dpt_cpu_ctx *ctx = calloc(1, sizeof *ctx);
@@ -80,7 +99,10 @@ static dpt_status dpt_cpu_create(dpt_backend *be, int device) {
                          "bytes)",
                          sizeof *ctx);
   }
-  dpt_status st = dpt_cpu_gemm_select(&ctx->gemm);
+  int requested = 0;
+  dpt_status st = dpt_cpu_gemm_select(&ctx->gemm, &requested);
+  if (st == DPT_OK && ctx->gemm == DPT_CPU_GEMM_OPENBLAS)
+    st = dpt_cpu_admit_openblas(be, ctx, requested);
   if (st != DPT_OK) {
     free(ctx);
     return st;
@@ -92,6 +114,7 @@ static dpt_status dpt_cpu_create(dpt_backend *be, int device) {
 static void dpt_cpu_destroy(dpt_backend *be) {
   dpt_cpu_ctx *ctx = be->ctx;
   if (ctx == NULL) return;
+  if (ctx->gemm == DPT_CPU_GEMM_OPENBLAS) dpt_cpu_openblas_leave();
   dpt_cpu_gemm_ws_free(&ctx->ws);
   free(ctx);
   be->ctx = NULL;

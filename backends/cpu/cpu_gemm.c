@@ -2,7 +2,8 @@
  *
  * Two implementations, chosen per backend by DPT_CPU_GEMM:
  *   openblas  cblas_sgemm (only when built with DPT_HAVE_OPENBLAS; the default then);
- *   portable  the cache-blocked kernel below, always built (the default otherwise).
+ *   portable  the cache-blocked kernel below, always built (the default otherwise, and what a
+ *             backend gets when OpenBLAS cannot serve one more: cpu_openblas.c).
  *
  * The portable kernel follows the Goto/BLIS loop nest. op(A) and op(B) are copied ("packed")
  * block by block into contiguous, zero-padded micro-panels so that the innermost kernel reads
@@ -146,8 +147,9 @@ static const dpt_gemm_ukernel *dpt_gemm_pick_ukernel(int baseline_only) {
 
 /* ---- implementation choice ----------------------------------------------------------------- */
 
-dpt_status dpt_cpu_gemm_select(dpt_cpu_gemm_impl *out) {
+dpt_status dpt_cpu_gemm_select(dpt_cpu_gemm_impl *out, int *requested) {
   const char *env = getenv("DPT_CPU_GEMM");
+  if (requested) *requested = env != NULL && env[0] != '\0';
   if (env == NULL || env[0] == '\0') {
 #ifdef DPT_HAVE_OPENBLAS
     *out = DPT_CPU_GEMM_OPENBLAS;

@@ -27,14 +27,25 @@ typedef struct dpt_cpu_gemm_ws {
 
 /* be->ctx of a CPU backend. */
 typedef struct dpt_cpu_ctx {
-  dpt_cpu_gemm_impl gemm;
+  dpt_cpu_gemm_impl gemm; /* DPT_CPU_GEMM_OPENBLAS: admitted by dpt_cpu_openblas_admit */
   dpt_cpu_gemm_ws ws;
 } dpt_cpu_ctx;
 
 /* Reads DPT_CPU_GEMM ("portable", "portable-baseline" or "openblas"; unset or empty =
  * openblas when compiled in, else portable). DPT_ERR_INVALID_ARG for other values,
- * DPT_ERR_UNSUPPORTED for "openblas" in a build without it. */
-dpt_status dpt_cpu_gemm_select(dpt_cpu_gemm_impl *out);
+ * DPT_ERR_UNSUPPORTED for "openblas" in a build without it. *requested (may be NULL) is 1 when
+ * the variable named the choice, 0 for the default. */
+dpt_status dpt_cpu_gemm_select(dpt_cpu_gemm_impl *out, int *requested);
+
+/* Admission to OpenBLAS (cpu_openblas.c: its limits and why). admit returns 1 when one more
+ * backend may use it, counting it until dpt_cpu_openblas_leave; else 0 with the reason in
+ * why[why_len] (NUL-terminated, for the driver string). Thread-safe. */
+int dpt_cpu_openblas_admit(char *why, size_t why_len);
+void dpt_cpu_openblas_leave(void);
+
+/* How many CPU backends may use OpenBLAS at once: its buffer slots less those of its worker
+ * threads and one for the rest of the process; 0 in a build without OpenBLAS. */
+int dpt_cpu_openblas_limit(void);
 
 /* Writes a short description of the gemm `impl` runs on this machine ("openblas 0.3.21",
  * "portable gemm, avx2+fma") into text[len], NUL-terminated. */

@@ -420,6 +420,49 @@ static dpt_status dpt_vk_device_info(int index, dpt_device_info *out) {
   return st;
 }
 
+/* ---- environment ----------------------------------------------------------------------- */
+
+/* A 0/1 knob: unset, empty or "0" is off, "1" on; anything else is refused (a typo such as
+ * "yes" must not silently mean off). */
+static dpt_status vk_env_flag(const char *name, int *out) {
+  const char *v = getenv(name);
+  *out = 0;
+  if (v == NULL || v[0] == '\0' || strcmp(v, "0") == 0) return DPT_OK;
+  if (strcmp(v, "1") == 0) {
+    *out = 1;
+    return DPT_OK;
+  }
+  return dpt_set_error(DPT_ERR_INVALID_ARG, "vulkan: %s='%s' is not 0 or 1", name, v);
+}
+
+/* DPT_VULKAN_TEST_MAX_RANGE: decimal bytes, at least 1024 (the smallest range the split
+ * dispatches are written for) and at most 2^32 - 1 (the limit's type); unset or empty: 0. */
+static dpt_status vk_env_max_range(uint32_t *out) {
+  const char *v = getenv("DPT_VULKAN_TEST_MAX_RANGE");
+  *out = 0;
+  if (v == NULL || v[0] == '\0') return DPT_OK;
+  uint64_t n = 0;
+  const char *p = v;
+  for (; *p >= '0' && *p <= '9' && n <= UINT32_MAX; ++p)
+    n = n * 10 + (uint64_t)(*p - '0');
+  if (*p != '\0' || n < 1024 || n > UINT32_MAX)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "vulkan: DPT_VULKAN_TEST_MAX_RANGE='%s' is not a byte count from 1024 "
+                         "to 4294967295 (decimal digits)",
+                         v);
+  *out = (uint32_t)n;
+  return DPT_OK;
+}
+
+/* Every knob of vulkan_debug.h into ctx, so that a value the backend would not understand fails
+ * the creation with DPT_ERR_INVALID_ARG naming the variable, instead of meaning the default. */
+static dpt_status vk_read_env(dpt_vk_ctx *ctx) {
+  DPT_TRY(vk_env_flag("DPT_VULKAN_VALIDATION", &ctx->validation));
+  DPT_TRY(vk_env_flag("DPT_VULKAN_FORCE_STAGING", &ctx->force_staging));
+  DPT_TRY(vk_env_flag("DPT_VULKAN_PORTABLE", &ctx->portable));
+  return vk_env_max_range(&ctx->test_max_range);
+}
+
 /* ---- backend lifetime ------------------------------------------------------------------ */
 
 static void dpt_vk_destroy(dpt_backend *be);
@@ -461,12 +504,8 @@ static dpt_status vk_read_properties(dpt_vk_ctx *ctx) {
                          (unsigned)lim->maxComputeWorkGroupSize[1]);
   /* Test knob: a smaller maxStorageBufferRange, so tests reach the split dispatches with small
    * tensors. */
-  const char *range = getenv("DPT_VULKAN_TEST_MAX_RANGE");
-  if (range) {
-    unsigned long v = strtoul(range, NULL, 10);
-    if (v >= 1024 && v < ctx->props.limits.maxStorageBufferRange)
-      ctx->props.limits.maxStorageBufferRange = (uint32_t)v;
-  }
+  if (ctx->test_max_range && ctx->test_max_range < ctx->props.limits.maxStorageBufferRange)
+    ctx->props.limits.maxStorageBufferRange = ctx->test_max_range;
   vkGetPhysicalDeviceMemoryProperties(ctx->phys, &ctx->memprops);
   return DPT_OK;
 }
@@ -483,9 +522,8 @@ static dpt_status vk_device_create(dpt_vk_ctx *ctx) {
   VkPhysicalDeviceFeatures supported, enabled;
   memset(&enabled, 0, sizeof enabled);
   vkGetPhysicalDeviceFeatures(ctx->phys, &supported);
-  const char *portable = getenv("DPT_VULKAN_PORTABLE");
   if (ctx->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU && supported.shaderFloat64 &&
-      !(portable && strcmp(portable, "1") == 0)) {
+      !ctx->portable) {
     enabled.shaderFloat64 = VK_TRUE;
     ctx->gemm_cpu = 1;
   }
@@ -516,12 +554,12 @@ static dpt_status dpt_vk_create(dpt_backend *be, int device) {
   ctx->recording = -1;
   ctx->last_frame = DPT_VK_FRAMES - 1;
   ctx->next_serial = 1;
-  ctx->validation = dpt_vulkan_validation_requested();
   atomic_init(&ctx->validation_errors, 0);
   atomic_init(&ctx->validation_pending, 0);
   be->ctx = ctx;
 
-  dpt_status st = vk_instance_create(ctx, &ctx->instance);
+  dpt_status st = vk_read_env(ctx);
+  if (st == DPT_OK) st = vk_instance_create(ctx, &ctx->instance);
   if (st == DPT_OK) st = vk_pick_device(ctx, device);
   if (st == DPT_OK) st = vk_read_properties(ctx);
   if (st == DPT_OK) st = vk_device_create(ctx);

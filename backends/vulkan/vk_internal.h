@@ -219,6 +219,11 @@ typedef struct dpt_vk_ctx {
 
   int gemm_cpu; /* gemm_cpu.spv (CPU driver with shaderFloat64) instead of gemm.spv */
 
+  /* test knobs from the environment (vulkan_debug.h), read once at creation */
+  int force_staging;       /* DPT_VULKAN_FORCE_STAGING=1: no direct mode */
+  int portable;            /* DPT_VULKAN_PORTABLE=1: gemm.spv even on a CPU driver */
+  uint32_t test_max_range; /* DPT_VULKAN_TEST_MAX_RANGE in bytes; 0 when unset */
+
   /* memory */
   int direct;          /* device memory is host-visible: mapped, memcpy when idle */
   uint32_t memtype[2]; /* indexed by dpt_vk_memkind */

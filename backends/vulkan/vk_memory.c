@@ -55,11 +55,9 @@ dpt_status dpt_vk_memory_init(dpt_vk_ctx *ctx) {
   const VkMemoryPropertyFlags host =
       VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
   int dev = -1;
-  const char *force = getenv("DPT_VULKAN_FORCE_STAGING");
   /* Mapped device memory of a discrete GPU sits behind the PCIe bar (uncached reads): use it
    * only where device memory is host memory anyway. */
-  if (ctx->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU &&
-      !(force && strcmp(force, "1") == 0)) {
+  if (ctx->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU && !ctx->force_staging) {
     dev = vk_find_type(mp, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | host,
                        VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
     ctx->direct = dev >= 0;

@@ -14,6 +14,8 @@
  *                                a CPU driver, which otherwise gets gemm_cpu.comp;
  *   DPT_VULKAN_TEST_MAX_RANGE=n  pretends maxStorageBufferRange is n bytes (>= 1024), so small
  *                                tensors take the split-dispatch paths of large ones.
+ * The flags accept 0 and 1, unset or empty meaning 0; any other value of any of the four makes
+ * the backend's creation fail with DPT_ERR_INVALID_ARG and a message naming the variable.
  */
 #ifndef DPTRAIN_VULKAN_DEBUG_H
 #define DPTRAIN_VULKAN_DEBUG_H
@@ -30,7 +32,7 @@ uint64_t dpt_vulkan_validation_errors(const dpt_backend *be);
  * raised while backends were destroyed (which no call can return any more). */
 uint64_t dpt_vulkan_validation_errors_total(void);
 
-/* 1 when DPT_VULKAN_VALIDATION=1 is set in the environment. */
+/* 1 when DPT_VULKAN_VALIDATION=1 is set in the environment (other values: 0). */
 int dpt_vulkan_validation_requested(void);
 
 #endif
