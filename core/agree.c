@@ -41,8 +41,14 @@ dpt_status dpt_train_agree_ready(dpt_comm *comm, dpt_status mine, const char *me
       strcmp(all[0].message, word.message) == 0)
     *same_as_first = 1;
   if (all != inline_words) free(all);
-  if (mine != DPT_OK) return dpt_set_error(mine, "%s", own);
+  /* A failed agreement is reported as such (a timeout stays a timeout), quoting our own. */
+  if (st != DPT_OK && mine != DPT_OK) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", dpt_last_error());
+    return dpt_set_error(st, "%s; before it, this member failed: %.700s", msg, own);
+  }
   if (st != DPT_OK) return st;
+  if (mine != DPT_OK) return dpt_set_error(mine, "%s", own);
   if (first >= 0)
     return dpt_set_error(DPT_ERR_PEER, "%s %d could not start (see its message)",
                          member ? member : "member", first);

@@ -24,7 +24,7 @@ typedef struct step_stats {
   double loss_sum;    /* sum of per-sample losses of the replica's slice */
   int64_t correct;    /* correct predictions in the slice */
   int64_t samples;    /* slice size */
-  int64_t failed;     /* 1 when this replica failed locally (its message says why) */
+  int64_t failed;     /* FAILED_HERE or FAILED_ELSEWHERE when this replica failed, else 0 */
   uint64_t hash;      /* parameter fingerprint (drift checks only) */
   double sumsq;       /* squared gradient norm over the replica's range (norm agreement only) */
   double compute;     /* seconds of the step's batch loading, forward and backward (steps only) */
@@ -138,6 +138,38 @@ static void keep_failure(replica_state *s, dpt_status st) {
   snprintf(s->pending_msg, sizeof s->pending_msg, "%s", dpt_last_error());
 }
 
+/* What a replica says of its failure at an exchange: its own, or DPT_ERR_COMM from a
+ * collective, which is how a collective reports that another replica announced a failure
+ * before it (no data moved) or that the transport broke. */
+enum { FAILED_HERE = 1, FAILED_ELSEWHERE = 2 };
+
+/* Whether a collective's failure means the replicas are out of step (one stalled or gone, or
+ * calls that disagree): no further collective can succeed, and entering one would wait out
+ * another deadline, so the replica stops at once. */
+static int out_of_step(dpt_status st) {
+  return st == DPT_ERR_TIMEOUT || st == DPT_ERR_MISMATCH;
+}
+
+/* The failure to stop with when a collective failed: the collective's (so that a caller sees a
+ * timeout as one and can end the job), quoting this replica's own earlier failure if any. */
+static dpt_status stop_after(replica_state *s, dpt_status st) {
+  if (s->pending == DPT_OK) return st;
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", dpt_last_error());
+  return dpt_set_error(st, "%s; before it, this replica failed: %.700s", msg, s->pending_msg);
+}
+
+/* After an exchange, the failure this replica stops with: a collective's DPT_ERR_COMM becomes
+ * DPT_ERR_PEER when another replica announced a failure of its own, which that replica
+ * reports; otherwise this replica's own. */
+static dpt_status pending_outcome(const replica *r, const replica_state *s, const char *what) {
+  if (s->pending == DPT_ERR_COMM)
+    for (int i = 0; i < r->count; ++i)
+      if (s->gather[i].failed == FAILED_HERE)
+        return dpt_set_error(DPT_ERR_PEER, "%s failed on another replica", what);
+  return dpt_set_error(s->pending, "%s", s->pending_msg);
+}
+
 /* Every exchange that decides control flow goes through here: the replica's stats and its
  * failure flag are gathered from all replicas and summed in replica order (identical
  * everywhere). `local` is this replica's outcome since the last exchange: a failure is kept
@@ -146,11 +178,13 @@ static void keep_failure(replica_state *s, dpt_status st) {
 static dpt_status exchange(replica *r, replica_state *s, step_stats *mine, step_stats *sum,
                            dpt_status local, const char *what) {
   keep_failure(s, local);
-  mine->failed = s->pending != DPT_OK;
+  mine->failed = s->pending == DPT_OK         ? 0
+                 : s->pending == DPT_ERR_COMM ? FAILED_ELSEWHERE
+                                              : FAILED_HERE;
   mine->bad_params |= s->bad_params;
   dpt_status st = dpt_allgather_host(r->comm, mine, sizeof *mine, s->gather);
-  if (s->pending != DPT_OK) return dpt_set_error(s->pending, "%s", s->pending_msg);
-  if (st != DPT_OK) return st;
+  if (st != DPT_OK) return stop_after(s, st);
+  if (s->pending != DPT_OK) return pending_outcome(r, s, what);
   memset(sum, 0, sizeof *sum);
   for (int i = 0; i < r->count; ++i) {
     sum->loss_sum += s->gather[i].loss_sum;
@@ -387,19 +421,6 @@ static dpt_status forward_backward(replica *r, replica_state *s, size_t bstart, 
   return st;
 }
 
-/* Whether a collective's failure means the replicas are out of step (one stalled or gone, or
- * calls that disagree): no further collective can succeed, and entering one would wait out
- * another deadline, so the replica stops at once. */
-static int out_of_step(dpt_status st) {
-  return st == DPT_ERR_TIMEOUT || st == DPT_ERR_MISMATCH;
-}
-
-/* The failure to stop with after a collective failed: this replica's own earlier one if any. */
-static dpt_status stop_after(replica_state *s, dpt_status st) {
-  if (s->pending != DPT_OK) return dpt_set_error(s->pending, "%s", s->pending_msg);
-  return st;
-}
-
 /* The parameter ranges this replica owns in the step: its shard (sharded step) or all of them.
  * `whole` is storage for the latter. */
 static const dpt_range *own_ranges(const replica_state *s, dpt_range *whole, size_t *n) {
@@ -525,8 +546,9 @@ static dpt_status optimizer_step(replica *r, replica_state *s, double sumsq, int
   st = dpt_allgather_shards_buffer(r->comm, dpt_model_params(s->model), 0,
                                    dpt_model_num_params(s->model), DPT_COMM_F32);
   s->t.comm += dpt_now() - t1;
-  /* The collective itself failed (every replica sees it, or the communicator is broken). */
-  if (out_of_step(st) || st == DPT_ERR_COMM) return stop_after(s, st);
+  /* Out of step: stop now. Any other failure (DPT_ERR_COMM included) meets the others at the
+   * next exchange, where the replica that failed first reports why. */
+  if (out_of_step(st)) return stop_after(s, st);
   keep_failure(s, st); /* local (staging, device): announced at the next exchange */
   return DPT_OK;
 }

@@ -188,6 +188,8 @@ out=$("$dptrain" train "${small[@]}" --save-weights "$scratch/no/such/dir/w.st" 
 [ $? -ne 0 ] || fail "--save-weights into a missing directory accepted"
 grep -q "cannot write there" "$scratch/err" || fail "unwritable output: $(cat "$scratch/err")"
 echo "$out" | grep -q "^epoch" && fail "unwritable output found only after training: $out"
+"$dptrain" train "${small[@]}" --save-weights "$scratch" >/dev/null 2>"$scratch/err"
+grep -q "is a directory" "$scratch/err" || fail "--save-weights DIR: $(cat "$scratch/err")"
 echo stale >"$scratch/w.st.tmp"
 "$dptrain" train "${small[@]}" --save-weights "$scratch/w.st" >/dev/null 2>"$scratch/err" ||
   fail "save after a stale .tmp failed: $(cat "$scratch/err")"

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "bench/bench.h"
@@ -574,6 +575,11 @@ static dpt_status check_output(const char *path, size_t bytes, char *other, size
   if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp ||
       snprintf(probe, sizeof probe, "%s.probe-%ld", path, (long)getpid()) >= (int)sizeof probe) {
     snprintf(other, cap, "--save-weights: the path is too long");
+    return DPT_ERR_INVALID_ARG;
+  }
+  struct stat sb;
+  if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+    snprintf(other, cap, "--save-weights %.300s is a directory", path);
     return DPT_ERR_INVALID_ARG;
   }
   if (access(tmp, F_OK) == 0) {
