@@ -370,13 +370,9 @@ static dpt_status agree_on_run(replica *r, replica_state *s) {
   dpt_run_terms(cfg, mine);
   DPT_TRY(dpt_allgather_host(r->comm, mine, sizeof mine, s->terms));
   DPT_TRY(dpt_run_terms_compare(s->terms, r->count));
-  const size_t n = dpt_dataset_count(cfg->train);
-  s->batches = dpt_sampler_num_batches(n, cfg->global_batch, cfg->keep_last);
-  if (s->batches == 0) /* the same on every replica: the terms agree */
-    return dpt_set_error(DPT_ERR_INVALID_ARG,
-                         "global batch %zu is larger than the %zu training "
-                         "samples (and the last partial batch is dropped)",
-                         cfg->global_batch, n);
+  /* At least one: check_config refused a run without a batch. */
+  s->batches =
+      dpt_sampler_num_batches(dpt_dataset_count(cfg->train), cfg->global_batch, cfg->keep_last);
   const int64_t per_epoch = (int64_t)s->batches;
   s->t.planned_steps = cfg->epochs > INT64_MAX / per_epoch ? INT64_MAX : cfg->epochs * per_epoch;
   if (cfg->max_steps > 0 && cfg->max_steps < s->t.planned_steps)
@@ -394,7 +390,7 @@ static dpt_status broadcast_params(replica *r, replica_state *s) {
   const size_t np = dpt_model_num_params(s->model);
   dpt_status st =
       dpt_broadcast_buffer(r->comm, dpt_model_params(s->model), 0, np * sizeof(float), 0);
-  if (st == DPT_ERR_TIMEOUT || st == DPT_ERR_MISMATCH) return st;
+  if (out_of_step(st)) return st;
   keep_failure(s, st);
   return check_drift(r, s, 0);
 }
@@ -448,6 +444,16 @@ static dpt_status count_nonfinite_own(replica_state *s, const dpt_buffer *buf, i
   return DPT_OK;
 }
 
+/* Whether the step needs the gradient norm agreed by every replica: the sharded step clips by
+ * the norm of the whole gradient, which no replica holds alone; with the full step each
+ * replica computes it on its own backend, and a float sum can overflow where a double sum
+ * does not, so with skip_nonfinite they agree on its finiteness before anyone steps. */
+static int needs_norm(const replica *r, const replica_state *s) {
+  const dpt_train_config *cfg = r->cfg;
+  if (cfg->optim.clip_norm <= 0.0f) return 0;
+  return s->mode == STEP_SHARDED || (cfg->skip_nonfinite && r->count > 1);
+}
+
 /* Sums the gradients over the replicas: the complete sum of this replica's shard (sharded
  * step) or of everything (full step). Every replica joins, whatever its local outcome. */
 static dpt_status reduce_gradients(replica *r, replica_state *s, dpt_status local,
@@ -463,20 +469,11 @@ static dpt_status reduce_gradients(replica *r, replica_state *s, dpt_status loca
     s->t.comm += dpt_now() - t0;
     if (out_of_step(st)) return stop_after(s, st);
   }
-  /* With skip_nonfinite a non-finite gradient skips the step, whatever the loss said. */
-  if (st == DPT_OK && s->pending == DPT_OK && r->cfg->skip_nonfinite)
+  /* With skip_nonfinite a non-finite gradient skips the step, whatever the loss said. Where the
+   * step agrees on the gradient norm, a non-finite value makes the norm non-finite: no count. */
+  if (st == DPT_OK && s->pending == DPT_OK && r->cfg->skip_nonfinite && !needs_norm(r, s))
     st = count_nonfinite_own(s, grads, &mine->bad_grads);
   return st;
-}
-
-/* Whether the step needs the gradient norm agreed by every replica: the sharded step clips by
- * the norm of the whole gradient, which no replica holds alone; with the full step each
- * replica computes it on its own backend, and a float sum can overflow where a double sum
- * does not, so with skip_nonfinite they agree on its finiteness before anyone steps. */
-static int needs_norm(const replica *r, const replica_state *s) {
-  const dpt_train_config *cfg = r->cfg;
-  if (cfg->optim.clip_norm <= 0.0f) return 0;
-  return s->mode == STEP_SHARDED || (cfg->skip_nonfinite && r->count > 1);
 }
 
 /* The squared gradient norm over this replica's range (its shard, or everything), summed over
@@ -510,7 +507,7 @@ static dpt_status agree_on_step(replica *r, replica_state *s, const step_stats *
     *skip = 1;
     return DPT_OK;
   }
-  if (sum->bad_grads > 0) { /* counted with skip_nonfinite only */
+  if (sum->bad_grads > 0) { /* counted with skip_nonfinite, when no norm is agreed */
     *skip = 1;
     return DPT_OK;
   }
@@ -683,7 +680,8 @@ static dpt_status check_config(const dpt_train_config *cfg, dpt_comm *comm) {
                          "%s: global batch %zu is smaller than the %d replicas (each needs at "
                          "least one sample)",
                          fn, cfg->global_batch, total);
-  if (cfg->global_batch > dpt_dataset_count(cfg->train) && !cfg->keep_last)
+  if (dpt_sampler_num_batches(dpt_dataset_count(cfg->train), cfg->global_batch, cfg->keep_last) ==
+      0)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "global batch %zu is larger than the %zu training samples (and the last "
                          "partial batch is dropped)",
