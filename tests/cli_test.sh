@@ -238,10 +238,14 @@ exec "$dptrain" train --data "$good" --hidden 16 --global-batch 50 --epochs 1000
 EOF
   chmod +x "$scratch/stall.sh"
   rm -f "$scratch"/pid.*
-  DPT_COMM_TIMEOUT=3 timeout 60 $mpiexec -n 2 "$scratch/stall.sh" >/dev/null 2>"$scratch/err" &
+  DPT_COMM_TIMEOUT=3 timeout 60 $mpiexec -n 2 "$scratch/stall.sh" >"$scratch/out" 2>"$scratch/err" &
   job=$!
-  for _ in $(seq 50); do [ -s "$scratch/pid.1" ] && break; sleep 0.1; done
-  sleep 1
+  # Stop rank 1 once training runs (rank 0's first epoch line): communicator creation uses
+  # blocking MPI calls that no deadline covers.
+  for _ in $(seq 300); do
+    grep -q "^epoch" "$scratch/out" && [ -s "$scratch/pid.1" ] && break
+    sleep 0.1
+  done
   kill -STOP "$(cat "$scratch/pid.1")"
   stopped=$(date +%s)
   wait $job
