@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backends/backend_impl.h"
+#include "backends/op_check.h"
 #include "base/error.h"
 #include "base/size.h"
 
@@ -362,13 +363,7 @@ int dpt_backend_supports(const dpt_backend *be, dpt_op op) {
   }
 }
 
-/* One call's checking context: the op name for messages and its backend. */
-typedef struct op_check {
-  const char *fn;
-  dpt_backend *be;
-} op_check;
-
-static dpt_status op_begin(op_check *c, const char *fn, dpt_backend *be, int supported) {
+dpt_status dpt_op_begin(dpt_op_check *c, const char *fn, dpt_backend *be, int supported) {
   c->fn = fn;
   c->be = be;
   dpt_status st = check_backend(fn, be);
@@ -380,7 +375,7 @@ static dpt_status op_begin(op_check *c, const char *fn, dpt_backend *be, int sup
 }
 
 /* rows * cols elements, overflow-checked. */
-static dpt_status elems2(op_check *c, const char *what, size_t a, size_t b, size_t *out) {
+dpt_status dpt_op_elems2(dpt_op_check *c, const char *what, size_t a, size_t b, size_t *out) {
   if (!dpt_mul_ok(a, b, out))
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %s size %zu x %zu overflows", c->fn, what, a, b);
   return DPT_OK;
@@ -388,8 +383,8 @@ static dpt_status elems2(op_check *c, const char *what, size_t a, size_t b, size
 
 /* A tensor of `count` elements of `elem` bytes at element offset `off` must fit its buffer,
  * which must belong to the call's backend. An empty tensor still needs a valid buffer. */
-static dpt_status check_tensor(op_check *c, const char *name, const dpt_buffer *buf, size_t off,
-                               size_t count, size_t elem) {
+dpt_status dpt_op_tensor(dpt_op_check *c, const char *name, const dpt_buffer *buf, size_t off,
+                         size_t count, size_t elem) {
   size_t off_bytes, bytes;
   if (!buf) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %s is NULL", c->fn, name);
   if (buf->backend != c->be)
@@ -403,15 +398,11 @@ static dpt_status check_tensor(op_check *c, const char *name, const dpt_buffer *
   return DPT_OK;
 }
 
-#define F32 sizeof(float)
-#define I32 sizeof(int32_t)
-#define F16 sizeof(uint16_t)
-
 /* Output `o` must not overlap input `i` unless `allow_same` and they are exactly the same
  * range (documented in-place use). */
-static dpt_status check_alias(op_check *c, const char *oname, const dpt_buffer *ob, size_t ooff,
-                              size_t ocount, size_t oelem, const char *iname, const dpt_buffer *ib,
-                              size_t ioff, size_t icount, size_t ielem, int allow_same) {
+dpt_status dpt_op_alias(dpt_op_check *c, const char *oname, const dpt_buffer *ob, size_t ooff,
+                        size_t ocount, size_t oelem, const char *iname, const dpt_buffer *ib,
+                        size_t ioff, size_t icount, size_t ielem, int allow_same) {
   if (ob != ib || ocount == 0 || icount == 0) return DPT_OK;
   size_t o0 = ooff * oelem, o1 = o0 + ocount * oelem; /* no overflow: ranges already checked */
   size_t i0 = ioff * ielem, i1 = i0 + icount * ielem;
@@ -421,18 +412,13 @@ static dpt_status check_alias(op_check *c, const char *oname, const dpt_buffer *
                        allow_same ? " (only exact in-place use is allowed)" : "");
 }
 
-static dpt_ref ref(const dpt_buffer *buf, size_t off) {
-  dpt_ref r = {(dpt_buffer *)buf, off};
-  return r;
-}
-
 /* ---- ops --------------------------------------------------------------------------------- */
 
 /* Matrix operand with `rows` x `cols` logical storage and leading dimension ld: the last row
  * ends at (rows-1)*ld + cols. */
-static dpt_status check_matrix(op_check *c, const char *name, const char *ldname,
-                               const dpt_buffer *buf, size_t off, size_t rows, size_t cols,
-                               size_t ld, size_t *extent) {
+dpt_status dpt_op_matrix(dpt_op_check *c, const char *name, const char *ldname,
+                         const dpt_buffer *buf, size_t off, size_t rows, size_t cols, size_t ld,
+                         size_t *extent) {
   if (ld < cols || ld == 0)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %s %zu is smaller than the row length %zu",
                          c->fn, ldname, ld, cols ? cols : 1);
@@ -442,20 +428,20 @@ static dpt_status check_matrix(op_check *c, const char *name, const char *ldname
       return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %s extent overflows", c->fn, name);
   }
   *extent = count;
-  return check_tensor(c, name, buf, off, count, F32);
+  return dpt_op_tensor(c, name, buf, off, count, F32);
 }
 
 dpt_status dpt_gemm(dpt_backend *be, int trans_a, int trans_b, size_t m, size_t n, size_t k,
                     float alpha, const dpt_buffer *a, size_t a_off, size_t lda, const dpt_buffer *b,
                     size_t b_off, size_t ldb, float beta, dpt_buffer *c, size_t c_off, size_t ldc) {
-  op_check ck;
-  DPT_TRY(op_begin(&ck, "dpt_gemm", be, be && be->vt->gemm));
+  dpt_op_check ck;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_gemm", be, be && be->vt->gemm));
   size_t ea = 0, eb = 0, ec = 0;
-  DPT_TRY(check_matrix(&ck, "a", "lda", a, a_off, trans_a ? k : m, trans_a ? m : k, lda, &ea));
-  DPT_TRY(check_matrix(&ck, "b", "ldb", b, b_off, trans_b ? n : k, trans_b ? k : n, ldb, &eb));
-  DPT_TRY(check_matrix(&ck, "c", "ldc", c, c_off, m, n, ldc, &ec));
-  DPT_TRY(check_alias(&ck, "c", c, c_off, ec, F32, "a", a, a_off, ea, F32, 0));
-  DPT_TRY(check_alias(&ck, "c", c, c_off, ec, F32, "b", b, b_off, eb, F32, 0));
+  DPT_TRY(dpt_op_matrix(&ck, "a", "lda", a, a_off, trans_a ? k : m, trans_a ? m : k, lda, &ea));
+  DPT_TRY(dpt_op_matrix(&ck, "b", "ldb", b, b_off, trans_b ? n : k, trans_b ? k : n, ldb, &eb));
+  DPT_TRY(dpt_op_matrix(&ck, "c", "ldc", c, c_off, m, n, ldc, &ec));
+  DPT_TRY(dpt_op_alias(&ck, "c", c, c_off, ec, F32, "a", a, a_off, ea, F32, 0));
+  DPT_TRY(dpt_op_alias(&ck, "c", c, c_off, ec, F32, "b", b, b_off, eb, F32, 0));
   if (m == 0 || n == 0) return DPT_OK;
   if (k == 0 || alpha == 0.0f) {
     /* C = beta * C row by row (C is not read when beta == 0; A and B are never read). */
@@ -463,7 +449,7 @@ dpt_status dpt_gemm(dpt_backend *be, int trans_a, int trans_b, size_t m, size_t 
       if (beta == 0.0f) {
         DPT_TRY(dpt_buffer_fill_f32(c, c_off + r * ldc, n, 0.0f));
       } else if (be->vt->scale) {
-        dpt_scale_args sa = {n, beta, ref(c, c_off + r * ldc)};
+        dpt_scale_args sa = {n, beta, dpt_op_ref(c, c_off + r * ldc)};
         DPT_TRY(be->vt->scale(be, &sa));
       } else {
         return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_gemm: k == 0 or alpha == 0 needs the "
@@ -472,62 +458,64 @@ dpt_status dpt_gemm(dpt_backend *be, int trans_a, int trans_b, size_t m, size_t 
     }
     return DPT_OK;
   }
-  dpt_gemm_args args = {trans_a != 0,  trans_b != 0,  m,   n,   k,  alpha, beta, ref(a, a_off),
-                        ref(b, b_off), ref(c, c_off), lda, ldb, ldc};
+  dpt_gemm_args args = {
+      trans_a != 0,         trans_b != 0,         m,   n,   k,  alpha, beta, dpt_op_ref(a, a_off),
+      dpt_op_ref(b, b_off), dpt_op_ref(c, c_off), lda, ldb, ldc};
   return be->vt->gemm(be, &args);
 }
 
 dpt_status dpt_bias_add(dpt_backend *be, size_t rows, size_t cols, dpt_buffer *y, size_t y_off,
                         const dpt_buffer *bias, size_t bias_off) {
-  op_check ck;
+  dpt_op_check ck;
   size_t ny = 0;
-  DPT_TRY(op_begin(&ck, "dpt_bias_add", be, be && be->vt->bias_add));
-  DPT_TRY(elems2(&ck, "y", rows, cols, &ny));
-  DPT_TRY(check_tensor(&ck, "y", y, y_off, ny, F32));
-  DPT_TRY(check_tensor(&ck, "bias", bias, bias_off, cols, F32));
-  DPT_TRY(check_alias(&ck, "y", y, y_off, ny, F32, "bias", bias, bias_off, cols, F32, 0));
+  DPT_TRY(dpt_op_begin(&ck, "dpt_bias_add", be, be && be->vt->bias_add));
+  DPT_TRY(dpt_op_elems2(&ck, "y", rows, cols, &ny));
+  DPT_TRY(dpt_op_tensor(&ck, "y", y, y_off, ny, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "bias", bias, bias_off, cols, F32));
+  DPT_TRY(dpt_op_alias(&ck, "y", y, y_off, ny, F32, "bias", bias, bias_off, cols, F32, 0));
   if (ny == 0) return DPT_OK;
-  dpt_bias_add_args args = {rows, cols, ref(y, y_off), ref(bias, bias_off)};
+  dpt_bias_add_args args = {rows, cols, dpt_op_ref(y, y_off), dpt_op_ref(bias, bias_off)};
   return be->vt->bias_add(be, &args);
 }
 
 dpt_status dpt_bias_grad(dpt_backend *be, size_t rows, size_t cols, const dpt_buffer *dy,
                          size_t dy_off, float beta, dpt_buffer *db, size_t db_off) {
-  op_check ck;
+  dpt_op_check ck;
   size_t ny = 0;
-  DPT_TRY(op_begin(&ck, "dpt_bias_grad", be, be && be->vt->bias_grad));
-  DPT_TRY(elems2(&ck, "dy", rows, cols, &ny));
-  DPT_TRY(check_tensor(&ck, "dy", dy, dy_off, ny, F32));
-  DPT_TRY(check_tensor(&ck, "db", db, db_off, cols, F32));
-  DPT_TRY(check_alias(&ck, "db", db, db_off, cols, F32, "dy", dy, dy_off, ny, F32, 0));
+  DPT_TRY(dpt_op_begin(&ck, "dpt_bias_grad", be, be && be->vt->bias_grad));
+  DPT_TRY(dpt_op_elems2(&ck, "dy", rows, cols, &ny));
+  DPT_TRY(dpt_op_tensor(&ck, "dy", dy, dy_off, ny, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "db", db, db_off, cols, F32));
+  DPT_TRY(dpt_op_alias(&ck, "db", db, db_off, cols, F32, "dy", dy, dy_off, ny, F32, 0));
   if (cols == 0) return DPT_OK;
-  dpt_bias_grad_args args = {rows, cols, beta, ref(dy, dy_off), ref(db, db_off)};
+  dpt_bias_grad_args args = {rows, cols, beta, dpt_op_ref(dy, dy_off), dpt_op_ref(db, db_off)};
   return be->vt->bias_grad(be, &args);
 }
 
 dpt_status dpt_relu_fwd(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_off, dpt_buffer *y,
                         size_t y_off) {
-  op_check ck;
-  DPT_TRY(op_begin(&ck, "dpt_relu_fwd", be, be && be->vt->relu_fwd));
-  DPT_TRY(check_tensor(&ck, "x", x, x_off, n, F32));
-  DPT_TRY(check_tensor(&ck, "y", y, y_off, n, F32));
-  DPT_TRY(check_alias(&ck, "y", y, y_off, n, F32, "x", x, x_off, n, F32, 1));
+  dpt_op_check ck;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_relu_fwd", be, be && be->vt->relu_fwd));
+  DPT_TRY(dpt_op_tensor(&ck, "x", x, x_off, n, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "y", y, y_off, n, F32));
+  DPT_TRY(dpt_op_alias(&ck, "y", y, y_off, n, F32, "x", x, x_off, n, F32, 1));
   if (n == 0) return DPT_OK;
-  dpt_relu_fwd_args args = {n, ref(x, x_off), ref(y, y_off)};
+  dpt_relu_fwd_args args = {n, dpt_op_ref(x, x_off), dpt_op_ref(y, y_off)};
   return be->vt->relu_fwd(be, &args);
 }
 
 dpt_status dpt_relu_bwd(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_off,
                         const dpt_buffer *dy, size_t dy_off, dpt_buffer *dx, size_t dx_off) {
-  op_check ck;
-  DPT_TRY(op_begin(&ck, "dpt_relu_bwd", be, be && be->vt->relu_bwd));
-  DPT_TRY(check_tensor(&ck, "x", x, x_off, n, F32));
-  DPT_TRY(check_tensor(&ck, "dy", dy, dy_off, n, F32));
-  DPT_TRY(check_tensor(&ck, "dx", dx, dx_off, n, F32));
-  DPT_TRY(check_alias(&ck, "dx", dx, dx_off, n, F32, "x", x, x_off, n, F32, 0));
-  DPT_TRY(check_alias(&ck, "dx", dx, dx_off, n, F32, "dy", dy, dy_off, n, F32, 1));
+  dpt_op_check ck;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_relu_bwd", be, be && be->vt->relu_bwd));
+  DPT_TRY(dpt_op_tensor(&ck, "x", x, x_off, n, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "dy", dy, dy_off, n, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "dx", dx, dx_off, n, F32));
+  DPT_TRY(dpt_op_alias(&ck, "dx", dx, dx_off, n, F32, "x", x, x_off, n, F32, 0));
+  DPT_TRY(dpt_op_alias(&ck, "dx", dx, dx_off, n, F32, "dy", dy, dy_off, n, F32, 1));
   if (n == 0) return DPT_OK;
-  dpt_relu_bwd_args args = {n, ref(x, x_off), ref(dy, dy_off), ref(dx, dx_off)};
+  dpt_relu_bwd_args args = {n, dpt_op_ref(x, x_off), dpt_op_ref(dy, dy_off),
+                            dpt_op_ref(dx, dx_off)};
   return be->vt->relu_bwd(be, &args);
 }
 
@@ -535,29 +523,29 @@ dpt_status dpt_softmax_xent(dpt_backend *be, size_t rows, size_t cols, const dpt
                             size_t logits_off, const dpt_buffer *labels, size_t labels_off,
                             float scale, dpt_buffer *dlogits, size_t dlogits_off, double *loss_sum,
                             int64_t *correct) {
-  op_check ck;
+  dpt_op_check ck;
   size_t nl = 0;
-  DPT_TRY(op_begin(&ck, "dpt_softmax_xent", be, be && be->vt->softmax_xent));
+  DPT_TRY(dpt_op_begin(&ck, "dpt_softmax_xent", be, be && be->vt->softmax_xent));
   if (cols == 0) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_softmax_xent: cols is 0");
-  DPT_TRY(elems2(&ck, "logits", rows, cols, &nl));
-  DPT_TRY(check_tensor(&ck, "logits", logits, logits_off, nl, F32));
-  DPT_TRY(check_tensor(&ck, "labels", labels, labels_off, rows, I32));
+  DPT_TRY(dpt_op_elems2(&ck, "logits", rows, cols, &nl));
+  DPT_TRY(dpt_op_tensor(&ck, "logits", logits, logits_off, nl, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "labels", labels, labels_off, rows, I32));
   if (dlogits) {
-    DPT_TRY(check_tensor(&ck, "dlogits", dlogits, dlogits_off, nl, F32));
-    DPT_TRY(check_alias(&ck, "dlogits", dlogits, dlogits_off, nl, F32, "logits", logits, logits_off,
-                        nl, F32, 0));
-    DPT_TRY(check_alias(&ck, "dlogits", dlogits, dlogits_off, nl, F32, "labels", labels, labels_off,
-                        rows, I32, 0));
+    DPT_TRY(dpt_op_tensor(&ck, "dlogits", dlogits, dlogits_off, nl, F32));
+    DPT_TRY(dpt_op_alias(&ck, "dlogits", dlogits, dlogits_off, nl, F32, "logits", logits,
+                         logits_off, nl, F32, 0));
+    DPT_TRY(dpt_op_alias(&ck, "dlogits", dlogits, dlogits_off, nl, F32, "labels", labels,
+                         labels_off, rows, I32, 0));
   }
   if (loss_sum) *loss_sum = 0.0;
   if (correct) *correct = 0;
   if (rows == 0 || (!dlogits && !loss_sum && !correct)) return DPT_OK;
   dpt_softmax_xent_args args = {rows,
                                 cols,
-                                ref(logits, logits_off),
-                                ref(labels, labels_off),
+                                dpt_op_ref(logits, logits_off),
+                                dpt_op_ref(labels, labels_off),
                                 scale,
-                                ref(dlogits, dlogits_off),
+                                dpt_op_ref(dlogits, dlogits_off),
                                 loss_sum,
                                 correct};
   return be->vt->softmax_xent(be, &args);
@@ -592,7 +580,7 @@ dpt_status dpt_conv_out_size(const dpt_conv_geom *g, size_t *out_h, size_t *out_
 }
 
 /* Element counts of x [n,c,h,w] and col [n, c*kh*kw, oh*ow]. */
-static dpt_status conv_sizes(op_check *c, const dpt_conv_geom *g, size_t *oh, size_t *ow,
+static dpt_status conv_sizes(dpt_op_check *c, const dpt_conv_geom *g, size_t *oh, size_t *ow,
                              size_t *nx, size_t *ncol) {
   if (!g) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: geometry is NULL", c->fn);
   dpt_status st = dpt_conv_out_size(g, oh, ow);
@@ -607,29 +595,29 @@ static dpt_status conv_sizes(op_check *c, const dpt_conv_geom *g, size_t *oh, si
 
 dpt_status dpt_im2col(dpt_backend *be, const dpt_conv_geom *g, const dpt_buffer *x, size_t x_off,
                       dpt_buffer *col, size_t col_off) {
-  op_check ck;
+  dpt_op_check ck;
   size_t oh = 0, ow = 0, nx = 0, ncol = 0;
-  DPT_TRY(op_begin(&ck, "dpt_im2col", be, be && be->vt->im2col));
+  DPT_TRY(dpt_op_begin(&ck, "dpt_im2col", be, be && be->vt->im2col));
   DPT_TRY(conv_sizes(&ck, g, &oh, &ow, &nx, &ncol));
-  DPT_TRY(check_tensor(&ck, "x", x, x_off, nx, F32));
-  DPT_TRY(check_tensor(&ck, "col", col, col_off, ncol, F32));
-  DPT_TRY(check_alias(&ck, "col", col, col_off, ncol, F32, "x", x, x_off, nx, F32, 0));
+  DPT_TRY(dpt_op_tensor(&ck, "x", x, x_off, nx, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "col", col, col_off, ncol, F32));
+  DPT_TRY(dpt_op_alias(&ck, "col", col, col_off, ncol, F32, "x", x, x_off, nx, F32, 0));
   if (ncol == 0) return DPT_OK;
-  dpt_im2col_args args = {*g, oh, ow, ref(x, x_off), ref(col, col_off)};
+  dpt_im2col_args args = {*g, oh, ow, dpt_op_ref(x, x_off), dpt_op_ref(col, col_off)};
   return be->vt->im2col(be, &args);
 }
 
 dpt_status dpt_col2im(dpt_backend *be, const dpt_conv_geom *g, const dpt_buffer *col,
                       size_t col_off, dpt_buffer *dx, size_t dx_off) {
-  op_check ck;
+  dpt_op_check ck;
   size_t oh = 0, ow = 0, nx = 0, ncol = 0;
-  DPT_TRY(op_begin(&ck, "dpt_col2im", be, be && be->vt->col2im));
+  DPT_TRY(dpt_op_begin(&ck, "dpt_col2im", be, be && be->vt->col2im));
   DPT_TRY(conv_sizes(&ck, g, &oh, &ow, &nx, &ncol));
-  DPT_TRY(check_tensor(&ck, "col", col, col_off, ncol, F32));
-  DPT_TRY(check_tensor(&ck, "dx", dx, dx_off, nx, F32));
-  DPT_TRY(check_alias(&ck, "dx", dx, dx_off, nx, F32, "col", col, col_off, ncol, F32, 0));
+  DPT_TRY(dpt_op_tensor(&ck, "col", col, col_off, ncol, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "dx", dx, dx_off, nx, F32));
+  DPT_TRY(dpt_op_alias(&ck, "dx", dx, dx_off, nx, F32, "col", col, col_off, ncol, F32, 0));
   if (nx == 0) return DPT_OK;
-  dpt_col2im_args args = {*g, oh, ow, ref(col, col_off), ref(dx, dx_off)};
+  dpt_col2im_args args = {*g, oh, ow, dpt_op_ref(col, col_off), dpt_op_ref(dx, dx_off)};
   return be->vt->col2im(be, &args);
 }
 
@@ -657,7 +645,7 @@ dpt_status dpt_pool_out_size(const dpt_pool_geom *g, size_t *out_h, size_t *out_
 }
 
 /* Element counts of x [planes, h, w] and y [planes, oh, ow]. */
-static dpt_status pool_sizes(op_check *c, const dpt_pool_geom *g, size_t *oh, size_t *ow,
+dpt_status dpt_op_pool_sizes(dpt_op_check *c, const dpt_pool_geom *g, size_t *oh, size_t *ow,
                              size_t *nx, size_t *ny) {
   if (!g) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: geometry is NULL", c->fn);
   dpt_status st = dpt_pool_out_size(g, oh, ow);
@@ -671,40 +659,41 @@ static dpt_status pool_sizes(op_check *c, const dpt_pool_geom *g, size_t *oh, si
 dpt_status dpt_maxpool_fwd(dpt_backend *be, const dpt_pool_geom *g, const dpt_buffer *x,
                            size_t x_off, dpt_buffer *y, size_t y_off, dpt_buffer *argmax,
                            size_t argmax_off) {
-  op_check ck;
+  dpt_op_check ck;
   size_t oh = 0, ow = 0, nx = 0, ny = 0;
-  DPT_TRY(op_begin(&ck, "dpt_maxpool_fwd", be, be && be->vt->maxpool_fwd));
-  DPT_TRY(pool_sizes(&ck, g, &oh, &ow, &nx, &ny));
-  DPT_TRY(check_tensor(&ck, "x", x, x_off, nx, F32));
-  DPT_TRY(check_tensor(&ck, "y", y, y_off, ny, F32));
-  DPT_TRY(check_tensor(&ck, "argmax", argmax, argmax_off, ny, I32));
-  DPT_TRY(check_alias(&ck, "y", y, y_off, ny, F32, "x", x, x_off, nx, F32, 0));
-  DPT_TRY(check_alias(&ck, "argmax", argmax, argmax_off, ny, I32, "x", x, x_off, nx, F32, 0));
-  DPT_TRY(check_alias(&ck, "argmax", argmax, argmax_off, ny, I32, "y", y, y_off, ny, F32, 0));
+  DPT_TRY(dpt_op_begin(&ck, "dpt_maxpool_fwd", be, be && be->vt->maxpool_fwd));
+  DPT_TRY(dpt_op_pool_sizes(&ck, g, &oh, &ow, &nx, &ny));
+  DPT_TRY(dpt_op_tensor(&ck, "x", x, x_off, nx, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "y", y, y_off, ny, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "argmax", argmax, argmax_off, ny, I32));
+  DPT_TRY(dpt_op_alias(&ck, "y", y, y_off, ny, F32, "x", x, x_off, nx, F32, 0));
+  DPT_TRY(dpt_op_alias(&ck, "argmax", argmax, argmax_off, ny, I32, "x", x, x_off, nx, F32, 0));
+  DPT_TRY(dpt_op_alias(&ck, "argmax", argmax, argmax_off, ny, I32, "y", y, y_off, ny, F32, 0));
   if (ny == 0) return DPT_OK;
-  dpt_maxpool_fwd_args args = {*g, oh, ow, ref(x, x_off), ref(y, y_off), ref(argmax, argmax_off)};
+  dpt_maxpool_fwd_args args = {
+      *g, oh, ow, dpt_op_ref(x, x_off), dpt_op_ref(y, y_off), dpt_op_ref(argmax, argmax_off)};
   return be->vt->maxpool_fwd(be, &args);
 }
 
 dpt_status dpt_maxpool_bwd(dpt_backend *be, const dpt_pool_geom *g, const dpt_buffer *dy,
                            size_t dy_off, const dpt_buffer *argmax, size_t argmax_off,
                            dpt_buffer *dx, size_t dx_off) {
-  op_check ck;
+  dpt_op_check ck;
   size_t oh = 0, ow = 0, nx = 0, ny = 0;
-  DPT_TRY(op_begin(&ck, "dpt_maxpool_bwd", be, be && be->vt->maxpool_bwd));
-  DPT_TRY(pool_sizes(&ck, g, &oh, &ow, &nx, &ny));
-  DPT_TRY(check_tensor(&ck, "dy", dy, dy_off, ny, F32));
-  DPT_TRY(check_tensor(&ck, "argmax", argmax, argmax_off, ny, I32));
-  DPT_TRY(check_tensor(&ck, "dx", dx, dx_off, nx, F32));
-  DPT_TRY(check_alias(&ck, "dx", dx, dx_off, nx, F32, "dy", dy, dy_off, ny, F32, 0));
-  DPT_TRY(check_alias(&ck, "dx", dx, dx_off, nx, F32, "argmax", argmax, argmax_off, ny, I32, 0));
+  DPT_TRY(dpt_op_begin(&ck, "dpt_maxpool_bwd", be, be && be->vt->maxpool_bwd));
+  DPT_TRY(dpt_op_pool_sizes(&ck, g, &oh, &ow, &nx, &ny));
+  DPT_TRY(dpt_op_tensor(&ck, "dy", dy, dy_off, ny, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "argmax", argmax, argmax_off, ny, I32));
+  DPT_TRY(dpt_op_tensor(&ck, "dx", dx, dx_off, nx, F32));
+  DPT_TRY(dpt_op_alias(&ck, "dx", dx, dx_off, nx, F32, "dy", dy, dy_off, ny, F32, 0));
+  DPT_TRY(dpt_op_alias(&ck, "dx", dx, dx_off, nx, F32, "argmax", argmax, argmax_off, ny, I32, 0));
   if (nx == 0) return DPT_OK;
   dpt_maxpool_bwd_args args = {
-      *g, oh, ow, ref(dy, dy_off), ref(argmax, argmax_off), ref(dx, dx_off)};
+      *g, oh, ow, dpt_op_ref(dy, dy_off), dpt_op_ref(argmax, argmax_off), dpt_op_ref(dx, dx_off)};
   return be->vt->maxpool_bwd(be, &args);
 }
 
-static dpt_status check_vocab(op_check *c, size_t vocab) {
+static dpt_status check_vocab(dpt_op_check *c, size_t vocab) {
   if (vocab == 0) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: vocab is 0", c->fn);
   if (vocab > (size_t)INT32_MAX)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: vocab %zu exceeds int32 indices", c->fn, vocab);
@@ -714,127 +703,136 @@ static dpt_status check_vocab(op_check *c, size_t vocab) {
 dpt_status dpt_embed_gather(dpt_backend *be, size_t n, size_t vocab, size_t dim,
                             const dpt_buffer *table, size_t table_off, const dpt_buffer *idx,
                             size_t idx_off, dpt_buffer *out, size_t out_off) {
-  op_check ck;
+  dpt_op_check ck;
   size_t nt = 0, no = 0;
-  DPT_TRY(op_begin(&ck, "dpt_embed_gather", be, be && be->vt->embed_gather));
+  DPT_TRY(dpt_op_begin(&ck, "dpt_embed_gather", be, be && be->vt->embed_gather));
   DPT_TRY(check_vocab(&ck, vocab));
-  DPT_TRY(elems2(&ck, "table", vocab, dim, &nt));
-  DPT_TRY(elems2(&ck, "out", n, dim, &no));
-  DPT_TRY(check_tensor(&ck, "table", table, table_off, nt, F32));
-  DPT_TRY(check_tensor(&ck, "idx", idx, idx_off, n, I32));
-  DPT_TRY(check_tensor(&ck, "out", out, out_off, no, F32));
-  DPT_TRY(check_alias(&ck, "out", out, out_off, no, F32, "table", table, table_off, nt, F32, 0));
-  DPT_TRY(check_alias(&ck, "out", out, out_off, no, F32, "idx", idx, idx_off, n, I32, 0));
+  DPT_TRY(dpt_op_elems2(&ck, "table", vocab, dim, &nt));
+  DPT_TRY(dpt_op_elems2(&ck, "out", n, dim, &no));
+  DPT_TRY(dpt_op_tensor(&ck, "table", table, table_off, nt, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "idx", idx, idx_off, n, I32));
+  DPT_TRY(dpt_op_tensor(&ck, "out", out, out_off, no, F32));
+  DPT_TRY(dpt_op_alias(&ck, "out", out, out_off, no, F32, "table", table, table_off, nt, F32, 0));
+  DPT_TRY(dpt_op_alias(&ck, "out", out, out_off, no, F32, "idx", idx, idx_off, n, I32, 0));
   if (no == 0) return DPT_OK;
-  dpt_embed_gather_args args = {
-      n, vocab, dim, ref(table, table_off), ref(idx, idx_off), ref(out, out_off)};
+  dpt_embed_gather_args args = {n,
+                                vocab,
+                                dim,
+                                dpt_op_ref(table, table_off),
+                                dpt_op_ref(idx, idx_off),
+                                dpt_op_ref(out, out_off)};
   return be->vt->embed_gather(be, &args);
 }
 
 dpt_status dpt_embed_scatter_add(dpt_backend *be, size_t n, size_t vocab, size_t dim,
                                  const dpt_buffer *dout, size_t dout_off, const dpt_buffer *idx,
                                  size_t idx_off, dpt_buffer *dtable, size_t dtable_off) {
-  op_check ck;
+  dpt_op_check ck;
   size_t nt = 0, no = 0;
-  DPT_TRY(op_begin(&ck, "dpt_embed_scatter_add", be, be && be->vt->embed_scatter_add));
+  DPT_TRY(dpt_op_begin(&ck, "dpt_embed_scatter_add", be, be && be->vt->embed_scatter_add));
   DPT_TRY(check_vocab(&ck, vocab));
-  DPT_TRY(elems2(&ck, "dtable", vocab, dim, &nt));
-  DPT_TRY(elems2(&ck, "dout", n, dim, &no));
-  DPT_TRY(check_tensor(&ck, "dout", dout, dout_off, no, F32));
-  DPT_TRY(check_tensor(&ck, "idx", idx, idx_off, n, I32));
-  DPT_TRY(check_tensor(&ck, "dtable", dtable, dtable_off, nt, F32));
+  DPT_TRY(dpt_op_elems2(&ck, "dtable", vocab, dim, &nt));
+  DPT_TRY(dpt_op_elems2(&ck, "dout", n, dim, &no));
+  DPT_TRY(dpt_op_tensor(&ck, "dout", dout, dout_off, no, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "idx", idx, idx_off, n, I32));
+  DPT_TRY(dpt_op_tensor(&ck, "dtable", dtable, dtable_off, nt, F32));
   DPT_TRY(
-      check_alias(&ck, "dtable", dtable, dtable_off, nt, F32, "dout", dout, dout_off, no, F32, 0));
-  DPT_TRY(check_alias(&ck, "dtable", dtable, dtable_off, nt, F32, "idx", idx, idx_off, n, I32, 0));
+      dpt_op_alias(&ck, "dtable", dtable, dtable_off, nt, F32, "dout", dout, dout_off, no, F32, 0));
+  DPT_TRY(dpt_op_alias(&ck, "dtable", dtable, dtable_off, nt, F32, "idx", idx, idx_off, n, I32, 0));
   if (no == 0) return DPT_OK;
-  dpt_embed_scatter_add_args args = {
-      n, vocab, dim, ref(dout, dout_off), ref(idx, idx_off), ref(dtable, dtable_off)};
+  dpt_embed_scatter_add_args args = {n,
+                                     vocab,
+                                     dim,
+                                     dpt_op_ref(dout, dout_off),
+                                     dpt_op_ref(idx, idx_off),
+                                     dpt_op_ref(dtable, dtable_off)};
   return be->vt->embed_scatter_add(be, &args);
 }
 
 dpt_status dpt_axpy(dpt_backend *be, size_t n, float alpha, const dpt_buffer *x, size_t x_off,
                     dpt_buffer *y, size_t y_off) {
-  op_check ck;
-  DPT_TRY(op_begin(&ck, "dpt_axpy", be, be && be->vt->axpy));
-  DPT_TRY(check_tensor(&ck, "x", x, x_off, n, F32));
-  DPT_TRY(check_tensor(&ck, "y", y, y_off, n, F32));
-  DPT_TRY(check_alias(&ck, "y", y, y_off, n, F32, "x", x, x_off, n, F32, 0));
+  dpt_op_check ck;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_axpy", be, be && be->vt->axpy));
+  DPT_TRY(dpt_op_tensor(&ck, "x", x, x_off, n, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "y", y, y_off, n, F32));
+  DPT_TRY(dpt_op_alias(&ck, "y", y, y_off, n, F32, "x", x, x_off, n, F32, 0));
   if (n == 0) return DPT_OK;
-  dpt_axpy_args args = {n, alpha, ref(x, x_off), ref(y, y_off)};
+  dpt_axpy_args args = {n, alpha, dpt_op_ref(x, x_off), dpt_op_ref(y, y_off)};
   return be->vt->axpy(be, &args);
 }
 
 dpt_status dpt_scale(dpt_backend *be, size_t n, float alpha, dpt_buffer *x, size_t x_off) {
-  op_check ck;
-  DPT_TRY(op_begin(&ck, "dpt_scale", be, be && be->vt->scale));
-  DPT_TRY(check_tensor(&ck, "x", x, x_off, n, F32));
+  dpt_op_check ck;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_scale", be, be && be->vt->scale));
+  DPT_TRY(dpt_op_tensor(&ck, "x", x, x_off, n, F32));
   if (n == 0) return DPT_OK;
-  dpt_scale_args args = {n, alpha, ref(x, x_off)};
+  dpt_scale_args args = {n, alpha, dpt_op_ref(x, x_off)};
   return be->vt->scale(be, &args);
 }
 
 dpt_status dpt_sum(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_off, double *out) {
-  op_check ck;
-  DPT_TRY(op_begin(&ck, "dpt_sum", be, be && be->vt->sum));
-  DPT_TRY(check_tensor(&ck, "x", x, x_off, n, F32));
+  dpt_op_check ck;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_sum", be, be && be->vt->sum));
+  DPT_TRY(dpt_op_tensor(&ck, "x", x, x_off, n, F32));
   if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_sum: out is NULL");
   *out = 0.0;
   if (n == 0) return DPT_OK;
-  dpt_sum_args args = {n, ref(x, x_off), out};
+  dpt_sum_args args = {n, dpt_op_ref(x, x_off), out};
   return be->vt->sum(be, &args);
 }
 
 dpt_status dpt_sumsq(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_off, double *out) {
-  op_check ck;
-  DPT_TRY(op_begin(&ck, "dpt_sumsq", be, be && be->vt->sumsq));
-  DPT_TRY(check_tensor(&ck, "x", x, x_off, n, F32));
+  dpt_op_check ck;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_sumsq", be, be && be->vt->sumsq));
+  DPT_TRY(dpt_op_tensor(&ck, "x", x, x_off, n, F32));
   if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_sumsq: out is NULL");
   *out = 0.0;
   if (n == 0) return DPT_OK;
-  dpt_sumsq_args args = {n, ref(x, x_off), out};
+  dpt_sumsq_args args = {n, dpt_op_ref(x, x_off), out};
   return be->vt->sumsq(be, &args);
 }
 
 dpt_status dpt_count_nonfinite(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_off,
                                uint64_t *out) {
-  op_check ck;
-  DPT_TRY(op_begin(&ck, "dpt_count_nonfinite", be, be && be->vt->count_nonfinite));
-  DPT_TRY(check_tensor(&ck, "x", x, x_off, n, F32));
+  dpt_op_check ck;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_count_nonfinite", be, be && be->vt->count_nonfinite));
+  DPT_TRY(dpt_op_tensor(&ck, "x", x, x_off, n, F32));
   if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_count_nonfinite: out is NULL");
   *out = 0;
   if (n == 0) return DPT_OK;
-  dpt_count_nonfinite_args args = {n, ref(x, x_off), out};
+  dpt_count_nonfinite_args args = {n, dpt_op_ref(x, x_off), out};
   return be->vt->count_nonfinite(be, &args);
 }
 
 dpt_status dpt_sgd_update(dpt_backend *be, size_t n, const dpt_sgd_params *p, dpt_buffer *w,
                           size_t w_off, const dpt_buffer *grad, size_t grad_off,
                           dpt_buffer *velocity, size_t velocity_off) {
-  op_check ck;
-  DPT_TRY(op_begin(&ck, "dpt_sgd_update", be, be && be->vt->sgd_update));
+  dpt_op_check ck;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_sgd_update", be, be && be->vt->sgd_update));
   if (!p) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_sgd_update: params is NULL");
-  DPT_TRY(check_tensor(&ck, "w", w, w_off, n, F32));
-  DPT_TRY(check_tensor(&ck, "grad", grad, grad_off, n, F32));
-  DPT_TRY(check_alias(&ck, "w", w, w_off, n, F32, "grad", grad, grad_off, n, F32, 0));
+  DPT_TRY(dpt_op_tensor(&ck, "w", w, w_off, n, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "grad", grad, grad_off, n, F32));
+  DPT_TRY(dpt_op_alias(&ck, "w", w, w_off, n, F32, "grad", grad, grad_off, n, F32, 0));
   if (p->momentum != 0.0f || velocity) {
-    DPT_TRY(check_tensor(&ck, "velocity", velocity, velocity_off, n, F32));
-    DPT_TRY(check_alias(&ck, "velocity", velocity, velocity_off, n, F32, "w", w, w_off, n, F32, 0));
-    DPT_TRY(check_alias(&ck, "velocity", velocity, velocity_off, n, F32, "grad", grad, grad_off, n,
-                        F32, 0));
+    DPT_TRY(dpt_op_tensor(&ck, "velocity", velocity, velocity_off, n, F32));
+    DPT_TRY(
+        dpt_op_alias(&ck, "velocity", velocity, velocity_off, n, F32, "w", w, w_off, n, F32, 0));
+    DPT_TRY(dpt_op_alias(&ck, "velocity", velocity, velocity_off, n, F32, "grad", grad, grad_off, n,
+                         F32, 0));
   }
   if (p->nesterov && p->momentum == 0.0f)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_sgd_update: nesterov needs momentum > 0");
   if (n == 0) return DPT_OK;
-  dpt_sgd_update_args args = {n, *p, ref(w, w_off), ref(grad, grad_off),
-                              ref(velocity, velocity_off)};
+  dpt_sgd_update_args args = {n, *p, dpt_op_ref(w, w_off), dpt_op_ref(grad, grad_off),
+                              dpt_op_ref(velocity, velocity_off)};
   return be->vt->sgd_update(be, &args);
 }
 
 dpt_status dpt_adamw_update(dpt_backend *be, size_t n, const dpt_adamw_params *p, dpt_buffer *w,
                             size_t w_off, const dpt_buffer *grad, size_t grad_off, dpt_buffer *m,
                             size_t m_off, dpt_buffer *v, size_t v_off) {
-  op_check ck;
-  DPT_TRY(op_begin(&ck, "dpt_adamw_update", be, be && be->vt->adamw_update));
+  dpt_op_check ck;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_adamw_update", be, be && be->vt->adamw_update));
   if (!p) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_adamw_update: params is NULL");
   if (p->step < 1)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_adamw_update: step %lld must be >= 1",
@@ -842,42 +840,46 @@ dpt_status dpt_adamw_update(dpt_backend *be, size_t n, const dpt_adamw_params *p
   if (!(p->beta1 >= 0.0f && p->beta1 < 1.0f) || !(p->beta2 >= 0.0f && p->beta2 < 1.0f))
     return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_adamw_update: beta1 %g / beta2 %g not in [0,1)",
                          (double)p->beta1, (double)p->beta2);
-  DPT_TRY(check_tensor(&ck, "w", w, w_off, n, F32));
-  DPT_TRY(check_tensor(&ck, "grad", grad, grad_off, n, F32));
-  DPT_TRY(check_tensor(&ck, "m", m, m_off, n, F32));
-  DPT_TRY(check_tensor(&ck, "v", v, v_off, n, F32));
-  DPT_TRY(check_alias(&ck, "w", w, w_off, n, F32, "grad", grad, grad_off, n, F32, 0));
-  DPT_TRY(check_alias(&ck, "m", m, m_off, n, F32, "w", w, w_off, n, F32, 0));
-  DPT_TRY(check_alias(&ck, "m", m, m_off, n, F32, "grad", grad, grad_off, n, F32, 0));
-  DPT_TRY(check_alias(&ck, "v", v, v_off, n, F32, "w", w, w_off, n, F32, 0));
-  DPT_TRY(check_alias(&ck, "v", v, v_off, n, F32, "grad", grad, grad_off, n, F32, 0));
-  DPT_TRY(check_alias(&ck, "v", v, v_off, n, F32, "m", m, m_off, n, F32, 0));
+  DPT_TRY(dpt_op_tensor(&ck, "w", w, w_off, n, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "grad", grad, grad_off, n, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "m", m, m_off, n, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "v", v, v_off, n, F32));
+  DPT_TRY(dpt_op_alias(&ck, "w", w, w_off, n, F32, "grad", grad, grad_off, n, F32, 0));
+  DPT_TRY(dpt_op_alias(&ck, "m", m, m_off, n, F32, "w", w, w_off, n, F32, 0));
+  DPT_TRY(dpt_op_alias(&ck, "m", m, m_off, n, F32, "grad", grad, grad_off, n, F32, 0));
+  DPT_TRY(dpt_op_alias(&ck, "v", v, v_off, n, F32, "w", w, w_off, n, F32, 0));
+  DPT_TRY(dpt_op_alias(&ck, "v", v, v_off, n, F32, "grad", grad, grad_off, n, F32, 0));
+  DPT_TRY(dpt_op_alias(&ck, "v", v, v_off, n, F32, "m", m, m_off, n, F32, 0));
   if (n == 0) return DPT_OK;
-  dpt_adamw_update_args args = {
-      n, *p, ref(w, w_off), ref(grad, grad_off), ref(m, m_off), ref(v, v_off)};
+  dpt_adamw_update_args args = {n,
+                                *p,
+                                dpt_op_ref(w, w_off),
+                                dpt_op_ref(grad, grad_off),
+                                dpt_op_ref(m, m_off),
+                                dpt_op_ref(v, v_off)};
   return be->vt->adamw_update(be, &args);
 }
 
 dpt_status dpt_f32_to_f16(dpt_backend *be, size_t n, const dpt_buffer *src, size_t src_off,
                           dpt_buffer *dst, size_t dst_off) {
-  op_check ck;
-  DPT_TRY(op_begin(&ck, "dpt_f32_to_f16", be, be && be->vt->f32_to_f16));
-  DPT_TRY(check_tensor(&ck, "src", src, src_off, n, F32));
-  DPT_TRY(check_tensor(&ck, "dst", dst, dst_off, n, F16));
-  DPT_TRY(check_alias(&ck, "dst", dst, dst_off, n, F16, "src", src, src_off, n, F32, 0));
+  dpt_op_check ck;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_f32_to_f16", be, be && be->vt->f32_to_f16));
+  DPT_TRY(dpt_op_tensor(&ck, "src", src, src_off, n, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "dst", dst, dst_off, n, F16));
+  DPT_TRY(dpt_op_alias(&ck, "dst", dst, dst_off, n, F16, "src", src, src_off, n, F32, 0));
   if (n == 0) return DPT_OK;
-  dpt_f32_to_f16_args args = {n, ref(src, src_off), ref(dst, dst_off)};
+  dpt_f32_to_f16_args args = {n, dpt_op_ref(src, src_off), dpt_op_ref(dst, dst_off)};
   return be->vt->f32_to_f16(be, &args);
 }
 
 dpt_status dpt_f16_to_f32(dpt_backend *be, size_t n, const dpt_buffer *src, size_t src_off,
                           dpt_buffer *dst, size_t dst_off) {
-  op_check ck;
-  DPT_TRY(op_begin(&ck, "dpt_f16_to_f32", be, be && be->vt->f16_to_f32));
-  DPT_TRY(check_tensor(&ck, "src", src, src_off, n, F16));
-  DPT_TRY(check_tensor(&ck, "dst", dst, dst_off, n, F32));
-  DPT_TRY(check_alias(&ck, "dst", dst, dst_off, n, F32, "src", src, src_off, n, F16, 0));
+  dpt_op_check ck;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_f16_to_f32", be, be && be->vt->f16_to_f32));
+  DPT_TRY(dpt_op_tensor(&ck, "src", src, src_off, n, F16));
+  DPT_TRY(dpt_op_tensor(&ck, "dst", dst, dst_off, n, F32));
+  DPT_TRY(dpt_op_alias(&ck, "dst", dst, dst_off, n, F32, "src", src, src_off, n, F16, 0));
   if (n == 0) return DPT_OK;
-  dpt_f16_to_f32_args args = {n, ref(src, src_off), ref(dst, dst_off)};
+  dpt_f16_to_f32_args args = {n, dpt_op_ref(src, src_off), dpt_op_ref(dst, dst_off)};
   return be->vt->f16_to_f32(be, &args);
 }

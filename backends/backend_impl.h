@@ -183,6 +183,53 @@ typedef struct dpt_convert_args {
 typedef dpt_convert_args dpt_f32_to_f16_args;
 typedef dpt_convert_args dpt_f16_to_f32_args;
 
+typedef struct dpt_gemm_batched_args {
+  dpt_gemm_args g; /* the shape; a, b, c are the first matrices (m, n, k, batch > 0 and
+                      alpha != 0 when the backend is called) */
+  size_t batch, stride_a, stride_b, stride_c;
+} dpt_gemm_batched_args;
+
+/* bn_stats, bn_fwd, bn_bwd_reduce, bn_bwd: one struct; each op reads the tensors it names. */
+typedef struct dpt_bn_args {
+  dpt_bn_geom g;
+  size_t count;                    /* bn_bwd */
+  dpt_ref x, mean, var;            /* all */
+  dpt_ref gamma, beta, y;          /* bn_fwd */
+  dpt_ref dy, sum_dy_xhat, sum_dy; /* bn_bwd_reduce (outputs), bn_bwd (inputs) */
+  dpt_ref dx;                      /* bn_bwd */
+} dpt_bn_args;
+typedef dpt_bn_args dpt_bn_stats_args;
+typedef dpt_bn_args dpt_bn_fwd_args;
+typedef dpt_bn_args dpt_bn_bwd_reduce_args;
+typedef dpt_bn_args dpt_bn_bwd_args;
+
+typedef struct dpt_avgpool_args {
+  dpt_pool_geom g;
+  size_t out_h, out_w;
+  dpt_ref in, out; /* fwd: x -> y; bwd: dy -> dx */
+} dpt_avgpool_args;
+typedef dpt_avgpool_args dpt_avgpool_fwd_args;
+typedef dpt_avgpool_args dpt_avgpool_bwd_args;
+
+/* The 32-bit mixing function of dropout's generator ("lowbias32"). */
+static inline uint32_t dpt_mix32(uint32_t h) {
+  h ^= h >> 16;
+  h *= 0x7feb352dU;
+  h ^= h >> 15;
+  h *= 0x846ca68bU;
+  h ^= h >> 16;
+  return h;
+}
+
+/* Dropout as the backends see it: element (r, c) is kept when
+ * (dpt_mix32(dpt_mix32(key ^ (first_row + r)) ^ c) >> 8) >= threshold, and then scaled. */
+typedef struct dpt_dropout_args {
+  size_t rows, cols;
+  uint32_t key, threshold, first_row;
+  float scale; /* 1 / (1 - p) */
+  dpt_ref x, y;
+} dpt_dropout_args;
+
 /* ---- the vtable --------------------------------------------------------------------------- */
 
 typedef struct dpt_backend_vtable {

@@ -11,6 +11,7 @@ packages=(
   libopenmpi-dev openmpi-bin openssh-client     # MPI transport (mpirun looks for ssh even on one node)
   oclgrind                                      # OpenCL kernel checker (tests)
   zlib1g-dev                                    # gzip IDX files
+  libjansson-dev                                # JSON: model files, safetensors headers
   dataset-fashion-mnist                         # the real data set
 )
 

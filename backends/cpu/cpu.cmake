@@ -1,5 +1,5 @@
 # CPU backend: always built. OpenBLAS gemm when DPT_WITH_OPENBLAS.
-list(APPEND DPT_SOURCES backends/cpu/cpu_backend.c backends/cpu/cpu_gemm.c backends/cpu/cpu_ops.c
+list(APPEND DPT_SOURCES backends/cpu/cpu_backend.c backends/cpu/cpu_gemm.c backends/cpu/cpu_ops.c backends/cpu/cpu_layers.c
      backends/cpu/cpu_openblas.c
      backends/half.c)
 if(DPT_WITH_OPENBLAS)

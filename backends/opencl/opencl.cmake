@@ -20,6 +20,7 @@ list(APPEND DPT_SOURCES
      backends/opencl/ocl_error.c
      backends/opencl/ocl_gemm.c
      backends/opencl/ocl_ops.c
+     backends/opencl/ocl_layers.c
      backends/opencl/ocl_program.c
      "${DPT_OCL_EMBEDDED}")
 list(APPEND DPT_PRIVATE_LIBS OpenCL::OpenCL "${DPT_CLBLAST_LIBRARY}")

@@ -39,6 +39,7 @@ list(APPEND DPT_SOURCES
      backends/vulkan/vk_exec.c
      backends/vulkan/vk_memory.c
      backends/vulkan/vk_ops.c
+     backends/vulkan/vk_layers.c
      "${CMAKE_CURRENT_BINARY_DIR}/vulkan_spirv.c")
 list(APPEND DPT_PRIVATE_LIBS Vulkan::Vulkan)
 list(APPEND DPT_PRIVATE_DEFS DPT_HAVE_VULKAN)

@@ -143,7 +143,15 @@ DPT_API dpt_status dpt_buffer_fill_f32(dpt_buffer *dst, size_t offset, size_t co
   X(SGD_UPDATE, sgd_update)                                                                        \
   X(ADAMW_UPDATE, adamw_update)                                                                    \
   X(F32_TO_F16, f32_to_f16)                                                                        \
-  X(F16_TO_F32, f16_to_f32)
+  X(F16_TO_F32, f16_to_f32)                                                                        \
+  X(GEMM_BATCHED, gemm_batched)                                                                    \
+  X(BN_STATS, bn_stats)                                                                            \
+  X(BN_FWD, bn_fwd)                                                                                \
+  X(BN_BWD_REDUCE, bn_bwd_reduce)                                                                  \
+  X(BN_BWD, bn_bwd)                                                                                \
+  X(AVGPOOL_FWD, avgpool_fwd)                                                                      \
+  X(AVGPOOL_BWD, avgpool_bwd)                                                                      \
+  X(DROPOUT, dropout)
 
 typedef enum dpt_op {
 #define DPT_OP_ENUM_(NAME, name) DPT_OP_##NAME,
@@ -307,6 +315,90 @@ DPT_API dpt_status dpt_f32_to_f16(dpt_backend *be, size_t n, const dpt_buffer *s
 /* IEEE binary16 -> float32 (exact). src offsets count uint16 elements. */
 DPT_API dpt_status dpt_f16_to_f32(dpt_backend *be, size_t n, const dpt_buffer *src, size_t src_off,
                                   dpt_buffer *dst, size_t dst_off);
+
+/* Strided-batched gemm: for i in [0, batch), C_i = alpha * op(A_i) * op(B_i) + beta * C_i, where
+ * X_i is the matrix at element offset x_off + i * stride_x, each shaped as in dpt_gemm.
+ * stride_a or stride_b 0 shares one operand across the batch. stride_c 0 sums the batch into
+ * one C: C = alpha * sum_i op(A_i) * op(B_i) + beta * C; the CPU backend adds the items in
+ * order (C = alpha A_0 B_0 + beta C, then C = alpha A_i B_i + C), exactly a loop of dpt_gemm;
+ * other backends may round differently. With stride_c > 0 the C_i must not overlap (stride_c
+ * at least one C's extent, (m-1)*ldc + n). batch 0 does nothing. */
+typedef struct dpt_gemm_batch {
+  size_t batch;
+  size_t stride_a, stride_b, stride_c; /* elements between consecutive matrices */
+} dpt_gemm_batch;
+DPT_API dpt_status dpt_gemm_batched(dpt_backend *be, const dpt_gemm_batch *batch, int trans_a,
+                                    int trans_b, size_t m, size_t n, size_t k, float alpha,
+                                    const dpt_buffer *a, size_t a_off, size_t lda,
+                                    const dpt_buffer *b, size_t b_off, size_t ldb, float beta,
+                                    dpt_buffer *c, size_t c_off, size_t ldc);
+
+/* Batch normalization over x [n, c, p] (p = h*w for batchnorm2d, 1 for batchnorm1d), per
+ * channel over the n*p values of that channel; n*p >= 1 and eps > 0. invstd = 1 / sqrt(var +
+ * eps) and xhat = (x - mean) * invstd, computed in float. */
+typedef struct dpt_bn_geom {
+  size_t n, c, p;
+  float eps;
+} dpt_bn_geom;
+
+/* mean[c] and biased var[c] of each channel (two passes: the mean, then the mean of squared
+ * deviations). The CPU backend accumulates in double. eps is not used. */
+DPT_API dpt_status dpt_bn_stats(dpt_backend *be, const dpt_bn_geom *g, const dpt_buffer *x,
+                                size_t x_off, dpt_buffer *mean, size_t mean_off, dpt_buffer *var,
+                                size_t var_off);
+
+/* y = xhat * gamma[c] + beta[c] with the given mean and var (batch or running statistics). */
+DPT_API dpt_status dpt_bn_fwd(dpt_backend *be, const dpt_bn_geom *g, const dpt_buffer *x,
+                              size_t x_off, const dpt_buffer *mean, size_t mean_off,
+                              const dpt_buffer *var, size_t var_off, const dpt_buffer *gamma,
+                              size_t gamma_off, const dpt_buffer *beta, size_t beta_off,
+                              dpt_buffer *y, size_t y_off);
+
+/* Per channel: sum_dy[c] = sum of dy and sum_dy_xhat[c] = sum of dy * xhat (overwritten): the
+ * gradients of beta and gamma. */
+DPT_API dpt_status dpt_bn_bwd_reduce(dpt_backend *be, const dpt_bn_geom *g, const dpt_buffer *dy,
+                                     size_t dy_off, const dpt_buffer *x, size_t x_off,
+                                     const dpt_buffer *mean, size_t mean_off, const dpt_buffer *var,
+                                     size_t var_off, dpt_buffer *sum_dy_xhat,
+                                     size_t sum_dy_xhat_off, dpt_buffer *sum_dy, size_t sum_dy_off);
+
+/* The input gradient of training-mode batch normalization (overwritten):
+ *   dx = gamma[c] * invstd[c] * (dy - sum_dy[c] / count - xhat * sum_dy_xhat[c] / count)
+ * where count is the number of values the statistics were taken over (n*p, or the sum over
+ * all replicas when the statistics and the sums were combined across them). count >= 1. */
+DPT_API dpt_status dpt_bn_bwd(dpt_backend *be, const dpt_bn_geom *g, size_t count,
+                              const dpt_buffer *dy, size_t dy_off, const dpt_buffer *x,
+                              size_t x_off, const dpt_buffer *mean, size_t mean_off,
+                              const dpt_buffer *var, size_t var_off, const dpt_buffer *gamma,
+                              size_t gamma_off, const dpt_buffer *sum_dy_xhat,
+                              size_t sum_dy_xhat_off, const dpt_buffer *sum_dy, size_t sum_dy_off,
+                              dpt_buffer *dx, size_t dx_off);
+
+/* Average pooling without padding (PyTorch's AvgPool2d, padding 0), geometry as max-pool:
+ * y[p, oy, ox] = mean of the kh*kw window. A global average pool is the window h x w. */
+DPT_API dpt_status dpt_avgpool_fwd(dpt_backend *be, const dpt_pool_geom *g, const dpt_buffer *x,
+                                   size_t x_off, dpt_buffer *y, size_t y_off);
+/* dx [planes, h, w] is overwritten: dx = sum over the windows holding it of dy / (kh*kw). */
+DPT_API dpt_status dpt_avgpool_bwd(dpt_backend *be, const dpt_pool_geom *g, const dpt_buffer *dy,
+                                   size_t dy_off, dpt_buffer *dx, size_t dx_off);
+
+/* Dropout with a counter-based generator: y[r, c] = keep ? x[r, c] / (1 - p) : 0 over x
+ * [rows, cols], where keep = dpt_dropout_keep(params, first_row + r, c). The mask depends only
+ * on (seed, step, global row, column), never on how a batch is split or on the device, and
+ * applying the same call to dy gives dx. y may equal x (in place). 0 <= p < 1; first_row + rows
+ * and cols must fit in 32 bits. */
+typedef struct dpt_dropout_params {
+  float p;
+  uint64_t seed, step;
+  uint32_t first_row; /* the global index of row 0 (the sample's place in the global batch) */
+} dpt_dropout_params;
+DPT_API dpt_status dpt_dropout(dpt_backend *be, size_t rows, size_t cols,
+                               const dpt_dropout_params *params, const dpt_buffer *x, size_t x_off,
+                               dpt_buffer *y, size_t y_off);
+/* The mask as the ops compute it: with key = mix(mix(mix(mix(seed_lo ^ 0x9e3779b9) ^ seed_hi)
+ * ^ step_lo) ^ step_hi) and h = mix(mix(key ^ row) ^ col), where mix is the 32-bit
+ * "lowbias32" integer hash, the element is kept when (h >> 8) >= round(p * 2^24). */
+DPT_API int dpt_dropout_keep(const dpt_dropout_params *params, uint32_t row, uint32_t col);
 
 /* Host-side reference conversions, the same rounding as the ops above. */
 DPT_API uint16_t dpt_f32_to_f16_scalar(float x);

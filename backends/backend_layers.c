@@ -1,0 +1,311 @@
+/* The op wrappers for layers beyond the first five kinds: batched gemm, batch normalization,
+ * average pooling and dropout. Each checks its arguments (backends/op_check.h) and calls the
+ * backend's entry with valid, non-empty arguments. */
+#include <math.h>
+
+#include "backends/backend_impl.h"
+#include "backends/op_check.h"
+#include "base/error.h"
+#include "base/size.h"
+
+/* The span of a batch of matrices: the first's extent plus (batch - 1) strides. */
+static dpt_status batch_span(dpt_op_check *c, const char *name, size_t extent, size_t batch,
+                             size_t stride, size_t *span) {
+  size_t t;
+  if (extent == 0 || batch == 0) {
+    *span = 0;
+    return DPT_OK;
+  }
+  if (!dpt_mul_ok(batch - 1, stride, &t) || !dpt_add_ok(t, extent, span))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %s batch span overflows", c->fn, name);
+  return DPT_OK;
+}
+
+/* Checks operand `name` over the whole batch. */
+static dpt_status batch_operand(dpt_op_check *c, const char *name, const char *ldname,
+                                const dpt_buffer *buf, size_t off, size_t rows, size_t cols,
+                                size_t ld, size_t batch, size_t stride, size_t *extent,
+                                size_t *span) {
+  DPT_TRY(dpt_op_matrix(c, name, ldname, buf, off, rows, cols, ld, extent));
+  DPT_TRY(batch_span(c, name, *extent, batch, stride, span));
+  return dpt_op_tensor(c, name, buf, off, *span, F32);
+}
+
+/* k == 0 or alpha == 0: C = beta * C per item (once for a summed batch). */
+static dpt_status gemm_batched_degenerate(const dpt_gemm_batch *bt, dpt_backend *be, size_t m,
+                                          size_t n, float beta, dpt_buffer *c, size_t c_off,
+                                          size_t ldc) {
+  size_t items = bt->stride_c == 0 ? 1 : bt->batch;
+  for (size_t i = 0; i < items; ++i)
+    DPT_TRY(dpt_gemm(be, 0, 0, m, n, 0, 0.0f, c, 0, 1, c, 0, n, beta, c, c_off + i * bt->stride_c,
+                     ldc));
+  return DPT_OK;
+}
+
+dpt_status dpt_gemm_batched(dpt_backend *be, const dpt_gemm_batch *bt, int trans_a, int trans_b,
+                            size_t m, size_t n, size_t k, float alpha, const dpt_buffer *a,
+                            size_t a_off, size_t lda, const dpt_buffer *b, size_t b_off, size_t ldb,
+                            float beta, dpt_buffer *c, size_t c_off, size_t ldc) {
+  dpt_op_check ck;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_gemm_batched", be, be && be->vt->gemm_batched));
+  if (!bt) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_gemm_batched: batch is NULL");
+  size_t ea, eb, ec, sa, sb, sc;
+  DPT_TRY(batch_operand(&ck, "a", "lda", a, a_off, trans_a ? k : m, trans_a ? m : k, lda, bt->batch,
+                        bt->stride_a, &ea, &sa));
+  DPT_TRY(batch_operand(&ck, "b", "ldb", b, b_off, trans_b ? n : k, trans_b ? k : n, ldb, bt->batch,
+                        bt->stride_b, &eb, &sb));
+  DPT_TRY(batch_operand(&ck, "c", "ldc", c, c_off, m, n, ldc, bt->batch, bt->stride_c, &ec, &sc));
+  if (bt->stride_c != 0 && bt->batch > 1 && bt->stride_c < ec)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "dpt_gemm_batched: stride_c %zu is smaller than one C's extent %zu",
+                         bt->stride_c, ec);
+  DPT_TRY(dpt_op_alias(&ck, "c", c, c_off, sc, F32, "a", a, a_off, sa, F32, 0));
+  DPT_TRY(dpt_op_alias(&ck, "c", c, c_off, sc, F32, "b", b, b_off, sb, F32, 0));
+  if (m == 0 || n == 0 || bt->batch == 0) return DPT_OK;
+  if (k == 0 || alpha == 0.0f) return gemm_batched_degenerate(bt, be, m, n, beta, c, c_off, ldc);
+  dpt_gemm_batched_args args = {{trans_a != 0, trans_b != 0, m, n, k, alpha, beta,
+                                 dpt_op_ref(a, a_off), dpt_op_ref(b, b_off), dpt_op_ref(c, c_off),
+                                 lda, ldb, ldc},
+                                bt->batch,
+                                bt->stride_a,
+                                bt->stride_b,
+                                bt->stride_c};
+  return be->vt->gemm_batched(be, &args);
+}
+
+/* ---- batch normalization ------------------------------------------------------------------ */
+
+/* The geometry: *nx receives n*c*p. */
+static dpt_status bn_geom(dpt_op_check *c, const dpt_bn_geom *g, size_t *nx) {
+  if (!g) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: geometry is NULL", c->fn);
+  if (g->n == 0 || g->c == 0 || g->p == 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: n x c x p = %zu x %zu x %zu has a zero", c->fn,
+                         g->n, g->c, g->p);
+  if (!(g->eps > 0.0f) || !isfinite(g->eps))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: eps %g must be positive", c->fn, (double)g->eps);
+  size_t t;
+  DPT_TRY(dpt_op_elems2(c, "x", g->n, g->c, &t));
+  return dpt_op_elems2(c, "x", t, g->p, nx);
+}
+
+/* Per-channel vectors [c]. */
+static dpt_status bn_vec(dpt_op_check *c, const char *name, const dpt_buffer *buf, size_t off,
+                         size_t count) {
+  return dpt_op_tensor(c, name, buf, off, count, F32);
+}
+
+dpt_status dpt_bn_stats(dpt_backend *be, const dpt_bn_geom *g, const dpt_buffer *x, size_t x_off,
+                        dpt_buffer *mean, size_t mean_off, dpt_buffer *var, size_t var_off) {
+  dpt_op_check ck;
+  size_t nx;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_bn_stats", be, be && be->vt->bn_stats));
+  DPT_TRY(bn_geom(&ck, g, &nx));
+  DPT_TRY(dpt_op_tensor(&ck, "x", x, x_off, nx, F32));
+  DPT_TRY(bn_vec(&ck, "mean", mean, mean_off, g->c));
+  DPT_TRY(bn_vec(&ck, "var", var, var_off, g->c));
+  DPT_TRY(dpt_op_alias(&ck, "mean", mean, mean_off, g->c, F32, "x", x, x_off, nx, F32, 0));
+  DPT_TRY(dpt_op_alias(&ck, "var", var, var_off, g->c, F32, "x", x, x_off, nx, F32, 0));
+  DPT_TRY(dpt_op_alias(&ck, "var", var, var_off, g->c, F32, "mean", mean, mean_off, g->c, F32, 0));
+  dpt_bn_args args = {.g = *g,
+                      .x = dpt_op_ref(x, x_off),
+                      .mean = dpt_op_ref(mean, mean_off),
+                      .var = dpt_op_ref(var, var_off)};
+  return be->vt->bn_stats(be, &args);
+}
+
+dpt_status dpt_bn_fwd(dpt_backend *be, const dpt_bn_geom *g, const dpt_buffer *x, size_t x_off,
+                      const dpt_buffer *mean, size_t mean_off, const dpt_buffer *var,
+                      size_t var_off, const dpt_buffer *gamma, size_t gamma_off,
+                      const dpt_buffer *beta, size_t beta_off, dpt_buffer *y, size_t y_off) {
+  dpt_op_check ck;
+  size_t nx;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_bn_fwd", be, be && be->vt->bn_fwd));
+  DPT_TRY(bn_geom(&ck, g, &nx));
+  DPT_TRY(dpt_op_tensor(&ck, "x", x, x_off, nx, F32));
+  DPT_TRY(bn_vec(&ck, "mean", mean, mean_off, g->c));
+  DPT_TRY(bn_vec(&ck, "var", var, var_off, g->c));
+  DPT_TRY(bn_vec(&ck, "gamma", gamma, gamma_off, g->c));
+  DPT_TRY(bn_vec(&ck, "beta", beta, beta_off, g->c));
+  DPT_TRY(dpt_op_tensor(&ck, "y", y, y_off, nx, F32));
+  DPT_TRY(dpt_op_alias(&ck, "y", y, y_off, nx, F32, "x", x, x_off, nx, F32, 0));
+  DPT_TRY(dpt_op_alias(&ck, "y", y, y_off, nx, F32, "mean", mean, mean_off, g->c, F32, 0));
+  DPT_TRY(dpt_op_alias(&ck, "y", y, y_off, nx, F32, "var", var, var_off, g->c, F32, 0));
+  DPT_TRY(dpt_op_alias(&ck, "y", y, y_off, nx, F32, "gamma", gamma, gamma_off, g->c, F32, 0));
+  DPT_TRY(dpt_op_alias(&ck, "y", y, y_off, nx, F32, "beta", beta, beta_off, g->c, F32, 0));
+  dpt_bn_args args = {.g = *g,
+                      .x = dpt_op_ref(x, x_off),
+                      .mean = dpt_op_ref(mean, mean_off),
+                      .var = dpt_op_ref(var, var_off),
+                      .gamma = dpt_op_ref(gamma, gamma_off),
+                      .beta = dpt_op_ref(beta, beta_off),
+                      .y = dpt_op_ref(y, y_off)};
+  return be->vt->bn_fwd(be, &args);
+}
+
+/* dy, x [n, c, p] and mean, var [c]: the inputs of both backward ops. */
+static dpt_status bn_bwd_inputs(dpt_op_check *ck, const dpt_bn_geom *g, size_t *nx,
+                                const dpt_buffer *dy, size_t dy_off, const dpt_buffer *x,
+                                size_t x_off, const dpt_buffer *mean, size_t mean_off,
+                                const dpt_buffer *var, size_t var_off) {
+  DPT_TRY(bn_geom(ck, g, nx));
+  DPT_TRY(dpt_op_tensor(ck, "dy", dy, dy_off, *nx, F32));
+  DPT_TRY(dpt_op_tensor(ck, "x", x, x_off, *nx, F32));
+  DPT_TRY(bn_vec(ck, "mean", mean, mean_off, g->c));
+  return bn_vec(ck, "var", var, var_off, g->c);
+}
+
+dpt_status dpt_bn_bwd_reduce(dpt_backend *be, const dpt_bn_geom *g, const dpt_buffer *dy,
+                             size_t dy_off, const dpt_buffer *x, size_t x_off,
+                             const dpt_buffer *mean, size_t mean_off, const dpt_buffer *var,
+                             size_t var_off, dpt_buffer *sum_dy_xhat, size_t sum_dy_xhat_off,
+                             dpt_buffer *sum_dy, size_t sum_dy_off) {
+  dpt_op_check ck;
+  size_t nx;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_bn_bwd_reduce", be, be && be->vt->bn_bwd_reduce));
+  DPT_TRY(bn_bwd_inputs(&ck, g, &nx, dy, dy_off, x, x_off, mean, mean_off, var, var_off));
+  DPT_TRY(bn_vec(&ck, "sum_dy_xhat", sum_dy_xhat, sum_dy_xhat_off, g->c));
+  DPT_TRY(bn_vec(&ck, "sum_dy", sum_dy, sum_dy_off, g->c));
+  const struct {
+    const char *name;
+    const dpt_buffer *buf;
+    size_t off, count;
+  } in[4] = {{"dy", dy, dy_off, nx},
+             {"x", x, x_off, nx},
+             {"mean", mean, mean_off, g->c},
+             {"var", var, var_off, g->c}};
+  for (int i = 0; i < 4; ++i) {
+    DPT_TRY(dpt_op_alias(&ck, "sum_dy_xhat", sum_dy_xhat, sum_dy_xhat_off, g->c, F32, in[i].name,
+                         in[i].buf, in[i].off, in[i].count, F32, 0));
+    DPT_TRY(dpt_op_alias(&ck, "sum_dy", sum_dy, sum_dy_off, g->c, F32, in[i].name, in[i].buf,
+                         in[i].off, in[i].count, F32, 0));
+  }
+  DPT_TRY(dpt_op_alias(&ck, "sum_dy", sum_dy, sum_dy_off, g->c, F32, "sum_dy_xhat", sum_dy_xhat,
+                       sum_dy_xhat_off, g->c, F32, 0));
+  dpt_bn_args args = {.g = *g,
+                      .x = dpt_op_ref(x, x_off),
+                      .mean = dpt_op_ref(mean, mean_off),
+                      .var = dpt_op_ref(var, var_off),
+                      .dy = dpt_op_ref(dy, dy_off),
+                      .sum_dy_xhat = dpt_op_ref(sum_dy_xhat, sum_dy_xhat_off),
+                      .sum_dy = dpt_op_ref(sum_dy, sum_dy_off)};
+  return be->vt->bn_bwd_reduce(be, &args);
+}
+
+dpt_status dpt_bn_bwd(dpt_backend *be, const dpt_bn_geom *g, size_t count, const dpt_buffer *dy,
+                      size_t dy_off, const dpt_buffer *x, size_t x_off, const dpt_buffer *mean,
+                      size_t mean_off, const dpt_buffer *var, size_t var_off,
+                      const dpt_buffer *gamma, size_t gamma_off, const dpt_buffer *sum_dy_xhat,
+                      size_t sum_dy_xhat_off, const dpt_buffer *sum_dy, size_t sum_dy_off,
+                      dpt_buffer *dx, size_t dx_off) {
+  dpt_op_check ck;
+  size_t nx;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_bn_bwd", be, be && be->vt->bn_bwd));
+  DPT_TRY(bn_bwd_inputs(&ck, g, &nx, dy, dy_off, x, x_off, mean, mean_off, var, var_off));
+  if (count == 0) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_bn_bwd: count is 0");
+  DPT_TRY(bn_vec(&ck, "gamma", gamma, gamma_off, g->c));
+  DPT_TRY(bn_vec(&ck, "sum_dy_xhat", sum_dy_xhat, sum_dy_xhat_off, g->c));
+  DPT_TRY(bn_vec(&ck, "sum_dy", sum_dy, sum_dy_off, g->c));
+  DPT_TRY(dpt_op_tensor(&ck, "dx", dx, dx_off, nx, F32));
+  const struct {
+    const char *name;
+    const dpt_buffer *buf;
+    size_t off, count;
+  } in[7] = {{"dy", dy, dy_off, nx},
+             {"x", x, x_off, nx},
+             {"mean", mean, mean_off, g->c},
+             {"var", var, var_off, g->c},
+             {"gamma", gamma, gamma_off, g->c},
+             {"sum_dy_xhat", sum_dy_xhat, sum_dy_xhat_off, g->c},
+             {"sum_dy", sum_dy, sum_dy_off, g->c}};
+  for (int i = 0; i < 7; ++i)
+    DPT_TRY(dpt_op_alias(&ck, "dx", dx, dx_off, nx, F32, in[i].name, in[i].buf, in[i].off,
+                         in[i].count, F32, 0));
+  dpt_bn_args args = {.g = *g,
+                      .count = count,
+                      .x = dpt_op_ref(x, x_off),
+                      .mean = dpt_op_ref(mean, mean_off),
+                      .var = dpt_op_ref(var, var_off),
+                      .gamma = dpt_op_ref(gamma, gamma_off),
+                      .dy = dpt_op_ref(dy, dy_off),
+                      .sum_dy_xhat = dpt_op_ref(sum_dy_xhat, sum_dy_xhat_off),
+                      .sum_dy = dpt_op_ref(sum_dy, sum_dy_off),
+                      .dx = dpt_op_ref(dx, dx_off)};
+  return be->vt->bn_bwd(be, &args);
+}
+
+/* ---- average pooling ---------------------------------------------------------------------- */
+
+dpt_status dpt_avgpool_fwd(dpt_backend *be, const dpt_pool_geom *g, const dpt_buffer *x,
+                           size_t x_off, dpt_buffer *y, size_t y_off) {
+  dpt_op_check ck;
+  size_t oh = 0, ow = 0, nx = 0, ny = 0;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_avgpool_fwd", be, be && be->vt->avgpool_fwd));
+  DPT_TRY(dpt_op_pool_sizes(&ck, g, &oh, &ow, &nx, &ny));
+  DPT_TRY(dpt_op_tensor(&ck, "x", x, x_off, nx, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "y", y, y_off, ny, F32));
+  DPT_TRY(dpt_op_alias(&ck, "y", y, y_off, ny, F32, "x", x, x_off, nx, F32, 0));
+  if (ny == 0) return DPT_OK;
+  dpt_avgpool_args args = {*g, oh, ow, dpt_op_ref(x, x_off), dpt_op_ref(y, y_off)};
+  return be->vt->avgpool_fwd(be, &args);
+}
+
+dpt_status dpt_avgpool_bwd(dpt_backend *be, const dpt_pool_geom *g, const dpt_buffer *dy,
+                           size_t dy_off, dpt_buffer *dx, size_t dx_off) {
+  dpt_op_check ck;
+  size_t oh = 0, ow = 0, nx = 0, ny = 0;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_avgpool_bwd", be, be && be->vt->avgpool_bwd));
+  DPT_TRY(dpt_op_pool_sizes(&ck, g, &oh, &ow, &nx, &ny));
+  DPT_TRY(dpt_op_tensor(&ck, "dy", dy, dy_off, ny, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "dx", dx, dx_off, nx, F32));
+  DPT_TRY(dpt_op_alias(&ck, "dx", dx, dx_off, nx, F32, "dy", dy, dy_off, ny, F32, 0));
+  if (nx == 0) return DPT_OK;
+  dpt_avgpool_args args = {*g, oh, ow, dpt_op_ref(dy, dy_off), dpt_op_ref(dx, dx_off)};
+  return be->vt->avgpool_bwd(be, &args);
+}
+
+/* ---- dropout ------------------------------------------------------------------------------- */
+
+static uint32_t dropout_key(const dpt_dropout_params *p) {
+  uint32_t h = dpt_mix32((uint32_t)p->seed ^ 0x9e3779b9U);
+  h = dpt_mix32(h ^ (uint32_t)(p->seed >> 32));
+  h = dpt_mix32(h ^ (uint32_t)p->step);
+  return dpt_mix32(h ^ (uint32_t)(p->step >> 32));
+}
+
+static uint32_t dropout_threshold(float p) {
+  return (uint32_t)llround((double)p * 16777216.0);
+}
+
+int dpt_dropout_keep(const dpt_dropout_params *p, uint32_t row, uint32_t col) {
+  if (!p) return 0;
+  uint32_t h = dpt_mix32(dpt_mix32(dropout_key(p) ^ row) ^ col);
+  return (h >> 8) >= dropout_threshold(p->p);
+}
+
+dpt_status dpt_dropout(dpt_backend *be, size_t rows, size_t cols, const dpt_dropout_params *p,
+                       const dpt_buffer *x, size_t x_off, dpt_buffer *y, size_t y_off) {
+  dpt_op_check ck;
+  size_t n;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_dropout", be, be && be->vt->dropout));
+  if (!p) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_dropout: params is NULL");
+  if (!(p->p >= 0.0f && p->p < 1.0f))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_dropout: p %g is not in [0, 1)", (double)p->p);
+  if (cols > UINT32_MAX || rows > (size_t)UINT32_MAX - p->first_row)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "dpt_dropout: rows %zu from row %u or cols %zu exceed 32-bit indices",
+                         rows, (unsigned)p->first_row, cols);
+  DPT_TRY(dpt_op_elems2(&ck, "x", rows, cols, &n));
+  DPT_TRY(dpt_op_tensor(&ck, "x", x, x_off, n, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "y", y, y_off, n, F32));
+  DPT_TRY(dpt_op_alias(&ck, "y", y, y_off, n, F32, "x", x, x_off, n, F32, 1));
+  if (n == 0) return DPT_OK;
+  dpt_dropout_args args = {rows,
+                           cols,
+                           dropout_key(p),
+                           dropout_threshold(p->p),
+                           p->first_row,
+                           (float)(1.0 / (1.0 - (double)p->p)),
+                           dpt_op_ref(x, x_off),
+                           dpt_op_ref(y, y_off)};
+  return be->vt->dropout(be, &args);
+}
