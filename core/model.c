@@ -1,49 +1,54 @@
-/* Sequential models: shapes, the flat parameter/gradient buffers, forward and backward through
- * the op set.
+/* Models as layer graphs: the specs (builder, MLP, CNN, ResNet), planning (shapes, tensors,
+ * buffers), activation memory, parameters and initialization. Forward and backward are in
+ * core/model_exec.c, weight files in core/model_io.c, model files in core/model_json.c.
  *
  * Layouts follow PyTorch so weights move between the two unchanged: activations are NCHW
- * ([batch, c, h, w]) and a linear layer computes y = x W^T + b with W [out, in]. A convolution
- * goes through im2col: per image, y_i[cout, oh*ow] = W[cout, cin*k*k] * col_i[cin*k*k, oh*ow],
- * and its bias is added (and reduced in backward) with a rank-1 gemm against a vector of ones. */
+ * ([batch, c, h, w]) and a linear layer computes y = x W^T + b with W [out, in]. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
 #include "base/size.h"
+#include "core/model_impl.h"
 #include "core/rng.h"
-#include "dptrain/model.h"
-
-typedef struct layer {
-  dpt_layer_spec spec;
-  size_t in_c, in_h, in_w;    /* input shape of one sample */
-  size_t out_c, out_h, out_w; /* output shape of one sample */
-  size_t in_size, out_size;   /* floats per sample */
-  size_t w_index, b_index;    /* tensor indices (SIZE_MAX when the layer has no parameters) */
-  dpt_buffer *out;            /* [max_batch, out_size] owned; NULL for flatten (alias) */
-  dpt_buffer *dout;           /* [max_batch, out_size] gradient wrt out; NULL for flatten */
-  dpt_buffer *aux;            /* conv2d: col [max_batch, cin*k*k, oh*ow]; maxpool: int32 argmax
-                                 [max_batch, out_size] */
-  dpt_buffer *daux;           /* conv2d: dcol [cin*k*k, oh*ow], one image at a time */
-} layer;
-
-struct dpt_model {
-  dpt_backend *be;
-  dpt_model_spec spec;
-  size_t max_batch;
-  size_t num_layers;
-  layer layers[DPT_MODEL_MAX_LAYERS];
-  size_t num_tensors;
-  dpt_tensor_info tensors[2 * DPT_MODEL_MAX_LAYERS];
-  char names[2 * DPT_MODEL_MAX_LAYERS][24]; /* backing store of tensors[i].name */
-  size_t num_params;
-  dpt_buffer *params; /* [num_params] */
-  dpt_buffer *grads;  /* [num_params] */
-  dpt_buffer *ones;   /* [max oh*ow] of 1.0f, for conv bias */
-};
 
 /* ---- specs -------------------------------------------------------------------------------- */
+
+dpt_status dpt_model_spec_init(dpt_model_spec *spec, size_t c, size_t h, size_t w,
+                               size_t num_classes) {
+  if (!spec) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_spec_init: spec is NULL");
+  memset(spec, 0, sizeof *spec);
+  spec->in_c = c;
+  spec->in_h = h;
+  spec->in_w = w;
+  spec->num_classes = num_classes;
+  return DPT_OK;
+}
+
+dpt_status dpt_model_spec_add(dpt_model_spec *spec, const dpt_layer_spec *layer, int *index) {
+  const char *fn = "dpt_model_spec_add";
+  if (!spec || !layer) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: spec/layer is NULL", fn);
+  if (spec->num_layers >= DPT_MODEL_MAX_LAYERS)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: the model already has %d layers, the most", fn,
+                         DPT_MODEL_MAX_LAYERS);
+  if (!dpt_layer_kind_name(layer->kind))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: unknown layer kind %d", fn, (int)layer->kind);
+  if (memchr(layer->name, '\0', sizeof layer->name) == NULL)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: the layer name is not NUL-terminated", fn);
+  if (layer->num_inputs < 0 || layer->num_inputs > DPT_LAYER_MAX_INPUTS)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: layer '%s' has %d inputs", fn, layer->name,
+                         layer->num_inputs);
+  for (int j = 0; j < layer->num_inputs; ++j)
+    if (layer->inputs[j] < DPT_LAYER_INPUT_MODEL || layer->inputs[j] >= (int)spec->num_layers)
+      return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: layer '%s' input %d is not an earlier layer",
+                           fn, layer->name, layer->inputs[j]);
+  if (index) *index = (int)spec->num_layers;
+  spec->layers[spec->num_layers++] = *layer;
+  return DPT_OK;
+}
 
 dpt_status dpt_model_spec_mlp(dpt_model_spec *spec, size_t c, size_t h, size_t w,
                               const size_t *hidden, size_t num_hidden, size_t num_classes) {
@@ -53,11 +58,7 @@ dpt_status dpt_model_spec_mlp(dpt_model_spec *spec, size_t c, size_t h, size_t w
   if (2 + 2 * num_hidden > DPT_MODEL_MAX_LAYERS)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_spec_mlp: %zu hidden layers is too many",
                          num_hidden);
-  memset(spec, 0, sizeof *spec);
-  spec->in_c = c;
-  spec->in_h = h;
-  spec->in_w = w;
-  spec->num_classes = num_classes;
+  DPT_TRY(dpt_model_spec_init(spec, c, h, w, num_classes));
   spec->layers[spec->num_layers++].kind = DPT_LAYER_FLATTEN;
   for (size_t i = 0; i < num_hidden; ++i) {
     spec->layers[spec->num_layers].kind = DPT_LAYER_LINEAR;
@@ -72,16 +73,13 @@ dpt_status dpt_model_spec_mlp(dpt_model_spec *spec, size_t c, size_t h, size_t w
 dpt_status dpt_model_spec_cnn(dpt_model_spec *spec, size_t c, size_t h, size_t w, size_t c1,
                               size_t c2, size_t num_classes) {
   if (!spec) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_spec_cnn: spec is NULL");
-  memset(spec, 0, sizeof *spec);
-  spec->in_c = c;
-  spec->in_h = h;
-  spec->in_w = w;
-  spec->num_classes = num_classes;
+  DPT_TRY(dpt_model_spec_init(spec, c, h, w, num_classes));
   const size_t channels[2] = {c1, c2};
   for (int b = 0; b < 2; ++b) {
-    dpt_layer_spec conv = {DPT_LAYER_CONV2D, channels[b], 3, 1, 1};
-    dpt_layer_spec relu = {DPT_LAYER_RELU, 0, 0, 0, 0};
-    dpt_layer_spec pool = {DPT_LAYER_MAXPOOL, 0, 2, 2, 0};
+    dpt_layer_spec conv = {
+        .kind = DPT_LAYER_CONV2D, .size = channels[b], .kernel = 3, .stride = 1, .padding = 1};
+    dpt_layer_spec relu = {.kind = DPT_LAYER_RELU};
+    dpt_layer_spec pool = {.kind = DPT_LAYER_MAXPOOL, .kernel = 2, .stride = 2};
     spec->layers[spec->num_layers++] = conv;
     spec->layers[spec->num_layers++] = relu;
     spec->layers[spec->num_layers++] = pool;
@@ -92,7 +90,91 @@ dpt_status dpt_model_spec_cnn(dpt_model_spec *spec, size_t c, size_t h, size_t w
   return DPT_OK;
 }
 
-/* ---- shapes and tensors ------------------------------------------------------------------ */
+/* Appends a layer named printf-style, taking inputs in[0..n) (n 0: the layer before). */
+static int resnet_add(dpt_model_spec *s, dpt_layer_spec l, int n, int in0, int in1, const char *fmt,
+                      ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(l.name, sizeof l.name, fmt, ap);
+  va_end(ap);
+  l.num_inputs = n;
+  l.inputs[0] = in0;
+  l.inputs[1] = in1;
+  s->layers[s->num_layers] = l;
+  return (int)s->num_layers++;
+}
+
+/* conv (no bias) + batch norm named <prefix>conv<k>/bn<k>, or shortcut.0/.1 when k is 0. */
+static int resnet_conv_bn(dpt_model_spec *s, const char *prefix, int k, int in, size_t out,
+                          size_t kernel, size_t stride) {
+  dpt_layer_spec conv = {.kind = DPT_LAYER_CONV2D,
+                         .size = out,
+                         .kernel = kernel,
+                         .stride = stride,
+                         .padding = kernel / 2,
+                         .no_bias = 1};
+  dpt_layer_spec bn = {.kind = DPT_LAYER_BATCHNORM2D};
+  if (k == 0) {
+    resnet_add(s, conv, 1, in, 0, "%sshortcut.0", prefix);
+    return resnet_add(s, bn, 0, 0, 0, "%sshortcut.1", prefix);
+  }
+  resnet_add(s, conv, 1, in, 0, "%sconv%d", prefix, k);
+  return resnet_add(s, bn, 0, 0, 0, "%sbn%d", prefix, k);
+}
+
+/* One basic block: conv-bn-relu-conv-bn, plus the input (or its projection), then relu. */
+static int resnet_block(dpt_model_spec *s, int stage, int block, int in, size_t in_c, size_t out,
+                        size_t stride) {
+  char prefix[32];
+  snprintf(prefix, sizeof prefix, "layer%d.%d.", stage, block);
+  dpt_layer_spec relu = {.kind = DPT_LAYER_RELU}, add = {.kind = DPT_LAYER_ADD};
+  resnet_conv_bn(s, prefix, 1, in, out, 3, stride);
+  int r1 = resnet_add(s, relu, 0, 0, 0, "%srelu1", prefix);
+  int main_path = resnet_conv_bn(s, prefix, 2, r1, out, 3, 1);
+  int shortcut = in;
+  if (stride != 1 || in_c != out) shortcut = resnet_conv_bn(s, prefix, 0, in, out, 1, stride);
+  resnet_add(s, add, 2, main_path, shortcut, "%sadd", prefix);
+  return resnet_add(s, relu, 0, 0, 0, "%srelu2", prefix);
+}
+
+dpt_status dpt_model_spec_resnet(dpt_model_spec *spec, size_t c, size_t h, size_t w, size_t depth,
+                                 size_t num_classes) {
+  const char *fn = "dpt_model_spec_resnet";
+  if (!spec) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: spec is NULL", fn);
+  if (depth < 8 || (depth - 2) % 6 != 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: depth %zu is not 6n+2 with n >= 1 (20, 32, 44, "
+                         "56, 110)",
+                         fn, depth);
+  size_t n = (depth - 2) / 6;
+  if (6 + 3 * (8 * n) > DPT_MODEL_MAX_LAYERS)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: depth %zu needs more than %d layers", fn, depth,
+                         DPT_MODEL_MAX_LAYERS);
+  DPT_TRY(dpt_model_spec_init(spec, c, h, w, num_classes));
+  dpt_layer_spec conv = {
+      .kind = DPT_LAYER_CONV2D, .size = 16, .kernel = 3, .stride = 1, .padding = 1, .no_bias = 1};
+  dpt_layer_spec bn = {.kind = DPT_LAYER_BATCHNORM2D}, relu = {.kind = DPT_LAYER_RELU};
+  dpt_layer_spec gap = {.kind = DPT_LAYER_GLOBAL_AVGPOOL}, flat = {.kind = DPT_LAYER_FLATTEN};
+  dpt_layer_spec fc = {.kind = DPT_LAYER_LINEAR, .size = num_classes};
+  resnet_add(spec, conv, 0, 0, 0, "conv1");
+  resnet_add(spec, bn, 0, 0, 0, "bn1");
+  int x = resnet_add(spec, relu, 0, 0, 0, "relu");
+  size_t width = 16;
+  for (int stage = 1; stage <= 3; ++stage) {
+    size_t out = (size_t)16 << (stage - 1);
+    for (size_t b = 0; b < n; ++b) {
+      size_t stride = stage > 1 && b == 0 ? 2 : 1;
+      x = resnet_block(spec, stage, (int)b, x, width, out, stride);
+      width = out;
+    }
+  }
+  resnet_add(spec, gap, 0, 0, 0, "avgpool");
+  resnet_add(spec, flat, 0, 0, 0, "flatten");
+  resnet_add(spec, fc, 0, 0, 0, "fc");
+  return DPT_OK;
+}
+
+/* ---- kinds --------------------------------------------------------------------------------- */
 
 const char *dpt_layer_kind_name(dpt_layer_kind kind) {
   switch (kind) {
@@ -106,46 +188,243 @@ const char *dpt_layer_kind_name(dpt_layer_kind kind) {
   }
 }
 
-/* Appends tensor "<layer_index>.<what>" of shape[ndim] to the tensor list and to the end of the
- * flat buffers; *index_out receives its index. */
-static dpt_status add_tensor(dpt_model *m, size_t layer_index, const char *what, int ndim,
+dpt_status dpt_layer_kind_parse(const char *name, dpt_layer_kind *out) {
+  if (!name || !out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_layer_kind_parse: NULL");
+  for (int k = 0; k < DPT_LAYER_KIND_COUNT; ++k)
+    if (strcmp(name, dpt_layer_kind_name((dpt_layer_kind)k)) == 0) {
+      *out = (dpt_layer_kind)k;
+      return DPT_OK;
+    }
+  return dpt_set_error(DPT_ERR_INVALID_ARG,
+                       "unknown layer kind '%s' (linear, relu, conv2d, maxpool, flatten, add, "
+                       "batchnorm2d, batchnorm1d, avgpool, global_avgpool, dropout)",
+                       name);
+}
+
+/* ---- planning: shapes, tensors, buffers ---------------------------------------------------- */
+
+/* Planning runs inside dpt_model_create; its messages carry that name and the layer. */
+static const char plan_fn[] = "dpt_model_create";
+
+/* "layer 3 (conv2d)" or "layer 3 'conv1' (conv2d)", for messages. */
+static const char *label(const dpt_model *m, size_t i, char *buf, size_t cap) {
+  const dpt_layer_spec *l = &m->spec.layers[i];
+  const char *kind = dpt_layer_kind_name(l->kind);
+  if (l->name[0])
+    snprintf(buf, cap, "layer %zu '%s' (%s)", i, l->name, kind ? kind : "?");
+  else
+    snprintf(buf, cap, "layer %zu (%s)", i, kind ? kind : "?");
+  return buf;
+}
+
+#define LAYER_ERR(m, i, ...) layer_error((m), (i), __VA_ARGS__)
+
+/* DPT_ERR_INVALID_ARG "dpt_model_create: <label>: <message>". */
+static dpt_status layer_error(const dpt_model *m, size_t i, const char *fmt, ...) {
+  char lb[96], msg[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %s %s", plan_fn, label(m, i, lb, sizeof lb), msg);
+}
+
+/* Appends tensor "<prefix>.<what>" of shape[ndim] to a list (parameters or buffers), at the end
+ * of its flat buffer (*total floats so far); *index_out receives its index. */
+static dpt_status add_tensor(dpt_model *m, size_t i, int buffer, const char *what, int ndim,
                              const int64_t *shape, size_t *index_out) {
-  size_t i = m->num_tensors++;
-  dpt_tensor_info *t = &m->tensors[i];
-  snprintf(m->names[i], sizeof m->names[i], "%zu.%s", layer_index, what);
-  t->name = m->names[i];
+  size_t *count = buffer ? &m->num_buffers : &m->num_tensors;
+  size_t *total = buffer ? &m->num_buffer_floats : &m->num_params;
+  dpt_tensor_info *t = buffer ? &m->buffers[*count] : &m->tensors[*count];
+  char *name = m->names[(buffer ? 4 * m->num_layers : 0) + *count];
+  const dpt_layer_spec *l = &m->spec.layers[i];
+  if (l->name[0])
+    snprintf(name, DPT_LAYER_NAME_MAX + 24, "%s.%s", l->name, what);
+  else
+    snprintf(name, DPT_LAYER_NAME_MAX + 24, "%zu.%s", i, what);
+  t->name = name;
   t->ndim = ndim;
   t->count = 1;
   for (int d = 0; d < ndim; ++d) {
     t->shape[d] = shape[d];
     if (!dpt_mul_ok(t->count, (size_t)shape[d], &t->count))
-      return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_create: tensor %s is too large",
-                           t->name);
+      return LAYER_ERR(m, i, "tensor %s is too large", t->name);
   }
-  t->offset = m->num_params;
-  if (!dpt_add_ok(m->num_params, t->count, &m->num_params))
-    return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_create: too many parameters");
-  *index_out = i;
+  t->offset = *total;
+  if (!dpt_add_ok(*total, t->count, total)) return LAYER_ERR(m, i, "too many parameters");
+  if (index_out) *index_out = *count;
+  ++*count;
   return DPT_OK;
 }
 
-/* Layer i's "i.weight" of shape w_shape[ndim] and "i.bias" [w_shape[0]], weight first, as
- * PyTorch's state_dict orders them. */
+/* "weight" of shape w_shape[ndim] and, unless no_bias, "bias" [w_shape[0]]. */
 static dpt_status add_weight_and_bias(dpt_model *m, size_t i, int ndim, const int64_t *w_shape) {
-  layer *L = &m->layers[i];
-  DPT_TRY(add_tensor(m, i, "weight", ndim, w_shape, &L->w_index));
-  return add_tensor(m, i, "bias", 1, w_shape, &L->b_index);
+  dpt_node *L = &m->layers[i];
+  DPT_TRY(add_tensor(m, i, 0, "weight", ndim, w_shape, &L->w_index));
+  if (L->spec.no_bias) return DPT_OK;
+  return add_tensor(m, i, 0, "bias", 1, w_shape, &L->b_index);
 }
 
-/* Planning runs inside dpt_model_create; its messages carry that name. */
-static const char plan_fn[] = "dpt_model_create";
+static dpt_status plan_linear(dpt_model *m, size_t i, dpt_sample_shape *x) {
+  dpt_node *L = &m->layers[i];
+  if (L->spec.size == 0) return LAYER_ERR(m, i, "has size 0");
+  const int64_t ws[2] = {(int64_t)L->spec.size, (int64_t)L->in_size};
+  DPT_TRY(add_weight_and_bias(m, i, 2, ws));
+  *x = (dpt_sample_shape){L->spec.size, 1, 1, 1};
+  return DPT_OK;
+}
 
-/* The shape of one sample between two layers. After a flatten or linear layer the sample is a
- * vector of c features (h = w = 1) and `flat` is set: image layers refuse it. */
-typedef struct sample_shape {
-  size_t c, h, w;
-  int flat;
-} sample_shape;
+static dpt_status need_image(const dpt_model *m, size_t i, const dpt_sample_shape *x) {
+  if (x->flat) return LAYER_ERR(m, i, "needs an image input, not a flattened one");
+  return DPT_OK;
+}
+
+/* conv2d: weight [out, c, k, k], bias [out]; stride 0 means 1. */
+static dpt_status plan_conv2d(dpt_model *m, size_t i, dpt_sample_shape *x) {
+  dpt_node *L = &m->layers[i];
+  DPT_TRY(need_image(m, i, x));
+  if (L->spec.size == 0) return LAYER_ERR(m, i, "has 0 output channels");
+  if (L->spec.stride == 0) L->spec.stride = 1;
+  size_t k = L->spec.kernel, s = L->spec.stride, p = L->spec.padding;
+  dpt_conv_geom g = {1, x->c, x->h, x->w, k, k, s, s, p, p};
+  size_t oh, ow;
+  dpt_status st = dpt_conv_out_size(&g, &oh, &ow);
+  if (st != DPT_OK) return LAYER_ERR(m, i, "%s", dpt_last_error());
+  const int64_t ws[4] = {(int64_t)L->spec.size, (int64_t)x->c, (int64_t)k, (int64_t)k};
+  DPT_TRY(add_weight_and_bias(m, i, 4, ws));
+  *x = (dpt_sample_shape){L->spec.size, oh, ow, 0};
+  return DPT_OK;
+}
+
+/* maxpool / avgpool / global_avgpool: channels kept, each plane pooled. */
+static dpt_status plan_pool(dpt_model *m, size_t i, dpt_sample_shape *x) {
+  dpt_node *L = &m->layers[i];
+  DPT_TRY(need_image(m, i, x));
+  if (L->spec.kind == DPT_LAYER_GLOBAL_AVGPOOL) {
+    L->spec.kernel = x->h > x->w ? x->h : x->w; /* for messages only; the window is h x w */
+    *x = (dpt_sample_shape){x->c, 1, 1, 0};
+    return DPT_OK;
+  }
+  if (L->spec.kernel == 0) return LAYER_ERR(m, i, "has kernel 0");
+  if (L->spec.stride == 0) L->spec.stride = L->spec.kernel;
+  dpt_pool_geom g = {x->c,           x->h,           x->w,          L->spec.kernel,
+                     L->spec.kernel, L->spec.stride, L->spec.stride};
+  size_t oh, ow;
+  dpt_status st = dpt_pool_out_size(&g, &oh, &ow);
+  if (st != DPT_OK) return LAYER_ERR(m, i, "%s", dpt_last_error());
+  x->h = oh;
+  x->w = ow;
+  return DPT_OK;
+}
+
+/* batchnorm2d over [C, H, W] images, batchnorm1d over [C] vectors: weight and bias [C], then
+ * the buffers running_mean, running_var [C] and num_batches_tracked (one float). */
+static dpt_status plan_batchnorm(dpt_model *m, size_t i, dpt_sample_shape *x) {
+  dpt_node *L = &m->layers[i];
+  if (L->spec.kind == DPT_LAYER_BATCHNORM2D) DPT_TRY(need_image(m, i, x));
+  if (L->spec.kind == DPT_LAYER_BATCHNORM1D && !x->flat)
+    return LAYER_ERR(m, i,
+                     "needs a feature vector (after flatten or linear), not a %zu x %zu x "
+                     "%zu image",
+                     x->c, x->h, x->w);
+  const int64_t c[1] = {(int64_t)x->c};
+  DPT_TRY(add_tensor(m, i, 0, "weight", 1, c, &L->w_index));
+  DPT_TRY(add_tensor(m, i, 0, "bias", 1, c, &L->b_index));
+  L->buf_offset = m->num_buffer_floats;
+  DPT_TRY(add_tensor(m, i, 1, "running_mean", 1, c, NULL));
+  DPT_TRY(add_tensor(m, i, 1, "running_var", 1, c, NULL));
+  return add_tensor(m, i, 1, "num_batches_tracked", 0, c, NULL);
+}
+
+static dpt_status plan_add(dpt_model *m, size_t i, dpt_sample_shape *x) {
+  const dpt_node *L = &m->layers[i];
+  int b = L->src[1];
+  dpt_sample_shape y = b == DPT_LAYER_INPUT_MODEL
+                           ? (dpt_sample_shape){m->spec.in_c, m->spec.in_h, m->spec.in_w, 0}
+                           : m->layers[b].oshape;
+  if (x->c != y.c || x->h != y.h || x->w != y.w)
+    return LAYER_ERR(m, i, "adds inputs of shapes %zu x %zu x %zu and %zu x %zu x %zu", x->c, x->h,
+                     x->w, y.c, y.h, y.w);
+  return DPT_OK;
+}
+
+/* Which layers feed layer i: the spec's inputs, or the layer before. */
+static dpt_status plan_inputs(dpt_model *m, size_t i) {
+  dpt_node *L = &m->layers[i];
+  const dpt_layer_spec *l = &m->spec.layers[i];
+  int want = l->kind == DPT_LAYER_ADD ? 2 : 1;
+  if (l->num_inputs == 0 && want == 1) {
+    L->num_src = 1;
+    L->src[0] = (int)i - 1; /* DPT_LAYER_INPUT_MODEL for layer 0 */
+    return DPT_OK;
+  }
+  if (l->num_inputs != want)
+    return LAYER_ERR(m, i, "takes %d input%s, the spec names %d", want, want > 1 ? "s" : "",
+                     l->num_inputs);
+  L->num_src = want;
+  for (int j = 0; j < want; ++j) {
+    L->src[j] = l->inputs[j];
+    if (L->src[j] < DPT_LAYER_INPUT_MODEL || L->src[j] >= (int)i)
+      return LAYER_ERR(m, i, "input %d is not an earlier layer (nor the model input, %d)",
+                       L->src[j], DPT_LAYER_INPUT_MODEL);
+  }
+  return DPT_OK;
+}
+
+static dpt_status plan_kind(dpt_model *m, size_t i, dpt_sample_shape *x) {
+  dpt_node *L = &m->layers[i];
+  switch (L->spec.kind) {
+  case DPT_LAYER_LINEAR:
+    return plan_linear(m, i, x);
+  case DPT_LAYER_CONV2D:
+    return plan_conv2d(m, i, x);
+  case DPT_LAYER_MAXPOOL:
+  case DPT_LAYER_AVGPOOL:
+  case DPT_LAYER_GLOBAL_AVGPOOL:
+    return plan_pool(m, i, x);
+  case DPT_LAYER_BATCHNORM2D:
+  case DPT_LAYER_BATCHNORM1D:
+    return plan_batchnorm(m, i, x);
+  case DPT_LAYER_ADD:
+    return plan_add(m, i, x);
+  case DPT_LAYER_FLATTEN:
+    *x = (dpt_sample_shape){L->in_size, 1, 1, 1};
+    return DPT_OK;
+  case DPT_LAYER_DROPOUT:
+    if (!(L->spec.p >= 0.0f && L->spec.p < 1.0f))
+      return LAYER_ERR(m, i, "has p %g, not in [0, 1)", (double)L->spec.p);
+    return DPT_OK;
+  case DPT_LAYER_RELU:
+    return DPT_OK;
+  default:
+    return LAYER_ERR(m, i, "has unknown kind %d", (int)L->spec.kind);
+  }
+}
+
+/* Layer i's inputs, shapes and tensors. */
+static dpt_status plan_layer(dpt_model *m, size_t i) {
+  dpt_node *L = &m->layers[i];
+  L->spec = m->spec.layers[i];
+  L->w_index = L->b_index = SIZE_MAX;
+  if (memchr(L->spec.name, '\0', sizeof L->spec.name) == NULL)
+    return LAYER_ERR(m, i, "has a name that is not NUL-terminated");
+  DPT_TRY(plan_inputs(m, i));
+  int a = L->src[0];
+  dpt_sample_shape x = a == DPT_LAYER_INPUT_MODEL
+                           ? (dpt_sample_shape){m->spec.in_c, m->spec.in_h, m->spec.in_w, 0}
+                           : m->layers[a].oshape;
+  L->ishape = x;
+  if (!dpt_mul_ok(x.c, x.h, &L->in_size) || !dpt_mul_ok(L->in_size, x.w, &L->in_size))
+    return LAYER_ERR(m, i, "input too large");
+  DPT_TRY(plan_kind(m, i, &x));
+  L->oshape = x;
+  if (!dpt_mul_ok(x.c, x.h, &L->out_size) || !dpt_mul_ok(L->out_size, x.w, &L->out_size))
+    return LAYER_ERR(m, i, "output too large");
+  L->store = L->spec.kind == DPT_LAYER_FLATTEN
+                 ? (a == DPT_LAYER_INPUT_MODEL ? a : m->layers[a].store)
+                 : (int)i;
+  return DPT_OK;
+}
 
 /* The spec's model-wide fields: input shape, layer count, classes. */
 static dpt_status plan_check_spec(const dpt_model_spec *s) {
@@ -160,172 +439,135 @@ static dpt_status plan_check_spec(const dpt_model_spec *s) {
   return DPT_OK;
 }
 
-/* linear: weight [out, in_features], bias [out]; the output is a vector of `size` features. */
-static dpt_status plan_linear(dpt_model *m, size_t i, size_t in_features, sample_shape *x) {
-  layer *L = &m->layers[i];
-  if (L->spec.size == 0)
-    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: layer %zu (linear) has size 0", plan_fn, i);
-  const int64_t ws[2] = {(int64_t)L->spec.size, (int64_t)in_features};
-  DPT_TRY(add_weight_and_bias(m, i, 2, ws));
-  x->c = L->spec.size;
-  x->h = x->w = 1;
-  x->flat = 1;
+/* Two layers with one name would give one state_dict entry two tensors. */
+static dpt_status plan_check_names(const dpt_model *m) {
+  for (size_t i = 0; i < m->num_layers; ++i)
+    for (size_t j = 0; j < i && m->spec.layers[i].name[0]; ++j)
+      if (strcmp(m->spec.layers[i].name, m->spec.layers[j].name) == 0)
+        return LAYER_ERR(m, i, "has the name of layer %zu", j);
   return DPT_OK;
 }
 
-/* conv2d: weight [out, c, k, k], bias [out]; stride 0 means 1. */
-static dpt_status plan_conv2d(dpt_model *m, size_t i, sample_shape *x) {
+/* The last layer computes the logits (one per class); every other layer's output is used, and
+ * something is trained. */
+static dpt_status plan_check_graph(const dpt_model *m) {
   const char *fn = plan_fn;
-  layer *L = &m->layers[i];
-  if (x->flat)
-    return dpt_set_error(DPT_ERR_INVALID_ARG,
-                         "%s: layer %zu (conv2d) needs an image input, not a flattened one", fn, i);
-  if (L->spec.size == 0 || L->spec.kernel == 0)
-    return dpt_set_error(DPT_ERR_INVALID_ARG,
-                         "%s: layer %zu (conv2d) needs out channels and kernel > 0", fn, i);
-  size_t stride = L->spec.stride ? L->spec.stride : 1;
-  L->spec.stride = stride;
-  dpt_conv_geom g = {1,
-                     x->c,
-                     x->h,
-                     x->w,
-                     L->spec.kernel,
-                     L->spec.kernel,
-                     stride,
-                     stride,
-                     L->spec.padding,
-                     L->spec.padding};
-  size_t oh, ow;
-  dpt_status st = dpt_conv_out_size(&g, &oh, &ow);
-  if (st != DPT_OK) return dpt_error_context(st, "%s: layer %zu (conv2d)", fn, i);
-  const int64_t ws[4] = {(int64_t)L->spec.size, (int64_t)x->c, (int64_t)L->spec.kernel,
-                         (int64_t)L->spec.kernel};
-  DPT_TRY(add_weight_and_bias(m, i, 4, ws));
-  x->c = L->spec.size;
-  x->h = oh;
-  x->w = ow;
-  return DPT_OK;
-}
-
-/* maxpool: channels kept, each plane pooled; stride 0 means the kernel. */
-static dpt_status plan_maxpool(dpt_model *m, size_t i, sample_shape *x) {
-  const char *fn = plan_fn;
-  layer *L = &m->layers[i];
-  if (x->flat)
-    return dpt_set_error(DPT_ERR_INVALID_ARG,
-                         "%s: layer %zu (maxpool) needs an image input, not a flattened one", fn,
-                         i);
-  if (L->spec.kernel == 0)
-    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: layer %zu (maxpool) has kernel 0", fn, i);
-  if (L->spec.stride == 0) L->spec.stride = L->spec.kernel;
-  dpt_pool_geom g = {x->c,           x->h,           x->w,          L->spec.kernel,
-                     L->spec.kernel, L->spec.stride, L->spec.stride};
-  size_t oh, ow;
-  dpt_status st = dpt_pool_out_size(&g, &oh, &ow);
-  if (st != DPT_OK) return dpt_error_context(st, "%s: layer %zu (maxpool)", fn, i);
-  x->h = oh;
-  x->w = ow;
-  return DPT_OK;
-}
-
-/* Layer i's shapes and tensors from the sample shape `x` entering it; `x` leaves as its output. */
-static dpt_status plan_layer(dpt_model *m, size_t i, sample_shape *x) {
-  layer *L = &m->layers[i];
-  L->spec = m->spec.layers[i];
-  L->in_c = x->c;
-  L->in_h = x->h;
-  L->in_w = x->w;
-  L->w_index = L->b_index = SIZE_MAX;
-  size_t in_features;
-  if (!dpt_mul_ok(x->c, x->h, &in_features) || !dpt_mul_ok(in_features, x->w, &in_features))
-    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: layer %zu input too large", plan_fn, i);
-  switch (L->spec.kind) {
-  case DPT_LAYER_LINEAR:
-    DPT_TRY(plan_linear(m, i, in_features, x));
-    break;
-  case DPT_LAYER_RELU:
-    break;
-  case DPT_LAYER_FLATTEN:
-    x->c = in_features;
-    x->h = x->w = 1;
-    x->flat = 1;
-    break;
-  case DPT_LAYER_CONV2D:
-    DPT_TRY(plan_conv2d(m, i, x));
-    break;
-  case DPT_LAYER_MAXPOOL:
-    DPT_TRY(plan_maxpool(m, i, x));
-    break;
-  default:
-    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: layer %zu has unknown kind %d", plan_fn, i,
-                         (int)L->spec.kind);
-  }
-  L->out_c = x->c;
-  L->out_h = x->h;
-  L->out_w = x->w;
-  L->in_size = in_features;
-  if (!dpt_mul_ok(x->c, x->h, &L->out_size) || !dpt_mul_ok(L->out_size, x->w, &L->out_size))
-    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: layer %zu output too large", plan_fn, i);
-  return DPT_OK;
-}
-
-/* The last layer computes the logits (one per class), and something is trained. */
-static dpt_status plan_check_output(const dpt_model *m) {
-  const char *fn = plan_fn;
-  const layer *last = &m->layers[m->num_layers - 1];
+  const dpt_node *last = &m->layers[m->num_layers - 1];
   if (last->spec.kind == DPT_LAYER_FLATTEN)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
-                         "%s: the last layer must compute the logits, not "
-                         "flatten them",
-                         fn);
+                         "%s: the last layer must compute the logits, not flatten them", fn);
   if (last->out_size != m->spec.num_classes)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "%s: the last layer (%s) gives %zu outputs but num_classes is %zu", fn,
                          dpt_layer_kind_name(last->spec.kind), last->out_size, m->spec.num_classes);
+  for (size_t i = 0; i + 1 < m->num_layers; ++i) {
+    int used = 0;
+    for (size_t j = i + 1; j < m->num_layers && !used; ++j)
+      for (int k = 0; k < m->layers[j].num_src; ++k)
+        used |= m->layers[j].src[k] == (int)i;
+    if (!used) return LAYER_ERR(m, i, "has an output no layer uses");
+  }
   if (m->num_params == 0)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: the model has no parameters", fn);
   return DPT_OK;
 }
 
-/* Derives every layer's shapes and the tensor list from the spec; allocates nothing. */
+/* Derives every layer's inputs, shapes and the tensor lists from the spec; allocates only the
+ * host-side lists. */
 static dpt_status plan(dpt_model *m) {
   const dpt_model_spec *s = &m->spec;
   DPT_TRY(plan_check_spec(s));
-  sample_shape x = {s->in_c, s->in_h, s->in_w, 0};
   m->num_layers = s->num_layers;
+  m->layers = calloc(m->num_layers, sizeof *m->layers);
+  m->tensors = calloc(2 * m->num_layers, sizeof *m->tensors);
+  m->buffers = calloc(3 * m->num_layers, sizeof *m->buffers);
+  m->names = calloc(7 * m->num_layers, sizeof *m->names);
+  m->grad_written = calloc(m->num_layers, 1);
+  if (!m->layers || !m->tensors || !m->buffers || !m->names || !m->grad_written)
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of host memory", plan_fn);
+  DPT_TRY(plan_check_names(m));
   for (size_t i = 0; i < s->num_layers; ++i)
-    DPT_TRY(plan_layer(m, i, &x));
-  return plan_check_output(m);
+    DPT_TRY(plan_layer(m, i));
+  return plan_check_graph(m);
 }
 
-static dpt_status alloc_floats(dpt_backend *be, size_t count, size_t elem, dpt_buffer **out) {
+/* ---- memory -------------------------------------------------------------------------------- */
+
+static dpt_status alloc_floats(dpt_model *m, size_t count, size_t elem, dpt_buffer **out) {
   size_t bytes;
   if (!dpt_mul_ok(count, elem, &bytes))
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_model_create: buffer size overflows");
-  return dpt_buffer_alloc(be, bytes ? bytes : elem, out);
+  if (bytes == 0) bytes = elem;
+  DPT_TRY(dpt_buffer_alloc(m->be, bytes, out));
+  m->activation_bytes += bytes;
+  return DPT_OK;
 }
 
-/* Layer i's activation buffers for max_batch samples: output and its gradient, and what the
- * kind keeps between forward and backward (maxpool: argmax; conv2d: im2col columns and one
- * image's column gradient). A flatten layer aliases its input and owns nothing. max_plane grows
- * to the largest conv2d output plane (the length of the ones vector for its bias). */
-static dpt_status alloc_layer(dpt_model *m, size_t i, size_t *max_plane) {
-  dpt_backend *be = m->be;
-  layer *L = &m->layers[i];
-  if (L->spec.kind == DPT_LAYER_FLATTEN) return DPT_OK;
+/* What the model needs once, sized by its largest user: the im2col columns and their gradient
+ * (shared by every convolution, recomputed in backward), the ones vector of the conv bias, and
+ * the scratch gradient of a layer feeding several others. */
+typedef struct shared_sizes {
+  size_t col, plane, scratch;
+} shared_sizes;
+
+/* How many layers take their input from store s (through flattens, which do not count). */
+static int consumers_of(const dpt_model *m, int s) {
+  int n = 0;
+  for (size_t j = 0; j < m->num_layers; ++j) {
+    const dpt_node *L = &m->layers[j];
+    for (int k = 0; k < L->num_src && L->spec.kind != DPT_LAYER_FLATTEN; ++k)
+      n += L->src[k] >= 0 && m->layers[L->src[k]].store == s;
+  }
+  return n;
+}
+
+/* Layer i's activation buffers for max_batch samples: its output and the gradient wrt it, and
+ * what its kind keeps between forward and backward (maxpool: argmax; batch norm: the step's
+ * statistics and sums). A flatten layer aliases its input and owns nothing. */
+static dpt_status alloc_layer(dpt_model *m, size_t i, shared_sizes *sh) {
+  dpt_node *L = &m->layers[i];
   size_t n;
   if (!dpt_mul_ok(m->max_batch, L->out_size, &n))
-    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_model_create: layer %zu too large", i);
-  DPT_TRY(alloc_floats(be, n, sizeof(float), &L->out));
-  DPT_TRY(alloc_floats(be, n, sizeof(float), &L->dout));
-  if (L->spec.kind == DPT_LAYER_MAXPOOL) return alloc_floats(be, n, sizeof(int32_t), &L->aux);
-  if (L->spec.kind != DPT_LAYER_CONV2D) return DPT_OK;
-  size_t k = L->in_c * L->spec.kernel * L->spec.kernel, plane = L->out_h * L->out_w, col;
-  if (plane > *max_plane) *max_plane = plane;
-  if (!dpt_mul_ok(k, plane, &col) || !dpt_mul_ok(col, m->max_batch, &n))
-    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_model_create: layer %zu too large", i);
-  DPT_TRY(alloc_floats(be, n, sizeof(float), &L->aux));
-  return alloc_floats(be, col, sizeof(float), &L->daux);
+    return LAYER_ERR(m, i, "output for %zu samples is too large", m->max_batch);
+  if (L->spec.kind == DPT_LAYER_FLATTEN) return DPT_OK;
+  if (consumers_of(m, (int)i) > 1 && n > sh->scratch) sh->scratch = n;
+  DPT_TRY(alloc_floats(m, n, sizeof(float), &L->out));
+  DPT_TRY(alloc_floats(m, n, sizeof(float), &L->dout));
+  switch (L->spec.kind) {
+  case DPT_LAYER_MAXPOOL:
+    return alloc_floats(m, n, sizeof(int32_t), &L->aux);
+  case DPT_LAYER_BATCHNORM1D:
+  case DPT_LAYER_BATCHNORM2D:
+    return alloc_floats(m, 4 * L->oshape.c, sizeof(float), &L->aux);
+  case DPT_LAYER_CONV2D: {
+    size_t k = L->ishape.c * L->spec.kernel * L->spec.kernel, plane = L->oshape.h * L->oshape.w,
+           col;
+    if (!dpt_mul_ok(k, plane, &col) || !dpt_mul_ok(col, m->max_batch, &col))
+      return LAYER_ERR(m, i, "im2col columns for %zu samples are too large", m->max_batch);
+    if (col > sh->col) sh->col = col;
+    if (plane > sh->plane) sh->plane = plane;
+    return DPT_OK;
+  }
+  default:
+    return DPT_OK;
+  }
+}
+
+static dpt_status alloc_all(dpt_model *m) {
+  shared_sizes sh = {0, 1, 0};
+  for (size_t i = 0; i < m->num_layers; ++i)
+    DPT_TRY(alloc_layer(m, i, &sh));
+  if (sh.col) DPT_TRY(alloc_floats(m, sh.col, sizeof(float), &m->col));
+  if (sh.col) DPT_TRY(alloc_floats(m, sh.col, sizeof(float), &m->dcol));
+  if (sh.scratch) DPT_TRY(alloc_floats(m, sh.scratch, sizeof(float), &m->scratch));
+  DPT_TRY(alloc_floats(m, sh.plane, sizeof(float), &m->ones));
+  DPT_TRY(dpt_buffer_fill_f32(m->ones, 0, sh.plane, 1.0f));
+  size_t before = m->activation_bytes;
+  DPT_TRY(alloc_floats(m, m->num_params, sizeof(float), &m->params));
+  DPT_TRY(alloc_floats(m, m->num_params, sizeof(float), &m->grads));
+  if (m->num_buffer_floats) DPT_TRY(alloc_floats(m, m->num_buffer_floats, sizeof(float), &m->bufs));
+  m->activation_bytes = before; /* parameters, gradients and buffers are not activations */
+  return DPT_OK;
 }
 
 dpt_status dpt_model_create(dpt_backend *be, const dpt_model_spec *spec, size_t max_batch,
@@ -341,13 +583,7 @@ dpt_status dpt_model_create(dpt_backend *be, const dpt_model_spec *spec, size_t 
   m->spec = *spec;
   m->max_batch = max_batch;
   dpt_status st = plan(m);
-  size_t max_plane = 1;
-  for (size_t i = 0; i < m->num_layers && st == DPT_OK; ++i)
-    st = alloc_layer(m, i, &max_plane);
-  if (st == DPT_OK) st = alloc_floats(be, m->num_params, sizeof(float), &m->params);
-  if (st == DPT_OK) st = alloc_floats(be, m->num_params, sizeof(float), &m->grads);
-  if (st == DPT_OK) st = alloc_floats(be, max_plane, sizeof(float), &m->ones);
-  if (st == DPT_OK) st = dpt_buffer_fill_f32(m->ones, 0, max_plane, 1.0f);
+  if (st == DPT_OK) st = alloc_all(m);
   if (st != DPT_OK) {
     dpt_model_destroy(m);
     return st;
@@ -358,17 +594,23 @@ dpt_status dpt_model_create(dpt_backend *be, const dpt_model_spec *spec, size_t 
 
 void dpt_model_destroy(dpt_model *m) {
   if (!m) return;
-  for (size_t i = 0; i < m->num_layers; ++i) {
+  for (size_t i = 0; m->layers && i < m->num_layers; ++i) {
     dpt_buffer_free(m->layers[i].out);
     dpt_buffer_free(m->layers[i].dout);
     dpt_buffer_free(m->layers[i].aux);
-    dpt_buffer_free(m->layers[i].daux);
   }
-  dpt_buffer_free(m->params);
-  dpt_buffer_free(m->grads);
-  dpt_buffer_free(m->ones);
+  dpt_buffer *shared[] = {m->params, m->grads, m->bufs, m->ones, m->col, m->dcol, m->scratch};
+  for (size_t i = 0; i < sizeof shared / sizeof shared[0]; ++i)
+    dpt_buffer_free(shared[i]);
+  free(m->layers);
+  free(m->tensors);
+  free(m->buffers);
+  free(m->names);
+  free(m->grad_written);
   free(m);
 }
+
+/* ---- accessors ----------------------------------------------------------------------------- */
 
 size_t dpt_model_num_tensors(const dpt_model *m) {
   return m ? m->num_tensors : 0;
@@ -383,6 +625,29 @@ dpt_status dpt_model_tensor(const dpt_model *m, size_t index, dpt_tensor_info *o
   return DPT_OK;
 }
 
+size_t dpt_model_num_buffers(const dpt_model *m) {
+  return m ? m->num_buffers : 0;
+}
+
+dpt_status dpt_model_buffer_info(const dpt_model *m, size_t index, dpt_tensor_info *out) {
+  if (!m || !out)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_buffer_info: model/out is NULL");
+  if (index >= m->num_buffers)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_buffer_info: index %zu >= %zu buffers",
+                         index, m->num_buffers);
+  *out = m->buffers[index];
+  return DPT_OK;
+}
+
+size_t dpt_model_num_buffer_floats(const dpt_model *m) {
+  return m ? m->num_buffer_floats : 0;
+}
+dpt_buffer *dpt_model_buffers(const dpt_model *m) {
+  return m ? m->bufs : NULL;
+}
+size_t dpt_model_activation_bytes(const dpt_model *m) {
+  return m ? m->activation_bytes : 0;
+}
 size_t dpt_model_num_params(const dpt_model *m) {
   return m ? m->num_params : 0;
 }
@@ -398,6 +663,27 @@ dpt_backend *dpt_model_backend(const dpt_model *m) {
 size_t dpt_model_input_size(const dpt_model *m) {
   return m ? m->spec.in_c * m->spec.in_h * m->spec.in_w : 0;
 }
+size_t dpt_model_num_classes(const dpt_model *m) {
+  return m ? m->spec.num_classes : 0;
+}
+size_t dpt_model_state_size(const dpt_model *m) {
+  return m ? m->num_params + m->num_buffer_floats : 0;
+}
+
+dpt_status dpt_model_set_sync_bn(dpt_model *m, dpt_model_allreduce_fn sum, void *ctx) {
+  if (!m) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_set_sync_bn: model is NULL");
+  m->sync_sum = sum;
+  m->sync_ctx = ctx;
+  return DPT_OK;
+}
+
+dpt_status dpt_model_set_step(dpt_model *m, uint64_t seed, uint64_t step, uint32_t first_sample) {
+  if (!m) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_set_step: model is NULL");
+  m->seed = seed;
+  m->step = step;
+  m->first_sample = first_sample;
+  return DPT_OK;
+}
 
 dpt_status dpt_model_get_params(const dpt_model *m, float *host) {
   if (!m || !host)
@@ -411,210 +697,67 @@ dpt_status dpt_model_set_params(dpt_model *m, const float *host) {
   return dpt_buffer_upload(m->params, 0, host, m->num_params * sizeof(float));
 }
 
+dpt_status dpt_model_get_state(const dpt_model *m, float *host) {
+  if (!m || !host)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_get_state: model/host is NULL");
+  DPT_TRY(dpt_model_get_params(m, host));
+  if (!m->bufs) return DPT_OK;
+  return dpt_buffer_download(m->bufs, 0, host + m->num_params,
+                             m->num_buffer_floats * sizeof(float));
+}
+
+dpt_status dpt_model_set_state(dpt_model *m, const float *host) {
+  if (!m || !host)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_set_state: model/host is NULL");
+  DPT_TRY(dpt_model_set_params(m, host));
+  if (!m->bufs) return DPT_OK;
+  return dpt_buffer_upload(m->bufs, 0, host + m->num_params, m->num_buffer_floats * sizeof(float));
+}
+
+/* ---- initialization ------------------------------------------------------------------------ */
+
+/* Layer L's parameters into host (the flat layout): batch norm weight 1 and bias 0; linear and
+ * conv2d as PyTorch, kaiming_uniform_(a=sqrt(5)) on the weight, bound sqrt(6/((1+5) fan_in)) =
+ * 1/sqrt(fan_in), the bias uniform in the same bound. One generator stream per tensor index
+ * keeps a tensor's values independent of the layers before it. */
+static void init_layer(const dpt_model *m, const dpt_node *L, uint64_t seed, float *host) {
+  const dpt_tensor_info *wt = &m->tensors[L->w_index];
+  if (L->spec.kind == DPT_LAYER_BATCHNORM1D || L->spec.kind == DPT_LAYER_BATCHNORM2D) {
+    for (size_t j = 0; j < wt->count; ++j) {
+      host[wt->offset + j] = 1.0f;
+      host[m->tensors[L->b_index].offset + j] = 0.0f;
+    }
+    return;
+  }
+  size_t fan_in = wt->count / (size_t)wt->shape[0];
+  double bound = 1.0 / sqrt((double)fan_in);
+  size_t idx[2] = {L->w_index, L->b_index};
+  for (int t = 0; t < 2 && idx[t] != SIZE_MAX; ++t) {
+    const dpt_tensor_info *ti = &m->tensors[idx[t]];
+    dpt_rng rng;
+    dpt_rng_seed(&rng, seed, (uint64_t)idx[t]);
+    for (size_t j = 0; j < ti->count; ++j)
+      host[ti->offset + j] = (float)((2.0 * dpt_rng_uniform(&rng) - 1.0) * bound);
+  }
+}
+
 dpt_status dpt_model_init(dpt_model *m, uint64_t seed) {
   if (!m) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_init: model is NULL");
-  float *host = malloc(m->num_params * sizeof(float));
+  size_t n = dpt_model_state_size(m);
+  float *host = malloc(n * sizeof(float));
   if (!host)
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_model_init: cannot allocate %zu bytes",
-                         m->num_params * sizeof(float));
-  /* PyTorch: kaiming_uniform_(a=sqrt(5)) on the weight gives bound sqrt(6/((1+5) fan_in)) =
-   * 1/sqrt(fan_in); the bias is uniform in the same bound. One RNG stream per tensor keeps a
-   * tensor's values independent of the layers before it. */
-  for (size_t i = 0; i < m->num_layers; ++i) {
-    const layer *L = &m->layers[i];
-    if (L->w_index == SIZE_MAX) continue;
-    const dpt_tensor_info *wt = &m->tensors[L->w_index];
-    size_t fan_in = wt->count / (size_t)wt->shape[0];
-    double bound = 1.0 / sqrt((double)fan_in);
-    size_t idx[2] = {L->w_index, L->b_index};
-    for (int t = 0; t < 2; ++t) {
-      const dpt_tensor_info *ti = &m->tensors[idx[t]];
-      dpt_rng rng;
-      dpt_rng_seed(&rng, seed, (uint64_t)idx[t]);
-      for (size_t j = 0; j < ti->count; ++j)
-        host[ti->offset + j] = (float)((2.0 * dpt_rng_uniform(&rng) - 1.0) * bound);
-    }
+                         n * sizeof(float));
+  for (size_t i = 0; i < m->num_layers; ++i)
+    if (m->layers[i].w_index != SIZE_MAX) init_layer(m, &m->layers[i], seed, host);
+  /* Buffers: running_mean 0, running_var 1, num_batches_tracked 0. */
+  for (size_t b = 0; b < m->num_buffers; ++b) {
+    const dpt_tensor_info *t = &m->buffers[b];
+    float v = strstr(t->name, ".running_var") ? 1.0f : 0.0f;
+    for (size_t j = 0; j < t->count; ++j)
+      host[m->num_params + t->offset + j] = v;
   }
-  dpt_status st = dpt_model_set_params(m, host);
+  dpt_status st = dpt_model_set_state(m, host);
   free(host);
   return st;
-}
-
-/* ---- forward / backward ------------------------------------------------------------------ */
-
-/* The buffer holding layer i's input: the model input for layer 0, else the previous layer's
- * output (a flatten layer passes its input through). */
-static const dpt_buffer *input_of(const dpt_model *m, size_t i, const dpt_buffer *x) {
-  while (i > 0 && m->layers[i - 1].spec.kind == DPT_LAYER_FLATTEN)
-    --i;
-  return i == 0 ? x : m->layers[i - 1].out;
-}
-
-/* The buffer receiving the gradient wrt layer i's input, NULL when no layer needs it. */
-static dpt_buffer *dinput_of(const dpt_model *m, size_t i) {
-  while (i > 0 && m->layers[i - 1].spec.kind == DPT_LAYER_FLATTEN)
-    --i;
-  return i == 0 ? NULL : m->layers[i - 1].dout;
-}
-
-static dpt_status linear_forward(dpt_model *m, const layer *L, const dpt_buffer *in, size_t b) {
-  const dpt_tensor_info *W = &m->tensors[L->w_index], *B = &m->tensors[L->b_index];
-  size_t in_f = L->in_size, out_f = L->out_size;
-  /* y[b, out] = x[b, in] * W[out, in]^T + bias */
-  DPT_TRY(dpt_gemm(m->be, 0, 1, b, out_f, in_f, 1.0f, in, 0, in_f, m->params, W->offset, in_f, 0.0f,
-                   L->out, 0, out_f));
-  return dpt_bias_add(m->be, b, out_f, L->out, 0, m->params, B->offset);
-}
-
-static dpt_status conv2d_forward(dpt_model *m, const layer *L, const dpt_buffer *in, size_t b) {
-  dpt_backend *be = m->be;
-  const dpt_tensor_info *W = &m->tensors[L->w_index], *B = &m->tensors[L->b_index];
-  size_t k = L->spec.kernel, K = L->in_c * k * k, P = L->out_h * L->out_w, co = L->out_c;
-  dpt_conv_geom g = {b, L->in_c,        L->in_h,        L->in_w,         k,
-                     k, L->spec.stride, L->spec.stride, L->spec.padding, L->spec.padding};
-  DPT_TRY(dpt_im2col(be, &g, in, 0, L->aux, 0));
-  for (size_t n = 0; n < b; ++n) {
-    /* y_n[co, P] = W[co, K] * col_n[K, P] + bias[co] * ones[1, P] */
-    DPT_TRY(dpt_gemm(be, 0, 0, co, P, K, 1.0f, m->params, W->offset, K, L->aux, n * K * P, P, 0.0f,
-                     L->out, n * co * P, P));
-    DPT_TRY(dpt_gemm(be, 0, 0, co, P, 1, 1.0f, m->params, B->offset, 1, m->ones, 0, P, 1.0f, L->out,
-                     n * co * P, P));
-  }
-  return DPT_OK;
-}
-
-static dpt_status maxpool_forward(dpt_model *m, const layer *L, const dpt_buffer *in, size_t b) {
-  dpt_pool_geom g = {b * L->in_c,    L->in_h,        L->in_w,       L->spec.kernel,
-                     L->spec.kernel, L->spec.stride, L->spec.stride};
-  return dpt_maxpool_fwd(m->be, &g, in, 0, L->out, 0, L->aux, 0);
-}
-
-static dpt_status forward(dpt_model *m, const dpt_buffer *x, size_t b) {
-  for (size_t i = 0; i < m->num_layers; ++i) {
-    layer *L = &m->layers[i];
-    const dpt_buffer *in = input_of(m, i, x);
-    switch (L->spec.kind) {
-    case DPT_LAYER_LINEAR:
-      DPT_TRY(linear_forward(m, L, in, b));
-      break;
-    case DPT_LAYER_RELU:
-      DPT_TRY(dpt_relu_fwd(m->be, b * L->out_size, in, 0, L->out, 0));
-      break;
-    case DPT_LAYER_CONV2D:
-      DPT_TRY(conv2d_forward(m, L, in, b));
-      break;
-    case DPT_LAYER_MAXPOOL:
-      DPT_TRY(maxpool_forward(m, L, in, b));
-      break;
-    case DPT_LAYER_FLATTEN:
-    case DPT_LAYER_KIND_COUNT: /* refused by plan */
-      break;
-    }
-  }
-  return DPT_OK;
-}
-
-/* din is NULL for the first layer: its input needs no gradient. */
-static dpt_status linear_backward(dpt_model *m, const layer *L, const dpt_buffer *in,
-                                  dpt_buffer *din, size_t b) {
-  dpt_backend *be = m->be;
-  const dpt_tensor_info *W = &m->tensors[L->w_index], *B = &m->tensors[L->b_index];
-  size_t in_f = L->in_size, out_f = L->out_size;
-  /* dW[out, in] = dy[b, out]^T * x[b, in];  db = column sums of dy;  dx = dy * W */
-  DPT_TRY(dpt_gemm(be, 1, 0, out_f, in_f, b, 1.0f, L->dout, 0, out_f, in, 0, in_f, 0.0f, m->grads,
-                   W->offset, in_f));
-  DPT_TRY(dpt_bias_grad(be, b, out_f, L->dout, 0, 0.0f, m->grads, B->offset));
-  if (din)
-    DPT_TRY(dpt_gemm(be, 0, 0, b, in_f, out_f, 1.0f, L->dout, 0, out_f, m->params, W->offset, in_f,
-                     0.0f, din, 0, in_f));
-  return DPT_OK;
-}
-
-static dpt_status conv2d_backward(dpt_model *m, const layer *L, dpt_buffer *din, size_t b) {
-  dpt_backend *be = m->be;
-  const dpt_tensor_info *W = &m->tensors[L->w_index], *B = &m->tensors[L->b_index];
-  size_t k = L->spec.kernel, K = L->in_c * k * k, P = L->out_h * L->out_w, co = L->out_c;
-  dpt_conv_geom g1 = {1, L->in_c,        L->in_h,        L->in_w,         k,
-                      k, L->spec.stride, L->spec.stride, L->spec.padding, L->spec.padding};
-  for (size_t n = 0; n < b; ++n) {
-    float beta = n == 0 ? 0.0f : 1.0f;
-    /* dW[co, K] += dy_n[co, P] * col_n[K, P]^T;  db[co] += dy_n[co, P] * ones[P] */
-    DPT_TRY(dpt_gemm(be, 0, 1, co, K, P, 1.0f, L->dout, n * co * P, P, L->aux, n * K * P, P, beta,
-                     m->grads, W->offset, K));
-    DPT_TRY(dpt_gemm(be, 0, 0, co, 1, P, 1.0f, L->dout, n * co * P, P, m->ones, 0, 1, beta,
-                     m->grads, B->offset, 1));
-    if (din) {
-      /* dcol[K, P] = W[co, K]^T * dy_n[co, P];  dx_n = col2im(dcol) */
-      DPT_TRY(dpt_gemm(be, 1, 0, K, P, co, 1.0f, m->params, W->offset, K, L->dout, n * co * P, P,
-                       0.0f, L->daux, 0, P));
-      DPT_TRY(dpt_col2im(be, &g1, L->daux, 0, din, n * L->in_size));
-    }
-  }
-  return DPT_OK;
-}
-
-static dpt_status maxpool_backward(dpt_model *m, const layer *L, dpt_buffer *din, size_t b) {
-  dpt_pool_geom g = {b * L->in_c,    L->in_h,        L->in_w,       L->spec.kernel,
-                     L->spec.kernel, L->spec.stride, L->spec.stride};
-  return dpt_maxpool_bwd(m->be, &g, L->dout, 0, L->aux, 0, din, 0);
-}
-
-/* Walks the layers in reverse; each reads its dout and writes its parameters' gradients and,
- * unless it is the first, the dout of the layer before it. */
-static dpt_status backward(dpt_model *m, const dpt_buffer *x, size_t b) {
-  for (size_t i = m->num_layers; i-- > 0;) {
-    layer *L = &m->layers[i];
-    if (L->spec.kind == DPT_LAYER_FLATTEN) continue;
-    const dpt_buffer *in = input_of(m, i, x);
-    dpt_buffer *din = dinput_of(m, i);
-    switch (L->spec.kind) {
-    case DPT_LAYER_LINEAR:
-      DPT_TRY(linear_backward(m, L, in, din, b));
-      break;
-    case DPT_LAYER_RELU:
-      if (din) DPT_TRY(dpt_relu_bwd(m->be, b * L->out_size, L->out, 0, L->dout, 0, din, 0));
-      break;
-    case DPT_LAYER_CONV2D:
-      DPT_TRY(conv2d_backward(m, L, din, b));
-      break;
-    case DPT_LAYER_MAXPOOL:
-      if (din) DPT_TRY(maxpool_backward(m, L, din, b));
-      break;
-    case DPT_LAYER_FLATTEN:
-    case DPT_LAYER_KIND_COUNT: /* refused by plan */
-      break;
-    }
-  }
-  return DPT_OK;
-}
-
-static dpt_status check_batch(const dpt_model *m, const char *fn, const dpt_buffer *x,
-                              const dpt_buffer *labels, size_t b) {
-  if (!m) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: model is NULL", fn);
-  if (!x || !labels) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: x/labels is NULL", fn);
-  if (b == 0 || b > m->max_batch)
-    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: batch %zu not in 1..%zu", fn, b, m->max_batch);
-  if (dpt_buffer_size(x) < b * dpt_model_input_size(m) * sizeof(float))
-    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: x holds %zu bytes, batch needs %zu", fn,
-                         dpt_buffer_size(x), b * dpt_model_input_size(m) * sizeof(float));
-  return DPT_OK;
-}
-
-dpt_status dpt_model_train_step(dpt_model *m, const dpt_buffer *x, const dpt_buffer *labels,
-                                size_t b, float grad_scale, double *loss_sum, int64_t *correct) {
-  DPT_TRY(check_batch(m, "dpt_model_train_step", x, labels, b));
-  DPT_TRY(forward(m, x, b));
-  layer *last = &m->layers[m->num_layers - 1]; /* never a flatten (checked in plan) */
-  DPT_TRY(dpt_softmax_xent(m->be, b, m->spec.num_classes, last->out, 0, labels, 0, grad_scale,
-                           last->dout, 0, loss_sum, correct));
-  return backward(m, x, b);
-}
-
-dpt_status dpt_model_evaluate(dpt_model *m, const dpt_buffer *x, const dpt_buffer *labels, size_t b,
-                              double *loss_sum, int64_t *correct) {
-  DPT_TRY(check_batch(m, "dpt_model_evaluate", x, labels, b));
-  DPT_TRY(forward(m, x, b));
-  const layer *last = &m->layers[m->num_layers - 1];
-  return dpt_softmax_xent(m->be, b, m->spec.num_classes, last->out, 0, labels, 0, 1.0f, NULL, 0,
-                          loss_sum, correct);
 }

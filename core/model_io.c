@@ -1,4 +1,5 @@
-/* Model weights to and from safetensors files, named and shaped like PyTorch's state_dict. */
+/* Model weights to and from safetensors files, named and shaped like PyTorch's state_dict: the
+ * parameters, then the buffers (batch norm's running statistics and counter). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,15 +15,31 @@ static void shape_str(char *out, size_t cap, int ndim, const int64_t *shape) {
   if (len < cap) snprintf(out + len, cap - len, "]");
 }
 
+/* Entry i of the state: the parameters' tensors, then the buffers; its offset is made relative
+ * to the start of the state (parameters, then buffers). */
+static void state_entry(const dpt_model *m, size_t i, dpt_tensor_info *t) {
+  size_t np = dpt_model_num_tensors(m);
+  if (i < np) {
+    dpt_model_tensor(m, i, t);
+    return;
+  }
+  dpt_model_buffer_info(m, i - np, t);
+  t->offset += dpt_model_num_params(m);
+}
+
+static size_t state_entries(const dpt_model *m) {
+  return dpt_model_num_tensors(m) + dpt_model_num_buffers(m);
+}
+
 dpt_status dpt_model_save_params(const dpt_model *m, const float *host, const char *path) {
   if (!m || !host || !path)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_save_params: NULL argument");
-  size_t n = dpt_model_num_tensors(m);
+  size_t n = state_entries(m);
   dpt_st_tensor *ts = calloc(n, sizeof *ts);
   if (!ts) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_model_save_params: out of memory");
   for (size_t i = 0; i < n; ++i) {
     dpt_tensor_info t;
-    dpt_model_tensor(m, i, &t);
+    state_entry(m, i, &t);
     ts[i].name = t.name;
     ts[i].data = host + t.offset;
     ts[i].ndim = t.ndim;
@@ -35,31 +52,35 @@ dpt_status dpt_model_save_params(const dpt_model *m, const float *host, const ch
   return st;
 }
 
+/* Entry t from the file into host: present, with the model's shape. */
+static dpt_status load_entry(const dpt_safetensors *st, const char *path, const dpt_tensor_info *t,
+                             float *host) {
+  dpt_st_info info;
+  DPT_TRY(dpt_safetensors_find(st, t->name, &info));
+  int same = info.ndim == t->ndim;
+  for (int d = 0; same && d < t->ndim; ++d)
+    same = info.shape[d] == t->shape[d];
+  if (!same) {
+    char want[96], got[96];
+    shape_str(want, sizeof want, t->ndim, t->shape);
+    shape_str(got, sizeof got, info.ndim, info.shape);
+    return dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: tensor '%s' has shape %s, the model needs %s",
+                         path, t->name, got, want);
+  }
+  return dpt_safetensors_read_f32(st, t->name, host + t->offset, t->count);
+}
+
 dpt_status dpt_model_load_params(const dpt_model *m, const char *path, float *host) {
   if (!m || !host || !path)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_load_params: NULL argument");
   dpt_safetensors *st = NULL;
   dpt_status s = dpt_safetensors_open(path, &st);
   if (s != DPT_OK) return s;
-  size_t n = dpt_model_num_tensors(m);
+  size_t n = state_entries(m);
   for (size_t i = 0; i < n && s == DPT_OK; ++i) {
     dpt_tensor_info t;
-    dpt_st_info info;
-    dpt_model_tensor(m, i, &t);
-    s = dpt_safetensors_find(st, t.name, &info);
-    if (s != DPT_OK) break;
-    int same = info.ndim == t.ndim;
-    for (int d = 0; same && d < t.ndim; ++d)
-      same = info.shape[d] == t.shape[d];
-    if (!same) {
-      char want[96], got[96];
-      shape_str(want, sizeof want, t.ndim, t.shape);
-      shape_str(got, sizeof got, info.ndim, info.shape);
-      s = dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: tensor '%s' has shape %s, the model needs %s",
-                        path, t.name, got, want);
-      break;
-    }
-    s = dpt_safetensors_read_f32(st, t.name, host + t.offset, t.count);
+    state_entry(m, i, &t);
+    s = load_entry(st, path, &t, host);
   }
   /* Like load_state_dict(strict=True): a tensor the model does not have is an error. */
   size_t count = dpt_safetensors_count(st);
@@ -69,7 +90,7 @@ dpt_status dpt_model_load_params(const dpt_model *m, const char *path, float *ho
     int known = 0;
     for (size_t i = 0; i < n && s == DPT_OK && !known; ++i) {
       dpt_tensor_info t;
-      dpt_model_tensor(m, i, &t);
+      state_entry(m, i, &t);
       known = strcmp(t.name, info.name) == 0;
     }
     if (s == DPT_OK && !known)
@@ -82,9 +103,9 @@ dpt_status dpt_model_load_params(const dpt_model *m, const char *path, float *ho
 
 dpt_status dpt_model_save(const dpt_model *m, const char *path) {
   if (!m) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_save: model is NULL");
-  float *host = malloc(dpt_model_num_params(m) * sizeof(float));
+  float *host = malloc(dpt_model_state_size(m) * sizeof(float));
   if (!host) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_model_save: out of memory");
-  dpt_status st = dpt_model_get_params(m, host);
+  dpt_status st = dpt_model_get_state(m, host);
   if (st == DPT_OK) st = dpt_model_save_params(m, host, path);
   free(host);
   return st;
@@ -92,10 +113,10 @@ dpt_status dpt_model_save(const dpt_model *m, const char *path) {
 
 dpt_status dpt_model_load(dpt_model *m, const char *path) {
   if (!m) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_load: model is NULL");
-  float *host = malloc(dpt_model_num_params(m) * sizeof(float));
+  float *host = malloc(dpt_model_state_size(m) * sizeof(float));
   if (!host) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_model_load: out of memory");
   dpt_status st = dpt_model_load_params(m, path, host);
-  if (st == DPT_OK) st = dpt_model_set_params(m, host);
+  if (st == DPT_OK) st = dpt_model_set_state(m, host);
   free(host);
   return st;
 }

@@ -72,9 +72,15 @@ static uint64_t float_word(double v) {
   return w;
 }
 
-/* The model spec field by field (its padding bytes are not part of it). */
+/* A fixed-size name up to its NUL. */
+static uint64_t name_word(const char *name, size_t cap) {
+  const char *end = memchr(name, '\0', cap);
+  return dpt_fingerprint(name, end ? (size_t)(end - name) : cap);
+}
+
+/* The model spec field by field (its padding bytes are not part of it), one word per layer. */
 static uint64_t model_word(const dpt_model_spec *m) {
-  uint64_t w[5 + 5 * DPT_MODEL_MAX_LAYERS];
+  uint64_t w[5 + DPT_MODEL_MAX_LAYERS];
   size_t n = 0;
   w[n++] = m->in_c;
   w[n++] = m->in_h;
@@ -83,11 +89,18 @@ static uint64_t model_word(const dpt_model_spec *m) {
   w[n++] = m->num_layers;
   for (size_t i = 0; i < m->num_layers && i < DPT_MODEL_MAX_LAYERS; ++i) {
     const dpt_layer_spec *l = &m->layers[i];
-    w[n++] = (uint64_t)l->kind;
-    w[n++] = l->size;
-    w[n++] = l->kernel;
-    w[n++] = l->stride;
-    w[n++] = l->padding;
+    uint64_t f[11] = {(uint64_t)l->kind,
+                      l->size,
+                      l->kernel,
+                      l->stride,
+                      l->padding,
+                      int_word(l->no_bias),
+                      float_word(l->p),
+                      int_word(l->num_inputs),
+                      int_word(l->inputs[0]),
+                      int_word(l->inputs[1]),
+                      name_word(l->name, sizeof l->name)};
+    w[n++] = dpt_fingerprint(f, sizeof f);
   }
   return dpt_fingerprint(w, n * sizeof w[0]);
 }

@@ -223,12 +223,26 @@ static const char *schedule_name(int k) {
 
 START_TEST(model_and_optim_kinds) {
   check_kind_names("layer kind", layer_name, DPT_LAYER_KIND_COUNT);
-  ck_assert_int_eq(DPT_LAYER_KIND_COUNT, 5);
+  ck_assert_int_eq(DPT_LAYER_KIND_COUNT, 11);
   ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_LINEAR), "linear");
   ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_RELU), "relu");
   ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_CONV2D), "conv2d");
   ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_MAXPOOL), "maxpool");
   ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_FLATTEN), "flatten");
+  ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_ADD), "add");
+  ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_BATCHNORM2D), "batchnorm2d");
+  ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_BATCHNORM1D), "batchnorm1d");
+  ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_AVGPOOL), "avgpool");
+  ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_GLOBAL_AVGPOOL), "global_avgpool");
+  ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_DROPOUT), "dropout");
+  for (int k = 0; k < DPT_LAYER_KIND_COUNT; ++k) {
+    dpt_layer_kind parsed;
+    ck_assert_int_eq(dpt_layer_kind_parse(dpt_layer_kind_name((dpt_layer_kind)k), &parsed), DPT_OK);
+    ck_assert_int_eq(parsed, k);
+  }
+  dpt_layer_kind bad;
+  ck_assert_int_eq(dpt_layer_kind_parse("conv3d", &bad), DPT_ERR_INVALID_ARG);
+  ck_assert_ptr_nonnull(strstr(dpt_last_error(), "conv3d"));
 
   check_kind_names("optimizer", optim_name, DPT_OPTIM_KIND_COUNT);
   ck_assert_int_eq(DPT_OPTIM_KIND_COUNT, 2);

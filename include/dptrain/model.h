@@ -1,14 +1,23 @@
-/* dptrain: sequential models on one backend.
+/* dptrain: models as graphs of layers on one backend.
  *
- * A model is a sequence of layers (linear, relu, conv2d, max-pool, flatten) ending in softmax
- * cross-entropy. Its parameters live in ONE contiguous device buffer and its gradients in
- * another of the same layout, with a named view per tensor. Names and layouts follow PyTorch's
- * nn.Sequential state_dict: layer i's tensors are "i.weight" ([out, in] for linear,
- * [out, in, kh, kw] for conv2d) and "i.bias" ([out]), in layer order, weight before bias; the
- * flat buffers hold them in that order, back to back. Initialization follows PyTorch's defaults
- * for these layers (weights and biases uniform in +-1/sqrt(fan_in), i.e. Kaiming-uniform with
- * a = sqrt(5)), drawn from a seed, so the same seed gives the same model on every replica and
- * every backend.
+ * A model is a directed acyclic graph of layers, listed in an order where every layer comes
+ * after its inputs; the last layer gives the logits (one per class), trained with softmax
+ * cross-entropy. Each layer names its inputs (by default the layer before it, or the model input
+ * for the first), and shapes are inferred and checked when the model is created: every error
+ * names the layer. A sequential model (an MLP, the reference CNN) is the special case where each
+ * layer takes the one before it.
+ *
+ * Parameters live in ONE contiguous device buffer and their gradients in another of the same
+ * layout, with a named view per tensor; buffers (batch norm's running statistics) in a third.
+ * Names and layouts follow PyTorch's state_dict: a layer called N (by default its index, as
+ * nn.Sequential names it) has "N.weight" ([out, in] for linear, [out, in, kh, kw] for conv2d,
+ * [C] for batch norm) and "N.bias" ([out]), in layer order, weight before bias; a batch norm
+ * layer also has the buffers "N.running_mean", "N.running_var" ([C]) and
+ * "N.num_batches_tracked" (a scalar, int64 in files). Initialization follows PyTorch's defaults:
+ * linear and conv2d weights and biases uniform in +-1/sqrt(fan_in) (Kaiming-uniform with
+ * a = sqrt(5)), drawn from a seed with one stream per tensor index, so the same seed gives the
+ * same model on every replica and every backend; batch norm weight 1, bias 0, running mean 0,
+ * running variance 1.
  */
 #ifndef DPTRAIN_MODEL_H
 #define DPTRAIN_MODEL_H
@@ -23,14 +32,28 @@ extern "C" {
 #endif
 
 /* The one list of layer kinds: X(ENUM_SUFFIX, value, "name"). The spec fields each uses:
- * linear: size (out features); relu: none; conv2d: size (out channels), kernel, stride,
- * padding; maxpool: kernel, stride (0 = kernel); flatten: none. */
+ *   linear: size (out features), no_bias;  conv2d: size (out channels), kernel, stride,
+ *   padding, no_bias;  relu, flatten: none;  maxpool, avgpool: kernel, stride (0 = kernel);
+ *   add: two inputs of one shape;  batchnorm2d: an image input [C, H, W];  batchnorm1d: a
+ *   feature vector [C] (after flatten or linear);  global_avgpool: an image input, giving
+ *   [C, 1, 1];  dropout: p.
+ * batchnorm: momentum 0.1, eps 1e-5, batch statistics in training (running variance updated
+ * with the unbiased batch variance), running statistics in evaluation, as PyTorch's. dropout:
+ * zeroes each element with probability p in training and scales the rest by 1/(1-p), with the
+ * mask of dpt_dropout keyed by (seed, step, the sample's place in the global batch, element);
+ * the identity in evaluation. */
 #define DPT_LAYER_KIND_MAP(X)                                                                      \
   X(LINEAR, 0, "linear")                                                                           \
   X(RELU, 1, "relu")                                                                               \
   X(CONV2D, 2, "conv2d")                                                                           \
   X(MAXPOOL, 3, "maxpool")                                                                         \
-  X(FLATTEN, 4, "flatten")
+  X(FLATTEN, 4, "flatten")                                                                         \
+  X(ADD, 5, "add")                                                                                 \
+  X(BATCHNORM2D, 6, "batchnorm2d")                                                                 \
+  X(BATCHNORM1D, 7, "batchnorm1d")                                                                 \
+  X(AVGPOOL, 8, "avgpool")                                                                         \
+  X(GLOBAL_AVGPOOL, 9, "global_avgpool")                                                           \
+  X(DROPOUT, 10, "dropout")
 
 typedef enum dpt_layer_kind {
 #define DPT_LAYER_KIND_ENUM_(name, value, text) DPT_LAYER_##name = value,
@@ -39,18 +62,29 @@ typedef enum dpt_layer_kind {
       DPT_LAYER_KIND_COUNT
 } dpt_layer_kind;
 
-/* "linear", "relu", "conv2d", "maxpool", "flatten"; NULL for values outside the list. */
+/* "linear", "relu", ...; NULL for values outside the list. */
 DPT_API const char *dpt_layer_kind_name(dpt_layer_kind kind);
+/* Parses a kind name; DPT_ERR_INVALID_ARG naming the valid names otherwise. */
+DPT_API dpt_status dpt_layer_kind_parse(const char *name, dpt_layer_kind *out);
+
+#define DPT_LAYER_NAME_MAX    48 /* bytes of a layer name, NUL included */
+#define DPT_LAYER_MAX_INPUTS  2
+#define DPT_LAYER_INPUT_MODEL (-1) /* inputs[] value: the model input */
 
 typedef struct dpt_layer_spec {
   dpt_layer_kind kind;
   size_t size;    /* linear: out features; conv2d: out channels */
-  size_t kernel;  /* conv2d / maxpool: square kernel side */
-  size_t stride;  /* conv2d / maxpool: stride (0 means 1 for conv2d, kernel for maxpool) */
+  size_t kernel;  /* conv2d / maxpool / avgpool: square kernel side */
+  size_t stride;  /* conv2d: stride (0 means 1); maxpool / avgpool: stride (0 means kernel) */
   size_t padding; /* conv2d: zero padding on each side */
+  int no_bias;    /* linear / conv2d: 1 for no bias tensor (PyTorch's bias=False) */
+  float p;        /* dropout: the probability of zeroing an element, in [0, 1) */
+  int num_inputs; /* 0: the layer before (the model input for layer 0); else inputs[] */
+  int inputs[DPT_LAYER_MAX_INPUTS]; /* earlier layer indices, or DPT_LAYER_INPUT_MODEL */
+  char name[DPT_LAYER_NAME_MAX];    /* the state_dict prefix; "" means the layer's index */
 } dpt_layer_spec;
 
-#define DPT_MODEL_MAX_LAYERS 32
+#define DPT_MODEL_MAX_LAYERS 512
 
 typedef struct dpt_model_spec {
   size_t in_c, in_h, in_w; /* one sample's shape (channels, height, width); an MLP on 784
@@ -60,6 +94,15 @@ typedef struct dpt_model_spec {
   dpt_layer_spec layers[DPT_MODEL_MAX_LAYERS];
 } dpt_model_spec;
 
+/* The builder: starts an empty spec for samples c x h x w and `num_classes` classes, then
+ * appends layers; dpt_model_spec_add copies `layer` (its name may be "") and sets *index (may
+ * be NULL) to its index, which later layers name in inputs[]. Checks only what it can see
+ * (room, a known kind, inputs naming earlier layers); shapes are checked by dpt_model_create. */
+DPT_API dpt_status dpt_model_spec_init(dpt_model_spec *spec, size_t c, size_t h, size_t w,
+                                       size_t num_classes);
+DPT_API dpt_status dpt_model_spec_add(dpt_model_spec *spec, const dpt_layer_spec *layer,
+                                      int *index);
+
 /* Fills `spec` with an MLP: flatten, then linear+relu per hidden size, then linear to classes.
  * hidden: [num_hidden] sizes. Sample shape c x h x w. */
 DPT_API dpt_status dpt_model_spec_mlp(dpt_model_spec *spec, size_t c, size_t h, size_t w,
@@ -68,6 +111,33 @@ DPT_API dpt_status dpt_model_spec_mlp(dpt_model_spec *spec, size_t c, size_t h, 
  * `c2` channels, then flatten and a linear layer to the classes. */
 DPT_API dpt_status dpt_model_spec_cnn(dpt_model_spec *spec, size_t c, size_t h, size_t w, size_t c1,
                                       size_t c2, size_t num_classes);
+/* Fills `spec` with a CIFAR-style ResNet of depth 6n+2 (20, 32, 44, 56, 110; depth 20 has three
+ * basic blocks per stage): conv3x3(16)-bn-relu, three stages of n basic blocks with 16, 32 and
+ * 64 channels (the first block of stages 2 and 3 has stride 2 and a 1x1 strided conv + bn
+ * projection shortcut), global average pool, flatten, linear to the classes. Convolutions have
+ * no bias. Names as PyTorch's module would give them: "conv1", "bn1", "layer1.0.conv1",
+ * "layer1.0.bn1", "layer1.0.conv2", "layer1.0.bn2", "layer2.0.shortcut.0" (conv),
+ * "layer2.0.shortcut.1" (bn), ..., "fc". */
+DPT_API dpt_status dpt_model_spec_resnet(dpt_model_spec *spec, size_t c, size_t h, size_t w,
+                                         size_t depth, size_t num_classes);
+
+/* Reads a model file: a JSON object a person can write by hand, e.g.
+ *   {"input": [1, 28, 28], "classes": 10,
+ *    "layers": [{"name": "conv1", "kind": "conv2d", "out": 16, "kernel": 3, "padding": 1,
+ *                "bias": false},
+ *               {"name": "bn1", "kind": "batchnorm2d"},
+ *               {"kind": "relu"},
+ *               {"name": "sum", "kind": "add", "inputs": ["bn1", "input"]},
+ *               ...]}
+ * "input" and "classes" are optional: c, h, w and num_classes (from the data) are used, and when
+ * the file states them they must agree. A layer's "inputs" name earlier or later layers or
+ * "input" (the model input); without it, the layer before. Layers are put in an order where each
+ * follows its inputs (the file's order where it allows). "out": "classes" stands for the number
+ * of classes. Fields: name, kind, inputs, out, kernel, stride, padding, bias, p; an unknown field,
+ * a cycle, an unknown kind or input name, a duplicate name or invalid JSON is DPT_ERR_BAD_FORMAT
+ * naming the file, the layer and (for JSON errors) the line and column. */
+DPT_API dpt_status dpt_model_spec_load_json(const char *path, size_t c, size_t h, size_t w,
+                                            size_t num_classes, dpt_model_spec *spec);
 
 typedef struct dpt_model dpt_model;
 
@@ -100,14 +170,51 @@ DPT_API dpt_buffer *dpt_model_grads(const dpt_model *model);
 DPT_API dpt_backend *dpt_model_backend(const dpt_model *model);
 /* Floats per input sample (c*h*w). */
 DPT_API size_t dpt_model_input_size(const dpt_model *model);
+/* Number of classes (the logits per sample). */
+DPT_API size_t dpt_model_num_classes(const dpt_model *model);
+
+/* Buffers: state that is not trained by gradients (batch norm's running_mean, running_var and
+ * num_batches_tracked, the last stored as a float counter: exact below 2^24 steps), in
+ * state_dict order, in one flat device buffer of [num_buffer_floats] floats; offsets in floats.
+ * A model without batch norm has none (the flat buffer is then NULL). */
+DPT_API size_t dpt_model_num_buffers(const dpt_model *model);
+DPT_API dpt_status dpt_model_buffer_info(const dpt_model *model, size_t index,
+                                         dpt_tensor_info *out);
+DPT_API size_t dpt_model_num_buffer_floats(const dpt_model *model);
+DPT_API dpt_buffer *dpt_model_buffers(const dpt_model *model);
+
+/* Activation memory, planned once at creation for max_batch samples: bytes of device memory
+ * for layer outputs, their gradients and what layers keep between forward and backward (the
+ * im2col columns are one buffer shared by every convolution). */
+DPT_API size_t dpt_model_activation_bytes(const dpt_model *model);
+
+/* Batch norm under data parallelism. Without a hook each replica normalizes over its own
+ * slice. With one, the per-channel statistics are combined over all replicas in the forward
+ * pass and the matching sums in the backward pass, so R replicas compute what one replica would
+ * on the combined batch: `sum` adds `count` doubles in place across the replicas (every replica
+ * calls it the same number of times, in the same order) and returns DPT_OK or the failure. */
+typedef dpt_status (*dpt_model_allreduce_fn)(void *ctx, double *data, size_t count);
+DPT_API dpt_status dpt_model_set_sync_bn(dpt_model *model, dpt_model_allreduce_fn sum, void *ctx);
+
+/* Where the next training step's samples sit, for dropout's mask: the run's seed, the step
+ * number, and the index of this replica's first sample in the global batch. */
+DPT_API dpt_status dpt_model_set_step(dpt_model *model, uint64_t seed, uint64_t step,
+                                      uint32_t first_sample);
 
 /* Host copies of the flat parameters: [num_params] floats. */
 DPT_API dpt_status dpt_model_get_params(const dpt_model *model, float *host);
 DPT_API dpt_status dpt_model_set_params(dpt_model *model, const float *host);
+/* The whole state, parameters then buffers: [num_params + num_buffer_floats] floats (the same
+ * as the parameters for a model without buffers). */
+DPT_API size_t dpt_model_state_size(const dpt_model *model);
+DPT_API dpt_status dpt_model_get_state(const dpt_model *model, float *host);
+DPT_API dpt_status dpt_model_set_state(dpt_model *model, const float *host);
 
-/* Weights as safetensors, with the state_dict names and shapes above (float32), so PyTorch's
+/* Weights as safetensors, with the state_dict names and shapes above (float32; the batch norm
+ * counters int64), so PyTorch's
  * `model.load_state_dict(safetensors.torch.load_file(path))` reads what dpt_model_save writes.
- * Host-side helpers over [num_params] floats, then the model-level calls:
+ * Host-side helpers over the state ([dpt_model_state_size] floats: parameters, then buffers),
+ * then the model-level calls:
  * dpt_model_load checks the file like load_state_dict(strict=True): every model tensor present
  * with the model's shape, no tensor the model lacks; each message names the tensor.
  * Saving writes a temporary file and renames it, so a failure never leaves a partial file. */
@@ -127,10 +234,15 @@ DPT_API dpt_status dpt_model_train_step(dpt_model *model, const dpt_buffer *x,
                                         const dpt_buffer *labels, size_t batch, float grad_scale,
                                         double *loss_sum, int64_t *correct);
 
-/* Forward only: loss sum and correct count over the batch. */
+/* Forward only, in evaluation mode (batch norm uses its running statistics, dropout is the
+ * identity): loss sum and correct count over the batch. */
 DPT_API dpt_status dpt_model_evaluate(dpt_model *model, const dpt_buffer *x,
                                       const dpt_buffer *labels, size_t batch, double *loss_sum,
                                       int64_t *correct);
+
+/* Forward in evaluation mode, the logits [batch, num_classes] copied into host memory. */
+DPT_API dpt_status dpt_model_logits(dpt_model *model, const dpt_buffer *x, size_t batch,
+                                    float *logits);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,418 @@
+/* Forward and backward through the layer graph, one op-set call sequence per layer kind.
+ *
+ * Layers run in spec order forward and in reverse backward (the order puts every layer after
+ * its inputs). A layer's output gradient (dout) may have several contributions, one per layer
+ * that takes it as input: the first overwrites it, each later one is written to the scratch
+ * buffer and added. A convolution goes through im2col over the whole batch and strided-batched
+ * gemms: y_i[cout, oh*ow] = W[cout, cin*k*k] * col_i[cin*k*k, oh*ow], the bias added with a
+ * rank-1 gemm against a vector of ones; its columns are recomputed in backward, so one column
+ * buffer serves every convolution. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "core/model_impl.h"
+
+/* PyTorch's BatchNorm defaults. */
+#define BN_MOMENTUM 0.1f
+#define BN_EPS      1e-5f
+
+const dpt_buffer *dpt_model_out_of(const dpt_model *m, int i, const dpt_buffer *x) {
+  if (i < 0) return x;
+  int s = m->layers[i].store;
+  return s < 0 ? x : m->layers[s].out;
+}
+
+/* Where layer L's input j gradient goes: the input's dout when it is the first contribution,
+ * else the scratch buffer (*add set: the caller adds it with add_gradient). NULL when the input
+ * is the model input, which needs no gradient. */
+static dpt_buffer *grad_target(dpt_model *m, const dpt_node *L, int j, int *add) {
+  int src = L->src[j];
+  int s = src < 0 ? -1 : m->layers[src].store;
+  *add = 0;
+  if (s < 0) return NULL;
+  if (!m->grad_written[s]) {
+    m->grad_written[s] = 1;
+    return m->layers[s].dout;
+  }
+  *add = 1;
+  return m->scratch;
+}
+
+static dpt_status add_gradient(dpt_model *m, const dpt_node *L, int j, size_t b) {
+  const dpt_node *S = &m->layers[m->layers[L->src[j]].store];
+  return dpt_axpy(m->be, b * S->out_size, 1.0f, m->scratch, 0, S->dout, 0);
+}
+
+static dpt_conv_geom conv_geom(const dpt_node *L, size_t b) {
+  size_t k = L->spec.kernel, s = L->spec.stride, p = L->spec.padding;
+  dpt_conv_geom g = {b, L->ishape.c, L->ishape.h, L->ishape.w, k, k, s, s, p, p};
+  return g;
+}
+
+static dpt_pool_geom pool_geom(const dpt_node *L, size_t b) {
+  if (L->spec.kind == DPT_LAYER_GLOBAL_AVGPOOL) {
+    dpt_pool_geom g = {b * L->ishape.c, L->ishape.h, L->ishape.w, L->ishape.h,
+                       L->ishape.w,     L->ishape.h, L->ishape.w};
+    return g;
+  }
+  dpt_pool_geom g = {b * L->ishape.c, L->ishape.h,    L->ishape.w,   L->spec.kernel,
+                     L->spec.kernel,  L->spec.stride, L->spec.stride};
+  return g;
+}
+
+static dpt_bn_geom bn_geom(const dpt_node *L, size_t b) {
+  dpt_bn_geom g = {b, L->oshape.c, L->oshape.h * L->oshape.w, BN_EPS};
+  return g;
+}
+
+/* ---- forward ------------------------------------------------------------------------------- */
+
+static dpt_status linear_forward(dpt_model *m, const dpt_node *L, const dpt_buffer *in, size_t b) {
+  const dpt_tensor_info *W = &m->tensors[L->w_index];
+  size_t in_f = L->in_size, out_f = L->out_size;
+  /* y[b, out] = x[b, in] * W[out, in]^T + bias */
+  DPT_TRY(dpt_gemm(m->be, 0, 1, b, out_f, in_f, 1.0f, in, 0, in_f, m->params, W->offset, in_f, 0.0f,
+                   L->out, 0, out_f));
+  if (L->b_index == SIZE_MAX) return DPT_OK;
+  return dpt_bias_add(m->be, b, out_f, L->out, 0, m->params, m->tensors[L->b_index].offset);
+}
+
+static dpt_status conv2d_forward(dpt_model *m, const dpt_node *L, const dpt_buffer *in, size_t b) {
+  dpt_backend *be = m->be;
+  const dpt_tensor_info *W = &m->tensors[L->w_index];
+  size_t k = L->spec.kernel, K = L->ishape.c * k * k, P = L->oshape.h * L->oshape.w,
+         co = L->oshape.c;
+  dpt_conv_geom g = conv_geom(L, b);
+  DPT_TRY(dpt_im2col(be, &g, in, 0, m->col, 0));
+  /* y_i[co, P] = W[co, K] * col_i[K, P] (+ bias[co] * ones[1, P]) */
+  dpt_gemm_batch y = {b, 0, K * P, co * P};
+  DPT_TRY(dpt_gemm_batched(be, &y, 0, 0, co, P, K, 1.0f, m->params, W->offset, K, m->col, 0, P,
+                           0.0f, L->out, 0, P));
+  if (L->b_index == SIZE_MAX) return DPT_OK;
+  dpt_gemm_batch bias = {b, 0, 0, co * P};
+  return dpt_gemm_batched(be, &bias, 0, 0, co, P, 1, 1.0f, m->params, m->tensors[L->b_index].offset,
+                          1, m->ones, 0, P, 1.0f, L->out, 0, P);
+}
+
+/* Combines the replicas' batch statistics (mean, biased var over n_r values each) in aux into
+ * the statistics of the whole batch, and returns its count in *count: two sums, the means
+ * first, then each replica's squared deviations about the combined mean (Chan et al.). */
+static dpt_status bn_sync_stats(dpt_model *m, const dpt_node *L, size_t b, double *count) {
+  size_t C = L->oshape.c;
+  double n_r = (double)(b * L->oshape.h * L->oshape.w);
+  float *h = malloc(2 * C * sizeof(float));
+  double *acc = malloc((C + 1) * sizeof(double));
+  dpt_status st = h && acc ? DPT_OK : dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "sync-bn: no memory");
+  if (st == DPT_OK) st = dpt_buffer_download(L->aux, 0, h, 2 * C * sizeof(float));
+  for (size_t c = 0; st == DPT_OK && c < C; ++c)
+    acc[c] = n_r * (double)h[c];
+  if (st == DPT_OK) acc[C] = n_r;
+  if (st == DPT_OK) st = m->sync_sum(m->sync_ctx, acc, C + 1);
+  double N = st == DPT_OK ? acc[C] : 1.0;
+  for (size_t c = 0; st == DPT_OK && c < C; ++c) {
+    double mean = acc[c] / N, d = (double)h[c] - mean;
+    h[c] = (float)mean;
+    acc[c] = n_r * ((double)h[C + c] + d * d);
+  }
+  if (st == DPT_OK) st = m->sync_sum(m->sync_ctx, acc, C);
+  for (size_t c = 0; st == DPT_OK && c < C; ++c)
+    h[C + c] = (float)(acc[c] / N);
+  if (st == DPT_OK) st = dpt_buffer_upload(L->aux, 0, h, 2 * C * sizeof(float));
+  *count = N;
+  free(h);
+  free(acc);
+  return st;
+}
+
+/* Training: the batch statistics (combined over the replicas with sync-bn) into aux, and the
+ * running statistics updated as PyTorch does (unbiased variance, momentum 0.1). */
+static dpt_status bn_batch_stats(dpt_model *m, const dpt_node *L, const dpt_buffer *in, size_t b) {
+  dpt_backend *be = m->be;
+  size_t C = L->oshape.c, rm = L->buf_offset, rv = rm + C;
+  dpt_bn_geom g = bn_geom(L, b);
+  DPT_TRY(dpt_bn_stats(be, &g, in, 0, L->aux, 0, L->aux, C));
+  double count = (double)(b * g.p);
+  if (m->sync_sum) DPT_TRY(bn_sync_stats(m, L, b, &count));
+  if (count < 2.0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "layer '%s' (%s): batch norm in training needs more than one value per "
+                         "channel, the batch gives %g",
+                         L->spec.name, dpt_layer_kind_name(L->spec.kind), count);
+  DPT_TRY(dpt_scale(be, 2 * C, 1.0f - BN_MOMENTUM, m->bufs, rm));
+  DPT_TRY(dpt_axpy(be, C, BN_MOMENTUM, L->aux, 0, m->bufs, rm));
+  DPT_TRY(dpt_axpy(be, C, (float)(BN_MOMENTUM * count / (count - 1.0)), L->aux, C, m->bufs, rv));
+  return dpt_axpy(be, 1, 1.0f, m->ones, 0, m->bufs, rv + C); /* num_batches_tracked += 1 */
+}
+
+static dpt_status bn_forward(dpt_model *m, const dpt_node *L, const dpt_buffer *in, size_t b) {
+  size_t C = L->oshape.c, w = m->tensors[L->w_index].offset, bias = m->tensors[L->b_index].offset;
+  dpt_bn_geom g = bn_geom(L, b);
+  if (m->training) {
+    DPT_TRY(bn_batch_stats(m, L, in, b));
+    return dpt_bn_fwd(m->be, &g, in, 0, L->aux, 0, L->aux, C, m->params, w, m->params, bias, L->out,
+                      0);
+  }
+  return dpt_bn_fwd(m->be, &g, in, 0, m->bufs, L->buf_offset, m->bufs, L->buf_offset + C, m->params,
+                    w, m->params, bias, L->out, 0);
+}
+
+static dpt_dropout_params dropout_params(const dpt_model *m, const dpt_node *L) {
+  dpt_dropout_params p = {L->spec.p, m->seed, m->step, m->first_sample};
+  return p;
+}
+
+static dpt_status dropout_forward(dpt_model *m, const dpt_node *L, const dpt_buffer *in, size_t b) {
+  if (!m->training || L->spec.p == 0.0f)
+    return dpt_buffer_copy(L->out, 0, in, 0, b * L->out_size * sizeof(float));
+  dpt_dropout_params p = dropout_params(m, L);
+  return dpt_dropout(m->be, b, L->out_size, &p, in, 0, L->out, 0);
+}
+
+static dpt_status add_forward(dpt_model *m, const dpt_node *L, const dpt_buffer *a,
+                              const dpt_buffer *x, size_t b) {
+  size_t n = b * L->out_size;
+  const dpt_buffer *other = dpt_model_out_of(m, L->src[1], x);
+  DPT_TRY(dpt_buffer_copy(L->out, 0, a, 0, n * sizeof(float)));
+  return dpt_axpy(m->be, n, 1.0f, other, 0, L->out, 0);
+}
+
+static dpt_status forward_layer(dpt_model *m, const dpt_node *L, const dpt_buffer *x, size_t b) {
+  const dpt_buffer *in = dpt_model_out_of(m, L->src[0], x);
+  switch (L->spec.kind) {
+  case DPT_LAYER_LINEAR:
+    return linear_forward(m, L, in, b);
+  case DPT_LAYER_RELU:
+    return dpt_relu_fwd(m->be, b * L->out_size, in, 0, L->out, 0);
+  case DPT_LAYER_CONV2D:
+    return conv2d_forward(m, L, in, b);
+  case DPT_LAYER_MAXPOOL: {
+    dpt_pool_geom g = pool_geom(L, b);
+    return dpt_maxpool_fwd(m->be, &g, in, 0, L->out, 0, L->aux, 0);
+  }
+  case DPT_LAYER_AVGPOOL:
+  case DPT_LAYER_GLOBAL_AVGPOOL: {
+    dpt_pool_geom g = pool_geom(L, b);
+    return dpt_avgpool_fwd(m->be, &g, in, 0, L->out, 0);
+  }
+  case DPT_LAYER_BATCHNORM1D:
+  case DPT_LAYER_BATCHNORM2D:
+    return bn_forward(m, L, in, b);
+  case DPT_LAYER_ADD:
+    return add_forward(m, L, in, x, b);
+  case DPT_LAYER_DROPOUT:
+    return dropout_forward(m, L, in, b);
+  default: /* flatten: an alias */
+    return DPT_OK;
+  }
+}
+
+dpt_status dpt_model_forward(dpt_model *m, const dpt_buffer *x, size_t b) {
+  for (size_t i = 0; i < m->num_layers; ++i)
+    DPT_TRY(forward_layer(m, &m->layers[i], x, b));
+  return DPT_OK;
+}
+
+/* ---- backward ------------------------------------------------------------------------------ */
+
+static dpt_status linear_backward(dpt_model *m, const dpt_node *L, const dpt_buffer *in,
+                                  dpt_buffer *din, size_t b) {
+  dpt_backend *be = m->be;
+  const dpt_tensor_info *W = &m->tensors[L->w_index];
+  size_t in_f = L->in_size, out_f = L->out_size;
+  /* dW[out, in] = dy[b, out]^T * x[b, in];  db = column sums of dy;  dx = dy * W */
+  DPT_TRY(dpt_gemm(be, 1, 0, out_f, in_f, b, 1.0f, L->dout, 0, out_f, in, 0, in_f, 0.0f, m->grads,
+                   W->offset, in_f));
+  if (L->b_index != SIZE_MAX)
+    DPT_TRY(dpt_bias_grad(be, b, out_f, L->dout, 0, 0.0f, m->grads, m->tensors[L->b_index].offset));
+  if (!din) return DPT_OK;
+  return dpt_gemm(be, 0, 0, b, in_f, out_f, 1.0f, L->dout, 0, out_f, m->params, W->offset, in_f,
+                  0.0f, din, 0, in_f);
+}
+
+static dpt_status conv2d_backward(dpt_model *m, const dpt_node *L, const dpt_buffer *in,
+                                  dpt_buffer *din, size_t b) {
+  dpt_backend *be = m->be;
+  const dpt_tensor_info *W = &m->tensors[L->w_index];
+  size_t k = L->spec.kernel, K = L->ishape.c * k * k, P = L->oshape.h * L->oshape.w,
+         co = L->oshape.c;
+  dpt_conv_geom g = conv_geom(L, b);
+  DPT_TRY(dpt_im2col(be, &g, in, 0, m->col, 0));
+  /* dW[co, K] = sum_i dy_i[co, P] * col_i[K, P]^T;  db[co] = sum_i dy_i[co, P] * ones[P] */
+  dpt_gemm_batch dw = {b, co * P, K * P, 0};
+  DPT_TRY(dpt_gemm_batched(be, &dw, 0, 1, co, K, P, 1.0f, L->dout, 0, P, m->col, 0, P, 0.0f,
+                           m->grads, W->offset, K));
+  if (L->b_index != SIZE_MAX) {
+    dpt_gemm_batch db = {b, co * P, 0, 0};
+    DPT_TRY(dpt_gemm_batched(be, &db, 0, 0, co, 1, P, 1.0f, L->dout, 0, P, m->ones, 0, 1, 0.0f,
+                             m->grads, m->tensors[L->b_index].offset, 1));
+  }
+  if (!din) return DPT_OK;
+  /* dcol_i[K, P] = W[co, K]^T * dy_i[co, P];  dx = col2im(dcol) */
+  dpt_gemm_batch dc = {b, 0, co * P, K * P};
+  DPT_TRY(dpt_gemm_batched(be, &dc, 1, 0, K, P, co, 1.0f, m->params, W->offset, K, L->dout, 0, P,
+                           0.0f, m->dcol, 0, P));
+  return dpt_col2im(be, &g, m->dcol, 0, din, 0);
+}
+
+/* The sums of the gradients of gamma and beta are these layer's parameter gradients; with
+ * sync-bn the input gradient needs them summed over the replicas (into aux[2C, 4C)). */
+static dpt_status bn_backward(dpt_model *m, const dpt_node *L, const dpt_buffer *in,
+                              dpt_buffer *din, size_t b) {
+  size_t C = L->oshape.c, w = m->tensors[L->w_index].offset, bias = m->tensors[L->b_index].offset;
+  dpt_bn_geom g = bn_geom(L, b);
+  DPT_TRY(dpt_bn_bwd_reduce(m->be, &g, L->dout, 0, in, 0, L->aux, 0, L->aux, C, m->grads, w,
+                            m->grads, bias));
+  const dpt_buffer *sums = m->grads;
+  size_t s_xhat = w, s_dy = bias;
+  double count = (double)(b * g.p);
+  if (m->sync_sum) {
+    float *h = malloc(2 * C * sizeof(float));
+    double *acc = malloc((2 * C + 1) * sizeof(double));
+    dpt_status st = h && acc ? DPT_OK : dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "sync-bn: no memory");
+    if (st == DPT_OK) st = dpt_buffer_download(m->grads, w * sizeof(float), h, C * sizeof(float));
+    if (st == DPT_OK)
+      st = dpt_buffer_download(m->grads, bias * sizeof(float), h + C, C * sizeof(float));
+    for (size_t c = 0; st == DPT_OK && c < 2 * C; ++c)
+      acc[c] = (double)h[c];
+    if (st == DPT_OK) acc[2 * C] = count;
+    if (st == DPT_OK) st = m->sync_sum(m->sync_ctx, acc, 2 * C + 1);
+    for (size_t c = 0; st == DPT_OK && c < 2 * C; ++c)
+      h[c] = (float)acc[c];
+    if (st == DPT_OK)
+      st = dpt_buffer_upload(L->aux, 2 * C * sizeof(float), h, 2 * C * sizeof(float));
+    count = st == DPT_OK ? acc[2 * C] : count;
+    free(h);
+    free(acc);
+    DPT_TRY(st);
+    sums = L->aux;
+    s_xhat = 2 * C;
+    s_dy = 3 * C;
+  }
+  if (!din) return DPT_OK;
+  return dpt_bn_bwd(m->be, &g, (size_t)count, L->dout, 0, in, 0, L->aux, 0, L->aux, C, m->params, w,
+                    sums, s_xhat, sums, s_dy, din, 0);
+}
+
+/* add: the output gradient goes to both inputs unchanged. */
+static dpt_status add_backward(dpt_model *m, const dpt_node *L, size_t b) {
+  size_t n = b * L->out_size;
+  for (int j = 0; j < 2; ++j) {
+    int src = L->src[j];
+    int s = src < 0 ? -1 : m->layers[src].store;
+    if (s < 0) continue;
+    if (m->grad_written[s]) {
+      DPT_TRY(dpt_axpy(m->be, n, 1.0f, L->dout, 0, m->layers[s].dout, 0));
+    } else {
+      m->grad_written[s] = 1;
+      DPT_TRY(dpt_buffer_copy(m->layers[s].dout, 0, L->dout, 0, n * sizeof(float)));
+    }
+  }
+  return DPT_OK;
+}
+
+/* The kinds with one input: parameter gradients, and the input gradient into din (NULL: the
+ * model input, no gradient needed). */
+static dpt_status backward_one(dpt_model *m, const dpt_node *L, const dpt_buffer *in,
+                               dpt_buffer *din, size_t b) {
+  switch (L->spec.kind) {
+  case DPT_LAYER_LINEAR:
+    return linear_backward(m, L, in, din, b);
+  case DPT_LAYER_CONV2D:
+    return conv2d_backward(m, L, in, din, b);
+  case DPT_LAYER_BATCHNORM1D:
+  case DPT_LAYER_BATCHNORM2D:
+    return bn_backward(m, L, in, din, b);
+  default:
+    break;
+  }
+  if (!din) return DPT_OK;
+  switch (L->spec.kind) {
+  case DPT_LAYER_RELU:
+    return dpt_relu_bwd(m->be, b * L->out_size, L->out, 0, L->dout, 0, din, 0);
+  case DPT_LAYER_MAXPOOL: {
+    dpt_pool_geom g = pool_geom(L, b);
+    return dpt_maxpool_bwd(m->be, &g, L->dout, 0, L->aux, 0, din, 0);
+  }
+  case DPT_LAYER_AVGPOOL:
+  case DPT_LAYER_GLOBAL_AVGPOOL: {
+    dpt_pool_geom g = pool_geom(L, b);
+    return dpt_avgpool_bwd(m->be, &g, L->dout, 0, din, 0);
+  }
+  case DPT_LAYER_DROPOUT: {
+    if (L->spec.p == 0.0f) return dpt_buffer_copy(din, 0, L->dout, 0, b * L->out_size * 4);
+    dpt_dropout_params p = dropout_params(m, L);
+    return dpt_dropout(m->be, b, L->out_size, &p, L->dout, 0, din, 0);
+  }
+  default:
+    return DPT_OK;
+  }
+}
+
+/* Walks the layers in reverse; each reads its dout (complete: every layer taking its output
+ * came later and has run) and writes its parameters' gradients and its inputs' gradients. */
+dpt_status dpt_model_backward(dpt_model *m, const dpt_buffer *x, size_t b) {
+  memset(m->grad_written, 0, m->num_layers);
+  m->grad_written[m->num_layers - 1] = 1; /* the loss gradient */
+  for (size_t i = m->num_layers; i-- > 0;) {
+    const dpt_node *L = &m->layers[i];
+    if (L->spec.kind == DPT_LAYER_FLATTEN) continue;
+    if (L->spec.kind == DPT_LAYER_ADD) {
+      DPT_TRY(add_backward(m, L, b));
+      continue;
+    }
+    int add = 0;
+    dpt_buffer *din = grad_target(m, L, 0, &add);
+    DPT_TRY(backward_one(m, L, dpt_model_out_of(m, L->src[0], x), din, b));
+    if (add) DPT_TRY(add_gradient(m, L, 0, b));
+  }
+  return DPT_OK;
+}
+
+/* ---- entry points -------------------------------------------------------------------------- */
+
+static dpt_status check_batch(const dpt_model *m, const char *fn, const dpt_buffer *x,
+                              const dpt_buffer *labels, size_t b) {
+  if (!m) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: model is NULL", fn);
+  if (!x || !labels) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: x/labels is NULL", fn);
+  if (b == 0 || b > m->max_batch)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: batch %zu not in 1..%zu", fn, b, m->max_batch);
+  if (dpt_buffer_size(x) < b * dpt_model_input_size(m) * sizeof(float))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: x holds %zu bytes, batch needs %zu", fn,
+                         dpt_buffer_size(x), b * dpt_model_input_size(m) * sizeof(float));
+  return DPT_OK;
+}
+
+static const dpt_node *last_layer(const dpt_model *m) {
+  return &m->layers[m->num_layers - 1]; /* never a flatten (checked in plan) */
+}
+
+dpt_status dpt_model_train_step(dpt_model *m, const dpt_buffer *x, const dpt_buffer *labels,
+                                size_t b, float grad_scale, double *loss_sum, int64_t *correct) {
+  DPT_TRY(check_batch(m, "dpt_model_train_step", x, labels, b));
+  m->training = 1;
+  DPT_TRY(dpt_model_forward(m, x, b));
+  const dpt_node *last = last_layer(m);
+  DPT_TRY(dpt_softmax_xent(m->be, b, m->spec.num_classes, last->out, 0, labels, 0, grad_scale,
+                           last->dout, 0, loss_sum, correct));
+  return dpt_model_backward(m, x, b);
+}
+
+dpt_status dpt_model_evaluate(dpt_model *m, const dpt_buffer *x, const dpt_buffer *labels, size_t b,
+                              double *loss_sum, int64_t *correct) {
+  DPT_TRY(check_batch(m, "dpt_model_evaluate", x, labels, b));
+  m->training = 0;
+  DPT_TRY(dpt_model_forward(m, x, b));
+  return dpt_softmax_xent(m->be, b, m->spec.num_classes, last_layer(m)->out, 0, labels, 0, 1.0f,
+                          NULL, 0, loss_sum, correct);
+}
+
+dpt_status dpt_model_logits(dpt_model *m, const dpt_buffer *x, size_t b, float *logits) {
+  DPT_TRY(check_batch(m, "dpt_model_logits", x, x, b));
+  if (!logits) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_logits: logits is NULL");
+  m->training = 0;
+  DPT_TRY(dpt_model_forward(m, x, b));
+  return dpt_buffer_download(last_layer(m)->out, 0, logits,
+                             b * m->spec.num_classes * sizeof(float));
+}

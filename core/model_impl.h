@@ -1,0 +1,69 @@
+/* Internal: the body of dpt_model, shared by planning and memory (core/model.c), forward and
+ * backward (core/model_exec.c) and weight files (core/model_io.c). */
+#ifndef DPTRAIN_CORE_MODEL_IMPL_H
+#define DPTRAIN_CORE_MODEL_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dptrain/model.h"
+
+/* The shape of one sample between two layers. After a flatten or linear layer the sample is a
+ * vector of c features (h = w = 1) and `flat` is set: image layers refuse it. */
+typedef struct dpt_sample_shape {
+  size_t c, h, w;
+  int flat;
+} dpt_sample_shape;
+
+typedef struct dpt_node {
+  dpt_layer_spec spec;
+  int src[DPT_LAYER_MAX_INPUTS]; /* input layers (DPT_LAYER_INPUT_MODEL: the model input) */
+  int num_src;
+  dpt_sample_shape ishape, oshape; /* shape of one sample entering (the first input) and leaving */
+  size_t in_size, out_size;        /* floats per sample */
+  size_t w_index, b_index;         /* tensor indices (SIZE_MAX when absent) */
+  size_t buf_offset;               /* batch norm: running_mean's float offset in the buffers */
+  int store;                       /* the layer whose out/dout hold this one's (itself; a flatten's
+                                      input's store, or DPT_LAYER_INPUT_MODEL) */
+  dpt_buffer *out;                 /* [max_batch, out_size]; NULL for flatten (aliases its input) */
+  dpt_buffer *dout;                /* gradient wrt out, same size; NULL for flatten */
+  dpt_buffer *aux;                 /* maxpool: int32 argmax [max_batch, out_size]; batch norm: the
+                                      step's mean and var [2C], then the combined sums [2C] */
+} dpt_node;
+
+struct dpt_model {
+  dpt_backend *be;
+  dpt_model_spec spec;
+  size_t max_batch;
+  size_t num_layers;
+  dpt_node *layers; /* [num_layers] */
+  size_t num_tensors, num_buffers;
+  dpt_tensor_info *tensors;               /* [num_tensors]: parameters, state_dict order */
+  dpt_tensor_info *buffers;               /* [num_buffers]: buffers, state_dict order */
+  char (*names)[DPT_LAYER_NAME_MAX + 24]; /* backing store of the names, tensors then buffers */
+  size_t num_params, num_buffer_floats;
+  dpt_buffer *params;  /* [num_params] */
+  dpt_buffer *grads;   /* [num_params] */
+  dpt_buffer *bufs;    /* [num_buffer_floats], NULL when none */
+  dpt_buffer *ones;    /* [max(conv output plane, 1)] of 1.0f, for conv bias; [0] counts BN */
+  dpt_buffer *col;     /* im2col columns [max_batch, cin*k*k, oh*ow] of the largest conv */
+  dpt_buffer *dcol;    /* their gradient, same size */
+  dpt_buffer *scratch; /* [max_batch, largest out_size]: a second consumer's input gradient */
+  size_t activation_bytes;
+  /* step context */
+  int training;
+  uint64_t seed, step;
+  uint32_t first_sample;
+  dpt_model_allreduce_fn sync_sum;
+  void *sync_ctx;
+  unsigned char *grad_written; /* [num_layers]: dout already holds a contribution this step */
+};
+
+/* Forward over b samples (training or evaluation mode as m->training says), then the loss
+ * gradient's backward (core/model_exec.c). */
+dpt_status dpt_model_forward(dpt_model *m, const dpt_buffer *x, size_t b);
+dpt_status dpt_model_backward(dpt_model *m, const dpt_buffer *x, size_t b);
+/* The output buffer of layer i (its store's), the model input for DPT_LAYER_INPUT_MODEL. */
+const dpt_buffer *dpt_model_out_of(const dpt_model *m, int i, const dpt_buffer *x);
+
+#endif

@@ -1,0 +1,245 @@
+/* Model files: a JSON description of the layer graph (dpt_model_spec_load_json), decoded by
+ * jansson (strict: duplicate keys rejected, errors with line and column). Layers may name inputs
+ * that come later in the file; they are put in an order where each follows its inputs, the
+ * file's order wherever it allows, and a cycle is reported naming a layer on it. */
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "dptrain/model.h"
+
+/* One layer as the file gives it, before ordering. */
+typedef struct file_layer {
+  dpt_layer_spec spec;
+  const char *input_names[DPT_LAYER_MAX_INPUTS]; /* borrowed from the JSON tree */
+  int num_inputs;
+  int src[DPT_LAYER_MAX_INPUTS]; /* file indices, -1 for "input" */
+  int placed;                    /* its index in the spec once ordered, else -1 */
+} file_layer;
+
+typedef struct loader {
+  const char *path;
+  size_t classes;
+  file_layer *layers;
+  size_t count;
+} loader;
+
+static dpt_status bad(const loader *ld, const char *fmt, ...) {
+  char msg[384];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: %s", ld->path, msg);
+}
+
+/* A non-negative integer field that fits size_t; absent leaves *out as it is. */
+static dpt_status get_size(const loader *ld, size_t i, json_t *obj, const char *key, size_t *out) {
+  json_t *v = json_object_get(obj, key);
+  if (!v) return DPT_OK;
+  if (!json_is_integer(v) || json_integer_value(v) < 0)
+    return bad(ld, "layer %zu: \"%s\" must be a non-negative integer", i, key);
+  *out = (size_t)json_integer_value(v);
+  return DPT_OK;
+}
+
+/* "out": an integer, or "classes". */
+static dpt_status get_out(const loader *ld, size_t i, json_t *obj, size_t *out) {
+  json_t *v = json_object_get(obj, "out");
+  if (json_is_string(v) && strcmp(json_string_value(v), "classes") == 0) {
+    *out = ld->classes;
+    return DPT_OK;
+  }
+  if (v && !json_is_integer(v))
+    return bad(ld, "layer %zu: \"out\" must be an integer or \"classes\"", i);
+  return get_size(ld, i, obj, "out", out);
+}
+
+static dpt_status check_keys(const loader *ld, size_t i, json_t *obj) {
+  static const char *const known[] = {"name",   "kind",    "inputs", "out", "kernel",
+                                      "stride", "padding", "bias",   "p"};
+  const char *key;
+  json_t *v;
+  json_object_foreach(obj, key, v) {
+    int ok = 0;
+    for (size_t k = 0; k < sizeof known / sizeof known[0] && !ok; ++k)
+      ok = strcmp(key, known[k]) == 0;
+    if (!ok) return bad(ld, "layer %zu: unknown field \"%s\"", i, key);
+  }
+  return DPT_OK;
+}
+
+static dpt_status read_inputs(const loader *ld, size_t i, json_t *obj, file_layer *fl) {
+  json_t *in = json_object_get(obj, "inputs");
+  if (!in) return DPT_OK;
+  if (json_is_string(in)) {
+    fl->input_names[fl->num_inputs++] = json_string_value(in);
+    return DPT_OK;
+  }
+  if (!json_is_array(in) || json_array_size(in) < 1 || json_array_size(in) > DPT_LAYER_MAX_INPUTS)
+    return bad(ld, "layer %zu: \"inputs\" must be a name or a list of 1 or 2 names", i);
+  for (size_t j = 0; j < json_array_size(in); ++j) {
+    json_t *v = json_array_get(in, j);
+    if (!json_is_string(v)) return bad(ld, "layer %zu: \"inputs\" holds a non-string", i);
+    fl->input_names[fl->num_inputs++] = json_string_value(v);
+  }
+  return DPT_OK;
+}
+
+static dpt_status read_layer(const loader *ld, size_t i, json_t *obj, file_layer *fl) {
+  if (!json_is_object(obj)) return bad(ld, "layer %zu is not an object", i);
+  DPT_TRY(check_keys(ld, i, obj));
+  json_t *name = json_object_get(obj, "name"), *kind = json_object_get(obj, "kind");
+  if (name && (!json_is_string(name) || json_string_length(name) == 0 ||
+               json_string_length(name) >= DPT_LAYER_NAME_MAX))
+    return bad(ld, "layer %zu: \"name\" must be a string of 1 to %d bytes", i,
+               DPT_LAYER_NAME_MAX - 1);
+  if (name) strcpy(fl->spec.name, json_string_value(name));
+  if (!json_is_string(kind)) return bad(ld, "layer %zu: \"kind\" is missing or not a string", i);
+  if (dpt_layer_kind_parse(json_string_value(kind), &fl->spec.kind) != DPT_OK)
+    return bad(ld, "layer %zu: %s", i, dpt_last_error());
+  DPT_TRY(get_out(ld, i, obj, &fl->spec.size));
+  DPT_TRY(get_size(ld, i, obj, "kernel", &fl->spec.kernel));
+  DPT_TRY(get_size(ld, i, obj, "stride", &fl->spec.stride));
+  DPT_TRY(get_size(ld, i, obj, "padding", &fl->spec.padding));
+  json_t *bias = json_object_get(obj, "bias"), *p = json_object_get(obj, "p");
+  if (bias && !json_is_boolean(bias))
+    return bad(ld, "layer %zu: \"bias\" must be true or false", i);
+  fl->spec.no_bias = bias && json_is_false(bias);
+  if (p && !json_is_number(p)) return bad(ld, "layer %zu: \"p\" must be a number", i);
+  if (p) fl->spec.p = (float)json_number_value(p);
+  return read_inputs(ld, i, obj, fl);
+}
+
+/* The file index of the layer called `name` ("input": -1), or -2 when there is none. */
+static int find_layer(const loader *ld, const char *name) {
+  if (strcmp(name, "input") == 0) return -1;
+  for (size_t i = 0; i < ld->count; ++i)
+    if (strcmp(ld->layers[i].spec.name, name) == 0) return (int)i;
+  return -2;
+}
+
+/* Names to file indices; a layer without "inputs" takes the one before it in the file. */
+static dpt_status resolve(loader *ld) {
+  for (size_t i = 0; i < ld->count; ++i) {
+    file_layer *fl = &ld->layers[i];
+    for (size_t j = 0; j < i && fl->spec.name[0]; ++j)
+      if (strcmp(ld->layers[j].spec.name, fl->spec.name) == 0)
+        return bad(ld, "layers %zu and %zu are both called '%s'", j, i, fl->spec.name);
+    if (strcmp(fl->spec.name, "input") == 0)
+      return bad(ld, "layer %zu: the name 'input' stands for the model input", i);
+    if (fl->num_inputs == 0) {
+      fl->src[0] = (int)i - 1;
+      continue;
+    }
+    for (int j = 0; j < fl->num_inputs; ++j) {
+      fl->src[j] = find_layer(ld, fl->input_names[j]);
+      if (fl->src[j] == -2)
+        return bad(ld, "layer %zu ('%s'): input '%s' names no layer", i, fl->spec.name,
+                   fl->input_names[j]);
+    }
+  }
+  return DPT_OK;
+}
+
+/* Kahn's order, stable: repeatedly place the first unplaced layer whose inputs are placed. */
+static dpt_status order(loader *ld, dpt_model_spec *spec) {
+  for (size_t n = 0; n < ld->count; ++n) {
+    size_t pick = ld->count;
+    for (size_t i = 0; i < ld->count && pick == ld->count; ++i) {
+      file_layer *fl = &ld->layers[i];
+      int ready = fl->placed < 0;
+      for (int j = 0; j < (fl->num_inputs ? fl->num_inputs : 1) && ready; ++j)
+        ready = fl->src[j] < 0 || ld->layers[fl->src[j]].placed >= 0;
+      if (ready) pick = i;
+    }
+    if (pick == ld->count) {
+      for (size_t i = 0; i < ld->count; ++i)
+        if (ld->layers[i].placed < 0)
+          return bad(ld, "layer %zu ('%s') is on a cycle (or depends on one)", i,
+                     ld->layers[i].spec.name);
+    }
+    file_layer *fl = &ld->layers[pick];
+    fl->placed = (int)n;
+    fl->spec.num_inputs = fl->num_inputs;
+    for (int j = 0; j < fl->num_inputs; ++j)
+      fl->spec.inputs[j] = fl->src[j] < 0 ? DPT_LAYER_INPUT_MODEL : ld->layers[fl->src[j]].placed;
+    if (fl->num_inputs == 0 && fl->src[0] >= 0 && ld->layers[fl->src[0]].placed != (int)n - 1) {
+      fl->spec.num_inputs = 1; /* the layer before it in the file is elsewhere now */
+      fl->spec.inputs[0] = ld->layers[fl->src[0]].placed;
+    }
+    if (fl->num_inputs == 0 && fl->src[0] < 0 && n > 0) {
+      fl->spec.num_inputs = 1;
+      fl->spec.inputs[0] = DPT_LAYER_INPUT_MODEL;
+    }
+    spec->layers[n] = fl->spec;
+  }
+  spec->num_layers = ld->count;
+  return DPT_OK;
+}
+
+/* "input": [c, h, w] and "classes": n, when present, must agree with the data. */
+static dpt_status check_model_fields(const loader *ld, json_t *root, const size_t shape[3]) {
+  json_t *in = json_object_get(root, "input"), *cls = json_object_get(root, "classes");
+  if (in) {
+    if (!json_is_array(in) || json_array_size(in) != 3)
+      return bad(ld, "\"input\" must be [channels, height, width]");
+    for (size_t d = 0; d < 3; ++d) {
+      json_t *v = json_array_get(in, d);
+      if (!json_is_integer(v) || json_integer_value(v) != (json_int_t)shape[d])
+        return bad(ld, "\"input\" is not the data's sample shape [%zu, %zu, %zu]", shape[0],
+                   shape[1], shape[2]);
+    }
+  }
+  if (cls && (!json_is_integer(cls) || json_integer_value(cls) != (json_int_t)ld->classes))
+    return bad(ld, "\"classes\" is not the data's %zu classes", ld->classes);
+  const char *key;
+  json_t *v;
+  json_object_foreach(root, key, v) {
+    if (strcmp(key, "input") && strcmp(key, "classes") && strcmp(key, "layers"))
+      return bad(ld, "unknown field \"%s\" (input, classes, layers)", key);
+  }
+  return DPT_OK;
+}
+
+static dpt_status load_tree(loader *ld, json_t *root, const size_t shape[3], dpt_model_spec *spec) {
+  if (!json_is_object(root)) return bad(ld, "the model is not a JSON object");
+  DPT_TRY(check_model_fields(ld, root, shape));
+  json_t *layers = json_object_get(root, "layers");
+  if (!json_is_array(layers) || json_array_size(layers) == 0)
+    return bad(ld, "\"layers\" is missing or not a non-empty list");
+  if (json_array_size(layers) > DPT_MODEL_MAX_LAYERS)
+    return bad(ld, "%zu layers, at most %d", json_array_size(layers), DPT_MODEL_MAX_LAYERS);
+  ld->count = json_array_size(layers);
+  ld->layers = calloc(ld->count, sizeof *ld->layers);
+  if (!ld->layers) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of memory", ld->path);
+  for (size_t i = 0; i < ld->count; ++i) {
+    ld->layers[i].placed = -1;
+    DPT_TRY(read_layer(ld, i, json_array_get(layers, i), &ld->layers[i]));
+  }
+  DPT_TRY(resolve(ld));
+  DPT_TRY(dpt_model_spec_init(spec, shape[0], shape[1], shape[2], ld->classes));
+  return order(ld, spec);
+}
+
+dpt_status dpt_model_spec_load_json(const char *path, size_t c, size_t h, size_t w,
+                                    size_t num_classes, dpt_model_spec *spec) {
+  if (!path || !spec)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_spec_load_json: path/spec is NULL");
+  json_error_t err;
+  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+  if (!root) {
+    if (err.line < 0) return dpt_set_error(DPT_ERR_IO, "%s: %s", path, err.text);
+    return dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: line %d, column %d: %s", path, err.line,
+                         err.column, err.text);
+  }
+  loader ld = {path, num_classes, NULL, 0};
+  const size_t shape[3] = {c, h, w};
+  dpt_status st = load_tree(&ld, root, shape, spec);
+  free(ld.layers);
+  json_decref(root);
+  return st;
+}
