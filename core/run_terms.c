@@ -43,7 +43,8 @@ typedef enum term_kind { TERM_INT, TERM_FLOAT, TERM_HASH } term_kind;
   X(MAX_SKIPPED, "the skipped-step limit (max_skipped)", TERM_INT)                                 \
   X(SKIP_ALLREDUCE, "skipping the gradient exchange (skip_allreduce)", TERM_INT)                   \
   X(FULL_STEP, "the full optimizer step (full_optimizer_step)", TERM_INT)                          \
-  X(TOTAL_STEPS, "the cosine schedule's length (optim.total_steps)", TERM_INT)
+  X(TOTAL_STEPS, "the cosine schedule's length (optim.total_steps)", TERM_INT)                     \
+  X(SYNC_BN, "synchronized batch norm (sync_bn)", TERM_INT)
 
 enum {
 #define DPT_TERM_ENUM_(e, name, kind) TERM_##e,
@@ -141,6 +142,7 @@ void dpt_run_terms(const dpt_train_config *cfg, uint64_t *w) {
   w[TERM_MAX_SKIPPED] = int_word(cfg->max_skipped);
   w[TERM_SKIP_ALLREDUCE] = int_word(cfg->skip_allreduce);
   w[TERM_FULL_STEP] = int_word(cfg->full_optimizer_step);
+  w[TERM_SYNC_BN] = int_word(cfg->sync_bn);
 }
 
 static void word_str(int term, uint64_t w, char *out, size_t cap) {

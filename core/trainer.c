@@ -75,7 +75,7 @@ typedef struct replica_state {
   int32_t *hy;       /* host labels [max_slice] */
   uint64_t *perm;    /* epoch permutation [n_train] */
   uint64_t *idx;     /* the slice's sample indices [max_slice] */
-  float *hparams;    /* [num_params] host copy for fingerprints */
+  float *hparams;    /* [state size] host copy of parameters and buffers for fingerprints */
   dpt_range *shard;  /* this replica's shard of the parameters (sharded step), [nshard] */
   size_t nshard;
   size_t max_slice;   /* largest slice of a global batch; evaluation reuses the batch buffers */
@@ -220,10 +220,10 @@ static double train_imbalance(const step_stats *gathered, int count) {
 /* Fingerprints the parameters on every replica and compares them; keeps the fingerprint in
  * s->t.hash for the reports. */
 static dpt_status check_drift(replica *r, replica_state *s, int64_t step) {
-  size_t n = dpt_model_num_params(s->model);
+  size_t n = dpt_model_state_size(s->model);
   step_stats mine, sum;
   memset(&mine, 0, sizeof mine);
-  dpt_status st = s->pending == DPT_OK ? dpt_model_get_params(s->model, s->hparams) : DPT_OK;
+  dpt_status st = s->pending == DPT_OK ? dpt_model_get_state(s->model, s->hparams) : DPT_OK;
   if (st == DPT_OK && s->pending == DPT_OK) {
     mine.hash = dpt_fingerprint(s->hparams, n * sizeof(float));
     for (size_t i = 0; i < n && !mine.bad_params; ++i)
@@ -338,7 +338,7 @@ static dpt_status create_optimizer(replica *r, replica_state *s) {
 }
 
 static dpt_status alloc_batch(replica *r, replica_state *s) {
-  const size_t input = dpt_model_input_size(s->model), np = dpt_model_num_params(s->model);
+  const size_t input = dpt_model_input_size(s->model);
   const size_t max_slice = s->max_slice, n = dpt_dataset_count(r->cfg->train);
   DPT_TRY(dpt_buffer_alloc(s->be, max_slice * input * sizeof(float), &s->x));
   DPT_TRY(dpt_buffer_alloc(s->be, max_slice * sizeof(int32_t), &s->y));
@@ -346,10 +346,27 @@ static dpt_status alloc_batch(replica *r, replica_state *s) {
   s->hy = malloc(max_slice * sizeof(int32_t));
   s->perm = malloc(n * sizeof(uint64_t));
   s->idx = malloc(max_slice * sizeof(uint64_t));
-  s->hparams = malloc(np * sizeof(float));
+  s->hparams = malloc(dpt_model_state_size(s->model) * sizeof(float));
   if (!s->hx || !s->hy || !s->perm || !s->idx || !s->hparams)
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "training: out of host memory");
   return DPT_OK;
+}
+
+/* Sync-bn's sum of doubles over the replicas: gathered, then added in replica order, so every
+ * replica gets the same bits. */
+static dpt_status sum_over_replicas(void *ctx, double *data, size_t count) {
+  replica *r = ctx;
+  double *all = malloc((size_t)r->count * count * sizeof(double));
+  if (!all) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "sync-bn: out of host memory");
+  dpt_status st = dpt_allgather_host(r->comm, data, count * sizeof(double), all);
+  for (size_t j = 0; st == DPT_OK && j < count; ++j) {
+    double sum = 0;
+    for (int i = 0; i < r->count; ++i)
+      sum += all[(size_t)i * count + j];
+    data[j] = sum;
+  }
+  free(all);
+  return st;
 }
 
 static dpt_status replica_setup(replica *r, replica_state *s) {
@@ -357,7 +374,9 @@ static dpt_status replica_setup(replica *r, replica_state *s) {
   DPT_TRY(create_backend_and_model(r, s));
   DPT_TRY(create_optimizer(r, s));
   DPT_TRY(alloc_batch(r, s));
-  if (r->cfg->init_params) return dpt_model_set_params(s->model, r->cfg->init_params);
+  if (r->cfg->sync_bn && r->count > 1)
+    DPT_TRY(dpt_model_set_sync_bn(s->model, sum_over_replicas, r));
+  if (r->cfg->init_params) return dpt_model_set_state(s->model, r->cfg->init_params);
   return dpt_model_init(s->model, r->cfg->seed);
 }
 
@@ -387,9 +406,12 @@ static dpt_status agree_on_run(replica *r, replica_state *s) {
  * no data moved). A timeout or a disagreement on the call means the replicas are not in step:
  * stop now. */
 static dpt_status broadcast_params(replica *r, replica_state *s) {
-  const size_t np = dpt_model_num_params(s->model);
+  const size_t np = dpt_model_num_params(s->model), nb = dpt_model_num_buffer_floats(s->model);
   dpt_status st =
       dpt_broadcast_buffer(r->comm, dpt_model_params(s->model), 0, np * sizeof(float), 0);
+  if (out_of_step(st)) return st;
+  if (nb && st == DPT_OK)
+    st = dpt_broadcast_buffer(r->comm, dpt_model_buffers(s->model), 0, nb * sizeof(float), 0);
   if (out_of_step(st)) return st;
   keep_failure(s, st);
   return check_drift(r, s, 0);
@@ -409,6 +431,9 @@ static dpt_status forward_backward(replica *r, replica_state *s, size_t bstart, 
   if (count == 0)                              /* contributes nothing to the sum */
     return dpt_buffer_fill_f32(dpt_model_grads(s->model), 0, dpt_model_num_params(s->model), 0.0f);
   st = load_batch(s, r->cfg->train, s->perm + bstart + start, count);
+  /* Dropout's mask is keyed by the sample's place in the global batch, not in the slice. */
+  if (st == DPT_OK)
+    st = dpt_model_set_step(s->model, r->cfg->seed, (uint64_t)s->t.step, (uint32_t)start);
   /* The loss gradient is scaled by 1/(samples in this global batch): the sum over replicas is
    * the batch mean, whatever the split (and for a kept, smaller last batch too). */
   if (st == DPT_OK)
@@ -571,6 +596,19 @@ static dpt_status check_skipped(const replica *r, const replica_state *s) {
   return DPT_OK;
 }
 
+/* Each replica's batch norm running statistics come from its own slice: replica 0's are given
+ * to every replica after each step, as PyTorch DDP broadcasts module buffers, so the replicas
+ * stay identical. With sync-bn they are identical already. */
+static dpt_status share_buffers(replica *r, replica_state *s) {
+  const size_t nb = dpt_model_num_buffer_floats(s->model);
+  if (nb == 0 || r->cfg->sync_bn || s->mode == STEP_LOCAL || r->count == 1) return DPT_OK;
+  dpt_status st =
+      dpt_broadcast_buffer(r->comm, dpt_model_buffers(s->model), 0, nb * sizeof(float), 0);
+  if (out_of_step(st)) return st;
+  keep_failure(s, st);
+  return DPT_OK;
+}
+
 /* One synchronized step on global batch k of the epoch (see train.h). Adds the batch's loss
  * and samples to *loss and *samples unless the step was skipped. */
 static dpt_status train_step(replica *r, replica_state *s, int64_t epoch, size_t k, double *loss,
@@ -606,6 +644,7 @@ static dpt_status train_step(replica *r, replica_state *s, int64_t epoch, size_t
     *samples += sum.samples;
   }
   s->t.trained_samples += sum.samples;
+  DPT_TRY(share_buffers(r, s));
   if (cfg->check_every > 0 && s->t.step % cfg->check_every == 0)
     DPT_TRY(check_drift(r, s, s->t.step));
   if (r->index == 0 && cfg->on_progress)
@@ -636,6 +675,8 @@ static dpt_status report_epoch(replica *r, replica_state *s, int64_t epoch, doub
   rep.ranks = r->ranks;
   rep.replicas = r->count;
   rep.param_hash = s->t.hash;
+  rep.num_params = dpt_model_num_params(s->model);
+  rep.activation_bytes = dpt_model_activation_bytes(s->model);
   rep.backend = dpt_backend_kind_name(cfg->backend);
   rep.compute_seconds = s->t.compute;
   rep.allreduce_seconds = s->t.comm;
@@ -689,6 +730,14 @@ static dpt_status check_config(const dpt_train_config *cfg, dpt_comm *comm) {
   if (cfg->epochs < 1) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: epochs must be >= 1", fn);
   if (cfg->max_steps < 0 || cfg->check_every < 0)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: max_steps/check_every must be >= 0", fn);
+  /* Sync-bn sums in the forward pass: a replica without a sample would not join. */
+  size_t last =
+      dpt_sampler_last_batch(dpt_dataset_count(cfg->train), cfg->global_batch, cfg->keep_last);
+  if (cfg->sync_bn && total > 1 && last < (size_t)total)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: sync-bn needs a sample on every replica in every step, but the "
+                         "kept last batch has %zu samples for %d replicas (drop it)",
+                         fn, last, total);
   return dpt_optim_config_check(&cfg->optim);
 }
 
@@ -714,7 +763,7 @@ static dpt_status replica_run(replica *r, replica_state *s) {
   r->final.seconds = dpt_now() - s->t.run_start;
   r->final.steps = s->t.step;
   st = DPT_OK;
-  if (cfg->final_params && r->index == 0) st = dpt_model_get_params(s->model, cfg->final_params);
+  if (cfg->final_params && r->index == 0) st = dpt_model_get_state(s->model, cfg->final_params);
   if (r->index == 0 && cfg->on_report) cfg->on_report(&r->final, cfg->user);
   return st;
 }

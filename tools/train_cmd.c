@@ -26,8 +26,8 @@ typedef struct cli {
   const char *optimizer;                                        /* "sgd" or "adamw" */
   int lr_set, wd_set; /* --lr, --weight-decay given: kept over AdamW's defaults */
   int json, quiet, tty, rank;
-  int mlp;
-  size_t hidden[16], num_hidden, channels[2];
+  const char *model; /* "mlp", "cnn", "resnet" or a model file */
+  size_t hidden[16], num_hidden, channels[2], depth;
 } cli;
 
 static int parse_i64(const char *s, int64_t min, int64_t *out) {
@@ -53,12 +53,8 @@ static int parse_float(const char *s, float *out) {
 /* Options that need more than storing one number or string. Each returns 0, or -1 for a bad
  * value. */
 static int parse_model(cli *c, const char *v) {
-  if (!strcmp(v, "mlp"))
-    c->mlp = 1;
-  else if (!strcmp(v, "cnn"))
-    c->mlp = 0;
-  else
-    return -1;
+  if (!*v) return -1;
+  c->model = v; /* a name other than the built-in ones is a model file, read with the data */
   return 0;
 }
 
@@ -134,7 +130,15 @@ typedef struct option {
 
 static const option options[] = {
     {.help = "model and data:"},
-    {"--model", "mlp|cnn", "model (default mlp)", CUSTOM(parse_model)},
+    {"--model", "M",
+     "mlp|cnn|resnet, or a model file (JSON, see docs/layers.md)\n"
+     "(default mlp)",
+     CUSTOM(parse_model)},
+    {"--depth", "N", "resnet depth, 6n+2: 20, 32, 44, 56, 110 (default 20)", SIZE(depth, 8)},
+    {"--sync-bn", NULL,
+     "batch norm statistics over the whole global batch (default:\n"
+     "each replica's slice, replica 0's running statistics kept)",
+     FLAG(cfg.sync_bn, 1)},
     {"--hidden", "LIST", "mlp hidden sizes, comma-separated (default 512,256)",
      CUSTOM(parse_hidden)},
     {"--channels", "C1,C2", "cnn channels of its two conv blocks (default 32,64)",
@@ -390,6 +394,7 @@ static void json_report(const dpt_train_report *r) {
     json_number("allreduce_seconds", r->allreduce_seconds, "%.3f");
     json_number("optimizer_seconds", r->optimizer_seconds, "%.3f");
     json_number("imbalance_seconds", r->imbalance_seconds, "%.3f");
+    printf("\"num_params\": %zu, \"activation_bytes\": %zu, ", r->num_params, r->activation_bytes);
   }
   printf("\"ranks\": %d, \"replicas\": %d, \"backend\": \"%s\", \"param_hash\": \"%016llx\"}\n",
          r->ranks, r->replicas, r->backend, (unsigned long long)r->param_hash);
@@ -413,6 +418,8 @@ static void on_report(const dpt_train_report *r, void *user) {
       printf("time on replica 0: forward+backward %.2f s, communication %.2f s, "
              "optimizer %.2f s\n",
              r->compute_seconds, r->allreduce_seconds, r->optimizer_seconds);
+    printf("model: %zu parameters, %.1f MiB of activations per replica\n", r->num_params,
+           (double)r->activation_bytes / 1048576.0);
     if (r->replicas > 1)
       printf("uneven replicas: %.2f s (the slowest replica's forward+backward over the mean, "
              "summed over the steps)\n",
@@ -463,7 +470,8 @@ static void set_defaults(cli *c) {
   c->data_dir = DEFAULT_DATA_DIR;
   c->backend = "auto";
   c->optimizer = "sgd";
-  c->mlp = 1;
+  c->model = "mlp";
+  c->depth = 20;
   c->hidden[0] = 512;
   c->hidden[1] = 256;
   c->num_hidden = 2;
@@ -523,10 +531,15 @@ static dpt_status load_data(const cli *c, dpt_dataset **train, dpt_dataset **tes
 
 /* The model's shape, from the options and the images' size. */
 static dpt_status build_model(cli *c, const dpt_dataset *train) {
-  size_t rows = dpt_dataset_rows(train), cols = dpt_dataset_cols(train);
-  return c->mlp
-             ? dpt_model_spec_mlp(&c->cfg.model, 1, rows, cols, c->hidden, c->num_hidden, 10)
-             : dpt_model_spec_cnn(&c->cfg.model, 1, rows, cols, c->channels[0], c->channels[1], 10);
+  size_t ch = 1, rows = dpt_dataset_rows(train), cols = dpt_dataset_cols(train), classes = 10;
+  dpt_model_spec *m = &c->cfg.model;
+  if (!strcmp(c->model, "mlp"))
+    return dpt_model_spec_mlp(m, ch, rows, cols, c->hidden, c->num_hidden, classes);
+  if (!strcmp(c->model, "cnn"))
+    return dpt_model_spec_cnn(m, ch, rows, cols, c->channels[0], c->channels[1], classes);
+  if (!strcmp(c->model, "resnet"))
+    return dpt_model_spec_resnet(m, ch, rows, cols, c->depth, classes);
+  return dpt_model_spec_load_json(c->model, ch, rows, cols, classes, m);
 }
 
 /* A cosine schedule anneals over the whole run after the warmup (at least one step); the
@@ -563,8 +576,8 @@ static dpt_status plan_schedule(cli *c, const dpt_dataset *train, char *other, s
 typedef struct weights {
   dpt_backend *host_be;  /* CPU backend of host_model, or NULL */
   dpt_model *host_model; /* reads and writes the files, or NULL */
-  float *init;           /* [num_params] read from --init-weights, or NULL */
-  float *final_params;   /* [num_params] written to --save-weights, or NULL */
+  float *init;           /* [state size] read from --init-weights, or NULL */
+  float *final_params;   /* [state size] written to --save-weights, or NULL */
 } weights;
 
 /* Before the run: --save-weights must be writable (its directory takes a file of the weights'
@@ -610,7 +623,7 @@ static dpt_status prepare_weights(cli *c, weights *w, char *other, size_t cap) {
   if (!c->init_weights && !c->save_weights) return DPT_OK;
   dpt_status st = dpt_backend_create(DPT_BACKEND_CPU, 0, &w->host_be);
   if (st == DPT_OK) st = dpt_model_create(w->host_be, &c->cfg.model, 1, &w->host_model);
-  size_t np = w->host_model ? dpt_model_num_params(w->host_model) : 0;
+  size_t np = w->host_model ? dpt_model_state_size(w->host_model) : 0;
   if (st == DPT_OK && c->init_weights) {
     w->init = malloc(np * sizeof(float));
     if (w->init) {
@@ -646,10 +659,10 @@ static void announce(const cli *c, dpt_comm *comm) {
   const char *schedule = dpt_schedule_kind_name(c->cfg.optim.schedule);
   const int nrep = comm ? dpt_comm_size(comm) : c->cfg.replicas;
   if (c->rank == 0 && !c->json)
-    printf("training %s on %s: %d %s%s, global batch %zu, %lld epochs, %s lr %g (%s)\n",
-           c->mlp ? "mlp" : "cnn", c->data_dir, nrep, comm ? "rank" : "replica",
-           nrep == 1 ? "" : "s", c->cfg.global_batch, (long long)c->cfg.epochs, c->optimizer,
-           (double)c->cfg.optim.lr, schedule ? schedule : "?");
+    printf("training %s on %s: %d %s%s, global batch %zu, %lld epochs, %s lr %g (%s)\n", c->model,
+           c->data_dir, nrep, comm ? "rank" : "replica", nrep == 1 ? "" : "s", c->cfg.global_batch,
+           (long long)c->cfg.epochs, c->optimizer, (double)c->cfg.optim.lr,
+           schedule ? schedule : "?");
 }
 
 /* Options, communicator, data, model, weights; then every rank agrees to start, trains, and

@@ -67,6 +67,8 @@ typedef struct dpt_train_report {
    * spent waiting (inside the communication) for a slower one: a slower device or core, or a
    * busy host. 0 with one replica. */
   double imbalance_seconds;
+  size_t num_params;       /* parameters of the model */
+  size_t activation_bytes; /* per replica: dpt_model_activation_bytes for its slice */
 } dpt_train_report;
 
 /* Called on replica 0 of rank 0 only. */
@@ -101,8 +103,14 @@ typedef struct dpt_train_config {
   int skip_allreduce;       /* benchmarking only: no gradient all-reduce (replicas drift) */
   int full_optimizer_step;  /* 1: all-reduce the gradients and run the whole optimizer step on
                                every replica; 0 (default): the sharded step (see above) */
-  const float *init_params; /* [num_params] initial parameters instead of the seed, or NULL */
-  float *final_params;      /* [num_params] receives the final parameters, or NULL */
+  int sync_bn;              /* 1: batch norm statistics over the whole global batch (every
+                               replica must then hold a sample in every step); 0: each replica
+                               normalizes over its slice, and replica 0's running statistics
+                               are given to all after every step, as PyTorch DDP does */
+  const float *init_params; /* [dpt_model_state_size] initial parameters, then buffers, instead
+                               of the seed, or NULL */
+  float *final_params;      /* [dpt_model_state_size] receives the final parameters, then
+                               buffers, or NULL */
   dpt_train_report_fn on_report;
   dpt_train_progress_fn on_progress;
   void *user;
