@@ -1,5 +1,7 @@
 # The training core: equivalence of R replicas and one, gradients, weights files, bad input.
 dpt_add_check_test(NAME test_train SOURCES test_train.c LABELS unit train TIMEOUT 300)
+# Layer graphs: gradients of every layer kind, model files, batch norm buffers, sync-bn.
+dpt_add_check_test(NAME test_model SOURCES test_model.c LABELS unit train TIMEOUT 600)
 # GPU backends train like the CPU: 2 replicas, 20 steps, within 1e-4 of one CPU replica.
 dpt_add_check_test(NAME test_train_opencl TARGET test_train ARGS backend opencl
                    LABELS train opencl TIMEOUT 300 ENVIRONMENT POCL_MAX_PTHREAD_COUNT=1)
@@ -10,6 +12,11 @@ if(DPT_WITH_MPI)
                    OMPI_MCA_rmaps_base_oversubscribe=1 POCL_MAX_PTHREAD_COUNT=1)
   foreach(np 2 3)
     dpt_add_check_test(NAME test_train_mpi_${np} TARGET test_train ARGS mpi cpu
+                       LAUNCHER ${MPIEXEC_EXECUTABLE} --oversubscribe ${MPIEXEC_NUMPROC_FLAG} ${np}
+                       LABELS mpi train TIMEOUT 300 ENVIRONMENT ${_dpt_mpi_env})
+  endforeach()
+  foreach(np 2 3)
+    dpt_add_check_test(NAME test_model_mpi_${np} TARGET test_model ARGS mpi
                        LAUNCHER ${MPIEXEC_EXECUTABLE} --oversubscribe ${MPIEXEC_NUMPROC_FLAG} ${np}
                        LABELS mpi train TIMEOUT 300 ENVIRONMENT ${_dpt_mpi_env})
   endforeach()

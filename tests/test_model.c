@@ -1,0 +1,551 @@
+/* Layer graphs: a small residual network with every layer kind against finite differences,
+ * model files (and what bad ones get), batch norm's buffers in weights files, and batch norm
+ * under data parallelism: with sync-bn R replicas match one replica on the combined batch,
+ * without it they do not.
+ *
+ * Run without arguments: threads transport. Run as `test_model mpi` under mpiexec: every rank
+ * trains one replica over MPI with sync-bn and rank 0 compares with one replica. */
+#define _POSIX_C_SOURCE 200809L
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dptrain/dptrain.h"
+#include "test_util.h"
+
+/* 8x8 one-channel images, 10 classes: the class is the brightest of ten pixel groups. */
+static dpt_dataset *make_data(size_t n, uint32_t seed) {
+  uint8_t *px = malloc(n * 64);
+  int32_t *lab = malloc(n * sizeof(int32_t));
+  uint32_t s = seed;
+  for (size_t i = 0; i < n; ++i) {
+    s = s * 1664525u + 1013904223u;
+    lab[i] = (int32_t)((s >> 16) % 10);
+    for (int p = 0; p < 64; ++p) {
+      s = s * 1664525u + 1013904223u;
+      px[i * 64 + (size_t)p] = (uint8_t)((s >> 24) / 2 + ((p % 10) == lab[i] ? 120 : 0));
+    }
+  }
+  dpt_dataset *ds = NULL;
+  if (dpt_dataset_from_memory(px, lab, n, 8, 8, 10, &ds) != DPT_OK) {
+    fprintf(stderr, "make_data: %s\n", dpt_last_error());
+    exit(1);
+  }
+  free(px);
+  free(lab);
+  return ds;
+}
+
+static int add_layer(dpt_model_spec *s, dpt_layer_spec l, const char *name, int in0, int in1) {
+  snprintf(l.name, sizeof l.name, "%s", name);
+  l.num_inputs = in1 >= -1 ? 2 : in0 >= -1 ? 1 : 0;
+  l.inputs[0] = in0;
+  l.inputs[1] = in1;
+  int index = -1;
+  if (dpt_model_spec_add(s, &l, &index) != DPT_OK) {
+    fprintf(stderr, "add_layer %s: %s\n", name, dpt_last_error());
+    exit(1);
+  }
+  return index;
+}
+
+#define PREV (-2) /* add_layer: the layer before */
+
+/* Every layer kind on 8x8 inputs: two residual blocks (identity, then a strided 1x1
+ * projection), an average pool, a global average pool, batchnorm1d and dropout. `dropout` 0
+ * leaves the dropout layer out. */
+static void mini_resnet(dpt_model_spec *s, float dropout) {
+  dpt_model_spec_init(s, 1, 8, 8, 10); /* cannot fail with a spec */
+  dpt_layer_spec conv3 = {
+      .kind = DPT_LAYER_CONV2D, .size = 4, .kernel = 3, .padding = 1, .no_bias = 1};
+  dpt_layer_spec bn = {.kind = DPT_LAYER_BATCHNORM2D}, relu = {.kind = DPT_LAYER_RELU};
+  add_layer(s, conv3, "conv1", PREV, PREV);
+  add_layer(s, bn, "bn1", PREV, PREV);
+  int x = add_layer(s, relu, "relu", PREV, PREV);
+  add_layer(s, conv3, "b1.conv", PREV, PREV);
+  int y = add_layer(s, bn, "b1.bn", PREV, PREV);
+  add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_ADD}, "b1.add", y, x);
+  x = add_layer(s, relu, "b1.relu", PREV, PREV);
+  dpt_layer_spec proj = {
+      .kind = DPT_LAYER_CONV2D, .size = 6, .kernel = 1, .stride = 2, .no_bias = 1};
+  add_layer(s, proj, "b2.shortcut.0", x, PREV);
+  int sc = add_layer(s, bn, "b2.shortcut.1", PREV, PREV);
+  dpt_layer_spec down = {
+      .kind = DPT_LAYER_CONV2D, .size = 6, .kernel = 3, .stride = 2, .padding = 1};
+  add_layer(s, down, "b2.conv", x, PREV);
+  y = add_layer(s, bn, "b2.bn", PREV, PREV);
+  add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_ADD}, "b2.add", y, sc);
+  add_layer(s, relu, "b2.relu", PREV, PREV);
+  add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_AVGPOOL, .kernel = 2}, "pool", PREV, PREV);
+  add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_GLOBAL_AVGPOOL}, "gap", PREV, PREV);
+  add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_FLATTEN}, "flat", PREV, PREV);
+  add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_LINEAR, .size = 8}, "fc1", PREV, PREV);
+  add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_BATCHNORM1D}, "bnf", PREV, PREV);
+  add_layer(s, relu, "relu_f", PREV, PREV);
+  if (dropout > 0)
+    add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_DROPOUT, .p = dropout}, "drop", PREV, PREV);
+  add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_LINEAR, .size = 10}, "fc", PREV, PREV);
+}
+
+/* ---- gradients ---------------------------------------------------------------------------- */
+
+/* The training-mode loss (batch statistics, the step's dropout mask) at parameters w. */
+static double train_loss(dpt_model *m, const float *w, dpt_buffer *bx, dpt_buffer *by, size_t b) {
+  double loss = 0;
+  TU_OK(dpt_model_set_params(m, w));
+  TU_OK(dpt_model_train_step(m, bx, by, b, 1.0f, &loss, NULL));
+  return loss;
+}
+
+START_TEST(gradient_graph) {
+  dpt_model_spec spec;
+  mini_resnet(&spec, 0.25f);
+  const size_t b = 6;
+  dpt_backend *be = tu_cpu();
+  dpt_model *m;
+  TU_OK(dpt_model_create(be, &spec, b, &m));
+  TU_OK(dpt_model_init(m, 5));
+  TU_OK(dpt_model_set_step(m, 1, 2, 3));
+  size_t in = dpt_model_input_size(m), np = dpt_model_num_params(m);
+  float *x = malloc(b * in * sizeof(float));
+  int32_t y[6] = {0, 3, 9, 3, 7, 1};
+  uint32_t s = 99;
+  for (size_t i = 0; i < b * in; ++i) {
+    s = s * 1664525u + 1013904223u;
+    x[i] = (float)(s >> 8) / 16777216.0f;
+  }
+  dpt_buffer *bx, *by;
+  TU_OK(dpt_buffer_alloc(be, b * in * sizeof(float), &bx));
+  TU_OK(dpt_buffer_alloc(be, sizeof y, &by));
+  TU_OK(dpt_buffer_upload(bx, 0, x, b * in * sizeof(float)));
+  TU_OK(dpt_buffer_upload(by, 0, y, sizeof y));
+  float *g = malloc(np * sizeof(float)), *w = malloc(np * sizeof(float));
+  TU_OK(dpt_model_get_params(m, w));
+  train_loss(m, w, bx, by, b);
+  TU_OK(dpt_buffer_download(dpt_model_grads(m), 0, g, np * sizeof(float)));
+  int checked = 0, probes = 0;
+  for (size_t t = 0; t < dpt_model_num_tensors(m); ++t) {
+    dpt_tensor_info ti;
+    TU_OK(dpt_model_tensor(m, t, &ti));
+    for (size_t j = 0; j < ti.count; j += ti.count / 5 + 1) {
+      size_t p = ti.offset + j;
+      /* Two step sizes: where they disagree the probe straddles a kink (relu, a dropout-free
+       * max): it says nothing about the gradient. */
+      double fd[2];
+      const float eps[2] = {1e-3f, 5e-4f};
+      for (int e = 0; e < 2; ++e) {
+        float keep = w[p];
+        w[p] = keep + eps[e];
+        double lp = train_loss(m, w, bx, by, b);
+        w[p] = keep - eps[e];
+        double lm = train_loss(m, w, bx, by, b);
+        w[p] = keep;
+        fd[e] = (lp - lm) / (2.0 * (double)eps[e]);
+      }
+      ++probes;
+      if (fabs(fd[0] - fd[1]) > 1e-3 + 1e-2 * fabs(fd[0])) continue;
+      ck_assert_msg(fabs(fd[0] - (double)g[p]) <= 2e-3 + 3e-2 * fabs(fd[0]),
+                    "%s[%zu]: backprop %g, finite difference %g", ti.name, j, (double)g[p], fd[0]);
+      ++checked;
+    }
+  }
+  ck_assert_int_gt(checked, 40);
+  ck_assert_int_ge(checked * 5, probes * 4);
+  free(x);
+  free(g);
+  free(w);
+  dpt_buffer_free(bx);
+  dpt_buffer_free(by);
+  dpt_model_destroy(m);
+  dpt_backend_destroy(be);
+}
+END_TEST
+
+/* Names, shapes and buffers as PyTorch's state_dict has them; running statistics move in
+ * training and not in evaluation. */
+START_TEST(bn_buffers) {
+  dpt_model_spec spec;
+  mini_resnet(&spec, 0.0f);
+  dpt_backend *be = tu_cpu();
+  dpt_model *m;
+  TU_OK(dpt_model_create(be, &spec, 4, &m));
+  TU_OK(dpt_model_init(m, 1));
+  ck_assert_uint_eq(dpt_model_num_buffers(m), 5 * 3);
+  dpt_tensor_info t;
+  TU_OK(dpt_model_buffer_info(m, 0, &t));
+  ck_assert_str_eq(t.name, "bn1.running_mean");
+  TU_OK(dpt_model_buffer_info(m, 2, &t));
+  ck_assert_str_eq(t.name, "bn1.num_batches_tracked");
+  ck_assert_int_eq(t.ndim, 0);
+  TU_OK(dpt_model_tensor(m, 0, &t));
+  ck_assert_str_eq(t.name, "conv1.weight"); /* no bias: conv1.bias does not exist */
+  TU_OK(dpt_model_tensor(m, 1, &t));
+  ck_assert_str_eq(t.name, "bn1.weight");
+  size_t n = dpt_model_state_size(m), np = dpt_model_num_params(m);
+  ck_assert_uint_eq(n, np + dpt_model_num_buffer_floats(m));
+  ck_assert_uint_gt(dpt_model_activation_bytes(m), 0);
+  float *s0 = malloc(n * sizeof(float)), *s1 = malloc(n * sizeof(float));
+  TU_OK(dpt_model_get_state(m, s0));
+  ck_assert(s0[np] == 0.0f && s0[np + 4] == 1.0f && s0[np + 8] == 0.0f); /* mean, var, count */
+  dpt_dataset *ds = make_data(4, 3);
+  float x[4 * 64];
+  int32_t y[4];
+  uint64_t idx[4] = {0, 1, 2, 3};
+  TU_OK(dpt_dataset_gather(ds, idx, 4, x, y));
+  dpt_buffer *bx, *by;
+  TU_OK(dpt_buffer_alloc(be, sizeof x, &bx));
+  TU_OK(dpt_buffer_alloc(be, sizeof y, &by));
+  TU_OK(dpt_buffer_upload(bx, 0, x, sizeof x));
+  TU_OK(dpt_buffer_upload(by, 0, y, sizeof y));
+  TU_OK(dpt_model_evaluate(m, bx, by, 4, NULL, NULL));
+  TU_OK(dpt_model_get_state(m, s1));
+  ck_assert(memcmp(s0, s1, n * sizeof(float)) == 0);
+  TU_OK(dpt_model_train_step(m, bx, by, 4, 0.25f, NULL, NULL));
+  TU_OK(dpt_model_get_state(m, s1));
+  ck_assert(s1[np + 8] == 1.0f);                   /* one batch tracked */
+  ck_assert(s1[np] != 0.0f && s1[np + 4] != 1.0f); /* mean and var moved */
+  free(s0);
+  free(s1);
+  dpt_buffer_free(bx);
+  dpt_buffer_free(by);
+  dpt_dataset_destroy(ds);
+  dpt_model_destroy(m);
+  dpt_backend_destroy(be);
+}
+END_TEST
+
+/* ---- model files --------------------------------------------------------------------------- */
+
+static char tmpdir[64];
+
+static const char *write_file(const char *name, const char *text) {
+  static char path[128];
+  snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(text, f);
+  fclose(f);
+  return path;
+}
+
+static void setup_tmp(void) {
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/dpt_model_XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static void teardown_tmp(void) {
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+
+/* The file form of a small residual block, layers out of order on purpose. */
+static const char *block_json =
+    "{\"input\": [1, 8, 8], \"classes\": 10, \"layers\": [\n"
+    "  {\"name\": \"conv1\", \"kind\": \"conv2d\", \"out\": 4, \"kernel\": 3, \"padding\": 1,\n"
+    "   \"bias\": false},\n"
+    "  {\"name\": \"bn1\", \"kind\": \"batchnorm2d\"},\n"
+    "  {\"name\": \"relu\", \"kind\": \"relu\"},\n"
+    "  {\"name\": \"sum\", \"kind\": \"add\", \"inputs\": [\"bn2\", \"relu\"]},\n"
+    "  {\"name\": \"conv2\", \"kind\": \"conv2d\", \"out\": 4, \"kernel\": 3, \"padding\": 1,\n"
+    "   \"bias\": false, \"inputs\": \"relu\"},\n"
+    "  {\"name\": \"bn2\", \"kind\": \"batchnorm2d\"},\n"
+    "  {\"name\": \"gap\", \"kind\": \"global_avgpool\", \"inputs\": \"sum\"},\n"
+    "  {\"name\": \"flat\", \"kind\": \"flatten\"},\n"
+    "  {\"name\": \"drop\", \"kind\": \"dropout\", \"p\": 0.5},\n"
+    "  {\"name\": \"fc\", \"kind\": \"linear\", \"out\": \"classes\"}]}\n";
+
+START_TEST(model_file) {
+  dpt_model_spec spec;
+  TU_OK(dpt_model_spec_load_json(write_file("ok.json", block_json), 1, 8, 8, 10, &spec));
+  ck_assert_uint_eq(spec.num_layers, 10);
+  /* Ordered so each layer follows its inputs: conv2 and bn2 come before the sum. */
+  ck_assert_str_eq(spec.layers[3].name, "conv2");
+  ck_assert_str_eq(spec.layers[4].name, "bn2");
+  ck_assert_str_eq(spec.layers[5].name, "sum");
+  ck_assert_int_eq(spec.layers[5].inputs[0], 4);
+  ck_assert_int_eq(spec.layers[5].inputs[1], 2);
+  ck_assert_uint_eq(spec.layers[9].size, 10);
+  ck_assert(spec.layers[8].p == 0.5f);
+  ck_assert_int_eq(spec.layers[0].no_bias, 1);
+  dpt_backend *be = tu_cpu();
+  dpt_model *m;
+  TU_OK(dpt_model_create(be, &spec, 2, &m));
+  ck_assert_uint_eq(dpt_model_num_params(m), 4 * 9 + 8 + 4 * 36 + 8 + 40 + 10);
+  dpt_model_destroy(m);
+  dpt_backend_destroy(be);
+}
+END_TEST
+
+/* One model file each: the load (or the model's creation) fails with one message naming the
+ * problem. */
+static void expect_bad_file(const char *text, dpt_status want, const char *n1, const char *n2) {
+  dpt_model_spec spec;
+  dpt_status st = dpt_model_spec_load_json(write_file("bad.json", text), 1, 8, 8, 10, &spec);
+  if (st == DPT_OK) {
+    dpt_backend *be = tu_cpu();
+    dpt_model *m = NULL;
+    st = dpt_model_create(be, &spec, 2, &m);
+    ck_assert_ptr_null(m);
+    dpt_backend_destroy(be);
+  }
+  ck_assert_msg(st == want, "%s: got %s (%s)", text, dpt_status_name(st), dpt_last_error());
+  ck_assert_msg(strstr(dpt_last_error(), n1), "'%s' lacks '%s'", dpt_last_error(), n1);
+  ck_assert_msg(!n2 || strstr(dpt_last_error(), n2), "'%s' lacks '%s'", dpt_last_error(), n2);
+}
+
+START_TEST(model_file_bad_input) {
+  const dpt_status BAD = DPT_ERR_BAD_FORMAT, ARG = DPT_ERR_INVALID_ARG;
+  expect_bad_file("{\"layers\": [{\"kind\": \"linear\", \"out\": 10}", BAD, "line 1", "column");
+  expect_bad_file("{\"layers\": [], \"layers\": []}", BAD, "duplicate", NULL);
+  expect_bad_file("{\"layers\": [{\"name\": \"a\", \"kind\": \"relu\", \"inputs\": \"b\"},"
+                  "{\"name\": \"b\", \"kind\": \"relu\", \"inputs\": \"a\"},"
+                  "{\"kind\": \"linear\", \"out\": 10}]}",
+                  BAD, "cycle", "'a'");
+  expect_bad_file("{\"layers\": [{\"kind\": \"conv3d\"}]}", BAD, "conv3d", "layer 0");
+  expect_bad_file("{\"layers\": [{\"kind\": \"add\", \"inputs\": [\"input\", \"nope\"]}]}", BAD,
+                  "'nope'", NULL);
+  expect_bad_file("{\"layers\": [{\"kind\": \"linear\", \"outs\": 10}]}", BAD, "\"outs\"", NULL);
+  expect_bad_file("{\"layers\": [{\"name\": \"x\", \"kind\": \"relu\"},"
+                  "{\"name\": \"x\", \"kind\": \"linear\", \"out\": 10}]}",
+                  BAD, "both called 'x'", NULL);
+  expect_bad_file("{\"input\": [3, 8, 8], \"layers\": [{\"kind\": \"linear\", \"out\": 10}]}", BAD,
+                  "[1, 8, 8]", NULL);
+  expect_bad_file(
+      "{\"layers\": [{\"name\": \"c\", \"kind\": \"conv2d\", \"out\": 2, \"kernel\": 3},"
+      "{\"name\": \"s\", \"kind\": \"add\", \"inputs\": [\"c\", \"input\"]},"
+      "{\"kind\": \"linear\", \"out\": 10}]}",
+      ARG, "'s' (add)", "2 x 6 x 6 and 1 x 8 x 8");
+  expect_bad_file("{\"layers\": [{\"name\": \"h\", \"kind\": \"linear\", \"out\": 0},"
+                  "{\"kind\": \"linear\", \"out\": 10}]}",
+                  ARG, "'h' (linear)", "size 0");
+  expect_bad_file("{\"layers\": [{\"kind\": \"linear\", \"out\": 4611686018427387904},"
+                  "{\"kind\": \"linear\", \"out\": 10}]}",
+                  ARG, "too large", NULL);
+  expect_bad_file("{\"layers\": [{\"name\": \"b\", \"kind\": \"batchnorm1d\"},"
+                  "{\"kind\": \"linear\", \"out\": 10}]}",
+                  ARG, "'b' (batchnorm1d)", "feature vector");
+  expect_bad_file("{\"layers\": [{\"name\": \"unused\", \"kind\": \"relu\"},"
+                  "{\"kind\": \"linear\", \"out\": 10, \"inputs\": \"input\"}]}",
+                  ARG, "'unused'", "no layer uses");
+  dpt_model_spec spec;
+  EXPECT_FAIL(dpt_model_spec_load_json("/nonexistent/m.json", 1, 8, 8, 10, &spec), DPT_ERR_IO,
+              "/nonexistent/m.json", NULL, NULL);
+}
+END_TEST
+
+/* ---- weights files ------------------------------------------------------------------------- */
+
+/* Loading is strict about buffers too: a missing or misshaped running statistic is refused,
+ * naming it. */
+START_TEST(weights_buffers_strict) {
+  dpt_model_spec spec;
+  mini_resnet(&spec, 0.0f);
+  dpt_backend *be = tu_cpu();
+  dpt_model *m;
+  TU_OK(dpt_model_create(be, &spec, 2, &m));
+  TU_OK(dpt_model_init(m, 9));
+  char path[128];
+  snprintf(path, sizeof path, "%s/w.safetensors", tmpdir);
+  TU_OK(dpt_model_save(m, path));
+  TU_OK(dpt_model_load(m, path));
+  /* The same tensors, without bn1.running_var, then with it misshaped. */
+  size_t nt = dpt_model_num_tensors(m), nb = dpt_model_num_buffers(m);
+  size_t np = dpt_model_num_params(m), n = dpt_model_state_size(m);
+  float *state = malloc(n * sizeof(float));
+  TU_OK(dpt_model_get_state(m, state));
+  dpt_st_tensor *ts = calloc(nt + nb, sizeof *ts);
+  for (size_t i = 0; i < nt + nb; ++i) {
+    dpt_tensor_info t;
+    TU_OK(i < nt ? dpt_model_tensor(m, i, &t) : dpt_model_buffer_info(m, i - nt, &t));
+    ts[i].name = t.name;
+    ts[i].data = state + t.offset + (i < nt ? 0 : np);
+    ts[i].ndim = t.ndim;
+    for (int d = 0; d < t.ndim; ++d)
+      ts[i].shape[d] = t.shape[d];
+  }
+  size_t rv = nt + 1; /* bn1.running_var */
+  ck_assert_str_eq(ts[rv].name, "bn1.running_var");
+  dpt_st_tensor keep = ts[rv];
+  ts[rv] = ts[nt + nb - 1];
+  TU_OK(dpt_safetensors_write(path, ts, nt + nb - 1, NULL));
+  EXPECT_FAIL(dpt_model_load(m, path), DPT_ERR_BAD_FORMAT, "bn1.running_var", NULL, NULL);
+  ts[rv] = keep;
+  ts[rv].shape[0] = 3;
+  TU_OK(dpt_safetensors_write(path, ts, nt + nb, NULL));
+  EXPECT_FAIL(dpt_model_load(m, path), DPT_ERR_BAD_FORMAT, "bn1.running_var", "[3]", "[4]");
+  free(ts);
+  free(state);
+  dpt_model_destroy(m);
+  dpt_backend_destroy(be);
+}
+END_TEST
+
+/* ---- batch norm under data parallelism ----------------------------------------------------- */
+
+static void bn_config(dpt_train_config *cfg, dpt_dataset *train, int sync_bn) {
+  dpt_train_config_default(cfg);
+  mini_resnet(&cfg->model, 0.2f);
+  cfg->train = train;
+  cfg->global_batch = 24;
+  cfg->epochs = 100;
+  cfg->max_steps = 20;
+  cfg->seed = 7;
+  cfg->check_every = 5;
+  cfg->sync_bn = sync_bn;
+  cfg->optim.lr = 0.05f;
+}
+
+/* Also used outside Check (the MPI mode): no ck_assert. */
+static size_t state_size(const dpt_model_spec *spec, dpt_model **keep, dpt_backend **be) {
+  if (dpt_backend_create(DPT_BACKEND_CPU, 0, be) != DPT_OK ||
+      dpt_model_create(*be, spec, 1, keep) != DPT_OK) {
+    fprintf(stderr, "state_size: %s\n", dpt_last_error());
+    exit(1);
+  }
+  return dpt_model_state_size(*keep);
+}
+
+/* The largest per-tensor relative difference |a - b| / |b| (norms over the tensor), over the
+ * parameters and the buffers. */
+static double worst_tensor(const dpt_model *m, const float *a, const float *b) {
+  double worst = 0;
+  size_t nt = dpt_model_num_tensors(m), nb = dpt_model_num_buffers(m);
+  for (size_t i = 0; i < nt + nb; ++i) {
+    dpt_tensor_info t;
+    if (i < nt)
+      dpt_model_tensor(m, i, &t);
+    else
+      dpt_model_buffer_info(m, i - nt, &t);
+    size_t off = t.offset + (i < nt ? 0 : dpt_model_num_params(m));
+    double num = 0, den = 0;
+    for (size_t j = 0; j < t.count; ++j) {
+      double d = (double)a[off + j] - (double)b[off + j];
+      num += d * d;
+      den += (double)b[off + j] * (double)b[off + j];
+    }
+    double rel = sqrt(num) / (den > 0 ? sqrt(den) : 1.0);
+    if (rel > worst) worst = rel;
+  }
+  return worst;
+}
+
+static float *train_state(dpt_train_config cfg, int replicas, size_t n) {
+  float *out = malloc(n * sizeof(float));
+  cfg.replicas = replicas;
+  cfg.final_params = out;
+  dpt_train_report rep;
+  dpt_status st = dpt_train(&cfg, NULL, &rep);
+  ck_assert_msg(st == DPT_OK, "%d replicas: %s", replicas, dpt_last_error());
+  ck_assert_int_eq(rep.steps, 20);
+  return out;
+}
+
+START_TEST(sync_bn_equivalence) {
+  dpt_dataset *ds = make_data(240, 5);
+  dpt_train_config cfg;
+  bn_config(&cfg, ds, 1);
+  dpt_backend *be;
+  dpt_model *m;
+  size_t n = state_size(&cfg.model, &m, &be);
+  float *ref = train_state(cfg, 1, n);
+  for (int r = 2; r <= 4; ++r) {
+    float *got = train_state(cfg, r, n);
+    double d = worst_tensor(m, got, ref);
+    ck_assert_msg(d <= 1e-4, "sync-bn, %d replicas: a tensor differs from one replica by %g", r, d);
+    free(got);
+  }
+  /* Without sync-bn each replica normalizes over its own 12 samples: another model. */
+  cfg.sync_bn = 0;
+  float *own = train_state(cfg, 2, n);
+  double d = worst_tensor(m, own, ref);
+  ck_assert_msg(d > 1e-3, "per-replica batch norm matches one replica (%g): the test is blind", d);
+  free(own);
+  free(ref);
+  dpt_model_destroy(m);
+  dpt_backend_destroy(be);
+  dpt_dataset_destroy(ds);
+}
+END_TEST
+
+/* Sync-bn needs every replica in every step: a kept last batch smaller than the replica count
+ * is refused before training. */
+START_TEST(sync_bn_small_last_batch) {
+  dpt_dataset *ds = make_data(49, 5);
+  dpt_train_config cfg;
+  bn_config(&cfg, ds, 1);
+  cfg.keep_last = 1;
+  cfg.replicas = 2; /* 49 = 2 * 24 + 1 */
+  EXPECT_FAIL(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG, "sync-bn", "1 samples", NULL);
+  dpt_dataset_destroy(ds);
+}
+END_TEST
+
+/* ---- MPI mode ------------------------------------------------------------------------------ */
+
+static int mpi_main(void) {
+  dpt_comm *comm = NULL;
+  dpt_status st = dpt_comm_create_mpi(NULL, &comm);
+  if (st == DPT_ERR_UNSUPPORTED) return 77;
+  if (st != DPT_OK) {
+    fprintf(stderr, "dpt_comm_create_mpi: %s\n", dpt_last_error());
+    return 1;
+  }
+  int rank = dpt_comm_rank(comm), failures = 0;
+  dpt_dataset *ds = make_data(240, 5);
+  dpt_train_config cfg;
+  bn_config(&cfg, ds, 1);
+  dpt_backend *be;
+  dpt_model *m;
+  size_t n = state_size(&cfg.model, &m, &be);
+  float *got = malloc(n * sizeof(float)), *ref = malloc(n * sizeof(float));
+  cfg.final_params = got;
+  if (dpt_train(&cfg, comm, NULL) != DPT_OK) {
+    fprintf(stderr, "rank %d: %s\n", rank, dpt_last_error());
+    ++failures;
+  }
+  cfg.final_params = ref;
+  if (dpt_train(&cfg, NULL, NULL) != DPT_OK) ++failures;
+  if (rank == 0 && !failures) {
+    double d = worst_tensor(m, got, ref);
+    printf("sync-bn over %d ranks: worst tensor differs from one replica by %.3g\n",
+           dpt_comm_size(comm), d);
+    failures += !(d <= 1e-4);
+  }
+  free(got);
+  free(ref);
+  dpt_model_destroy(m);
+  dpt_backend_destroy(be);
+  dpt_dataset_destroy(ds);
+  dpt_comm_destroy(comm);
+  return failures ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "mpi") == 0) return mpi_main();
+  Suite *s = suite_create("model");
+  TCase *graph = tcase_create("graph");
+  tcase_set_timeout(graph, 120);
+  tcase_add_test(graph, gradient_graph);
+  tcase_add_test(graph, bn_buffers);
+  suite_add_tcase(s, graph);
+  TCase *files = tcase_create("files");
+  tcase_add_checked_fixture(files, setup_tmp, teardown_tmp);
+  tcase_add_test(files, model_file);
+  tcase_add_test(files, model_file_bad_input);
+  tcase_add_test(files, weights_buffers_strict);
+  suite_add_tcase(s, files);
+  TCase *dp = tcase_create("data_parallel");
+  tcase_set_timeout(dp, 300);
+  tcase_add_test(dp, sync_bn_equivalence);
+  tcase_add_test(dp, sync_bn_small_last_batch);
+  suite_add_tcase(s, dp);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
