@@ -101,6 +101,9 @@ typedef struct dpt_train_config {
   int skip_allreduce;       /* benchmarking only: no gradient all-reduce (replicas drift) */
   int full_optimizer_step;  /* 1: all-reduce the gradients and run the whole optimizer step on
                                every replica; 0 (default): the sharded step (see above) */
+  /* Applied to samples as they are gathered (all zero: none): the training set gets all of it,
+   * keyed by the epoch (see dpt_data_transform), the test set the normalization only. */
+  dpt_data_transform transform;
   const float *init_params; /* [num_params] initial parameters instead of the seed, or NULL */
   float *final_params;      /* [num_params] receives the final parameters, or NULL */
   dpt_train_report_fn on_report;
