@@ -1,4 +1,5 @@
-/* bench train: training throughput of the MLP (784-512-256-10, global batch 256) on one backend,
+/* bench train: training throughput of a model (the MLP 784-512-256-10 by default, the CNN or
+ * a ResNet, global batch 256) on one backend,
  * side by side: one replica with the gradient all-reduce skipped (the bare step), one replica
  * (the whole data-parallel machinery), and R replicas. Without MPI the replicas are threads of
  * this process (one core each on the CPU backend); under `mpirun -np R` they are the R ranks,
@@ -20,9 +21,12 @@
 static void usage(FILE *f) {
   fprintf(f,
           "usage: dptrain bench train [options]   (or bench_train; under mpirun -np R)\n"
-          "Samples/s of the MLP 784-512-256-10 with global batch 256: 1 replica without the\n"
-          "all-reduce, 1 replica, and R replicas with the sharded and the full step, side by\n"
-          "side, with each variant's time split per step.\n"
+          "Samples/s of a model: 1 replica without the all-reduce, 1 replica, and R replicas\n"
+          "with the sharded and the full step, side by side, with each variant's time split\n"
+          "per step.\n"
+          "  --model M      mlp (784-512-256-10) | cnn (32,64 channels) | resnet (default mlp)\n"
+          "  --depth N      resnet depth, 6n+2 (default 20)\n"
+          "  --global-batch B  samples per step over all replicas (default 256)\n"
           "  --backend B    cpu | opencl | vulkan (default cpu)\n"
           "  --replicas R   replicas as threads of this process (default 2); under mpirun\n"
           "                 the replicas are the ranks and this is ignored\n"
@@ -98,8 +102,9 @@ static double ms_per_step(double seconds, const dpt_train_report *r) {
 }
 
 int dpt_bench_train(int argc, char **argv) {
-  const char *dir = "/usr/share/datasets/fashion-mnist", *backend = "cpu";
+  const char *dir = "/usr/share/datasets/fashion-mnist", *backend = "cpu", *model = "mlp";
   int replicas = 2, repeat = 5, json = 0;
+  size_t depth = 20, batch = 256;
   long steps = 100;
   for (int i = 1; i < argc; ++i) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -110,6 +115,12 @@ int dpt_bench_train(int argc, char **argv) {
       json = 1;
     } else if (v && !strcmp(a, "--backend")) {
       backend = argv[++i];
+    } else if (v && !strcmp(a, "--model")) {
+      model = argv[++i];
+    } else if (v && !strcmp(a, "--depth")) {
+      depth = (size_t)atol(argv[++i]);
+    } else if (v && !strcmp(a, "--global-batch")) {
+      batch = (size_t)atol(argv[++i]);
     } else if (v && !strcmp(a, "--data")) {
       dir = argv[++i];
     } else if (v && !strcmp(a, "--replicas")) {
@@ -145,7 +156,24 @@ int dpt_bench_train(int argc, char **argv) {
     return 1;
   }
   const size_t hidden[2] = {512, 256};
-  dpt_model_spec_mlp(&cfg.model, 1, 28, 28, hidden, 2, 10);
+  char title[64] = "MLP 784-512-256-10";
+  dpt_status ms = DPT_ERR_INVALID_ARG;
+  if (!strcmp(model, "mlp")) {
+    ms = dpt_model_spec_mlp(&cfg.model, 1, 28, 28, hidden, 2, 10);
+  } else if (!strcmp(model, "cnn")) {
+    ms = dpt_model_spec_cnn(&cfg.model, 1, 28, 28, 32, 64, 10);
+    snprintf(title, sizeof title, "CNN 32,64");
+  } else if (!strcmp(model, "resnet")) {
+    ms = dpt_model_spec_resnet(&cfg.model, 1, 28, 28, depth, 10);
+    snprintf(title, sizeof title, "ResNet-%zu", depth);
+  }
+  if (ms != DPT_OK || batch < 1) {
+    fprintf(stderr, "bench train: --model mlp|cnn|resnet (resnet --depth 6n+2), --global-batch "
+                    ">= 1\n");
+    dpt_dataset_destroy(ds);
+    return 2;
+  }
+  cfg.global_batch = batch;
   cfg.train = ds;
   cfg.epochs = 1000;
   cfg.max_steps = steps;
@@ -200,7 +228,8 @@ int dpt_bench_train(int argc, char **argv) {
   if (rank != 0) return 0;
   const dpt_train_report *o = &v[1].r, *m = &v[2].r, *f = &v[3].r;
   if (json) {
-    printf("{\"backend\": \"%s\", \"steps\": %ld, \"bare_samples_per_sec\": %.1f, "
+    printf("{\"model\": \"%s\", \"global_batch\": %zu, ", title, batch);
+    printf("\"backend\": \"%s\", \"steps\": %ld, \"bare_samples_per_sec\": %.1f, "
            "\"one_replica_samples_per_sec\": %.1f, \"replicas\": %d, "
            "\"replicas_samples_per_sec\": %.1f, \"full_step_samples_per_sec\": %.1f, "
            "\"machinery_overhead\": %.4f, \"speedup\": %.3f, "
@@ -210,8 +239,8 @@ int dpt_bench_train(int argc, char **argv) {
            ms_per_step(m->compute_seconds, m), ms_per_step(m->allreduce_seconds, m),
            ms_per_step(m->imbalance_seconds, m), ms_per_step(m->optimizer_seconds, m));
   } else {
-    printf("MLP 784-512-256-10, global batch 256, %ld steps, %s backend, %s (median of %d)\n",
-           steps, backend, data, repeat);
+    printf("%s, global batch %zu, %ld steps, %s backend, %s (median of %d)\n", title, batch, steps,
+           backend, data, repeat);
     printf("samples/s   %16s %12s %16d %s\n", "1 replica,", "1 replica", replicas,
            mpi ? "MPI ranks" : "replicas (threads)");
     printf("            %16s %12s %16s %18s\n", "no all-reduce", "", "sharded step", "full step");

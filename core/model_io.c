@@ -31,17 +31,34 @@ static size_t state_entries(const dpt_model *m) {
   return dpt_model_num_tensors(m) + dpt_model_num_buffers(m);
 }
 
+/* Batch norm's counter: a float in the model, int64 in files as in PyTorch's state_dict. */
+static int is_counter(const dpt_tensor_info *t) {
+  static const char suffix[] = ".num_batches_tracked";
+  size_t n = strlen(t->name), k = sizeof suffix - 1;
+  return t->ndim == 0 && n >= k && strcmp(t->name + n - k, suffix) == 0;
+}
+
 dpt_status dpt_model_save_params(const dpt_model *m, const float *host, const char *path) {
   if (!m || !host || !path)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_save_params: NULL argument");
   size_t n = state_entries(m);
   dpt_st_tensor *ts = calloc(n, sizeof *ts);
-  if (!ts) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_model_save_params: out of memory");
+  int64_t *counters = calloc(n, sizeof *counters);
+  if (!ts || !counters) {
+    free(ts);
+    free(counters);
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_model_save_params: out of memory");
+  }
   for (size_t i = 0; i < n; ++i) {
     dpt_tensor_info t;
     state_entry(m, i, &t);
     ts[i].name = t.name;
     ts[i].data = host + t.offset;
+    if (is_counter(&t)) {
+      counters[i] = (int64_t)host[t.offset];
+      ts[i].dtype = "I64";
+      ts[i].bytes = &counters[i];
+    }
     ts[i].ndim = t.ndim;
     for (int d = 0; d < t.ndim; ++d)
       ts[i].shape[d] = t.shape[d];
@@ -49,6 +66,7 @@ dpt_status dpt_model_save_params(const dpt_model *m, const float *host, const ch
   static const char *const meta[] = {"format", "pt", "producer", "dptrain", NULL};
   dpt_status st = dpt_safetensors_write(path, ts, n, meta);
   free(ts);
+  free(counters);
   return st;
 }
 
@@ -67,7 +85,11 @@ static dpt_status load_entry(const dpt_safetensors *st, const char *path, const 
     return dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: tensor '%s' has shape %s, the model needs %s",
                          path, t->name, got, want);
   }
-  return dpt_safetensors_read_f32(st, t->name, host + t->offset, t->count);
+  if (!is_counter(t)) return dpt_safetensors_read_f32(st, t->name, host + t->offset, t->count);
+  int64_t v = 0;
+  DPT_TRY(dpt_safetensors_read_i64(st, t->name, &v, 1));
+  host[t->offset] = (float)v;
+  return DPT_OK;
 }
 
 dpt_status dpt_model_load_params(const dpt_model *m, const char *path, float *host) {

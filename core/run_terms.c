@@ -44,7 +44,9 @@ typedef enum term_kind { TERM_INT, TERM_FLOAT, TERM_HASH } term_kind;
   X(SKIP_ALLREDUCE, "skipping the gradient exchange (skip_allreduce)", TERM_INT)                   \
   X(FULL_STEP, "the full optimizer step (full_optimizer_step)", TERM_INT)                          \
   X(TOTAL_STEPS, "the cosine schedule's length (optim.total_steps)", TERM_INT)                     \
-  X(SYNC_BN, "synchronized batch norm (sync_bn)", TERM_INT)
+  X(SYNC_BN, "synchronized batch norm (sync_bn)", TERM_INT)                                        \
+  X(NORMALIZE, "the normalization (transform.channels, mean, std)", TERM_HASH)                     \
+  X(AUGMENT, "the augmentation (transform.crop_pad, hflip, seed)", TERM_HASH)
 
 enum {
 #define DPT_TERM_ENUM_(e, name, kind) TERM_##e,
@@ -106,6 +108,24 @@ static uint64_t model_word(const dpt_model_spec *m) {
   return dpt_fingerprint(w, n * sizeof w[0]);
 }
 
+/* The transform's normalization and augmentation, value by value. */
+static void transform_words(const dpt_data_transform *t, uint64_t *w) {
+  uint64_t v[1 + 2 * 64];
+  size_t n = 0;
+  v[n++] = t->mean ? t->channels : 0;
+  for (size_t c = 0; t->mean && c < t->channels; ++c) {
+    if (n + 2 > sizeof v / sizeof v[0]) { /* many channels: fold what is there, go on */
+      v[0] = dpt_fingerprint(v, n * sizeof v[0]);
+      n = 1;
+    }
+    v[n++] = float_word(t->mean[c]);
+    v[n++] = float_word(t->std[c]);
+  }
+  w[TERM_NORMALIZE] = dpt_fingerprint(v, n * sizeof v[0]);
+  const uint64_t a[3] = {t->crop_pad, (uint64_t)t->hflip, t->crop_pad || t->hflip ? t->seed : 0};
+  w[TERM_AUGMENT] = dpt_fingerprint(a, sizeof a);
+}
+
 static void optim_words(const dpt_optim_config *o, uint64_t *w) {
   w[TERM_OPTIMIZER] = int_word(o->kind);
   w[TERM_LR] = float_word(o->lr);
@@ -143,6 +163,7 @@ void dpt_run_terms(const dpt_train_config *cfg, uint64_t *w) {
   w[TERM_SKIP_ALLREDUCE] = int_word(cfg->skip_allreduce);
   w[TERM_FULL_STEP] = int_word(cfg->full_optimizer_step);
   w[TERM_SYNC_BN] = int_word(cfg->sync_bn);
+  transform_words(&cfg->transform, w);
 }
 
 static void word_str(int term, uint64_t w, char *out, size_t cap) {

@@ -1,17 +1,18 @@
 /* safetensors reader and writer (format in include/dptrain/safetensors.h).
  *
- * The reader loads the whole file, checks the header bytes are UTF-8, then parses the JSON with
- * a small recursive-descent parser that knows the expected schema (a top-level object of tensor
- * entries and an optional "__metadata__" object of strings) and validates everything a tensor
- * claims before any pointer into the data is handed out. The writer builds the header in
- * memory, pads it with spaces to a multiple of 8 bytes, and writes "<path>.tmp", flushed to the
- * disk, then renames it over the destination.
+ * The reader loads the whole file, checks the header bytes are UTF-8 (to name the first bad
+ * byte), parses the JSON with jansson (duplicate keys refused), then checks the schema (a
+ * top-level object of tensor entries and an optional "__metadata__" object of strings) and
+ * validates everything a tensor claims before any pointer into the data is handed out. The writer
+ * builds the header in memory, pads it with spaces to a multiple of 8 bytes, and writes
+ * "<path>.tmp", flushed to the disk, then renames it over the destination.
  */
 #if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200809L /* fileno, fsync */
 #endif
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,518 +133,182 @@ struct dpt_safetensors {
   size_t meta_count, meta_cap;
 };
 
-/* ---- strict JSON parsing of the header ----------------------------------------------------- */
-
-typedef struct st_parser {
-  dpt_safetensors *st;
-  const unsigned char *s; /* header bytes, [n] */
-  size_t n;
-  size_t i;          /* current byte within the header */
-  const char *scope; /* tensor being parsed, for messages, or NULL */
-} st_parser;
+/* ---- the header, parsed with jansson ------------------------------------------------------- */
 
 #define ST_HEADER_START 8u /* the header follows the 8-byte length */
 
-static dpt_status st_parse_error(const st_parser *p, const char *fmt, ...) DPT_PRINTF(2, 3);
+/* A problem with what tensor `name` claims (its entry parsed as JSON). */
+static dpt_status st_entry_error(const dpt_safetensors *st, const char *name, const char *fmt, ...)
+    DPT_PRINTF(3, 4);
 
-static dpt_status st_parse_error(const st_parser *p, const char *fmt, ...) {
+static dpt_status st_entry_error(const dpt_safetensors *st, const char *name, const char *fmt,
+                                 ...) {
   char what[512];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
-  if (p->scope)
-    return dpt_set_error(
-        DPT_ERR_BAD_FORMAT,
-        "%s: tensor '%s': bad header JSON at header byte %zu (file offset %zu): %s", p->st->path,
-        p->scope, p->i, p->i + ST_HEADER_START, what);
-  return dpt_set_error(DPT_ERR_BAD_FORMAT,
-                       "%s: bad header JSON at header byte %zu (file offset %zu): %s", p->st->path,
-                       p->i, p->i + ST_HEADER_START, what);
+  return dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: tensor '%s': bad header entry: %s", st->path, name,
+                       what);
 }
 
-static void st_skip_ws(st_parser *p) {
-  while (p->i < p->n &&
-         (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' || p->s[p->i] == '\r'))
-    p->i++;
+static char *st_strdup(const char *s) {
+  const size_t n = strlen(s) + 1;
+  char *p = malloc(n);
+  if (p) memcpy(p, s, n);
+  return p;
 }
 
-/* What stands at the current position, for messages. */
-static const char *st_found(const st_parser *p, char buf[16]) {
-  if (p->i >= p->n) return "the end of the header";
-  const unsigned c = p->s[p->i];
-  if (c >= 0x20 && c < 0x7f)
-    snprintf(buf, 16, "'%c'", (char)c);
-  else
-    snprintf(buf, 16, "byte 0x%02x", c);
-  return buf;
+/* A JSON type's name, for messages. */
+static const char *st_json_type(const json_t *v) {
+  switch (json_typeof(v)) {
+  case JSON_OBJECT:
+    return "an object";
+  case JSON_ARRAY:
+    return "an array";
+  case JSON_STRING:
+    return "a string";
+  case JSON_INTEGER:
+    return "an integer";
+  case JSON_REAL:
+    return "a number with a fraction or exponent";
+  case JSON_TRUE:
+  case JSON_FALSE:
+    return "a boolean";
+  case JSON_NULL:
+    return "null";
+  }
+  return "?";
 }
 
-/* Skips whitespace and consumes `c`. */
-static dpt_status st_expect(st_parser *p, char c) {
-  st_skip_ws(p);
-  if (p->i < p->n && p->s[p->i] == (unsigned char)c) {
-    p->i++;
-    return DPT_OK;
-  }
-  char buf[16];
-  return st_parse_error(p, "expected '%c', found %s", c, st_found(p, buf));
-}
-
-/* After a member or element: consumes ',' (returns 1) or `close` (returns 0); -1 on error. */
-static int st_next_or_close(st_parser *p, char close, dpt_status *st) {
-  st_skip_ws(p);
-  if (p->i < p->n && p->s[p->i] == ',') {
-    p->i++;
-    return 1;
-  }
-  if (p->i < p->n && p->s[p->i] == (unsigned char)close) {
-    p->i++;
-    return 0;
-  }
-  char buf[16];
-  *st = st_parse_error(p, "expected ',' or '%c', found %s", close, st_found(p, buf));
-  return -1;
-}
-
-static int st_hex4(const unsigned char *s, unsigned *out) {
-  unsigned v = 0;
-  for (int k = 0; k < 4; k++) {
-    const unsigned c = s[k];
-    v <<= 4;
-    if (c >= '0' && c <= '9')
-      v |= c - '0';
-    else if (c >= 'a' && c <= 'f')
-      v |= c - 'a' + 10;
-    else if (c >= 'A' && c <= 'F')
-      v |= c - 'A' + 10;
-    else
-      return 0;
-  }
-  *out = v;
-  return 1;
-}
-
-/* Index of the quote closing the string opened at `open`, stepping over escapes, so the decoded
- * string (never longer than its source) can be sized before decoding. */
-static dpt_status st_string_end(st_parser *p, size_t open, size_t *end) {
-  size_t j = open + 1;
-  while (j < p->n && p->s[j] != '"')
-    j += p->s[j] == '\\' ? 2 : 1;
-  if (j >= p->n) {
-    p->i = open;
-    return st_parse_error(p, "unterminated string");
-  }
-  *end = j;
-  return DPT_OK;
-}
-
-/* Appends code point cp as UTF-8 (1 to 4 bytes). */
-static void st_put_utf8(char *dst, size_t *len, unsigned cp) {
-  if (cp < 0x80) {
-    dst[(*len)++] = (char)cp;
-  } else if (cp < 0x800) {
-    dst[(*len)++] = (char)(0xc0 | (cp >> 6));
-    dst[(*len)++] = (char)(0x80 | (cp & 0x3f));
-  } else if (cp < 0x10000) {
-    dst[(*len)++] = (char)(0xe0 | (cp >> 12));
-    dst[(*len)++] = (char)(0x80 | ((cp >> 6) & 0x3f));
-    dst[(*len)++] = (char)(0x80 | (cp & 0x3f));
-  } else {
-    dst[(*len)++] = (char)(0xf0 | (cp >> 18));
-    dst[(*len)++] = (char)(0x80 | ((cp >> 12) & 0x3f));
-    dst[(*len)++] = (char)(0x80 | ((cp >> 6) & 0x3f));
-    dst[(*len)++] = (char)(0x80 | (cp & 0x3f));
-  }
-}
-
-/* The \uXXXX escape at the current position (before `end`, the closing quote): one code point,
- * or a surrogate pair \uD8xx\uDCxx joined into one. *used receives the escape's length (6 or
- * 12). Lone surrogates and U+0000 are refused. */
-static dpt_status st_parse_unicode_escape(st_parser *p, size_t end, unsigned *cp, size_t *used) {
-  if (end - p->i < 6 || !st_hex4(p->s + p->i + 2, cp))
-    return st_parse_error(p, "\\u needs four hex digits");
-  *used = 6;
-  if (*cp >= 0xdc00 && *cp <= 0xdfff) return st_parse_error(p, "lone low surrogate \\u%04x", *cp);
-  if (*cp >= 0xd800 && *cp <= 0xdbff) {
-    unsigned lo;
-    if (end - p->i < 12 || p->s[p->i + 6] != '\\' || p->s[p->i + 7] != 'u' ||
-        !st_hex4(p->s + p->i + 8, &lo) || lo < 0xdc00 || lo > 0xdfff)
-      return st_parse_error(p, "high surrogate \\u%04x without its low surrogate", *cp);
-    *cp = 0x10000u + ((*cp - 0xd800u) << 10) + (lo - 0xdc00u);
-    *used = 12;
-  }
-  if (*cp == 0) return st_parse_error(p, "\\u0000 in a string is not supported");
-  return DPT_OK;
-}
-
-/* The escape sequence at the current position (a backslash before `end`) decoded onto dst;
- * the position moves past it. The UTF-8 written is never longer than the escape. */
-static dpt_status st_parse_escape(st_parser *p, size_t end, char *dst, size_t *len) {
-  const unsigned e = p->s[p->i + 1]; /* exists: the closing quote comes after it */
-  const char *simple = strchr("\"\\/bfnrt", (int)e);
-  if (e != 0 && simple) {
-    static const char map[] = "\"\\/\b\f\n\r\t";
-    dst[(*len)++] = map[simple - "\"\\/bfnrt"];
-    p->i += 2;
-    return DPT_OK;
-  }
-  if (e != 'u')
-    return st_parse_error(p, "invalid escape '\\%c'", e >= 0x20 && e < 0x7f ? (char)e : '?');
-  unsigned cp;
-  size_t used;
-  DPT_TRY(st_parse_unicode_escape(p, end, &cp, &used));
-  st_put_utf8(dst, len, cp);
-  p->i += used;
-  return DPT_OK;
-}
-
-/* Parses a JSON string at the current position (after whitespace) into a new malloc'd,
- * NUL-terminated UTF-8 string. The raw bytes were checked to be UTF-8 beforehand. */
-static dpt_status st_parse_string(st_parser *p, char **out) {
-  *out = NULL;
-  st_skip_ws(p);
-  if (p->i >= p->n || p->s[p->i] != '"') {
-    char buf[16];
-    return st_parse_error(p, "expected a string, found %s", st_found(p, buf));
-  }
-  size_t end = 0;
-  DPT_TRY(st_string_end(p, p->i, &end));
-  p->i++; /* the opening quote */
-  char *dst = malloc(end - p->i + 1);
-  if (!dst) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of memory", p->st->path);
-  size_t len = 0;
-  dpt_status st = DPT_OK;
-  while (st == DPT_OK && p->s[p->i] != '"') {
-    const unsigned c = p->s[p->i];
-    if (c < 0x20) {
-      st = st_parse_error(p, "control character 0x%02x in a string (must be escaped)", c);
-    } else if (c == '\\') {
-      st = st_parse_escape(p, end, dst, &len);
-    } else {
-      dst[len++] = (char)c;
-      p->i++;
-    }
-  }
-  if (st != DPT_OK) {
-    free(dst);
-    return st;
-  }
-  p->i++; /* the closing quote */
-  dst[len] = '\0';
-  *out = dst;
-  return DPT_OK;
-}
-
-/* Parses a JSON number that must be a non-negative integer fitting in uint64 ("what" names it
- * in messages). Fractions, exponents, signs and leading zeros are rejected. */
-static dpt_status st_parse_uint(st_parser *p, const char *what, uint64_t *out) {
-  st_skip_ws(p);
-  if (p->i < p->n && p->s[p->i] == '-') return st_parse_error(p, "%s must not be negative", what);
-  if (p->i >= p->n || p->s[p->i] < '0' || p->s[p->i] > '9') {
-    char buf[16];
-    return st_parse_error(p, "expected an integer for %s, found %s", what, st_found(p, buf));
-  }
-  const size_t start = p->i;
-  uint64_t v = 0;
-  while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') {
-    const unsigned d = p->s[p->i] - '0';
-    if (v > (UINT64_MAX - d) / 10) {
-      p->i = start;
-      return st_parse_error(p, "%s does not fit in 64 bits", what);
-    }
-    v = v * 10 + d;
-    p->i++;
-  }
-  if (p->i - start > 1 && p->s[start] == '0') {
-    p->i = start;
-    return st_parse_error(p, "%s has a leading zero", what);
-  }
-  if (p->i < p->n && (p->s[p->i] == '.' || p->s[p->i] == 'e' || p->s[p->i] == 'E'))
-    return st_parse_error(p, "%s must be an integer", what);
-  *out = v;
-  return DPT_OK;
-}
-
-/* Skips any JSON value this parser understands (for unknown fields of a tensor entry). */
-static dpt_status st_skip_value(st_parser *p, int depth) {
-  if (depth > 32) return st_parse_error(p, "nesting deeper than 32 levels");
-  st_skip_ws(p);
-  if (p->i >= p->n) return st_parse_error(p, "expected a value, found the end of the header");
-  const unsigned c = p->s[p->i];
-  dpt_status st = DPT_OK;
-  if (c == '"') {
-    char *s;
-    st = st_parse_string(p, &s);
-    free(s);
-    return st;
-  }
-  if (c == '-' || (c >= '0' && c <= '9')) {
-    uint64_t v;
-    if (c == '-') p->i++;
-    return st_parse_uint(p, "a number", &v);
-  }
-  if (c == '[' || c == '{') {
-    const char close = c == '[' ? ']' : '}';
-    p->i++;
-    st_skip_ws(p);
-    if (p->i < p->n && p->s[p->i] == (unsigned char)close) {
-      p->i++;
-      return DPT_OK;
-    }
-    for (;;) {
-      if (c == '{') {
-        char *key;
-        if ((st = st_parse_string(p, &key)) != DPT_OK) return st;
-        free(key);
-        if ((st = st_expect(p, ':')) != DPT_OK) return st;
-      }
-      if ((st = st_skip_value(p, depth + 1)) != DPT_OK) return st;
-      const int more = st_next_or_close(p, close, &st);
-      if (more < 0) return st;
-      if (!more) return DPT_OK;
-    }
-  }
-  static const char *const words[] = {"true", "false", "null"};
-  for (int k = 0; k < 3; k++) {
-    const size_t wl = strlen(words[k]);
-    if (p->n - p->i >= wl && memcmp(p->s + p->i, words[k], wl) == 0) {
-      p->i += wl;
-      return DPT_OK;
-    }
-  }
-  char buf[16];
-  return st_parse_error(p, "expected a JSON value, found %s", st_found(p, buf));
-}
-
-/* Parses `[u, u, ...]` into vals (at most max entries; *count receives how many). */
-static dpt_status st_parse_uint_array(st_parser *p, const char *what, uint64_t *vals, int max,
-                                      int *count) {
+/* `[u, u, ...]`: non-negative integers into vals (at most max; *count receives how many). */
+static dpt_status st_uint_array(const dpt_safetensors *st, const char *name, const char *what,
+                                const json_t *arr, uint64_t *vals, int max, int *count) {
   *count = 0;
-  dpt_status st = st_expect(p, '[');
-  if (st != DPT_OK) return st;
-  st_skip_ws(p);
-  if (p->i < p->n && p->s[p->i] == ']') {
-    p->i++;
-    return DPT_OK;
+  if (!json_is_array(arr))
+    return st_entry_error(st, name, "\"%s\" must be an array, not %s", what, st_json_type(arr));
+  const size_t n = json_array_size(arr);
+  if (n > (size_t)max)
+    return st_entry_error(st, name, "\"%s\" has %zu entries, more than %d", what, n, max);
+  for (size_t k = 0; k < n; k++) {
+    const json_t *v = json_array_get(arr, k);
+    if (!json_is_integer(v))
+      return st_entry_error(st, name, "\"%s\" entry %zu must be an integer, not %s", what, k,
+                            st_json_type(v));
+    if (json_integer_value(v) < 0)
+      return st_entry_error(st, name, "\"%s\" entry %zu = %lld must not be negative", what, k,
+                            (long long)json_integer_value(v));
+    vals[k] = (uint64_t)json_integer_value(v);
   }
-  for (;;) {
-    if (*count == max) return st_parse_error(p, "%s has more than %d entries", what, max);
-    if ((st = st_parse_uint(p, what, &vals[*count])) != DPT_OK) return st;
-    (*count)++;
-    const int more = st_next_or_close(p, ']', &st);
-    if (more < 0) return st;
-    if (!more) return DPT_OK;
-  }
-}
-
-/* The fields a tensor entry must have, each once; seen[] in st_parse_tensor follows this order. */
-static const char *const st_tensor_fields[] = {"dtype", "shape", "data_offsets"};
-enum { ST_FIELD_DTYPE, ST_FIELD_SHAPE, ST_FIELD_OFFSETS, ST_FIELD_COUNT };
-
-static int st_tensor_field(const char *key) {
-  for (int k = 0; k < ST_FIELD_COUNT; k++)
-    if (strcmp(key, st_tensor_fields[k]) == 0) return k;
-  return -1;
-}
-
-/* "dtype": one of st_dtypes' names. */
-static dpt_status st_parse_dtype(st_parser *p, st_entry *e) {
-  char *dtype;
-  st_skip_ws(p);
-  const size_t at = p->i;
-  dpt_status st = st_parse_string(p, &dtype);
-  if (st != DPT_OK) return st;
-  e->dtype = st_dtype_lookup(dtype);
-  if (e->dtype < 0) {
-    p->i = at;
-    st = st_parse_error(p, "unknown dtype \"%.32s\"", dtype);
-  }
-  free(dtype);
-  return st;
-}
-
-/* "shape": up to DPT_ST_MAX_DIMS sizes, each fitting int64. */
-static dpt_status st_parse_shape(st_parser *p, st_entry *e) {
-  uint64_t dims[DPT_ST_MAX_DIMS];
-  DPT_TRY(st_parse_uint_array(p, "shape", dims, DPT_ST_MAX_DIMS, &e->ndim));
-  for (int k = 0; k < e->ndim; k++) {
-    if (dims[k] > (uint64_t)INT64_MAX)
-      return st_parse_error(p, "shape entry %llu is too large", (unsigned long long)dims[k]);
-    e->shape[k] = (int64_t)dims[k];
-  }
+  *count = (int)n;
   return DPT_OK;
 }
 
-/* "data_offsets": [begin, end], checked against the data section later (st_validate). */
-static dpt_status st_parse_offsets(st_parser *p, st_entry *e) {
+/* One tensor entry {"dtype": .., "shape": [..], "data_offsets": [b, e]} into e (named). Unknown
+ * fields are ignored, as by the reference reader. */
+static dpt_status st_parse_tensor(const dpt_safetensors *st, st_entry *e, const json_t *obj) {
+  if (!json_is_object(obj))
+    return st_entry_error(st, e->name, "the entry must be an object, not %s", st_json_type(obj));
+  static const char *const fields[] = {"dtype", "shape", "data_offsets"};
+  for (int k = 0; k < 3; k++)
+    if (!json_object_get(obj, fields[k]))
+      return st_entry_error(st, e->name, "the entry lacks \"%s\"", fields[k]);
+  const json_t *dtype = json_object_get(obj, "dtype");
+  if (!json_is_string(dtype))
+    return st_entry_error(st, e->name, "\"dtype\" must be a string, not %s", st_json_type(dtype));
+  e->dtype = st_dtype_lookup(json_string_value(dtype));
+  if (e->dtype < 0)
+    return st_entry_error(st, e->name, "unknown dtype \"%.32s\"", json_string_value(dtype));
+  uint64_t dims[DPT_ST_MAX_DIMS];
+  DPT_TRY(st_uint_array(st, e->name, "shape", json_object_get(obj, "shape"), dims, DPT_ST_MAX_DIMS,
+                        &e->ndim));
+  for (int k = 0; k < e->ndim; k++)
+    e->shape[k] = (int64_t)dims[k]; /* jansson's integers are int64: they fit */
   uint64_t off[3];
   int n_off;
-  DPT_TRY(st_parse_uint_array(p, "data_offsets", off, 3, &n_off));
-  if (n_off != 2) return st_parse_error(p, "data_offsets has %d entries, expected 2", n_off);
+  DPT_TRY(st_uint_array(st, e->name, "data_offsets", json_object_get(obj, "data_offsets"), off, 3,
+                        &n_off));
+  if (n_off != 2)
+    return st_entry_error(st, e->name, "\"data_offsets\" has %d entries, expected 2", n_off);
   e->begin = off[0];
   e->end = off[1];
   return DPT_OK;
 }
 
-/* One "key": value member of a tensor entry; seen[] marks the known fields already read. */
-static dpt_status st_parse_tensor_member(st_parser *p, st_entry *e, int seen[ST_FIELD_COUNT]) {
-  st_skip_ws(p);
-  const size_t key_at = p->i;
-  char *key;
-  dpt_status st = st_parse_string(p, &key);
-  if (st == DPT_OK) st = st_expect(p, ':');
-  if (st != DPT_OK) {
-    free(key);
-    return st;
-  }
-  const int field = st_tensor_field(key);
-  if (field >= 0 && seen[field]) {
-    p->i = key_at;
-    st = st_parse_error(p, "field \"%s\" appears twice", key);
-  } else if (field == ST_FIELD_DTYPE) {
-    st = st_parse_dtype(p, e);
-  } else if (field == ST_FIELD_SHAPE) {
-    st = st_parse_shape(p, e);
-  } else if (field == ST_FIELD_OFFSETS) {
-    st = st_parse_offsets(p, e);
-  } else {
-    st = st_skip_value(p, 1); /* unknown fields are ignored, as by the reference reader */
-  }
-  if (field >= 0) seen[field] = 1;
-  free(key);
-  return st;
-}
-
-/* One tensor entry {"dtype": .., "shape": [..], "data_offsets": [b, e]} into e (named). */
-static dpt_status st_parse_tensor(st_parser *p, st_entry *e) {
-  DPT_TRY(st_expect(p, '{'));
-  int seen[ST_FIELD_COUNT] = {0, 0, 0};
-  st_skip_ws(p);
-  int more = 1;
-  if (p->i < p->n && p->s[p->i] == '}') {
-    p->i++;
-    more = 0;
-  }
-  dpt_status st = DPT_OK;
-  while (more) {
-    DPT_TRY(st_parse_tensor_member(p, e, seen));
-    more = st_next_or_close(p, '}', &st);
-    if (more < 0) return st;
-  }
-  for (int k = 0; k < ST_FIELD_COUNT; k++)
-    if (!seen[k]) return st_parse_error(p, "entry lacks \"%s\"", st_tensor_fields[k]);
-  return DPT_OK;
-}
-
-/* "__metadata__": {"key": "value", ...} appended to st->meta. */
-static dpt_status st_parse_metadata(st_parser *p) {
-  dpt_safetensors *st = p->st;
-  dpt_status s = st_expect(p, '{');
-  if (s != DPT_OK) return s;
-  st_skip_ws(p);
-  if (p->i < p->n && p->s[p->i] == '}') {
-    p->i++;
-    return DPT_OK;
-  }
-  for (;;) {
-    if (st->meta_count == st->meta_cap) {
-      const size_t cap = st->meta_cap ? 2 * st->meta_cap : 8;
-      char **m = realloc(st->meta, 2 * cap * sizeof *m);
-      if (!m) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of memory", st->path);
-      st->meta = m;
-      st->meta_cap = cap;
+/* "__metadata__": {"key": "value", ...} into st->meta, in header order. */
+static dpt_status st_parse_metadata(dpt_safetensors *st, json_t *obj) {
+  if (!json_is_object(obj))
+    return dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: \"__metadata__\" must be an object, not %s",
+                         st->path, st_json_type(obj));
+  const size_t n = json_object_size(obj);
+  st->meta = calloc(n ? 2 * n : 1, sizeof *st->meta);
+  if (!st->meta) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of memory", st->path);
+  st->meta_cap = n;
+  const char *key;
+  json_t *value;
+  json_object_foreach(obj, key, value) {
+    if (!json_is_string(value))
+      return dpt_set_error(DPT_ERR_BAD_FORMAT,
+                           "%s: __metadata__ value of \"%.64s\" is not a string but %s", st->path,
+                           key, st_json_type(value));
+    char *k = st_strdup(key), *v = st_strdup(json_string_value(value));
+    if (!k || !v) {
+      free(k);
+      free(v);
+      return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of memory", st->path);
     }
-    char *key = NULL, *value = NULL;
-    st_skip_ws(p);
-    const size_t key_at = p->i;
-    if ((s = st_parse_string(p, &key)) != DPT_OK) return s;
-    for (size_t k = 0; k < st->meta_count; k++) {
-      if (strcmp(st->meta[2 * k], key) == 0) {
-        p->i = key_at;
-        s = st_parse_error(p, "__metadata__ key \"%.64s\" appears twice", key);
-        free(key);
-        return s;
-      }
-    }
-    if ((s = st_expect(p, ':')) == DPT_OK) {
-      st_skip_ws(p);
-      if (p->i < p->n && p->s[p->i] != '"')
-        s = st_parse_error(p, "__metadata__ value of \"%.64s\" is not a string", key);
-      else
-        s = st_parse_string(p, &value);
-    }
-    if (s != DPT_OK) {
-      free(key);
-      return s;
-    }
-    st->meta[2 * st->meta_count] = key;
-    st->meta[2 * st->meta_count + 1] = value;
+    st->meta[2 * st->meta_count] = k;
+    st->meta[2 * st->meta_count + 1] = v;
     st->meta_count++;
-    const int more = st_next_or_close(p, '}', &s);
-    if (more < 0) return s;
-    if (!more) return DPT_OK;
-  }
-}
-
-/* The whole header: {"name": {...}, "__metadata__": {...}, ...} then only padding. */
-static dpt_status st_parse_header(st_parser *p) {
-  dpt_safetensors *st = p->st;
-  if (p->n == 0 || p->s[0] != '{') return st_parse_error(p, "the header must start with '{'");
-  p->i = 1;
-  st_skip_ws(p);
-  int more = 1, have_meta = 0;
-  if (p->i < p->n && p->s[p->i] == '}') {
-    p->i++;
-    more = 0;
-  }
-  dpt_status s = DPT_OK;
-  while (more) {
-    st_skip_ws(p);
-    const size_t key_at = p->i;
-    char *name;
-    if ((s = st_parse_string(p, &name)) != DPT_OK) return s;
-    if ((s = st_expect(p, ':')) != DPT_OK) {
-      free(name);
-      return s;
-    }
-    if (strcmp(name, "__metadata__") == 0) {
-      free(name);
-      if (have_meta) {
-        p->i = key_at;
-        return st_parse_error(p, "\"__metadata__\" appears twice");
-      }
-      have_meta = 1;
-      if ((s = st_parse_metadata(p)) != DPT_OK) return s;
-    } else {
-      if (st->count == st->cap) {
-        const size_t cap = st->cap ? 2 * st->cap : 16;
-        st_entry *grown = realloc(st->entries, cap * sizeof *grown);
-        if (!grown) {
-          free(name);
-          return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of memory", st->path);
-        }
-        st->entries = grown;
-        st->cap = cap;
-      }
-      st_entry *e = &st->entries[st->count++];
-      memset(e, 0, sizeof *e);
-      e->name = name;
-      p->scope = name;
-      s = st_parse_tensor(p, e);
-      p->scope = NULL;
-      if (s != DPT_OK) return s;
-    }
-    more = st_next_or_close(p, '}', &s);
-    if (more < 0) return s;
-  }
-  /* The reference writer pads with spaces; any JSON whitespace is accepted. */
-  st_skip_ws(p);
-  if (p->i < p->n) {
-    char buf[16];
-    return st_parse_error(p, "unexpected %s after the header object", st_found(p, buf));
   }
   return DPT_OK;
+}
+
+/* The whole header: {"name": {...}, "__metadata__": {...}, ...}, then at most whitespace (the
+ * reference writer pads with spaces). jansson checks the JSON itself (strict RFC 8259: UTF-8,
+ * escapes, no NUL in strings, no duplicate keys at any level); the schema is checked here. */
+static dpt_status st_parse_header(dpt_safetensors *st, const unsigned char *h, size_t n) {
+  if (n == 0 || h[0] != '{')
+    return dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: the header must start with '{'", st->path);
+  json_error_t err;
+  json_t *root = json_loadb((const char *)h, n, JSON_REJECT_DUPLICATES, &err);
+  if (!root)
+    return dpt_set_error(DPT_ERR_BAD_FORMAT,
+                         "%s: bad header JSON at line %d, column %d (header byte %d, file offset "
+                         "%zu): %s",
+                         st->path, err.line, err.column, err.position,
+                         (size_t)err.position + ST_HEADER_START, err.text);
+  dpt_status s = DPT_OK;
+  if (!json_is_object(root)) {
+    s = dpt_set_error(DPT_ERR_BAD_FORMAT,
+                      "%s: the header must be a JSON object (starting with '{'), not %s", st->path,
+                      st_json_type(root));
+    json_decref(root);
+    return s;
+  }
+  const size_t total = json_object_size(root);
+  st->entries = calloc(total ? total : 1, sizeof *st->entries);
+  if (!st->entries) s = dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of memory", st->path);
+  st->cap = total;
+  const char *key;
+  json_t *value;
+  json_object_foreach(root, key, value) {
+    if (s != DPT_OK) break;
+    if (strcmp(key, "__metadata__") == 0) {
+      s = st_parse_metadata(st, value);
+      continue;
+    }
+    st_entry *e = &st->entries[st->count];
+    e->name = st_strdup(key);
+    if (!e->name) {
+      s = dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of memory", st->path);
+      break;
+    }
+    st->count++;
+    s = st_parse_tensor(st, e, value);
+  }
+  json_decref(root);
+  return s;
 }
 
 /* ---- validation of what the header claims ------------------------------------------------- */
@@ -854,8 +519,7 @@ dpt_status dpt_safetensors_open(const char *path, dpt_safetensors **out) {
                         bad, bad + ST_HEADER_START);
   }
   if (s == DPT_OK) {
-    st_parser p = {st, st->file + ST_HEADER_START, (size_t)header_len, 0, NULL};
-    s = st_parse_header(&p);
+    s = st_parse_header(st, st->file + ST_HEADER_START, (size_t)header_len);
   }
   if (s == DPT_OK) {
     st->data = st->file + ST_HEADER_START + header_len;
@@ -962,6 +626,39 @@ dpt_status dpt_safetensors_read_f32(const dpt_safetensors *st, const char *name,
         memcpy(&dst[k], &u, sizeof u);
       }
     }
+  }
+  return DPT_OK;
+}
+
+dpt_status dpt_safetensors_read_i64(const dpt_safetensors *st, const char *name, int64_t *dst,
+                                    size_t count) {
+  if (!st || !name || (!dst && count > 0))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "safetensors_read_i64: %s is NULL",
+                         !st     ? "file"
+                         : !name ? "name"
+                                 : "dst");
+  const st_entry *e = st_lookup(st, name);
+  if (!e) return dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: no tensor named '%s'", st->path, name);
+  if (e->dtype != ST_I64 && e->dtype != ST_I32)
+    return dpt_set_error(DPT_ERR_BAD_FORMAT,
+                         "%s: tensor '%s' has dtype %s; only I64 and I32 read as int64", st->path,
+                         name, st_dtypes[e->dtype].name);
+  if (e->count != count) {
+    char shape[160];
+    st_shape_str(e->shape, e->ndim, shape, sizeof shape);
+    return dpt_set_error(DPT_ERR_BAD_FORMAT,
+                         "%s: tensor '%s' holds %zu elements (shape %s), expected %zu", st->path,
+                         name, e->count, shape, count);
+  }
+  const unsigned char *src = st->data + e->begin;
+  const size_t size = st_dtypes[e->dtype].size;
+  for (size_t k = 0; k < count; k++) {
+    const unsigned char *b = src + size * k;
+    uint64_t u = 0;
+    for (size_t j = size; j-- > 0;)
+      u = (u << 8) | b[j];
+    if (size == 4) u = (uint64_t)(int64_t)(int32_t)(uint32_t)u; /* sign-extend */
+    dst[k] = (int64_t)u;
   }
   return DPT_OK;
 }
@@ -1079,8 +776,15 @@ static int st_cmp_str(const void *a, const void *b) {
   return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* Tensor t of a write: a valid, unreserved name, a shape within limits whose byte size fits
- * (*size receives it), data unless the tensor is empty. */
+/* The dtype tensor x of a write is stored as: F32 unless x->dtype names another. -1 when
+ * x->dtype is not a dtype of the format. */
+static int st_write_dtype(const dpt_st_tensor *x) {
+  return x->dtype ? st_dtype_lookup(x->dtype) : ST_F32;
+}
+
+/* Tensor t of a write: a valid, unreserved name, a known dtype, a shape within limits whose
+ * byte size fits (*size receives it), data unless the tensor is empty (`data` for F32, `bytes`
+ * for every other dtype). */
 static dpt_status st_check_write_tensor(const dpt_st_tensor *x, size_t t, size_t *size) {
   if (!x->name)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "safetensors_write: tensor %zu has no name", t);
@@ -1091,6 +795,11 @@ static dpt_status st_check_write_tensor(const dpt_st_tensor *x, size_t t, size_t
   if (strcmp(x->name, "__metadata__") == 0)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "safetensors_write: tensor %zu: the name __metadata__ is reserved", t);
+  const int dtype = st_write_dtype(x);
+  if (dtype < 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "safetensors_write: tensor '%s': unknown dtype '%.32s'", x->name,
+                         x->dtype);
   if (x->ndim < 0 || x->ndim > DPT_ST_MAX_DIMS)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "safetensors_write: tensor '%s': ndim %d outside [0, %d]", x->name,
@@ -1104,12 +813,16 @@ static dpt_status st_check_write_tensor(const dpt_st_tensor *x, size_t t, size_t
                            k, (long long)x->shape[k]);
     ok &= (uint64_t)x->shape[k] <= (uint64_t)SIZE_MAX && dpt_mul_ok(n, (size_t)x->shape[k], &n);
   }
-  if (!ok || !dpt_mul_ok(n, sizeof(float), size))
+  if (!ok || !dpt_mul_ok(n, st_dtypes[dtype].size, size))
     return dpt_set_error(DPT_ERR_INVALID_ARG, "safetensors_write: tensor '%s': size overflows",
                          x->name);
-  if (!x->data && n > 0)
+  if (dtype == ST_F32 && !x->data && n > 0)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "safetensors_write: tensor '%s': data is NULL",
                          x->name);
+  if (dtype != ST_F32 && !x->bytes && n > 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "safetensors_write: tensor '%s': dtype %s needs its bytes (bytes is NULL)",
+                         x->name, st_dtypes[dtype].name);
   return DPT_OK;
 }
 
@@ -1182,7 +895,9 @@ static dpt_status st_build_header(const dpt_st_tensor *tensors, size_t count, co
     if (!first) st_puts(h, ",");
     first = 0;
     st_put_json_string(h, x->name);
-    st_puts(h, ":{\"dtype\":\"F32\",\"shape\":[");
+    st_puts(h, ":{\"dtype\":\"");
+    st_puts(h, st_dtypes[st_write_dtype(x)].name);
+    st_puts(h, "\",\"shape\":[");
     for (int k = 0; k < x->ndim; k++) {
       if (k) st_puts(h, ",");
       st_put_u64(h, (uint64_t)x->shape[k]);
@@ -1269,8 +984,12 @@ dpt_status dpt_safetensors_write(const char *path, const dpt_st_tensor *tensors,
   for (int b = 0; b < 8; b++)
     len8[b] = (unsigned char)((uint64_t)h.len >> (8 * b));
   int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(h.p, 1, h.len, f) == h.len;
-  for (size_t t = 0; ok && t < count; t++)
-    ok = st_write_floats(f, tensors[t].data, sizes[t] / sizeof(float));
+  for (size_t t = 0; ok && t < count; t++) {
+    if (st_write_dtype(&tensors[t]) == ST_F32)
+      ok = st_write_floats(f, tensors[t].data, sizes[t] / sizeof(float));
+    else if (sizes[t] > 0) /* already little-endian, as the caller gives them */
+      ok = fwrite(tensors[t].bytes, 1, sizes[t], f) == sizes[t];
+  }
   ok = ok && st_sync(f);
   const int err = errno;
   const int closed = fclose(f) == 0;

@@ -248,11 +248,12 @@ static dpt_status check_drift(replica *r, replica_state *s, int64_t step) {
   return DPT_OK;
 }
 
-/* Uploads the given samples as the device batch. */
+/* Uploads the given samples, transformed by t for `epoch` (t NULL: as stored), as the device
+ * batch. */
 static dpt_status load_batch(replica_state *s, const dpt_dataset *ds, const uint64_t *idx,
-                             size_t count) {
+                             size_t count, const dpt_data_transform *t, int64_t epoch) {
   const size_t input = dpt_model_input_size(s->model);
-  dpt_status st = dpt_dataset_gather(ds, idx, count, s->hx, s->hy);
+  dpt_status st = dpt_dataset_gather_transformed(ds, idx, count, t, (uint64_t)epoch, s->hx, s->hy);
   if (st == DPT_OK) st = dpt_buffer_upload(s->x, 0, s->hx, count * input * sizeof(float));
   if (st == DPT_OK) st = dpt_buffer_upload(s->y, 0, s->hy, count * sizeof(int32_t));
   return st;
@@ -261,6 +262,10 @@ static dpt_status load_batch(replica_state *s, const dpt_dataset *ds, const uint
 /* Data-parallel evaluation: replica r takes a contiguous shard of the test set. */
 static dpt_status evaluate(replica *r, replica_state *s, double *loss, double *accuracy) {
   const dpt_dataset *ds = r->cfg->test;
+  /* The test set is normalized like the training set, never augmented. */
+  dpt_data_transform norm = r->cfg->transform;
+  norm.crop_pad = 0;
+  norm.hflip = 0;
   size_t start, count;
   DPT_TRY(dpt_batch_split(dpt_dataset_count(ds), r->count, r->index, &start, &count));
   step_stats mine, sum;
@@ -273,7 +278,7 @@ static dpt_status evaluate(replica *r, replica_state *s, double *loss, double *a
       s->idx[i] = start + done + i;
     double l = 0;
     int64_t c = 0;
-    st = load_batch(s, ds, s->idx, b);
+    st = load_batch(s, ds, s->idx, b, &norm, 0);
     if (st == DPT_OK) st = dpt_model_evaluate(s->model, s->x, s->y, b, &l, &c);
     mine.loss_sum += l;
     mine.correct += c;
@@ -421,8 +426,8 @@ static dpt_status broadcast_params(replica *r, replica_state *s) {
 
 /* Loads this replica's slice of the global batch at `bstart` (bcount samples) and runs forward
  * and backward. Returns the local outcome, which the step's exchange announces. */
-static dpt_status forward_backward(replica *r, replica_state *s, size_t bstart, size_t bcount,
-                                   step_stats *mine) {
+static dpt_status forward_backward(replica *r, replica_state *s, int64_t epoch, size_t bstart,
+                                   size_t bcount, step_stats *mine) {
   size_t start, count;
   dpt_status st = dpt_batch_split(bcount, r->count, r->index, &start, &count);
   if (st != DPT_OK) return st;
@@ -430,7 +435,7 @@ static dpt_status forward_backward(replica *r, replica_state *s, size_t bstart, 
   if (s->pending != DPT_OK) return s->pending; /* failed since the last exchange */
   if (count == 0)                              /* contributes nothing to the sum */
     return dpt_buffer_fill_f32(dpt_model_grads(s->model), 0, dpt_model_num_params(s->model), 0.0f);
-  st = load_batch(s, r->cfg->train, s->perm + bstart + start, count);
+  st = load_batch(s, r->cfg->train, s->perm + bstart + start, count, &r->cfg->transform, epoch);
   /* Dropout's mask is keyed by the sample's place in the global batch, not in the slice. */
   if (st == DPT_OK)
     st = dpt_model_set_step(s->model, r->cfg->seed, (uint64_t)s->t.step, (uint32_t)start);
@@ -620,7 +625,7 @@ static dpt_status train_step(replica *r, replica_state *s, int64_t epoch, size_t
   step_stats mine, sum;
   memset(&mine, 0, sizeof mine);
   const double t0 = dpt_now();
-  dpt_status st = forward_backward(r, s, bstart, bcount, &mine);
+  dpt_status st = forward_backward(r, s, epoch, bstart, bcount, &mine);
   mine.compute = dpt_now() - t0;
   s->t.compute += mine.compute;
   st = reduce_gradients(r, s, st, &mine);
@@ -738,6 +743,8 @@ static dpt_status check_config(const dpt_train_config *cfg, dpt_comm *comm) {
                          "%s: sync-bn needs a sample on every replica in every step, but the "
                          "kept last batch has %zu samples for %d replicas (drop it)",
                          fn, last, total);
+  DPT_TRY(dpt_data_transform_check(&cfg->transform, cfg->train));
+  if (cfg->test) DPT_TRY(dpt_data_transform_check(&cfg->transform, cfg->test));
   return dpt_optim_config_check(&cfg->optim);
 }
 

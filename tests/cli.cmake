@@ -4,8 +4,13 @@ if(DPT_BUILD_TOOLS)
   if(DPT_WITH_MPI)
     set(_dpt_cli_mpi "${MPIEXEC_EXECUTABLE} --oversubscribe")
   endif()
+  # Writes the test's safetensors data sets through the library (no Python needed).
+  add_executable(st_dataset_gen st_dataset_gen.c)
+  target_link_libraries(st_dataset_gen PRIVATE dptrain_static)
+  target_include_directories(st_dataset_gen PRIVATE ${PROJECT_SOURCE_DIR})
   add_test(NAME cli COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli_test.sh" $<TARGET_FILE:dptrain_cli>
-                            "${CMAKE_CURRENT_BINARY_DIR}/cli-scratch" "${_dpt_cli_mpi}")
+                            "${CMAKE_CURRENT_BINARY_DIR}/cli-scratch" "${_dpt_cli_mpi}"
+                            $<TARGET_FILE:st_dataset_gen>)
   set_tests_properties(cli PROPERTIES TIMEOUT 600 LABELS "cli;mpi"
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endif()

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The dptrain command as a user meets it: exit codes, one-line errors for bad input on every
 # rank, JSON output, weights files written and read back.
-# Usage: cli_test.sh <dptrain> <scratch dir> [mpiexec]
+# Usage: cli_test.sh <dptrain> <scratch dir> [mpiexec] [st_dataset_gen]
 set -uo pipefail
-dptrain=$1 scratch=$2 mpiexec=${3:-}
+dptrain=$1 scratch=$2 mpiexec=${3:-} gen=${4:-}
 rm -rf "$scratch" && mkdir -p "$scratch"
 export OPENBLAS_NUM_THREADS=1 POCL_MAX_PTHREAD_COUNT=1
 failures=0
@@ -255,6 +255,63 @@ EOF
   [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "stalled rank: job exited $rc"
   [ $took -le 8 ] || fail "stalled rank: the job took $took s to end (deadline 3 s)"
   grep -q "timeout: .*rank 1" "$scratch/err" || fail "stalled rank: $(cat "$scratch/err")"
+fi
+
+# 11. Bring your own data: a safetensors tensor data set (3 channels of 6x6, 4 classes) written
+# by the library's writer; normalization, augmentation, no test set, bad input.
+if [ -n "$gen" ]; then
+  st="$scratch/st"
+  mkdir -p "$st"
+  "$gen" "$st/train.safetensors" 400 3 6 6 4 1 && "$gen" "$st/test.safetensors" 100 3 6 6 4 2 &&
+    "$gen" "$st/five.safetensors" 100 3 6 6 5 3 || fail "st_dataset_gen failed"
+  stargs=(--data "$st/train.safetensors" --hidden 32 --global-batch 50 --backend cpu --json)
+  out=$("$dptrain" train "${stargs[@]}" --test-data "$st/test.safetensors" --epochs 3 \
+    --mean 0.5,0.5,0.5 --std 0.25,0.25,0.25 2>"$scratch/err")
+  [ $? -eq 0 ] || fail "safetensors run failed: $(cat "$scratch/err")"
+  [ "$(echo "$out" | grep -c '"epoch"')" -eq 3 ] || fail "safetensors run: expected 3 epochs: $out"
+  acc=$(echo "$out" | tail -n 1 | sed 's/.*"test_accuracy": \([0-9.]*\),.*/\1/')
+  awk -v a="$acc" 'BEGIN { exit !(a > 0.6) }' || fail "safetensors run: test accuracy '$acc': $out"
+  # Augmented runs: the same settings give the same parameters, and another seed others.
+  crop=("${stargs[@]}" --test-data "$st/test.safetensors" --epochs 2 --mean 0.5 --std 0.25
+    --random-crop 1)
+  aug=("${crop[@]}" --hflip)
+  h1=$("$dptrain" train "${aug[@]}" 2>&1 | tail -n 1 | grep -o '"param_hash": "[0-9a-f]*"')
+  h2=$("$dptrain" train "${aug[@]}" 2>&1 | tail -n 1 | grep -o '"param_hash": "[0-9a-f]*"')
+  h3=$("$dptrain" train "${crop[@]}" 2>&1 | tail -n 1 | grep -o '"param_hash": "[0-9a-f]*"')
+  [ -n "$h1" ] && [ "$h1" = "$h2" ] || fail "augmented runs differ: '$h1' vs '$h2'"
+  [ -n "$h3" ] && [ "$h1" != "$h3" ] || fail "--hflip changed nothing: '$h1' vs '$h3'"
+  # Augmentation is keyed by the sample, not by who gathers it: sharded and full steps agree
+  # on 3 replicas.
+  for mode in "" --full-step; do
+    DPT_ALLREDUCE_ALGO=ring "$dptrain" train "${aug[@]}" --replicas 3 $mode 2>"$scratch/err" |
+      tail -n 1 | grep -o '"param_hash": "[0-9a-f]*"' >"$scratch/sthash$mode"
+  done
+  [ -s "$scratch/sthash" ] && cmp -s "$scratch/sthash" "$scratch/sthash--full-step" ||
+    fail "augmented sharded and full steps differ: $(cat "$scratch/sthash"{,--full-step})"
+  # No test set: trained, and the report says so.
+  out=$("$dptrain" train --data "$st/train.safetensors" --hidden 16 --global-batch 50 --epochs 1 \
+    --backend cpu 2>"$scratch/err")
+  [ $? -eq 0 ] || fail "run without a test set failed: $(cat "$scratch/err")"
+  echo "$out" | grep -q "^epoch .*(no test set)" || fail "no test set not reported: $out"
+  echo "$out" | grep -q "^done: .*no test set" || fail "final line: no test set not said: $out"
+  # Bad settings and data: one line naming the problem.
+  "$dptrain" train "${stargs[@]}" --epochs 1 --mean 0.5,0.5 --std 1,1 >/dev/null 2>"$scratch/err"
+  [ $? -ne 0 ] && grep -q "2 mean/std values for data of 3 channels" "$scratch/err" ||
+    fail "--mean of 2 values on 3 channels: $(cat "$scratch/err")"
+  "$dptrain" train "${stargs[@]}" --epochs 1 --mean 0.5 >/dev/null 2>"$scratch/err"
+  [ $? -eq 2 ] && grep -q "mean and --std go together" "$scratch/err" ||
+    fail "--mean without --std: $(cat "$scratch/err")"
+  "$dptrain" train "${stargs[@]}" --epochs 1 --std 0 >/dev/null 2>&1
+  [ $? -eq 2 ] || fail "--std 0 accepted"
+  "$dptrain" train "${stargs[@]}" --epochs 1 --test-data "$st/five.safetensors" >/dev/null \
+    2>"$scratch/err"
+  [ $? -ne 0 ] && grep -q "five.safetensors: tensor 'y': label 4 at index 4 is outside \[0, 4)" \
+    "$scratch/err" && [ "$(wc -l <"$scratch/err")" -eq 1 ] ||
+    fail "test labels beyond the training classes: $(cat "$scratch/err")"
+  head -c 100 "$st/train.safetensors" >"$st/cut.safetensors"
+  "$dptrain" train --data "$st/cut.safetensors" --epochs 1 --backend cpu >/dev/null 2>"$scratch/err"
+  [ $? -ne 0 ] && grep -q "cut.safetensors" "$scratch/err" && [ "$(wc -l <"$scratch/err")" -eq 1 ] ||
+    fail "truncated safetensors data: $(cat "$scratch/err")"
 fi
 
 echo "cli test: $failures failure(s)"

@@ -107,7 +107,7 @@ static float bits_f32(uint32_t u) {
 START_TEST(write_exact_bytes) {
   /* One small tensor: the exact bytes the reference writer produces. */
   const float a[2] = {1.5f, -2.0f};
-  const dpt_st_tensor t = {"a", a, 1, {2}};
+  const dpt_st_tensor t = {"a", a, 1, {2}, NULL, NULL};
   TU_OK(dpt_safetensors_write(tpath("a.st"), &t, 1, NULL));
   size_t size;
   unsigned char *f = read_all(tpath("a.st"), &size);
@@ -136,8 +136,9 @@ START_TEST(round_trip) {
   const float s = 42.0f;
   const char *odd = "we\"ird\\name\n\t\x01 \xc3\xa9"; /* escapes, a control byte, UTF-8 */
   const dpt_st_tensor ts[5] = {
-      {"layer.weight", w, 2, {2, 3}}, {"layer.bias", b, 1, {3}}, {"scalar", &s, 0, {0}},
-      {"empty", NULL, 2, {0, 4}},     {odd, b, 3, {1, 1, 2}},
+      {"layer.weight", w, 2, {2, 3}, NULL, NULL}, {"layer.bias", b, 1, {3}, NULL, NULL},
+      {"scalar", &s, 0, {0}, NULL, NULL},         {"empty", NULL, 2, {0, 4}, NULL, NULL},
+      {odd, b, 3, {1, 1, 2}, NULL, NULL},
   };
   const char *const meta[] = {"format", "pt", "note", "a \"quoted\" value", NULL};
   TU_OK(dpt_safetensors_write(tpath("rt.st"), ts, 5, meta));
@@ -211,7 +212,7 @@ END_TEST
 
 START_TEST(write_failures) {
   const float a[2] = {1, 2};
-  dpt_st_tensor t[2] = {{"a", a, 1, {2}}, {"b", a, 1, {2}}};
+  dpt_st_tensor t[2] = {{"a", a, 1, {2}, NULL, NULL}, {"b", a, 1, {2}, NULL, NULL}};
   /* A directory that does not exist: I/O error, nothing left behind. */
   char path[600];
   snprintf(path, sizeof path, "%s/missing/x.safetensors", tmp_dir);
@@ -264,6 +265,61 @@ START_TEST(write_failures) {
               "metadata key 'k' has no value", NULL, NULL);
   EXPECT_FAIL(dpt_safetensors_write(tpath("x.st"), t, 2, dup_meta), DPT_ERR_INVALID_ARG,
               "metadata key 'k' appears twice", NULL, NULL);
+  ck_assert(!exists(tpath("x.st")));
+}
+END_TEST
+
+START_TEST(write_other_dtypes) {
+  /* BatchNorm's num_batches_tracked (I64 scalar) beside float and integer tensors; the raw
+   * bytes are written as given, and read_i64 takes I64 and I32. */
+  const float w[2] = {0.5f, -1.0f};
+  const unsigned char steps[8] = {0x2a, 0, 0, 0, 0, 0, 0, 0};                    /* 42 */
+  const unsigned char i32[8] = {0xff, 0xff, 0xff, 0xff, 0x07, 0x00, 0x00, 0x00}; /* -1, 7 */
+  const unsigned char u8[3] = {0, 128, 255};
+  const unsigned char f64[8] = {0, 0, 0, 0, 0, 0, 0xf0, 0x3f}; /* 1.0 */
+  const dpt_st_tensor ts[5] = {
+      {"w", w, 1, {2}, "F32", NULL},   {"bn.num_batches_tracked", NULL, 0, {0}, "I64", steps},
+      {"i", NULL, 1, {2}, "I32", i32}, {"u", NULL, 1, {3}, "U8", u8},
+      {"d", NULL, 1, {1}, "F64", f64},
+  };
+  TU_OK(dpt_safetensors_write(tpath("dt.st"), ts, 5, NULL));
+  dpt_safetensors *st = NULL;
+  TU_OK(dpt_safetensors_open(tpath("dt.st"), &st));
+  dpt_st_info info;
+  TU_OK(dpt_safetensors_find(st, "bn.num_batches_tracked", &info));
+  ck_assert_str_eq(info.dtype, "I64");
+  ck_assert_int_eq(info.ndim, 0);
+  ck_assert_mem_eq(info.data, steps, 8);
+  TU_OK(dpt_safetensors_find(st, "u", &info));
+  ck_assert_str_eq(info.dtype, "U8");
+  ck_assert_mem_eq(info.data, u8, 3);
+  TU_OK(dpt_safetensors_find(st, "d", &info));
+  ck_assert_str_eq(info.dtype, "F64");
+  ck_assert_mem_eq(info.data, f64, 8);
+  int64_t v[2];
+  TU_OK(dpt_safetensors_read_i64(st, "bn.num_batches_tracked", v, 1));
+  ck_assert_int_eq(v[0], 42);
+  TU_OK(dpt_safetensors_read_i64(st, "i", v, 2));
+  ck_assert_int_eq(v[0], -1);
+  ck_assert_int_eq(v[1], 7);
+  float f[2];
+  TU_OK(dpt_safetensors_read_f32(st, "w", f, 2));
+  ck_assert_float_eq(f[1], -1.0f);
+  EXPECT_FAIL(dpt_safetensors_read_i64(st, "u", v, 3), DPT_ERR_BAD_FORMAT, "tensor 'u'", "dtype U8",
+              NULL);
+  EXPECT_FAIL(dpt_safetensors_read_i64(st, "i", v, 1), DPT_ERR_BAD_FORMAT, "holds 2 elements",
+              "expected 1", NULL);
+  EXPECT_FAIL(dpt_safetensors_read_i64(st, "zz", v, 1), DPT_ERR_BAD_FORMAT, "no tensor named 'zz'",
+              NULL, NULL);
+  dpt_safetensors_close(st);
+  /* An unknown dtype, and another dtype without its bytes. */
+  dpt_st_tensor bad = {"x", NULL, 1, {2}, "F99", u8};
+  EXPECT_FAIL(dpt_safetensors_write(tpath("x.st"), &bad, 1, NULL), DPT_ERR_INVALID_ARG,
+              "tensor 'x'", "unknown dtype 'F99'", NULL);
+  bad.dtype = "I32";
+  bad.bytes = NULL;
+  EXPECT_FAIL(dpt_safetensors_write(tpath("x.st"), &bad, 1, NULL), DPT_ERR_INVALID_ARG,
+              "tensor 'x'", "bytes is NULL", NULL);
   ck_assert(!exists(tpath("x.st")));
 }
 END_TEST
@@ -411,46 +467,55 @@ START_TEST(malformed_structure) {
 END_TEST
 
 START_TEST(malformed_json) {
-  /* Truncated JSON, inside tensor a's entry. */
-  expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2]", 8, "tensor 'a'", "end of the header");
-  expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2", 8, "tensor 'a'", "end of the header");
-  expect_bad("{\"a\":{\"dtype\":\"F3", 8, "tensor 'a'", "unterminated string");
-  /* Bad JSON, with the byte offset. */
-  expect_bad("{\"a\" {\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "header byte 5",
-             "expected ':'");
-  expect_bad("{" T_A ",}", 8, "header byte", "expected a string");
-  expect_bad("{'a':{}}", 8, "header byte 1", "expected a string");
+  /* Syntax errors come from jansson, with the line, the column and the header byte. */
+  expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2]", 8, "line 1, column 32",
+             "'}' expected near end of file");
+  expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2", 8, "header byte 32", "']' expected");
+  expect_bad("{\"a\":{\"dtype\":\"F3", 8, "premature end of input", NULL);
+  expect_bad("{\"a\" {\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
+             "line 1, column 6", "':' expected");
+  expect_bad("{" T_A ",}", 8, "header byte", "string or '}' expected");
+  expect_bad("{'a':{}}", 8, "column 2", "string or '}' expected");
+  expect_bad("{\n  \"a\":\n  {\"dtype\":\"F32\",, }}", 8, "line 3, column", "near ','");
   expect_bad("[" T_A "]", 8, "must start with '{'", NULL);
-  expect_bad("{" T_A "} x", 8, "after the header object", NULL);
-  expect_bad("{" T_A "}}", 8, "after the header object", NULL);
+  expect_bad("{" T_A "} x", 8, "end of file expected near 'x'", NULL);
+  expect_bad("{" T_A "}}", 8, "end of file expected", NULL);
+  expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[02],\"data_offsets\":[0,8]}}", 8,
+             "invalid token", NULL);
+  expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,99999999999999999999]}}",
+             8, "too big integer", NULL);
+  expect_bad("{\"a\":{\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+             8, "duplicate object key near '\"dtype\"'", NULL);
+  expect_bad("{\"a\\q\":{}}", 8, "invalid escape", NULL);
+  expect_bad("{\"a\\ud800\":{}}", 8, "invalid Unicode '\\uD800'", NULL);
+  expect_bad("{\"a\\udc00\":{}}", 8, "invalid Unicode '\\uDC00'", NULL);
+  expect_bad("{\"a\\u0000\":{}}", 8, "NUL byte", NULL);
+  expect_bad("{\"a\\u12\":{}}", 8, "invalid escape", NULL);
+  expect_bad("{\"a\x01\":{}}", 8, "control character", NULL);
+  expect_bad("{\"a\xff\":{}}", 8, "not UTF-8", "header byte 3");
+  expect_bad("{\"a\xc0\x80\":{}}", 8, "not UTF-8", NULL); /* overlong NUL */
+  expect_bad("{\"__metadata__\":{}," T_A ",\"__metadata__\":{}}", 8,
+             "duplicate object key near '\"__metadata__\"'", NULL);
+  expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"x\":nul}}", 8,
+             "invalid token near 'nul'", NULL);
+  /* Valid JSON that is not a safetensors header: named by tensor, or the metadata key. */
   expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2.0],\"data_offsets\":[0,8]}}", 8, "tensor 'a'",
              "must be an integer");
   expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[-1,8]}}", 8, "tensor 'a'",
              "must not be negative");
-  expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[02],\"data_offsets\":[0,8]}}", 8, "tensor 'a'",
-             "leading zero");
   expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8,9]}}", 8, "tensor 'a'",
              "expected 2");
-  expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,99999999999999999999]}}",
-             8, "tensor 'a'", "does not fit in 64 bits");
   expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,2],\"data_offsets\":[0,8]}}", 8,
              "tensor 'a'", "more than 8");
   expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8, "tensor 'a'",
              "lacks \"data_offsets\"");
-  expect_bad("{\"a\":{\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
-             8, "tensor 'a'", "\"dtype\" appears twice");
-  expect_bad("{\"a\\q\":{}}", 8, "invalid escape", NULL);
-  expect_bad("{\"a\\ud800\":{}}", 8, "without its low surrogate", NULL);
-  expect_bad("{\"a\\udc00\":{}}", 8, "lone low surrogate", NULL);
-  expect_bad("{\"a\\u0000\":{}}", 8, "\\u0000", NULL);
-  expect_bad("{\"a\\u12\":{}}", 8, "four hex digits", NULL);
-  expect_bad("{\"a\x01\":{}}", 8, "control character", NULL);
-  expect_bad("{\"a\xff\":{}}", 8, "not UTF-8", "header byte 3");
-  expect_bad("{\"a\xc0\x80\":{}}", 8, "not UTF-8", NULL); /* overlong NUL */
+  expect_bad("{\"a\":{\"dtype\":3,\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "tensor 'a'",
+             "\"dtype\" must be a string");
+  expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":2,\"data_offsets\":[0,8]}}", 8, "tensor 'a'",
+             "\"shape\" must be an array");
+  expect_bad("{\"a\":[1]}", 8, "tensor 'a'", "must be an object");
   expect_bad("{\"__metadata__\":{\"epoch\":3}," T_A "}", 8, "\"epoch\" is not a string", NULL);
-  expect_bad("{\"__metadata__\":{}," T_A ",\"__metadata__\":{}}", 8, "appears twice", NULL);
-  expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"x\":nul}}", 8,
-             "tensor 'a'", "expected a JSON value");
+  expect_bad("{\"__metadata__\":[]," T_A "}", 8, "\"__metadata__\" must be an object", NULL);
 }
 END_TEST
 
@@ -479,7 +544,7 @@ START_TEST(malformed_tensors) {
   expect_bad("{" T_A "}", 12, "cover only 8", "'a'");
   expect_bad("{}", 8, "no tensors, but 8 bytes", NULL);
   /* Duplicate names. */
-  expect_bad("{" T_A "," T_A "}", 8, "duplicate tensor name 'a'", NULL);
+  expect_bad("{" T_A "," T_A "}", 8, "duplicate object key near '\"a\"'", NULL);
 }
 END_TEST
 
@@ -490,6 +555,7 @@ int main(void) {
   tcase_add_test(tc, write_exact_bytes);
   tcase_add_test(tc, round_trip);
   tcase_add_test(tc, write_failures);
+  tcase_add_test(tc, write_other_dtypes);
   tcase_add_test(tc, read_pytorch_layout);
   tcase_add_test(tc, read_lenient_where_the_format_is);
   tcase_add_test(tc, malformed_structure);

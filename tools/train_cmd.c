@@ -1,5 +1,5 @@
 /* `dptrain train`: data-parallel training of an MLP or CNN on an IDX data set (Fashion-MNIST by
- * default), alone or under mpirun. */
+ * default) or a tensor data set in a safetensors file, alone or under mpirun. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <fcntl.h>
@@ -28,6 +28,10 @@ typedef struct cli {
   int json, quiet, tty, rank;
   const char *model; /* "mlp", "cnn", "resnet" or a model file */
   size_t hidden[16], num_hidden, channels[2], depth;
+  const char *test_data;    /* --test-data, or NULL */
+  int has_test;             /* a test set was loaded */
+  float mean[64], std[64];  /* --mean, --std */
+  size_t num_mean, num_std; /* values given (0: not given) */
 } cli;
 
 static int parse_i64(const char *s, int64_t min, int64_t *out) {
@@ -65,6 +69,31 @@ static int parse_hidden(cli *c, const char *v) {
 static int parse_channels(cli *c, const char *v) {
   size_t n = 0;
   return dpt_parse_size_list(v, c->channels, 2, 100000, &n) != 0 || n != 2 ? -1 : 0;
+}
+
+/* A comma-separated list of up to 64 finite floats into out; *n receives how many. */
+static int parse_float_list(const char *v, float *out, size_t *n) {
+  char buf[2048];
+  if (snprintf(buf, sizeof buf, "%s", v) >= (int)sizeof buf) return -1;
+  *n = 0;
+  for (char *tok = buf, *end;; tok = end + 1) {
+    end = strchr(tok, ',');
+    if (end) *end = '\0';
+    if (*n == 64 || parse_float(tok, &out[*n]) != 0) return -1;
+    ++*n;
+    if (!end) return 0;
+  }
+}
+
+static int parse_mean(cli *c, const char *v) {
+  return parse_float_list(v, c->mean, &c->num_mean);
+}
+
+static int parse_std(cli *c, const char *v) {
+  if (parse_float_list(v, c->std, &c->num_std) != 0) return -1;
+  for (size_t i = 0; i < c->num_std; ++i)
+    if (!(c->std[i] > 0.0f)) return -1;
+  return 0;
 }
 
 static int parse_optimizer(cli *c, const char *v) {
@@ -143,10 +172,26 @@ static const option options[] = {
      CUSTOM(parse_hidden)},
     {"--channels", "C1,C2", "cnn channels of its two conv blocks (default 32,64)",
      CUSTOM(parse_channels)},
-    {"--data", "DIR",
-     "IDX files (train-*, t10k-*, plain or .gz)\n"
-     "(default " DEFAULT_DATA_DIR ")",
+    {"--data", "PATH",
+     "a directory of IDX files (train-*, t10k-*, plain or .gz;\n"
+     "default " DEFAULT_DATA_DIR "), or a\n"
+     "safetensors file of x [N,C,H,W] or [N,F] and labels y [N]",
      STRING(data_dir)},
+    {"--test-data", "PATH",
+     "the test set (safetensors file or IDX directory; default:\n"
+     "the IDX directory's t10k-* files; none: no test evaluation)",
+     STRING(test_data)},
+    {"--mean", "LIST",
+     "normalize: subtract these per-channel means (one value per\nchannel, or one for all; after "
+     "/255 for uint8 data)",
+     CUSTOM(parse_mean)},
+    {"--std", "LIST", "normalize: then divide by these per-channel deviations", CUSTOM(parse_std)},
+    {"--random-crop", "PAD",
+     "augment: pad by PAD zeros, crop back at a random offset\n"
+     "(training set only, drawn from the seed, epoch and sample)",
+     ARG_SIZE, FIELD(cfg.transform.crop_pad, size_t), 0, DPT_DATA_MAX_CROP_PAD, NULL},
+    {"--hflip", NULL, "augment: flip horizontally with probability 1/2",
+     FLAG(cfg.transform.hflip, 1)},
     {"--init-weights", "FILE", "start from these weights (safetensors, PyTorch names)",
      STRING(init_weights)},
     {"--save-weights", "FILE", "write the final weights (safetensors)", STRING(save_weights)},
@@ -409,11 +454,13 @@ static void on_report(const dpt_train_report *r, void *user) {
     return;
   }
   if (r->final) {
-    printf("done: %lld steps in %.1f s, %.0f samples/s, %d replica%s (%d rank%s, %s), "
-           "test accuracy %.4f, parameters %016llx\n",
+    char acc[40] = "no test set";
+    if (c->has_test) snprintf(acc, sizeof acc, "test accuracy %.4f", r->test_accuracy);
+    printf("done: %lld steps in %.1f s, %.0f samples/s, %d replica%s (%d rank%s, %s), %s, "
+           "parameters %016llx\n",
            (long long)r->steps, r->seconds, r->samples_per_sec, r->replicas,
-           r->replicas == 1 ? "" : "s", r->ranks, r->ranks == 1 ? "" : "s", r->backend,
-           r->test_accuracy, (unsigned long long)r->param_hash);
+           r->replicas == 1 ? "" : "s", r->ranks, r->ranks == 1 ? "" : "s", r->backend, acc,
+           (unsigned long long)r->param_hash);
     if (r->compute_seconds + r->allreduce_seconds + r->optimizer_seconds > 0)
       printf("time on replica 0: forward+backward %.2f s, communication %.2f s, "
              "optimizer %.2f s\n",
@@ -424,6 +471,11 @@ static void on_report(const dpt_train_report *r, void *user) {
       printf("uneven replicas: %.2f s (the slowest replica's forward+backward over the mean, "
              "summed over the steps)\n",
              r->imbalance_seconds);
+  } else if (!c->has_test) {
+    printf("epoch %3lld  loss %.4f  (no test set)  %8.0f samples/s  %6.1f s", (long long)r->epoch,
+           r->train_loss, r->samples_per_sec, r->seconds);
+    if (r->skipped_steps) printf("  (%lld steps skipped)", (long long)r->skipped_steps);
+    printf("\n");
   } else {
     printf("epoch %3lld  loss %.4f  test loss %.4f  test accuracy %.4f  %8.0f samples/s  %6.1f s",
            (long long)r->epoch, r->train_loss, r->test_loss, r->test_accuracy, r->samples_per_sec,
@@ -496,6 +548,19 @@ static int check_options(cli *c) {
   } else if (!c->wd_set) {
     c->cfg.optim.weight_decay = 0.0f;
   }
+  if (!c->num_mean != !c->num_std || c->num_mean != c->num_std) {
+    fprintf(stderr,
+            "dptrain train: --mean and --std go together, with as many values (%zu and "
+            "%zu given)\n",
+            c->num_mean, c->num_std);
+    return 2;
+  }
+  if (c->num_mean) {
+    c->cfg.transform.channels = c->num_mean;
+    c->cfg.transform.mean = c->mean;
+    c->cfg.transform.std = c->std;
+  }
+  c->cfg.transform.seed = c->cfg.seed;
   if (check_backend_list(c->backend) != 0) {
     fprintf(stderr,
             "dptrain train: bad --backend '%s' (auto, cpu, opencl, vulkan or a "
@@ -523,15 +588,45 @@ static int open_comm(cli *c, dpt_comm **comm) {
   return KEEP_GOING;
 }
 
-static dpt_status load_data(const cli *c, dpt_dataset **train, dpt_dataset **test) {
-  dpt_status st = dpt_dataset_load_dir(c->data_dir, "train", 10, train);
-  if (st == DPT_OK) st = dpt_dataset_load_dir(c->data_dir, "test", 10, test);
+/* A data set at path: a directory of IDX files (split "train" or "test"), or else a safetensors
+ * file. With `optional` (the test set the --data path may hold): *out stays NULL, with no
+ * error, unless path is an IDX directory with a test split. */
+static dpt_status load_one(const char *path, const char *split, int num_classes, int optional,
+                           dpt_dataset **out) {
+  struct stat sb;
+  const size_t len = strlen(path);
+  const int st_file = stat(path, &sb) == 0
+                          ? !S_ISDIR(sb.st_mode)
+                          : len >= 12 && strcmp(path + len - 12, ".safetensors") == 0;
+  if (st_file && optional) return DPT_OK;
+  if (st_file) return dpt_dataset_load_safetensors(path, num_classes, out);
+  if (optional) {
+    char img[4096], gz[4100];
+    snprintf(img, sizeof img, "%s/t10k-images-idx3-ubyte", path);
+    snprintf(gz, sizeof gz, "%s.gz", img);
+    if (access(img, F_OK) != 0 && access(gz, F_OK) != 0) return DPT_OK;
+  }
+  return dpt_dataset_load_dir(path, split, num_classes ? num_classes : 10, out);
+}
+
+/* The training set, and the test set: --test-data, else an IDX directory's test split, else
+ * none. Classes: 10 for IDX; a safetensors training set's own (max label + 1), which a
+ * safetensors test set is checked against. */
+static dpt_status load_data(cli *c, dpt_dataset **train, dpt_dataset **test) {
+  dpt_status st = load_one(c->data_dir, "train", 0, 0, train);
+  const int classes = st == DPT_OK ? dpt_dataset_num_classes(*train) : 0;
+  if (st == DPT_OK && c->test_data)
+    st = load_one(c->test_data, "test", classes, 0, test);
+  else if (st == DPT_OK)
+    st = load_one(c->data_dir, "test", classes, 1, test);
+  c->has_test = *test != NULL;
   return st;
 }
 
-/* The model's shape, from the options and the images' size. */
+/* The model's shape, from the options and the data: its channels, size and classes. */
 static dpt_status build_model(cli *c, const dpt_dataset *train) {
-  size_t ch = 1, rows = dpt_dataset_rows(train), cols = dpt_dataset_cols(train), classes = 10;
+  size_t ch = dpt_dataset_channels(train), rows = dpt_dataset_rows(train),
+         cols = dpt_dataset_cols(train), classes = (size_t)dpt_dataset_num_classes(train);
   dpt_model_spec *m = &c->cfg.model;
   if (!strcmp(c->model, "mlp"))
     return dpt_model_spec_mlp(m, ch, rows, cols, c->hidden, c->num_hidden, classes);
@@ -659,10 +754,10 @@ static void announce(const cli *c, dpt_comm *comm) {
   const char *schedule = dpt_schedule_kind_name(c->cfg.optim.schedule);
   const int nrep = comm ? dpt_comm_size(comm) : c->cfg.replicas;
   if (c->rank == 0 && !c->json)
-    printf("training %s on %s: %d %s%s, global batch %zu, %lld epochs, %s lr %g (%s)\n", c->model,
+    printf("training %s on %s: %d %s%s, global batch %zu, %lld epochs, %s lr %g (%s)%s\n", c->model,
            c->data_dir, nrep, comm ? "rank" : "replica", nrep == 1 ? "" : "s", c->cfg.global_batch,
            (long long)c->cfg.epochs, c->optimizer, (double)c->cfg.optim.lr,
-           schedule ? schedule : "?");
+           schedule ? schedule : "?", c->has_test ? "" : "; no test set: no test evaluation");
 }
 
 /* Options, communicator, data, model, weights; then every rank agrees to start, trains, and

@@ -1,8 +1,10 @@
 /* dptrain: training data in host memory, the distributed sampler and the batch split.
  *
- * A dpt_dataset holds labelled images as uint8 pixels (row-major, rows x cols per image) and
- * int32 class labels. It is immutable once built, so any number of threads may gather from one
- * dataset at the same time. Batches are converted to float32 only when gathered.
+ * A dpt_dataset holds labelled samples of shape [channels, rows, cols] (row-major), as uint8
+ * pixels (IDX files, uint8 safetensors) or float32 values (float32 safetensors), and int32
+ * class labels. It is immutable once built, so any number of threads may gather from one
+ * dataset at the same time. Batches are converted to float32 (and transformed: normalized,
+ * augmented) only when gathered.
  *
  * How an epoch is cut, identically on every rank and replica (nothing is communicated):
  *
@@ -63,17 +65,35 @@ DPT_API dpt_status dpt_dataset_from_memory(const uint8_t *pixels, const int32_t 
                                            size_t count, size_t rows, size_t cols, int num_classes,
                                            dpt_dataset **out);
 
+/* Loads a tensor dataset from a safetensors file (see include/dptrain/safetensors.h), as
+ * `safetensors.numpy.save_file({"x": x, "y": y}, path)` writes it:
+ *   x: uint8 or float32, shape [N, C, H, W] or [N, F] (F features: read as C = 1, H = 1, W = F);
+ *      uint8 samples gather as pixel / 255.0f like IDX images, float32 ones as they are (each
+ *      must be finite);
+ *   y: int32 or int64, shape [N], each label in [0, num_classes).
+ * num_classes 0 infers it as the largest label + 1; otherwise every label must be below it.
+ * Other tensors in the file are ignored.
+ * Errors, one message naming the file and the tensor: DPT_ERR_BAD_FORMAT (anything the
+ * safetensors reader refuses; x or y missing, of another dtype or rank; a zero dimension; x and
+ * y of different lengths; a non-finite x value, with its sample; the first label that is
+ * negative or out of range, with its index and value), DPT_ERR_IO, DPT_ERR_OUT_OF_MEMORY,
+ * DPT_ERR_INVALID_ARG (NULL argument, num_classes < 0). *out as for dpt_dataset_load_idx(). */
+DPT_API dpt_status dpt_dataset_load_safetensors(const char *path, int num_classes,
+                                                dpt_dataset **out);
+
 /* Frees a dataset; NULL does nothing. */
 DPT_API void dpt_dataset_destroy(dpt_dataset *ds);
 
 /* Number of samples (0 for NULL). */
 DPT_API size_t dpt_dataset_count(const dpt_dataset *ds);
-/* Pixels per sample, rows * cols (0 for NULL). */
+/* Values per sample, channels * rows * cols (0 for NULL). */
 DPT_API size_t dpt_dataset_dim(const dpt_dataset *ds);
+/* Channels per sample: 1 for IDX images (0 for NULL). */
+DPT_API size_t dpt_dataset_channels(const dpt_dataset *ds);
 /* Fingerprint of the samples (shape, pixels and labels, with dpt_fingerprint), taken once when
  * the data set was built: the replicas compare it at start-up. 0 for NULL. */
 DPT_API uint64_t dpt_dataset_fingerprint(const dpt_dataset *ds);
-/* Image height and width in pixels (0 for NULL). */
+/* Sample height and width (0 for NULL); [N, F] data has height 1 and width F. */
 DPT_API size_t dpt_dataset_rows(const dpt_dataset *ds);
 DPT_API size_t dpt_dataset_cols(const dpt_dataset *ds);
 /* Number of classes the labels were checked against (0 for NULL). */
@@ -81,13 +101,51 @@ DPT_API int dpt_dataset_num_classes(const dpt_dataset *ds);
 
 /* Copies samples out in the given order:
  *   indices: [count] sample indices, each < dpt_dataset_count(ds) (repeats allowed);
- *   x:       [count, dim] float32 written as pixel / 255.0f in [0, 1], or NULL to skip;
+ *   x:       [count, dim] float32 written as pixel / 255.0f in [0, 1] (uint8 samples) or as
+ *            stored (float32 samples), or NULL to skip;
  *   labels:  [count] int32 written, or NULL to skip.
  * Every index is checked before anything is written: an index out of range gives
  * DPT_ERR_INVALID_ARG naming its position and value, and leaves x and labels untouched.
  * count 0 does nothing. */
 DPT_API dpt_status dpt_dataset_gather(const dpt_dataset *ds, const uint64_t *indices, size_t count,
                                       float *x, int32_t *labels);
+
+/* ---- transforms when gathering ------------------------------------------------------------ */
+
+/* The largest crop padding a transform takes. */
+#define DPT_DATA_MAX_CROP_PAD 4096
+
+/* What happens to each sample as it is gathered (all zero: nothing), in this order:
+ *   1. random crop (crop_pad P > 0): the sample, padded with P zeros on every side (zero before
+ *      normalization: a black pixel, as torchvision's RandomCrop(padding=P) on the raw image),
+ *      is cropped back to rows x cols at offsets (dy, dx), each uniform in [0, 2P];
+ *   2. horizontal flip (hflip): with probability 1/2 the columns are reversed;
+ *   3. normalization (mean and std non-NULL): value = (value - mean[c]) / std[c] per channel c,
+ *      after the / 255 of uint8 samples (as torchvision's Normalize after ToTensor).
+ * dy, dx and the flip of sample index s in epoch e are drawn from the library's deterministic
+ * generator seeded from (seed, e, s) alone: a sample is augmented alike whichever replica,
+ * thread, batch or position gathers it, on every platform. */
+typedef struct dpt_data_transform {
+  size_t channels;   /* entries of mean and std: the dataset's channels, or 1 for all */
+  const float *mean; /* [channels], borrowed; NULL (with std NULL): no normalization */
+  const float *std;  /* [channels], each > 0 */
+  size_t crop_pad;   /* P: random crop with this padding; 0: none */
+  int hflip;         /* 1: random horizontal flip */
+  uint64_t seed;     /* the augmentation's seed */
+} dpt_data_transform;
+
+/* Whether transform t suits dataset ds: mean and std both or neither, one value per channel or
+ * one for all, finite, std > 0, crop_pad <= DPT_DATA_MAX_CROP_PAD. DPT_ERR_INVALID_ARG with a
+ * message naming the setting; t NULL is fine. */
+DPT_API dpt_status dpt_data_transform_check(const dpt_data_transform *t, const dpt_dataset *ds);
+
+/* dpt_dataset_gather() with transform t applied to x for epoch `epoch` (see
+ * dpt_data_transform); labels are unchanged. t NULL gives dpt_dataset_gather() bit for bit, and
+ * so does a transform of all zeros. Errors: those of dpt_dataset_gather() and
+ * dpt_data_transform_check(), before anything is written. */
+DPT_API dpt_status dpt_dataset_gather_transformed(const dpt_dataset *ds, const uint64_t *indices,
+                                                  size_t count, const dpt_data_transform *t,
+                                                  uint64_t epoch, float *x, int32_t *labels);
 
 /* ---- the sampler and the batch split ------------------------------------------------------ */
 

@@ -10,8 +10,9 @@
  *   [rest]     the data: tensor bytes little-endian, row-major (C order); offsets count bytes
  *              from the start of this section, the tensors tile it with no hole and no overlap.
  *
- * Writing produces F32 tensors only, in the order given, with the header padded with spaces so
- * the data starts at a multiple of 8 bytes (as the reference writer does). Reading accepts every
+ * Writing produces the tensors in the order given (F32 from floats, any other dtype from raw
+ * little-endian bytes), with the header padded with spaces so the data starts at a multiple of
+ * 8 bytes (as the reference writer does). Reading accepts every
  * dtype of the format and converts F32, F16 and BF16 to float32 on request.
  */
 #ifndef DPTRAIN_SAFETENSORS_H
@@ -29,13 +30,18 @@ extern "C" {
 /* Most dimensions a tensor may have here (the format itself has no limit). */
 #define DPT_ST_MAX_DIMS 8
 
-/* One float32 tensor to write. */
+/* One tensor to write: float32 from `data` by default, or another dtype from `bytes`. */
 typedef struct dpt_st_tensor {
   const char *name;               /* borrowed, NUL-terminated UTF-8, unique, not "__metadata__" */
-  const float *data;              /* borrowed, [product(shape)] host floats, row-major; may be
-                                     NULL only when the product is 0 */
+  const float *data;              /* F32: borrowed, [product(shape)] host floats, row-major; may
+                                     be NULL only when the product is 0 */
   int ndim;                       /* 0 (a scalar) .. DPT_ST_MAX_DIMS */
   int64_t shape[DPT_ST_MAX_DIMS]; /* first ndim entries used, each >= 0 */
+  const char *dtype;              /* NULL or "F32": the floats in `data`; any other dtype of the
+                                     format ("F64", "I64", "I32", "U8", "BOOL", ...): `bytes` */
+  const void *bytes;              /* other dtypes: borrowed, [product(shape) * dtype size] bytes,
+                                     little-endian, row-major, written as they are; may be NULL
+                                     only when the product is 0 */
 } dpt_st_tensor;
 
 /* Writes `count` tensors (tensors: [count], borrowed) to `path`, after the optional metadata:
@@ -63,8 +69,9 @@ typedef struct dpt_st_info {
 } dpt_st_info;
 
 /* Reads the whole file at `path` into memory and validates it: the header length against the
- * file size, the JSON (a strict parser: objects, arrays, strings with escapes, integers; the
- * message gives the byte offset of the first error), every tensor's dtype, shape and offsets
+ * file size, the JSON (parsed with jansson, strict RFC 8259, duplicate keys refused; the
+ * message gives the line, column and byte of the first error), every tensor's dtype, shape and
+ * offsets
  * (inside the data, matching shape * dtype size, no overlap, no hole, covering the whole data
  * section), duplicate names, "__metadata__" holding strings only. Unknown fields inside a
  * tensor's entry are ignored, as the reference reader does.
@@ -92,6 +99,12 @@ DPT_API dpt_status dpt_safetensors_find(const dpt_safetensors *st, const char *n
  * dtype, or holds a different number of elements than `count` (both numbers given). */
 DPT_API dpt_status dpt_safetensors_read_f32(const dpt_safetensors *st, const char *name, float *dst,
                                             size_t count);
+
+/* Copies tensor `name` into dst ([count] int64, caller-owned), converting I64 and I32
+ * (sign-extended). DPT_ERR_BAD_FORMAT naming the tensor when it is missing, has another dtype,
+ * or holds a different number of elements than `count` (both numbers given). */
+DPT_API dpt_status dpt_safetensors_read_i64(const dpt_safetensors *st, const char *name,
+                                            int64_t *dst, size_t count);
 
 /* The "__metadata__" value for `key`, or NULL when absent. Owned by the handle. */
 DPT_API const char *dpt_safetensors_metadata(const dpt_safetensors *st, const char *key);

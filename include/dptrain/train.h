@@ -103,6 +103,9 @@ typedef struct dpt_train_config {
   int skip_allreduce;       /* benchmarking only: no gradient all-reduce (replicas drift) */
   int full_optimizer_step;  /* 1: all-reduce the gradients and run the whole optimizer step on
                                every replica; 0 (default): the sharded step (see above) */
+  /* Applied to samples as they are gathered (all zero: none): the training set gets all of it,
+   * keyed by the epoch (see dpt_data_transform), the test set the normalization only. */
+  dpt_data_transform transform;
   int sync_bn;              /* 1: batch norm statistics over the whole global batch (every
                                replica must then hold a sample in every step); 0: each replica
                                normalizes over its slice, and replica 0's running statistics
