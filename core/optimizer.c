@@ -239,11 +239,45 @@ dpt_status dpt_optimizer_grad_sumsq(dpt_optimizer *o, const dpt_range *ranges, s
   return st;
 }
 
+/* Whether tensor t takes weight decay under decay_weights_only: linear and conv2d weights. */
+static int decays(const dpt_tensor_info *t) {
+  size_t n = strlen(t->name);
+  return t->ndim >= 2 && n >= 7 && strcmp(t->name + n - 7, ".weight") == 0;
+}
+
+/* One optimizer call on [off, off + cnt) (state at so) with weight decay wd. */
+static dpt_status update_range(dpt_optimizer *o, size_t off, size_t cnt, size_t so, float lr,
+                               float wd) {
+  dpt_backend *be = dpt_model_backend(o->model);
+  dpt_buffer *w = dpt_model_params(o->model), *g = dpt_model_grads(o->model);
+  if (o->cfg.kind == DPT_OPTIM_SGD) {
+    dpt_sgd_params p = {lr, o->cfg.momentum, wd, o->cfg.nesterov};
+    return dpt_sgd_update(be, cnt, &p, w, off, g, off, o->state0, so);
+  }
+  dpt_adamw_params p = {lr, o->cfg.beta1, o->cfg.beta2, o->cfg.eps, wd, o->steps + 1};
+  return dpt_adamw_update(be, cnt, &p, w, off, g, off, o->state0, so, o->state1, so);
+}
+
+/* The range's update, cut at tensor boundaries when only some tensors take weight decay. */
+static dpt_status update_tensors(dpt_optimizer *o, size_t off, size_t cnt, size_t so, float lr) {
+  if (!o->cfg.decay_weights_only || o->cfg.weight_decay == 0.0f)
+    return update_range(o, off, cnt, so, lr, o->cfg.weight_decay);
+  for (size_t t = 0; t < dpt_model_num_tensors(o->model); ++t) {
+    dpt_tensor_info ti;
+    DPT_TRY(dpt_model_tensor(o->model, t, &ti));
+    size_t a = ti.offset > off ? ti.offset : off;
+    size_t b = ti.offset + ti.count < off + cnt ? ti.offset + ti.count : off + cnt;
+    if (a >= b) continue;
+    DPT_TRY(update_range(o, a, b - a, so + (a - off), lr, decays(&ti) ? o->cfg.weight_decay : 0));
+  }
+  return DPT_OK;
+}
+
 /* The update of one step on `ranges`; sumsq: of the whole gradient (used when clipping). */
 static dpt_status update(dpt_optimizer *o, const dpt_range *ranges, size_t n, double sumsq,
                          double *grad_norm) {
   dpt_backend *be = dpt_model_backend(o->model);
-  dpt_buffer *w = dpt_model_params(o->model), *g = dpt_model_grads(o->model);
+  dpt_buffer *g = dpt_model_grads(o->model);
   dpt_status st = DPT_OK;
   if (grad_norm) *grad_norm = 0.0;
   float clip_scale = 1.0f;
@@ -262,15 +296,7 @@ static dpt_status update(dpt_optimizer *o, const dpt_range *ranges, size_t n, do
     const size_t off = ranges[i].offset, cnt = ranges[i].count;
     const size_t so = o->state_off ? o->state_off[i] : off; /* the range's optimizer state */
     if (clip_scale != 1.0f) st = dpt_scale(be, cnt, clip_scale, g, off);
-    if (st != DPT_OK) break;
-    if (o->cfg.kind == DPT_OPTIM_SGD) {
-      dpt_sgd_params p = {lr, o->cfg.momentum, o->cfg.weight_decay, o->cfg.nesterov};
-      st = dpt_sgd_update(be, cnt, &p, w, off, g, off, o->state0, so);
-    } else {
-      dpt_adamw_params p = {lr,         o->cfg.beta1,        o->cfg.beta2,
-                            o->cfg.eps, o->cfg.weight_decay, o->steps + 1};
-      st = dpt_adamw_update(be, cnt, &p, w, off, g, off, o->state0, so, o->state1, so);
-    }
+    if (st == DPT_OK) st = update_tensors(o, off, cnt, so, lr);
   }
   if (st == DPT_OK) ++o->steps;
   return st;

@@ -30,7 +30,8 @@ make_idx "$good" t10k 100
 [ $rc -eq 2 ] || fail "missing value exited $rc, expected 2"
 "$dptrain" no-such-command >/dev/null 2>&1; rc=$?
 [ $rc -eq 2 ] || fail "unknown command exited $rc, expected 2"
-"$dptrain" train --help | grep -q -- "--global-batch" || fail "--help does not document --global-batch"
+help=$("$dptrain" train --help)
+grep -q -- "--global-batch" <<<"$help" || fail "--help does not document --global-batch"
 # Every option --help lists is one the parser knows, and takes a value exactly when the help
 # shows one: a value option given none exits 2 saying so; a flag leaves the next word to be
 # read as an option.
@@ -313,6 +314,43 @@ if [ -n "$gen" ]; then
   [ $? -ne 0 ] && grep -q "cut.safetensors" "$scratch/err" && [ "$(wc -l <"$scratch/err")" -eq 1 ] ||
     fail "truncated safetensors data: $(cat "$scratch/err")"
 fi
+
+# 12. Layer graphs: a tiny ResNet and a model file train (batch norm buffers saved and loaded
+# back), and bad model files and depths get one line naming the problem.
+resnet=(--data "$good" --model resnet --depth 8 --global-batch 16 --epochs 1 --max-steps 2
+  --backend cpu --json)
+out=$("$dptrain" train "${resnet[@]}" --save-weights "$scratch/resnet.safetensors" 2>"$scratch/err")
+[ $? -eq 0 ] || fail "resnet run failed: $(cat "$scratch/err")"
+grep -q '"activation_bytes": [1-9]' <<<"$out" || fail "no activation memory reported: $out"
+grep -q '"num_params": 77754' <<<"$out" || fail "resnet-8 parameter count: $out"
+"$dptrain" train "${resnet[@]}" --init-weights "$scratch/resnet.safetensors" --max-steps 1 \
+  --lr 1e-30 >/dev/null 2>"$scratch/err" ||
+  fail "resnet weights did not load back: $(cat "$scratch/err")"
+cat >"$scratch/block.json" <<'JSON'
+{"layers": [
+  {"name": "conv", "kind": "conv2d", "out": 4, "kernel": 3, "padding": 1, "bias": false},
+  {"name": "bn", "kind": "batchnorm2d"},
+  {"name": "sum", "kind": "add", "inputs": ["bn", "input"]},
+  {"name": "relu", "kind": "relu"},
+  {"name": "pool", "kind": "global_avgpool"},
+  {"name": "flat", "kind": "flatten"},
+  {"name": "fc", "kind": "linear", "out": "classes"}]}
+JSON
+"$dptrain" train --data "$good" --model "$scratch/block.json" --global-batch 16 --epochs 1 \
+  --max-steps 1 --backend cpu >/dev/null 2>"$scratch/err"
+[ $? -ne 0 ] && grep -q "'sum' (add) adds inputs of shapes 4 x 8 x 8 and 1 x 8 x 8" \
+  "$scratch/err" && [ "$(wc -l <"$scratch/err")" -eq 1 ] ||
+  fail "model file with mismatched add: $(cat "$scratch/err")"
+sed -i 's/"out": 4,/"out": 1,/' "$scratch/block.json"
+"$dptrain" train --data "$good" --model "$scratch/block.json" --global-batch 16 --epochs 1 \
+  --max-steps 1 --backend cpu --quiet >/dev/null 2>"$scratch/err" ||
+  fail "model file run failed: $(cat "$scratch/err")"
+printf '{"layers": [{"kind": "relu"},]}' >"$scratch/bad.json"
+"$dptrain" train --data "$good" --model "$scratch/bad.json" --epochs 1 >/dev/null 2>"$scratch/err"
+[ $? -eq 1 ] && grep -q "bad.json: line 1, column" "$scratch/err" ||
+  fail "invalid JSON model file: $(cat "$scratch/err")"
+"$dptrain" train --data "$good" --model resnet --depth 21 --epochs 1 >/dev/null 2>"$scratch/err"
+[ $? -eq 1 ] && grep -q "depth 21 is not 6n+2" "$scratch/err" || fail "--depth 21: $(cat "$scratch/err")"
 
 echo "cli test: $failures failure(s)"
 [ $failures -eq 0 ]

@@ -57,8 +57,11 @@ static int parse_float(const char *s, float *out) {
 /* Options that need more than storing one number or string. Each returns 0, or -1 for a bad
  * value. */
 static int parse_model(cli *c, const char *v) {
-  if (!*v) return -1;
-  c->model = v; /* a name other than the built-in ones is a model file, read with the data */
+  size_t n = strlen(v);
+  int builtin = !strcmp(v, "mlp") || !strcmp(v, "cnn") || !strcmp(v, "resnet");
+  int file = strchr(v, '/') || (n > 5 && !strcmp(v + n - 5, ".json"));
+  if (!builtin && !file) return -1; /* a model file is named by a path or ends in .json */
+  c->model = v;
   return 0;
 }
 
@@ -160,7 +163,8 @@ typedef struct option {
 static const option options[] = {
     {.help = "model and data:"},
     {"--model", "M",
-     "mlp|cnn|resnet, or a model file (JSON, see docs/layers.md)\n"
+     "mlp|cnn|resnet, or a model file (FILE.json or a path;\n"
+     "see docs/layers.md)\n"
      "(default mlp)",
      CUSTOM(parse_model)},
     {"--depth", "N", "resnet depth, 6n+2: 20, 32, 44, 56, 110 (default 20)", SIZE(depth, 8)},
@@ -216,10 +220,12 @@ static const option options[] = {
     {"--seed", "S", "initialization and shuffling seed (default 0)", U64(cfg.seed, 0)},
     {.help = "optimizer:"},
     {"--optimizer", "sgd|adamw", "(default sgd)", CUSTOM(parse_optimizer)},
-    {"--lr", "X", "learning rate (default 0.05 sgd, 0.001 adamw)", CUSTOM(parse_lr)},
+    {"--lr", "X", "learning rate (default 0.05 sgd, 0.001 adamw, 0.1 resnet)",
+     CUSTOM(parse_lr)},
     {"--momentum", "X", "sgd momentum (default 0.9)", FLOAT(cfg.optim.momentum)},
     {"--nesterov", NULL, "sgd Nesterov momentum", FLAG(cfg.optim.nesterov, 1)},
-    {"--weight-decay", "X", "(default 0 sgd, 0.01 adamw)", CUSTOM(parse_weight_decay)},
+    {"--weight-decay", "X", "(default 0 sgd, 0.01 adamw, 5e-4 resnet)",
+     CUSTOM(parse_weight_decay)},
     {"--schedule", "S",
      "constant|step|cosine (default cosine: from --lr to 0 over\n"
      "the run, after the warmup)",
@@ -229,7 +235,14 @@ static const option options[] = {
      "(required by --schedule step)",
      I64(cfg.optim.step_size, 1)},
     {"--gamma", "X", "step schedule's gamma (default 0.1)", FLOAT(cfg.optim.gamma)},
-    {"--warmup", "N", "linear warmup over N steps", I64(cfg.optim.warmup_steps, 0)},
+    {"--warmup", "N",
+     "linear warmup over N steps (default 0; resnet: one epoch,\n"
+     "at most a fifth of the run)",
+     I64(cfg.optim.warmup_steps, 0)},
+    {"--decay-weights-only", NULL,
+     "weight decay on linear and conv2d weights only, not on\n"
+     "biases and batch norm (the resnet default)",
+     FLAG(cfg.optim.decay_weights_only, 1)},
     {"--clip-norm", "X", "clip the global gradient norm to X", FLOAT(cfg.optim.clip_norm)},
     {"--full-step", NULL,
      "every replica runs the whole optimizer step after an\n"
@@ -524,6 +537,7 @@ static void set_defaults(cli *c) {
   c->optimizer = "sgd";
   c->model = "mlp";
   c->depth = 20;
+  c->cfg.optim.warmup_steps = -1; /* not given: plan_schedule picks the model's default */
   c->hidden[0] = 512;
   c->hidden[1] = 256;
   c->num_hidden = 2;
@@ -545,6 +559,14 @@ static int check_options(cli *c) {
     c->cfg.optim.clip_norm = o.clip_norm;
     if (c->lr_set) c->cfg.optim.lr = o.lr;
     if (c->wd_set) c->cfg.optim.weight_decay = o.weight_decay;
+  } else if (!strcmp(c->model, "resnet")) {
+    /* The ResNet recipe (docs/training.md): lr 0.1, weight decay 5e-4 on conv and linear
+     * weights only, a warmup (plan_schedule), cosine decay. */
+    if (!c->lr_set) c->cfg.optim.lr = 0.1f;
+    if (!c->wd_set) {
+      c->cfg.optim.weight_decay = 5e-4f;
+      c->cfg.optim.decay_weights_only = 1;
+    }
   } else if (!c->wd_set) {
     c->cfg.optim.weight_decay = 0.0f;
   }
@@ -649,6 +671,10 @@ static dpt_status plan_schedule(cli *c, const dpt_dataset *train, char *other, s
                       ? INT64_MAX
                       : (int64_t)per_epoch * c->cfg.epochs;
   if (c->cfg.max_steps > 0 && c->cfg.max_steps < total) total = c->cfg.max_steps;
+  if (c->cfg.optim.warmup_steps < 0) { /* not given: the ResNet recipe warms up one epoch */
+    int64_t w = strcmp(c->model, "resnet") ? 0 : (int64_t)per_epoch;
+    c->cfg.optim.warmup_steps = w < total / 5 ? w : total / 5;
+  }
   const dpt_optim_config *o = &c->cfg.optim;
   if (total > 0 && o->warmup_steps > total) {
     snprintf(other, cap, "--warmup %lld is longer than the run's %lld steps",

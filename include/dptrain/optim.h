@@ -58,12 +58,15 @@ typedef struct dpt_optim_config {
   float weight_decay;      /* SGD: L2 added to the gradient; AdamW: decoupled */
   float beta1, beta2, eps; /* AdamW */
   dpt_schedule_kind schedule;
-  int64_t warmup_steps; /* linear warmup from lr/warmup_steps to the schedule over these steps */
-  int64_t step_size;    /* STEP: steps between decays */
-  float gamma;          /* STEP: decay factor */
-  int64_t total_steps;  /* COSINE: steps to reach min_lr (after warmup) */
-  float min_lr;         /* COSINE */
-  float clip_norm;      /* > 0: scale gradients so their global L2 norm is at most this */
+  int64_t warmup_steps;   /* linear warmup from lr/warmup_steps to the schedule over these steps */
+  int64_t step_size;      /* STEP: steps between decays */
+  float gamma;            /* STEP: decay factor */
+  int64_t total_steps;    /* COSINE: steps to reach min_lr (after warmup) */
+  float min_lr;           /* COSINE */
+  float clip_norm;        /* > 0: scale gradients so their global L2 norm is at most this */
+  int decay_weights_only; /* 1: weight decay on the tensors named "*.weight" with two or more
+                             dimensions only (linear and conv2d weights), none on biases and
+                             batch norm parameters, as the ResNet recipe does; 0: on all */
 } dpt_optim_config;
 
 /* Defaults: SGD lr 0.01 momentum 0 / AdamW lr 1e-3 betas (0.9, 0.999) eps 1e-8 weight decay
