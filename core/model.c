@@ -542,7 +542,8 @@ static dpt_status alloc_layer(dpt_model *m, size_t i, shared_sizes *sh) {
   case DPT_LAYER_CONV2D: {
     size_t k = L->ishape.c * L->spec.kernel * L->spec.kernel, plane = L->oshape.h * L->oshape.w,
            col;
-    if (!dpt_mul_ok(k, plane, &col) || !dpt_mul_ok(col, m->max_batch, &col))
+    if (!dpt_mul_ok(k, plane, &col) ||
+        !dpt_mul_ok(col, dpt_model_conv_chunk(m, L, m->max_batch), &col))
       return LAYER_ERR(m, i, "im2col columns for %zu samples are too large", m->max_batch);
     if (col > sh->col) sh->col = col;
     if (plane > sh->plane) sh->plane = plane;

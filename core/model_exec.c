@@ -79,21 +79,36 @@ static dpt_status linear_forward(dpt_model *m, const dpt_node *L, const dpt_buff
   return dpt_bias_add(m->be, b, out_f, L->out, 0, m->params, m->tensors[L->b_index].offset);
 }
 
+/* Images per im2col pass: the whole batch on devices (one dispatch per op), a few at a time on
+ * the CPU so the columns stay in cache between im2col and gemm (the results are the same:
+ * each image's gemm is unchanged, and the summed weight gradient takes the images in order). */
+size_t dpt_model_conv_chunk(const dpt_model *m, const dpt_node *L, size_t b) {
+  if (dpt_backend_get_kind(m->be) != DPT_BACKEND_CPU) return b;
+  size_t per_image = L->ishape.c * L->spec.kernel * L->spec.kernel * L->oshape.h * L->oshape.w;
+  size_t n = DPT_MODEL_CPU_COL_FLOATS / (per_image ? per_image : 1);
+  return n < 1 ? 1 : n < b ? n : b;
+}
+
 static dpt_status conv2d_forward(dpt_model *m, const dpt_node *L, const dpt_buffer *in, size_t b) {
   dpt_backend *be = m->be;
   const dpt_tensor_info *W = &m->tensors[L->w_index];
   size_t k = L->spec.kernel, K = L->ishape.c * k * k, P = L->oshape.h * L->oshape.w,
-         co = L->oshape.c;
-  dpt_conv_geom g = conv_geom(L, b);
-  DPT_TRY(dpt_im2col(be, &g, in, 0, m->col, 0));
-  /* y_i[co, P] = W[co, K] * col_i[K, P] (+ bias[co] * ones[1, P]) */
-  dpt_gemm_batch y = {b, 0, K * P, co * P};
-  DPT_TRY(dpt_gemm_batched(be, &y, 0, 0, co, P, K, 1.0f, m->params, W->offset, K, m->col, 0, P,
-                           0.0f, L->out, 0, P));
-  if (L->b_index == SIZE_MAX) return DPT_OK;
-  dpt_gemm_batch bias = {b, 0, 0, co * P};
-  return dpt_gemm_batched(be, &bias, 0, 0, co, P, 1, 1.0f, m->params, m->tensors[L->b_index].offset,
-                          1, m->ones, 0, P, 1.0f, L->out, 0, P);
+         co = L->oshape.c, chunk = dpt_model_conv_chunk(m, L, b);
+  for (size_t n0 = 0; n0 < b; n0 += chunk) {
+    size_t nb = b - n0 < chunk ? b - n0 : chunk;
+    dpt_conv_geom g = conv_geom(L, nb);
+    DPT_TRY(dpt_im2col(be, &g, in, n0 * L->in_size, m->col, 0));
+    /* y_i[co, P] = W[co, K] * col_i[K, P] (+ bias[co] * ones[1, P]) */
+    dpt_gemm_batch y = {nb, 0, K * P, co * P};
+    DPT_TRY(dpt_gemm_batched(be, &y, 0, 0, co, P, K, 1.0f, m->params, W->offset, K, m->col, 0, P,
+                             0.0f, L->out, n0 * co * P, P));
+    if (L->b_index == SIZE_MAX) continue;
+    dpt_gemm_batch bias = {nb, 0, 0, co * P};
+    DPT_TRY(dpt_gemm_batched(be, &bias, 0, 0, co, P, 1, 1.0f, m->params,
+                             m->tensors[L->b_index].offset, 1, m->ones, 0, P, 1.0f, L->out,
+                             n0 * co * P, P));
+  }
+  return DPT_OK;
 }
 
 /* Combines the replicas' batch statistics (mean, biased var over n_r values each) in aux into
@@ -231,29 +246,40 @@ static dpt_status linear_backward(dpt_model *m, const dpt_node *L, const dpt_buf
                   0.0f, din, 0, in_f);
 }
 
-static dpt_status conv2d_backward(dpt_model *m, const dpt_node *L, const dpt_buffer *in,
-                                  dpt_buffer *din, size_t b) {
+/* One pass over images [n0, n0 + nb): its share of dW and db (summed over the images in
+ * order, the first pass overwriting), and its input gradient. */
+static dpt_status conv2d_backward_chunk(dpt_model *m, const dpt_node *L, const dpt_buffer *in,
+                                        dpt_buffer *din, size_t n0, size_t nb) {
   dpt_backend *be = m->be;
   const dpt_tensor_info *W = &m->tensors[L->w_index];
   size_t k = L->spec.kernel, K = L->ishape.c * k * k, P = L->oshape.h * L->oshape.w,
-         co = L->oshape.c;
-  dpt_conv_geom g = conv_geom(L, b);
-  DPT_TRY(dpt_im2col(be, &g, in, 0, m->col, 0));
-  /* dW[co, K] = sum_i dy_i[co, P] * col_i[K, P]^T;  db[co] = sum_i dy_i[co, P] * ones[P] */
-  dpt_gemm_batch dw = {b, co * P, K * P, 0};
-  DPT_TRY(dpt_gemm_batched(be, &dw, 0, 1, co, K, P, 1.0f, L->dout, 0, P, m->col, 0, P, 0.0f,
+         co = L->oshape.c, dy = n0 * co * P;
+  float beta = n0 == 0 ? 0.0f : 1.0f;
+  dpt_conv_geom g = conv_geom(L, nb);
+  DPT_TRY(dpt_im2col(be, &g, in, n0 * L->in_size, m->col, 0));
+  /* dW[co, K] += sum_i dy_i[co, P] * col_i[K, P]^T;  db[co] += sum_i dy_i[co, P] * ones[P] */
+  dpt_gemm_batch dw = {nb, co * P, K * P, 0};
+  DPT_TRY(dpt_gemm_batched(be, &dw, 0, 1, co, K, P, 1.0f, L->dout, dy, P, m->col, 0, P, beta,
                            m->grads, W->offset, K));
   if (L->b_index != SIZE_MAX) {
-    dpt_gemm_batch db = {b, co * P, 0, 0};
-    DPT_TRY(dpt_gemm_batched(be, &db, 0, 0, co, 1, P, 1.0f, L->dout, 0, P, m->ones, 0, 1, 0.0f,
+    dpt_gemm_batch db = {nb, co * P, 0, 0};
+    DPT_TRY(dpt_gemm_batched(be, &db, 0, 0, co, 1, P, 1.0f, L->dout, dy, P, m->ones, 0, 1, beta,
                              m->grads, m->tensors[L->b_index].offset, 1));
   }
   if (!din) return DPT_OK;
   /* dcol_i[K, P] = W[co, K]^T * dy_i[co, P];  dx = col2im(dcol) */
-  dpt_gemm_batch dc = {b, 0, co * P, K * P};
-  DPT_TRY(dpt_gemm_batched(be, &dc, 1, 0, K, P, co, 1.0f, m->params, W->offset, K, L->dout, 0, P,
+  dpt_gemm_batch dc = {nb, 0, co * P, K * P};
+  DPT_TRY(dpt_gemm_batched(be, &dc, 1, 0, K, P, co, 1.0f, m->params, W->offset, K, L->dout, dy, P,
                            0.0f, m->dcol, 0, P));
-  return dpt_col2im(be, &g, m->dcol, 0, din, 0);
+  return dpt_col2im(be, &g, m->dcol, 0, din, n0 * L->in_size);
+}
+
+static dpt_status conv2d_backward(dpt_model *m, const dpt_node *L, const dpt_buffer *in,
+                                  dpt_buffer *din, size_t b) {
+  size_t chunk = dpt_model_conv_chunk(m, L, b);
+  for (size_t n0 = 0; n0 < b; n0 += chunk)
+    DPT_TRY(conv2d_backward_chunk(m, L, in, din, n0, b - n0 < chunk ? b - n0 : chunk));
+  return DPT_OK;
 }
 
 /* The sums of the gradients of gamma and beta are these layer's parameter gradients; with

@@ -46,7 +46,7 @@ struct dpt_model {
   dpt_buffer *grads;   /* [num_params] */
   dpt_buffer *bufs;    /* [num_buffer_floats], NULL when none */
   dpt_buffer *ones;    /* [max(conv output plane, 1)] of 1.0f, for conv bias; [0] counts BN */
-  dpt_buffer *col;     /* im2col columns [max_batch, cin*k*k, oh*ow] of the largest conv */
+  dpt_buffer *col;     /* im2col columns [chunk, cin*k*k, oh*ow] of the largest pass */
   dpt_buffer *dcol;    /* their gradient, same size */
   dpt_buffer *scratch; /* [max_batch, largest out_size]: a second consumer's input gradient */
   size_t activation_bytes;
@@ -63,6 +63,12 @@ struct dpt_model {
  * gradient's backward (core/model_exec.c). */
 dpt_status dpt_model_forward(dpt_model *m, const dpt_buffer *x, size_t b);
 dpt_status dpt_model_backward(dpt_model *m, const dpt_buffer *x, size_t b);
+/* The CPU backend's im2col pass covers about this many column floats (1 MiB), so the
+ * columns are still in cache when the gemm reads them; devices take the whole batch. */
+#define DPT_MODEL_CPU_COL_FLOATS ((size_t)1 << 18)
+/* Images per im2col pass of convolution L over a batch of b. */
+size_t dpt_model_conv_chunk(const dpt_model *m, const dpt_node *L, size_t b);
+
 /* The output buffer of layer i (its store's), the model input for DPT_LAYER_INPUT_MODEL. */
 const dpt_buffer *dpt_model_out_of(const dpt_model *m, int i, const dpt_buffer *x);
 
