@@ -43,7 +43,7 @@ typedef struct opts {
   const char *name;
   const char *weights, *data, *backend, *output;
   size_t batch, limit, top;
-  int json;
+  int json, logits;
   const char *model; /* NULL: from the weights file; else mlp|cnn|resnet|a model file */
   size_t depth, hidden[16], num_hidden, channels[2];
 } opts;
@@ -101,8 +101,10 @@ static const option options[] = {
      "per_class, confusion (rows: true class, columns: predicted)",
      EVAL, FLAG(json)},
     {"--top", "K", "the K likeliest classes with their probabilities", PREDICT, SIZE(top, 1)},
+    {"--logits", NULL, "the raw logits instead of probabilities (not with --top)", PREDICT,
+     FLAG(logits)},
     {"--output", "FILE",
-     "out.csv, or out.safetensors (\"probs\" [N, classes], or\n"
+     "out.csv, or out.safetensors (\"probs\" or \"logits\" [N, classes], or\n"
      "\"topk_index\" and \"topk_prob\" [N, K]); default: CSV on stdout",
      PREDICT, STRING(output)},
     {.help = "devices:", .cmds = EVAL | PREDICT},
@@ -205,6 +207,7 @@ static int parse_options(opts *o, int argc, char **argv) {
   }
   if (!o->weights) return usage_error(o, "--weights is required");
   if (!o->data) return usage_error(o, "--data is required");
+  if (o->logits && o->top) return usage_error(o, "--logits and --top do not go together");
   dpt_backend_kind k;
   if (strcmp(o->backend, "auto") != 0 && dpt_backend_kind_parse(o->backend, &k) != DPT_OK)
     return usage_error(o, "bad value '%s' for --backend", o->backend);
@@ -468,7 +471,8 @@ static dpt_status do_predict(const opts *o, run *r) {
   if (st == DPT_OK && csv) {
     fprintf(csv, "index");
     for (size_t j = 0; j < per_row; ++j)
-      top ? fprintf(csv, ",class%zu,prob%zu", j + 1, j + 1) : fprintf(csv, ",p%zu", j);
+      top ? fprintf(csv, ",class%zu,prob%zu", j + 1, j + 1)
+          : fprintf(csv, o->logits ? ",logit%zu" : ",p%zu", j);
     fprintf(csv, "\n");
   }
   for (size_t first = 0; first < r->n && st == DPT_OK; first += r->batch) {
@@ -480,13 +484,13 @@ static dpt_status do_predict(const opts *o, run *r) {
       double logsum;
       argmax_logsum(x, k, &logsum);
       for (size_t j = 0; j < k; ++j)
-        p[j] = (float)exp((double)x[j] - logsum);
+        p[j] = o->logits ? x[j] : (float)exp((double)x[j] - logsum);
       if (top) top_k(p, k, top, order);
       if (csv) {
         fprintf(csv, "%zu", first + i);
         for (size_t j = 0; j < per_row; ++j)
           top ? fprintf(csv, ",%zu,%.6g", order[j], (double)p[order[j]])
-              : fprintf(csv, ",%.6g", (double)p[j]);
+              : fprintf(csv, o->logits ? ",%.9g" : ",%.6g", (double)p[j]);
         fprintf(csv, "\n");
       } else if (top) {
         for (size_t j = 0; j < top; ++j) {
@@ -500,7 +504,9 @@ static dpt_status do_predict(const opts *o, run *r) {
     /* The writer takes float32 tensors only: topk_index holds the class numbers as floats
      * (exact) until it writes other dtypes. */
     dpt_st_tensor t[2] = {
-        {.name = top ? "topk_index" : "probs",
+        {.name = top         ? "topk_index"
+                 : o->logits ? "logits"
+                             : "probs",
          .data = top ? tidx : probs,
          .ndim = 2,
          .shape = {(int64_t)r->n, (int64_t)per_row}},
