@@ -518,6 +518,7 @@ static dpt_status do_predict(const opts *o, run *r) {
   if (csv && csv != stdout && fclose(csv) != 0 && st == DPT_OK)
     st = own_error(DPT_ERR_IO, "%s: %s", o->output, strerror(errno));
   if (csv == stdout) fflush(stdout);
+  if (st != DPT_OK && csv && csv != stdout) remove(o->output); /* no partial file left */
   free(probs);
   free(tprob);
   free(tidx);
