@@ -14,6 +14,10 @@ int dpt_bench_train(int argc, char **argv);
  * -1 on anything else. Shared by the benchmarks' and the dptrain tool's command lines. */
 int dpt_parse_size_list(const char *s, size_t *out, size_t max, size_t max_value, size_t *count);
 
+/* Parses "a,b,c" into out[0..max): finite floats a float holds (not rounding to 0 or infinity),
+ * at least one. 0 on success, -1 on anything else. */
+int dpt_parse_float_list(const char *s, float *out, size_t max, size_t *count);
+
 /* Median of n values (sorts them in place). */
 double dpt_bench_median(double *v, int n);
 

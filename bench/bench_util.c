@@ -1,5 +1,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -28,6 +30,25 @@ int dpt_parse_size_list(const char *s, size_t *out, size_t max, size_t max_value
     unsigned long long v = strtoull(s, &end, 10);
     if (end == s || errno || v == 0 || v > max_value || *count == max) return -1;
     out[(*count)++] = (size_t)v;
+    s = end;
+    if (*s == ',')
+      ++s;
+    else if (*s)
+      return -1;
+  }
+  return *count > 0 ? 0 : -1;
+}
+
+int dpt_parse_float_list(const char *s, float *out, size_t max, size_t *count) {
+  *count = 0;
+  while (*s) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !isfinite(v) || fabs(v) > FLT_MAX || (v != 0 && (float)v == 0) ||
+        *count == max)
+      return -1;
+    out[(*count)++] = (float)v;
     s = end;
     if (*s == ',')
       ++s;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "core/model_impl.h"
 #include "dptrain/model.h"
 #include "dptrain/safetensors.h"
 
@@ -63,8 +64,12 @@ dpt_status dpt_model_save_params(const dpt_model *m, const float *host, const ch
     for (int d = 0; d < t.ndim; ++d)
       ts[i].shape[d] = t.shape[d];
   }
-  static const char *const meta[] = {"format", "pt", "producer", "dptrain", NULL};
-  dpt_status st = dpt_safetensors_write(path, ts, n, meta);
+  char *model_json = NULL;
+  dpt_status st = dpt_model_spec_to_json(&m->spec, &model_json);
+  const char *const meta[] = {"format",   "pt", "producer", "dptrain", DPT_MODEL_METADATA_KEY,
+                              model_json, NULL};
+  if (st == DPT_OK) st = dpt_safetensors_write(path, ts, n, meta);
+  free(model_json);
   free(ts);
   free(counters);
   return st;

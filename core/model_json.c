@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "dptrain/model.h"
+#include "dptrain/safetensors.h"
 
 /* One layer as the file gives it, before ordering. */
 typedef struct file_layer {
@@ -176,6 +177,11 @@ static dpt_status order(loader *ld, dpt_model_spec *spec) {
       fl->spec.inputs[0] = DPT_LAYER_INPUT_MODEL;
     }
     spec->layers[n] = fl->spec;
+    /* A name that is the layer's own index says what "" says (dpt_model_spec_to_json names
+     * an unnamed layer so only where another refers to it): "" keeps the spec as written. */
+    char index[24];
+    snprintf(index, sizeof index, "%zu", n);
+    if (strcmp(spec->layers[n].name, index) == 0) spec->layers[n].name[0] = '\0';
   }
   spec->num_layers = ld->count;
   return DPT_OK;
@@ -205,8 +211,24 @@ static dpt_status check_model_fields(const loader *ld, json_t *root, const size_
   return DPT_OK;
 }
 
-static dpt_status load_tree(loader *ld, json_t *root, const size_t shape[3], dpt_model_spec *spec) {
+/* shape NULL: the sample shape and the classes come from the file's "input" and "classes",
+ * which must then be there. */
+static dpt_status load_tree(loader *ld, json_t *root, const size_t *shape, dpt_model_spec *spec) {
   if (!json_is_object(root)) return bad(ld, "the model is not a JSON object");
+  size_t own[3];
+  if (!shape) {
+    json_t *in = json_object_get(root, "input"), *cls = json_object_get(root, "classes");
+    for (size_t d = 0; d < 3; ++d) {
+      json_t *v = json_is_array(in) ? json_array_get(in, d) : NULL;
+      if (!json_is_integer(v) || json_integer_value(v) < 1 || json_array_size(in) != 3)
+        return bad(ld, "\"input\" is missing or not [channels, height, width]");
+      own[d] = (size_t)json_integer_value(v);
+    }
+    if (!json_is_integer(cls) || json_integer_value(cls) < 1)
+      return bad(ld, "\"classes\" is missing or not a positive integer");
+    ld->classes = (size_t)json_integer_value(cls);
+    shape = own;
+  }
   DPT_TRY(check_model_fields(ld, root, shape));
   json_t *layers = json_object_get(root, "layers");
   if (!json_is_array(layers) || json_array_size(layers) == 0)
@@ -241,5 +263,145 @@ dpt_status dpt_model_spec_load_json(const char *path, size_t c, size_t h, size_t
   dpt_status st = load_tree(&ld, root, shape, spec);
   free(ld.layers);
   json_decref(root);
+  return st;
+}
+
+dpt_status dpt_model_spec_parse_json(const char *text, const char *origin, dpt_model_spec *spec) {
+  if (!text || !origin || !spec)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "dpt_model_spec_parse_json: text/origin/spec is NULL");
+  json_error_t err;
+  json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &err);
+  if (!root)
+    return dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: line %d, column %d: %s", origin, err.line,
+                         err.column, err.text);
+  loader ld = {origin, 0, NULL, 0};
+  dpt_status st = load_tree(&ld, root, NULL, spec);
+  free(ld.layers);
+  json_decref(root);
+  return st;
+}
+
+dpt_status dpt_model_spec_from_weights(const char *path, dpt_model_spec *spec) {
+  if (!path || !spec)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_spec_from_weights: path/spec is NULL");
+  dpt_safetensors *st = NULL;
+  DPT_TRY(dpt_safetensors_open(path, &st));
+  const char *text = dpt_safetensors_metadata(st, DPT_MODEL_METADATA_KEY);
+  dpt_status s;
+  if (!text) {
+    s = dpt_set_error(DPT_ERR_BAD_FORMAT,
+                      "%s: no model description in the file (metadata \"%s\"): the model must be "
+                      "given",
+                      path, DPT_MODEL_METADATA_KEY);
+  } else {
+    size_t cap = strlen(path) + 64;
+    char *origin = malloc(cap);
+    if (origin) {
+      snprintf(origin, cap, "%s: metadata \"%s\"", path, DPT_MODEL_METADATA_KEY);
+      s = dpt_model_spec_parse_json(text, origin, spec);
+      free(origin);
+    } else {
+      s = dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+    }
+  }
+  dpt_safetensors_close(st);
+  return s;
+}
+
+/* ---- writing -------------------------------------------------------------------------------- */
+
+/* Sets obj[key] = v, taking v; 0, or -1 when out of memory. */
+static int put(json_t *obj, const char *key, json_t *v) {
+  return v ? json_object_set_new(obj, key, v) : -1;
+}
+
+/* Layer i as an object: its name (or, where another layer refers to it and it has none, its
+ * index), kind, inputs by name, and every field that is not zero. */
+static json_t *layer_json(const dpt_model_spec *spec, size_t i, char (*names)[DPT_LAYER_NAME_MAX]) {
+  const dpt_layer_spec *l = &spec->layers[i];
+  json_t *o = json_object();
+  if (!o) return NULL;
+  int fail = 0;
+  if (names[i][0]) fail |= put(o, "name", json_string(names[i]));
+  fail |= put(o, "kind", json_string(dpt_layer_kind_name(l->kind)));
+  if (l->num_inputs > 0) {
+    json_t *in = json_array();
+    for (int j = 0; j < l->num_inputs && in; ++j)
+      if (json_array_append_new(in, json_string(l->inputs[j] == DPT_LAYER_INPUT_MODEL
+                                                    ? "input"
+                                                    : names[l->inputs[j]])) != 0)
+        fail = -1;
+    fail |= put(o, "inputs", in);
+  }
+  if (l->size) fail |= put(o, "out", json_integer((json_int_t)l->size));
+  if (l->kernel) fail |= put(o, "kernel", json_integer((json_int_t)l->kernel));
+  if (l->stride) fail |= put(o, "stride", json_integer((json_int_t)l->stride));
+  if (l->padding) fail |= put(o, "padding", json_integer((json_int_t)l->padding));
+  if (l->no_bias) fail |= put(o, "bias", json_false());
+  if (l->p != 0.0f) fail |= put(o, "p", json_real((double)l->p));
+  if (fail) {
+    json_decref(o);
+    return NULL;
+  }
+  return o;
+}
+
+/* The names the file gives: each layer's own, or its index for an unnamed layer that another
+ * layer names as an input. Such an index must not be another layer's name. */
+static dpt_status file_names(const dpt_model_spec *spec, char (*names)[DPT_LAYER_NAME_MAX]) {
+  const char *fn = "dpt_model_spec_to_json";
+  for (size_t i = 0; i < spec->num_layers; ++i) {
+    const dpt_layer_spec *l = &spec->layers[i];
+    if (!dpt_layer_kind_name(l->kind))
+      return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: layer %zu has unknown kind %d", fn, i,
+                           (int)l->kind);
+    if (memchr(l->name, '\0', sizeof l->name) == NULL)
+      return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: layer %zu's name is not NUL-terminated", fn,
+                           i);
+    if (l->num_inputs < 0 || l->num_inputs > DPT_LAYER_MAX_INPUTS)
+      return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: layer %zu has %d inputs", fn, i,
+                           l->num_inputs);
+    strcpy(names[i], l->name);
+    for (int j = 0; j < l->num_inputs; ++j) {
+      int in = l->inputs[j];
+      if (in < DPT_LAYER_INPUT_MODEL || in >= (int)i)
+        return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: layer %zu input %d is not an earlier layer",
+                             fn, i, in);
+      if (in >= 0 && !names[in][0]) snprintf(names[in], DPT_LAYER_NAME_MAX, "%d", in);
+    }
+  }
+  for (size_t i = 0; i < spec->num_layers; ++i)
+    for (size_t j = 0; j < spec->num_layers && names[i][0]; ++j)
+      if (j != i && strcmp(names[i], names[j]) == 0)
+        return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: layers %zu and %zu are both called '%s'", fn,
+                             j < i ? j : i, j < i ? i : j, names[i]);
+  return DPT_OK;
+}
+
+dpt_status dpt_model_spec_to_json(const dpt_model_spec *spec, char **out) {
+  const char *fn = "dpt_model_spec_to_json";
+  if (!spec || !out) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: spec/out is NULL", fn);
+  *out = NULL;
+  if (spec->num_layers == 0 || spec->num_layers > DPT_MODEL_MAX_LAYERS)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %zu layers (1 to %d)", fn, spec->num_layers,
+                         DPT_MODEL_MAX_LAYERS);
+  char(*names)[DPT_LAYER_NAME_MAX] = calloc(spec->num_layers, sizeof *names);
+  if (!names) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+  dpt_status st = file_names(spec, names);
+  json_t *root = st == DPT_OK ? json_object() : NULL, *layers = root ? json_array() : NULL;
+  if (st == DPT_OK) {
+    int fail = !root || put(root, "input",
+                            json_pack("[III]", (json_int_t)spec->in_c, (json_int_t)spec->in_h,
+                                      (json_int_t)spec->in_w));
+    fail |= !root || put(root, "classes", json_integer((json_int_t)spec->num_classes));
+    for (size_t i = 0; i < spec->num_layers && layers && !fail; ++i)
+      fail = json_array_append_new(layers, layer_json(spec, i, names)) != 0;
+    fail |= !root || put(root, "layers", layers);
+    if (!fail) *out = json_dumps(root, JSON_COMPACT);
+    if (!*out) st = dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+  }
+  json_decref(root);
+  free(names);
   return st;
 }

@@ -22,3 +22,14 @@ if(DPT_BUILD_TOOLS)
   set_tests_properties(param_hash PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "cli;mpi;train"
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endif()
+
+# A ResNet's weights and buffers read by PyTorch (tools/pytorch_reference.py, strict
+# load_state_dict) give dptrain's logits; skipped without /usr/bin/python3's torch.
+if(DPT_BUILD_TOOLS)
+  add_test(NAME pytorch_roundtrip
+           COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/pytorch_roundtrip_test.sh"
+                   $<TARGET_FILE:dptrain_cli> "${PROJECT_SOURCE_DIR}/tools/pytorch_reference.py"
+                   "${CMAKE_CURRENT_BINARY_DIR}/pytorch-scratch")
+  set_tests_properties(pytorch_roundtrip PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77
+                       LABELS "cli;train;pytorch")
+endif()

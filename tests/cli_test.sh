@@ -11,11 +11,11 @@ fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 
 be32() { printf "\\x$(printf %02x $(($1 >> 24 & 255)))\\x$(printf %02x $(($1 >> 16 & 255)))\\x$(printf %02x $(($1 >> 8 & 255)))\\x$(printf %02x $(($1 & 255)))"; }
 
-# make_idx DIR SPLIT COUNT: random 8x8 images, labels cycling 0..9.
+# make_idx DIR SPLIT COUNT [SIDE]: random SIDExSIDE images (default 8x8), labels cycling 0..9.
 make_idx() {
-  local dir=$1 split=$2 n=$3
+  local dir=$1 split=$2 n=$3 side=${4:-8}
   mkdir -p "$dir"
-  { be32 2051; be32 "$n"; be32 8; be32 8; head -c $((n * 64)) /dev/urandom; } >"$dir/$split-images-idx3-ubyte"
+  { be32 2051; be32 "$n"; be32 "$side"; be32 "$side"; head -c $((n * side * side)) /dev/urandom; } >"$dir/$split-images-idx3-ubyte"
   { be32 2049; be32 "$n"; for ((i = 0; i < n; ++i)); do printf "\\x0$((i % 10))"; done; } >"$dir/$split-labels-idx1-ubyte"
 }
 
@@ -351,6 +351,108 @@ printf '{"layers": [{"kind": "relu"},]}' >"$scratch/bad.json"
   fail "invalid JSON model file: $(cat "$scratch/err")"
 "$dptrain" train --data "$good" --model resnet --depth 21 --epochs 1 >/dev/null 2>"$scratch/err"
 [ $? -eq 1 ] && grep -q "depth 21 is not 6n+2" "$scratch/err" || fail "--depth 21: $(cat "$scratch/err")"
+
+# 13. eval and predict: the model comes from the weights file; eval's accuracy is the one train
+# printed for the same weights (2 replicas, and a tiny ResNet with batch norm buffers).
+field() { sed -n "s/.*\"$1\": \([-0-9.a-z]*\).*/\1/p" | tail -n 1; }
+ev=(--backend cpu --json)
+for model in "--hidden 16 --replicas 2" "--model resnet --depth 8 --global-batch 16 --max-steps 2"; do
+  out=$("$dptrain" train --data "$good" --global-batch 50 --epochs 1 --backend cpu --json $model \
+    --save-weights "$scratch/e.st" 2>"$scratch/err")
+  [ $? -eq 0 ] || fail "train $model for eval failed: $(cat "$scratch/err")"
+  want=$(echo "$out" | field test_accuracy)
+  got=$("$dptrain" eval --weights "$scratch/e.st" --data "$good" "${ev[@]}" 2>"$scratch/err")
+  [ $? -eq 0 ] || fail "eval after $model failed: $(cat "$scratch/err")"
+  [ -n "$want" ] && [ "$(printf %.4f "$(echo "$got" | field accuracy)")" = "$want" ] ||
+    fail "eval after $model: accuracy $(echo "$got" | field accuracy), train printed $want"
+  awk -v a="$(echo "$got" | field loss)" -v b="$(echo "$out" | field test_loss)" \
+    'BEGIN { exit !(a - b < 1e-5 && b - a < 1e-5) }' || fail "eval after $model: loss $got vs $out"
+done
+echo "$got" | grep -q '"samples": 100, "correct": [0-9]*, "loss"' || fail "eval JSON: $got"
+echo "$got" | grep -q '"per_class": \[[0-9.]*\(, [0-9.]*\)\{9\}\], "confusion": \[\[' ||
+  fail "eval JSON per_class/confusion: $got"
+# The confusion matrix's rows hold each class's samples (10 each), its diagonal the correct ones.
+echo "$got" | sed 's/.*"confusion": \[\[\(.*\)\]\]}/\1/; s/\], \[/\n/g' |
+  awk -F', ' -v c="$(echo "$got" | field correct)" '{ for (j = 1; j <= NF; ++j) { s += $j;
+    if (j == NR) d += $j } if (s != 10 * NR) bad = 1 } END { exit !(NR == 10 && !bad && d == c) }' ||
+  fail "confusion matrix does not add up: $got"
+"$dptrain" eval --weights "$scratch/e.st" --data "$good" --backend cpu >"$scratch/out" 2>&1 &&
+  grep -q "accuracy" "$scratch/out" && [ "$(grep -c '^    [0-9]  ' "$scratch/out")" -eq 10 ] ||
+  fail "eval text output: $(cat "$scratch/out")"
+# On Fashion-MNIST itself when it is there: 10000 test images, MLP on 2 replicas.
+fm=/usr/share/datasets/fashion-mnist
+if [ -e "$fm/t10k-labels-idx1-ubyte.gz" ] || [ -e "$fm/t10k-labels-idx1-ubyte" ]; then
+  out=$("$dptrain" train --data "$fm" --hidden 32 --max-steps 5 --replicas 2 --backend cpu --json \
+    --save-weights "$scratch/fm.st" 2>"$scratch/err")
+  got=$("$dptrain" eval --weights "$scratch/fm.st" --data "$fm" "${ev[@]}" 2>>"$scratch/err")
+  [ "$(printf %.4f "$(echo "$got" | field accuracy)")" = "$(echo "$out" | field test_accuracy)" ] ||
+    fail "fashion-mnist eval: $got, train: $out, $(cat "$scratch/err")"
+fi
+
+# predict: one CSV row per input with probabilities summing to 1, or the top K; safetensors.
+"$dptrain" predict --weights "$scratch/e.st" --data "$good" --backend cpu >"$scratch/p.csv" \
+  2>"$scratch/err" || fail "predict failed: $(cat "$scratch/err")"
+[ "$(wc -l <"$scratch/p.csv")" -eq 101 ] && head -n 1 "$scratch/p.csv" | grep -q '^index,p0,.*,p9$' ||
+  fail "predict CSV: $(head -n 3 "$scratch/p.csv")"
+awk -F, 'NR > 1 { s = 0; for (j = 2; j <= NF; ++j) s += $j; if (NF != 11 || s < 0.9999 ||
+  s > 1.0001 || $1 != NR - 2) exit 1 }' "$scratch/p.csv" || fail "predict rows: $(sed -n 2p "$scratch/p.csv")"
+"$dptrain" predict --weights "$scratch/e.st" --data "$good" --backend cpu --top 3 --limit 5 \
+  --output "$scratch/t.csv" 2>"$scratch/err" || fail "predict --top failed: $(cat "$scratch/err")"
+[ "$(head -n 1 "$scratch/t.csv")" = "index,class1,prob1,class2,prob2,class3,prob3" ] &&
+  [ "$(wc -l <"$scratch/t.csv")" -eq 6 ] &&
+  awk -F, 'NR > 1 && !($3 >= $5 && $5 >= $7 && $2 != $4) { exit 1 }' "$scratch/t.csv" ||
+  fail "predict --top 3: $(cat "$scratch/t.csv")"
+for top in "" "--top 2"; do
+  "$dptrain" predict --weights "$scratch/e.st" --data "$good" --backend cpu $top \
+    --output "$scratch/p.safetensors" 2>"$scratch/err" && [ -s "$scratch/p.safetensors" ] ||
+    fail "predict $top to safetensors: $(cat "$scratch/err")"
+  want='"probs"' && [ -n "$top" ] && want='"topk_prob"'
+  head -c 300 "$scratch/p.safetensors" | grep -q "$want" || fail "predict $top: no $want tensor"
+done
+
+# Weights without the model's description: the model options describe it (as train takes them).
+LC_ALL=C sed 's/"dptrain\.model"/"dptrain.modex"/' "$scratch/w.safetensors" >"$scratch/bare.st"
+got=$("$dptrain" eval --weights "$scratch/bare.st" --data "$good" --hidden 16 "${ev[@]}" 2>"$scratch/err")
+[ $? -eq 0 ] || fail "eval --hidden 16 of a bare file failed: $(cat "$scratch/err")"
+# Bad input: one line, exit 1 (2 for usage errors), naming the file, the tensor, the shapes.
+badrun() { # badrun WHAT EXPECTED-RC PATTERN -- ARGS...
+  local what=$1 want=$2 pat=$3
+  shift 4
+  "$dptrain" "$@" >/dev/null 2>"$scratch/err"
+  local rc=$?
+  [ $rc -eq "$want" ] || fail "$what: exited $rc, expected $want: $(cat "$scratch/err")"
+  grep -q -- "$pat" "$scratch/err" || fail "$what: message lacks '$pat': $(cat "$scratch/err")"
+  [ "$want" -eq 2 ] || [ "$(wc -l <"$scratch/err")" -eq 1 ] || fail "$what: not one line: $(cat "$scratch/err")"
+}
+badrun "bare file, other model" 1 "'1.weight' has shape \[16, 64\], the model needs \[17, 64\]" -- \
+  eval --weights "$scratch/bare.st" --data "$good" --hidden 17 --backend cpu
+LC_ALL=C sed 's/\\"out\\":16}/\\"out\\":15}/' "$scratch/w.safetensors" \
+  >"$scratch/other.st"
+badrun "described model not the tensors" 1 "'1.weight' has shape \[16, 64\], the model needs \[15, 64\]" -- \
+  predict --weights "$scratch/other.st" --data "$good" --backend cpu
+badrun "missing weights" 1 "$scratch/none.st" -- eval --weights "$scratch/none.st" --data "$good"
+badrun "weights a directory" 1 "$scratch" -- predict --weights "$scratch" --data "$good"
+head -c 100 "$scratch/w.safetensors" >"$scratch/trunc.st"
+badrun "truncated weights" 1 "trunc.st" -- eval --weights "$scratch/trunc.st" --data "$good"
+make_idx "$scratch/big" t10k 20 12
+badrun "data of another shape" 1 "1x12x12, the model takes 1x8x8" -- \
+  eval --weights "$scratch/w.safetensors" --data "$scratch/big" --backend cpu
+badrun "missing data" 1 "t10k-images" -- predict --weights "$scratch/w.safetensors" --data "$scratch/none"
+badrun "--model with a described file" 1 "describes its model" -- \
+  eval --weights "$scratch/w.safetensors" --data "$good" --model cnn
+badrun "unwritable output" 1 "$scratch/no/dir/p.csv" -- \
+  predict --weights "$scratch/w.safetensors" --data "$good" --output "$scratch/no/dir/p.csv"
+badrun "eval without --weights" 2 "^dptrain eval: --weights is required$" -- eval --data "$good"
+badrun "predict without --data" 2 "^dptrain predict: --data is required$" -- \
+  predict --weights "$scratch/w.safetensors"
+badrun "eval --batch 0" 2 "bad value '0' for --batch" -- eval --weights x --batch 0
+badrun "predict --top x" 2 "bad value 'x' for --top" -- predict --weights x --top x
+badrun "eval --top" 2 "unknown option '--top'" -- eval --weights x --top 2
+badrun "eval --backend" 2 "bad value 'gpu' for --backend" -- eval --weights x --backend gpu
+badrun "predict --limit" 2 "needs a value" -- predict --weights x --limit
+"$dptrain" eval --help | grep -q -- "--weights FILE" && "$dptrain" predict --help | grep -q -- "--top K" ||
+  fail "eval/predict --help"
+"$dptrain" help | grep -q "^  eval " || fail "dptrain help does not list eval"
 
 echo "cli test: $failures failure(s)"
 [ $failures -eq 0 ]

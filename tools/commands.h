@@ -3,5 +3,7 @@
 #define DPTRAIN_TOOLS_COMMANDS_H
 
 int dpt_cmd_train(int argc, char **argv);
+int dpt_cmd_eval(int argc, char **argv);
+int dpt_cmd_predict(int argc, char **argv);
 
 #endif

@@ -75,25 +75,12 @@ static int parse_channels(cli *c, const char *v) {
 }
 
 /* A comma-separated list of up to 64 finite floats into out; *n receives how many. */
-static int parse_float_list(const char *v, float *out, size_t *n) {
-  char buf[2048];
-  if (snprintf(buf, sizeof buf, "%s", v) >= (int)sizeof buf) return -1;
-  *n = 0;
-  for (char *tok = buf, *end;; tok = end + 1) {
-    end = strchr(tok, ',');
-    if (end) *end = '\0';
-    if (*n == 64 || parse_float(tok, &out[*n]) != 0) return -1;
-    ++*n;
-    if (!end) return 0;
-  }
-}
-
 static int parse_mean(cli *c, const char *v) {
-  return parse_float_list(v, c->mean, &c->num_mean);
+  return dpt_parse_float_list(v, c->mean, 64, &c->num_mean);
 }
 
 static int parse_std(cli *c, const char *v) {
-  if (parse_float_list(v, c->std, &c->num_std) != 0) return -1;
+  if (dpt_parse_float_list(v, c->std, 64, &c->num_std) != 0) return -1;
   for (size_t i = 0; i < c->num_std; ++i)
     if (!(c->std[i] > 0.0f)) return -1;
   return 0;
@@ -220,12 +207,10 @@ static const option options[] = {
     {"--seed", "S", "initialization and shuffling seed (default 0)", U64(cfg.seed, 0)},
     {.help = "optimizer:"},
     {"--optimizer", "sgd|adamw", "(default sgd)", CUSTOM(parse_optimizer)},
-    {"--lr", "X", "learning rate (default 0.05 sgd, 0.001 adamw, 0.1 resnet)",
-     CUSTOM(parse_lr)},
+    {"--lr", "X", "learning rate (default 0.05 sgd, 0.001 adamw, 0.1 resnet)", CUSTOM(parse_lr)},
     {"--momentum", "X", "sgd momentum (default 0.9)", FLOAT(cfg.optim.momentum)},
     {"--nesterov", NULL, "sgd Nesterov momentum", FLAG(cfg.optim.nesterov, 1)},
-    {"--weight-decay", "X", "(default 0 sgd, 0.01 adamw, 5e-4 resnet)",
-     CUSTOM(parse_weight_decay)},
+    {"--weight-decay", "X", "(default 0 sgd, 0.01 adamw, 5e-4 resnet)", CUSTOM(parse_weight_decay)},
     {"--schedule", "S",
      "constant|step|cosine (default cosine: from --lr to 0 over\n"
      "the run, after the warmup)",

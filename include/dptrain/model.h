@@ -139,6 +139,28 @@ DPT_API dpt_status dpt_model_spec_resnet(dpt_model_spec *spec, size_t c, size_t 
 DPT_API dpt_status dpt_model_spec_load_json(const char *path, size_t c, size_t h, size_t w,
                                             size_t num_classes, dpt_model_spec *spec);
 
+/* The same format from a string: "input" and "classes" must be present and give the shape.
+ * `origin` names the text in messages (a file, "<file>: metadata ..."). */
+DPT_API dpt_status dpt_model_spec_parse_json(const char *text, const char *origin,
+                                             dpt_model_spec *spec);
+
+/* Writes `spec` in the format above, as one line: "input", "classes" and each layer's name,
+ * kind, inputs (by name, as given: a layer without inputs takes the one before) and every field
+ * that is not zero. An unnamed layer that another layer takes as input is named by its index
+ * (what "" stands for; reading a layer named by its own index gives "" back), so reading the
+ * text gives back `spec` field by field. *out is malloc'd (the caller frees it), NULL on
+ * failure: DPT_ERR_INVALID_ARG for a spec dpt_model_spec_add would refuse or where an index
+ * given as a name is another layer's name. */
+DPT_API dpt_status dpt_model_spec_to_json(const dpt_model_spec *spec, char **out);
+
+/* The safetensors metadata key under which dpt_model_save_params stores the model's JSON. */
+#define DPT_MODEL_METADATA_KEY "dptrain.model"
+
+/* Rebuilds the spec of the model whose weights `path` holds, from that metadata.
+ * DPT_ERR_BAD_FORMAT naming the file when the file has none (written elsewhere, or by an older
+ * dptrain) or it does not parse; the file's own errors as dpt_safetensors_open's. */
+DPT_API dpt_status dpt_model_spec_from_weights(const char *path, dpt_model_spec *spec);
+
 typedef struct dpt_model dpt_model;
 
 /* Builds the model on `backend` for batches of up to `max_batch` samples: allocates parameters,
@@ -215,6 +237,9 @@ DPT_API dpt_status dpt_model_set_state(dpt_model *model, const float *host);
  * `model.load_state_dict(safetensors.torch.load_file(path))` reads what dpt_model_save writes.
  * Host-side helpers over the state ([dpt_model_state_size] floats: parameters, then buffers),
  * then the model-level calls:
+ * dpt_model_save_params also stores the model's description (dpt_model_spec_to_json) in the
+ * metadata under DPT_MODEL_METADATA_KEY (PyTorch ignores it): dpt_model_spec_from_weights
+ * rebuilds the model from the file alone.
  * dpt_model_load checks the file like load_state_dict(strict=True): every model tensor present
  * with the model's shape, no tensor the model lacks; each message names the tensor.
  * Saving writes a temporary file and renames it, so a failure never leaves a partial file. */

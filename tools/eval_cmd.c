@@ -1,0 +1,592 @@
+/* `dptrain eval` and `dptrain predict`: a trained model from its weights file (the model's
+ * description travels in the file's metadata) on a data set: the test loss, accuracy, per-class
+ * accuracy and confusion matrix, or the class probabilities of each input. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "bench/bench.h"
+#include "dptrain/dptrain.h"
+#include "tools/commands.h"
+
+#define DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
+#define KEEP_GOING       (-1)
+
+enum { EVAL = 1, PREDICT = 2 };
+
+/* A message of the tool's own, shown in place of dpt_last_error() when set. */
+static char own_msg[4400];
+
+__attribute__((format(printf, 2, 3))) static dpt_status own_error(dpt_status st, const char *fmt,
+                                                                  ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(own_msg, sizeof own_msg, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+#define TRY(call)                                                                                  \
+  do {                                                                                             \
+    dpt_status try_st_ = (call);                                                                   \
+    if (try_st_ != DPT_OK) return try_st_;                                                         \
+  } while (0)
+
+typedef struct opts {
+  int cmd; /* EVAL or PREDICT */
+  const char *name;
+  const char *weights, *data, *backend, *output;
+  size_t batch, limit, top;
+  int json, logits;
+  const char *model; /* NULL: from the weights file; else mlp|cnn|resnet|a model file */
+  size_t depth, hidden[16], num_hidden, channels[2];
+  float mean[64], std[64];  /* --mean, --std: the training run's normalization */
+  size_t num_mean, num_std; /* values given (0: none) */
+} opts;
+
+static int parse_mean(opts *o, const char *v) {
+  return dpt_parse_float_list(v, o->mean, 64, &o->num_mean);
+}
+
+static int parse_std(opts *o, const char *v) {
+  if (dpt_parse_float_list(v, o->std, 64, &o->num_std) != 0) return -1;
+  for (size_t i = 0; i < o->num_std; ++i)
+    if (!(o->std[i] > 0.0f)) return -1;
+  return 0;
+}
+
+static int parse_hidden(opts *o, const char *v) {
+  return dpt_parse_size_list(v, o->hidden, 14, 1000000, &o->num_hidden) != 0 ? -1 : 0;
+}
+
+static int parse_channels(opts *o, const char *v) {
+  size_t n = 0;
+  return dpt_parse_size_list(v, o->channels, 2, 100000, &n) != 0 || n != 2 ? -1 : 0;
+}
+
+static int parse_model(opts *o, const char *v) {
+  o->model = v;
+  return *v ? 0 : -1;
+}
+
+typedef enum arg_kind { ARG_FLAG, ARG_STRING, ARG_SIZE, ARG_CUSTOM } arg_kind;
+
+/* One row per option, as in train_cmd.c: help, value check and parser read it. */
+typedef struct option {
+  const char *name;  /* NULL: a section heading, `help` is its title */
+  const char *value; /* placeholder; NULL: a flag */
+  const char *help;  /* '\n' starts a continuation line */
+  int cmds;          /* EVAL | PREDICT: the commands that take it */
+  arg_kind kind;
+  size_t field;                         /* offsetof(opts, ...) */
+  size_t lo;                            /* ARG_SIZE: the least value */
+  int (*parse)(opts *o, const char *v); /* ARG_CUSTOM */
+} option;
+
+#define FIELD(f, T) _Generic(((opts *)0)->f, T : offsetof(opts, f))
+#define FLAG(f)     ARG_FLAG, FIELD(f, int), 0, NULL
+#define STRING(f)   ARG_STRING, FIELD(f, const char *), 0, NULL
+#define SIZE(f, lo) ARG_SIZE, FIELD(f, size_t), lo, NULL
+#define CUSTOM(fn)  ARG_CUSTOM, 0, 0, fn
+
+static const option options[] = {
+    {.help = "weights and data:", .cmds = EVAL | PREDICT},
+    {"--weights", "FILE", "safetensors weights (dptrain train --save-weights); required",
+     EVAL | PREDICT, STRING(weights)},
+    {"--data", "PATH",
+     "an IDX directory (its test split, t10k-*) or a safetensors\n"
+     "tensor data set (default " DEFAULT_DATA_DIR ")",
+     EVAL, STRING(data)},
+    {"--data", "PATH",
+     "the inputs: an IDX directory's test split or a safetensors\n"
+     "tensor data set; required",
+     PREDICT, STRING(data)},
+    {"--mean", "LIST", "per-channel mean, as the training run's --mean", EVAL | PREDICT,
+     CUSTOM(parse_mean)},
+    {"--std", "LIST", "per-channel std, as the training run's --std", EVAL | PREDICT,
+     CUSTOM(parse_std)},
+    {"--limit", "N", "only the first N samples", EVAL | PREDICT, SIZE(limit, 1)},
+    {.help = "output:", .cmds = EVAL | PREDICT},
+    {"--json", NULL,
+     "one JSON object: samples, correct, loss, accuracy,\n"
+     "per_class, confusion (rows: true class, columns: predicted)",
+     EVAL, FLAG(json)},
+    {"--top", "K", "the K likeliest classes with their probabilities", PREDICT, SIZE(top, 1)},
+    {"--logits", NULL, "the raw logits instead of probabilities (not with --top)", PREDICT,
+     FLAG(logits)},
+    {"--output", "FILE",
+     "out.csv, or out.safetensors (\"probs\" or \"logits\" [N, classes], or\n"
+     "\"topk_index\" and \"topk_prob\" [N, K]); default: CSV on stdout",
+     PREDICT, STRING(output)},
+    {.help = "devices:", .cmds = EVAL | PREDICT},
+    {"--backend", "B", "auto|cpu|opencl|vulkan (default auto: a GPU if one exists)", EVAL | PREDICT,
+     STRING(backend)},
+    {"--batch", "N", "samples per forward pass (default 256)", EVAL | PREDICT, SIZE(batch, 1)},
+    {.help = "the model, for weights files without its description (as train takes it):",
+     .cmds = EVAL | PREDICT},
+    {"--model", "M", "mlp|cnn|resnet or a model file (default mlp)", EVAL | PREDICT,
+     CUSTOM(parse_model)},
+    {"--depth", "N", "resnet depth (default 20)", EVAL | PREDICT, SIZE(depth, 8)},
+    {"--hidden", "LIST", "mlp hidden sizes (default 512,256)", EVAL | PREDICT,
+     CUSTOM(parse_hidden)},
+    {"--channels", "C1,C2", "cnn channels (default 32,64)", EVAL | PREDICT, CUSTOM(parse_channels)},
+};
+#define NUM_OPTIONS (sizeof options / sizeof options[0])
+
+static void usage(const opts *o, FILE *f) {
+  if (o->cmd == EVAL)
+    fprintf(f, "usage: dptrain eval --weights FILE [--data DIR] [options]\n\n"
+               "Evaluates trained weights on the test split: loss, accuracy, per-class accuracy\n"
+               "and the confusion matrix. The model comes from the weights file.\n\n");
+  else
+    fprintf(f, "usage: dptrain predict --weights FILE --data DIR [--top K] [--output FILE]\n\n"
+               "Class probabilities (softmax of the logits) for each input, or the K likeliest\n"
+               "classes; one row per input, in the data's order.\n\n");
+  int width = 0;
+  for (size_t i = 0; i < NUM_OPTIONS; ++i) {
+    const option *p = &options[i];
+    int w = p->name ? (int)(strlen(p->name) + (p->value ? 1 + strlen(p->value) : 0)) : 0;
+    if ((p->cmds & o->cmd) && w > width) width = w;
+  }
+  for (size_t i = 0; i < NUM_OPTIONS; ++i) {
+    const option *p = &options[i];
+    if (!(p->cmds & o->cmd)) continue;
+    if (!p->name) {
+      fprintf(f, "%s\n", p->help);
+      continue;
+    }
+    int used = fprintf(f, "  %s%s%s", p->name, p->value ? " " : "", p->value ? p->value : "");
+    for (const char *line = p->help;; used = 0) {
+      const char *nl = strchr(line, '\n');
+      const int len = nl ? (int)(nl - line) : (int)strlen(line);
+      fprintf(f, "%*s%.*s\n", width + 4 - used, "", len, line);
+      if (!nl) break;
+      line = nl + 1;
+    }
+  }
+}
+
+__attribute__((format(printf, 2, 3))) static int usage_error(const opts *o, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "dptrain %s: ", o->name);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  usage(o, stderr);
+  return 2;
+}
+
+static int set_option(opts *o, const option *p, const char *v) {
+  char *field = (char *)o + p->field;
+  switch (p->kind) {
+  case ARG_FLAG:
+    *(int *)field = 1;
+    return 0;
+  case ARG_STRING:
+    *(const char **)field = v;
+    return 0;
+  case ARG_SIZE: {
+    char *end;
+    errno = 0;
+    long long n = strtoll(v, &end, 10);
+    if (end == v || *end || errno || n < (long long)p->lo) return -1;
+    *(size_t *)field = (size_t)n;
+    return 0;
+  }
+  case ARG_CUSTOM:
+    return p->parse(o, v);
+  }
+  return -1;
+}
+
+static int parse_options(opts *o, int argc, char **argv) {
+  for (int i = 1; i < argc; ++i) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(o, stdout);
+      return 0;
+    }
+    const option *p = NULL;
+    for (size_t k = 0; k < NUM_OPTIONS && !p; ++k)
+      if (options[k].name && (options[k].cmds & o->cmd) && !strcmp(options[k].name, a))
+        p = &options[k];
+    if (!p) return usage_error(o, "unknown option '%s'", a);
+    if (p->value && i + 1 == argc) return usage_error(o, "%s needs a value", a);
+    const char *v = p->value ? argv[++i] : NULL;
+    if (set_option(o, p, v) != 0) return usage_error(o, "bad value '%s' for %s", v, a);
+  }
+  if (!o->weights) return usage_error(o, "--weights is required");
+  if (!o->data) return usage_error(o, "--data is required");
+  if (o->logits && o->top) return usage_error(o, "--logits and --top do not go together");
+  dpt_backend_kind k;
+  if (strcmp(o->backend, "auto") != 0 && dpt_backend_kind_parse(o->backend, &k) != DPT_OK)
+    return usage_error(o, "bad value '%s' for --backend", o->backend);
+  return KEEP_GOING;
+}
+
+/* "auto": the first GPU found (OpenCL, then Vulkan), else the CPU, as train picks it. */
+static dpt_backend_kind pick_backend(const char *name) {
+  dpt_backend_kind kind = DPT_BACKEND_CPU;
+  if (strcmp(name, "auto") != 0) {
+    (void)dpt_backend_kind_parse(name, &kind); /* checked by parse_options */
+    return kind;
+  }
+  const dpt_backend_kind order[] = {DPT_BACKEND_OPENCL, DPT_BACKEND_VULKAN};
+  for (size_t k = 0; k < 2; ++k) {
+    int count = 0;
+    if (!dpt_backend_compiled(order[k]) || dpt_device_count(order[k], &count) != DPT_OK) continue;
+    for (int d = 0; d < count; ++d) {
+      dpt_device_info info;
+      if (dpt_device_get_info(order[k], d, &info) == DPT_OK && info.type != DPT_DEVICE_CPU &&
+          info.type != DPT_DEVICE_OTHER)
+        return order[k];
+    }
+  }
+  dpt_clear_error();
+  return DPT_BACKEND_CPU;
+}
+
+/* The samples to evaluate or predict: an IDX directory's test split. The one place that reads
+ * data, so a data file (a safetensors data set) is one more branch here. */
+static dpt_status load_samples(const char *path, size_t classes, dpt_dataset **out) {
+  struct stat sb;
+  if (stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode))
+    return dpt_dataset_load_safetensors(path, (int)classes, out);
+  if (classes > 255)
+    return own_error(DPT_ERR_INVALID_ARG, "the model has %zu classes; IDX labels are single bytes",
+                     classes);
+  return dpt_dataset_load_dir(path, "test", (int)classes, out);
+}
+
+/* The model: from the weights file's description, or (a file without one) from the options
+ * and the data's image size, as train builds it. */
+static dpt_status model_spec(const opts *o, const dpt_safetensors *wf, const dpt_dataset *data,
+                             dpt_model_spec *spec) {
+  const char *text = dpt_safetensors_metadata(wf, DPT_MODEL_METADATA_KEY);
+  if (text) {
+    char origin[4200];
+    snprintf(origin, sizeof origin, "%s: metadata \"%s\"", o->weights, DPT_MODEL_METADATA_KEY);
+    return dpt_model_spec_parse_json(text, origin, spec);
+  }
+  size_t ch = dpt_dataset_channels(data), rows = dpt_dataset_rows(data),
+         cols = dpt_dataset_cols(data), classes = (size_t)dpt_dataset_num_classes(data);
+  const char *m = o->model ? o->model : "mlp";
+  if (!strcmp(m, "mlp"))
+    return dpt_model_spec_mlp(spec, ch, rows, cols, o->hidden, o->num_hidden, classes);
+  if (!strcmp(m, "cnn"))
+    return dpt_model_spec_cnn(spec, ch, rows, cols, o->channels[0], o->channels[1], classes);
+  if (!strcmp(m, "resnet")) return dpt_model_spec_resnet(spec, ch, rows, cols, o->depth, classes);
+  return dpt_model_spec_load_json(m, ch, rows, cols, classes, spec);
+}
+
+/* What a run holds; released by release(). */
+typedef struct run {
+  dpt_safetensors *wf;
+  dpt_dataset *data;
+  dpt_model_spec *spec;
+  dpt_backend *be;
+  dpt_model *model;
+  dpt_buffer *x;
+  float *hx, *logits;
+  dpt_data_transform transform; /* --mean/--std, or none */
+  uint64_t *idx;
+  size_t n, batch, classes;
+} run;
+
+static void release(run *r) {
+  dpt_buffer_free(r->x);
+  dpt_model_destroy(r->model);
+  dpt_backend_destroy(r->be);
+  dpt_dataset_destroy(r->data);
+  dpt_safetensors_close(r->wf);
+  free(r->spec);
+  free(r->hx);
+  free(r->logits);
+  free(r->idx);
+}
+
+/* Weights file, model description, data, backend, model with the weights loaded strictly. */
+static dpt_status prepare(const opts *o, run *r) {
+  TRY(dpt_safetensors_open(o->weights, &r->wf));
+  const int described = dpt_safetensors_metadata(r->wf, DPT_MODEL_METADATA_KEY) != NULL;
+  if (described && o->model)
+    return own_error(DPT_ERR_INVALID_ARG,
+                     "%s describes its model: --model is for weights files without a "
+                     "description",
+                     o->weights);
+  r->spec = malloc(sizeof *r->spec);
+  if (!r->spec) return own_error(DPT_ERR_OUT_OF_MEMORY, "out of memory");
+  if (described) TRY(model_spec(o, r->wf, NULL, r->spec));
+  TRY(load_samples(o->data, described ? r->spec->num_classes : 10, &r->data));
+  if (!described) TRY(model_spec(o, r->wf, r->data, r->spec));
+  const dpt_model_spec *s = r->spec;
+  size_t ch = dpt_dataset_channels(r->data), rows = dpt_dataset_rows(r->data),
+         cols = dpt_dataset_cols(r->data);
+  if (s->in_c * s->in_h * s->in_w != ch * rows * cols ||
+      !((s->in_c == ch && s->in_h == rows && s->in_w == cols) || s->in_c * s->in_h == 1))
+    return own_error(DPT_ERR_INVALID_ARG,
+                     "the data in %s has samples of %zux%zux%zu, the model takes %zux%zux%zu",
+                     o->data, ch, rows, cols, s->in_c, s->in_h, s->in_w);
+  if (o->num_mean != o->num_std)
+    return own_error(DPT_ERR_INVALID_ARG,
+                     "--mean and --std go together, with as many values "
+                     "(%zu and %zu given)",
+                     o->num_mean, o->num_std);
+  r->transform = (dpt_data_transform){.channels = o->num_mean, .mean = o->mean, .std = o->std};
+  if (o->num_mean) TRY(dpt_data_transform_check(&r->transform, r->data));
+  r->n = dpt_dataset_count(r->data);
+  if (o->limit && o->limit < r->n) r->n = o->limit;
+  r->batch = o->batch < r->n ? o->batch : r->n;
+  r->classes = s->num_classes;
+  TRY(dpt_backend_create(pick_backend(o->backend), 0, &r->be));
+  TRY(dpt_model_create(r->be, s, r->batch, &r->model));
+  TRY(dpt_model_load(r->model, o->weights));
+  const size_t dim = dpt_model_input_size(r->model);
+  r->hx = malloc(r->batch * dim * sizeof(float));
+  r->logits = malloc(r->batch * r->classes * sizeof(float));
+  r->idx = malloc(r->batch * sizeof(uint64_t));
+  if (!r->hx || !r->logits || !r->idx)
+    return own_error(DPT_ERR_OUT_OF_MEMORY, "cannot allocate a batch of %zu", r->batch);
+  return dpt_buffer_alloc(r->be, r->batch * dim * sizeof(float), &r->x);
+}
+
+/* The logits of samples [first, first + b) into r->logits; their labels into labels (may be
+ * NULL). */
+static dpt_status forward(run *r, size_t first, size_t b, int32_t *labels) {
+  for (size_t i = 0; i < b; ++i)
+    r->idx[i] = first + i;
+  const size_t dim = dpt_model_input_size(r->model);
+  TRY(dpt_dataset_gather_transformed(
+      r->data, r->idx, b, r->transform.channels ? &r->transform : NULL, 0, r->hx, labels));
+  TRY(dpt_buffer_upload(r->x, 0, r->hx, b * dim * sizeof(float)));
+  return dpt_model_logits(r->model, r->x, b, r->logits);
+}
+
+/* Row x of logits: the first maximal logit (as the loss op takes it), and the log of the sum
+ * of exp(x_j - max), in double, as the op computes the loss. */
+static size_t argmax_logsum(const float *x, size_t cols, double *logsum) {
+  size_t arg = 0;
+  float max = x[0];
+  for (size_t j = 1; j < cols; ++j)
+    if (x[j] > max) {
+      max = x[j];
+      arg = j;
+    }
+  double denom = 0.0;
+  for (size_t j = 0; j < cols; ++j)
+    denom += exp((double)x[j] - max);
+  *logsum = log(denom) + max;
+  return arg;
+}
+
+/* ---- eval ------------------------------------------------------------------------------------ */
+
+static void print_eval(const opts *o, const run *r, double loss, int64_t correct,
+                       const int64_t *confusion) {
+  const size_t k = r->classes;
+  const double acc = r->n ? (double)correct / (double)r->n : NAN;
+  if (o->json) {
+    printf("{\"samples\": %zu, \"correct\": %lld, \"loss\": %.6f, \"accuracy\": %.6f, "
+           "\"per_class\": [",
+           r->n, (long long)correct, loss, acc);
+    for (size_t c = 0; c < k; ++c) {
+      int64_t total = 0;
+      for (size_t p = 0; p < k; ++p)
+        total += confusion[c * k + p];
+      if (total)
+        printf("%s%.6f", c ? ", " : "", (double)confusion[c * k + c] / (double)total);
+      else
+        printf("%snull", c ? ", " : "");
+    }
+    printf("], \"confusion\": [");
+    for (size_t c = 0; c < k; ++c) {
+      printf("%s[", c ? ", " : "");
+      for (size_t p = 0; p < k; ++p)
+        printf("%s%lld", p ? ", " : "", (long long)confusion[c * k + p]);
+      printf("]");
+    }
+    printf("]}\n");
+    return;
+  }
+  printf("%s on %s: %zu samples, loss %.4f, accuracy %.4f (%lld correct)\n", o->weights, o->data,
+         r->n, loss, acc, (long long)correct);
+  printf("class  accuracy  samples  most often taken for\n");
+  for (size_t c = 0; c < k; ++c) {
+    int64_t total = 0, worst = 0;
+    size_t other = c;
+    for (size_t p = 0; p < k; ++p) {
+      total += confusion[c * k + p];
+      if (p != c && confusion[c * k + p] > worst) worst = confusion[c * k + (other = p)];
+    }
+    if (!total) continue;
+    printf("%5zu  %8.4f  %7lld", c, (double)confusion[c * k + c] / (double)total, (long long)total);
+    if (other != c) printf("  %zu (%lld)", other, (long long)worst);
+    printf("\n");
+  }
+}
+
+static dpt_status do_eval(const opts *o, run *r) {
+  const size_t k = r->classes;
+  int64_t *confusion = calloc(k * k, sizeof *confusion);
+  int32_t *labels = malloc(r->batch * sizeof *labels);
+  dpt_status st = confusion && labels ? DPT_OK : own_error(DPT_ERR_OUT_OF_MEMORY, "out of memory");
+  double loss_sum = 0.0;
+  int64_t correct = 0;
+  for (size_t first = 0; first < r->n && st == DPT_OK; first += r->batch) {
+    const size_t b = r->n - first < r->batch ? r->n - first : r->batch;
+    st = forward(r, first, b, labels);
+    for (size_t i = 0; i < b && st == DPT_OK; ++i) {
+      const float *x = r->logits + i * k;
+      double logsum;
+      const size_t pred = argmax_logsum(x, k, &logsum);
+      const size_t label = (size_t)labels[i];
+      loss_sum += logsum - (double)x[label];
+      correct += pred == label;
+      confusion[label * k + pred]++;
+    }
+  }
+  if (st == DPT_OK) print_eval(o, r, r->n ? loss_sum / (double)r->n : NAN, correct, confusion);
+  free(confusion);
+  free(labels);
+  return st;
+}
+
+/* ---- predict --------------------------------------------------------------------------------- */
+
+/* The top-k classes of a probability row, likeliest first (the lower class first on ties). */
+static void top_k(const float *p, size_t cols, size_t k, size_t *out) {
+  for (size_t t = 0; t < k; ++t) {
+    size_t best = cols;
+    for (size_t j = 0; j < cols; ++j) {
+      int taken = 0;
+      for (size_t u = 0; u < t && !taken; ++u)
+        taken = out[u] == j;
+      if (!taken && (best == cols || p[j] > p[best])) best = j;
+    }
+    out[t] = best;
+  }
+}
+
+static int ends_with(const char *s, const char *tail) {
+  size_t n = strlen(s), m = strlen(tail);
+  return n >= m && strcmp(s + n - m, tail) == 0;
+}
+
+static dpt_status do_predict(const opts *o, run *r) {
+  const size_t k = r->classes, top = o->top ? (o->top < k ? o->top : k) : 0;
+  const size_t per_row = top ? top : k;
+  const int st_out = o->output && ends_with(o->output, ".safetensors");
+  FILE *csv = NULL;
+  if (!st_out) {
+    csv = o->output ? fopen(o->output, "w") : stdout;
+    if (!csv) return own_error(DPT_ERR_IO, "%s: %s", o->output, strerror(errno));
+  }
+  float *probs = malloc((st_out ? r->n : r->batch) * k * sizeof(float));
+  float *tprob = st_out && top ? malloc(r->n * top * sizeof(float)) : NULL;
+  int64_t *tidx = st_out && top ? malloc(r->n * top * sizeof(int64_t)) : NULL;
+  size_t *order = malloc((top ? top : 1) * sizeof(size_t));
+  dpt_status st = probs && order && (!st_out || !top || (tprob && tidx))
+                      ? DPT_OK
+                      : own_error(DPT_ERR_OUT_OF_MEMORY, "out of memory");
+  if (st == DPT_OK && csv) {
+    fprintf(csv, "index");
+    for (size_t j = 0; j < per_row; ++j)
+      top ? fprintf(csv, ",class%zu,prob%zu", j + 1, j + 1)
+          : fprintf(csv, o->logits ? ",logit%zu" : ",p%zu", j);
+    fprintf(csv, "\n");
+  }
+  for (size_t first = 0; first < r->n && st == DPT_OK; first += r->batch) {
+    const size_t b = r->n - first < r->batch ? r->n - first : r->batch;
+    st = forward(r, first, b, NULL);
+    for (size_t i = 0; i < b && st == DPT_OK; ++i) {
+      const float *x = r->logits + i * k;
+      float *p = probs + ((st_out ? first : 0) + i) * k;
+      double logsum;
+      argmax_logsum(x, k, &logsum);
+      for (size_t j = 0; j < k; ++j)
+        p[j] = o->logits ? x[j] : (float)exp((double)x[j] - logsum);
+      if (top) top_k(p, k, top, order);
+      if (csv) {
+        fprintf(csv, "%zu", first + i);
+        for (size_t j = 0; j < per_row; ++j)
+          top ? fprintf(csv, ",%zu,%.6g", order[j], (double)p[order[j]])
+              : fprintf(csv, o->logits ? ",%.9g" : ",%.6g", (double)p[j]);
+        fprintf(csv, "\n");
+      } else if (top) {
+        for (size_t j = 0; j < top; ++j) {
+          tidx[(first + i) * top + j] = (int64_t)order[j];
+          tprob[(first + i) * top + j] = p[order[j]];
+        }
+      }
+    }
+  }
+  if (st == DPT_OK && st_out) {
+    /* topk_index is int64 (little-endian, as the host stores it on the platforms we build). */
+    dpt_st_tensor t[2] = {
+        {.name = top         ? "topk_index"
+                 : o->logits ? "logits"
+                             : "probs",
+         .data = top ? NULL : probs,
+         .ndim = 2,
+         .shape = {(int64_t)r->n, (int64_t)per_row},
+         .dtype = top ? "I64" : NULL,
+         .bytes = top ? tidx : NULL},
+        {.name = "topk_prob", .data = tprob, .ndim = 2, .shape = {(int64_t)r->n, (int64_t)top}},
+    };
+    static const char *const meta[] = {"producer", "dptrain predict", NULL};
+    st = dpt_safetensors_write(o->output, t, top ? 2 : 1, meta);
+  }
+  if (csv && csv != stdout && fclose(csv) != 0 && st == DPT_OK)
+    st = own_error(DPT_ERR_IO, "%s: %s", o->output, strerror(errno));
+  if (csv == stdout) fflush(stdout);
+  if (st != DPT_OK && csv && csv != stdout) remove(o->output); /* no partial file left */
+  free(probs);
+  free(tprob);
+  free(tidx);
+  free(order);
+  return st;
+}
+
+/* ---- the commands ---------------------------------------------------------------------------- */
+
+static int command(int cmd, int argc, char **argv) {
+  opts o;
+  memset(&o, 0, sizeof o);
+  o.cmd = cmd;
+  o.name = cmd == EVAL ? "eval" : "predict";
+  o.data = cmd == EVAL ? DEFAULT_DATA_DIR : NULL;
+  o.backend = "auto";
+  o.batch = 256;
+  o.depth = 20;
+  o.hidden[0] = 512;
+  o.hidden[1] = 256;
+  o.num_hidden = 2;
+  o.channels[0] = 32;
+  o.channels[1] = 64;
+  int rc = parse_options(&o, argc, argv);
+  if (rc != KEEP_GOING) return rc;
+  run r;
+  memset(&r, 0, sizeof r);
+  dpt_status st = prepare(&o, &r);
+  if (st == DPT_OK) st = cmd == EVAL ? do_eval(&o, &r) : do_predict(&o, &r);
+  if (st != DPT_OK)
+    fprintf(stderr, "dptrain %s: %s: %s\n", o.name, dpt_status_str(st),
+            own_msg[0] ? own_msg : dpt_last_error());
+  release(&r);
+  return st == DPT_OK ? 0 : 1;
+}
+
+int dpt_cmd_eval(int argc, char **argv) {
+  return command(EVAL, argc, argv);
+}
+
+int dpt_cmd_predict(int argc, char **argv) {
+  return command(PREDICT, argc, argv);
+}
