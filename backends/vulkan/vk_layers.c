@@ -9,7 +9,6 @@
     (void)a;                                                                                       \
     return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_" #name ": not implemented by this backend");   \
   }
-DPT_VK_STUB_(gemm_batched)
 DPT_VK_STUB_(bn_stats)
 DPT_VK_STUB_(bn_fwd)
 DPT_VK_STUB_(bn_bwd_reduce)
