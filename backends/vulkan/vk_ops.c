@@ -347,8 +347,9 @@ dpt_status dpt_vk_softmax_xent(dpt_backend *be, const dpt_softmax_xent_args *a) 
 
 /* ---- convolution and pooling ---------------------------------------------------------------- */
 
-/* im2col and col2im: one invocation per element of `out` (the col tensor for im2col, the image
- * for col2im); both shaders take the same geometry words. */
+/* im2col and col2im over the whole batch in one dispatch: one invocation per line of `out`
+ * (im2col: a col row's output row, ow elements; col2im: a segment of up to 32 elements of an
+ * image row); both shaders take the same geometry words. */
 static dpt_status vk_conv(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, const char *op, const dpt_conv_geom *g,
                           size_t out_h, size_t out_w, const dpt_ref *x, const dpt_ref *col,
                           int x_is_out) {
@@ -365,7 +366,10 @@ static dpt_status vk_conv(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, const char *op, con
   dpt_status st = dpt_vk_window(ctx, vk_al(x), x->off, xn, 4, &w[x_is_out ? 1 : 0]);
   if (st == DPT_OK) st = dpt_vk_window(ctx, vk_al(col), col->off, cn, 4, &w[x_is_out ? 0 : 1]);
   if (st != DPT_OK) return st;
-  size_t n = x_is_out ? xn : cn;
+  /* lines: im2col batch*c*kh*kw*oh of ow elements, col2im batch*c*h*ceil(w / 32) */
+  size_t n = x_is_out ? g->n * g->c * g->h * vk_div_up(g->w, 32) : cn / out_w;
+  if (!x_is_out && out_w > DPT_VK_LOOP_LIMIT) return vk_too_large(op);
+  if (x_is_out && 32 * (g->kh + g->kh * g->kw + 1) > DPT_VK_LOOP_LIMIT) return vk_too_large(op);
   uint32_t push[14] = {(uint32_t)n,           w[0].elem,          w[1].elem,
                        (uint32_t)g->c,        (uint32_t)g->h,     (uint32_t)g->w,
                        (uint32_t)g->kh,       (uint32_t)g->kw,    (uint32_t)g->stride_h,
