@@ -49,6 +49,12 @@ static dpt_status vk_frame_init(dpt_vk_ctx *ctx, dpt_vk_frame *f) {
 /* A descriptor set layout and a pipeline layout per binding count 1..DPT_VK_MAX_BINDINGS, all
  * with the same push-constant range. */
 static dpt_status vk_layouts_init(dpt_vk_ctx *ctx) {
+  /* Only as many bindings as the device allows a compute stage (at least 4 by the spec; a
+   * pipeline needing more is unsupported there). */
+  uint32_t maxb = ctx->props.limits.maxPerStageDescriptorStorageBuffers;
+  if (ctx->props.limits.maxDescriptorSetStorageBuffers < maxb)
+    maxb = ctx->props.limits.maxDescriptorSetStorageBuffers;
+  if (maxb > DPT_VK_MAX_BINDINGS) maxb = DPT_VK_MAX_BINDINGS;
   VkDescriptorSetLayoutBinding bindings[DPT_VK_MAX_BINDINGS];
   for (uint32_t i = 0; i < DPT_VK_MAX_BINDINGS; ++i) {
     bindings[i] =
@@ -59,7 +65,7 @@ static dpt_status vk_layouts_init(dpt_vk_ctx *ctx) {
   }
   VkPushConstantRange push = {
       .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .offset = 0, .size = DPT_VK_PUSH_BYTES};
-  for (uint32_t n = 1; n <= DPT_VK_MAX_BINDINGS; ++n) {
+  for (uint32_t n = 1; n <= maxb; ++n) {
     VkDescriptorSetLayoutCreateInfo li = {.sType =
                                               VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
                                           .bindingCount = n,
@@ -335,16 +341,27 @@ size_t dpt_vk_chunk_elems(const dpt_vk_ctx *ctx, size_t esize) {
 
 dpt_status dpt_vk_dispatch(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, const dpt_vk_win *wins, uint32_t nwin,
                            const void *push, uint32_t push_bytes, uint64_t groups) {
-  if (groups == 0) return DPT_OK;
+  return dpt_vk_dispatch_z(ctx, pipe, wins, nwin, push, push_bytes, groups, 1);
+}
+
+dpt_status dpt_vk_dispatch_z(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, const dpt_vk_win *wins,
+                             uint32_t nwin, const void *push, uint32_t push_bytes, uint64_t groups,
+                             uint32_t gz) {
+  if (groups == 0 || gz == 0) return DPT_OK;
   if (nwin != vk_pipe_info[pipe].nbind)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "vulkan: %s takes %u buffers, %u given",
                          vk_pipe_info[pipe].file, vk_pipe_info[pipe].nbind, nwin);
+  if (!ctx->set_layout[nwin])
+    return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                         "vulkan: %s needs %u storage buffers, more than %s offers a shader",
+                         vk_pipe_info[pipe].file, nwin, ctx->props.deviceName);
   const uint32_t *maxg = ctx->props.limits.maxComputeWorkGroupCount;
   uint64_t gx = groups < maxg[0] ? groups : maxg[0];
   uint64_t gy = (groups + gx - 1) / gx;
-  if (gy > maxg[1])
-    return dpt_set_error(DPT_ERR_UNSUPPORTED, "vulkan: %llu workgroups exceed the device limit",
-                         (unsigned long long)groups);
+  if (gy > maxg[1] || gz > maxg[2])
+    return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                         "vulkan: %llu x %u workgroups exceed the device limit",
+                         (unsigned long long)groups, (unsigned)gz);
   VkPipeline p = VK_NULL_HANDLE;
   dpt_status st = vk_pipeline(ctx, pipe, &p);
   if (st != DPT_OK) return st;
@@ -377,7 +394,7 @@ dpt_status dpt_vk_dispatch(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, const dpt_vk_win *
   vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, ctx->pipe_layout[nwin], 0, 1, &set,
                           0, NULL);
   vkCmdPushConstants(cmd, ctx->pipe_layout[nwin], VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes, push);
-  vkCmdDispatch(cmd, (uint32_t)gx, (uint32_t)gy, 1);
+  vkCmdDispatch(cmd, (uint32_t)gx, (uint32_t)gy, gz);
   for (uint32_t i = 0; i < nwin; ++i)
     dpt_vk_touch(ctx, wins[i].alloc);
   return DPT_OK;

@@ -45,10 +45,14 @@
 
 enum {
   DPT_VK_FRAMES = 2,
-  DPT_VK_MAX_BINDINGS = 4,
+  DPT_VK_MAX_BINDINGS = 8,       /* where the device allows (maxPerStageDescriptorStorageBuffers) */
   DPT_VK_BATCH_DISPATCHES = 128, /* commands per batch before it is submitted */
   DPT_VK_PUSH_BYTES = 128,       /* the minimum maxPushConstantsSize every device offers */
-  DPT_VK_WG = 256                /* invocations per workgroup of the 1-D shaders */
+  DPT_VK_WG = 256,               /* invocations per workgroup of the 1-D shaders */
+  /* Loop iterations one invocation may run in all: llvmpipe (lavapipe) counts the iterations
+   * of every loop of an invocation against one budget of 65535 and silently leaves loops once
+   * it is spent, so long-running shaders split their work into several dispatches. */
+  DPT_VK_LOOP_LIMIT = 32768
 };
 
 /* The pipelines: X(ID, spv file, storage buffer bindings, specialization constants 0..3).
@@ -127,7 +131,18 @@ enum {
   X(SGD_UPDATE, "sgd_update.spv", 3, 0, 0, 0, 0)                                                   \
   X(ADAMW_UPDATE, "adamw_update.spv", 4, 0, 0, 0, 0)                                               \
   X(F32_TO_F16, "f32_to_f16.spv", 2, 0, 0, 0, 0)                                                   \
-  X(F16_TO_F32, "f16_to_f32.spv", 2, 0, 0, 0, 0)
+  X(F16_TO_F32, "f16_to_f32.spv", 2, 0, 0, 0, 0)                                                   \
+  X(GEMM_SMALL_0, "gemm_small.spv", 3, 0, 0, 0, 0)                                                 \
+  X(GEMM_SMALL_1, "gemm_small.spv", 3, 1, 0, 0, 0)                                                 \
+  X(GEMM_SMALL_2, "gemm_small.spv", 3, 0, 1, 0, 0)                                                 \
+  X(GEMM_SMALL_3, "gemm_small.spv", 3, 1, 1, 0, 0)                                                 \
+  X(BN_STATS, "bn_stats.spv", 3, 0, 0, 0, 0)                                                       \
+  X(BN_FWD, "bn_fwd.spv", 6, 0, 0, 0, 0)                                                           \
+  X(BN_BWD_REDUCE, "bn_bwd_reduce.spv", 6, 0, 0, 0, 0)                                             \
+  X(BN_BWD, "bn_bwd.spv", 8, 0, 0, 0, 0)                                                           \
+  X(AVGPOOL_FWD, "avgpool_fwd.spv", 2, 0, 0, 0, 0)                                                 \
+  X(AVGPOOL_BWD, "avgpool_bwd.spv", 2, 0, 0, 0, 0)                                                 \
+  X(DROPOUT, "dropout.spv", 2, 0, 0, 0, 0)
 
 typedef enum dpt_vk_pipe {
 #define DPT_VK_PIPE_ENUM_(id, file, nbind, s0, s1, s2, s3) DPT_VK_PIPE_##id,
@@ -328,6 +343,11 @@ dpt_status dpt_vk_window(dpt_vk_ctx *ctx, dpt_vk_alloc *al, size_t off, size_t c
  * 0..nwin-1 and `push` (push_bytes <= DPT_VK_PUSH_BYTES) as push constants. */
 dpt_status dpt_vk_dispatch(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, const dpt_vk_win *wins, uint32_t nwin,
                            const void *push, uint32_t push_bytes, uint64_t groups);
+/* The same with gz layers of workgroups along z (gl_WorkGroupID.z; gz <=
+ * maxComputeWorkGroupCount[2]): batched ops take the batch item from z. */
+dpt_status dpt_vk_dispatch_z(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, const dpt_vk_win *wins,
+                             uint32_t nwin, const void *push, uint32_t push_bytes, uint64_t groups,
+                             uint32_t gz);
 /* Largest element count an element-wise op may give one dispatch for tensors of `esize`. */
 size_t dpt_vk_chunk_elems(const dpt_vk_ctx *ctx, size_t esize);
 

@@ -1,19 +1,198 @@
-/* The layer ops of the vulkan backend: batched gemm, batch normalization, average pooling,
- * dropout (include/dptrain/backend.h states what each computes). */
+/* The layer ops of the vulkan backend: batch normalization, average pooling, dropout
+ * (include/dptrain/backend.h states what each computes; gemm_batched lives with gemm in
+ * vk_ops.c). Each binds its tensors as windows and records its dispatches like the ops of
+ * vk_ops.c; a tensor larger than one window or a size beyond 32 bits is DPT_ERR_UNSUPPORTED,
+ * except for dropout, which splits its rows over several dispatches. */
+#include <string.h>
+
 #include "backends/vulkan/vk_internal.h"
 #include "base/error.h"
 
-#define DPT_VK_STUB_(name)                                                                         \
-  dpt_status dpt_vk_##name(dpt_backend *be, const dpt_##name##_args *a) {                          \
-    (void)be;                                                                                      \
-    (void)a;                                                                                       \
-    return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_" #name ": not implemented by this backend");   \
+static dpt_vk_alloc *vk_al(const dpt_ref *r) {
+  return r->buf->handle;
+}
+
+static uint64_t vk_div_up(uint64_t a, uint64_t b) {
+  return (a + b - 1) / b;
+}
+
+static uint32_t vk_f2u(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+static dpt_status vk_too_large(const char *op) {
+  return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                       "vulkan: %s: a size exceeds the 32-bit range of the shaders", op);
+}
+
+/* ---- batch normalization ------------------------------------------------------------------- */
+
+/* Windows for nt tensors: t[i] spans counts[i] elements. */
+static dpt_status vk_windows(dpt_vk_ctx *ctx, const dpt_ref *t, const size_t *counts, uint32_t nt,
+                             dpt_vk_win *w, uint32_t *elems) {
+  for (uint32_t i = 0; i < nt; ++i) {
+    DPT_TRY(dpt_vk_window(ctx, vk_al(&t[i]), t[i].off, counts[i], 4, &w[i]));
+    elems[i] = w[i].elem;
   }
-DPT_VK_STUB_(gemm_batched)
-DPT_VK_STUB_(bn_stats)
-DPT_VK_STUB_(bn_fwd)
-DPT_VK_STUB_(bn_bwd_reduce)
-DPT_VK_STUB_(bn_bwd)
-DPT_VK_STUB_(avgpool_fwd)
-DPT_VK_STUB_(avgpool_bwd)
-DPT_VK_STUB_(dropout)
+  return DPT_OK;
+}
+
+/* n*c*p (checked by the wrapper not to overflow) must fit the shaders' 32-bit indices. */
+static dpt_status vk_bn_total(const dpt_bn_geom *g, const char *op, size_t *total) {
+  *total = g->n * g->c * g->p;
+  if (*total > UINT32_MAX) return vk_too_large(op);
+  return DPT_OK;
+}
+
+/* The per-channel reductions run one workgroup per channel, each invocation over n*p / 256
+ * values: lavapipe's loop budget (DPT_VK_LOOP_LIMIT) bounds n*p. */
+static dpt_status vk_bn_channel_len(const dpt_bn_geom *g, const char *op) {
+  if (vk_div_up((uint64_t)g->n * g->p, 256) * 2 + 16 > DPT_VK_LOOP_LIMIT)
+    return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                         "vulkan: %s: %zu values per channel exceed what one workgroup reduces", op,
+                         g->n * g->p);
+  return DPT_OK;
+}
+
+dpt_status dpt_vk_bn_stats(dpt_backend *be, const dpt_bn_stats_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
+  size_t total;
+  DPT_TRY(vk_bn_total(&a->g, "bn_stats", &total));
+  DPT_TRY(vk_bn_channel_len(&a->g, "bn_stats"));
+  dpt_ref t[3] = {a->x, a->mean, a->var};
+  size_t counts[3] = {total, a->g.c, a->g.c};
+  dpt_vk_win w[3];
+  uint32_t e[3];
+  DPT_TRY(vk_windows(ctx, t, counts, 3, w, e));
+  uint32_t push[6] = {(uint32_t)a->g.n, (uint32_t)a->g.c, (uint32_t)a->g.p, e[0], e[1], e[2]};
+  return dpt_vk_leave(be,
+                      dpt_vk_dispatch(ctx, DPT_VK_PIPE_BN_STATS, w, 3, push, sizeof push, a->g.c));
+}
+
+dpt_status dpt_vk_bn_fwd(dpt_backend *be, const dpt_bn_fwd_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
+  size_t total, c = a->g.c;
+  DPT_TRY(vk_bn_total(&a->g, "bn_fwd", &total));
+  dpt_ref t[6] = {a->x, a->mean, a->var, a->gamma, a->beta, a->y};
+  size_t counts[6] = {total, c, c, c, c, total};
+  dpt_vk_win w[6];
+  uint32_t e[6];
+  DPT_TRY(vk_windows(ctx, t, counts, 6, w, e));
+  uint32_t push[10] = {
+      (uint32_t)total, (uint32_t)c, (uint32_t)a->g.p, e[0], e[1], e[2], e[3], e[4], e[5],
+      vk_f2u(a->g.eps)};
+  return dpt_vk_leave(be, dpt_vk_dispatch(ctx, DPT_VK_PIPE_BN_FWD, w, 6, push, sizeof push,
+                                          vk_div_up(total, DPT_VK_WG)));
+}
+
+dpt_status dpt_vk_bn_bwd_reduce(dpt_backend *be, const dpt_bn_bwd_reduce_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
+  size_t total, c = a->g.c;
+  DPT_TRY(vk_bn_total(&a->g, "bn_bwd_reduce", &total));
+  DPT_TRY(vk_bn_channel_len(&a->g, "bn_bwd_reduce"));
+  dpt_ref t[6] = {a->dy, a->x, a->mean, a->var, a->sum_dy_xhat, a->sum_dy};
+  size_t counts[6] = {total, total, c, c, c, c};
+  dpt_vk_win w[6];
+  uint32_t e[6];
+  DPT_TRY(vk_windows(ctx, t, counts, 6, w, e));
+  uint32_t push[10] = {
+      (uint32_t)a->g.n, (uint32_t)c, (uint32_t)a->g.p, e[0], e[1], e[2], e[3], e[4], e[5],
+      vk_f2u(a->g.eps)};
+  return dpt_vk_leave(be,
+                      dpt_vk_dispatch(ctx, DPT_VK_PIPE_BN_BWD_REDUCE, w, 6, push, sizeof push, c));
+}
+
+dpt_status dpt_vk_bn_bwd(dpt_backend *be, const dpt_bn_bwd_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
+  size_t total, c = a->g.c;
+  DPT_TRY(vk_bn_total(&a->g, "bn_bwd", &total));
+  dpt_ref t[8] = {a->dy, a->x, a->mean, a->var, a->gamma, a->sum_dy_xhat, a->sum_dy, a->dx};
+  size_t counts[8] = {total, total, c, c, c, c, c, total};
+  dpt_vk_win w[8];
+  uint32_t e[8];
+  DPT_TRY(vk_windows(ctx, t, counts, 8, w, e));
+  uint32_t push[13] = {(uint32_t)total,
+                       (uint32_t)c,
+                       (uint32_t)a->g.p,
+                       e[0],
+                       e[1],
+                       e[2],
+                       e[3],
+                       e[4],
+                       e[5],
+                       e[6],
+                       e[7],
+                       vk_f2u(a->g.eps),
+                       vk_f2u((float)a->count)};
+  return dpt_vk_leave(be, dpt_vk_dispatch(ctx, DPT_VK_PIPE_BN_BWD, w, 8, push, sizeof push,
+                                          vk_div_up(total, DPT_VK_WG)));
+}
+
+/* ---- average pooling ----------------------------------------------------------------------- */
+
+/* fwd: one invocation per output (in = x, out = y); bwd: one per dx element (in = dy). */
+static dpt_status vk_avgpool(dpt_vk_ctx *ctx, const dpt_avgpool_args *a, int bwd) {
+  const dpt_pool_geom *g = &a->g;
+  size_t xn = g->planes * g->h * g->w, yn = g->planes * a->out_h * a->out_w;
+  const size_t geo[] = {g->h, g->w, g->kh, g->kw, g->stride_h, g->stride_w, a->out_h, a->out_w};
+  for (size_t i = 0; i < sizeof geo / sizeof geo[0]; ++i)
+    if (geo[i] > INT32_MAX) return vk_too_large(bwd ? "avgpool_bwd" : "avgpool_fwd");
+  if (xn > UINT32_MAX || g->kh * g->kw > (1u << 24))
+    return vk_too_large(bwd ? "avgpool_bwd" : "avgpool_fwd");
+  dpt_vk_win w[2];
+  DPT_TRY(dpt_vk_window(ctx, vk_al(&a->in), a->in.off, bwd ? yn : xn, 4, &w[0]));
+  DPT_TRY(dpt_vk_window(ctx, vk_al(&a->out), a->out.off, bwd ? xn : yn, 4, &w[1]));
+  size_t n = bwd ? xn : yn;
+  uint32_t push[11] = {
+      (uint32_t)n,           w[0].elem,          w[1].elem,         (uint32_t)g->h,
+      (uint32_t)g->w,        (uint32_t)g->kh,    (uint32_t)g->kw,   (uint32_t)g->stride_h,
+      (uint32_t)g->stride_w, (uint32_t)a->out_h, (uint32_t)a->out_w};
+  return dpt_vk_dispatch(ctx, bwd ? DPT_VK_PIPE_AVGPOOL_BWD : DPT_VK_PIPE_AVGPOOL_FWD, w, 2, push,
+                         sizeof push, vk_div_up(n, DPT_VK_WG));
+}
+
+dpt_status dpt_vk_avgpool_fwd(dpt_backend *be, const dpt_avgpool_fwd_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  return dpt_vk_leave(be, vk_avgpool(dpt_vk_ctx_of(be), a, 0));
+}
+
+dpt_status dpt_vk_avgpool_bwd(dpt_backend *be, const dpt_avgpool_bwd_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  return dpt_vk_leave(be, vk_avgpool(dpt_vk_ctx_of(be), a, 1));
+}
+
+/* ---- dropout ------------------------------------------------------------------------------- */
+
+/* Whole rows per dispatch, as many as a window holds; each dispatch's first row is its global
+ * row, so the mask does not depend on the split. */
+dpt_status dpt_vk_dropout(dpt_backend *be, const dpt_dropout_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
+  size_t chunk = dpt_vk_chunk_elems(ctx, 4) / a->cols;
+  if (chunk == 0) return dpt_vk_leave(be, vk_too_large("dropout"));
+  for (size_t r = 0; r < a->rows;) {
+    size_t rows = a->rows - r < chunk ? a->rows - r : chunk;
+    size_t n = rows * a->cols;
+    dpt_vk_win w[2];
+    DPT_TRY(dpt_vk_window(ctx, vk_al(&a->x), a->x.off + r * a->cols, n, 4, &w[0]));
+    DPT_TRY(dpt_vk_window(ctx, vk_al(&a->y), a->y.off + r * a->cols, n, 4, &w[1]));
+    uint32_t push[8] = {(uint32_t)n,
+                        w[0].elem,
+                        w[1].elem,
+                        (uint32_t)a->cols,
+                        a->key,
+                        a->threshold,
+                        a->first_row + (uint32_t)r,
+                        vk_f2u(a->scale)};
+    DPT_TRY(dpt_vk_dispatch(ctx, DPT_VK_PIPE_DROPOUT, w, 2, push, sizeof push,
+                            vk_div_up(n, DPT_VK_WG)));
+    r += rows;
+  }
+  return dpt_vk_leave(be, DPT_OK);
+}

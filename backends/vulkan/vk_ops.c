@@ -347,8 +347,9 @@ dpt_status dpt_vk_softmax_xent(dpt_backend *be, const dpt_softmax_xent_args *a) 
 
 /* ---- convolution and pooling ---------------------------------------------------------------- */
 
-/* im2col and col2im: one invocation per element of `out` (the col tensor for im2col, the image
- * for col2im); both shaders take the same geometry words. */
+/* im2col and col2im over the whole batch in one dispatch: one invocation per line of `out`
+ * (im2col: a col row's output row, ow elements; col2im: a segment of up to 32 elements of an
+ * image row); both shaders take the same geometry words. */
 static dpt_status vk_conv(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, const char *op, const dpt_conv_geom *g,
                           size_t out_h, size_t out_w, const dpt_ref *x, const dpt_ref *col,
                           int x_is_out) {
@@ -365,7 +366,10 @@ static dpt_status vk_conv(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, const char *op, con
   dpt_status st = dpt_vk_window(ctx, vk_al(x), x->off, xn, 4, &w[x_is_out ? 1 : 0]);
   if (st == DPT_OK) st = dpt_vk_window(ctx, vk_al(col), col->off, cn, 4, &w[x_is_out ? 0 : 1]);
   if (st != DPT_OK) return st;
-  size_t n = x_is_out ? xn : cn;
+  /* lines: im2col batch*c*kh*kw*oh of ow elements, col2im batch*c*h*ceil(w / 32) */
+  size_t n = x_is_out ? g->n * g->c * g->h * vk_div_up(g->w, 32) : cn / out_w;
+  if (!x_is_out && out_w > DPT_VK_LOOP_LIMIT) return vk_too_large(op);
+  if (x_is_out && 32 * (g->kh + g->kh * g->kw + 1) > DPT_VK_LOOP_LIMIT) return vk_too_large(op);
   uint32_t push[14] = {(uint32_t)n,           w[0].elem,          w[1].elem,
                        (uint32_t)g->c,        (uint32_t)g->h,     (uint32_t)g->w,
                        (uint32_t)g->kh,       (uint32_t)g->kw,    (uint32_t)g->stride_h,
@@ -494,41 +498,47 @@ static int vk_vec_level(uint32_t elem, uint32_t ld, size_t contiguous) {
   return 0;
 }
 
-/* Elements each operand spans: (rows - 1) * ld + cols of its stored layout (A, B, C). */
-static void vk_gemm_spans(const dpt_gemm_args *a, size_t span[3]) {
-  size_t ar = a->trans_a ? a->k : a->m, ac = a->trans_a ? a->m : a->k;
-  size_t br = a->trans_b ? a->n : a->k, bc = a->trans_b ? a->k : a->n;
-  span[0] = (ar - 1) * a->lda + ac;
-  span[1] = (br - 1) * a->ldb + bc;
-  span[2] = (a->m - 1) * a->ldc + a->n;
+/* A batch as the gemm kernels see it: `items` matrices per operand, stride_x elements apart
+ * (0: shared); with `sum` set, one C receives the sum of the items (stride_c is then 0). */
+typedef struct vk_gemm_batch {
+  size_t items, stride_a, stride_b, stride_c;
+  int sum;
+} vk_gemm_batch;
+
+/* The tiled kernels (gemm.comp, gemm_cpu.comp) compute whole tiles of C and whole BK = 16 steps
+ * of k; gemm_small.comp computes exactly the m n k multiply-adds but pays several times more
+ * per multiply-add (a load of each operand per step). The cheaper by this estimate runs; the
+ * choice depends on the shape only. */
+static int vk_gemm_small(const dpt_vk_ctx *ctx, const dpt_gemm_args *a) {
+  const uint64_t tile = ctx->gemm_cpu ? 128 : 64, small_cost = 6;
+  uint64_t tiled =
+      vk_div_up(a->m, tile) * vk_div_up(a->n, tile) * tile * tile * (vk_div_up(a->k, 16) * 16);
+  return (uint64_t)a->m * a->n * a->k * small_cost < tiled && a->k / 4 + 4 <= DPT_VK_LOOP_LIMIT;
 }
 
-static dpt_status vk_gemm_one(dpt_vk_ctx *ctx, const dpt_gemm_args *a) {
-  size_t spans[3];
-  vk_gemm_spans(a, spans);
+/* Loop iterations one invocation runs for one item: the k loop of gemm_small.comp (4 k per
+ * iteration, up to 3 more for the rest) or of the tiled kernels (16 k per iteration). */
+static uint64_t vk_gemm_item_iters(const dpt_vk_ctx *ctx, const dpt_gemm_args *a) {
+  return vk_gemm_small(ctx, a) ? a->k / 4 + 4 : vk_div_up(a->k, 16) + 1;
+}
+
+/* One dispatch: every operand's batch fits a window, all sizes fit 32 bits, items <=
+ * maxComputeWorkGroupCount[2] unless summed. */
+static dpt_status vk_gemm_dispatch(dpt_vk_ctx *ctx, const dpt_gemm_args *a, const vk_gemm_batch *bt,
+                                   const size_t span[3]) {
   size_t ac = a->trans_a ? a->m : a->k, bc = a->trans_b ? a->k : a->n;
-  size_t an = spans[0], bn = spans[1], cn = spans[2];
-  if (an > UINT32_MAX || bn > UINT32_MAX || cn > UINT32_MAX || a->m > UINT32_MAX ||
-      a->n > UINT32_MAX || a->k > UINT32_MAX)
-    return vk_too_large("gemm");
   dpt_vk_win w[3];
-  dpt_status st = dpt_vk_window(ctx, vk_al(&a->a), a->a.off, an, 4, &w[0]);
-  if (st == DPT_OK) st = dpt_vk_window(ctx, vk_al(&a->b), a->b.off, bn, 4, &w[1]);
-  if (st == DPT_OK) st = dpt_vk_window(ctx, vk_al(&a->c), a->c.off, cn, 4, &w[2]);
+  dpt_status st = dpt_vk_window(ctx, vk_al(&a->a), a->a.off, span[0], 4, &w[0]);
+  if (st == DPT_OK) st = dpt_vk_window(ctx, vk_al(&a->b), a->b.off, span[1], 4, &w[1]);
+  if (st == DPT_OK) st = dpt_vk_window(ctx, vk_al(&a->c), a->c.off, span[2], 4, &w[2]);
   if (st != DPT_OK) return st;
   /* A leading dimension only multiplies row indices > 0, so one-row operands may carry any. */
   uint32_t lda = a->lda > UINT32_MAX ? UINT32_MAX : (uint32_t)a->lda;
   uint32_t ldb = a->ldb > UINT32_MAX ? UINT32_MAX : (uint32_t)a->ldb;
   uint32_t ldc = a->ldc > UINT32_MAX ? UINT32_MAX : (uint32_t)a->ldc;
-  int va = vk_vec_level(w[0].elem, lda, ac), vb = vk_vec_level(w[1].elem, ldb, bc);
   int trans = (a->trans_a ? 1 : 0) + (a->trans_b ? 2 : 0);
-  /* Tiles of C per workgroup: 128 x 128 (gemm_cpu.spv) or 64 x 64 (gemm.spv). */
-  uint64_t tile = ctx->gemm_cpu ? 128 : 64;
-  dpt_vk_pipe pipe = ctx->gemm_cpu
-                         ? (dpt_vk_pipe)(DPT_VK_PIPE_GEMM_CPU_0 + trans + 4 * va + 12 * vb)
-                         : (dpt_vk_pipe)(DPT_VK_PIPE_GEMM_0 + trans + 4 * (va > 0) + 8 * (vb > 0));
-  uint64_t tiles_m = vk_div_up(a->m, tile), tiles_n = vk_div_up(a->n, tile);
-  uint32_t push[12] = {(uint32_t)a->m,
+  uint32_t layers = bt->sum ? 1u : (uint32_t)bt->items;
+  uint32_t push[16] = {(uint32_t)a->m,
                        (uint32_t)a->n,
                        (uint32_t)a->k,
                        lda,
@@ -539,8 +549,65 @@ static dpt_status vk_gemm_one(dpt_vk_ctx *ctx, const dpt_gemm_args *a) {
                        w[2].elem,
                        vk_f2u(a->alpha),
                        vk_f2u(a->beta),
-                       (uint32_t)tiles_n};
-  return dpt_vk_dispatch(ctx, pipe, w, 3, push, sizeof push, tiles_m * tiles_n);
+                       0,
+                       (uint32_t)bt->stride_a,
+                       (uint32_t)bt->stride_b,
+                       (uint32_t)bt->stride_c,
+                       bt->sum ? (uint32_t)bt->items : 1u};
+  if (vk_gemm_small(ctx, a))
+    return dpt_vk_dispatch_z(ctx, (dpt_vk_pipe)(DPT_VK_PIPE_GEMM_SMALL_0 + trans), w, 3, push,
+                             sizeof push, vk_div_up((uint64_t)a->m * a->n, 64), layers);
+  /* vec loads need every item's offset aligned as well: the strides join the window offsets */
+  int va = vk_vec_level(w[0].elem | (uint32_t)(bt->stride_a & 7), lda, ac);
+  int vb = vk_vec_level(w[1].elem | (uint32_t)(bt->stride_b & 7), ldb, bc);
+  /* Tiles of C per workgroup: 128 x 128 (gemm_cpu.spv) or 64 x 64 (gemm.spv). */
+  uint64_t tile = ctx->gemm_cpu ? 128 : 64;
+  dpt_vk_pipe pipe = ctx->gemm_cpu
+                         ? (dpt_vk_pipe)(DPT_VK_PIPE_GEMM_CPU_0 + trans + 4 * va + 12 * vb)
+                         : (dpt_vk_pipe)(DPT_VK_PIPE_GEMM_0 + trans + 4 * (va > 0) + 8 * (vb > 0));
+  uint64_t tiles_m = vk_div_up(a->m, tile), tiles_n = vk_div_up(a->n, tile);
+  push[11] = (uint32_t)tiles_n;
+  return dpt_vk_dispatch_z(ctx, pipe, w, 3, push, sizeof push, tiles_m * tiles_n, layers);
+}
+
+/* Elements each operand spans: (rows - 1) * ld + cols of its stored layout (A, B, C). */
+static void vk_gemm_spans(const dpt_gemm_args *a, size_t span[3]) {
+  size_t ar = a->trans_a ? a->k : a->m, ac = a->trans_a ? a->m : a->k;
+  size_t br = a->trans_b ? a->n : a->k, bc = a->trans_b ? a->k : a->n;
+  span[0] = (ar - 1) * a->lda + ac;
+  span[1] = (br - 1) * a->ldb + bc;
+  span[2] = (a->m - 1) * a->ldc + a->n;
+}
+
+/* The spans of `items` matrices per operand (the wrapper checked they do not overflow). */
+static void vk_gemm_batch_spans(const dpt_gemm_args *a, const vk_gemm_batch *bt, size_t span[3]) {
+  vk_gemm_spans(a, span);
+  span[0] += (bt->items - 1) * bt->stride_a;
+  span[1] += (bt->items - 1) * bt->stride_b;
+  span[2] += (bt->items - 1) * bt->stride_c;
+}
+
+static int vk_gemm_fits(const dpt_vk_ctx *ctx, const dpt_gemm_args *a, const vk_gemm_batch *bt) {
+  size_t span[3];
+  vk_gemm_batch_spans(a, bt, span);
+  const size_t fit = dpt_vk_chunk_elems(ctx, 4);
+  if (!bt->sum && bt->items > ctx->props.limits.maxComputeWorkGroupCount[2]) return 0;
+  if (bt->sum && bt->items > 1 && bt->items * vk_gemm_item_iters(ctx, a) > DPT_VK_LOOP_LIMIT)
+    return 0;
+  return span[0] <= fit && span[1] <= fit && span[2] <= fit && span[0] <= UINT32_MAX &&
+         span[1] <= UINT32_MAX && span[2] <= UINT32_MAX;
+}
+
+static dpt_status vk_gemm_one(dpt_vk_ctx *ctx, const dpt_gemm_args *a) {
+  if (a->m > UINT32_MAX || a->n > UINT32_MAX || a->k > UINT32_MAX ||
+      (uint64_t)a->m * a->n > UINT32_MAX)
+    return vk_too_large("gemm");
+  vk_gemm_batch one = {1, 0, 0, 0, 0};
+  size_t span[3];
+  vk_gemm_batch_spans(a, &one, span);
+  if (span[0] > UINT32_MAX || span[1] > UINT32_MAX || span[2] > UINT32_MAX)
+    return vk_too_large("gemm");
+  return vk_gemm_dispatch(ctx, a, &one, span);
 }
 
 /* A gemm whose operand spans more than one shader binding can address (maxStorageBufferRange:
@@ -594,4 +661,46 @@ dpt_status dpt_vk_gemm(dpt_backend *be, const dpt_gemm_args *a) {
   DPT_TRY(dpt_vk_enter(be));
   dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
   return dpt_vk_leave(be, vk_gemm_split(ctx, a));
+}
+
+/* gemm_batched: the batch in as few dispatches as windows, maxComputeWorkGroupCount[2] and,
+ * for a summed batch, DPT_VK_LOOP_LIMIT allow (halving the item count until a chunk fits); a summed
+ * batch's later chunks add to C (beta 1), so the items are still added in order. A single item too
+ * large for a window goes through vk_gemm_split, item by item. */
+static dpt_status vk_gemm_batch_run(dpt_vk_ctx *ctx, const dpt_gemm_args *a, vk_gemm_batch bt) {
+  if (a->m > UINT32_MAX || a->n > UINT32_MAX || a->k > UINT32_MAX ||
+      (uint64_t)a->m * a->n > UINT32_MAX || bt.stride_a > UINT32_MAX || bt.stride_b > UINT32_MAX ||
+      bt.stride_c > UINT32_MAX)
+    return vk_too_large("gemm_batched");
+  dpt_gemm_args cur = *a;
+  for (size_t done = 0; done < bt.items;) {
+    vk_gemm_batch ch = bt;
+    ch.items = bt.items - done;
+    while (ch.items > 1 && !vk_gemm_fits(ctx, &cur, &ch))
+      ch.items = (ch.items + 1) / 2;
+    dpt_status st;
+    if (vk_gemm_fits(ctx, &cur, &ch)) {
+      size_t span[3];
+      vk_gemm_batch_spans(&cur, &ch, span);
+      st = vk_gemm_dispatch(ctx, &cur, &ch, span);
+    } else {
+      st = vk_gemm_split(ctx, &cur);
+    }
+    if (st != DPT_OK) return st;
+    done += ch.items;
+    cur.a.off += ch.items * bt.stride_a;
+    cur.b.off += ch.items * bt.stride_b;
+    cur.c.off += ch.items * bt.stride_c;
+    if (bt.sum) cur.beta = 1.0f;
+  }
+  return DPT_OK;
+}
+
+dpt_status dpt_vk_gemm_batched(dpt_backend *be, const dpt_gemm_batched_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
+  vk_gemm_batch bt = {a->batch, a->stride_a, a->stride_b, a->stride_c, a->stride_c == 0};
+  if (bt.sum) bt.stride_c = 0;
+  if (bt.items == 1) bt.stride_a = bt.stride_b = bt.stride_c = 0; /* any stride is valid then */
+  return dpt_vk_leave(be, vk_gemm_batch_run(ctx, &a->g, bt));
 }

@@ -20,6 +20,9 @@
 // Specialization constants: TRANS_A, TRANS_B; VEC_A, VEC_B: 0 element loads, 1 vec4 loads,
 // 2 dvec4 loads from global memory (offset, leading dimension and the contiguous extent are
 // multiples of 4, respectively 8).
+// Batched (dpt_gemm_batched): the matrices of item i start stride_x elements after those of
+// item i - 1; workgroup layer gl_WorkGroupID.z computes C_z, summing nsum items in order (a
+// plain gemm: one layer, nsum 1, strides 0).
 layout(local_size_x = 8, local_size_y = 8) in;
 #include "common.glsl"
 layout(constant_id = 0) const uint TRANS_A = 0;
@@ -37,6 +40,7 @@ layout(push_constant) uniform P {
   uint m, n, k, lda, ldb, ldc, a_off, b_off, c_off;
   float alpha, beta;
   uint tiles_n;
+  uint stride_a, stride_b, stride_c, nsum;
 } pc;
 
 const uint BM = 128u, BN = 128u, BK = 16u;
@@ -104,75 +108,82 @@ void main() {
   [[unroll]] for (uint i = 0u; i < 16u; ++i)
     [[unroll]] for (uint g = 0u; g < 4u; ++g) acc[i][g] = vec4(0.0);
 
-  for (uint k0 = 0u; k0 < pc.k; k0 += BK) {
-    [[unroll]] for (uint s = 0u; s < 4u; ++s) {
-      uint l = tid + 64u * s;
-      if (TRANS_A == 0u) {
-        uint gr = row0 + (l >> 1), gk = k0 + 8u * (l & 1u);
-        uint cnt = gr < pc.m && gk < pc.k ? min(8u, pc.k - gk) : 0u;
-        As[l] = load8_a(pc.a_off + gr * pc.lda + gk, cnt);
-      } else {
-        uint gk = k0 + (l >> 4), gr = row0 + 8u * (l & 15u);
-        uint cnt = gr < pc.m && gk < pc.k ? min(8u, pc.m - gr) : 0u;
-        As[l] = load8_a(pc.a_off + gk * pc.lda + gr, cnt);
-      }
-      if (TRANS_B == 0u) {
-        uint gk = k0 + (l >> 4), gc = col0 + 8u * (l & 15u);
-        uint cnt = gc < pc.n && gk < pc.k ? min(8u, pc.n - gc) : 0u;
-        Bs[l] = load8_b(pc.b_off + gk * pc.ldb + gc, cnt);
-      } else {
-        uint gc = col0 + (l >> 1), gk = k0 + 8u * (l & 1u);
-        uint cnt = gc < pc.n && gk < pc.k ? min(8u, pc.k - gk) : 0u;
-        Bs[l] = load8_b(pc.b_off + gc * pc.ldb + gk, cnt);
-      }
-    }
-    barrier();
-    [[unroll]] for (uint h = 0u; h < 2u; ++h) {
-      vec4 av[16][2]; // av[i][kk / 4][kk % 4] = op(A)[row i][k0 + 8h + kk]
-      vec4 bv[8][4];  // bv[kk][g] = op(B)[k0 + 8h + kk][columns of g]
-      if (TRANS_A == 0u) {
-        [[unroll]] for (uint i = 0u; i < 16u; ++i) {
-          uint r = i < 8u ? 8u * ty + i : 64u + 8u * ty + i - 8u;
-          unpk8(As[r * 2u + h], av[i][0], av[i][1]);
+  // Batch: workgroup layer z writes C_z and adds the items z*nsum .. z*nsum + nsum-1 in order
+  // (nsum > 1 only for a summed batch, stride_c 0: one layer).
+  uint item0 = gl_WorkGroupID.z * pc.nsum;
+  for (uint it = 0u; it < pc.nsum; ++it) {
+    uint a_base = pc.a_off + (item0 + it) * pc.stride_a;
+    uint b_base = pc.b_off + (item0 + it) * pc.stride_b;
+    for (uint k0 = 0u; k0 < pc.k; k0 += BK) {
+      [[unroll]] for (uint s = 0u; s < 4u; ++s) {
+        uint l = tid + 64u * s;
+        if (TRANS_A == 0u) {
+          uint gr = row0 + (l >> 1), gk = k0 + 8u * (l & 1u);
+          uint cnt = gr < pc.m && gk < pc.k ? min(8u, pc.k - gk) : 0u;
+          As[l] = load8_a(a_base + gr * pc.lda + gk, cnt);
+        } else {
+          uint gk = k0 + (l >> 4), gr = row0 + 8u * (l & 15u);
+          uint cnt = gr < pc.m && gk < pc.k ? min(8u, pc.m - gr) : 0u;
+          As[l] = load8_a(a_base + gk * pc.lda + gr, cnt);
         }
-      } else {
-        [[unroll]] for (uint kk = 0u; kk < 8u; ++kk) {
-          [[unroll]] for (uint half_ = 0u; half_ < 2u; ++half_) {
-            vec4 lo, hi;
-            unpk8(As[(8u * h + kk) * 16u + 8u * half_ + ty], lo, hi);
-            [[unroll]] for (uint q = 0u; q < 4u; ++q) {
-              av[8u * half_ + q][kk / 4u][kk % 4u] = lo[q];
-              av[8u * half_ + 4u + q][kk / 4u][kk % 4u] = hi[q];
+        if (TRANS_B == 0u) {
+          uint gk = k0 + (l >> 4), gc = col0 + 8u * (l & 15u);
+          uint cnt = gc < pc.n && gk < pc.k ? min(8u, pc.n - gc) : 0u;
+          Bs[l] = load8_b(b_base + gk * pc.ldb + gc, cnt);
+        } else {
+          uint gc = col0 + (l >> 1), gk = k0 + 8u * (l & 1u);
+          uint cnt = gc < pc.n && gk < pc.k ? min(8u, pc.k - gk) : 0u;
+          Bs[l] = load8_b(b_base + gc * pc.ldb + gk, cnt);
+        }
+      }
+      barrier();
+      [[unroll]] for (uint h = 0u; h < 2u; ++h) {
+        vec4 av[16][2]; // av[i][kk / 4][kk % 4] = op(A)[row i][k0 + 8h + kk]
+        vec4 bv[8][4];  // bv[kk][g] = op(B)[k0 + 8h + kk][columns of g]
+        if (TRANS_A == 0u) {
+          [[unroll]] for (uint i = 0u; i < 16u; ++i) {
+            uint r = i < 8u ? 8u * ty + i : 64u + 8u * ty + i - 8u;
+            unpk8(As[r * 2u + h], av[i][0], av[i][1]);
+          }
+        } else {
+          [[unroll]] for (uint kk = 0u; kk < 8u; ++kk) {
+            [[unroll]] for (uint half_ = 0u; half_ < 2u; ++half_) {
+              vec4 lo, hi;
+              unpk8(As[(8u * h + kk) * 16u + 8u * half_ + ty], lo, hi);
+              [[unroll]] for (uint q = 0u; q < 4u; ++q) {
+                av[8u * half_ + q][kk / 4u][kk % 4u] = lo[q];
+                av[8u * half_ + 4u + q][kk / 4u][kk % 4u] = hi[q];
+              }
             }
           }
         }
-      }
-      if (TRANS_B == 0u) {
-        [[unroll]] for (uint kk = 0u; kk < 8u; ++kk) {
-          unpk8(Bs[(8u * h + kk) * 16u + tx], bv[kk][0], bv[kk][1]);
-          unpk8(Bs[(8u * h + kk) * 16u + 8u + tx], bv[kk][2], bv[kk][3]);
+        if (TRANS_B == 0u) {
+          [[unroll]] for (uint kk = 0u; kk < 8u; ++kk) {
+            unpk8(Bs[(8u * h + kk) * 16u + tx], bv[kk][0], bv[kk][1]);
+            unpk8(Bs[(8u * h + kk) * 16u + 8u + tx], bv[kk][2], bv[kk][3]);
+          }
+        } else {
+          [[unroll]] for (uint jj = 0u; jj < 16u; ++jj) {
+            uint j = jj < 8u ? 8u * tx + jj : 64u + 8u * tx + jj - 8u;
+            vec4 lo, hi;
+            unpk8(Bs[j * 2u + h], lo, hi);
+            [[unroll]] for (uint kk = 0u; kk < 4u; ++kk) {
+              bv[kk][jj / 4u][jj % 4u] = lo[kk];
+              bv[kk + 4u][jj / 4u][jj % 4u] = hi[kk];
+            }
+          }
         }
-      } else {
-        [[unroll]] for (uint jj = 0u; jj < 16u; ++jj) {
-          uint j = jj < 8u ? 8u * tx + jj : 64u + 8u * tx + jj - 8u;
-          vec4 lo, hi;
-          unpk8(Bs[j * 2u + h], lo, hi);
-          [[unroll]] for (uint kk = 0u; kk < 4u; ++kk) {
-            bv[kk][jj / 4u][jj % 4u] = lo[kk];
-            bv[kk + 4u][jj / 4u][jj % 4u] = hi[kk];
+        [[unroll]] for (uint i = 0u; i < 16u; ++i) {
+          [[unroll]] for (uint g = 0u; g < 4u; ++g) {
+            vec4 t = acc[i][g];
+            [[unroll]] for (uint kk = 0u; kk < 8u; ++kk)
+              t = fma(vec4(av[i][kk / 4u][kk % 4u]), bv[kk][g], t);
+            acc[i][g] = t;
           }
         }
       }
-      [[unroll]] for (uint i = 0u; i < 16u; ++i) {
-        [[unroll]] for (uint g = 0u; g < 4u; ++g) {
-          vec4 t = acc[i][g];
-          [[unroll]] for (uint kk = 0u; kk < 8u; ++kk)
-            t = fma(vec4(av[i][kk / 4u][kk % 4u]), bv[kk][g], t);
-          acc[i][g] = t;
-        }
-      }
+      barrier();
     }
-    barrier();
   }
 
   [[unroll]] for (uint i = 0u; i < 16u; ++i) {
@@ -182,7 +193,7 @@ void main() {
       [[unroll]] for (uint q = 0u; q < 4u; ++q) {
         uint cc = col0 + (g < 2u ? 8u * tx + 4u * g : 64u + 8u * tx + 4u * (g - 2u)) + q;
         if (cc >= pc.n) continue;
-        uint at = pc.c_off + r * pc.ldc + cc;
+        uint at = pc.c_off + gl_WorkGroupID.z * pc.stride_c + r * pc.ldc + cc;
         float v = pc.alpha * acc[i][g][q];
         if (pc.beta != 0.0) v += pc.beta * c[at];
         c[at] = v;

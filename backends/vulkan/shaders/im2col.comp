@@ -1,7 +1,9 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// col[i, (c*kh + ki)*kw + kj, oy*ow + ox] = x[i, c, oy*sh - ph + ki, ox*sw - pw + kj], 0 outside;
-// one invocation per col element (n = batch * c*kh*kw * oh*ow).
+// col[i, (c*kh + ki)*kw + kj, oy*ow + ox] = x[i, c, oy*sh - ph + ki, ox*sw - pw + kj], 0 outside,
+// for the whole batch in one dispatch: one invocation per line (a col row of one image and one
+// output row oy; n = batch * c*kh*kw * oh lines) writes its ow elements, so the index
+// arithmetic (divisions included) is paid per line and the loop over ox only adds.
 layout(local_size_x = 256) in;
 #include "common.glsl"
 layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
@@ -13,19 +15,17 @@ layout(push_constant) uniform P {
 void main() {
   uint t = dpt_gid();
   if (t >= pc.n) return;
-  uint ohw = pc.oh * pc.ow;
-  uint kk = pc.kh * pc.kw;
-  uint p = t % ohw;
-  uint r = t / ohw;
-  uint row = r % (pc.c * kk);
-  uint img = r / (pc.c * kk);
-  uint ch = row / kk;
-  uint ki = (row % kk) / pc.kw;
-  uint kj = row % pc.kw;
-  int iy = int((p / pc.ow) * pc.sh + ki) - int(pc.ph);
-  int ix = int((p % pc.ow) * pc.sw + kj) - int(pc.pw);
-  float v = 0.0;
-  if (iy >= 0 && ix >= 0 && uint(iy) < pc.h && uint(ix) < pc.w)
-    v = x[pc.x_off + ((img * pc.c + ch) * pc.h + uint(iy)) * pc.w + uint(ix)];
-  col[pc.col_off + t] = v;
+  uint r = t / pc.oh, oy = t - r * pc.oh; // r: col row over the batch, (img*c + ch)*kh*kw + ...
+  uint r2 = r / pc.kw, kj = r - r2 * pc.kw;
+  uint plane = r2 / pc.kh, ki = r2 - plane * pc.kh; // plane = img*c + ch
+  uint o = pc.col_off + t * pc.ow;
+  int iy = int(oy * pc.sh + ki) - int(pc.ph);
+  if (iy < 0 || uint(iy) >= pc.h) {
+    for (uint ox = 0u; ox < pc.ow; ++ox) col[o + ox] = 0.0;
+    return;
+  }
+  uint row = pc.x_off + (plane * pc.h + uint(iy)) * pc.w;
+  int ix = int(kj) - int(pc.pw);
+  for (uint ox = 0u; ox < pc.ow; ++ox, ix += int(pc.sw))
+    col[o + ox] = ix >= 0 && uint(ix) < pc.w ? x[row + uint(ix)] : 0.0;
 }
