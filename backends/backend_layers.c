@@ -21,12 +21,13 @@ static dpt_status batch_span(dpt_op_check *c, const char *name, size_t extent, s
   return DPT_OK;
 }
 
-/* Checks operand `name` over the whole batch. */
+/* Checks operand `name` over the whole batch. A batch of 0 holds no matrix: only the leading
+ * dimension is checked (an empty tensor is legal anywhere). */
 static dpt_status batch_operand(dpt_op_check *c, const char *name, const char *ldname,
                                 const dpt_buffer *buf, size_t off, size_t rows, size_t cols,
                                 size_t ld, size_t batch, size_t stride, size_t *extent,
                                 size_t *span) {
-  DPT_TRY(dpt_op_matrix(c, name, ldname, buf, off, rows, cols, ld, extent));
+  DPT_TRY(dpt_op_matrix(c, name, ldname, buf, off, batch ? rows : 0, cols, ld, extent));
   DPT_TRY(batch_span(c, name, *extent, batch, stride, span));
   return dpt_op_tensor(c, name, buf, off, *span, F32);
 }

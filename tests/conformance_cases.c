@@ -708,6 +708,320 @@ static void gen_f16_to_f32(conf_list *l) {
   }
 }
 
+/* ---- gemm_batched --------------------------------------------------------------------------
+ * A and B hold their items stacked (item i at rows i*rows..: stride = rows * ld, row gaps
+ * guarded) or one shared matrix (stride 0). C is one matrix (stride_c 0: the batch summed),
+ * stacked like A, or one item per row of a [batch, m*n] tensor with ldc = n whose row gaps
+ * put guarded space between items (stride_c > the extent of one C). */
+enum { GB_C_SUM, GB_C_STACKED, GB_C_GAPPED };
+
+typedef struct gemm_batched_p {
+  int ta, tb;
+  size_t m, n, k, batch;
+  float alpha, beta;
+  int share_a, share_b, c_mode;
+} gemm_batched_p;
+
+static dpt_status run_gemm_batched(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                   const size_t *off, double *scalars) {
+  const gemm_batched_p *p = CONF_PARAMS(c, gemm_batched_p);
+  (void)scalars;
+  size_t ra = p->ta ? p->k : p->m, rb = p->tb ? p->n : p->k;
+  size_t lda = c->t[0].ld, ldb = c->t[1].ld, ldc = p->c_mode == GB_C_GAPPED ? p->n : c->t[2].ld;
+  dpt_gemm_batch bt = {p->batch, p->share_a ? 0 : ra * lda, p->share_b ? 0 : rb * ldb, 0};
+  if (p->c_mode == GB_C_STACKED) bt.stride_c = p->m * ldc;
+  if (p->c_mode == GB_C_GAPPED) bt.stride_c = c->t[2].ld;
+  return dpt_gemm_batched(be, &bt, p->ta, p->tb, p->m, p->n, p->k, p->alpha, buf[0], off[0], lda,
+                          buf[1], off[1], ldb, p->beta, buf[2], off[2], ldc);
+}
+
+static void add_gemm_batched(conf_list *l, gemm_batched_p p, size_t pad) {
+  static const char *const modes[] = {"summed", "stacked", "gapped"};
+  conf_case *c = conf_new_case(l,
+                               "batch=%zu m=%zu n=%zu k=%zu ta=%d tb=%d pad=%zu alpha=%g beta=%g "
+                               "A %s B %s C %s",
+                               p.batch, p.m, p.n, p.k, p.ta, p.tb, pad, p.alpha, p.beta,
+                               p.share_a ? "shared" : "stacked", p.share_b ? "shared" : "stacked",
+                               modes[p.c_mode]);
+  CONF_SET_PARAMS(c, p);
+  size_t ra = p.ta ? p.k : p.m, rb = p.tb ? p.n : p.k;
+  conf_tensor *a =
+      conf_add_tensor(c, "A", CONF_F32, CONF_IN, (p.share_a ? 1 : p.batch) * ra, p.ta ? p.m : p.k);
+  a->ld = max1(a->cols) + pad;
+  conf_tensor *b =
+      conf_add_tensor(c, "B", CONF_F32, CONF_IN, (p.share_b ? 1 : p.batch) * rb, p.tb ? p.k : p.n);
+  b->ld = max1(b->cols) + 2 * pad;
+  conf_role rc = p.beta == 0.0f ? CONF_OUT : CONF_INOUT; /* beta 0: C is not read */
+  conf_tensor *cc;
+  if (p.c_mode == GB_C_GAPPED) {
+    cc = conf_add_tensor(c, "C", CONF_F32, rc, p.batch, p.m * p.n);
+    cc->ld = max1(cc->cols) + 3;
+  } else {
+    cc = conf_add_tensor(c, "C", CONF_F32, rc, (p.c_mode == GB_C_SUM ? 1 : p.batch) * p.m, p.n);
+    cc->ld = max1(p.n) + pad;
+  }
+  /* a summed batch is one dot product of length k * batch */
+  cc->tol = 1e-6 + 2e-7 * (double)p.k * (double)(p.c_mode == GB_C_SUM ? max1(p.batch) : 1);
+  c->run = run_gemm_batched;
+}
+
+static void gen_gemm_batched(conf_list *l) {
+  for (int t = 0; t < 4; t++) {
+    int ta = t & 1, tb = t >> 1;
+    add_gemm_batched(l, (gemm_batched_p){ta, tb, 1, 1, 1, 1, 1.0f, 0.0f, 0, 0, GB_C_STACKED}, 0);
+    add_gemm_batched(l, (gemm_batched_p){ta, tb, 3, 5, 7, 4, 1.5f, -0.5f, 0, 0, GB_C_STACKED},
+                     (size_t)t);
+    add_gemm_batched(l, (gemm_batched_p){ta, tb, 17, 33, 65, 3, 1.0f, 0.0f, 1, 0, GB_C_GAPPED}, 1);
+    add_gemm_batched(l, (gemm_batched_p){ta, tb, 5, 7, 9, 5, 1.0f, 0.0f, 0, 1, GB_C_SUM}, 2);
+    add_gemm_batched(l, (gemm_batched_p){ta, tb, 31, 1, 13, 2, -1.0f, 1.0f, 0, 0, GB_C_SUM}, 0);
+  }
+  /* convolution shapes: weights shared (forward), the weight gradient summed over images */
+  add_gemm_batched(l, (gemm_batched_p){0, 0, 16, 196, 27, 8, 1.0f, 0.0f, 1, 0, GB_C_STACKED}, 0);
+  add_gemm_batched(l, (gemm_batched_p){0, 1, 16, 27, 196, 8, 1.0f, 0.0f, 0, 0, GB_C_SUM}, 0);
+  add_gemm_batched(l, (gemm_batched_p){1, 0, 27, 196, 16, 6, 1.0f, 0.0f, 1, 0, GB_C_GAPPED}, 0);
+  add_gemm_batched(l, (gemm_batched_p){1, 1, 65, 63, 129, 3, 0.5f, 0.25f, 0, 0, GB_C_SUM}, 3);
+  add_gemm_batched(l, (gemm_batched_p){0, 0, 7, 9, 5, 3, 1.0f, 1.0f, 1, 1, GB_C_SUM}, 1);
+  add_gemm_batched(l, (gemm_batched_p){0, 0, 7, 9, 5, 1, 2.0f, 0.0f, 0, 0, GB_C_SUM}, 0);
+  /* alpha == 0 and k == 0: C = beta * C per item (once when summed), A and B not read */
+  add_gemm_batched(l, (gemm_batched_p){0, 0, 7, 9, 5, 3, 0.0f, 2.0f, 0, 0, GB_C_STACKED}, 0);
+  add_gemm_batched(l, (gemm_batched_p){0, 0, 5, 7, 0, 3, 1.0f, 0.0f, 0, 0, GB_C_SUM}, 1);
+  add_gemm_batched(l, (gemm_batched_p){1, 1, 5, 7, 0, 2, 1.0f, 2.0f, 0, 0, GB_C_GAPPED}, 0);
+  /* empty: nothing is touched */
+  add_gemm_batched(l, (gemm_batched_p){0, 0, 3, 4, 5, 0, 1.0f, 1.0f, 0, 0, GB_C_STACKED}, 0);
+  add_gemm_batched(l, (gemm_batched_p){0, 0, 0, 4, 5, 3, 1.0f, 0.0f, 0, 0, GB_C_SUM}, 0);
+}
+
+/* ---- batch normalization -------------------------------------------------------------------
+ * x [n, c, p] as [n, c*p]; the per-channel vectors as [1, c]. Statistics near what the data
+ * gives (mean small, var away from 0) keep xhat of order 1. Sums may be float partial sums on a
+ * GPU: the reductions get 1e-4 (1e-3 past 4096 values per channel). */
+typedef struct bn_p {
+  dpt_bn_geom g;
+  size_t count; /* bn_bwd */
+} bn_p;
+
+static const struct {
+  size_t n, c, p;
+  float eps;
+} bn_shapes[] = {{1, 1, 1, 1e-5f},   {2, 3, 1, 1e-5f},    {7, 5, 9, 1e-5f},
+                 {32, 16, 1, 1e-5f}, {4, 8, 49, 1e-3f},   {3, 17, 33, 1e-5f},
+                 {1, 2, 100, 0.1f},  {64, 3, 196, 1e-5f}, {33, 70, 1, 1e-5f}};
+#define N_BN (sizeof bn_shapes / sizeof bn_shapes[0])
+
+static bn_p bn_case(conf_list *l, size_t i, const char *what, conf_case **out) {
+  bn_p p = {{bn_shapes[i].n, bn_shapes[i].c, bn_shapes[i].p, bn_shapes[i].eps}, 0};
+  p.count = p.g.n * p.g.p;
+  *out = conf_new_case(l, "x=[%zu,%zu,%zu] eps=%g%s", p.g.n, p.g.c, p.g.p, p.g.eps, what);
+  return p;
+}
+
+static double bn_sum_tol(const bn_p *p) {
+  return p->g.n * p->g.p > 4096 ? 1e-3 : 1e-4;
+}
+
+/* x [n, c*p], then mean and var [1, c] as statistics of data in [-1, 1). */
+static void bn_add_inputs(conf_case *c, const bn_p *p, int with_dy) {
+  if (with_dy) conf_add_tensor(c, "dy", CONF_F32, CONF_IN, p->g.n, p->g.c * p->g.p);
+  conf_add_tensor(c, "x", CONF_F32, CONF_IN, p->g.n, p->g.c * p->g.p);
+  conf_tensor *mean = conf_add_tensor(c, "mean", CONF_F32, CONF_IN, 1, p->g.c);
+  mean->lo = -0.2;
+  mean->hi = 0.2;
+  conf_tensor *var = conf_add_tensor(c, "var", CONF_F32, CONF_IN, 1, p->g.c);
+  var->lo = 0.05;
+  var->hi = 0.6;
+}
+
+static dpt_status run_bn_stats(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                               const size_t *off, double *scalars) {
+  (void)scalars;
+  return dpt_bn_stats(be, &CONF_PARAMS(c, bn_p)->g, buf[0], off[0], buf[1], off[1], buf[2], off[2]);
+}
+
+static void gen_bn_stats(conf_list *l) {
+  for (size_t i = 0; i < N_BN; i++) {
+    conf_case *c;
+    bn_p p = bn_case(l, i, " x in [-1,3)", &c);
+    CONF_SET_PARAMS(c, p);
+    conf_tensor *x = conf_add_tensor(c, "x", CONF_F32, CONF_IN, p.g.n, p.g.c * p.g.p);
+    x->hi = 3.0; /* a mean away from 0: the variance is a difference of large terms */
+    conf_add_tensor(c, "mean", CONF_F32, CONF_OUT, 1, p.g.c)->tol = bn_sum_tol(&p);
+    conf_add_tensor(c, "var", CONF_F32, CONF_OUT, 1, p.g.c)->tol = bn_sum_tol(&p);
+    c->run = run_bn_stats;
+  }
+}
+
+static dpt_status run_bn_fwd(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                             const size_t *off, double *scalars) {
+  (void)scalars;
+  return dpt_bn_fwd(be, &CONF_PARAMS(c, bn_p)->g, buf[0], off[0], buf[1], off[1], buf[2], off[2],
+                    buf[3], off[3], buf[4], off[4], buf[5], off[5]);
+}
+
+static void gen_bn_fwd(conf_list *l) {
+  for (size_t i = 0; i < N_BN; i++) {
+    conf_case *c;
+    bn_p p = bn_case(l, i, "", &c);
+    CONF_SET_PARAMS(c, p);
+    bn_add_inputs(c, &p, 0);
+    conf_tensor *gamma = conf_add_tensor(c, "gamma", CONF_F32, CONF_IN, 1, p.g.c);
+    gamma->lo = 0.5;
+    gamma->hi = 1.5;
+    conf_add_tensor(c, "beta", CONF_F32, CONF_IN, 1, p.g.c);
+    conf_add_tensor(c, "y", CONF_F32, CONF_OUT, p.g.n, p.g.c * p.g.p)->tol = 1e-5;
+    c->run = run_bn_fwd;
+  }
+}
+
+static dpt_status run_bn_bwd_reduce(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                    const size_t *off, double *scalars) {
+  (void)scalars;
+  return dpt_bn_bwd_reduce(be, &CONF_PARAMS(c, bn_p)->g, buf[0], off[0], buf[1], off[1], buf[2],
+                           off[2], buf[3], off[3], buf[4], off[4], buf[5], off[5]);
+}
+
+static void gen_bn_bwd_reduce(conf_list *l) {
+  for (size_t i = 0; i < N_BN; i++) {
+    conf_case *c;
+    bn_p p = bn_case(l, i, "", &c);
+    CONF_SET_PARAMS(c, p);
+    bn_add_inputs(c, &p, 1);
+    conf_add_tensor(c, "sum_dy_xhat", CONF_F32, CONF_OUT, 1, p.g.c)->tol = bn_sum_tol(&p);
+    conf_add_tensor(c, "sum_dy", CONF_F32, CONF_OUT, 1, p.g.c)->tol = bn_sum_tol(&p);
+    c->run = run_bn_bwd_reduce;
+  }
+}
+
+static dpt_status run_bn_bwd(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                             const size_t *off, double *scalars) {
+  const bn_p *p = CONF_PARAMS(c, bn_p);
+  (void)scalars;
+  return dpt_bn_bwd(be, &p->g, p->count, buf[0], off[0], buf[1], off[1], buf[2], off[2], buf[3],
+                    off[3], buf[4], off[4], buf[5], off[5], buf[6], off[6], buf[7], off[7]);
+}
+
+static void gen_bn_bwd(conf_list *l) {
+  for (size_t i = 0; i < N_BN; i++) {
+    for (int replicas = 1; replicas <= 4; replicas *= 4) {
+      if (replicas > 1 && i % 3 != 2) continue; /* a few cases with statistics of 4 replicas */
+      conf_case *c;
+      bn_p p = bn_case(l, i, replicas > 1 ? " count of 4 replicas" : "", &c);
+      p.count *= (size_t)replicas;
+      CONF_SET_PARAMS(c, p);
+      bn_add_inputs(c, &p, 1);
+      conf_add_tensor(c, "gamma", CONF_F32, CONF_IN, 1, p.g.c);
+      /* sums of count terms of order 1 */
+      double s = sqrt((double)p.count);
+      conf_tensor *sdx = conf_add_tensor(c, "sum_dy_xhat", CONF_F32, CONF_IN, 1, p.g.c);
+      conf_tensor *sdy = conf_add_tensor(c, "sum_dy", CONF_F32, CONF_IN, 1, p.g.c);
+      sdx->lo = sdy->lo = -s;
+      sdx->hi = sdy->hi = s;
+      conf_add_tensor(c, "dx", CONF_F32, CONF_OUT, p.g.n, p.g.c * p.g.p)->tol = 1e-5;
+      c->run = run_bn_bwd;
+    }
+  }
+}
+
+/* ---- avgpool ------------------------------------------------------------------------------- */
+
+static const dpt_pool_geom avgpool_geoms[] = {
+    /* planes, h, w, kh, kw, sh, sw */
+    {1, 1, 1, 1, 1, 1, 1},   {1, 4, 4, 2, 2, 2, 2},   {3, 7, 9, 3, 2, 2, 3},
+    {8, 28, 28, 2, 2, 2, 2}, {2, 10, 10, 3, 3, 1, 1}, {5, 6, 7, 4, 4, 3, 3},
+    {6, 7, 7, 7, 7, 1, 1},   {4, 5, 9, 5, 1, 2, 4},   {0, 4, 4, 2, 2, 2, 2},
+};
+
+static dpt_status run_avgpool_fwd(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                  const size_t *off, double *scalars) {
+  (void)scalars;
+  return dpt_avgpool_fwd(be, CONF_PARAMS(c, dpt_pool_geom), buf[0], off[0], buf[1], off[1]);
+}
+
+static dpt_status run_avgpool_bwd(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                  const size_t *off, double *scalars) {
+  (void)scalars;
+  return dpt_avgpool_bwd(be, CONF_PARAMS(c, dpt_pool_geom), buf[0], off[0], buf[1], off[1]);
+}
+
+static void gen_avgpool(conf_list *l, int bwd) {
+  for (size_t i = 0; i < sizeof avgpool_geoms / sizeof avgpool_geoms[0]; i++) {
+    const dpt_pool_geom *g = &avgpool_geoms[i];
+    size_t oh, ow;
+    pool_out(g, &oh, &ow);
+    conf_case *c = conf_new_case(l, "x=[%zu,%zu,%zu] k=%zux%zu s=%zu,%zu out=%zux%zu", g->planes,
+                                 g->h, g->w, g->kh, g->kw, g->stride_h, g->stride_w, oh, ow);
+    CONF_SET_PARAMS(c, *g);
+    if (!bwd) {
+      conf_add_tensor(c, "x", CONF_F32, CONF_IN, g->planes, g->h * g->w);
+      conf_add_tensor(c, "y", CONF_F32, CONF_OUT, g->planes, oh * ow)->tol = 1e-5;
+      c->run = run_avgpool_fwd;
+    } else {
+      conf_add_tensor(c, "dy", CONF_F32, CONF_IN, g->planes, oh * ow);
+      conf_add_tensor(c, "dx", CONF_F32, CONF_OUT, g->planes, g->h * g->w)->tol = 1e-5;
+      c->run = run_avgpool_bwd;
+    }
+  }
+}
+
+static void gen_avgpool_fwd(conf_list *l) {
+  gen_avgpool(l, 0);
+}
+
+static void gen_avgpool_bwd(conf_list *l) {
+  gen_avgpool(l, 1);
+}
+
+/* ---- dropout: the mask is exact, and so is x * scale ---------------------------------------- */
+
+typedef struct dropout_p {
+  size_t rows, cols;
+  dpt_dropout_params d;
+} dropout_p;
+
+static dpt_status run_dropout(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                              const size_t *off, double *scalars) {
+  const dropout_p *p = CONF_PARAMS(c, dropout_p);
+  (void)scalars;
+  int inplace = c->ntensors == 1;
+  return dpt_dropout(be, p->rows, p->cols, &p->d, buf[0], off[0], inplace ? buf[0] : buf[1],
+                     inplace ? off[0] : off[1]);
+}
+
+static void gen_dropout(conf_list *l) {
+  static const struct {
+    size_t rows, cols;
+    float p;
+    uint64_t seed, step;
+    uint32_t first_row;
+  } cases[] = {
+      {1, 1, 0.5f, 1, 1, 0},
+      {7, 33, 0.0f, 42, 3, 0},
+      {7, 33, 0.5f, 42, 3, 5},
+      {128, 100, 0.9f, 0x123456789abcdefULL, 1000, 0},
+      {300, 513, 0.5f, 7, 0x100000001ULL, 123456},
+      {64, 1, 0.1f, 9, 2, 4000000000U},
+      {1, 4099, 0.25f, UINT64_MAX, UINT64_MAX, 77},
+      {0, 5, 0.5f, 1, 1, 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    for (int inplace = 0; inplace < 2; inplace++) {
+      dropout_p p = {cases[i].rows,
+                     cases[i].cols,
+                     {cases[i].p, cases[i].seed, cases[i].step, cases[i].first_row}};
+      conf_case *c =
+          conf_new_case(l, "x=[%zu,%zu] p=%g seed=%llu step=%llu first_row=%u%s", p.rows, p.cols,
+                        p.d.p, (unsigned long long)p.d.seed, (unsigned long long)p.d.step,
+                        (unsigned)p.d.first_row, inplace ? " in-place" : "");
+      CONF_SET_PARAMS(c, p);
+      conf_tensor *x =
+          conf_add_tensor(c, "x", CONF_F32, inplace ? CONF_INOUT : CONF_IN, p.rows, p.cols);
+      x->cmp = CONF_CMP_EXACT;
+      if (!inplace)
+        conf_add_tensor(c, "y", CONF_F32, CONF_OUT, p.rows, p.cols)->cmp = CONF_CMP_EXACT;
+      c->run = run_dropout;
+    }
+  }
+}
+
 /* ---- the registry -------------------------------------------------------------------------- */
 
 const conf_generator conf_generators[] = {
@@ -732,5 +1046,13 @@ const conf_generator conf_generators[] = {
     {DPT_OP_ADAMW_UPDATE, gen_adamw_update},
     {DPT_OP_F32_TO_F16, gen_f32_to_f16},
     {DPT_OP_F16_TO_F32, gen_f16_to_f32},
+    {DPT_OP_GEMM_BATCHED, gen_gemm_batched},
+    {DPT_OP_BN_STATS, gen_bn_stats},
+    {DPT_OP_BN_FWD, gen_bn_fwd},
+    {DPT_OP_BN_BWD_REDUCE, gen_bn_bwd_reduce},
+    {DPT_OP_BN_BWD, gen_bn_bwd},
+    {DPT_OP_AVGPOOL_FWD, gen_avgpool_fwd},
+    {DPT_OP_AVGPOOL_BWD, gen_avgpool_bwd},
+    {DPT_OP_DROPOUT, gen_dropout},
 };
 const size_t conf_generator_count = sizeof conf_generators / sizeof conf_generators[0];

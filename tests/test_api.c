@@ -455,6 +455,19 @@ START_TEST(ops_null_backend) {
   EXPECT_INVALID(dpt_adamw_update(NULL, 4, &ap, y, 0, x, 0, y, 8, y, 16), "backend");
   EXPECT_INVALID(dpt_f32_to_f16(NULL, 4, x, 0, y, 0), "backend");
   EXPECT_INVALID(dpt_f16_to_f32(NULL, 4, x, 0, y, 0), "backend");
+  const dpt_gemm_batch gb = {2, 4, 4, 4};
+  const dpt_bn_geom bg = {2, 2, 2, 1e-5f};
+  const dpt_dropout_params dp = {0.5f, 1, 1, 0};
+  EXPECT_INVALID(dpt_gemm_batched(NULL, &gb, 0, 0, 2, 2, 2, 1, x, 0, 2, x, 8, 2, 0, y, 0, 2),
+                 "backend");
+  EXPECT_INVALID(dpt_bn_stats(NULL, &bg, x, 0, y, 0, y, 2), "backend");
+  EXPECT_INVALID(dpt_bn_fwd(NULL, &bg, x, 0, x, 8, x, 10, x, 12, x, 14, y, 0), "backend");
+  EXPECT_INVALID(dpt_bn_bwd_reduce(NULL, &bg, x, 0, x, 8, x, 16, x, 18, y, 0, y, 2), "backend");
+  EXPECT_INVALID(dpt_bn_bwd(NULL, &bg, 4, x, 0, x, 8, x, 16, x, 18, x, 20, x, 22, x, 24, y, 0),
+                 "backend");
+  EXPECT_INVALID(dpt_avgpool_fwd(NULL, &pg, x, 0, y, 0), "backend");
+  EXPECT_INVALID(dpt_avgpool_bwd(NULL, &pg, x, 0, y, 0), "backend");
+  EXPECT_INVALID(dpt_dropout(NULL, 2, 2, &dp, x, 0, y, 0), "backend");
   expect_all(y, 64, 2.0f, "y");
   dpt_buffer_free(x);
   dpt_buffer_free(y);
@@ -708,6 +721,182 @@ START_TEST(optimizers_and_f16_bad) {
 }
 END_TEST
 
+START_TEST(layer_ops_bad) {
+  /* gemm_batched: 2 items of A [2,3] (stride 6), B [3,2] (stride 6), C [2,2] (stride 4) */
+  dpt_buffer *a = tu_f32_fill(be, 12, 1.0f), *b = tu_f32_fill(be, 12, 1.0f);
+  dpt_buffer *c = tu_f32_fill(be, 8, 7.0f), *big = tu_f32_fill(be, 32, 1.0f);
+  dpt_buffer *o = tu_f32_fill(be2, 12, 1.0f);
+  const dpt_gemm_batch bt = {2, 6, 6, 4}, summed = {2, 6, 6, 0};
+  dpt_gemm_batch bad = bt;
+  EXPECT_INVALID(dpt_gemm_batched(be, NULL, 0, 0, 2, 2, 3, 1, a, 0, 3, b, 0, 2, 0, c, 0, 2),
+                 "batch");
+  EXPECT_INVALID(dpt_gemm_batched(be, &bt, 0, 0, 2, 2, 3, 1, NULL, 0, 3, b, 0, 2, 0, c, 0, 2), "a");
+  EXPECT_INVALID(dpt_gemm_batched(be, &bt, 0, 0, 2, 2, 3, 1, a, 0, 3, NULL, 0, 2, 0, c, 0, 2), "b");
+  EXPECT_INVALID(dpt_gemm_batched(be, &bt, 0, 0, 2, 2, 3, 1, a, 0, 3, b, 0, 2, 0, NULL, 0, 2), "c");
+  EXPECT_INVALID(dpt_gemm_batched(be, &bt, 0, 0, 2, 2, 3, 1, a, 0, 2, b, 0, 2, 0, c, 0, 2), "lda");
+  EXPECT_INVALID(dpt_gemm_batched(be, &bt, 0, 1, 2, 2, 3, 1, a, 0, 3, b, 0, 2, 0, c, 0, 2), "ldb");
+  EXPECT_INVALID(dpt_gemm_batched(be, &bt, 0, 0, 2, 2, 3, 1, a, 0, 3, b, 0, 2, 0, c, 0, 1), "ldc");
+  /* the last item past the end: by offset, or by stride */
+  EXPECT_INVALID(dpt_gemm_batched(be, &bt, 0, 0, 2, 2, 3, 1, a, 1, 3, b, 0, 2, 0, c, 0, 2), "a");
+  EXPECT_INVALID(dpt_gemm_batched(be, &bt, 0, 0, 2, 2, 3, 1, a, 0, 3, b, 1, 2, 0, c, 0, 2), "b");
+  EXPECT_INVALID(dpt_gemm_batched(be, &bt, 0, 0, 2, 2, 3, 1, a, 0, 3, b, 0, 2, 0, c, 1, 2), "c");
+  bad.stride_a = 7;
+  EXPECT_INVALID(dpt_gemm_batched(be, &bad, 0, 0, 2, 2, 3, 1, a, 0, 3, b, 0, 2, 0, c, 0, 2), "a");
+  bad = bt;
+  bad.stride_c = 3; /* C items would overlap (one C spans 4) */
+  EXPECT_INVALID(dpt_gemm_batched(be, &bad, 0, 0, 2, 2, 3, 1, a, 0, 3, b, 0, 2, 0, c, 0, 2),
+                 "stride_c");
+  bad = bt;
+  bad.batch = SIZE_MAX / 2; /* the span overflows */
+  EXPECT_INVALID(dpt_gemm_batched(be, &bad, 0, 0, 2, 2, 3, 1, a, 0, 3, b, 0, 2, 0, c, 0, 2), "a");
+  EXPECT_INVALID(dpt_gemm_batched(be, &bt, 0, 0, 2, 2, 3, 1, o, 0, 3, b, 0, 2, 0, c, 0, 2), "a");
+  /* C's batch overlapping A's (both in one buffer), or B's second item */
+  EXPECT_INVALID(dpt_gemm_batched(be, &bt, 0, 0, 2, 2, 3, 1, big, 0, 3, b, 0, 2, 0, big, 8, 2),
+                 "c");
+  EXPECT_INVALID(dpt_gemm_batched(be, &bt, 0, 0, 2, 2, 3, 1, a, 0, 3, big, 0, 2, 0, big, 9, 2),
+                 "c");
+  expect_all(c, 8, 7.0f, "c");
+  expect_all(big, 32, 1.0f, "big");
+  /* the valid calls: each C = A B = 3; summed: 6 */
+  TU_OK(dpt_gemm_batched(be, &bt, 0, 0, 2, 2, 3, 1, a, 0, 3, b, 0, 2, 0, c, 0, 2));
+  expect_all(c, 8, 3.0f, "c");
+  TU_OK(dpt_gemm_batched(be, &summed, 0, 0, 2, 2, 3, 1, a, 0, 3, b, 0, 2, 0, c, 4, 2));
+  TU_OK(dpt_gemm_batched(be, &summed, 0, 0, 2, 2, 3, 1, a, 0, 3, b, 0, 2, 0, big, 12, 2));
+  expect_all(big, 12, 1.0f, "big");
+  const double six[4] = {6, 6, 6, 6};
+  tu_expect_buf("c (summed)", c, 4, six, 4, 0);
+  dpt_buffer_free(a);
+  dpt_buffer_free(b);
+  dpt_buffer_free(c);
+  dpt_buffer_free(big);
+  dpt_buffer_free(o);
+}
+END_TEST
+
+/* Batch norm over x [2, 3, 4]; the per-channel vectors [3] share one buffer: mean at 0, var 3,
+ * gamma 6, beta 9, sum_dy_xhat 12, sum_dy 15. */
+START_TEST(bn_bad) {
+  dpt_buffer *x = tu_f32_fill(be, 24, 1.0f), *dy = tu_f32_fill(be, 24, 0.5f);
+  dpt_buffer *v = tu_f32_fill(be, 18, 1.0f), *y = tu_f32_fill(be, 24, 9.0f);
+  dpt_buffer *o = tu_f32_fill(be2, 24, 1.0f);
+  const dpt_bn_geom g = {2, 3, 4, 1e-5f};
+  dpt_bn_geom bad = g;
+  EXPECT_INVALID(dpt_bn_stats(NULL, &g, x, 0, v, 0, v, 3), "backend");
+  EXPECT_INVALID(dpt_bn_stats(be, NULL, x, 0, v, 0, v, 3), "geometry");
+  bad.n = 0;
+  EXPECT_INVALID(dpt_bn_stats(be, &bad, x, 0, v, 0, v, 3), "n");
+  bad = g;
+  bad.p = 0;
+  EXPECT_INVALID(dpt_bn_fwd(be, &bad, x, 0, v, 0, v, 3, v, 6, v, 9, y, 0), "p");
+  const float eps_bad[] = {0.0f, -1e-5f, NAN, INFINITY};
+  for (size_t i = 0; i < sizeof eps_bad / sizeof eps_bad[0]; i++) {
+    bad = g;
+    bad.eps = eps_bad[i];
+    EXPECT_INVALID(dpt_bn_stats(be, &bad, x, 0, v, 0, v, 3), "eps");
+    EXPECT_INVALID(dpt_bn_fwd(be, &bad, x, 0, v, 0, v, 3, v, 6, v, 9, y, 0), "eps");
+    EXPECT_INVALID(dpt_bn_bwd(be, &bad, 8, dy, 0, x, 0, v, 0, v, 3, v, 6, v, 12, v, 15, y, 0),
+                   "eps");
+  }
+  bad = g;
+  bad.n = SIZE_MAX / 2;
+  EXPECT_INVALID(dpt_bn_stats(be, &bad, x, 0, v, 0, v, 3), "x");
+  EXPECT_INVALID(dpt_bn_stats(be, &g, x, 1, v, 0, v, 3), "x");
+  EXPECT_INVALID(dpt_bn_stats(be, &g, NULL, 0, v, 0, v, 3), "x");
+  EXPECT_INVALID(dpt_bn_stats(be, &g, x, 0, NULL, 0, v, 3), "mean");
+  EXPECT_INVALID(dpt_bn_stats(be, &g, x, 0, v, 0, v, 16), "var");
+  EXPECT_INVALID(dpt_bn_stats(be, &g, x, 0, v, 0, v, 2), "var"); /* overlaps mean */
+  EXPECT_INVALID(dpt_bn_stats(be, &g, x, 0, x, 20, v, 3), "mean");
+  EXPECT_INVALID(dpt_bn_stats(be, &g, o, 0, v, 0, v, 3), "x");
+
+  EXPECT_INVALID(dpt_bn_fwd(be, &g, x, 0, v, 0, v, 3, NULL, 6, v, 9, y, 0), "gamma");
+  EXPECT_INVALID(dpt_bn_fwd(be, &g, x, 0, v, 0, v, 3, v, 6, v, 16, y, 0), "beta");
+  EXPECT_INVALID(dpt_bn_fwd(be, &g, x, 0, v, 0, v, 3, v, 6, v, 9, y, 1), "y");
+  EXPECT_INVALID(dpt_bn_fwd(be, &g, x, 0, v, 0, v, 3, v, 6, v, 9, x, 0), "y");
+  EXPECT_INVALID(dpt_bn_fwd(be, &g, x, 0, y, 0, v, 3, v, 6, v, 9, y, 0), "y"); /* over mean */
+
+  EXPECT_INVALID(dpt_bn_bwd_reduce(be, &g, dy, 1, x, 0, v, 0, v, 3, v, 12, v, 15), "dy");
+  EXPECT_INVALID(dpt_bn_bwd_reduce(be, &g, dy, 0, x, 0, v, 0, v, 3, v, 12, v, 14), "sum_dy");
+  EXPECT_INVALID(dpt_bn_bwd_reduce(be, &g, dy, 0, x, 0, v, 0, v, 3, v, 2, v, 15), "sum_dy_xhat");
+  EXPECT_INVALID(dpt_bn_bwd_reduce(be, &g, dy, 0, x, 0, v, 0, v, 3, dy, 0, v, 15), "sum_dy_xhat");
+  EXPECT_INVALID(dpt_bn_bwd_reduce(be, &g, dy, 0, x, 0, v, 0, NULL, 3, v, 12, v, 15), "var");
+
+  EXPECT_INVALID(dpt_bn_bwd(be, &g, 0, dy, 0, x, 0, v, 0, v, 3, v, 6, v, 12, v, 15, y, 0), "count");
+  EXPECT_INVALID(dpt_bn_bwd(be, &g, 8, dy, 0, x, 0, v, 0, v, 3, v, 6, v, 12, NULL, 15, y, 0),
+                 "sum_dy");
+  EXPECT_INVALID(dpt_bn_bwd(be, &g, 8, dy, 0, x, 0, v, 0, v, 3, v, 6, v, 12, v, 15, dy, 0), "dx");
+  EXPECT_INVALID(dpt_bn_bwd(be, &g, 8, dy, 0, x, 0, v, 0, v, 3, v, 6, v, 12, v, 15, x, 0), "dx");
+  EXPECT_INVALID(dpt_bn_bwd(be, &g, 8, dy, 0, x, 0, v, 0, v, 3, v, 6, v, 12, v, 15, y, 1), "dx");
+  expect_all(x, 24, 1.0f, "x");
+  expect_all(v, 18, 1.0f, "vectors");
+  expect_all(y, 24, 9.0f, "y");
+  /* the valid calls */
+  TU_OK(dpt_bn_stats(be, &g, x, 0, v, 0, v, 3));
+  TU_OK(dpt_bn_fwd(be, &g, x, 0, v, 0, v, 3, v, 6, v, 9, y, 0));
+  TU_OK(dpt_bn_bwd_reduce(be, &g, dy, 0, x, 0, v, 0, v, 3, v, 12, v, 15));
+  TU_OK(dpt_bn_bwd(be, &g, 8, dy, 0, x, 0, v, 0, v, 3, v, 6, v, 12, v, 15, y, 0));
+  dpt_buffer_free(x);
+  dpt_buffer_free(dy);
+  dpt_buffer_free(v);
+  dpt_buffer_free(y);
+  dpt_buffer_free(o);
+}
+END_TEST
+
+START_TEST(avgpool_dropout_bad) {
+  dpt_buffer *x = tu_f32_fill(be, 16, 1.0f), *y = tu_f32_fill(be, 4, 8.0f);
+  const dpt_pool_geom pok = {1, 4, 4, 2, 2, 2, 2}; /* y [1, 2, 2] */
+  dpt_pool_geom p = pok;
+  EXPECT_INVALID(dpt_avgpool_fwd(NULL, &pok, x, 0, y, 0), "backend");
+  EXPECT_INVALID(dpt_avgpool_fwd(be, NULL, x, 0, y, 0), "geometry");
+  p.stride_h = 0;
+  EXPECT_INVALID(dpt_avgpool_fwd(be, &p, x, 0, y, 0), "stride");
+  p = pok;
+  p.kw = 5;
+  EXPECT_INVALID(dpt_avgpool_bwd(be, &p, y, 0, x, 0), "kernel");
+  EXPECT_INVALID(dpt_avgpool_fwd(be, &pok, x, 1, y, 0), "x");
+  EXPECT_INVALID(dpt_avgpool_fwd(be, &pok, NULL, 0, y, 0), "x");
+  EXPECT_INVALID(dpt_avgpool_fwd(be, &pok, x, 0, y, 1), "y");
+  EXPECT_INVALID(dpt_avgpool_fwd(be, &pok, x, 0, x, 12), "y");
+  EXPECT_INVALID(dpt_avgpool_bwd(be, &pok, y, 1, x, 0), "dy");
+  EXPECT_INVALID(dpt_avgpool_bwd(be, &pok, y, 0, x, 1), "dx");
+  EXPECT_INVALID(dpt_avgpool_bwd(be, &pok, x, 0, x, 0), "dx");
+  EXPECT_INVALID(dpt_avgpool_bwd(be, &pok, y, 0, NULL, 0), "dx");
+  expect_all(x, 16, 1.0f, "x");
+  expect_all(y, 4, 8.0f, "y");
+  TU_OK(dpt_avgpool_fwd(be, &pok, x, 0, y, 0));
+  expect_all(y, 4, 1.0f, "y");
+
+  dpt_buffer *d = tu_f32_fill(be, 16, 3.0f);
+  const dpt_dropout_params dp = {0.5f, 1, 2, 0};
+  dpt_dropout_params bad = dp;
+  EXPECT_INVALID(dpt_dropout(NULL, 4, 4, &dp, x, 0, d, 0), "backend");
+  EXPECT_INVALID(dpt_dropout(be, 4, 4, NULL, x, 0, d, 0), "params");
+  const float p_bad[] = {1.0f, -0.1f, 1.5f, NAN};
+  for (size_t i = 0; i < sizeof p_bad / sizeof p_bad[0]; i++) {
+    bad.p = p_bad[i];
+    EXPECT_INVALID(dpt_dropout(be, 4, 4, &bad, x, 0, d, 0), "p");
+  }
+  bad = dp;
+  bad.first_row = UINT32_MAX - 2; /* rows 4 would pass 2^32 */
+  EXPECT_INVALID(dpt_dropout(be, 4, 4, &bad, x, 0, d, 0), "rows");
+  EXPECT_INVALID(dpt_dropout(be, 1, (size_t)UINT32_MAX + 1, &dp, x, 0, d, 0), "cols");
+  EXPECT_INVALID(dpt_dropout(be, 4, 4, &dp, NULL, 0, d, 0), "x");
+  EXPECT_INVALID(dpt_dropout(be, 4, 4, &dp, x, 1, d, 0), "x");
+  EXPECT_INVALID(dpt_dropout(be, 4, 4, &dp, x, 0, d, 1), "y");
+  EXPECT_INVALID(dpt_dropout(be, 2, 4, &dp, x, 0, x, 4), "y"); /* partial overlap */
+  EXPECT_INVALID(dpt_dropout(be, 4, 4, &dp, x, 0, NULL, 0), "y");
+  expect_all(x, 16, 1.0f, "x");
+  expect_all(d, 16, 3.0f, "y");
+  /* in place (the exact same range) is allowed, as is the last row 2^32 - 1 */
+  TU_OK(dpt_dropout(be, 4, 4, &dp, d, 0, d, 0));
+  bad.first_row = UINT32_MAX - 4;
+  TU_OK(dpt_dropout(be, 4, 4, &bad, x, 0, d, 0));
+  dpt_buffer_free(x);
+  dpt_buffer_free(y);
+  dpt_buffer_free(d);
+}
+END_TEST
+
 static Suite *api_suite(void) {
   Suite *s = suite_create("api");
   TCase *st = tcase_create("status");
@@ -732,6 +921,9 @@ static Suite *api_suite(void) {
   tcase_add_test(mem, softmax_embed_bad);
   tcase_add_test(mem, geometry_bad);
   tcase_add_test(mem, optimizers_and_f16_bad);
+  tcase_add_test(mem, layer_ops_bad);
+  tcase_add_test(mem, bn_bad);
+  tcase_add_test(mem, avgpool_dropout_bad);
   suite_add_tcase(s, mem);
   return s;
 }

@@ -550,6 +550,108 @@ START_TEST(f16_round_trip_all) {
 }
 END_TEST
 
+/* ---- layer ops -----------------------------------------------------------------------------
+ * x [n=2, c=2, p=2] = channel 0: {1, 2 | 5, 6}, channel 1: {0, 0 | 3, -3}:
+ * mean = {3.5, 0}, biased var = {(6.25+2.25+2.25+6.25)/4 = 4.25, 18/4 = 4.5}. */
+START_TEST(bn_values) {
+  const dpt_bn_geom g = {2, 2, 2, 0.25f};
+  const float x0[8] = {1, 2, 0, 0, 5, 6, 3, -3}, gamma[2] = {2, -1}, beta[2] = {0.5f, 1};
+  dpt_buffer *x = tu_f32(be, x0, 8), *st = tu_f32_fill(be, 4, NAN);
+  dpt_buffer *gb = tu_f32(be, gamma, 2), *bb = tu_f32(be, beta, 2), *y = tu_f32_fill(be, 8, NAN);
+  TU_OK(dpt_bn_stats(be, &g, x, 0, st, 0, st, 2));
+  const double want_st[4] = {3.5, 0, 4.25, 4.5};
+  tu_expect_buf("mean, var", st, 0, want_st, 4, 0);
+  /* invstd = 1/sqrt(var + 0.25) = {1/sqrt(4.5), 1/sqrt(4.75)} */
+  TU_OK(dpt_bn_fwd(be, &g, x, 0, st, 0, st, 2, gb, 0, bb, 0, y, 0));
+  const double i0 = 1 / sqrt(4.5), i1 = 1 / sqrt(4.75);
+  const double want_y[8] = {-2.5 * i0 * 2 + 0.5, -1.5 * i0 * 2 + 0.5, 1,           1,
+                            1.5 * i0 * 2 + 0.5,  2.5 * i0 * 2 + 0.5,  -3 * i1 + 1, 3 * i1 + 1};
+  tu_expect_buf("y", y, 0, want_y, 8, 1e-6);
+  /* dy = 1 everywhere: sum_dy = 4 per channel, sum_dy_xhat = sum of xhat = 0, dx = 0 */
+  dpt_buffer *dy = tu_f32_fill(be, 8, 1.0f), *sums = tu_f32_fill(be, 4, NAN);
+  dpt_buffer *dx = tu_f32_fill(be, 8, NAN);
+  TU_OK(dpt_bn_bwd_reduce(be, &g, dy, 0, x, 0, st, 0, st, 2, sums, 0, sums, 2));
+  const double want_sums[4] = {0, 0, 4, 4};
+  tu_expect_buf("sum_dy_xhat, sum_dy", sums, 0, want_sums, 4, 1e-6);
+  TU_OK(dpt_bn_bwd(be, &g, 4, dy, 0, x, 0, st, 0, st, 2, gb, 0, sums, 0, sums, 2, dx, 0));
+  const double zeros[8] = {0};
+  tu_expect_buf("dx", dx, 0, zeros, 8, 1e-6);
+  dpt_buffer_free(x);
+  dpt_buffer_free(st);
+  dpt_buffer_free(gb);
+  dpt_buffer_free(bb);
+  dpt_buffer_free(y);
+  dpt_buffer_free(dy);
+  dpt_buffer_free(sums);
+  dpt_buffer_free(dx);
+}
+END_TEST
+
+START_TEST(avgpool_values) {
+  /* 4x5, kernel 2x2, stride 2: the last column is in no window */
+  const dpt_pool_geom g = {1, 4, 5, 2, 2, 2, 2};
+  const float x0[20] = {1, 3, 2, 4, 9, 5, 7, 6, 8, 9, 9, 2, 1, 0, 9, 3, 2, 5, 6, 9};
+  dpt_buffer *x = tu_f32(be, x0, 20), *y = tu_f32_fill(be, 4, NAN);
+  TU_OK(dpt_avgpool_fwd(be, &g, x, 0, y, 0));
+  const double want_y[4] = {4, 5, 4, 3};
+  tu_expect_buf("y", y, 0, want_y, 4, 0);
+  const float dy0[4] = {4, 8, 12, 16};
+  dpt_buffer *dy = tu_f32(be, dy0, 4), *dx = tu_f32_fill(be, 20, NAN);
+  TU_OK(dpt_avgpool_bwd(be, &g, dy, 0, dx, 0));
+  const double want_dx[20] = {1, 1, 2, 2, 0, 1, 1, 2, 2, 0, 3, 3, 4, 4, 0, 3, 3, 4, 4, 0};
+  tu_expect_buf("dx", dx, 0, want_dx, 20, 0);
+  dpt_buffer_free(x);
+  dpt_buffer_free(y);
+  dpt_buffer_free(dy);
+  dpt_buffer_free(dx);
+}
+END_TEST
+
+/* gemm_batched with stride_c 0 is, bit for bit, dpt_gemm with beta 0 and then beta 1 per item
+ * (pinned training hashes depend on it); with stride_c > 0 each item is one dpt_gemm. Checked
+ * with the default gemm and with the portable one. */
+static void expect_batched_is_gemm_loop(dpt_backend *b, int ta, int tb) {
+  enum { M = 37, N = 29, K = 70, BATCH = 5 };
+  static float a[BATCH * M * K], bm[BATCH * K * N], c1[BATCH * M * N], c2[BATCH * M * N];
+  tu_rng r = {11};
+  tu_fill(&r, a, BATCH * M * K, -1, 1);
+  tu_fill(&r, bm, BATCH * K * N, -1, 1);
+  dpt_buffer *ba = tu_f32(b, a, BATCH * M * K), *bb = tu_f32(b, bm, BATCH * K * N);
+  dpt_buffer *bc = tu_f32_fill(b, BATCH * M * N, NAN), *bl = tu_f32_fill(b, BATCH * M * N, NAN);
+  const size_t lda = ta ? M : K, ldb = tb ? K : N;
+  for (int summed = 1; summed >= 0; summed--) {
+    dpt_gemm_batch bt = {BATCH, M * K, K * N, summed ? 0 : M * N};
+    TU_OK(dpt_gemm_batched(b, &bt, ta, tb, M, N, K, 0.75f, ba, 0, lda, bb, 0, ldb, 0.0f, bc, 0, N));
+    for (size_t i = 0; i < BATCH; i++)
+      TU_OK(dpt_gemm(b, ta, tb, M, N, K, 0.75f, ba, i * M * K, lda, bb, i * K * N, ldb,
+                     summed && i > 0 ? 1.0f : 0.0f, bl, summed ? 0 : i * M * N, N));
+    size_t n = summed ? M * N : BATCH * M * N;
+    tu_get(bc, 0, c1, n);
+    tu_get(bl, 0, c2, n);
+    ck_assert_msg(memcmp(c1, c2, n * sizeof(float)) == 0,
+                  "gemm_batched (ta=%d tb=%d stride_c %zu) differs from the loop of dpt_gemm", ta,
+                  tb, bt.stride_c);
+  }
+  dpt_buffer_free(ba);
+  dpt_buffer_free(bb);
+  dpt_buffer_free(bc);
+  dpt_buffer_free(bl);
+}
+
+START_TEST(gemm_batched_is_gemm_loop) {
+  for (int t = 0; t < 4; t++)
+    expect_batched_is_gemm_loop(be, t & 1, t >> 1);
+  setenv("DPT_CPU_GEMM", "portable", 1);
+  dpt_backend *portable = NULL;
+  dpt_status st = dpt_backend_create(DPT_BACKEND_CPU, 0, &portable);
+  unsetenv("DPT_CPU_GEMM");
+  TU_OK(st);
+  for (int t = 0; t < 4; t++)
+    expect_batched_is_gemm_loop(portable, t & 1, t >> 1);
+  dpt_backend_destroy(portable);
+}
+END_TEST
+
 /* ---- backward ops against their forward ops ---------------------------------------------- */
 
 static double dot(const float *a, const float *b, size_t n) {
@@ -842,6 +944,213 @@ START_TEST(gemm_grad_vs_fd) {
 }
 END_TEST
 
+/* Training-mode batch norm as one function of x, gamma and beta: y = bn_fwd(x, bn_stats(x)),
+ * L = sum(y * W). Its gradients: dgamma = sum_dy_xhat and dbeta = sum_dy (bn_bwd_reduce with
+ * dy = W), dx = bn_bwd with count n*p (the terms through the batch mean and variance). */
+enum { BN_MAX = 64 };
+typedef struct bn_ctx {
+  dpt_bn_geom g;
+  dpt_buffer *x, *stats, *gamma, *beta; /* stats: mean [c] then var [c] */
+  weighted w;
+} bn_ctx;
+
+static double bn_loss(void *p) {
+  bn_ctx *c = p;
+  TU_OK(dpt_bn_stats(be, &c->g, c->x, 0, c->stats, 0, c->stats, c->g.c));
+  TU_OK(dpt_bn_fwd(be, &c->g, c->x, 0, c->stats, 0, c->stats, c->g.c, c->gamma, 0, c->beta, 0,
+                   c->w.out, 0));
+  return weighted_sum(&c->w);
+}
+
+static void expect_bn_grads(const dpt_bn_geom *g, uint64_t seed) {
+  const size_t nx = g->n * g->c * g->p;
+  ck_assert(nx <= BN_MAX && g->c <= 8);
+  float x[BN_MAX], w[BN_MAX], y[BN_MAX], dx[BN_MAX], gamma[8], beta[8], sums[16];
+  tu_rng r = {seed};
+  tu_fill(&r, x, nx, -1, 2);
+  tu_fill(&r, w, nx, -1, 1);
+  tu_fill(&r, gamma, g->c, 0.5, 1.5);
+  tu_fill(&r, beta, g->c, -1, 1);
+  bn_ctx c = {*g,
+              tu_f32(be, x, nx),
+              tu_f32_fill(be, 2 * g->c, NAN),
+              tu_f32(be, gamma, g->c),
+              tu_f32(be, beta, g->c),
+              {tu_f32_fill(be, nx, NAN), w, nx, y}};
+  dpt_buffer *bw = tu_f32(be, w, nx), *bsums = tu_f32_fill(be, 2 * g->c, NAN);
+  dpt_buffer *bdx = tu_f32_fill(be, nx, NAN);
+  bn_loss(&c); /* the batch statistics into c.stats */
+  TU_OK(dpt_bn_bwd_reduce(be, g, bw, 0, c.x, 0, c.stats, 0, c.stats, g->c, bsums, 0, bsums, g->c));
+  TU_OK(dpt_bn_bwd(be, g, g->n * g->p, bw, 0, c.x, 0, c.stats, 0, c.stats, g->c, c.gamma, 0, bsums,
+                   0, bsums, g->c, bdx, 0));
+  tu_get(bsums, 0, sums, 2 * g->c);
+  tu_get(bdx, 0, dx, nx);
+  /* nonlinear in x: a small step, float rounding of L over 2h bounds the tolerance */
+  expect_fd("bn dx", c.x, x, dx, (int)nx, 1e-2f, 2e-3, bn_loss, &c);
+  expect_fd("bn dgamma", c.gamma, gamma, sums, (int)g->c, 0.25f, 1e-4, bn_loss, &c); /* linear */
+  expect_fd("bn dbeta", c.beta, beta, sums + g->c, (int)g->c, 0.25f, 1e-4, bn_loss, &c);
+  /* the input gradient of a normalization sums to 0 per channel */
+  for (size_t ch = 0; ch < g->c; ch++) {
+    double s = 0;
+    for (size_t i = 0; i < g->n; i++)
+      for (size_t j = 0; j < g->p; j++)
+        s += dx[(i * g->c + ch) * g->p + j];
+    ck_assert_msg(fabs(s) < 1e-5, "channel %zu: dx sums to %g", ch, s);
+  }
+  dpt_buffer_free(c.x);
+  dpt_buffer_free(c.stats);
+  dpt_buffer_free(c.gamma);
+  dpt_buffer_free(c.beta);
+  dpt_buffer_free(c.w.out);
+  dpt_buffer_free(bw);
+  dpt_buffer_free(bsums);
+  dpt_buffer_free(bdx);
+}
+
+START_TEST(bn_train_grads_vs_fd) {
+  const dpt_bn_geom g2d = {3, 2, 5, 1e-5f}, g1d = {8, 3, 1, 1e-5f}, wide = {2, 4, 7, 1e-2f};
+  expect_bn_grads(&g2d, 21);
+  expect_bn_grads(&g1d, 22);
+  expect_bn_grads(&wide, 23);
+}
+END_TEST
+
+/* avgpool_bwd is the adjoint of avgpool_fwd (<fwd(x), dy> == <x, bwd(dy)>) on overlapping,
+ * strided (with uncovered edges) and global windows; and the gradient of sum(fwd(x) * W)
+ * against finite differences (linear: a large step). */
+static const dpt_pool_geom fd_avgpool = {2, 6, 7, 3, 2, 2, 1}; /* y [2, 2, 6] */
+typedef struct avgpool_ctx {
+  dpt_buffer *x;
+  weighted w;
+} avgpool_ctx;
+
+static double avgpool_loss(void *p) {
+  avgpool_ctx *c = p;
+  TU_OK(dpt_avgpool_fwd(be, &fd_avgpool, c->x, 0, c->w.out, 0));
+  return weighted_sum(&c->w);
+}
+
+START_TEST(avgpool_bwd_is_adjoint_and_fd) {
+  static const dpt_pool_geom geoms[] = {
+      {2, 6, 7, 3, 2, 2, 1}, {3, 5, 5, 5, 5, 1, 1}, {1, 7, 9, 2, 3, 2, 3}, {2, 4, 4, 1, 1, 1, 1}};
+  tu_rng r = {8};
+  for (size_t gi = 0; gi < sizeof geoms / sizeof geoms[0]; gi++) {
+    const dpt_pool_geom *g = &geoms[gi];
+    size_t oh, ow;
+    TU_OK(dpt_pool_out_size(g, &oh, &ow));
+    size_t nx = g->planes * g->h * g->w, ny = g->planes * oh * ow;
+    float x[128], dy[128], y[128], dx[128];
+    ck_assert(nx <= 128 && ny <= 128);
+    tu_fill(&r, x, nx, -1, 1);
+    tu_fill(&r, dy, ny, -1, 1);
+    dpt_buffer *bx = tu_f32(be, x, nx), *bdy = tu_f32(be, dy, ny);
+    dpt_buffer *by = tu_f32_fill(be, ny, NAN), *bdx = tu_f32_fill(be, nx, NAN);
+    TU_OK(dpt_avgpool_fwd(be, g, bx, 0, by, 0));
+    TU_OK(dpt_avgpool_bwd(be, g, bdy, 0, bdx, 0));
+    tu_get(by, 0, y, ny);
+    tu_get(bdx, 0, dx, nx);
+    double lhs = dot(y, dy, ny), rhs = dot(x, dx, nx);
+    ck_assert_msg(fabs(lhs - rhs) <= 1e-5 * (1.0 + fabs(lhs)),
+                  "geometry %zu: <fwd(x), dy> = %.9g but <x, bwd(dy)> = %.9g", gi, lhs, rhs);
+    if (memcmp(g, &fd_avgpool, sizeof *g) == 0) {
+      avgpool_ctx c = {bx, {by, dy, ny, y}};
+      expect_fd("avgpool dx", bx, x, dx, (int)nx, 0.25f, 1e-4, avgpool_loss, &c);
+    }
+    dpt_buffer_free(bx);
+    dpt_buffer_free(bdy);
+    dpt_buffer_free(by);
+    dpt_buffer_free(bdx);
+  }
+}
+END_TEST
+
+/* Dropout: the mask applied to dy is the gradient (the op is its own adjoint for the same
+ * parameters); the dropped fraction is near p; dpt_dropout_keep names exactly the kept
+ * elements, which are scaled by 1 / (1 - p); the mask depends on the global row, not on how the
+ * rows are split into calls; p == 0 is the identity; in place equals out of place. */
+enum { DR_R = 256, DR_C = 1000 };
+
+START_TEST(dropout_adjoint_and_fraction) {
+  static float x[DR_R * DR_C], dy[DR_R * DR_C], y[DR_R * DR_C], dx[DR_R * DR_C];
+  const float ps[] = {0.1f, 0.5f, 0.9f};
+  tu_rng r = {9};
+  tu_fill(&r, x, DR_R * DR_C, -1, 1);
+  tu_fill(&r, dy, DR_R * DR_C, -1, 1);
+  dpt_buffer *bx = tu_f32(be, x, DR_R * DR_C), *bdy = tu_f32(be, dy, DR_R * DR_C);
+  dpt_buffer *by = tu_f32_fill(be, DR_R * DR_C, NAN), *bdx = tu_f32_fill(be, DR_R * DR_C, NAN);
+  for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++) {
+    const dpt_dropout_params p = {ps[k], 1234 + k, 7 * k + 1, (uint32_t)(100 * k)};
+    TU_OK(dpt_dropout(be, DR_R, DR_C, &p, bx, 0, by, 0));
+    TU_OK(dpt_dropout(be, DR_R, DR_C, &p, bdy, 0, bdx, 0));
+    tu_get(by, 0, y, DR_R * DR_C);
+    tu_get(bdx, 0, dx, DR_R * DR_C);
+    double lhs = dot(y, dy, DR_R * DR_C), rhs = dot(x, dx, DR_R * DR_C);
+    ck_assert_msg(fabs(lhs - rhs) <= 1e-6 * (1.0 + fabs(lhs)), "p %g: <y, dy> %.9g != <x, dx> %.9g",
+                  (double)p.p, lhs, rhs);
+    const float scale = (float)(1.0 / (1.0 - (double)p.p));
+    size_t dropped = 0;
+    for (size_t i = 0; i < DR_R * DR_C; i++) {
+      int keep = dpt_dropout_keep(&p, p.first_row + (uint32_t)(i / DR_C), (uint32_t)(i % DR_C));
+      float want = keep ? x[i] * scale : 0.0f;
+      if (memcmp(&y[i], &want, 4) != 0) /* not ck_assert: each one logs a mark point */
+        ck_abort_msg("p %g: y[%zu] = %.9g, want %.9g (keep %d)", (double)p.p, i, (double)y[i],
+                     (double)want, keep);
+      dropped += !keep;
+    }
+    /* 6 standard deviations of a binomial fraction */
+    double frac = (double)dropped / (DR_R * DR_C), n = DR_R * DR_C;
+    double sd = sqrt((double)p.p * (1.0 - (double)p.p) / n);
+    ck_assert_msg(fabs(frac - (double)p.p) < 6 * sd, "p %g: dropped fraction %.5f", (double)p.p,
+                  frac);
+  }
+  dpt_buffer_free(bx);
+  dpt_buffer_free(bdy);
+  dpt_buffer_free(by);
+  dpt_buffer_free(bdx);
+}
+END_TEST
+
+START_TEST(dropout_split_and_in_place) {
+  enum { R = 8, C = 37 };
+  float x[R * C], whole[R * C], split[R * C];
+  tu_rng r = {10};
+  tu_fill(&r, x, R * C, -1, 1);
+  dpt_buffer *bx = tu_f32(be, x, R * C), *bw = tu_f32_fill(be, R * C, NAN);
+  dpt_buffer *bs = tu_f32_fill(be, R * C, NAN);
+  const dpt_dropout_params p = {0.5f, 99, 5, 40};
+  const dpt_dropout_params tail = {0.5f, 99, 5, 43};
+  TU_OK(dpt_dropout(be, R, C, &p, bx, 0, bw, 0));
+  TU_OK(dpt_dropout(be, 3, C, &p, bx, 0, bs, 0));
+  TU_OK(dpt_dropout(be, R - 3, C, &tail, bx, 3 * C, bs, 3 * C));
+  tu_get(bw, 0, whole, R * C);
+  tu_get(bs, 0, split, R * C);
+  ck_assert_msg(memcmp(whole, split, sizeof whole) == 0, "rows [0,3) + [3,8) != rows [0,8)");
+  /* another step or seed gives another mask */
+  const dpt_dropout_params next = {0.5f, 99, 6, 40};
+  TU_OK(dpt_dropout(be, R, C, &next, bx, 0, bs, 0));
+  tu_get(bs, 0, split, R * C);
+  ck_assert_msg(memcmp(whole, split, sizeof whole) != 0, "step 6 has the mask of step 5");
+  /* in place */
+  TU_OK(dpt_dropout(be, R, C, &p, bx, 0, bx, 0));
+  tu_get(bx, 0, split, R * C);
+  ck_assert_msg(memcmp(whole, split, sizeof whole) == 0, "in place differs");
+  /* p == 0: the identity */
+  const dpt_dropout_params none = {0.0f, 99, 5, 40};
+  TU_OK(dpt_buffer_upload(bx, 0, x, sizeof x));
+  TU_OK(dpt_dropout(be, R, C, &none, bx, 0, bs, 0));
+  tu_get(bs, 0, split, R * C);
+  ck_assert_msg(memcmp(x, split, sizeof x) == 0, "p 0 is not the identity");
+  int kept = 0;
+  for (uint32_t i = 0; i < 1000; i++)
+    kept += dpt_dropout_keep(&none, i, i * 7);
+  ck_assert_int_eq(kept, 1000);
+  ck_assert(!dpt_dropout_keep(NULL, 0, 0));
+  dpt_buffer_free(bx);
+  dpt_buffer_free(bw);
+  dpt_buffer_free(bs);
+}
+END_TEST
+
 /* DPT_CPU_GEMM takes portable, portable-baseline or openblas; anything else fails the creation
  * naming the variable, the value and the accepted ones. */
 START_TEST(cpu_gemm_env_values) {
@@ -885,6 +1194,9 @@ static Suite *cpu_ops_suite(void) {
   tcase_add_test(hand, adamw_two_steps);
   tcase_add_test(hand, f16_values);
   tcase_add_test(hand, f16_round_trip_all);
+  tcase_add_test(hand, bn_values);
+  tcase_add_test(hand, avgpool_values);
+  tcase_add_test(hand, gemm_batched_is_gemm_loop);
   suite_add_tcase(s, hand);
 
   TCase *grad = tcase_create("gradients");
@@ -896,6 +1208,10 @@ static Suite *cpu_ops_suite(void) {
   tcase_add_test(grad, embed_scatter_add_is_adjoint_of_gather);
   tcase_add_test(grad, softmax_xent_grad_vs_fd);
   tcase_add_test(grad, gemm_grad_vs_fd);
+  tcase_add_test(grad, bn_train_grads_vs_fd);
+  tcase_add_test(grad, avgpool_bwd_is_adjoint_and_fd);
+  tcase_add_test(grad, dropout_adjoint_and_fraction);
+  tcase_add_test(grad, dropout_split_and_in_place);
   suite_add_tcase(s, grad);
   return s;
 }
