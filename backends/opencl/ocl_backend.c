@@ -284,6 +284,7 @@ static void dpt_ocl_destroy(dpt_backend *be) {
   if (!c) return;
   if (c->queue) clFinish(c->queue);
   if (c->scratch) clReleaseMemObject(c->scratch);
+  if (c->gemm_scratch) clReleaseMemObject(c->gemm_scratch);
   dpt_ocl_release_program(c);
   if (c->queue) clReleaseCommandQueue(c->queue);
   if (c->context) clReleaseContext(c->context);

@@ -38,7 +38,15 @@
   X(sgd_update)                                                                                    \
   X(adamw_update)                                                                                  \
   X(f32_to_f16)                                                                                    \
-  X(f16_to_f32)
+  X(f16_to_f32)                                                                                    \
+  X(gemm_batch_sum)                                                                                \
+  X(bn_stats)                                                                                      \
+  X(bn_fwd)                                                                                        \
+  X(bn_bwd_reduce)                                                                                 \
+  X(bn_bwd)                                                                                        \
+  X(avgpool_fwd)                                                                                   \
+  X(avgpool_bwd)                                                                                   \
+  X(dropout)
 
 typedef enum dpt_ocl_kernel {
 #define DPT_OCL_KERNEL_ENUM_(name) DPT_OCL_K_##name,
@@ -49,7 +57,8 @@ typedef enum dpt_ocl_kernel {
 
 /* Kernels that reduce in local memory need a power-of-two work-group size. */
 #define DPT_OCL_KERNEL_NEEDS_POW2(k)                                                               \
-  ((k) == DPT_OCL_K_reduce_sum || (k) == DPT_OCL_K_count_nonfinite || (k) == DPT_OCL_K_softmax_xent)
+  ((k) == DPT_OCL_K_reduce_sum || (k) == DPT_OCL_K_count_nonfinite ||                              \
+   (k) == DPT_OCL_K_softmax_xent || (k) == DPT_OCL_K_bn_stats || (k) == DPT_OCL_K_bn_bwd_reduce)
 
 /* The device limits the launch code sizes work from, read once at create. */
 typedef struct dpt_ocl_limits {
@@ -87,6 +96,13 @@ typedef struct dpt_ocl_ctx {
    * demand, never shrunk; reused across calls because every reader waits for its results. */
   cl_mem scratch;       /* owned, may be NULL */
   size_t scratch_bytes; /* capacity of scratch */
+
+  /* Device scratch of gemm_batched with a summed batch (stride_c 0): the scaled products of
+   * a chunk of the batch, [chunk, m, n], before they are added into C. Grown on demand,
+   * never shrunk; reuse is safe because the queue is in order (the next gemm writing it runs
+   * after the kernel that read it). */
+  cl_mem gemm_scratch;       /* owned, may be NULL */
+  size_t gemm_scratch_bytes; /* capacity of gemm_scratch */
 } dpt_ocl_ctx;
 
 static inline dpt_ocl_ctx *dpt_ocl_ctx_of(dpt_backend *be) {
@@ -132,6 +148,10 @@ void dpt_ocl_release_program(dpt_ocl_ctx *c);
 /* Makes the scratch buffer at least `bytes` large. */
 dpt_status dpt_ocl_scratch(dpt_ocl_ctx *c, size_t bytes);
 
+/* Makes *mem (capacity *cap bytes) at least `bytes` large: the grow-only scratch buffers of the
+ * context; `what` names it in messages. */
+dpt_status dpt_ocl_grow(dpt_ocl_ctx *c, cl_mem *mem, size_t *cap, size_t bytes, const char *what);
+
 /* Argument list of one launch. Arguments are set in order; the first failure is kept and
  * reported by dpt_ocl_launch, so op code reads as a flat list of arg calls. */
 typedef struct dpt_ocl_args {
@@ -147,6 +167,7 @@ dpt_status dpt_ocl_begin(dpt_ocl_args *l, dpt_ocl_ctx *c, dpt_ocl_kernel k);
 void dpt_ocl_arg_mem(dpt_ocl_args *l, cl_mem m);
 void dpt_ocl_arg_u64(dpt_ocl_args *l, uint64_t v);
 void dpt_ocl_arg_i32(dpt_ocl_args *l, int32_t v);
+void dpt_ocl_arg_u32(dpt_ocl_args *l, uint32_t v);
 void dpt_ocl_arg_f32(dpt_ocl_args *l, float v);
 void dpt_ocl_arg_local(dpt_ocl_args *l, size_t bytes);
 /* A tensor argument: the cl_mem followed by its element offset as ulong. */
@@ -158,10 +179,19 @@ dpt_status dpt_ocl_launch_groups(dpt_ocl_args *l, size_t groups);
 /* Enqueues one work-item per element of `items` (rounded up to whole work-groups). */
 dpt_status dpt_ocl_launch(dpt_ocl_args *l, size_t items);
 
+/* Launches kernel k over `items` work-items, with the argument shape most element-wise kernels
+ * share:
+ *   (ulong items, ulong u[0..nu), float f[0..nf), then a (buffer, ulong offset) pair per tensor)
+ * and each work-item checking its index against `items`. */
+dpt_status dpt_ocl_launch_flat(dpt_backend *be, dpt_ocl_kernel k, size_t items, int nu,
+                               const uint64_t *u, int nf, const float *f, int nr,
+                               const dpt_ref *refs);
+
 /* Blocking read of `bytes` from the scratch buffer into host memory. */
 dpt_status dpt_ocl_read_scratch(dpt_ocl_ctx *c, void *dst, size_t bytes, const char *what);
 
-/* ---- ops (ocl_ops.c, ocl_gemm.c) ------------------------------------------------------------ */
+/* ---- ops (ocl_ops.c, ocl_gemm.c, ocl_layers.c)
+ * ------------------------------------------------------------ */
 
 #define DPT_OCL_OP_DECL_(NAME, name)                                                               \
   dpt_status dpt_ocl_##name(dpt_backend *be, const dpt_##name##_args *a);

@@ -9,13 +9,9 @@
 #include "base/error.h"
 #include "base/size.h"
 
-/* Launches kernel k over `items` work-items, with the argument shape every kernel but the
- * reductions, softmax and scatter-add shares:
- *   (ulong items, ulong u[0..nu), float f[0..nf), then a (buffer, ulong offset) pair per tensor)
- * and each work-item checking its index against `items`. */
-static dpt_status launch_flat(dpt_backend *be, dpt_ocl_kernel k, size_t items, int nu,
-                              const uint64_t *u, int nf, const float *f, int nr,
-                              const dpt_ref *refs) {
+dpt_status dpt_ocl_launch_flat(dpt_backend *be, dpt_ocl_kernel k, size_t items, int nu,
+                               const uint64_t *u, int nf, const float *f, int nr,
+                               const dpt_ref *refs) {
   dpt_ocl_args l;
   DPT_TRY(dpt_ocl_begin(&l, dpt_ocl_ctx_of(be), k));
   dpt_ocl_arg_u64(&l, items);
@@ -30,34 +26,34 @@ static dpt_status launch_flat(dpt_backend *be, dpt_ocl_kernel k, size_t items, i
 
 dpt_status dpt_ocl_relu_fwd(dpt_backend *be, const dpt_relu_fwd_args *a) {
   const dpt_ref refs[] = {a->x, a->y};
-  return launch_flat(be, DPT_OCL_K_relu_fwd, a->n, 0, NULL, 0, NULL, 2, refs);
+  return dpt_ocl_launch_flat(be, DPT_OCL_K_relu_fwd, a->n, 0, NULL, 0, NULL, 2, refs);
 }
 
 dpt_status dpt_ocl_relu_bwd(dpt_backend *be, const dpt_relu_bwd_args *a) {
   const dpt_ref refs[] = {a->x, a->dy, a->dx};
-  return launch_flat(be, DPT_OCL_K_relu_bwd, a->n, 0, NULL, 0, NULL, 3, refs);
+  return dpt_ocl_launch_flat(be, DPT_OCL_K_relu_bwd, a->n, 0, NULL, 0, NULL, 3, refs);
 }
 
 dpt_status dpt_ocl_bias_add(dpt_backend *be, const dpt_bias_add_args *a) {
   const uint64_t u[] = {a->cols};
   const dpt_ref refs[] = {a->y, a->bias};
-  return launch_flat(be, DPT_OCL_K_bias_add, a->rows * a->cols, 1, u, 0, NULL, 2, refs);
+  return dpt_ocl_launch_flat(be, DPT_OCL_K_bias_add, a->rows * a->cols, 1, u, 0, NULL, 2, refs);
 }
 
 dpt_status dpt_ocl_bias_grad(dpt_backend *be, const dpt_bias_grad_args *a) {
   /* rows == 0: dy may be an empty tensor; its buffer is still a valid argument. */
   const uint64_t u[] = {a->rows};
   const dpt_ref refs[] = {a->dy, a->db};
-  return launch_flat(be, DPT_OCL_K_bias_grad, a->cols, 1, u, 1, &a->beta, 2, refs);
+  return dpt_ocl_launch_flat(be, DPT_OCL_K_bias_grad, a->cols, 1, u, 1, &a->beta, 2, refs);
 }
 
 dpt_status dpt_ocl_axpy(dpt_backend *be, const dpt_axpy_args *a) {
   const dpt_ref refs[] = {a->x, a->y};
-  return launch_flat(be, DPT_OCL_K_axpy, a->n, 0, NULL, 1, &a->alpha, 2, refs);
+  return dpt_ocl_launch_flat(be, DPT_OCL_K_axpy, a->n, 0, NULL, 1, &a->alpha, 2, refs);
 }
 
 dpt_status dpt_ocl_scale(dpt_backend *be, const dpt_scale_args *a) {
-  return launch_flat(be, DPT_OCL_K_scale, a->n, 0, NULL, 1, &a->alpha, 1, &a->x);
+  return dpt_ocl_launch_flat(be, DPT_OCL_K_scale, a->n, 0, NULL, 1, &a->alpha, 1, &a->x);
 }
 
 /* ---- reductions ---------------------------------------------------------------------------- */
@@ -214,7 +210,7 @@ static dpt_status launch_conv(dpt_backend *be, dpt_ocl_kernel k, size_t items,
   const uint64_t u[] = {g->c,        g->h,     g->w,     g->kh, g->kw, g->stride_h,
                         g->stride_w, g->pad_h, g->pad_w, oh,    ow};
   const dpt_ref refs[] = {in, out};
-  return launch_flat(be, k, items, 11, u, 0, NULL, 2, refs);
+  return dpt_ocl_launch_flat(be, k, items, 11, u, 0, NULL, 2, refs);
 }
 
 dpt_status dpt_ocl_im2col(dpt_backend *be, const dpt_im2col_args *a) {
@@ -234,7 +230,7 @@ dpt_status dpt_ocl_col2im(dpt_backend *be, const dpt_col2im_args *a) {
 static dpt_status launch_pool(dpt_backend *be, dpt_ocl_kernel k, size_t items,
                               const dpt_pool_geom *g, size_t oh, size_t ow, const dpt_ref *refs) {
   const uint64_t u[] = {g->h, g->w, g->kh, g->kw, g->stride_h, g->stride_w, oh, ow};
-  return launch_flat(be, k, items, 8, u, 0, NULL, 3, refs);
+  return dpt_ocl_launch_flat(be, k, items, 8, u, 0, NULL, 3, refs);
 }
 
 dpt_status dpt_ocl_maxpool_fwd(dpt_backend *be, const dpt_maxpool_fwd_args *a) {
@@ -254,7 +250,7 @@ dpt_status dpt_ocl_maxpool_bwd(dpt_backend *be, const dpt_maxpool_bwd_args *a) {
 dpt_status dpt_ocl_embed_gather(dpt_backend *be, const dpt_embed_gather_args *a) {
   const uint64_t u[] = {a->vocab, a->dim};
   const dpt_ref refs[] = {a->table, a->idx, a->out};
-  return launch_flat(be, DPT_OCL_K_embed_gather, a->n * a->dim, 2, u, 0, NULL, 3, refs);
+  return dpt_ocl_launch_flat(be, DPT_OCL_K_embed_gather, a->n * a->dim, 2, u, 0, NULL, 3, refs);
 }
 
 /* Buckets of embed_scatter_add (see kernels/embed.cl): enough work-items (buckets * dim) to
@@ -309,17 +305,17 @@ dpt_status dpt_ocl_adamw_update(dpt_backend *be, const dpt_adamw_update_args *a)
   const float scalars[] = {p->beta1,   p->beta2, p->eps,         k.step_size,
                            k.bc2_sqrt, k.decay,  k.one_minus_b1, k.one_minus_b2};
   const dpt_ref refs[] = {a->w, a->grad, a->m, a->v};
-  return launch_flat(be, DPT_OCL_K_adamw_update, a->n, 0, NULL, 8, scalars, 4, refs);
+  return dpt_ocl_launch_flat(be, DPT_OCL_K_adamw_update, a->n, 0, NULL, 8, scalars, 4, refs);
 }
 
 /* ---- float16 ------------------------------------------------------------------------------- */
 
 dpt_status dpt_ocl_f32_to_f16(dpt_backend *be, const dpt_f32_to_f16_args *a) {
   const dpt_ref refs[] = {a->src, a->dst};
-  return launch_flat(be, DPT_OCL_K_f32_to_f16, a->n, 0, NULL, 0, NULL, 2, refs);
+  return dpt_ocl_launch_flat(be, DPT_OCL_K_f32_to_f16, a->n, 0, NULL, 0, NULL, 2, refs);
 }
 
 dpt_status dpt_ocl_f16_to_f32(dpt_backend *be, const dpt_f16_to_f32_args *a) {
   const dpt_ref refs[] = {a->src, a->dst};
-  return launch_flat(be, DPT_OCL_K_f16_to_f32, a->n, 0, NULL, 0, NULL, 2, refs);
+  return dpt_ocl_launch_flat(be, DPT_OCL_K_f16_to_f32, a->n, 0, NULL, 0, NULL, 2, refs);
 }

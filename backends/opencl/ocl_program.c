@@ -23,8 +23,9 @@
 extern const struct dpt_embedded_file dpt_opencl_kernels[];
 
 /* Compile order: common.cl first, it defines what the others use. */
-static const char *const source_names[] = {"common.cl", "elementwise.cl", "reduce.cl", "softmax.cl",
-                                           "conv.cl",   "embed.cl",       "optim.cl",  "half.cl"};
+static const char *const source_names[] = {"common.cl",  "elementwise.cl", "reduce.cl",
+                                           "softmax.cl", "conv.cl",        "embed.cl",
+                                           "optim.cl",   "half.cl",        "layers.cl"};
 #define SOURCE_COUNT (sizeof source_names / sizeof source_names[0])
 
 static const char *const kernel_names[DPT_OCL_K_COUNT] = {
@@ -48,6 +49,10 @@ static size_t local_bytes_per_item(const dpt_ocl_ctx *c, dpt_ocl_kernel k) {
     return sizeof(cl_ulong);
   case DPT_OCL_K_softmax_xent:
     return sizeof(cl_float) + sizeof(cl_ulong) + acc;
+  case DPT_OCL_K_bn_stats:
+    return acc;
+  case DPT_OCL_K_bn_bwd_reduce:
+    return 2 * acc;
   default:
     return 0;
   }
@@ -185,20 +190,24 @@ void dpt_ocl_release_program(dpt_ocl_ctx *c) {
   c->program = NULL;
 }
 
-dpt_status dpt_ocl_scratch(dpt_ocl_ctx *c, size_t bytes) {
-  if (c->scratch && c->scratch_bytes >= bytes) return DPT_OK;
+dpt_status dpt_ocl_grow(dpt_ocl_ctx *c, cl_mem *mem, size_t *cap, size_t bytes, const char *what) {
+  if (*mem && *cap >= bytes) return DPT_OK;
   /* Release is safe with work still queued: OpenCL frees the memory once the commands that
    * use it have finished. */
-  if (c->scratch) clReleaseMemObject(c->scratch);
-  c->scratch = NULL;
-  c->scratch_bytes = 0;
+  if (*mem) clReleaseMemObject(*mem);
+  *mem = NULL;
+  *cap = 0;
   size_t size = bytes < 4096 ? 4096 : bytes;
   cl_int err;
   cl_mem m = clCreateBuffer(c->context, CL_MEM_READ_WRITE, size, NULL, &err);
-  if (err != CL_SUCCESS) return dpt_ocl_fail(err, "clCreateBuffer", "scratch", size);
-  c->scratch = m;
-  c->scratch_bytes = size;
+  if (err != CL_SUCCESS) return dpt_ocl_fail(err, "clCreateBuffer", what, size);
+  *mem = m;
+  *cap = size;
   return DPT_OK;
+}
+
+dpt_status dpt_ocl_scratch(dpt_ocl_ctx *c, size_t bytes) {
+  return dpt_ocl_grow(c, &c->scratch, &c->scratch_bytes, bytes, "scratch");
 }
 
 dpt_status dpt_ocl_read_scratch(dpt_ocl_ctx *c, void *dst, size_t bytes, const char *what) {
@@ -237,6 +246,11 @@ void dpt_ocl_arg_u64(dpt_ocl_args *l, uint64_t v) {
 
 void dpt_ocl_arg_i32(dpt_ocl_args *l, int32_t v) {
   cl_int x = (cl_int)v;
+  set_arg(l, sizeof x, &x);
+}
+
+void dpt_ocl_arg_u32(dpt_ocl_args *l, uint32_t v) {
+  cl_uint x = (cl_uint)v;
   set_arg(l, sizeof x, &x);
 }
 

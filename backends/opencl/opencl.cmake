@@ -9,7 +9,8 @@ set(DPT_OCL_KERNEL_FILES
     conv.cl
     embed.cl
     optim.cl
-    half.cl)
+    half.cl
+    layers.cl)
 list(TRANSFORM DPT_OCL_KERNEL_FILES PREPEND "${CMAKE_CURRENT_LIST_DIR}/kernels/")
 set(DPT_OCL_EMBEDDED "${CMAKE_CURRENT_BINARY_DIR}/dpt_opencl_kernels.c")
 dpt_embed_files(OUTPUT "${DPT_OCL_EMBEDDED}" SYMBOL dpt_opencl_kernels

@@ -1,0 +1,222 @@
+/* The layer ops beyond convolution: the batch sum of a summed batched gemm, batch
+ * normalization, average pooling and dropout. Same conventions as every kernel (common.cl);
+ * no atomics: each work-item owns the elements it writes, each work-group the channels it
+ * reduces. */
+
+/* c [m, n] (leading dimension ldc) = beta * c + s_0 + s_1 + ... + s_{batch-1}, where s_i [m, n]
+ * (dense) is item i of a batched gemm already scaled by alpha, stored at s + i * m * n. The
+ * items are added in order, in float, like the CPU reference's loop of gemms (C = alpha A_0
+ * B_0 + beta C, then C = alpha A_i B_i + C). first != 0: the beta term is added (the first
+ * chunk of a batch); otherwise c is the running sum. With first and beta == 0, c is not read.
+ * One work-item per element of c (total = m * n). */
+__kernel void gemm_batch_sum(ulong total, ulong n, ulong ldc, ulong batch, int first, float beta,
+                             __global const float *s, ulong s_off, __global float *c,
+                             ulong c_off) {
+  size_t g = get_global_id(0);
+  if (g >= total) return;
+  ulong ci = c_off + (g / n) * ldc + g % n;
+  __global const float *si = s + s_off + g;
+  float acc = si[0];
+  if (!first)
+    acc = acc + c[ci];
+  else if (beta != 0.0f)
+    acc = acc + beta * c[ci];
+  for (ulong i = 1; i < batch; ++i)
+    acc = acc + si[i * total];
+  c[ci] = acc;
+}
+
+/* ---- batch normalization over x [n, c, p] --------------------------------------------------- */
+
+/* The per-channel reductions: one work-group per channel (group id = channel); its work-items
+ * walk the channel's n*p values, value j = img * p + pos at x[(img * c + ch) * p + pos]. Each
+ * work-item starts at j = local id and steps by the local size L, advancing (img, pos) by
+ * (L / p, L % p) with a carry instead of dividing. */
+typedef struct dpt_bn_walk {
+  ulong img, pos, step_img, step_pos;
+} dpt_bn_walk;
+
+inline dpt_bn_walk dpt_bn_walk_start(ulong p) {
+  ulong lid = get_local_id(0), L = get_local_size(0);
+  dpt_bn_walk w = {lid / p, lid % p, L / p, L % p};
+  return w;
+}
+
+inline void dpt_bn_walk_next(dpt_bn_walk *w, ulong p) {
+  w->img += w->step_img;
+  w->pos += w->step_pos;
+  if (w->pos >= p) {
+    w->pos -= p;
+    ++w->img;
+  }
+}
+
+/* mean[c] and biased var[c] (two passes over the channel: the mean, then the mean of squared
+ * deviations from it), accumulated in acc_t. scratch: local size acc_t. */
+__kernel void bn_stats(ulong n, ulong c, ulong p, __global const float *x, ulong x_off,
+                       __global float *mean, ulong mean_off, __global float *var, ulong var_off,
+                       __local acc_t *scratch) {
+  ulong ch = get_group_id(0);
+  acc_t count = (acc_t)(n * p);
+  acc_t acc = 0;
+  for (dpt_bn_walk w = dpt_bn_walk_start(p); w.img < n; dpt_bn_walk_next(&w, p))
+    acc += (acc_t)x[x_off + (w.img * c + ch) * p + w.pos];
+  scratch[get_local_id(0)] = acc;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  DPT_TREE_REDUCE(scratch);
+  acc_t m = scratch[0] / count;
+  barrier(CLK_LOCAL_MEM_FENCE); /* every work-item read scratch[0] before it is reused */
+  acc = 0;
+  for (dpt_bn_walk w = dpt_bn_walk_start(p); w.img < n; dpt_bn_walk_next(&w, p)) {
+    acc_t d = (acc_t)x[x_off + (w.img * c + ch) * p + w.pos] - m;
+    acc += d * d;
+  }
+  scratch[get_local_id(0)] = acc;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  DPT_TREE_REDUCE(scratch);
+  if (get_local_id(0) == 0) {
+    mean[mean_off + ch] = (float)m;
+    var[var_off + ch] = (float)(scratch[0] / count);
+  }
+}
+
+/* invstd = 1 / sqrt(var + eps) in float, with the correctly rounded sqrt and division the
+ * program is built with where the device has them (ocl_program.c). */
+inline float dpt_bn_invstd(float var, float eps) {
+  return 1.0f / sqrt(var + eps);
+}
+
+/* y = (x - mean) * invstd * gamma + beta; one work-item per element (total = n * c * p). */
+__kernel void bn_fwd(ulong total, ulong c, ulong p, float eps, __global const float *x,
+                     ulong x_off, __global const float *mean, ulong mean_off,
+                     __global const float *var, ulong var_off, __global const float *gamma,
+                     ulong gamma_off, __global const float *beta, ulong beta_off,
+                     __global float *y, ulong y_off) {
+  size_t g = get_global_id(0);
+  if (g >= total) return;
+  ulong ch = (g / p) % c;
+  float invstd = dpt_bn_invstd(var[var_off + ch], eps);
+  float xhat = (x[x_off + g] - mean[mean_off + ch]) * invstd;
+  y[y_off + g] = xhat * gamma[gamma_off + ch] + beta[beta_off + ch];
+}
+
+/* sum_dy[c] and sum_dy_xhat[c] with xhat = (x - mean) * invstd in float, accumulated in acc_t.
+ * One work-group per channel; s_dy, s_dyx: local size acc_t each. */
+__kernel void bn_bwd_reduce(ulong n, ulong c, ulong p, float eps, __global const float *dy,
+                            ulong dy_off, __global const float *x, ulong x_off,
+                            __global const float *mean, ulong mean_off, __global const float *var,
+                            ulong var_off, __global float *sum_dy_xhat, ulong sum_dy_xhat_off,
+                            __global float *sum_dy, ulong sum_dy_off, __local acc_t *s_dy,
+                            __local acc_t *s_dyx) {
+  ulong ch = get_group_id(0);
+  float m = mean[mean_off + ch];
+  float invstd = dpt_bn_invstd(var[var_off + ch], eps);
+  acc_t a_dy = 0, a_dyx = 0;
+  for (dpt_bn_walk w = dpt_bn_walk_start(p); w.img < n; dpt_bn_walk_next(&w, p)) {
+    ulong i = (w.img * c + ch) * p + w.pos;
+    float d = dy[dy_off + i];
+    float xhat = (x[x_off + i] - m) * invstd;
+    a_dy += (acc_t)d;
+    a_dyx += (acc_t)(d * xhat);
+  }
+  size_t lid = get_local_id(0);
+  s_dy[lid] = a_dy;
+  s_dyx[lid] = a_dyx;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (size_t s = get_local_size(0) / 2; s > 0; s /= 2) {
+    if (lid < s) {
+      s_dy[lid] += s_dy[lid + s];
+      s_dyx[lid] += s_dyx[lid + s];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  if (lid == 0) {
+    sum_dy[sum_dy_off + ch] = (float)s_dy[0];
+    sum_dy_xhat[sum_dy_xhat_off + ch] = (float)s_dyx[0];
+  }
+}
+
+/* dx = gamma * invstd * (dy - sum_dy / count - xhat * sum_dy_xhat / count); one work-item per
+ * element (total = n * c * p). */
+__kernel void bn_bwd(ulong total, ulong c, ulong p, ulong count, float eps,
+                     __global const float *dy, ulong dy_off, __global const float *x, ulong x_off,
+                     __global const float *mean, ulong mean_off, __global const float *var,
+                     ulong var_off, __global const float *gamma, ulong gamma_off,
+                     __global const float *sum_dy_xhat, ulong sum_dy_xhat_off,
+                     __global const float *sum_dy, ulong sum_dy_off, __global float *dx,
+                     ulong dx_off) {
+  size_t g = get_global_id(0);
+  if (g >= total) return;
+  ulong ch = (g / p) % c;
+  float invstd = dpt_bn_invstd(var[var_off + ch], eps);
+  float k = gamma[gamma_off + ch] * invstd;
+  float a = sum_dy[sum_dy_off + ch] / (float)count;
+  float b = sum_dy_xhat[sum_dy_xhat_off + ch] / (float)count;
+  float xhat = (x[x_off + g] - mean[mean_off + ch]) * invstd;
+  dx[dx_off + g] = k * (dy[dy_off + g] - a - xhat * b);
+}
+
+/* ---- average pooling (no padding) ----------------------------------------------------------- */
+
+/* y [planes, oh, ow] = window sum (row-major order) / (kh * kw); one work-item per output. */
+__kernel void avgpool_fwd(ulong total, ulong h, ulong w, ulong kh, ulong kw, ulong sh, ulong sw,
+                          ulong oh, ulong ow, __global const float *x, ulong x_off,
+                          __global float *y, ulong y_off) {
+  size_t g = get_global_id(0);
+  if (g >= total) return;
+  ulong ox = g % ow, t = g / ow;
+  ulong oy = t % oh, p = t / oh;
+  __global const float *xp = x + x_off + p * h * w + (oy * sh) * w + ox * sw;
+  float sum = 0.0f;
+  for (ulong ki = 0; ki < kh; ++ki)
+    for (ulong kj = 0; kj < kw; ++kj)
+      sum += xp[ki * w + kj];
+  y[y_off + g] = sum / (float)(kh * kw);
+}
+
+/* dx [planes, h, w] (overwritten) = sum over the windows holding the element, in (oy, ox)
+ * order, of dy / (kh * kw): the gather form of the CPU reference's scatter; one work-item per
+ * dx element. Windows holding row iy: oy * sh <= iy < oy * sh + kh. */
+__kernel void avgpool_bwd(ulong total, ulong h, ulong w, ulong kh, ulong kw, ulong sh, ulong sw,
+                          ulong oh, ulong ow, __global const float *dy, ulong dy_off,
+                          __global float *dx, ulong dx_off) {
+  size_t g = get_global_id(0);
+  if (g >= total) return;
+  ulong hw = h * w;
+  ulong i = g % hw, p = g / hw;
+  ulong iy = i / w, ix = i % w;
+  ulong oy0 = iy >= kh ? (iy - kh) / sh + 1 : 0, oy1 = min(iy / sh, oh - 1);
+  ulong ox0 = ix >= kw ? (ix - kw) / sw + 1 : 0, ox1 = min(ix / sw, ow - 1);
+  __global const float *dyp = dy + dy_off + p * oh * ow;
+  float area = (float)(kh * kw);
+  float sum = 0.0f;
+  /* oy0 > oy1 (an element below or right of every window) leaves the sum 0. */
+  for (ulong oy = oy0; oy <= oy1; ++oy)
+    for (ulong ox = ox0; ox <= ox1; ++ox)
+      sum += dyp[oy * ow + ox] / area;
+  dx[dx_off + g] = sum;
+}
+
+/* ---- dropout -------------------------------------------------------------------------------- */
+
+/* lowbias32, as dpt_mix32 of backends/backend_impl.h (32-bit unsigned arithmetic). */
+inline uint dpt_mix32(uint h) {
+  h ^= h >> 16;
+  h *= 0x7feb352dU;
+  h ^= h >> 15;
+  h *= 0x846ca68bU;
+  h ^= h >> 16;
+  return h;
+}
+
+/* y [rows, cols] = keep ? x * scale : 0 with keep = (mix(mix(key ^ (first_row + r)) ^ c) >> 8)
+ * >= threshold; one work-item per element (total = rows * cols); y may be x. */
+__kernel void dropout(ulong total, ulong cols, uint key, uint threshold, uint first_row,
+                      float scale, __global const float *x, ulong x_off, __global float *y,
+                      ulong y_off) {
+  size_t g = get_global_id(0);
+  if (g >= total) return;
+  uint r = (uint)(g / cols), col = (uint)(g % cols);
+  uint h = dpt_mix32(dpt_mix32(key ^ (first_row + r)) ^ col);
+  y[y_off + g] = (h >> 8) >= threshold ? x[x_off + g] * scale : 0.0f;
+}
