@@ -832,6 +832,9 @@ int main(int argc, char **argv) {
   for (int op = 0; op < DPT_OP_COUNT; op++) {
     const char *name = dpt_op_name((dpt_op)op);
     TCase *tc = tcase_create(name ? name : "unnamed-op");
+    /* The gemms run CLBlast's kernels on OpenCL, not ours: CK_EXCLUDE_TAGS=clblast leaves
+     * them out (the Oclgrind run, where they take minutes). */
+    if (op == DPT_OP_GEMM || op == DPT_OP_GEMM_BATCHED) tcase_set_tags(tc, "clblast");
     tcase_add_loop_test(tc, test_op, op, op + 1);
     suite_add_tcase(s, tc);
   }

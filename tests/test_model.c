@@ -484,6 +484,39 @@ START_TEST(sync_bn_small_last_batch) {
 }
 END_TEST
 
+/* GPU backends train the graph like the CPU: 2 replicas with sync-bn and dropout, 20 steps,
+ * every tensor within 1e-4 of one CPU replica (their float sums round differently). */
+static dpt_backend_kind device_kind = DPT_BACKEND_CPU;
+
+START_TEST(device_matches_cpu) {
+  int count = 0;
+  if (!dpt_backend_compiled(device_kind) || dpt_device_count(device_kind, &count) != DPT_OK ||
+      count == 0) {
+    printf("%s: no device, nothing to compare\n", dpt_backend_kind_name(device_kind));
+    return;
+  }
+  dpt_dataset *ds = make_data(240, 5);
+  dpt_train_config cfg;
+  bn_config(&cfg, ds, 1);
+  dpt_backend *be;
+  dpt_model *m;
+  size_t n = state_size(&cfg.model, &m, &be);
+  float *ref = train_state(cfg, 1, n);
+  cfg.backend = device_kind;
+  float *got = train_state(cfg, 2, n);
+  double d = worst_tensor(m, got, ref);
+  printf("%s, 2 replicas, sync-bn: worst tensor differs from one CPU replica by %.3g\n",
+         dpt_backend_kind_name(device_kind), d);
+  ck_assert_msg(d <= 1e-4, "%s: a tensor differs from the CPU by %g",
+                dpt_backend_kind_name(device_kind), d);
+  free(got);
+  free(ref);
+  dpt_model_destroy(m);
+  dpt_backend_destroy(be);
+  dpt_dataset_destroy(ds);
+}
+END_TEST
+
 /* ---- MPI mode ------------------------------------------------------------------------------ */
 
 static int mpi_main(void) {
@@ -526,6 +559,19 @@ static int mpi_main(void) {
 
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "mpi") == 0) return mpi_main();
+  if (argc > 2 && strcmp(argv[1], "backend") == 0) {
+    if (dpt_backend_kind_parse(argv[2], &device_kind) != DPT_OK) return 2;
+    Suite *s = suite_create("model_device");
+    TCase *tc = tcase_create("device");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, device_matches_cpu);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+  }
   Suite *s = suite_create("model");
   TCase *graph = tcase_create("graph");
   tcase_set_timeout(graph, 120);

@@ -2,6 +2,10 @@
 dpt_add_check_test(NAME test_train SOURCES test_train.c LABELS unit train TIMEOUT 300)
 # Layer graphs: gradients of every layer kind, model files, batch norm buffers, sync-bn.
 dpt_add_check_test(NAME test_model SOURCES test_model.c LABELS unit train TIMEOUT 600)
+dpt_add_check_test(NAME test_model_opencl TARGET test_model ARGS backend opencl
+                   LABELS train opencl TIMEOUT 300 ENVIRONMENT POCL_MAX_PTHREAD_COUNT=1)
+dpt_add_check_test(NAME test_model_vulkan TARGET test_model ARGS backend vulkan
+                   LABELS train vulkan TIMEOUT 300 ENVIRONMENT DPT_VULKAN_VALIDATION=1)
 # GPU backends train like the CPU: 2 replicas, 20 steps, within 1e-4 of one CPU replica.
 dpt_add_check_test(NAME test_train_opencl TARGET test_train ARGS backend opencl
                    LABELS train opencl TIMEOUT 300 ENVIRONMENT POCL_MAX_PTHREAD_COUNT=1)
