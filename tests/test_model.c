@@ -15,29 +15,7 @@
 
 #include "dptrain/dptrain.h"
 #include "test_util.h"
-
-/* 8x8 one-channel images, 10 classes: the class is the brightest of ten pixel groups. */
-static dpt_dataset *make_data(size_t n, uint32_t seed) {
-  uint8_t *px = malloc(n * 64);
-  int32_t *lab = malloc(n * sizeof(int32_t));
-  uint32_t s = seed;
-  for (size_t i = 0; i < n; ++i) {
-    s = s * 1664525u + 1013904223u;
-    lab[i] = (int32_t)((s >> 16) % 10);
-    for (int p = 0; p < 64; ++p) {
-      s = s * 1664525u + 1013904223u;
-      px[i * 64 + (size_t)p] = (uint8_t)((s >> 24) / 2 + ((p % 10) == lab[i] ? 120 : 0));
-    }
-  }
-  dpt_dataset *ds = NULL;
-  if (dpt_dataset_from_memory(px, lab, n, 8, 8, 10, &ds) != DPT_OK) {
-    fprintf(stderr, "make_data: %s\n", dpt_last_error());
-    exit(1);
-  }
-  free(px);
-  free(lab);
-  return ds;
-}
+#include "train_data.h"
 
 static int add_layer(dpt_model_spec *s, dpt_layer_spec l, const char *name, int in0, int in1) {
   snprintf(l.name, sizeof l.name, "%s", name);
@@ -566,11 +544,7 @@ int main(int argc, char **argv) {
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, device_matches_cpu);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tu_run(s);
   }
   Suite *s = suite_create("model");
   TCase *graph = tcase_create("graph");
@@ -589,9 +563,5 @@ int main(int argc, char **argv) {
   tcase_add_test(dp, sync_bn_equivalence);
   tcase_add_test(dp, sync_bn_small_last_batch);
   suite_add_tcase(s, dp);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tu_run(s);
 }
