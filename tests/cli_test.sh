@@ -313,6 +313,11 @@ if [ -n "$gen" ]; then
   "$dptrain" train --data "$st/cut.safetensors" --epochs 1 --backend cpu >/dev/null 2>"$scratch/err"
   [ $? -ne 0 ] && grep -q "cut.safetensors" "$scratch/err" && [ "$(wc -l <"$scratch/err")" -eq 1 ] ||
     fail "truncated safetensors data: $(cat "$scratch/err")"
+  # A ResNet on 3-channel 6x6 images with 4 classes: the shapes come from the data.
+  out=$("$dptrain" train --data "$st/train.safetensors" --model resnet --depth 8 --global-batch 50 \
+    --epochs 1 --max-steps 2 --backend cpu --json 2>"$scratch/err")
+  [ $? -eq 0 ] && grep -q '"num_params": 77652' <<<"$out" ||
+    fail "resnet on 3x6x6 data, 4 classes: $(cat "$scratch/err") $out"
 fi
 
 # 12. Layer graphs: a tiny ResNet and a model file train (batch norm buffers saved and loaded
