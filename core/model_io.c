@@ -39,7 +39,30 @@ static int is_counter(const dpt_tensor_info *t) {
   return t->ndim == 0 && n >= k && strcmp(t->name + n - k, suffix) == 0;
 }
 
+/* The metadata: the format's, the model's description, then extra_kv's pairs (may be NULL).
+ * *out is malloc'd, NULL-terminated; its strings are borrowed. */
+static dpt_status metadata(const char *model_json, const char *const *extra_kv, const char ***out) {
+  size_t extra = 0;
+  while (extra_kv && extra_kv[extra])
+    ++extra;
+  const char **kv = malloc((7 + extra) * sizeof *kv);
+  if (!kv) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_model_save_params: out of memory");
+  const char *const base[] = {"format",  "pt", "producer", "dptrain", DPT_MODEL_METADATA_KEY,
+                              model_json};
+  memcpy(kv, base, sizeof base);
+  for (size_t i = 0; i < extra; ++i)
+    kv[6 + i] = extra_kv[i];
+  kv[6 + extra] = NULL;
+  *out = kv;
+  return DPT_OK;
+}
+
 dpt_status dpt_model_save_params(const dpt_model *m, const float *host, const char *path) {
+  return dpt_model_save_params_meta(m, host, path, NULL);
+}
+
+dpt_status dpt_model_save_params_meta(const dpt_model *m, const float *host, const char *path,
+                                      const char *const *extra_kv) {
   if (!m || !host || !path)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_save_params: NULL argument");
   size_t n = state_entries(m);
@@ -65,10 +88,11 @@ dpt_status dpt_model_save_params(const dpt_model *m, const float *host, const ch
       ts[i].shape[d] = t.shape[d];
   }
   char *model_json = NULL;
+  const char **meta = NULL;
   dpt_status st = dpt_model_spec_to_json(&m->spec, &model_json);
-  const char *const meta[] = {"format",   "pt", "producer", "dptrain", DPT_MODEL_METADATA_KEY,
-                              model_json, NULL};
+  if (st == DPT_OK) st = metadata(model_json, extra_kv, &meta);
   if (st == DPT_OK) st = dpt_safetensors_write(path, ts, n, meta);
+  free(meta);
   free(model_json);
   free(ts);
   free(counters);

@@ -313,6 +313,14 @@ if [ -n "$gen" ]; then
   "$dptrain" train --data "$st/cut.safetensors" --epochs 1 --backend cpu >/dev/null 2>"$scratch/err"
   [ $? -ne 0 ] && grep -q "cut.safetensors" "$scratch/err" && [ "$(wc -l <"$scratch/err")" -eq 1 ] ||
     fail "truncated safetensors data: $(cat "$scratch/err")"
+  # The normalization travels with the weights: eval gives the accuracy training printed.
+  out=$("$dptrain" train "${stargs[@]}" --test-data "$st/test.safetensors" --epochs 1 \
+    --mean 0.5 --std 0.25 --save-weights "$st/norm.safetensors" 2>"$scratch/err" | tail -n 1)
+  want=$(sed 's/.*"test_accuracy": \([0-9.]*\),.*/\1/' <<<"$out")
+  got=$("$dptrain" eval --weights "$st/norm.safetensors" --data "$st/test.safetensors" \
+    --backend cpu --json 2>"$scratch/err" | sed 's/.*"accuracy": \([0-9.]*\).*/\1/')
+  awk -v a="$want" -v b="$got" 'BEGIN { exit !(a != "" && a + 0 == b + 0) }' ||
+    fail "eval with the stored normalization: '$got', training printed '$want'"
   # A ResNet on 3-channel 6x6 images with 4 classes: the shapes come from the data.
   out=$("$dptrain" train --data "$st/train.safetensors" --model resnet --depth 8 --global-batch 50 \
     --epochs 1 --max-steps 2 --backend cpu --json 2>"$scratch/err")

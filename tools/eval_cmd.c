@@ -265,6 +265,21 @@ static dpt_status load_samples(const char *path, size_t classes, dpt_dataset **o
   return dpt_dataset_load_dir(path, "test", (int)classes, out);
 }
 
+/* The normalization the weights were trained with (metadata "dptrain.mean"/"dptrain.std"),
+ * unless --mean/--std say otherwise. */
+static dpt_status stored_normalization(opts *o, const dpt_safetensors *wf) {
+  const char *mean = dpt_safetensors_metadata(wf, "dptrain.mean");
+  const char *std = dpt_safetensors_metadata(wf, "dptrain.std");
+  if (o->num_mean || !mean || !std) return DPT_OK;
+  if (dpt_parse_float_list(mean, o->mean, 64, &o->num_mean) != 0 ||
+      dpt_parse_float_list(std, o->std, 64, &o->num_std) != 0 || o->num_mean != o->num_std)
+    return own_error(DPT_ERR_BAD_FORMAT,
+                     "%s: metadata dptrain.mean/std \"%.60s\"/\"%.60s\" is "
+                     "not a normalization",
+                     o->weights, mean, std);
+  return DPT_OK;
+}
+
 /* The model: from the weights file's description, or (a file without one) from the options
  * and the data's image size, as train builds it. */
 static dpt_status model_spec(const opts *o, const dpt_safetensors *wf, const dpt_dataset *data,
@@ -313,7 +328,7 @@ static void release(run *r) {
 }
 
 /* Weights file, model description, data, backend, model with the weights loaded strictly. */
-static dpt_status prepare(const opts *o, run *r) {
+static dpt_status prepare(opts *o, run *r) {
   TRY(dpt_safetensors_open(o->weights, &r->wf));
   const int described = dpt_safetensors_metadata(r->wf, DPT_MODEL_METADATA_KEY) != NULL;
   if (described && o->model)
@@ -339,6 +354,7 @@ static dpt_status prepare(const opts *o, run *r) {
                      "--mean and --std go together, with as many values "
                      "(%zu and %zu given)",
                      o->num_mean, o->num_std);
+  TRY(stored_normalization(o, r->wf));
   r->transform = (dpt_data_transform){.channels = o->num_mean, .mean = o->mean, .std = o->std};
   if (o->num_mean) TRY(dpt_data_transform_check(&r->transform, r->data));
   r->n = dpt_dataset_count(r->data);

@@ -760,6 +760,25 @@ static void release_weights(weights *w) {
   free(w->final_params);
 }
 
+/* "v0,v1,..." of n floats into out[cap], exactly (%.9g round-trips a float). */
+static void float_list(char *out, size_t cap, const float *v, size_t n) {
+  size_t len = 0;
+  out[0] = '\0';
+  for (size_t i = 0; i < n && len < cap; ++i)
+    len += (size_t)snprintf(out + len, cap - len, "%s%.9g", i ? "," : "", (double)v[i]);
+}
+
+/* The final weights, with the normalization they were trained with in the metadata, so that
+ * eval and predict normalize alike. */
+static dpt_status save_weights(const cli *c, const weights *w) {
+  char mean[64 * 18], std[64 * 18];
+  float_list(mean, sizeof mean, c->mean, c->num_mean);
+  float_list(std, sizeof std, c->std, c->num_std);
+  const char *const extra[] = {"dptrain.mean", mean, "dptrain.std", std, NULL};
+  return dpt_model_save_params_meta(w->host_model, w->final_params, c->save_weights,
+                                    c->num_mean ? extra : NULL);
+}
+
 /* The run's opening line, from rank 0. */
 static void announce(const cli *c, dpt_comm *comm) {
   const char *schedule = dpt_schedule_kind_name(c->cfg.optim.schedule);
@@ -808,8 +827,7 @@ int dpt_cmd_train(int argc, char **argv) {
     announce(&c, comm);
     st = dpt_train(&c.cfg, comm, NULL);
   }
-  if (st == DPT_OK && c.save_weights && c.rank == 0)
-    st = dpt_model_save_params(w.host_model, w.final_params, c.save_weights);
+  if (st == DPT_OK && c.save_weights && c.rank == 0) st = save_weights(&c, &w);
   rc = st == DPT_OK ? 0 : quiet_failure ? 1 : fail(&c, st, other[0] ? other : NULL);
   /* A stalled or vanished rank would keep MPI_Finalize (in dpt_comm_destroy) waiting forever:
    * end the whole job now, after the line above. */

@@ -245,6 +245,10 @@ DPT_API dpt_status dpt_model_set_state(dpt_model *model, const float *host);
  * Saving writes a temporary file and renames it, so a failure never leaves a partial file. */
 DPT_API dpt_status dpt_model_save_params(const dpt_model *model, const float *host,
                                          const char *path);
+/* The same, with more metadata: extra_kv is NULL or {key0, value0, ..., NULL} (dptrain train
+ * stores the normalization there, "dptrain.mean" and "dptrain.std", for eval and predict). */
+DPT_API dpt_status dpt_model_save_params_meta(const dpt_model *model, const float *host,
+                                              const char *path, const char *const *extra_kv);
 DPT_API dpt_status dpt_model_load_params(const dpt_model *model, const char *path, float *host);
 DPT_API dpt_status dpt_model_save(const dpt_model *model, const char *path);
 DPT_API dpt_status dpt_model_load(dpt_model *model, const char *path);
