@@ -509,11 +509,13 @@ typedef struct vk_gemm_batch {
  * of k; gemm_small.comp computes exactly the m n k multiply-adds but pays several times more
  * per multiply-add (a load of each operand per step). The cheaper by this estimate runs; the
  * choice depends on the shape only. */
-/* Rows of C per tiled workgroup: 64 (gemm.spv), 128 (gemm_cpu.spv) or 64 (gemm_cpu64.spv, when
- * it pads fewer rows than 128-row tiles: m of 64 or less, or a remainder of 64 or less). */
+/* Rows of C per tiled workgroup: 64 (gemm.spv), 128 (gemm_cpu.spv) or 64 (gemm_cpu64.spv, for m
+ * of 64 or less: half the work per tile). With m > 64 the 128-row tiles stay, even where 64-row
+ * ones would pad less: on lavapipe a tile costs much besides its multiply-adds (m = 288: 5 tiles
+ * of 64 rows took 20% longer than 3 of 128). */
 static uint64_t vk_gemm_tile_m(const dpt_vk_ctx *ctx, const dpt_gemm_args *a) {
   if (!ctx->gemm_cpu) return 64;
-  return vk_div_up(a->m, 64) * 64 < vk_div_up(a->m, 128) * 128 ? 64 : 128;
+  return a->m <= 64 ? 64 : 128;
 }
 
 static int vk_gemm_small(const dpt_vk_ctx *ctx, const dpt_gemm_args *a) {
