@@ -57,7 +57,8 @@ enum {
 
 /* The pipelines: X(ID, spv file, storage buffer bindings, specialization constants 0..3).
  * GEMM_<i>: gemm.spv, i = trans_a + 2 trans_b + 4 vec_a + 8 vec_b (vec: may read as vec4).
- * GEMM_CPU_<i>: gemm_cpu.spv, i = trans_a + 2 trans_b + 4 vec_a + 12 vec_b (vec 0..2). */
+ * GEMM_CPU_<i>: gemm_cpu.spv, i = trans_a + 2 trans_b + 4 vec_a + 12 vec_b (vec 0..2);
+ * GEMM_CPU64_<i>: the same for gemm_cpu64.spv (64-row tiles). */
 #define DPT_VK_PIPE_MAP(X)                                                                         \
   X(GEMM_0, "gemm.spv", 3, 0, 0, 0, 0)                                                             \
   X(GEMM_1, "gemm.spv", 3, 1, 0, 0, 0)                                                             \
@@ -111,6 +112,42 @@ enum {
   X(GEMM_CPU_33, "gemm_cpu.spv", 3, 1, 0, 2, 2)                                                    \
   X(GEMM_CPU_34, "gemm_cpu.spv", 3, 0, 1, 2, 2)                                                    \
   X(GEMM_CPU_35, "gemm_cpu.spv", 3, 1, 1, 2, 2)                                                    \
+  X(GEMM_CPU64_0, "gemm_cpu64.spv", 3, 0, 0, 0, 0)                                                 \
+  X(GEMM_CPU64_1, "gemm_cpu64.spv", 3, 1, 0, 0, 0)                                                 \
+  X(GEMM_CPU64_2, "gemm_cpu64.spv", 3, 0, 1, 0, 0)                                                 \
+  X(GEMM_CPU64_3, "gemm_cpu64.spv", 3, 1, 1, 0, 0)                                                 \
+  X(GEMM_CPU64_4, "gemm_cpu64.spv", 3, 0, 0, 1, 0)                                                 \
+  X(GEMM_CPU64_5, "gemm_cpu64.spv", 3, 1, 0, 1, 0)                                                 \
+  X(GEMM_CPU64_6, "gemm_cpu64.spv", 3, 0, 1, 1, 0)                                                 \
+  X(GEMM_CPU64_7, "gemm_cpu64.spv", 3, 1, 1, 1, 0)                                                 \
+  X(GEMM_CPU64_8, "gemm_cpu64.spv", 3, 0, 0, 2, 0)                                                 \
+  X(GEMM_CPU64_9, "gemm_cpu64.spv", 3, 1, 0, 2, 0)                                                 \
+  X(GEMM_CPU64_10, "gemm_cpu64.spv", 3, 0, 1, 2, 0)                                                \
+  X(GEMM_CPU64_11, "gemm_cpu64.spv", 3, 1, 1, 2, 0)                                                \
+  X(GEMM_CPU64_12, "gemm_cpu64.spv", 3, 0, 0, 0, 1)                                                \
+  X(GEMM_CPU64_13, "gemm_cpu64.spv", 3, 1, 0, 0, 1)                                                \
+  X(GEMM_CPU64_14, "gemm_cpu64.spv", 3, 0, 1, 0, 1)                                                \
+  X(GEMM_CPU64_15, "gemm_cpu64.spv", 3, 1, 1, 0, 1)                                                \
+  X(GEMM_CPU64_16, "gemm_cpu64.spv", 3, 0, 0, 1, 1)                                                \
+  X(GEMM_CPU64_17, "gemm_cpu64.spv", 3, 1, 0, 1, 1)                                                \
+  X(GEMM_CPU64_18, "gemm_cpu64.spv", 3, 0, 1, 1, 1)                                                \
+  X(GEMM_CPU64_19, "gemm_cpu64.spv", 3, 1, 1, 1, 1)                                                \
+  X(GEMM_CPU64_20, "gemm_cpu64.spv", 3, 0, 0, 2, 1)                                                \
+  X(GEMM_CPU64_21, "gemm_cpu64.spv", 3, 1, 0, 2, 1)                                                \
+  X(GEMM_CPU64_22, "gemm_cpu64.spv", 3, 0, 1, 2, 1)                                                \
+  X(GEMM_CPU64_23, "gemm_cpu64.spv", 3, 1, 1, 2, 1)                                                \
+  X(GEMM_CPU64_24, "gemm_cpu64.spv", 3, 0, 0, 0, 2)                                                \
+  X(GEMM_CPU64_25, "gemm_cpu64.spv", 3, 1, 0, 0, 2)                                                \
+  X(GEMM_CPU64_26, "gemm_cpu64.spv", 3, 0, 1, 0, 2)                                                \
+  X(GEMM_CPU64_27, "gemm_cpu64.spv", 3, 1, 1, 0, 2)                                                \
+  X(GEMM_CPU64_28, "gemm_cpu64.spv", 3, 0, 0, 1, 2)                                                \
+  X(GEMM_CPU64_29, "gemm_cpu64.spv", 3, 1, 0, 1, 2)                                                \
+  X(GEMM_CPU64_30, "gemm_cpu64.spv", 3, 0, 1, 1, 2)                                                \
+  X(GEMM_CPU64_31, "gemm_cpu64.spv", 3, 1, 1, 1, 2)                                                \
+  X(GEMM_CPU64_32, "gemm_cpu64.spv", 3, 0, 0, 2, 2)                                                \
+  X(GEMM_CPU64_33, "gemm_cpu64.spv", 3, 1, 0, 2, 2)                                                \
+  X(GEMM_CPU64_34, "gemm_cpu64.spv", 3, 0, 1, 2, 2)                                                \
+  X(GEMM_CPU64_35, "gemm_cpu64.spv", 3, 1, 1, 2, 2)                                                \
   X(BIAS_ADD, "bias_add.spv", 2, 0, 0, 0, 0)                                                       \
   X(BIAS_GRAD, "bias_grad.spv", 2, 0, 0, 0, 0)                                                     \
   X(RELU_FWD, "relu_fwd.spv", 2, 0, 0, 0, 0)                                                       \

@@ -509,10 +509,19 @@ typedef struct vk_gemm_batch {
  * of k; gemm_small.comp computes exactly the m n k multiply-adds but pays several times more
  * per multiply-add (a load of each operand per step). The cheaper by this estimate runs; the
  * choice depends on the shape only. */
+/* Rows of C per tiled workgroup: 64 (gemm.spv), 128 (gemm_cpu.spv) or 64 (gemm_cpu64.spv, for m
+ * of 64 or less: half the work per tile). With m > 64 the 128-row tiles stay, even where 64-row
+ * ones would pad less: on lavapipe a tile costs much besides its multiply-adds (m = 288: 5 tiles
+ * of 64 rows took 20% longer than 3 of 128). */
+static uint64_t vk_gemm_tile_m(const dpt_vk_ctx *ctx, const dpt_gemm_args *a) {
+  if (!ctx->gemm_cpu) return 64;
+  return a->m <= 64 ? 64 : 128;
+}
+
 static int vk_gemm_small(const dpt_vk_ctx *ctx, const dpt_gemm_args *a) {
-  const uint64_t tile = ctx->gemm_cpu ? 128 : 64, small_cost = 6;
-  uint64_t tiled =
-      vk_div_up(a->m, tile) * vk_div_up(a->n, tile) * tile * tile * (vk_div_up(a->k, 16) * 16);
+  const uint64_t tile_n = ctx->gemm_cpu ? 128 : 64, tile_m = vk_gemm_tile_m(ctx, a), small_cost = 6;
+  uint64_t tiled = vk_div_up(a->m, tile_m) * vk_div_up(a->n, tile_n) * tile_m * tile_n *
+                   (vk_div_up(a->k, 16) * 16);
   return (uint64_t)a->m * a->n * a->k * small_cost < tiled && a->k / 4 + 4 <= DPT_VK_LOOP_LIMIT;
 }
 
@@ -560,12 +569,14 @@ static dpt_status vk_gemm_dispatch(dpt_vk_ctx *ctx, const dpt_gemm_args *a, cons
   /* vec loads need every item's offset aligned as well: the strides join the window offsets */
   int va = vk_vec_level(w[0].elem | (uint32_t)(bt->stride_a & 7), lda, ac);
   int vb = vk_vec_level(w[1].elem | (uint32_t)(bt->stride_b & 7), ldb, bc);
-  /* Tiles of C per workgroup: 128 x 128 (gemm_cpu.spv) or 64 x 64 (gemm.spv). */
-  uint64_t tile = ctx->gemm_cpu ? 128 : 64;
+  /* Tiles of C per workgroup: 128 x 128 (gemm_cpu.spv), 64 x 128 (gemm_cpu64.spv) or 64 x 64
+   * (gemm.spv). */
+  uint64_t tile_m = vk_gemm_tile_m(ctx, a), tile_n = ctx->gemm_cpu ? 128 : 64;
+  dpt_vk_pipe cpu0 = tile_m == 64 ? DPT_VK_PIPE_GEMM_CPU64_0 : DPT_VK_PIPE_GEMM_CPU_0;
   dpt_vk_pipe pipe = ctx->gemm_cpu
-                         ? (dpt_vk_pipe)(DPT_VK_PIPE_GEMM_CPU_0 + trans + 4 * va + 12 * vb)
+                         ? (dpt_vk_pipe)(cpu0 + trans + 4 * va + 12 * vb)
                          : (dpt_vk_pipe)(DPT_VK_PIPE_GEMM_0 + trans + 4 * (va > 0) + 8 * (vb > 0));
-  uint64_t tiles_m = vk_div_up(a->m, tile), tiles_n = vk_div_up(a->n, tile);
+  uint64_t tiles_m = vk_div_up(a->m, tile_m), tiles_n = vk_div_up(a->n, tile_n);
   push[11] = (uint32_t)tiles_n;
   return dpt_vk_dispatch_z(ctx, pipe, w, 3, push, sizeof push, tiles_m * tiles_n, layers);
 }
