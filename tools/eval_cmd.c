@@ -495,78 +495,111 @@ static int ends_with(const char *s, const char *tail) {
   return n >= m && strcmp(s + n - m, tail) == 0;
 }
 
-static dpt_status do_predict(const opts *o, run *r) {
-  const size_t k = r->classes, top = o->top ? (o->top < k ? o->top : k) : 0;
-  const size_t per_row = top ? top : k;
-  const int st_out = o->output && ends_with(o->output, ".safetensors");
-  FILE *csv = NULL;
-  if (!st_out) {
-    csv = o->output ? fopen(o->output, "w") : stdout;
-    if (!csv) return own_error(DPT_ERR_IO, "%s: %s", o->output, strerror(errno));
+/* What predict writes: CSV rows as they come, or tensors written at the end. */
+typedef struct predictions {
+  FILE *csv;      /* NULL: safetensors */
+  size_t top;     /* K, or 0 for every class */
+  size_t per_row; /* values per input */
+  float *probs;   /* [batch or n, classes] */
+  float *tprob;   /* safetensors with --top: [n, K] */
+  int64_t *tidx;  /* safetensors with --top: [n, K] */
+  size_t *order;  /* [K] */
+} predictions;
+
+static void csv_header(const opts *o, const predictions *pr) {
+  fprintf(pr->csv, "index");
+  for (size_t j = 0; j < pr->per_row; ++j)
+    pr->top ? fprintf(pr->csv, ",class%zu,prob%zu", j + 1, j + 1)
+            : fprintf(pr->csv, o->logits ? ",logit%zu" : ",p%zu", j);
+  fprintf(pr->csv, "\n");
+}
+
+/* Input `index`'s probabilities (or logits) p[k]: its CSV row, or its top K kept. */
+static void emit(const opts *o, predictions *pr, size_t index, const float *p, size_t k) {
+  if (pr->top) top_k(p, k, pr->top, pr->order);
+  if (pr->csv) {
+    fprintf(pr->csv, "%zu", index);
+    for (size_t j = 0; j < pr->per_row; ++j)
+      pr->top ? fprintf(pr->csv, ",%zu,%.6g", pr->order[j], (double)p[pr->order[j]])
+              : fprintf(pr->csv, o->logits ? ",%.9g" : ",%.6g", (double)p[j]);
+    fprintf(pr->csv, "\n");
+    return;
   }
-  float *probs = malloc((st_out ? r->n : r->batch) * k * sizeof(float));
-  float *tprob = st_out && top ? malloc(r->n * top * sizeof(float)) : NULL;
-  int64_t *tidx = st_out && top ? malloc(r->n * top * sizeof(int64_t)) : NULL;
-  size_t *order = malloc((top ? top : 1) * sizeof(size_t));
-  dpt_status st = probs && order && (!st_out || !top || (tprob && tidx))
-                      ? DPT_OK
-                      : own_error(DPT_ERR_OUT_OF_MEMORY, "out of memory");
-  if (st == DPT_OK && csv) {
-    fprintf(csv, "index");
-    for (size_t j = 0; j < per_row; ++j)
-      top ? fprintf(csv, ",class%zu,prob%zu", j + 1, j + 1)
-          : fprintf(csv, o->logits ? ",logit%zu" : ",p%zu", j);
-    fprintf(csv, "\n");
+  for (size_t j = 0; j < pr->top; ++j) {
+    pr->tidx[index * pr->top + j] = (int64_t)pr->order[j];
+    pr->tprob[index * pr->top + j] = p[pr->order[j]];
   }
+}
+
+/* The safetensors output: "probs" or "logits" [N, classes], or "topk_index" (int64,
+ * little-endian as the host stores it on the platforms we build) and "topk_prob" [N, K]. */
+static dpt_status write_tensors(const opts *o, const run *r, const predictions *pr) {
+  dpt_st_tensor t[2] = {
+      {.name = pr->top     ? "topk_index"
+               : o->logits ? "logits"
+                           : "probs",
+       .data = pr->top ? NULL : pr->probs,
+       .ndim = 2,
+       .shape = {(int64_t)r->n, (int64_t)pr->per_row},
+       .dtype = pr->top ? "I64" : NULL,
+       .bytes = pr->top ? pr->tidx : NULL},
+      {.name = "topk_prob",
+       .data = pr->tprob,
+       .ndim = 2,
+       .shape = {(int64_t)r->n, (int64_t)pr->top}},
+  };
+  static const char *const meta[] = {"producer", "dptrain predict", NULL};
+  return dpt_safetensors_write(o->output, t, pr->top ? 2 : 1, meta);
+}
+
+/* Every input's forward pass, its probabilities (softmax of the logits) or logits emitted. */
+static dpt_status predict_all(const opts *o, run *r, predictions *pr) {
+  const size_t k = r->classes;
+  dpt_status st = DPT_OK;
   for (size_t first = 0; first < r->n && st == DPT_OK; first += r->batch) {
     const size_t b = r->n - first < r->batch ? r->n - first : r->batch;
     st = forward(r, first, b, NULL);
     for (size_t i = 0; i < b && st == DPT_OK; ++i) {
       const float *x = r->logits + i * k;
-      float *p = probs + ((st_out ? first : 0) + i) * k;
+      float *p = pr->probs + ((pr->csv ? 0 : first) + i) * k;
       double logsum;
       argmax_logsum(x, k, &logsum);
       for (size_t j = 0; j < k; ++j)
         p[j] = o->logits ? x[j] : (float)exp((double)x[j] - logsum);
-      if (top) top_k(p, k, top, order);
-      if (csv) {
-        fprintf(csv, "%zu", first + i);
-        for (size_t j = 0; j < per_row; ++j)
-          top ? fprintf(csv, ",%zu,%.6g", order[j], (double)p[order[j]])
-              : fprintf(csv, o->logits ? ",%.9g" : ",%.6g", (double)p[j]);
-        fprintf(csv, "\n");
-      } else if (top) {
-        for (size_t j = 0; j < top; ++j) {
-          tidx[(first + i) * top + j] = (int64_t)order[j];
-          tprob[(first + i) * top + j] = p[order[j]];
-        }
-      }
+      emit(o, pr, first + i, p, k);
     }
   }
-  if (st == DPT_OK && st_out) {
-    /* topk_index is int64 (little-endian, as the host stores it on the platforms we build). */
-    dpt_st_tensor t[2] = {
-        {.name = top         ? "topk_index"
-                 : o->logits ? "logits"
-                             : "probs",
-         .data = top ? NULL : probs,
-         .ndim = 2,
-         .shape = {(int64_t)r->n, (int64_t)per_row},
-         .dtype = top ? "I64" : NULL,
-         .bytes = top ? tidx : NULL},
-        {.name = "topk_prob", .data = tprob, .ndim = 2, .shape = {(int64_t)r->n, (int64_t)top}},
-    };
-    static const char *const meta[] = {"producer", "dptrain predict", NULL};
-    st = dpt_safetensors_write(o->output, t, top ? 2 : 1, meta);
+  return st;
+}
+
+static dpt_status do_predict(const opts *o, run *r) {
+  const size_t k = r->classes;
+  predictions pr = {NULL, o->top ? (o->top < k ? o->top : k) : 0, 0, NULL, NULL, NULL, NULL};
+  pr.per_row = pr.top ? pr.top : k;
+  const int st_out = o->output && ends_with(o->output, ".safetensors");
+  if (!st_out) {
+    pr.csv = o->output ? fopen(o->output, "w") : stdout;
+    if (!pr.csv) return own_error(DPT_ERR_IO, "%s: %s", o->output, strerror(errno));
   }
-  if (csv && csv != stdout && fclose(csv) != 0 && st == DPT_OK)
+  pr.probs = malloc((st_out ? r->n : r->batch) * k * sizeof(float));
+  pr.tprob = st_out && pr.top ? malloc(r->n * pr.top * sizeof(float)) : NULL;
+  pr.tidx = st_out && pr.top ? malloc(r->n * pr.top * sizeof(int64_t)) : NULL;
+  pr.order = malloc((pr.top ? pr.top : 1) * sizeof(size_t));
+  dpt_status st = pr.probs && pr.order && (!st_out || !pr.top || (pr.tprob && pr.tidx))
+                      ? DPT_OK
+                      : own_error(DPT_ERR_OUT_OF_MEMORY, "out of memory");
+  if (st == DPT_OK && pr.csv) csv_header(o, &pr);
+  if (st == DPT_OK) st = predict_all(o, r, &pr);
+  if (st == DPT_OK && st_out) st = write_tensors(o, r, &pr);
+  const int to_file = pr.csv && pr.csv != stdout;
+  if (to_file && fclose(pr.csv) != 0 && st == DPT_OK)
     st = own_error(DPT_ERR_IO, "%s: %s", o->output, strerror(errno));
-  if (csv == stdout) fflush(stdout);
-  if (st != DPT_OK && csv && csv != stdout) remove(o->output); /* no partial file left */
-  free(probs);
-  free(tprob);
-  free(tidx);
-  free(order);
+  if (!to_file && pr.csv) fflush(stdout);
+  if (st != DPT_OK && to_file) remove(o->output); /* no partial file left */
+  free(pr.probs);
+  free(pr.tprob);
+  free(pr.tidx);
+  free(pr.order);
   return st;
 }
 
