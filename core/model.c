@@ -448,6 +448,23 @@ static dpt_status plan_check_names(const dpt_model *m) {
   return DPT_OK;
 }
 
+/* Every state_dict name once: a layer named "7" and the unnamed layer 7 would both give
+ * "7.weight". */
+static dpt_status plan_check_tensor_names(const dpt_model *m) {
+  size_t n = m->num_tensors + m->num_buffers;
+  for (size_t i = 0; i < n; ++i) {
+    const char *a = i < m->num_tensors ? m->tensors[i].name : m->buffers[i - m->num_tensors].name;
+    for (size_t j = 0; j < i; ++j) {
+      const char *b = j < m->num_tensors ? m->tensors[j].name : m->buffers[j - m->num_tensors].name;
+      if (strcmp(a, b) == 0)
+        return dpt_set_error(DPT_ERR_INVALID_ARG,
+                             "%s: two tensors are named '%s' (a layer's name is another's index)",
+                             plan_fn, a);
+    }
+  }
+  return DPT_OK;
+}
+
 /* The last layer computes the logits (one per class); every other layer's output is used, and
  * something is trained. */
 static dpt_status plan_check_graph(const dpt_model *m) {
@@ -469,7 +486,7 @@ static dpt_status plan_check_graph(const dpt_model *m) {
   }
   if (m->num_params == 0)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: the model has no parameters", fn);
-  return DPT_OK;
+  return plan_check_tensor_names(m);
 }
 
 /* Derives every layer's inputs, shapes and the tensor lists from the spec; allocates only the
@@ -751,10 +768,10 @@ dpt_status dpt_model_init(dpt_model *m, uint64_t seed) {
                          n * sizeof(float));
   for (size_t i = 0; i < m->num_layers; ++i)
     if (m->layers[i].w_index != SIZE_MAX) init_layer(m, &m->layers[i], seed, host);
-  /* Buffers: running_mean 0, running_var 1, num_batches_tracked 0. */
+  /* Buffers, three per batch norm layer: running_mean 0, running_var 1, num_batches_tracked 0. */
   for (size_t b = 0; b < m->num_buffers; ++b) {
     const dpt_tensor_info *t = &m->buffers[b];
-    float v = strstr(t->name, ".running_var") ? 1.0f : 0.0f;
+    float v = b % 3 == 1 ? 1.0f : 0.0f;
     for (size_t j = 0; j < t->count; ++j)
       host[m->num_params + t->offset + j] = v;
   }

@@ -152,9 +152,10 @@ static dpt_status bn_batch_stats(dpt_model *m, const dpt_node *L, const dpt_buff
   if (m->sync_sum) DPT_TRY(bn_sync_stats(m, L, b, &count));
   if (count < 2.0)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
-                         "layer '%s' (%s): batch norm in training needs more than one value per "
-                         "channel, the batch gives %g",
-                         L->spec.name, dpt_layer_kind_name(L->spec.kind), count);
+                         "layer %zu '%s' (%s): batch norm in training needs more than one value "
+                         "per channel, the batch gives %g (a slice of %zu samples)",
+                         (size_t)(L - m->layers), L->spec.name, dpt_layer_kind_name(L->spec.kind),
+                         count, b);
   DPT_TRY(dpt_scale(be, 2 * C, 1.0f - BN_MOMENTUM, m->bufs, rm));
   DPT_TRY(dpt_axpy(be, C, BN_MOMENTUM, L->aux, 0, m->bufs, rm));
   DPT_TRY(dpt_axpy(be, C, (float)(BN_MOMENTUM * count / (count - 1.0)), L->aux, C, m->bufs, rv));
@@ -173,8 +174,11 @@ static dpt_status bn_forward(dpt_model *m, const dpt_node *L, const dpt_buffer *
                     w, m->params, bias, L->out, 0);
 }
 
+/* The layer's index is mixed into the seed, so two dropout layers draw different masks. */
 static dpt_dropout_params dropout_params(const dpt_model *m, const dpt_node *L) {
-  dpt_dropout_params p = {L->spec.p, m->seed, m->step, m->first_sample};
+  uint64_t layer = (uint64_t)(L - m->layers) + 1;
+  dpt_dropout_params p = {L->spec.p, m->seed ^ (layer * 0x9e3779b97f4a7c15ULL), m->step,
+                          m->first_sample};
   return p;
 }
 

@@ -70,13 +70,15 @@ typedef struct replica_state {
   dpt_model *model;
   dpt_optimizer *opt;
   step_mode mode;
-  dpt_buffer *x, *y; /* device batch: [slice, input] floats, [slice] int32 */
-  float *hx;         /* host batch [max_slice, input] */
-  int32_t *hy;       /* host labels [max_slice] */
-  uint64_t *perm;    /* epoch permutation [n_train] */
-  uint64_t *idx;     /* the slice's sample indices [max_slice] */
-  float *hparams;    /* [state size] host copy of parameters and buffers for fingerprints */
-  dpt_range *shard;  /* this replica's shard of the parameters (sharded step), [nshard] */
+  dpt_buffer *x, *y;        /* device batch: [slice, input] floats, [slice] int32 */
+  dpt_buffer *kept_buffers; /* skip_nonfinite: the model's buffers before the step, put back
+                               when the step is skipped (batch norm updates them in forward) */
+  float *hx;                /* host batch [max_slice, input] */
+  int32_t *hy;              /* host labels [max_slice] */
+  uint64_t *perm;           /* epoch permutation [n_train] */
+  uint64_t *idx;            /* the slice's sample indices [max_slice] */
+  float *hparams;           /* [state size] host copy of parameters and buffers for fingerprints */
+  dpt_range *shard;         /* this replica's shard of the parameters (sharded step), [nshard] */
   size_t nshard;
   size_t max_slice;   /* largest slice of a global batch; evaluation reuses the batch buffers */
   size_t batches;     /* global batches per epoch */
@@ -117,6 +119,7 @@ static step_mode step_mode_of(const dpt_train_config *cfg, int replicas) {
 
 static void state_free(replica_state *s) {
   dpt_buffer_free(s->x);
+  dpt_buffer_free(s->kept_buffers);
   dpt_buffer_free(s->y);
   dpt_optimizer_destroy(s->opt);
   dpt_model_destroy(s->model);
@@ -347,6 +350,9 @@ static dpt_status alloc_batch(replica *r, replica_state *s) {
   const size_t max_slice = s->max_slice, n = dpt_dataset_count(r->cfg->train);
   DPT_TRY(dpt_buffer_alloc(s->be, max_slice * input * sizeof(float), &s->x));
   DPT_TRY(dpt_buffer_alloc(s->be, max_slice * sizeof(int32_t), &s->y));
+  const size_t nb = dpt_model_num_buffer_floats(s->model);
+  if (nb && r->cfg->skip_nonfinite)
+    DPT_TRY(dpt_buffer_alloc(s->be, nb * sizeof(float), &s->kept_buffers));
   s->hx = malloc(max_slice * input * sizeof(float));
   s->hy = malloc(max_slice * sizeof(int32_t));
   s->perm = malloc(n * sizeof(uint64_t));
@@ -601,6 +607,16 @@ static dpt_status check_skipped(const replica *r, const replica_state *s) {
   return DPT_OK;
 }
 
+/* With skip_nonfinite: the buffers are kept before the step (restore 0) and put back when the
+ * step is skipped (restore 1), so a diverging batch leaves no non-finite running statistic. */
+static dpt_status keep_buffers(replica_state *s, int restore) {
+  if (!s->kept_buffers || s->pending != DPT_OK) return DPT_OK;
+  dpt_buffer *bufs = dpt_model_buffers(s->model);
+  size_t bytes = dpt_model_num_buffer_floats(s->model) * sizeof(float);
+  return restore ? dpt_buffer_copy(bufs, 0, s->kept_buffers, 0, bytes)
+                 : dpt_buffer_copy(s->kept_buffers, 0, bufs, 0, bytes);
+}
+
 /* Each replica's batch norm running statistics come from its own slice: replica 0's are given
  * to every replica after each step, as PyTorch DDP broadcasts module buffers, so the replicas
  * stay identical. With sync-bn they are identical already. */
@@ -642,6 +658,7 @@ static dpt_status train_step(replica *r, replica_state *s, int64_t epoch, size_t
   if (skip) {
     ++s->t.skipped;
     ++s->t.skipped_in_a_row;
+    keep_failure(s, keep_buffers(s, 1));
     DPT_TRY(check_skipped(r, s));
   } else {
     s->t.skipped_in_a_row = 0;

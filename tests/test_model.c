@@ -309,6 +309,9 @@ START_TEST(model_file_bad_input) {
   expect_bad_file("{\"layers\": [{\"name\": \"unused\", \"kind\": \"relu\"},"
                   "{\"kind\": \"linear\", \"out\": 10, \"inputs\": \"input\"}]}",
                   ARG, "'unused'", "no layer uses");
+  expect_bad_file("{\"layers\": [{\"kind\": \"linear\", \"out\": 4},"
+                  "{\"name\": \"0\", \"kind\": \"linear\", \"out\": 10}]}",
+                  ARG, "two tensors are named '0.weight'", NULL);
   dpt_model_spec spec;
   EXPECT_FAIL(dpt_model_spec_load_json("/nonexistent/m.json", 1, 8, 8, 10, &spec), DPT_ERR_IO,
               "/nonexistent/m.json", NULL, NULL);

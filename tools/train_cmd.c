@@ -221,12 +221,12 @@ static const option options[] = {
      I64(cfg.optim.step_size, 1)},
     {"--gamma", "X", "step schedule's gamma (default 0.1)", FLOAT(cfg.optim.gamma)},
     {"--warmup", "N",
-     "linear warmup over N steps (default 0; resnet: one epoch,\n"
-     "at most a fifth of the run)",
+     "linear warmup over N steps (default 0; resnet, with any\n"
+     "optimizer: one epoch, at most a fifth of the run)",
      I64(cfg.optim.warmup_steps, 0)},
     {"--decay-weights-only", NULL,
      "weight decay on linear and conv2d weights only, not on\n"
-     "biases and batch norm (the resnet default)",
+     "biases and batch norm (always with resnet and sgd)",
      FLAG(cfg.optim.decay_weights_only, 1)},
     {"--clip-norm", "X", "clip the global gradient norm to X", FLOAT(cfg.optim.clip_norm)},
     {"--full-step", NULL,
@@ -548,10 +548,8 @@ static int check_options(cli *c) {
     /* The ResNet recipe (docs/training.md): lr 0.1, weight decay 5e-4 on conv and linear
      * weights only, a warmup (plan_schedule), cosine decay. */
     if (!c->lr_set) c->cfg.optim.lr = 0.1f;
-    if (!c->wd_set) {
-      c->cfg.optim.weight_decay = 5e-4f;
-      c->cfg.optim.decay_weights_only = 1;
-    }
+    if (!c->wd_set) c->cfg.optim.weight_decay = 5e-4f;
+    c->cfg.optim.decay_weights_only = 1;
   } else if (!c->wd_set) {
     c->cfg.optim.weight_decay = 0.0f;
   }

@@ -219,7 +219,10 @@ typedef dpt_status (*dpt_model_allreduce_fn)(void *ctx, double *data, size_t cou
 DPT_API dpt_status dpt_model_set_sync_bn(dpt_model *model, dpt_model_allreduce_fn sum, void *ctx);
 
 /* Where the next training step's samples sit, for dropout's mask: the run's seed, the step
- * number, and the index of this replica's first sample in the global batch. */
+ * number, and the index of this replica's first sample in the global batch. It does not
+ * advance by itself: a program calling dpt_model_train_step directly sets it before each step
+ * (dpt_train does), or every step draws the same mask. Each dropout layer mixes its index into
+ * the seed, so two layers draw different masks. */
 DPT_API dpt_status dpt_model_set_step(dpt_model *model, uint64_t seed, uint64_t step,
                                       uint32_t first_sample);
 
