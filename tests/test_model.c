@@ -452,6 +452,36 @@ START_TEST(sync_bn_equivalence) {
 }
 END_TEST
 
+/* A skipped step leaves batch norm's running statistics as they were: the first step's huge
+ * learning rate makes every later forward pass overflow, those steps are skipped, and the run
+ * still ends with finite buffers (the drift check would stop it on a non-finite one). */
+START_TEST(skipped_step_keeps_buffers) {
+  dpt_dataset *ds = make_data(240, 5);
+  dpt_train_config cfg;
+  bn_config(&cfg, ds, 0);
+  cfg.optim.lr = 1e30f;
+  cfg.optim.momentum = 0.0f;
+  cfg.skip_nonfinite = 1;
+  cfg.max_skipped = -1;
+  cfg.max_steps = 4;
+  dpt_backend *be;
+  dpt_model *m;
+  size_t n = state_size(&cfg.model, &m, &be);
+  float *state = malloc(n * sizeof(float));
+  cfg.final_params = state;
+  dpt_train_report rep;
+  TU_OK(dpt_train(&cfg, NULL, &rep));
+  ck_assert_int_eq(rep.steps, 4);
+  ck_assert_int_ge(rep.skipped_steps, 2);
+  for (size_t i = dpt_model_num_params(m); i < n; ++i)
+    ck_assert_msg(isfinite(state[i]), "buffer float %zu is %g", i, (double)state[i]);
+  free(state);
+  dpt_model_destroy(m);
+  dpt_backend_destroy(be);
+  dpt_dataset_destroy(ds);
+}
+END_TEST
+
 /* Sync-bn needs every replica in every step: a kept last batch smaller than the replica count
  * is refused before training. */
 START_TEST(sync_bn_small_last_batch) {
@@ -565,6 +595,7 @@ int main(int argc, char **argv) {
   tcase_set_timeout(dp, 300);
   tcase_add_test(dp, sync_bn_equivalence);
   tcase_add_test(dp, sync_bn_small_last_batch);
+  tcase_add_test(dp, skipped_step_keeps_buffers);
   suite_add_tcase(s, dp);
   return tu_run(s);
 }
