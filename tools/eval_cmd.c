@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "bench/bench.h"
+#include "tools/model_choice.h"
 #include "dptrain/dptrain.h"
 #include "tools/commands.h"
 
@@ -44,35 +45,30 @@ typedef struct opts {
   const char *weights, *data, *backend, *output;
   size_t batch, limit, top;
   int json, logits;
-  const char *model; /* NULL: from the weights file; else mlp|cnn|resnet|a model file */
-  size_t depth, hidden[16], num_hidden, channels[2];
-  float mean[64], std[64];  /* --mean, --std: the training run's normalization */
-  size_t num_mean, num_std; /* values given (0: none) */
+  dpt_model_choice mc;  /* for weights files without a description */
+  int model_set;        /* --model given */
+  dpt_norm_choice norm; /* --mean, --std: the training run's normalization */
 } opts;
 
 static int parse_mean(opts *o, const char *v) {
-  return dpt_parse_float_list(v, o->mean, 64, &o->num_mean);
+  return dpt_norm_choice_parse_mean(&o->norm, v);
 }
 
 static int parse_std(opts *o, const char *v) {
-  if (dpt_parse_float_list(v, o->std, 64, &o->num_std) != 0) return -1;
-  for (size_t i = 0; i < o->num_std; ++i)
-    if (!(o->std[i] > 0.0f)) return -1;
-  return 0;
+  return dpt_norm_choice_parse_std(&o->norm, v);
 }
 
 static int parse_hidden(opts *o, const char *v) {
-  return dpt_parse_size_list(v, o->hidden, 14, 1000000, &o->num_hidden) != 0 ? -1 : 0;
+  return dpt_model_choice_parse_hidden(&o->mc, v);
 }
 
 static int parse_channels(opts *o, const char *v) {
-  size_t n = 0;
-  return dpt_parse_size_list(v, o->channels, 2, 100000, &n) != 0 || n != 2 ? -1 : 0;
+  return dpt_model_choice_parse_channels(&o->mc, v);
 }
 
 static int parse_model(opts *o, const char *v) {
-  o->model = v;
-  return *v ? 0 : -1;
+  o->model_set = 1;
+  return dpt_model_choice_parse_model(&o->mc, v);
 }
 
 typedef enum arg_kind { ARG_FLAG, ARG_STRING, ARG_SIZE, ARG_CUSTOM } arg_kind;
@@ -132,7 +128,7 @@ static const option options[] = {
      .cmds = EVAL | PREDICT},
     {"--model", "M", "mlp|cnn|resnet or a model file (default mlp)", EVAL | PREDICT,
      CUSTOM(parse_model)},
-    {"--depth", "N", "resnet depth (default 20)", EVAL | PREDICT, SIZE(depth, 8)},
+    {"--depth", "N", "resnet depth (default 20)", EVAL | PREDICT, SIZE(mc.depth, 8)},
     {"--hidden", "LIST", "mlp hidden sizes (default 512,256)", EVAL | PREDICT,
      CUSTOM(parse_hidden)},
     {"--channels", "C1,C2", "cnn channels (default 32,64)", EVAL | PREDICT, CUSTOM(parse_channels)},
@@ -270,9 +266,10 @@ static dpt_status load_samples(const char *path, size_t classes, dpt_dataset **o
 static dpt_status stored_normalization(opts *o, const dpt_safetensors *wf) {
   const char *mean = dpt_safetensors_metadata(wf, "dptrain.mean");
   const char *std = dpt_safetensors_metadata(wf, "dptrain.std");
-  if (o->num_mean || !mean || !std) return DPT_OK;
-  if (dpt_parse_float_list(mean, o->mean, 64, &o->num_mean) != 0 ||
-      dpt_parse_float_list(std, o->std, 64, &o->num_std) != 0 || o->num_mean != o->num_std)
+  if (o->norm.num_mean || !mean || !std) return DPT_OK;
+  if (dpt_parse_float_list(mean, o->norm.mean, 64, &o->norm.num_mean) != 0 ||
+      dpt_parse_float_list(std, o->norm.std, 64, &o->norm.num_std) != 0 ||
+      o->norm.num_mean != o->norm.num_std)
     return own_error(DPT_ERR_BAD_FORMAT,
                      "%s: metadata dptrain.mean/std \"%.60s\"/\"%.60s\" is "
                      "not a normalization",
@@ -292,13 +289,7 @@ static dpt_status model_spec(const opts *o, const dpt_safetensors *wf, const dpt
   }
   size_t ch = dpt_dataset_channels(data), rows = dpt_dataset_rows(data),
          cols = dpt_dataset_cols(data), classes = (size_t)dpt_dataset_num_classes(data);
-  const char *m = o->model ? o->model : "mlp";
-  if (!strcmp(m, "mlp"))
-    return dpt_model_spec_mlp(spec, ch, rows, cols, o->hidden, o->num_hidden, classes);
-  if (!strcmp(m, "cnn"))
-    return dpt_model_spec_cnn(spec, ch, rows, cols, o->channels[0], o->channels[1], classes);
-  if (!strcmp(m, "resnet")) return dpt_model_spec_resnet(spec, ch, rows, cols, o->depth, classes);
-  return dpt_model_spec_load_json(m, ch, rows, cols, classes, spec);
+  return dpt_model_choice_spec(&o->mc, ch, rows, cols, classes, spec);
 }
 
 /* What a run holds; released by release(). */
@@ -331,7 +322,7 @@ static void release(run *r) {
 static dpt_status prepare(opts *o, run *r) {
   TRY(dpt_safetensors_open(o->weights, &r->wf));
   const int described = dpt_safetensors_metadata(r->wf, DPT_MODEL_METADATA_KEY) != NULL;
-  if (described && o->model)
+  if (described && o->model_set)
     return own_error(DPT_ERR_INVALID_ARG,
                      "%s describes its model: --model is for weights files without a "
                      "description",
@@ -349,14 +340,15 @@ static dpt_status prepare(opts *o, run *r) {
     return own_error(DPT_ERR_INVALID_ARG,
                      "the data in %s has samples of %zux%zux%zu, the model takes %zux%zux%zu",
                      o->data, ch, rows, cols, s->in_c, s->in_h, s->in_w);
-  if (o->num_mean != o->num_std)
+  if (o->norm.num_mean != o->norm.num_std)
     return own_error(DPT_ERR_INVALID_ARG,
                      "--mean and --std go together, with as many values "
                      "(%zu and %zu given)",
-                     o->num_mean, o->num_std);
+                     o->norm.num_mean, o->norm.num_std);
   TRY(stored_normalization(o, r->wf));
-  r->transform = (dpt_data_transform){.channels = o->num_mean, .mean = o->mean, .std = o->std};
-  if (o->num_mean) TRY(dpt_data_transform_check(&r->transform, r->data));
+  r->transform =
+      (dpt_data_transform){.channels = o->norm.num_mean, .mean = o->norm.mean, .std = o->norm.std};
+  if (o->norm.num_mean) TRY(dpt_data_transform_check(&r->transform, r->data));
   r->n = dpt_dataset_count(r->data);
   if (o->limit && o->limit < r->n) r->n = o->limit;
   r->batch = o->batch < r->n ? o->batch : r->n;
@@ -613,12 +605,7 @@ static int command(int cmd, int argc, char **argv) {
   o.data = cmd == EVAL ? DEFAULT_DATA_DIR : NULL;
   o.backend = "auto";
   o.batch = 256;
-  o.depth = 20;
-  o.hidden[0] = 512;
-  o.hidden[1] = 256;
-  o.num_hidden = 2;
-  o.channels[0] = 32;
-  o.channels[1] = 64;
+  dpt_model_choice_default(&o.mc);
   int rc = parse_options(&o, argc, argv);
   if (rc != KEEP_GOING) return rc;
   run r;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
+#include "tools/model_choice.h"
 #include "dptrain/dptrain.h"
 #include "tools/commands.h"
 
@@ -26,12 +27,10 @@ typedef struct cli {
   const char *optimizer;                                        /* "sgd" or "adamw" */
   int lr_set, wd_set; /* --lr, --weight-decay given: kept over AdamW's defaults */
   int json, quiet, tty, rank;
-  const char *model; /* "mlp", "cnn", "resnet" or a model file */
-  size_t hidden[16], num_hidden, channels[2], depth;
-  const char *test_data;    /* --test-data, or NULL */
-  int has_test;             /* a test set was loaded */
-  float mean[64], std[64];  /* --mean, --std */
-  size_t num_mean, num_std; /* values given (0: not given) */
+  dpt_model_choice mc;   /* --model, --depth, --hidden, --channels */
+  const char *test_data; /* --test-data, or NULL */
+  int has_test;          /* a test set was loaded */
+  dpt_norm_choice norm;  /* --mean, --std */
 } cli;
 
 static int parse_i64(const char *s, int64_t min, int64_t *out) {
@@ -57,33 +56,23 @@ static int parse_float(const char *s, float *out) {
 /* Options that need more than storing one number or string. Each returns 0, or -1 for a bad
  * value. */
 static int parse_model(cli *c, const char *v) {
-  size_t n = strlen(v);
-  int builtin = !strcmp(v, "mlp") || !strcmp(v, "cnn") || !strcmp(v, "resnet");
-  int file = strchr(v, '/') || (n > 5 && !strcmp(v + n - 5, ".json"));
-  if (!builtin && !file) return -1; /* a model file is named by a path or ends in .json */
-  c->model = v;
-  return 0;
+  return dpt_model_choice_parse_model(&c->mc, v);
 }
 
 static int parse_hidden(cli *c, const char *v) {
-  return dpt_parse_size_list(v, c->hidden, 14, 1000000, &c->num_hidden) != 0 ? -1 : 0;
+  return dpt_model_choice_parse_hidden(&c->mc, v);
 }
 
 static int parse_channels(cli *c, const char *v) {
-  size_t n = 0;
-  return dpt_parse_size_list(v, c->channels, 2, 100000, &n) != 0 || n != 2 ? -1 : 0;
+  return dpt_model_choice_parse_channels(&c->mc, v);
 }
 
-/* A comma-separated list of up to 64 finite floats into out; *n receives how many. */
 static int parse_mean(cli *c, const char *v) {
-  return dpt_parse_float_list(v, c->mean, 64, &c->num_mean);
+  return dpt_norm_choice_parse_mean(&c->norm, v);
 }
 
 static int parse_std(cli *c, const char *v) {
-  if (dpt_parse_float_list(v, c->std, 64, &c->num_std) != 0) return -1;
-  for (size_t i = 0; i < c->num_std; ++i)
-    if (!(c->std[i] > 0.0f)) return -1;
-  return 0;
+  return dpt_norm_choice_parse_std(&c->norm, v);
 }
 
 static int parse_optimizer(cli *c, const char *v) {
@@ -154,7 +143,7 @@ static const option options[] = {
      "see docs/layers.md)\n"
      "(default mlp)",
      CUSTOM(parse_model)},
-    {"--depth", "N", "resnet depth, 6n+2: 20, 32, 44, 56, 110 (default 20)", SIZE(depth, 8)},
+    {"--depth", "N", "resnet depth, 6n+2: 20, 32, 44, 56, 110 (default 20)", SIZE(mc.depth, 8)},
     {"--sync-bn", NULL,
      "batch norm statistics over the whole global batch (default:\n"
      "each replica's slice, replica 0's running statistics kept)",
@@ -520,14 +509,8 @@ static void set_defaults(cli *c) {
   c->data_dir = DEFAULT_DATA_DIR;
   c->backend = "auto";
   c->optimizer = "sgd";
-  c->model = "mlp";
-  c->depth = 20;
+  dpt_model_choice_default(&c->mc);
   c->cfg.optim.warmup_steps = -1; /* not given: plan_schedule picks the model's default */
-  c->hidden[0] = 512;
-  c->hidden[1] = 256;
-  c->num_hidden = 2;
-  c->channels[0] = 32;
-  c->channels[1] = 64;
 }
 
 /* What depends on several options: AdamW's own defaults for the settings not given, SGD
@@ -544,7 +527,7 @@ static int check_options(cli *c) {
     c->cfg.optim.clip_norm = o.clip_norm;
     if (c->lr_set) c->cfg.optim.lr = o.lr;
     if (c->wd_set) c->cfg.optim.weight_decay = o.weight_decay;
-  } else if (!strcmp(c->model, "resnet")) {
+  } else if (!strcmp(c->mc.model, "resnet")) {
     /* The ResNet recipe (docs/training.md): lr 0.1, weight decay 5e-4 on conv and linear
      * weights only, a warmup (plan_schedule), cosine decay. */
     if (!c->lr_set) c->cfg.optim.lr = 0.1f;
@@ -553,17 +536,17 @@ static int check_options(cli *c) {
   } else if (!c->wd_set) {
     c->cfg.optim.weight_decay = 0.0f;
   }
-  if (!c->num_mean != !c->num_std || c->num_mean != c->num_std) {
+  if (!c->norm.num_mean != !c->norm.num_std || c->norm.num_mean != c->norm.num_std) {
     fprintf(stderr,
             "dptrain train: --mean and --std go together, with as many values (%zu and "
             "%zu given)\n",
-            c->num_mean, c->num_std);
+            c->norm.num_mean, c->norm.num_std);
     return 2;
   }
-  if (c->num_mean) {
-    c->cfg.transform.channels = c->num_mean;
-    c->cfg.transform.mean = c->mean;
-    c->cfg.transform.std = c->std;
+  if (c->norm.num_mean) {
+    c->cfg.transform.channels = c->norm.num_mean;
+    c->cfg.transform.mean = c->norm.mean;
+    c->cfg.transform.std = c->norm.std;
   }
   c->cfg.transform.seed = c->cfg.seed;
   if (check_backend_list(c->backend) != 0) {
@@ -630,16 +613,9 @@ static dpt_status load_data(cli *c, dpt_dataset **train, dpt_dataset **test) {
 
 /* The model's shape, from the options and the data: its channels, size and classes. */
 static dpt_status build_model(cli *c, const dpt_dataset *train) {
-  size_t ch = dpt_dataset_channels(train), rows = dpt_dataset_rows(train),
-         cols = dpt_dataset_cols(train), classes = (size_t)dpt_dataset_num_classes(train);
-  dpt_model_spec *m = &c->cfg.model;
-  if (!strcmp(c->model, "mlp"))
-    return dpt_model_spec_mlp(m, ch, rows, cols, c->hidden, c->num_hidden, classes);
-  if (!strcmp(c->model, "cnn"))
-    return dpt_model_spec_cnn(m, ch, rows, cols, c->channels[0], c->channels[1], classes);
-  if (!strcmp(c->model, "resnet"))
-    return dpt_model_spec_resnet(m, ch, rows, cols, c->depth, classes);
-  return dpt_model_spec_load_json(c->model, ch, rows, cols, classes, m);
+  return dpt_model_choice_spec(&c->mc, dpt_dataset_channels(train), dpt_dataset_rows(train),
+                               dpt_dataset_cols(train), (size_t)dpt_dataset_num_classes(train),
+                               &c->cfg.model);
 }
 
 /* A cosine schedule anneals over the whole run after the warmup (at least one step); the
@@ -655,7 +631,7 @@ static dpt_status plan_schedule(cli *c, const dpt_dataset *train, char *other, s
                       : (int64_t)per_epoch * c->cfg.epochs;
   if (c->cfg.max_steps > 0 && c->cfg.max_steps < total) total = c->cfg.max_steps;
   if (c->cfg.optim.warmup_steps < 0) { /* not given: the ResNet recipe warms up one epoch */
-    int64_t w = strcmp(c->model, "resnet") ? 0 : (int64_t)per_epoch;
+    int64_t w = strcmp(c->mc.model, "resnet") ? 0 : (int64_t)per_epoch;
     c->cfg.optim.warmup_steps = w < total / 5 ? w : total / 5;
   }
   const dpt_optim_config *o = &c->cfg.optim;
@@ -770,11 +746,11 @@ static void float_list(char *out, size_t cap, const float *v, size_t n) {
  * eval and predict normalize alike. */
 static dpt_status save_weights(const cli *c, const weights *w) {
   char mean[64 * 18], std[64 * 18];
-  float_list(mean, sizeof mean, c->mean, c->num_mean);
-  float_list(std, sizeof std, c->std, c->num_std);
+  float_list(mean, sizeof mean, c->norm.mean, c->norm.num_mean);
+  float_list(std, sizeof std, c->norm.std, c->norm.num_std);
   const char *const extra[] = {"dptrain.mean", mean, "dptrain.std", std, NULL};
   return dpt_model_save_params_meta(w->host_model, w->final_params, c->save_weights,
-                                    c->num_mean ? extra : NULL);
+                                    c->norm.num_mean ? extra : NULL);
 }
 
 /* The run's opening line, from rank 0. */
@@ -782,9 +758,9 @@ static void announce(const cli *c, dpt_comm *comm) {
   const char *schedule = dpt_schedule_kind_name(c->cfg.optim.schedule);
   const int nrep = comm ? dpt_comm_size(comm) : c->cfg.replicas;
   if (c->rank == 0 && !c->json)
-    printf("training %s on %s: %d %s%s, global batch %zu, %lld epochs, %s lr %g (%s)%s\n", c->model,
-           c->data_dir, nrep, comm ? "rank" : "replica", nrep == 1 ? "" : "s", c->cfg.global_batch,
-           (long long)c->cfg.epochs, c->optimizer, (double)c->cfg.optim.lr,
+    printf("training %s on %s: %d %s%s, global batch %zu, %lld epochs, %s lr %g (%s)%s\n",
+           c->mc.model, c->data_dir, nrep, comm ? "rank" : "replica", nrep == 1 ? "" : "s",
+           c->cfg.global_batch, (long long)c->cfg.epochs, c->optimizer, (double)c->cfg.optim.lr,
            schedule ? schedule : "?", c->has_test ? "" : "; no test set: no test evaluation");
 }
 
