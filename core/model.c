@@ -625,6 +625,8 @@ void dpt_model_destroy(dpt_model *m) {
   free(m->buffers);
   free(m->names);
   free(m->grad_written);
+  free(m->sync_host);
+  free(m->sync_acc);
   free(m);
 }
 
@@ -690,6 +692,18 @@ size_t dpt_model_state_size(const dpt_model *m) {
 
 dpt_status dpt_model_set_sync_bn(dpt_model *m, dpt_model_allreduce_fn sum, void *ctx) {
   if (!m) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_set_sync_bn: model is NULL");
+  /* The host side of the sums, once for the widest batch norm: none on the training step. */
+  size_t widest = 0;
+  for (size_t i = 0; i < m->num_layers; ++i)
+    if (m->layers[i].spec.kind == DPT_LAYER_BATCHNORM1D ||
+        m->layers[i].spec.kind == DPT_LAYER_BATCHNORM2D)
+      widest = m->layers[i].oshape.c > widest ? m->layers[i].oshape.c : widest;
+  free(m->sync_host);
+  free(m->sync_acc);
+  m->sync_host = sum ? malloc((2 * widest + 1) * sizeof(float)) : NULL;
+  m->sync_acc = sum ? malloc((2 * widest + 1) * sizeof(double)) : NULL;
+  if (sum && (!m->sync_host || !m->sync_acc))
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_model_set_sync_bn: out of host memory");
   m->sync_sum = sum;
   m->sync_ctx = ctx;
   return DPT_OK;

@@ -117,28 +117,44 @@ static dpt_status conv2d_forward(dpt_model *m, const dpt_node *L, const dpt_buff
 static dpt_status bn_sync_stats(dpt_model *m, const dpt_node *L, size_t b, double *count) {
   size_t C = L->oshape.c;
   double n_r = (double)(b * L->oshape.h * L->oshape.w);
-  float *h = malloc(2 * C * sizeof(float));
-  double *acc = malloc((C + 1) * sizeof(double));
-  dpt_status st = h && acc ? DPT_OK : dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "sync-bn: no memory");
-  if (st == DPT_OK) st = dpt_buffer_download(L->aux, 0, h, 2 * C * sizeof(float));
-  for (size_t c = 0; st == DPT_OK && c < C; ++c)
+  float *h = m->sync_host;
+  double *acc = m->sync_acc;
+  DPT_TRY(dpt_buffer_download(L->aux, 0, h, 2 * C * sizeof(float)));
+  for (size_t c = 0; c < C; ++c)
     acc[c] = n_r * (double)h[c];
-  if (st == DPT_OK) acc[C] = n_r;
-  if (st == DPT_OK) st = m->sync_sum(m->sync_ctx, acc, C + 1);
-  double N = st == DPT_OK ? acc[C] : 1.0;
-  for (size_t c = 0; st == DPT_OK && c < C; ++c) {
+  acc[C] = n_r;
+  DPT_TRY(m->sync_sum(m->sync_ctx, acc, C + 1));
+  const double N = acc[C];
+  for (size_t c = 0; c < C; ++c) {
     double mean = acc[c] / N, d = (double)h[c] - mean;
     h[c] = (float)mean;
     acc[c] = n_r * ((double)h[C + c] + d * d);
   }
-  if (st == DPT_OK) st = m->sync_sum(m->sync_ctx, acc, C);
-  for (size_t c = 0; st == DPT_OK && c < C; ++c)
+  DPT_TRY(m->sync_sum(m->sync_ctx, acc, C));
+  for (size_t c = 0; c < C; ++c)
     h[C + c] = (float)(acc[c] / N);
-  if (st == DPT_OK) st = dpt_buffer_upload(L->aux, 0, h, 2 * C * sizeof(float));
   *count = N;
-  free(h);
-  free(acc);
-  return st;
+  return dpt_buffer_upload(L->aux, 0, h, 2 * C * sizeof(float));
+}
+
+/* Sync-bn's backward: this replica's sums of dy * xhat and dy (its gamma and beta gradients,
+ * at grads[w] and grads[bias]) summed over the replicas into aux[2C, 4C); *count becomes the
+ * values per channel over all replicas. */
+static dpt_status bn_sync_sums(dpt_model *m, const dpt_node *L, size_t w, size_t bias,
+                               double *count) {
+  size_t C = L->oshape.c;
+  float *h = m->sync_host;
+  double *acc = m->sync_acc;
+  DPT_TRY(dpt_buffer_download(m->grads, w * sizeof(float), h, C * sizeof(float)));
+  DPT_TRY(dpt_buffer_download(m->grads, bias * sizeof(float), h + C, C * sizeof(float)));
+  for (size_t c = 0; c < 2 * C; ++c)
+    acc[c] = (double)h[c];
+  acc[2 * C] = *count;
+  DPT_TRY(m->sync_sum(m->sync_ctx, acc, 2 * C + 1));
+  for (size_t c = 0; c < 2 * C; ++c)
+    h[c] = (float)acc[c];
+  *count = acc[2 * C];
+  return dpt_buffer_upload(L->aux, 2 * C * sizeof(float), h, 2 * C * sizeof(float));
 }
 
 /* Training: the batch statistics (combined over the replicas with sync-bn) into aux, and the
@@ -298,24 +314,7 @@ static dpt_status bn_backward(dpt_model *m, const dpt_node *L, const dpt_buffer 
   size_t s_xhat = w, s_dy = bias;
   double count = (double)(b * g.p);
   if (m->sync_sum) {
-    float *h = malloc(2 * C * sizeof(float));
-    double *acc = malloc((2 * C + 1) * sizeof(double));
-    dpt_status st = h && acc ? DPT_OK : dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "sync-bn: no memory");
-    if (st == DPT_OK) st = dpt_buffer_download(m->grads, w * sizeof(float), h, C * sizeof(float));
-    if (st == DPT_OK)
-      st = dpt_buffer_download(m->grads, bias * sizeof(float), h + C, C * sizeof(float));
-    for (size_t c = 0; st == DPT_OK && c < 2 * C; ++c)
-      acc[c] = (double)h[c];
-    if (st == DPT_OK) acc[2 * C] = count;
-    if (st == DPT_OK) st = m->sync_sum(m->sync_ctx, acc, 2 * C + 1);
-    for (size_t c = 0; st == DPT_OK && c < 2 * C; ++c)
-      h[c] = (float)acc[c];
-    if (st == DPT_OK)
-      st = dpt_buffer_upload(L->aux, 2 * C * sizeof(float), h, 2 * C * sizeof(float));
-    count = st == DPT_OK ? acc[2 * C] : count;
-    free(h);
-    free(acc);
-    DPT_TRY(st);
+    DPT_TRY(bn_sync_sums(m, L, w, bias, &count));
     sums = L->aux;
     s_xhat = 2 * C;
     s_dy = 3 * C;

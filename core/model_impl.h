@@ -56,6 +56,8 @@ struct dpt_model {
   uint32_t first_sample;
   dpt_model_allreduce_fn sync_sum;
   void *sync_ctx;
+  float *sync_host;            /* sync-bn's host copies: [2 * widest batch norm] floats */
+  double *sync_acc;            /* and their sums: [2 * widest batch norm + 1] doubles */
   unsigned char *grad_written; /* [num_layers]: dout already holds a contribution this step */
 };
 
