@@ -583,26 +583,39 @@ dpt_status dpt_safetensors_find(const dpt_safetensors *st, const char *name, dpt
   return DPT_OK;
 }
 
-dpt_status dpt_safetensors_read_f32(const dpt_safetensors *st, const char *name, float *dst,
-                                    size_t count) {
+/* What both typed reads check first: the arguments, then tensor `name` is there (*out). */
+static dpt_status st_find_for_read(const dpt_safetensors *st, const char *fn, const char *name,
+                                   const void *dst, size_t count, const st_entry **out) {
   if (!st || !name || (!dst && count > 0))
-    return dpt_set_error(DPT_ERR_INVALID_ARG, "safetensors_read_f32: %s is NULL",
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %s is NULL", fn,
                          !st     ? "file"
                          : !name ? "name"
                                  : "dst");
-  const st_entry *e = st_lookup(st, name);
-  if (!e) return dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: no tensor named '%s'", st->path, name);
+  *out = st_lookup(st, name);
+  if (!*out) return dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: no tensor named '%s'", st->path, name);
+  return DPT_OK;
+}
+
+/* And after the dtype: it holds `count` elements. */
+static dpt_status st_check_count(const dpt_safetensors *st, const st_entry *e, const char *name,
+                                 size_t count) {
+  if (e->count == count) return DPT_OK;
+  char shape[160];
+  st_shape_str(e->shape, e->ndim, shape, sizeof shape);
+  return dpt_set_error(DPT_ERR_BAD_FORMAT,
+                       "%s: tensor '%s' holds %zu elements (shape %s), expected %zu", st->path,
+                       name, e->count, shape, count);
+}
+
+dpt_status dpt_safetensors_read_f32(const dpt_safetensors *st, const char *name, float *dst,
+                                    size_t count) {
+  const st_entry *e = NULL;
+  DPT_TRY(st_find_for_read(st, "safetensors_read_f32", name, dst, count, &e));
   if (e->dtype != ST_F32 && e->dtype != ST_F16 && e->dtype != ST_BF16)
     return dpt_set_error(DPT_ERR_BAD_FORMAT,
                          "%s: tensor '%s' has dtype %s; only F32, F16 and BF16 read as float32",
                          st->path, name, st_dtypes[e->dtype].name);
-  if (e->count != count) {
-    char shape[160];
-    st_shape_str(e->shape, e->ndim, shape, sizeof shape);
-    return dpt_set_error(DPT_ERR_BAD_FORMAT,
-                         "%s: tensor '%s' holds %zu elements (shape %s), expected %zu", st->path,
-                         name, e->count, shape, count);
-  }
+  DPT_TRY(st_check_count(st, e, name, count));
   if (count == 0) return DPT_OK; /* dst may be NULL */
   const unsigned char *src = st->data + e->begin;
   if (e->dtype == ST_F32) {
@@ -632,24 +645,13 @@ dpt_status dpt_safetensors_read_f32(const dpt_safetensors *st, const char *name,
 
 dpt_status dpt_safetensors_read_i64(const dpt_safetensors *st, const char *name, int64_t *dst,
                                     size_t count) {
-  if (!st || !name || (!dst && count > 0))
-    return dpt_set_error(DPT_ERR_INVALID_ARG, "safetensors_read_i64: %s is NULL",
-                         !st     ? "file"
-                         : !name ? "name"
-                                 : "dst");
-  const st_entry *e = st_lookup(st, name);
-  if (!e) return dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: no tensor named '%s'", st->path, name);
+  const st_entry *e = NULL;
+  DPT_TRY(st_find_for_read(st, "safetensors_read_i64", name, dst, count, &e));
   if (e->dtype != ST_I64 && e->dtype != ST_I32)
     return dpt_set_error(DPT_ERR_BAD_FORMAT,
                          "%s: tensor '%s' has dtype %s; only I64 and I32 read as int64", st->path,
                          name, st_dtypes[e->dtype].name);
-  if (e->count != count) {
-    char shape[160];
-    st_shape_str(e->shape, e->ndim, shape, sizeof shape);
-    return dpt_set_error(DPT_ERR_BAD_FORMAT,
-                         "%s: tensor '%s' holds %zu elements (shape %s), expected %zu", st->path,
-                         name, e->count, shape, count);
-  }
+  DPT_TRY(st_check_count(st, e, name, count));
   const unsigned char *src = st->data + e->begin;
   const size_t size = st_dtypes[e->dtype].size;
   for (size_t k = 0; k < count; k++) {
