@@ -8,9 +8,13 @@ if(DPT_BUILD_TOOLS)
   add_executable(st_dataset_gen st_dataset_gen.c)
   target_link_libraries(st_dataset_gen PRIVATE dptrain_static)
   target_include_directories(st_dataset_gen PRIVATE ${PROJECT_SOURCE_DIR})
+  # Writes a checkpoint from a weights file through the library's checkpoint writer.
+  add_executable(ckpt_gen ckpt_gen.c)
+  target_link_libraries(ckpt_gen PRIVATE dptrain_static)
+  target_include_directories(ckpt_gen PRIVATE ${PROJECT_SOURCE_DIR})
   add_test(NAME cli COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli_test.sh" $<TARGET_FILE:dptrain_cli>
                             "${CMAKE_CURRENT_BINARY_DIR}/cli-scratch" "${_dpt_cli_mpi}"
-                            $<TARGET_FILE:st_dataset_gen>)
+                            $<TARGET_FILE:st_dataset_gen> $<TARGET_FILE:ckpt_gen>)
   set_tests_properties(cli PROPERTIES TIMEOUT 600 LABELS "cli;mpi"
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endif()

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The dptrain command as a user meets it: exit codes, one-line errors for bad input on every
 # rank, JSON output, weights files written and read back.
-# Usage: cli_test.sh <dptrain> <scratch dir> [mpiexec] [st_dataset_gen]
+# Usage: cli_test.sh <dptrain> <scratch dir> [mpiexec] [st_dataset_gen] [ckpt_gen]
 set -uo pipefail
-dptrain=$1 scratch=$2 mpiexec=${3:-} gen=${4:-}
+dptrain=$1 scratch=$2 mpiexec=${3:-} gen=${4:-} ckgen=${5:-}
 rm -rf "$scratch" && mkdir -p "$scratch"
 export OPENBLAS_NUM_THREADS=1 POCL_MAX_PTHREAD_COUNT=1
 failures=0
@@ -466,6 +466,85 @@ badrun "predict --limit" 2 "needs a value" -- predict --weights x --limit
 "$dptrain" eval --help | grep -q -- "--weights FILE" && "$dptrain" predict --help | grep -q -- "--top K" ||
   fail "eval/predict --help"
 "$dptrain" help | grep -q "^  eval " || fail "dptrain help does not list eval"
+
+# 14. Checkpoints: info and export on checkpoints the library writes (tests/ckpt_gen.c, from the
+# weights of section 3, an SGD momentum buffer per tensor, keep 2), a corrupt newest one passed
+# over; then `dptrain run` restarting a failing job.
+if [ -n "$ckgen" ]; then
+  ck="$scratch/ck"
+  for step in 5 10 15; do
+    "$ckgen" "$scratch/w.safetensors" "$ck" $step 2 >/dev/null 2>"$scratch/err" ||
+      fail "ckpt_gen $step: $(cat "$scratch/err")"
+  done
+  [ "$(ls -A "$ck")" = "$(printf 'ckpt-000000000010.safetensors\nckpt-000000000015.safetensors')" ] ||
+    fail "keep 2 left: $(ls -A "$ck")"
+  "$dptrain" checkpoint info "$ck" >"$scratch/out" 2>"$scratch/err" || fail "info: $(cat "$scratch/err")"
+  for want in "^file: *$ck/ckpt-000000000015.safetensors$" "^valid: *yes (CRC32 of 8 tensors checked" \
+    "^step: *15$" "^epoch: *2 (1-based; 2 batches of it done)$" "^world size: *2$" "^lr scale: *0.5$" \
+    "^seed: *3$" "^state hash: *fedcba9876543210$" "^optimizer: *momentum_buffer (4 tensors)$" \
+    "^model: *4 layers, input 1x8x8, 10 classes$" "^  lr: 0.05$" "^  optimizer: sgd$"; do
+    grep -q "$want" "$scratch/out" || fail "info lacks '$want': $(cat "$scratch/out")"
+  done
+  out=$("$dptrain" checkpoint info "$ck/ckpt-000000000015.safetensors" --json)
+  grep -q '"valid":true,"tensors":8,.*"progress":{"step":15,"epoch":1,"batch":2,' <<<"$out" &&
+    grep -q '"seed":"0000000000000003"' <<<"$out" || fail "info --json: $out"
+  # One bit flipped near the end of the newest file: passed over, the one before it reported.
+  f="$ck/ckpt-000000000015.safetensors" off=$(($(stat -c %s "$ck/ckpt-000000000015.safetensors") - 5))
+  b=$(od -An -tu1 -j $off -N1 "$f" | tr -d ' ')
+  printf "\\x$(printf %02x $((b ^ 1)))" | dd of="$f" bs=1 seek=$off conv=notrunc 2>/dev/null
+  "$dptrain" checkpoint info "$ck" >"$scratch/out" 2>"$scratch/err" || fail "info after corruption: $(cat "$scratch/err")"
+  grep -q "^skipped: *$f: tensor '[^']*' fails its CRC32 check" "$scratch/out" &&
+    grep -q "^file: *$ck/ckpt-000000000010.safetensors$" "$scratch/out" ||
+    fail "info does not fall back: $(cat "$scratch/out")"
+  badrun "corrupt checkpoint" 1 "fails its CRC32 check (stored [0-9a-f]\{8\}, computed" -- checkpoint info "$f"
+  badrun "missing checkpoint" 1 "$scratch/none.st" -- checkpoint info "$scratch/none.st"
+  mkdir -p "$scratch/empty"
+  badrun "empty checkpoint dir" 1 "empty: holds no checkpoint" -- checkpoint info "$scratch/empty"
+  badrun "checkpoint, no subcommand" 2 "usage: dptrain checkpoint" -- checkpoint
+  badrun "checkpoint info, no path" 2 "PATH is required" -- checkpoint info
+  badrun "checkpoint frob" 2 "unknown subcommand 'frob'" -- checkpoint frob "$ck"
+  badrun "export without --weights" 2 "--weights is required" -- checkpoint export "$ck"
+  # Export: the model's weights only, which eval reads as the weights they came from.
+  "$dptrain" checkpoint export "$ck" --weights "$scratch/ex.st" >/dev/null 2>"$scratch/err" ||
+    fail "export: $(cat "$scratch/err")"
+  ! head -c 2000 "$scratch/ex.st" | grep -a -q 'optimizer\.\|dptrain\.checkpoint\|dptrain\.crc32' ||
+    fail "export kept checkpoint-only tensors or metadata"
+  a=$("$dptrain" eval --weights "$scratch/ex.st" --data "$good" "${ev[@]}" 2>"$scratch/err") &&
+    b=$("$dptrain" eval --weights "$scratch/w.safetensors" --data "$good" "${ev[@]}") && [ "$a" = "$b" ] ||
+    fail "eval of the export: $a vs $b $(cat "$scratch/err")"
+fi
+
+# run: a job that fails twice then succeeds is restarted twice; one that always fails is given
+# up on after N restarts with its status; a usage error (2) and a job ended by a signal sent to
+# run are not restarted.
+cnt="$scratch/count"
+job='n=$(cat "$0" 2>/dev/null || echo 0); echo $((n + 1)) >"$0"; [ $n -ge 2 ] || exit ${1:-1}'
+runjob() { rm -f "$cnt"; "$dptrain" run --max-restarts 2 --restart-delay 0 -- sh -c "$job" "$cnt" "$@" 2>"$scratch/err"; }
+runjob 1 --resume; rc=$?
+[ $rc -eq 0 ] && [ "$(cat "$cnt")" = 3 ] && [ "$(grep -c '^dptrain run: the job exited with status 1; restart [12] of 2$' "$scratch/err")" = 2 ] &&
+  ! grep -q "no --resume" "$scratch/err" || fail "run, fails twice: rc $rc, $(cat "$scratch/err")"
+job='n=$(cat "$0" 2>/dev/null || echo 0); echo $((n + 1)) >"$0"; exit $1'
+runjob 3; rc=$?
+[ $rc -eq 3 ] && [ "$(cat "$cnt")" = 3 ] && grep -q "^dptrain run: warning: the command has no --resume" "$scratch/err" &&
+  grep -q "^dptrain run: the job exited with status 3; giving up after 2 restarts$" "$scratch/err" ||
+  fail "run, always fails: rc $rc, $(cat "$scratch/err")"
+runjob 2 --resume; rc=$?
+[ $rc -eq 2 ] && [ "$(cat "$cnt")" = 1 ] && grep -q "(a usage error); not restarting" "$scratch/err" ||
+  fail "run, usage error: rc $rc, $(cat "$scratch/err")"
+badrun "run, no command" 2 "no command given" -- run --max-restarts 1
+badrun "run, bad --max-restarts" 2 "bad value '-1' for --max-restarts" -- run --max-restarts -1 -- true
+badrun "run, command not found" 127 "cannot run '$scratch/none'" -- run -- "$scratch/none" --resume
+rm -f "$scratch/up" "$scratch/sig"
+"$dptrain" run --restart-delay 0 -- sh -c 'trap "echo USR1 >>$0" USR1; trap "echo TERM >>$0; exit 143" TERM;
+  : >$0.up; while :; do sleep 0.1; done' "$scratch/sig" --resume 2>"$scratch/err" &
+pid=$!
+for _ in $(seq 100); do [ -e "$scratch/sig.up" ] && break; sleep 0.1; done
+kill -USR1 $pid; sleep 0.5; kill -TERM $pid; wait $pid; rc=$?
+[ $rc -eq 143 ] && [ "$(cat "$scratch/sig" 2>/dev/null | tr '\n' ' ')" = "USR1 TERM " ] &&
+  grep -q "after signal 15; not restarting" "$scratch/err" ||
+  fail "run forwarding signals: rc $rc, job saw '$(cat "$scratch/sig" 2>/dev/null)', $(cat "$scratch/err")"
+"$dptrain" help | grep -q "^  checkpoint info " && "$dptrain" help | grep -q "^  run " ||
+  fail "dptrain help does not list checkpoint and run"
 
 echo "cli test: $failures failure(s)"
 [ $failures -eq 0 ]

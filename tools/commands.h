@@ -5,5 +5,7 @@
 int dpt_cmd_train(int argc, char **argv);
 int dpt_cmd_eval(int argc, char **argv);
 int dpt_cmd_predict(int argc, char **argv);
+int dpt_cmd_checkpoint(int argc, char **argv);
+int dpt_cmd_run(int argc, char **argv);
 
 #endif

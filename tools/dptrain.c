@@ -14,6 +14,9 @@ static void usage(FILE *f) {
              "  train              data-parallel training (dptrain train --help)\n"
              "  eval               test loss, accuracy and confusion matrix of saved weights\n"
              "  predict            class probabilities per input from saved weights\n"
+             "  checkpoint info    what a checkpoint holds, its CRCs checked (a file or a dir)\n"
+             "  checkpoint export  a checkpoint's model weights, for eval, predict and PyTorch\n"
+             "  run                a command restarted after failures (dptrain run --help)\n"
              "  devices            list every backend and device found, one per line\n"
              "  bench gemm         gemm GFLOP/s per backend and size (dptrain bench gemm --help)\n"
              "  bench train        training samples/s: 1 replica bare, 1 replica, R replicas\n"
@@ -94,6 +97,8 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "train")) return dpt_cmd_train(argc - 1, argv + 1);
   if (!strcmp(cmd, "eval")) return dpt_cmd_eval(argc - 1, argv + 1);
   if (!strcmp(cmd, "predict")) return dpt_cmd_predict(argc - 1, argv + 1);
+  if (!strcmp(cmd, "checkpoint")) return dpt_cmd_checkpoint(argc - 1, argv + 1);
+  if (!strcmp(cmd, "run")) return dpt_cmd_run(argc - 1, argv + 1);
   if (!strcmp(cmd, "devices")) return cmd_devices(argc - 1, argv + 1);
   if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
   if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {

@@ -3,6 +3,7 @@
 #define DPTRAIN_DPTRAIN_H
 
 #include "dptrain/backend.h"
+#include "dptrain/checkpoint.h"
 #include "dptrain/comm.h"
 #include "dptrain/data.h"
 #include "dptrain/export.h"
