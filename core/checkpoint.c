@@ -264,8 +264,8 @@ void dpt_ckpt_path(const char *dir, int64_t step, char *out, size_t cap) {
   snprintf(out, cap, "%s/" CKPT_PREFIX "%012lld" CKPT_SUFFIX, dir, (long long)step);
 }
 
-/* The step of a checkpoint's file name ("ckpt-<12 or more digits>.safetensors"); 0 when name
- * is not one. */
+/* The step of a checkpoint's file name ("ckpt-<12 or more digits>.safetensors", exactly as
+ * dpt_ckpt_path writes it); 0 when name is not one. */
 static int parse_name(const char *name, int64_t *step) {
   const size_t pl = strlen(CKPT_PREFIX), sl = strlen(CKPT_SUFFIX), n = strlen(name);
   if (n < pl + 12 + sl || strncmp(name, CKPT_PREFIX, pl) || strcmp(name + n - sl, CKPT_SUFFIX))
@@ -275,6 +275,9 @@ static int parse_name(const char *name, int64_t *step) {
     if (name[k] < '0' || name[k] > '9' || v > (INT64_MAX - 9) / 10) return 0;
     v = v * 10 + (name[k] - '0');
   }
+  char canonical[64];
+  snprintf(canonical, sizeof canonical, CKPT_PREFIX "%012lld" CKPT_SUFFIX, (long long)v);
+  if (strcmp(canonical, name)) return 0; /* e.g. a 13-digit name with a leading zero */
   *step = v;
   return 1;
 }
@@ -436,6 +439,9 @@ dpt_status dpt_ckpt_write(const char *dir, const dpt_checkpoint_progress *progre
     return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_ckpt_write: NULL argument");
   if (keep < 1)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_ckpt_write: keep %d must be at least 1", keep);
+  if (progress->step < 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_ckpt_write: step %lld is negative",
+                         (long long)progress->step);
   dpt_ckpt_path(dir, progress->step, path, cap);
   if (strlen(dir) + 64 > cap || strlen(dir) + 64 > 4096)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_ckpt_write: directory name too long: %s", dir);

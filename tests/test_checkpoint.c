@@ -381,7 +381,7 @@ START_TEST(keep_and_temporaries) {
   /* What a killed writer leaves (its temporary name and the safetensors writer's own), and
    * files that are no checkpoint's. */
   const char *stale[] = {".ckpt-000000000002.tmp.99999.0", ".ckpt-000000000002.tmp.99999.0.tmp"};
-  const char *others[] = {"notes.txt", "ckpt-1.safetensors", "ckpt-000000000001.safetensors.bak"};
+  const char *others[] = {"notes.txt", "ckpt-1.safetensors", "ckpt-0000000000001.safetensors"};
   for (size_t i = 0; i < 5; ++i) {
     snprintf(name, sizeof name, "%s/%s", dir, i < 2 ? stale[i] : others[i - 2]);
     FILE *f = fopen(name, "wb");
