@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "dptrain/model.h"
+#include "dptrain/safetensors.h"
 
 /* The shape of one sample between two layers. After a flatten or linear layer the sample is a
  * vector of c features (h = w = 1) and `flat` is set: image layers refuse it. */
@@ -73,5 +74,15 @@ size_t dpt_model_conv_chunk(const dpt_model *m, const dpt_node *L, size_t b);
 
 /* The output buffer of layer i (its store's), the model input for DPT_LAYER_INPUT_MODEL. */
 const dpt_buffer *dpt_model_out_of(const dpt_model *m, int i, const dpt_buffer *x);
+
+/* The model's state as safetensors tensors named as PyTorch's state_dict: the parameters, then
+ * the buffers, pointing into host[state size] (batch norm's counters as I64, converted into
+ * counters[entries]). Returns the entries; with ts NULL only counts them. */
+size_t dpt_model_state_tensors(const dpt_model *m, const float *host, dpt_st_tensor *ts,
+                               int64_t *counters);
+/* Reads the model's state entries from an open file into host[state size] (the file may hold
+ * other tensors too); path names the file in errors. */
+dpt_status dpt_model_read_state(const dpt_model *m, const dpt_safetensors *st, const char *path,
+                                float *host);
 
 #endif

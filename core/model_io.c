@@ -61,6 +61,27 @@ dpt_status dpt_model_save_params(const dpt_model *m, const float *host, const ch
   return dpt_model_save_params_meta(m, host, path, NULL);
 }
 
+size_t dpt_model_state_tensors(const dpt_model *m, const float *host, dpt_st_tensor *ts,
+                               int64_t *counters) {
+  size_t n = state_entries(m);
+  for (size_t i = 0; ts && i < n; ++i) {
+    dpt_tensor_info t;
+    state_entry(m, i, &t);
+    memset(&ts[i], 0, sizeof ts[i]);
+    ts[i].name = t.name;
+    ts[i].data = host + t.offset;
+    if (is_counter(&t)) {
+      counters[i] = (int64_t)host[t.offset];
+      ts[i].dtype = "I64";
+      ts[i].bytes = &counters[i];
+    }
+    ts[i].ndim = t.ndim;
+    for (int d = 0; d < t.ndim; ++d)
+      ts[i].shape[d] = t.shape[d];
+  }
+  return n;
+}
+
 dpt_status dpt_model_save_params_meta(const dpt_model *m, const float *host, const char *path,
                                       const char *const *extra_kv) {
   if (!m || !host || !path)
@@ -73,20 +94,7 @@ dpt_status dpt_model_save_params_meta(const dpt_model *m, const float *host, con
     free(counters);
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_model_save_params: out of memory");
   }
-  for (size_t i = 0; i < n; ++i) {
-    dpt_tensor_info t;
-    state_entry(m, i, &t);
-    ts[i].name = t.name;
-    ts[i].data = host + t.offset;
-    if (is_counter(&t)) {
-      counters[i] = (int64_t)host[t.offset];
-      ts[i].dtype = "I64";
-      ts[i].bytes = &counters[i];
-    }
-    ts[i].ndim = t.ndim;
-    for (int d = 0; d < t.ndim; ++d)
-      ts[i].shape[d] = t.shape[d];
-  }
+  dpt_model_state_tensors(m, host, ts, counters);
   char *model_json = NULL;
   const char **meta = NULL;
   dpt_status st = dpt_model_spec_to_json(&m->spec, &model_json);
@@ -121,6 +129,18 @@ static dpt_status load_entry(const dpt_safetensors *st, const char *path, const 
   return DPT_OK;
 }
 
+dpt_status dpt_model_read_state(const dpt_model *m, const dpt_safetensors *st, const char *path,
+                                float *host) {
+  dpt_status s = DPT_OK;
+  size_t n = state_entries(m);
+  for (size_t i = 0; i < n && s == DPT_OK; ++i) {
+    dpt_tensor_info t;
+    state_entry(m, i, &t);
+    s = load_entry(st, path, &t, host);
+  }
+  return s;
+}
+
 dpt_status dpt_model_load_params(const dpt_model *m, const char *path, float *host) {
   if (!m || !host || !path)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_load_params: NULL argument");
@@ -128,11 +148,7 @@ dpt_status dpt_model_load_params(const dpt_model *m, const char *path, float *ho
   dpt_status s = dpt_safetensors_open(path, &st);
   if (s != DPT_OK) return s;
   size_t n = state_entries(m);
-  for (size_t i = 0; i < n && s == DPT_OK; ++i) {
-    dpt_tensor_info t;
-    state_entry(m, i, &t);
-    s = load_entry(st, path, &t, host);
-  }
+  s = dpt_model_read_state(m, st, path, host);
   /* Like load_state_dict(strict=True): a tensor the model does not have is an error. */
   size_t count = dpt_safetensors_count(st);
   for (size_t j = 0; j < count && s == DPT_OK; ++j) {

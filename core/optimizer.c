@@ -10,6 +10,7 @@ struct dpt_optimizer {
   dpt_model *model;
   dpt_optim_config cfg;
   int64_t steps;
+  double lr_scale;    /* rollbacks' factor on the schedule's rate (1: none) */
   dpt_buffer *state0; /* SGD: velocity; AdamW: first moment. zero-initialized */
   dpt_buffer *state1; /* AdamW: second moment */
   /* Sharded: state for these ranges only, packed in order (range i at state_off[i]);
@@ -132,6 +133,7 @@ static dpt_status create(dpt_model *model, const dpt_optim_config *cfg, const dp
   if (!o) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
   o->model = model;
   o->cfg = *cfg;
+  o->lr_scale = 1.0;
   dpt_backend *be = dpt_model_backend(model);
   size_t n = dpt_model_num_params(model);
   if (shard) {
@@ -291,7 +293,7 @@ static dpt_status update(dpt_optimizer *o, const dpt_range *ranges, size_t n, do
     if (norm > (double)o->cfg.clip_norm)
       clip_scale = (float)((double)o->cfg.clip_norm / (norm + 1e-6));
   }
-  float lr = (float)dpt_optim_lr_at(&o->cfg, o->steps);
+  float lr = (float)(dpt_optim_lr_at(&o->cfg, o->steps) * o->lr_scale);
   for (size_t i = 0; i < n && st == DPT_OK; ++i) {
     const size_t off = ranges[i].offset, cnt = ranges[i].count;
     const size_t so = o->state_off ? o->state_off[i] : off; /* the range's optimizer state */
@@ -323,4 +325,63 @@ dpt_status dpt_optimizer_step_ranges(dpt_optimizer *o, const dpt_range *ranges, 
   dpt_status st = check_step_ranges(o, ranges, n, "dpt_optimizer_step_ranges");
   if (st != DPT_OK) return st;
   return update(o, ranges, n, grad_sumsq, grad_norm);
+}
+
+int dpt_optimizer_num_slots(const dpt_optimizer *o) {
+  return !o ? 0 : o->state1 ? 2 : o->state0 ? 1 : 0;
+}
+
+const char *dpt_optimizer_slot_name(const dpt_optimizer *o, int slot) {
+  if (slot < 0 || slot >= dpt_optimizer_num_slots(o)) return NULL;
+  if (o->cfg.kind == DPT_OPTIM_SGD) return "momentum_buffer";
+  return slot == 0 ? "exp_avg" : "exp_avg_sq";
+}
+
+/* Slot `slot` of the optimizer in *out, after the arguments' checks for `fn`. */
+static dpt_status slot_buffer(const dpt_optimizer *o, int slot, const void *host, const char *fn,
+                              dpt_buffer **out) {
+  if (!o || !host) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: NULL argument", fn);
+  if (slot < 0 || slot >= dpt_optimizer_num_slots(o))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: slot %d outside the optimizer's %d", fn, slot,
+                         dpt_optimizer_num_slots(o));
+  *out = slot == 0 ? o->state0 : o->state1;
+  return DPT_OK;
+}
+
+dpt_status dpt_optimizer_get_state(const dpt_optimizer *o, int slot, float *host) {
+  dpt_buffer *b = NULL;
+  DPT_TRY(slot_buffer(o, slot, host, "dpt_optimizer_get_state", &b));
+  if (!o->shard)
+    return dpt_buffer_download(b, 0, host, dpt_model_num_params(o->model) * sizeof(float));
+  for (size_t i = 0; i < o->nshard; ++i)
+    DPT_TRY(dpt_buffer_download(b, o->state_off[i] * sizeof(float), host + o->shard[i].offset,
+                                o->shard[i].count * sizeof(float)));
+  return DPT_OK;
+}
+
+dpt_status dpt_optimizer_set_state(dpt_optimizer *o, int slot, const float *host) {
+  dpt_buffer *b = NULL;
+  DPT_TRY(slot_buffer(o, slot, host, "dpt_optimizer_set_state", &b));
+  if (!o->shard)
+    return dpt_buffer_upload(b, 0, host, dpt_model_num_params(o->model) * sizeof(float));
+  for (size_t i = 0; i < o->nshard; ++i)
+    DPT_TRY(dpt_buffer_upload(b, o->state_off[i] * sizeof(float), host + o->shard[i].offset,
+                              o->shard[i].count * sizeof(float)));
+  return DPT_OK;
+}
+
+dpt_status dpt_optimizer_set_steps(dpt_optimizer *o, int64_t steps) {
+  if (!o || steps < 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_optimizer_set_steps: %s",
+                         o ? "steps must be >= 0" : "optimizer is NULL");
+  o->steps = steps;
+  return DPT_OK;
+}
+
+dpt_status dpt_optimizer_set_lr_scale(dpt_optimizer *o, double scale) {
+  if (!o || !(scale > 0.0) || !isfinite(scale))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_optimizer_set_lr_scale: %s",
+                         o ? "the scale must be a positive number" : "optimizer is NULL");
+  o->lr_scale = scale;
+  return DPT_OK;
 }

@@ -78,7 +78,7 @@ START_TEST(status_strings) {
   ck_assert_str_eq(dpt_status_str(DPT_OK), "ok");
   ck_assert_str_eq(dpt_status_name(DPT_ERR_OUT_OF_MEMORY), "DPT_ERR_OUT_OF_MEMORY");
   ck_assert_str_eq(dpt_status_name(DPT_ERR_PEER), "DPT_ERR_PEER");
-  static const int unknown[] = {1, 42, -13, -999, INT_MIN, INT_MAX};
+  static const int unknown[] = {1, 42, -14, -999, INT_MIN, INT_MAX};
   for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
     ck_assert_str_eq(dpt_status_str((dpt_status)unknown[i]), "unknown status");
     ck_assert_str_eq(dpt_status_name((dpt_status)unknown[i]), "DPT_UNKNOWN");

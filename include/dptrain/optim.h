@@ -115,6 +115,24 @@ DPT_API dpt_status dpt_optimizer_grad_sumsq(dpt_optimizer *opt, const dpt_range 
 /* Steps taken so far. */
 DPT_API int64_t dpt_optimizer_steps(const dpt_optimizer *opt);
 
+/* The optimizer's state, for checkpoints: `slots` tensors of the parameters' layout, each
+ * named as in PyTorch's optimizer state (SGD with momentum: "momentum_buffer"; AdamW: "exp_avg",
+ * "exp_avg_sq"; SGD without momentum has none), and the step counter. */
+DPT_API int dpt_optimizer_num_slots(const dpt_optimizer *opt);
+/* The name of slot `slot`; NULL outside [0, dpt_optimizer_num_slots). */
+DPT_API const char *dpt_optimizer_slot_name(const dpt_optimizer *opt, int slot);
+/* Copies slot `slot` into host[num_params] at the parameters' offsets: everything, or for a
+ * sharded optimizer its own ranges only (the rest of host is left as it is). Waits for the
+ * device. */
+DPT_API dpt_status dpt_optimizer_get_state(const dpt_optimizer *opt, int slot, float *host);
+/* Sets slot `slot` from host[num_params] (a sharded optimizer takes its own ranges), so that a
+ * state saved at any world size is re-cut into this replica's shard. */
+DPT_API dpt_status dpt_optimizer_set_state(dpt_optimizer *opt, int slot, const float *host);
+/* Sets the step counter (the schedule's position; AdamW's bias correction). */
+DPT_API dpt_status dpt_optimizer_set_steps(dpt_optimizer *opt, int64_t steps);
+/* A factor (> 0) on the schedule's learning rate from now on (1: none); rollbacks lower it. */
+DPT_API dpt_status dpt_optimizer_set_lr_scale(dpt_optimizer *opt, double scale);
+
 #ifdef __cplusplus
 }
 #endif

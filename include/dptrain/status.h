@@ -29,7 +29,8 @@ extern "C" {
   X(ERR_IO, -9, "I/O error")                                                                       \
   X(ERR_BAD_FORMAT, -10, "bad file format")                                                        \
   X(ERR_NONFINITE, -11, "non-finite values")                                                       \
-  X(ERR_PEER, -12, "another replica failed")
+  X(ERR_PEER, -12, "another replica failed")                                                       \
+  X(ERR_INTERRUPTED, -13, "stopped on request")
 
 typedef enum dpt_status {
 #define DPT_STATUS_ENUM_(name, value, text) DPT_##name = value,
