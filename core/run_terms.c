@@ -3,7 +3,10 @@
  * data stop before the first step, naming the field and the replicas that differ. */
 #include "core/run_terms.h"
 
+#include <ctype.h>
+#include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
@@ -39,7 +42,7 @@ typedef enum term_kind { TERM_INT, TERM_FLOAT, TERM_HASH } term_kind;
   X(SHUFFLE, "shuffling (shuffle)", TERM_INT)                                                      \
   X(KEEP_LAST, "keeping the last partial batch (keep_last)", TERM_INT)                             \
   X(CHECK_EVERY, "the drift check period (check_every)", TERM_INT)                                 \
-  X(SKIP_NONFINITE, "skipping non-finite steps (skip_nonfinite)", TERM_INT)                        \
+  X(NONFINITE, "the non-finite step policy (on_nonfinite: 0 stop, 1 skip, 2 rollback)", TERM_INT)  \
   X(MAX_SKIPPED, "the skipped-step limit (max_skipped)", TERM_INT)                                 \
   X(SKIP_ALLREDUCE, "skipping the gradient exchange (skip_allreduce)", TERM_INT)                   \
   X(FULL_STEP, "the full optimizer step (full_optimizer_step)", TERM_INT)                          \
@@ -58,10 +61,11 @@ enum {
 _Static_assert(TERM_COUNT_ == DPT_RUN_TERM_COUNT, "DPT_RUN_TERM_COUNT matches the list");
 
 static const struct {
+  const char *key; /* the field's key in checkpoints: its enum name */
   const char *name;
   term_kind kind;
 } terms[] = {
-#define DPT_TERM_ROW_(e, name, kind) {name, kind},
+#define DPT_TERM_ROW_(e, name, kind) {#e, name, kind},
     DPT_RUN_TERMS(DPT_TERM_ROW_)
 #undef DPT_TERM_ROW_
 };
@@ -160,7 +164,7 @@ void dpt_run_terms(const dpt_train_config *cfg, uint64_t *w) {
   w[TERM_SHUFFLE] = int_word(cfg->shuffle);
   w[TERM_KEEP_LAST] = int_word(cfg->keep_last);
   w[TERM_CHECK_EVERY] = int_word(cfg->check_every);
-  w[TERM_SKIP_NONFINITE] = int_word(cfg->skip_nonfinite);
+  w[TERM_NONFINITE] = int_word(cfg->on_nonfinite);
   w[TERM_MAX_SKIPPED] = int_word(cfg->max_skipped);
   w[TERM_SKIP_ALLREDUCE] = int_word(cfg->skip_allreduce);
   w[TERM_FULL_STEP] = int_word(cfg->full_optimizer_step);
@@ -206,4 +210,113 @@ dpt_status dpt_run_terms_compare(const uint64_t *all, int count) {
                            terms[t].name, v0, list);
   }
   return DPT_OK;
+}
+
+/* The field's key in lower case ("GLOBAL_BATCH" -> "global_batch"). */
+static void term_key(int t, char *out, size_t cap) {
+  size_t i = 0;
+  for (; terms[t].key[i] && i + 1 < cap; ++i)
+    out[i] = (char)tolower((unsigned char)terms[t].key[i]);
+  out[i] = '\0';
+}
+
+/* Word w of field t as a JSON value: integers and floats as numbers, hashes as hex strings. */
+static json_t *word_json(int t, uint64_t w) {
+  double d;
+  char hex[24];
+  switch (terms[t].kind) {
+  case TERM_INT:
+    return json_integer((json_int_t)(int64_t)w);
+  case TERM_FLOAT:
+    memcpy(&d, &w, sizeof d);
+    return json_real(d);
+  default:
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)w);
+    return json_string(hex);
+  }
+}
+
+dpt_status dpt_run_terms_to_json(const uint64_t *words, char **out) {
+  json_t *obj = json_object();
+  for (int t = 0; obj && t < DPT_RUN_TERM_COUNT; ++t) {
+    char key[40];
+    term_key(t, key, sizeof key);
+    if (json_object_set_new(obj, key, word_json(t, words[t])) != 0) {
+      json_decref(obj);
+      obj = NULL;
+    }
+  }
+  *out = obj ? json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+  json_decref(obj);
+  if (!*out) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "run terms: out of memory");
+  return DPT_OK;
+}
+
+/* The word of field t from its JSON value; 0 when the value has the wrong type. */
+static int json_word(int t, const json_t *v, uint64_t *w) {
+  if (terms[t].kind == TERM_INT && json_is_integer(v)) {
+    *w = (uint64_t)(int64_t)json_integer_value(v);
+    return 1;
+  }
+  if (terms[t].kind == TERM_FLOAT && json_is_number(v)) {
+    double d = json_number_value(v);
+    memcpy(w, &d, sizeof d);
+    return 1;
+  }
+  if (terms[t].kind == TERM_HASH && json_is_string(v)) {
+    char *end = NULL;
+    *w = strtoull(json_string_value(v), &end, 16);
+    return end && *end == '\0';
+  }
+  return 0;
+}
+
+/* Fields a resumed run may change: the rate, the run's length (and the cosine length that
+ * follows it), the checks, the non-finite policy, the test set. */
+static int may_change(int t) {
+  return t == TERM_LR || t == TERM_EPOCHS || t == TERM_MAX_STEPS || t == TERM_TOTAL_STEPS ||
+         t == TERM_CHECK_EVERY || t == TERM_MAX_SKIPPED || t == TERM_NONFINITE ||
+         t == TERM_TEST_SAMPLES || t == TERM_TEST_DATA;
+}
+
+/* One field of the resume check: equal, changed and allowed (logged), or refused. */
+static dpt_status check_field(int t, const json_t *obj, const char *origin, uint64_t now,
+                              dpt_run_terms_log_fn log, void *user) {
+  char key[40], was[32], is[32];
+  term_key(t, key, sizeof key);
+  uint64_t saved = 0;
+  const json_t *v = json_object_get(obj, key);
+  if (!v || !json_word(t, v, &saved))
+    return dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: the saved configuration has no valid '%s'",
+                         origin, key);
+  if (saved == now) return DPT_OK;
+  word_str(t, saved, was, sizeof was);
+  word_str(t, now, is, sizeof is);
+  if (!may_change(t))
+    return dpt_set_error(DPT_ERR_MISMATCH,
+                         "%s was saved with %s %s; this run has %s: resume with the same "
+                         "setting, or start afresh in another checkpoint directory",
+                         origin, terms[t].name, was, is);
+  if (log) {
+    char line[512];
+    snprintf(line, sizeof line, "%s changed since the checkpoint: %s then, %s now", terms[t].name,
+             was, is);
+    log(line, user);
+  }
+  return DPT_OK;
+}
+
+dpt_status dpt_run_terms_check_resume(const char *saved_json, const char *origin,
+                                      const uint64_t *now, dpt_run_terms_log_fn log, void *user) {
+  json_error_t err;
+  json_t *obj = saved_json ? json_loads(saved_json, JSON_REJECT_DUPLICATES, &err) : NULL;
+  if (!json_is_object(obj)) {
+    json_decref(obj);
+    return dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: no readable saved configuration", origin);
+  }
+  dpt_status st = DPT_OK;
+  for (int t = 0; t < DPT_RUN_TERM_COUNT && st == DPT_OK; ++t)
+    st = check_field(t, obj, origin, now[t], log, user);
+  json_decref(obj);
+  return st;
 }

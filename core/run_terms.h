@@ -18,4 +18,17 @@ void dpt_run_terms(const dpt_train_config *cfg, uint64_t *words);
  * every replica that has another. */
 dpt_status dpt_run_terms_compare(const uint64_t *all, int count);
 
+/* The terms as a JSON object (malloc'd) for checkpoints: each field under its name in lower
+ * case ("global_batch"), integers and floats as numbers (doubles round-trip), fingerprints as
+ * 16 hex digits. */
+dpt_status dpt_run_terms_to_json(const uint64_t *words, char **out);
+
+typedef void (*dpt_run_terms_log_fn)(const char *line, void *user);
+/* A resume's check of the terms a checkpoint saved (JSON as above; origin names the file)
+ * against this run's: DPT_ERR_MISMATCH naming the first field that differs with both values,
+ * except the fields a resumed run may change (the learning rate, epochs, step limit and cosine
+ * length, checks, non-finite policy, test set), which are reported through log (may be NULL). */
+dpt_status dpt_run_terms_check_resume(const char *saved_json, const char *origin,
+                                      const uint64_t *now, dpt_run_terms_log_fn log, void *user);
+
 #endif

@@ -10,6 +10,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,80 +18,8 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "core/run_terms.h"
+#include "core/trainer_impl.h"
 #include "dptrain/train.h"
-
-/* What every replica contributes to a step's decision. */
-typedef struct step_stats {
-  double loss_sum;    /* sum of per-sample losses of the replica's slice */
-  int64_t correct;    /* correct predictions in the slice */
-  int64_t samples;    /* slice size */
-  int64_t failed;     /* FAILED_HERE or FAILED_ELSEWHERE when this replica failed, else 0 */
-  uint64_t hash;      /* parameter fingerprint (drift checks only) */
-  double sumsq;       /* squared gradient norm over the replica's range (norm agreement only) */
-  double compute;     /* seconds of the step's batch loading, forward and backward (steps only) */
-  int64_t bad_grads;  /* non-finite values in the replica's range of the reduced gradient */
-  int64_t bad_params; /* 1 when the replica found non-finite parameters (see check_params) */
-} step_stats;
-
-/* How the replicas combine their gradients, decided once per run by step_mode_of. */
-typedef enum step_mode {
-  STEP_LOCAL,   /* no exchange: each replica steps on its own gradients (benchmarking) */
-  STEP_FULL,    /* all-reduce the gradients; every replica updates every parameter */
-  STEP_SHARDED, /* reduce-scatter; each replica updates its shard; all-gather the parameters */
-} step_mode;
-
-typedef struct replica {
-  const dpt_train_config *cfg;
-  dpt_comm *comm;  /* this replica's member */
-  int index;       /* replica index = rank in comm */
-  int count;       /* replicas in all */
-  int ranks;       /* MPI ranks */
-  int local_index; /* index among the replicas of this process / node (device choice) */
-  int over_mpi;    /* 1: comm is an MPI communicator (one replica per rank) */
-  dpt_status status;
-  char error[1024]; /* message of a failure on this replica's thread */
-  dpt_train_report final;
-} replica;
-
-/* The run's running figures, from which every report is made. */
-typedef struct run_totals {
-  int64_t step, skipped, trained_samples;
-  int64_t skipped_in_a_row;     /* consecutive skipped steps up to the last one */
-  int64_t planned_steps;        /* steps the run will take if nothing stops it */
-  double run_start, train_time; /* seconds: start of the run; spent in training epochs */
-  double compute, comm, optimizer, imbalance; /* the report's time split, seconds */
-  uint64_t hash;                              /* the latest parameter fingerprint */
-} run_totals;
-
-/* Replicas whose exchanges need no allocation. */
-enum { GATHER_INLINE = 64 };
-
-typedef struct replica_state {
-  dpt_backend *be;
-  dpt_model *model;
-  dpt_optimizer *opt;
-  step_mode mode;
-  dpt_buffer *x, *y;        /* device batch: [slice, input] floats, [slice] int32 */
-  dpt_buffer *kept_buffers; /* skip_nonfinite: the model's buffers before the step, put back
-                               when the step is skipped (batch norm updates them in forward) */
-  float *hx;                /* host batch [max_slice, input] */
-  int32_t *hy;              /* host labels [max_slice] */
-  uint64_t *perm;           /* epoch permutation [n_train] */
-  uint64_t *idx;            /* the slice's sample indices [max_slice] */
-  float *hparams;           /* [state size] host copy of parameters and buffers for fingerprints */
-  dpt_range *shard;         /* this replica's shard of the parameters (sharded step), [nshard] */
-  size_t nshard;
-  size_t max_slice;   /* largest slice of a global batch; evaluation reuses the batch buffers */
-  size_t batches;     /* global batches per epoch */
-  step_stats *gather; /* [count]: gather_small, or allocated for more replicas */
-  step_stats gather_small[GATHER_INLINE];
-  uint64_t *terms; /* [count, DPT_RUN_TERM_COUNT]: terms_small, or allocated for more replicas */
-  uint64_t terms_small[GATHER_INLINE * DPT_RUN_TERM_COUNT];
-  int bad_params;     /* this replica's update made parameters non-finite (skip_nonfinite) */
-  dpt_status pending; /* a local failure the other replicas have not been told of yet */
-  char pending_msg[1024];
-  run_totals t;
-} replica_state;
 
 void dpt_train_config_default(dpt_train_config *cfg) {
   if (!cfg) return;
@@ -106,6 +35,9 @@ void dpt_train_config_default(dpt_train_config *cfg) {
   cfg->shuffle = 1;
   cfg->check_every = 100;
   cfg->max_skipped = 10;
+  cfg->keep_checkpoints = 3;
+  cfg->max_rollbacks = 3;
+  cfg->rollback_lr_scale = 1.0;
 }
 
 static step_mode step_mode_of(const dpt_train_config *cfg, int replicas) {
@@ -118,6 +50,7 @@ static step_mode step_mode_of(const dpt_train_config *cfg, int replicas) {
 }
 
 static void state_free(replica_state *s) {
+  dpt_train_ckpt_free(s); /* first: it waits for a checkpoint being written */
   dpt_buffer_free(s->x);
   dpt_buffer_free(s->kept_buffers);
   dpt_buffer_free(s->y);
@@ -135,10 +68,20 @@ static void state_free(replica_state *s) {
 }
 
 /* Keeps this replica's first local failure (with its message) for the next exchange. */
-static void keep_failure(replica_state *s, dpt_status st) {
+void dpt_train_keep_failure(replica_state *s, dpt_status st) {
   if (st == DPT_OK || s->pending != DPT_OK) return;
   s->pending = st;
   snprintf(s->pending_msg, sizeof s->pending_msg, "%s", dpt_last_error());
+}
+
+void dpt_train_log(const replica *r, const char *fmt, ...) {
+  if (r->index != 0 || !r->cfg->on_log) return;
+  char line[1536];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  r->cfg->on_log(line, r->cfg->user);
 }
 
 /* What a replica says of its failure at an exchange: its own, or DPT_ERR_COMM from a
@@ -149,13 +92,13 @@ enum { FAILED_HERE = 1, FAILED_ELSEWHERE = 2 };
 /* Whether a collective's failure means the replicas are out of step (one stalled or gone, or
  * calls that disagree): no further collective can succeed, and entering one would wait out
  * another deadline, so the replica stops at once. */
-static int out_of_step(dpt_status st) {
+int dpt_train_out_of_step(dpt_status st) {
   return st == DPT_ERR_TIMEOUT || st == DPT_ERR_MISMATCH;
 }
 
 /* The failure to stop with when a collective failed: the collective's (so that a caller sees a
  * timeout as one and can end the job), quoting this replica's own earlier failure if any. */
-static dpt_status stop_after(replica_state *s, dpt_status st) {
+dpt_status dpt_train_stop_after(replica_state *s, dpt_status st) {
   if (s->pending == DPT_OK) return st;
   char msg[1024];
   snprintf(msg, sizeof msg, "%s", dpt_last_error());
@@ -180,13 +123,13 @@ static dpt_status pending_outcome(const replica *r, const replica_state *s, cons
  * one with its own message, the others with DPT_ERR_PEER saying where it happened. */
 static dpt_status exchange(replica *r, replica_state *s, step_stats *mine, step_stats *sum,
                            dpt_status local, const char *what) {
-  keep_failure(s, local);
+  dpt_train_keep_failure(s, local);
   mine->failed = s->pending == DPT_OK         ? 0
                  : s->pending == DPT_ERR_COMM ? FAILED_ELSEWHERE
                                               : FAILED_HERE;
   mine->bad_params |= s->bad_params;
   dpt_status st = dpt_allgather_host(r->comm, mine, sizeof *mine, s->gather);
-  if (st != DPT_OK) return stop_after(s, st);
+  if (st != DPT_OK) return dpt_train_stop_after(s, st);
   if (s->pending != DPT_OK) return pending_outcome(r, s, what);
   memset(sum, 0, sizeof *sum);
   for (int i = 0; i < r->count; ++i) {
@@ -197,6 +140,8 @@ static dpt_status exchange(replica *r, replica_state *s, step_stats *mine, step_
     sum->sumsq += s->gather[i].sumsq;
     sum->bad_grads += s->gather[i].bad_grads;
     sum->bad_params += s->gather[i].bad_params;
+    sum->stop = s->gather[i].stop > sum->stop ? s->gather[i].stop : sum->stop;
+    sum->ckpt_due += s->gather[i].ckpt_due;
   }
   if (sum->failed) return dpt_set_error(DPT_ERR_PEER, "%s failed on another replica", what);
   if (sum->bad_params)
@@ -351,7 +296,7 @@ static dpt_status alloc_batch(replica *r, replica_state *s) {
   DPT_TRY(dpt_buffer_alloc(s->be, max_slice * input * sizeof(float), &s->x));
   DPT_TRY(dpt_buffer_alloc(s->be, max_slice * sizeof(int32_t), &s->y));
   const size_t nb = dpt_model_num_buffer_floats(s->model);
-  if (nb && r->cfg->skip_nonfinite)
+  if (nb && r->cfg->on_nonfinite == DPT_NONFINITE_SKIP)
     DPT_TRY(dpt_buffer_alloc(s->be, nb * sizeof(float), &s->kept_buffers));
   s->hx = malloc(max_slice * input * sizeof(float));
   s->hy = malloc(max_slice * sizeof(int32_t));
@@ -387,8 +332,11 @@ static dpt_status replica_setup(replica *r, replica_state *s) {
   DPT_TRY(alloc_batch(r, s));
   if (r->cfg->sync_bn && r->count > 1)
     DPT_TRY(dpt_model_set_sync_bn(s->model, sum_over_replicas, r));
-  if (r->cfg->init_params) return dpt_model_set_state(s->model, r->cfg->init_params);
-  return dpt_model_init(s->model, r->cfg->seed);
+  if (r->cfg->init_params)
+    DPT_TRY(dpt_model_set_state(s->model, r->cfg->init_params));
+  else
+    DPT_TRY(dpt_model_init(s->model, r->cfg->seed));
+  return dpt_train_ckpt_setup(r, s);
 }
 
 /* Every replica's terms of the run (settings and data, run_terms.c) against replica 0's:
@@ -420,11 +368,11 @@ static dpt_status broadcast_params(replica *r, replica_state *s) {
   const size_t np = dpt_model_num_params(s->model), nb = dpt_model_num_buffer_floats(s->model);
   dpt_status st =
       dpt_broadcast_buffer(r->comm, dpt_model_params(s->model), 0, np * sizeof(float), 0);
-  if (out_of_step(st)) return st;
+  if (dpt_train_out_of_step(st)) return st;
   if (nb && st == DPT_OK)
     st = dpt_broadcast_buffer(r->comm, dpt_model_buffers(s->model), 0, nb * sizeof(float), 0);
-  if (out_of_step(st)) return st;
-  keep_failure(s, st);
+  if (dpt_train_out_of_step(st)) return st;
+  dpt_train_keep_failure(s, st);
   return check_drift(r, s, 0);
 }
 
@@ -483,18 +431,19 @@ static dpt_status count_nonfinite_own(replica_state *s, const dpt_buffer *buf, i
 /* Whether the step needs the gradient norm agreed by every replica: the sharded step clips by
  * the norm of the whole gradient, which no replica holds alone; with the full step each
  * replica computes it on its own backend, and a float sum can overflow where a double sum
- * does not, so with skip_nonfinite they agree on its finiteness before anyone steps. */
+ * does not, so when a non-finite step is skipped or rolled back they agree on its finiteness
+ * before anyone steps. */
 static int needs_norm(const replica *r, const replica_state *s) {
   const dpt_train_config *cfg = r->cfg;
   if (cfg->optim.clip_norm <= 0.0f) return 0;
-  return s->mode == STEP_SHARDED || (cfg->skip_nonfinite && r->count > 1);
+  return s->mode == STEP_SHARDED || (cfg->on_nonfinite != DPT_NONFINITE_STOP && r->count > 1);
 }
 
 /* Sums the gradients over the replicas: the complete sum of this replica's shard (sharded
  * step) or of everything (full step). Every replica joins, whatever its local outcome. */
 static dpt_status reduce_gradients(replica *r, replica_state *s, dpt_status local,
                                    step_stats *mine) {
-  keep_failure(s, local);
+  dpt_train_keep_failure(s, local);
   dpt_buffer *grads = dpt_model_grads(s->model);
   dpt_status st = DPT_OK;
   if (s->mode != STEP_LOCAL) {
@@ -503,11 +452,12 @@ static dpt_status reduce_gradients(replica *r, replica_state *s, dpt_status loca
     st = s->mode == STEP_SHARDED ? dpt_reduce_scatter_buffer(r->comm, grads, 0, np, DPT_COMM_F32)
                                  : dpt_allreduce_buffer(r->comm, grads, 0, np, DPT_COMM_F32);
     s->t.comm += dpt_now() - t0;
-    if (out_of_step(st)) return stop_after(s, st);
+    if (dpt_train_out_of_step(st)) return dpt_train_stop_after(s, st);
   }
-  /* With skip_nonfinite a non-finite gradient skips the step, whatever the loss said. Where the
-   * step agrees on the gradient norm, a non-finite value makes the norm non-finite: no count. */
-  if (st == DPT_OK && s->pending == DPT_OK && r->cfg->skip_nonfinite && !needs_norm(r, s))
+  /* A non-finite value in the reduced gradient is caught whatever the loss said, alike on every
+   * replica. Where the step agrees on the gradient norm, it makes the norm non-finite: no
+   * count. */
+  if (st == DPT_OK && s->pending == DPT_OK && !needs_norm(r, s))
     st = count_nonfinite_own(s, grads, &mine->bad_grads);
   return st;
 }
@@ -527,36 +477,35 @@ static dpt_status agree_grad_norm(replica *r, replica_state *s, double *sumsq) {
   return DPT_OK;
 }
 
-/* The step's decision, taken alike on every replica from the exchanged sums: step, skip (a
- * non-finite loss or gradient norm with skip_nonfinite) or stop (a non-finite loss without). */
+/* The step's decision, taken alike on every replica from the exchanged sums: step, give up on
+ * it (*bad: a non-finite loss, reduced gradient or gradient norm, which the policy skips or
+ * rolls back) or stop (the same under DPT_NONFINITE_STOP). */
 static dpt_status agree_on_step(replica *r, replica_state *s, const step_stats *sum, int64_t epoch,
-                                size_t k, int *skip, double *sumsq) {
+                                size_t k, int *bad, double *sumsq) {
   const dpt_train_config *cfg = r->cfg;
-  *skip = 0;
+  *bad = 0;
   *sumsq = 0;
-  if (!isfinite(sum->loss_sum)) {
-    if (!cfg->skip_nonfinite)
-      return dpt_set_error(DPT_ERR_NONFINITE,
-                           "the loss is not finite at step %lld (epoch %lld, batch %zu); "
-                           "lower the learning rate or pass --skip-nonfinite",
-                           (long long)s->t.step, (long long)epoch + 1, k + 1);
-    *skip = 1;
-    return DPT_OK;
+  const char *what = !isfinite(sum->loss_sum) ? "the loss is"
+                     : sum->bad_grads > 0     ? "the reduced gradient has values that are"
+                                              : NULL;
+  if (!what && needs_norm(r, s)) {
+    DPT_TRY(agree_grad_norm(r, s, sumsq));
+    if (!isfinite(*sumsq)) what = "the gradient norm is";
   }
-  if (sum->bad_grads > 0) { /* counted with skip_nonfinite, when no norm is agreed */
-    *skip = 1;
-    return DPT_OK;
-  }
-  if (!needs_norm(r, s)) return DPT_OK;
-  DPT_TRY(agree_grad_norm(r, s, sumsq));
-  *skip = cfg->skip_nonfinite && !isfinite(*sumsq);
+  if (!what) return DPT_OK;
+  if (cfg->on_nonfinite == DPT_NONFINITE_STOP)
+    return dpt_set_error(DPT_ERR_NONFINITE,
+                         "%s not finite at step %lld (epoch %lld, batch %zu); lower the "
+                         "learning rate, or pass --on-nonfinite skip or rollback",
+                         what, (long long)s->t.step, (long long)epoch + 1, k + 1);
+  *bad = 1;
   return DPT_OK;
 }
 
 /* The optimizer step: the shard's update and the parameter all-gather (sharded), or the whole
  * update. A local failure is kept for the next exchange and the all-gather is joined
  * regardless, so that no replica waits for one that gave up. *skipped: the optimizer found a
- * non-finite gradient norm and skip_nonfinite is on (the same on every replica). */
+ * non-finite gradient norm and the policy does not stop (the same on every replica). */
 static dpt_status optimizer_step(replica *r, replica_state *s, double sumsq, int *skipped) {
   const double t0 = dpt_now();
   dpt_status st = DPT_OK;
@@ -564,13 +513,14 @@ static dpt_status optimizer_step(replica *r, replica_state *s, double sumsq, int
     st = s->mode == STEP_SHARDED
              ? dpt_optimizer_step_ranges(s->opt, s->shard, s->nshard, sumsq, NULL)
              : dpt_optimizer_step(s->opt, NULL);
-  *skipped = st == DPT_ERR_NONFINITE && r->cfg->skip_nonfinite;
-  if (!*skipped) keep_failure(s, st);
-  /* With skip_nonfinite an update that made parameters non-finite stops the run at the next
+  *skipped = st == DPT_ERR_NONFINITE && r->cfg->on_nonfinite != DPT_NONFINITE_STOP;
+  if (!*skipped) dpt_train_keep_failure(s, st);
+  /* With DPT_NONFINITE_SKIP an update that made parameters non-finite stops the run at the next
    * exchange: no later step can undo it, and skipping would hide it. */
   int64_t bad = 0;
-  if (!*skipped && st == DPT_OK && r->cfg->skip_nonfinite && s->pending == DPT_OK) {
-    keep_failure(s, count_nonfinite_own(s, dpt_model_params(s->model), &bad));
+  if (!*skipped && st == DPT_OK && r->cfg->on_nonfinite == DPT_NONFINITE_SKIP &&
+      s->pending == DPT_OK) {
+    dpt_train_keep_failure(s, count_nonfinite_own(s, dpt_model_params(s->model), &bad));
     s->bad_params = bad > 0;
   }
   const double t1 = dpt_now();
@@ -581,8 +531,8 @@ static dpt_status optimizer_step(replica *r, replica_state *s, double sumsq, int
   s->t.comm += dpt_now() - t1;
   /* Out of step: stop now. Any other failure (DPT_ERR_COMM included) meets the others at the
    * next exchange, where the replica that failed first reports why. */
-  if (out_of_step(st)) return stop_after(s, st);
-  keep_failure(s, st); /* local (staging, device): announced at the next exchange */
+  if (dpt_train_out_of_step(st)) return dpt_train_stop_after(s, st);
+  dpt_train_keep_failure(s, st); /* local (staging, device): announced at the next exchange */
   return DPT_OK;
 }
 
@@ -607,7 +557,7 @@ static dpt_status check_skipped(const replica *r, const replica_state *s) {
   return DPT_OK;
 }
 
-/* With skip_nonfinite: the buffers are kept before the step (restore 0) and put back when the
+/* With DPT_NONFINITE_SKIP: the buffers are kept before the step (restore 0) and put back when the
  * step is skipped (restore 1), so a diverging batch leaves no non-finite running statistic. */
 static dpt_status keep_buffers(replica_state *s, int restore) {
   if (!s->kept_buffers || s->pending != DPT_OK) return DPT_OK;
@@ -625,47 +575,79 @@ static dpt_status share_buffers(replica *r, replica_state *s) {
   if (nb == 0 || r->cfg->sync_bn || s->mode == STEP_LOCAL || r->count == 1) return DPT_OK;
   dpt_status st =
       dpt_broadcast_buffer(r->comm, dpt_model_buffers(s->model), 0, nb * sizeof(float), 0);
-  if (out_of_step(st)) return st;
-  keep_failure(s, st);
+  if (dpt_train_out_of_step(st)) return st;
+  dpt_train_keep_failure(s, st);
   return DPT_OK;
 }
 
+/* What the replicas decided together at a step's exchange, beyond the step itself. */
+typedef struct step_outcome {
+  int rollback; /* the step was not finite and the policy rolls back */
+  int ckpt_due; /* replica 0's clock says a checkpoint is due */
+  int64_t stop; /* a replica was asked to stop (its request, e.g. a signal number) */
+} step_outcome;
+
+/* The step's contribution to the exchange besides its sums: a stop request, and on replica 0
+ * whether checkpoint_minutes have passed since the last checkpoint. */
+static void step_requests(const replica *r, const replica_state *s, step_stats *mine) {
+  const dpt_train_config *cfg = r->cfg;
+  if (cfg->stop_request) mine->stop = *cfg->stop_request;
+  if (r->index == 0 && cfg->checkpoint_dir && cfg->checkpoint_minutes > 0)
+    mine->ckpt_due = dpt_now() - s->t.last_ckpt >= cfg->checkpoint_minutes * 60.0;
+}
+
+/* A step that was not finite under a policy other than stop: skipped, its buffers put back, or
+ * left for the caller to roll back. */
+static dpt_status give_up_step(replica *r, replica_state *s, step_outcome *out) {
+  if (r->cfg->on_nonfinite == DPT_NONFINITE_ROLLBACK) {
+    out->rollback = 1;
+    return DPT_OK;
+  }
+  ++s->t.skipped;
+  ++s->t.skipped_in_a_row;
+  dpt_train_keep_failure(s, keep_buffers(s, 1));
+  return check_skipped(r, s);
+}
+
 /* One synchronized step on global batch k of the epoch (see train.h). Adds the batch's loss
- * and samples to *loss and *samples unless the step was skipped. */
+ * and samples to *loss and *samples unless the step was given up. */
 static dpt_status train_step(replica *r, replica_state *s, int64_t epoch, size_t k, double *loss,
-                             int64_t *samples) {
+                             int64_t *samples, step_outcome *out) {
   const dpt_train_config *cfg = r->cfg;
   size_t bstart, bcount;
   DPT_TRY(dpt_sampler_batch(dpt_dataset_count(cfg->train), cfg->global_batch, cfg->keep_last, k,
                             &bstart, &bcount));
   step_stats mine, sum;
   memset(&mine, 0, sizeof mine);
+  memset(out, 0, sizeof *out);
+  step_requests(r, s, &mine);
+  dpt_train_keep_failure(s, keep_buffers(s, 0));
   const double t0 = dpt_now();
   dpt_status st = forward_backward(r, s, epoch, bstart, bcount, &mine);
   mine.compute = dpt_now() - t0;
   s->t.compute += mine.compute;
   st = reduce_gradients(r, s, st, &mine);
-  if (out_of_step(st)) return st;
+  if (dpt_train_out_of_step(st)) return st;
   char what[64];
   snprintf(what, sizeof what, "step %lld", (long long)s->t.step + 1);
   DPT_TRY(exchange(r, s, &mine, &sum, st, what));
   s->t.imbalance += train_imbalance(s->gather, r->count);
+  out->stop = sum.stop;
+  out->ckpt_due = sum.ckpt_due > 0;
   ++s->t.step;
-  int skip = 0;
+  int bad = 0;
   double sumsq = 0;
-  DPT_TRY(agree_on_step(r, s, &sum, epoch, k, &skip, &sumsq));
-  if (!skip) DPT_TRY(optimizer_step(r, s, sumsq, &skip));
-  if (skip) {
-    ++s->t.skipped;
-    ++s->t.skipped_in_a_row;
-    keep_failure(s, keep_buffers(s, 1));
-    DPT_TRY(check_skipped(r, s));
+  DPT_TRY(agree_on_step(r, s, &sum, epoch, k, &bad, &sumsq));
+  if (!bad) DPT_TRY(optimizer_step(r, s, sumsq, &bad));
+  if (bad) {
+    DPT_TRY(give_up_step(r, s, out));
   } else {
     s->t.skipped_in_a_row = 0;
     *loss += sum.loss_sum;
     *samples += sum.samples;
   }
   s->t.trained_samples += sum.samples;
+  if (out->rollback) return DPT_OK; /* the checkpoint's state replaces everything */
   DPT_TRY(share_buffers(r, s));
   if (cfg->check_every > 0 && s->t.step % cfg->check_every == 0)
     DPT_TRY(check_drift(r, s, s->t.step));
@@ -686,6 +668,10 @@ static dpt_status report_epoch(replica *r, replica_state *s, int64_t epoch, doub
   rep.epoch = epoch + 1;
   rep.steps = s->t.step;
   rep.skipped_steps = s->t.skipped;
+  rep.rollbacks = s->t.rollbacks;
+  rep.checkpoints = s->t.checkpoints;
+  rep.checkpoint_seconds = s->t.ckpt_time;
+  rep.checkpoint = dpt_train_ckpt_path(s);
   rep.train_loss = samples ? loss / (double)samples : NAN;
   rep.test_loss = rep.test_accuracy = NAN;
   /* The epoch's closing fingerprint: the report's param_hash is the current one. */
@@ -709,20 +695,70 @@ static dpt_status report_epoch(replica *r, replica_state *s, int64_t epoch, doub
   return DPT_OK;
 }
 
-/* One epoch: its permutation, its steps, its report. *stop: max_steps reached. */
-static dpt_status train_epoch(replica *r, replica_state *s, int64_t epoch, int *stop) {
+/* How the run stops on request: every replica finished the step and the checkpoint, if any, is
+ * written. */
+static dpt_status interrupted(const replica_state *s, int64_t request) {
+  const char *path = dpt_train_ckpt_path(s);
+  return dpt_set_error(DPT_ERR_INTERRUPTED, "after step %lld (request %lld); %s%s",
+                       (long long)s->t.step, (long long)request,
+                       path ? "resume from checkpoint " : "no checkpoint",
+                       path    ? path
+                       : s->ck ? " (written on replica 0)"
+                               : " (no checkpoint directory)");
+}
+
+/* After a step: the rollback, the checkpoint or the stop the replicas agreed on. */
+static dpt_status after_step(replica *r, replica_state *s, const step_outcome *o) {
   const dpt_train_config *cfg = r->cfg;
+  if (o->rollback) return dpt_train_ckpt_rollback(r, s);
+  dpt_train_ckpt_poll(r, s);
+  const int every = cfg->checkpoint_every > 0 && s->t.step % cfg->checkpoint_every == 0;
+  if (cfg->checkpoint_dir && (every || o->ckpt_due || o->stop))
+    DPT_TRY(dpt_train_ckpt_save(r, s, o->stop != 0));
+  return o->stop ? interrupted(s, o->stop) : DPT_OK;
+}
+
+/* One epoch from the cursor: its permutation, its steps, its report. *stop: max_steps
+ * reached. */
+static dpt_status train_epoch(replica *r, replica_state *s, int *stop) {
+  const dpt_train_config *cfg = r->cfg;
+  const int64_t epoch = s->at.epoch;
   const double t0 = dpt_now();
   DPT_TRY(dpt_sampler_permutation(cfg->seed, (uint64_t)epoch, cfg->shuffle,
                                   dpt_dataset_count(cfg->train), s->perm));
-  double loss = 0;
-  int64_t samples = 0;
-  for (size_t k = 0; k < s->batches && !*stop; ++k) {
-    DPT_TRY(train_step(r, s, epoch, k, &loss, &samples));
+  while (s->at.batch < s->batches && !*stop) {
+    step_outcome o;
+    DPT_TRY(train_step(r, s, epoch, s->at.batch, &s->at.loss, &s->at.samples, &o));
+    ++s->at.batch;
+    DPT_TRY(after_step(r, s, &o));
     *stop = cfg->max_steps > 0 && s->t.step >= cfg->max_steps;
   }
   s->t.train_time += dpt_now() - t0;
-  return report_epoch(r, s, epoch, t0, loss, samples);
+  DPT_TRY(report_epoch(r, s, epoch, t0, s->at.loss, s->at.samples));
+  if (s->at.batch == s->batches) s->at = (train_cursor){epoch + 1, 0, 0, 0};
+  return DPT_OK;
+}
+
+/* The checkpoint and non-finite settings. */
+static dpt_status check_checkpoints(const dpt_train_config *cfg) {
+  const char *fn = "dpt_train";
+  if ((unsigned)cfg->on_nonfinite > DPT_NONFINITE_ROLLBACK)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: unknown on_nonfinite %d", fn,
+                         (int)cfg->on_nonfinite);
+  if (!cfg->checkpoint_dir && (cfg->resume || cfg->on_nonfinite == DPT_NONFINITE_ROLLBACK))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %s needs a checkpoint directory", fn,
+                         cfg->resume ? "resuming" : "rolling back");
+  if (cfg->checkpoint_dir && !*cfg->checkpoint_dir)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: the checkpoint directory is empty", fn);
+  if (cfg->checkpoint_every < 0 || !(cfg->checkpoint_minutes >= 0) || cfg->keep_checkpoints < 1)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: checkpoint_every and checkpoint_minutes must be >= 0 and "
+                         "keep_checkpoints >= 1",
+                         fn);
+  if (cfg->max_rollbacks < 0 || !(cfg->rollback_lr_scale > 0 && cfg->rollback_lr_scale <= 1))
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: max_rollbacks must be >= 0 and rollback_lr_scale in (0, 1]", fn);
+  return DPT_OK;
 }
 
 static dpt_status check_config(const dpt_train_config *cfg, dpt_comm *comm) {
@@ -762,6 +798,7 @@ static dpt_status check_config(const dpt_train_config *cfg, dpt_comm *comm) {
                          fn, last, total);
   DPT_TRY(dpt_data_transform_check(&cfg->transform, cfg->train));
   if (cfg->test) DPT_TRY(dpt_data_transform_check(&cfg->transform, cfg->test));
+  DPT_TRY(check_checkpoints(cfg));
   return dpt_optim_config_check(&cfg->optim);
 }
 
@@ -774,10 +811,21 @@ static dpt_status replica_run(replica *r, replica_state *s) {
   DPT_TRY(dpt_train_agree_ready(r->comm, st, dpt_last_error(), "replica", NULL));
   DPT_TRY(agree_on_run(r, s));
   DPT_TRY(broadcast_params(r, s));
-  s->t.run_start = dpt_now();
-  int stop = 0;
-  for (int64_t epoch = 0; epoch < cfg->epochs && !stop; ++epoch)
-    DPT_TRY(train_epoch(r, s, epoch, &stop));
+  DPT_TRY(dpt_train_ckpt_share_resumed(r, s));
+  s->t.run_start = s->t.last_ckpt = dpt_now();
+  /* A rollback needs a checkpoint to go back to. */
+  if (cfg->on_nonfinite == DPT_NONFINITE_ROLLBACK && !dpt_train_ckpt_taken(s))
+    DPT_TRY(dpt_train_ckpt_save(r, s, 0));
+  int stop = cfg->max_steps > 0 && s->t.step >= cfg->max_steps;
+  while (s->at.epoch < cfg->epochs && !stop)
+    DPT_TRY(train_epoch(r, s, &stop));
+  if (r->final.epoch == 0) { /* resumed at the end: nothing left, the report still made */
+    dpt_train_log(r, "nothing left to train: the run is complete at step %lld",
+                  (long long)s->t.step);
+    DPT_TRY(report_epoch(r, s, s->at.epoch > 0 ? s->at.epoch - 1 : 0, dpt_now(), s->at.loss,
+                         s->at.samples));
+  }
+  if (cfg->checkpoint_dir) DPT_TRY(dpt_train_ckpt_save(r, s, 1));
   if (s->t.step > 0 && s->t.skipped == s->t.step)
     return dpt_set_error(DPT_ERR_NONFINITE,
                          "every one of the %lld steps was skipped for non-finite values: "
@@ -786,9 +834,14 @@ static dpt_status replica_run(replica *r, replica_state *s) {
   r->final.final = 1;
   r->final.seconds = dpt_now() - s->t.run_start;
   r->final.steps = s->t.step;
+  r->final.rollbacks = s->t.rollbacks;
+  r->final.checkpoints = s->t.checkpoints;
+  r->final.checkpoint_seconds = s->t.ckpt_time;
+  r->final.checkpoint = dpt_train_ckpt_path(s);
   st = DPT_OK;
   if (cfg->final_params && r->index == 0) st = dpt_model_get_state(s->model, cfg->final_params);
   if (r->index == 0 && cfg->on_report) cfg->on_report(&r->final, cfg->user);
+  r->final.checkpoint = NULL; /* the path lives as long as the replica's state */
   return st;
 }
 

@@ -461,7 +461,7 @@ START_TEST(skipped_step_keeps_buffers) {
   bn_config(&cfg, ds, 0);
   cfg.optim.lr = 1e30f;
   cfg.optim.momentum = 0.0f;
-  cfg.skip_nonfinite = 1;
+  cfg.on_nonfinite = DPT_NONFINITE_SKIP;
   cfg.max_skipped = -1;
   cfg.max_steps = 4;
   dpt_backend *be;

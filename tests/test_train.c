@@ -462,7 +462,7 @@ START_TEST(nonfinite_loss) {
   ck_assert_ptr_nonnull(strstr(dpt_last_error(), "step"));
   /* Skipping cannot hide the divergence: the run fails once too many steps were skipped (or
    * the parameters went non-finite), alike on every replica. */
-  cfg.skip_nonfinite = 1;
+  cfg.on_nonfinite = DPT_NONFINITE_SKIP;
   st = dpt_train(&cfg, NULL, NULL);
   ck_assert_int_eq(st, DPT_ERR_NONFINITE);
   ck_assert_msg(strstr(dpt_last_error(), "skipped") || strstr(dpt_last_error(), "not finite"), "%s",
@@ -480,7 +480,7 @@ static void keep_report(const dpt_train_report *rep, void *user) {
  * logits of +-1e38 x 3.2e-28 = +-5e11, finite; back through them the gradient reaches
  * 10 x 16 x 2e38 / 8 = 4e39 on the first hidden layer: inf, and NaN where it meets a zero
  * pixel). With clipping the optimizer sees a non-finite norm: it stops the run, or with
- * skip_nonfinite every replica skips the step alike and the parameters stay as they started.
+ * DPT_NONFINITE_SKIP every replica skips the step alike and the parameters stay as they started.
  * Sharded and full step, 1 and 2 replicas. */
 START_TEST(nonfinite_gradient_norm) {
   dpt_dataset *ds = make_data(256, 5);
@@ -509,13 +509,15 @@ START_TEST(nonfinite_gradient_norm) {
     for (int R = 1; R <= 2; ++R) {
       cfg.full_optimizer_step = full;
       cfg.replicas = R;
-      cfg.skip_nonfinite = 0;
+      cfg.on_nonfinite = DPT_NONFINITE_STOP;
+      /* Caught at the first step: by the count of the reduced gradient's non-finite values, or
+       * (sharded step) by the agreed gradient norm. */
       ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_NONFINITE);
-      ck_assert_msg(strstr(dpt_last_error(), "gradient norm"), "%s", dpt_last_error());
-      /* With skip_nonfinite (and with clipping off too: the reduced gradient is checked)
+      ck_assert_msg(strstr(dpt_last_error(), "not finite at step 1"), "%s", dpt_last_error());
+      /* With DPT_NONFINITE_SKIP (and with clipping off too: the reduced gradient is checked)
        * every step is skipped alike, the parameters stay as they started, and a run that
        * trained nothing fails; past max_skipped steps in a row it fails earlier. */
-      cfg.skip_nonfinite = 1;
+      cfg.on_nonfinite = DPT_NONFINITE_SKIP;
       cfg.max_skipped = -1;
       for (int clip = 0; clip < 2; ++clip) {
         dpt_train_report rep;
@@ -537,16 +539,17 @@ START_TEST(nonfinite_gradient_norm) {
       cfg.max_skipped = 10;
       cfg.optim.clip_norm = 1.0f;
     }
-  /* Without clipping or skipping, the one step's update makes the parameters non-finite: the
-   * run fails at the epoch's closing check instead of ending well. */
-  cfg.skip_nonfinite = 0;
+  /* Without clipping or skipping, the reduced gradient's non-finite values stop the run at the
+   * step, before its update makes the parameters non-finite. */
+  cfg.on_nonfinite = DPT_NONFINITE_STOP;
   cfg.optim.clip_norm = 0.0f;
   cfg.max_steps = 1;
   for (int R = 1; R <= 2; ++R) {
     cfg.replicas = R;
     ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_NONFINITE);
-    ck_assert_msg(strstr(dpt_last_error(), "parameters are not finite after step 1"), "%s",
-                  dpt_last_error());
+    ck_assert_msg(strstr(dpt_last_error(), "reduced gradient has values that are not finite at "
+                                           "step 1"),
+                  "%s", dpt_last_error());
   }
   dpt_dataset_destroy(ds);
 }

@@ -1,5 +1,7 @@
 # The training core: equivalence of R replicas and one, gradients, weights files, bad input.
 dpt_add_check_test(NAME test_train SOURCES test_train.c LABELS unit train TIMEOUT 300)
+# Checkpoints in training: resume bit for bit, at other world sizes, rollback, stop requests.
+dpt_add_check_test(NAME test_resume SOURCES test_resume.c LABELS unit train TIMEOUT 300)
 # Layer graphs: gradients of every layer kind, model files, batch norm buffers, sync-bn.
 dpt_add_check_test(NAME test_model SOURCES test_model.c LABELS unit train TIMEOUT 600)
 dpt_add_check_test(NAME test_model_opencl TARGET test_model ARGS backend opencl
@@ -28,4 +30,14 @@ if(DPT_WITH_MPI)
   dpt_add_check_test(NAME test_train_mpi_mixed TARGET test_train ARGS mpi opencl,vulkan
                      LAUNCHER ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2
                      LABELS mpi train opencl vulkan TIMEOUT 600 ENVIRONMENT ${_dpt_mpi_env})
+endif()
+# Checkpoints through the command under mpirun: SIGTERM, SIGKILL (also mid-write), a corrupt
+# newest checkpoint, refused settings, dptrain run's relaunch.
+if(DPT_WITH_MPI AND DPT_BUILD_TOOLS)
+  add_test(NAME resume_cli
+           COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/resume_cli_test.sh" $<TARGET_FILE:dptrain_cli>
+                   "${CMAKE_CURRENT_BINARY_DIR}/resume-scratch"
+                   "${MPIEXEC_EXECUTABLE} --oversubscribe")
+  set_tests_properties(resume_cli PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "cli;mpi;train"
+                       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endif()

@@ -13,7 +13,7 @@
  *   3. reduce-scatter (sum) the flat gradient buffer: each replica gets the complete sum of its
  *      shard (dpt_comm_shard); gather the loss and correct count of every replica;
  *   4. a non-finite loss (or gradient norm, when clipping) stops training (or skips the step
- *      everywhere with skip_nonfinite);
+ *      everywhere with DPT_NONFINITE_SKIP, or roll back to the last checkpoint);
  *   5. the sharded optimizer step: each replica updates its shard of the parameters (clipping,
  *      when asked, by the norm of the whole reduced gradient: identical everywhere), then the
  *      shards are all-gathered. Every parameter comes out bit for bit as a full step after a
@@ -27,6 +27,7 @@
 #ifndef DPTRAIN_TRAIN_H
 #define DPTRAIN_TRAIN_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,7 +46,7 @@ typedef struct dpt_train_report {
   int final;              /* 1 for the closing report */
   int64_t epoch;          /* 1-based epoch just finished */
   int64_t steps;          /* optimizer steps so far */
-  int64_t skipped_steps;  /* steps skipped for a non-finite loss */
+  int64_t skipped_steps;  /* steps skipped for non-finite values */
   double train_loss;      /* mean loss over the epoch's samples */
   double test_loss;       /* mean loss over the test set (NaN when there is none) */
   double test_accuracy;   /* fraction correct over the test set (NaN when there is none) */
@@ -67,8 +68,16 @@ typedef struct dpt_train_report {
    * spent waiting (inside the communication) for a slower one: a slower device or core, or a
    * busy host. 0 with one replica. */
   double imbalance_seconds;
-  size_t num_params;       /* parameters of the model */
-  size_t activation_bytes; /* per replica: dpt_model_activation_bytes for its slice */
+  int64_t rollbacks;         /* rollbacks to a checkpoint so far */
+  int64_t checkpoints;       /* checkpoints taken by this run so far */
+  double checkpoint_seconds; /* training time spent on them on the reporting replica: the
+                                optimizer state's gathering and the copy to host memory (the
+                                file is written by a thread of its own), and waiting for a
+                                previous file still being written */
+  const char *checkpoint;    /* the newest checkpoint written or resumed from (NULL: none);
+                                valid during the call */
+  size_t num_params;         /* parameters of the model */
+  size_t activation_bytes;   /* per replica: dpt_model_activation_bytes for its slice */
 } dpt_train_report;
 
 /* Called on replica 0 of rank 0 only. */
@@ -77,32 +86,45 @@ typedef void (*dpt_train_report_fn)(const dpt_train_report *report, void *user);
 typedef void (*dpt_train_progress_fn)(int64_t epoch, size_t batch, size_t batches, double loss,
                                       void *user);
 
+/* What a step with non-finite values does (dpt_train_config.on_nonfinite). */
+typedef enum dpt_nonfinite_policy {
+  DPT_NONFINITE_STOP = 0,    /* stop the run with DPT_ERR_NONFINITE */
+  DPT_NONFINITE_SKIP = 1,    /* skip the step on every replica (max_skipped bounds it) */
+  DPT_NONFINITE_ROLLBACK = 2 /* reload the newest checkpoint on every replica, go on with the
+                                batch after the one that diverged (max_rollbacks bounds it) */
+} dpt_nonfinite_policy;
+
+/* Called on replica 0 of rank 0 with a line of news: a checkpoint written, a resume, a
+ * rollback, a checkpoint passed over, a setting changed since the checkpoint. */
+typedef void (*dpt_train_log_fn)(const char *line, void *user);
+
 typedef struct dpt_train_config {
   dpt_model_spec model;
   dpt_optim_config optim;
-  dpt_backend_kind backend; /* backend of every replica */
-  int device;               /* device index; -1: replica/local-rank index modulo devices */
-  int replicas;             /* threads transport: replicas in this process (>= 1); must be
-                               1 with an MPI communicator */
-  const dpt_dataset *train; /* training set (required) */
-  const dpt_dataset *test;  /* test set, may be NULL */
-  size_t global_batch;      /* B, >= replicas */
-  int64_t epochs;           /* >= 1 */
-  int64_t max_steps;        /* > 0: stop after this many steps (0: no limit) */
-  uint64_t seed;            /* initialization and shuffling */
-  int shuffle;              /* 1: a new permutation every epoch */
-  int keep_last;            /* 1: keep the final partial batch */
-  int64_t check_every;      /* fingerprint comparison period in steps (0: only at start and
-                               at the end of every epoch) */
-  int skip_nonfinite;       /* 1: skip steps whose loss, reduced gradient or (when clipping)
-                               gradient norm is not finite, on every replica */
-  int64_t max_skipped;      /* with skip_nonfinite: the run fails once more than this many
-                               steps in a row were skipped, or more than this many or 1 % of
-                               the run's steps, whichever is larger (default 10; < 0: no
-                               limit) */
-  int skip_allreduce;       /* benchmarking only: no gradient all-reduce (replicas drift) */
-  int full_optimizer_step;  /* 1: all-reduce the gradients and run the whole optimizer step on
-                               every replica; 0 (default): the sharded step (see above) */
+  dpt_backend_kind backend;          /* backend of every replica */
+  int device;                        /* device index; -1: replica/local-rank index modulo devices */
+  int replicas;                      /* threads transport: replicas in this process (>= 1); must be
+                                        1 with an MPI communicator */
+  const dpt_dataset *train;          /* training set (required) */
+  const dpt_dataset *test;           /* test set, may be NULL */
+  size_t global_batch;               /* B, >= replicas */
+  int64_t epochs;                    /* >= 1 */
+  int64_t max_steps;                 /* > 0: stop after this many steps (0: no limit) */
+  uint64_t seed;                     /* initialization and shuffling */
+  int shuffle;                       /* 1: a new permutation every epoch */
+  int keep_last;                     /* 1: keep the final partial batch */
+  int64_t check_every;               /* fingerprint comparison period in steps (0: only at start and
+                                        at the end of every epoch) */
+  dpt_nonfinite_policy on_nonfinite; /* a step whose loss, reduced gradient or (when
+                               clipping) gradient norm is not finite: stop (default), skip it,
+                               or roll back (every replica alike) */
+  int64_t max_skipped;     /* with DPT_NONFINITE_SKIP: the run fails once more than this many
+                              steps in a row were skipped, or more than this many or 1 % of
+                              the run's steps, whichever is larger (default 10; < 0: no
+                              limit) */
+  int skip_allreduce;      /* benchmarking only: no gradient all-reduce (replicas drift) */
+  int full_optimizer_step; /* 1: all-reduce the gradients and run the whole optimizer step on
+                              every replica; 0 (default): the sharded step (see above) */
   /* Applied to samples as they are gathered (all zero: none): the training set gets all of it,
    * keyed by the epoch (see dpt_data_transform), the test set the normalization only. */
   dpt_data_transform transform;
@@ -114,8 +136,27 @@ typedef struct dpt_train_config {
                                of the seed, or NULL */
   float *final_params;      /* [dpt_model_state_size] receives the final parameters, then
                                buffers, or NULL */
+  /* Checkpoints (dptrain/checkpoint.h), written by replica 0 of rank 0 into its
+   * checkpoint_dir from a copy in host memory, on a thread of their own. */
+  const char *checkpoint_dir; /* NULL: no checkpoints */
+  int64_t checkpoint_every;   /* > 0: a checkpoint after every this many steps */
+  double checkpoint_minutes;  /* > 0: a checkpoint at the first step boundary this many
+                                 minutes (replica 0's clock) after the last */
+  int keep_checkpoints;       /* the newest this many are kept (>= 1, default 3) */
+  int resume;                 /* 1: continue from the newest valid checkpoint in checkpoint_dir
+                                 (none there: start afresh); the parameters end bit for bit as
+                                 an uninterrupted run's at the same world size */
+  int max_rollbacks;          /* DPT_NONFINITE_ROLLBACK: the run fails at the rollback after
+                                 this many (default 3) */
+  double rollback_lr_scale;   /* DPT_NONFINITE_ROLLBACK: factor on the learning rate at each
+                                 rollback, in (0, 1] (default 1) */
+  /* Non-zero (a signal number, say): every replica finishes its step, a checkpoint is written
+   * (with checkpoint_dir) and dpt_train returns DPT_ERR_INTERRUPTED. Read at every step's
+   * exchange; set it from a signal handler. May be NULL. */
+  const volatile sig_atomic_t *stop_request;
   dpt_train_report_fn on_report;
   dpt_train_progress_fn on_progress;
+  dpt_train_log_fn on_log; /* may be NULL */
   void *user;
 } dpt_train_config;
 

@@ -1,0 +1,138 @@
+/* Internal: the trainer's replicas and their state, shared by trainer.c (the step) and
+ * train_checkpoint.c (checkpoints, resume, rollback). */
+#ifndef DPTRAIN_CORE_TRAINER_IMPL_H
+#define DPTRAIN_CORE_TRAINER_IMPL_H
+
+#include <stdint.h>
+
+#include "core/run_terms.h"
+#include "dptrain/train.h"
+
+/* What every replica contributes to a step's decision. */
+typedef struct step_stats {
+  double loss_sum;    /* sum of per-sample losses of the replica's slice */
+  int64_t correct;    /* correct predictions in the slice */
+  int64_t samples;    /* slice size */
+  int64_t failed;     /* FAILED_HERE or FAILED_ELSEWHERE when this replica failed, else 0 */
+  uint64_t hash;      /* parameter fingerprint (drift checks only) */
+  double sumsq;       /* squared gradient norm over the replica's range (norm agreement only) */
+  double compute;     /* seconds of the step's batch loading, forward and backward (steps only) */
+  int64_t bad_grads;  /* non-finite values in the replica's range of the reduced gradient */
+  int64_t bad_params; /* 1 when the replica found non-finite parameters (see check_params) */
+  int64_t stop;     /* the replica's stop request (cfg->stop_request), 0: none; the largest wins */
+  int64_t ckpt_due; /* replica 0: checkpoint_minutes have passed since the last checkpoint */
+} step_stats;
+
+/* How the replicas combine their gradients, decided once per run by step_mode_of. */
+typedef enum step_mode {
+  STEP_LOCAL,   /* no exchange: each replica steps on its own gradients (benchmarking) */
+  STEP_FULL,    /* all-reduce the gradients; every replica updates every parameter */
+  STEP_SHARDED, /* reduce-scatter; each replica updates its shard; all-gather the parameters */
+} step_mode;
+
+typedef struct replica {
+  const dpt_train_config *cfg;
+  dpt_comm *comm;  /* this replica's member */
+  int index;       /* replica index = rank in comm */
+  int count;       /* replicas in all */
+  int ranks;       /* MPI ranks */
+  int local_index; /* index among the replicas of this process / node (device choice) */
+  int over_mpi;    /* 1: comm is an MPI communicator (one replica per rank) */
+  dpt_status status;
+  char error[1024]; /* message of a failure on this replica's thread */
+  dpt_train_report final;
+} replica;
+
+/* The run's running figures, from which every report is made. */
+typedef struct run_totals {
+  int64_t step, skipped, trained_samples;
+  int64_t skipped_in_a_row;     /* consecutive skipped steps up to the last one */
+  int64_t rollbacks;            /* rollbacks to a checkpoint so far */
+  int64_t trained_before;       /* training samples of the run's steps before its resume */
+  int64_t planned_steps;        /* steps the run will take if nothing stops it */
+  double run_start, train_time; /* seconds: start of the run; spent in training epochs */
+  double last_ckpt;             /* when the last checkpoint was taken (replica 0's clock) */
+  double lr_scale;              /* the factor on the learning rate after rollbacks */
+  int64_t checkpoints;          /* checkpoints taken by this run */
+  double ckpt_time;             /* seconds the steps paused for them */
+  double compute, comm, optimizer, imbalance; /* the report's time split, seconds */
+  uint64_t hash;                              /* the latest parameter fingerprint */
+} run_totals;
+
+/* The data cursor: the next step takes global batch `batch` of `epoch` (0-based; batch may
+ * equal the epoch's batches: the epoch's steps are done, its report is not); the epoch's summed
+ * loss and samples over its steps so far. */
+typedef struct train_cursor {
+  int64_t epoch;
+  size_t batch;
+  double loss;
+  int64_t samples;
+} train_cursor;
+
+/* Replicas whose exchanges need no allocation. */
+enum { GATHER_INLINE = 64 };
+
+typedef struct replica_state {
+  dpt_backend *be;
+  dpt_model *model;
+  dpt_optimizer *opt;
+  step_mode mode;
+  dpt_buffer *x, *y;        /* device batch: [slice, input] floats, [slice] int32 */
+  dpt_buffer *kept_buffers; /* skip_nonfinite: the model's buffers before the step, put back
+                               when the step is skipped (batch norm updates them in forward) */
+  float *hx;                /* host batch [max_slice, input] */
+  int32_t *hy;              /* host labels [max_slice] */
+  uint64_t *perm;           /* epoch permutation [n_train] */
+  uint64_t *idx;            /* the slice's sample indices [max_slice] */
+  float *hparams;           /* [state size] host copy of parameters and buffers for fingerprints */
+  dpt_range *shard;         /* this replica's shard of the parameters (sharded step), [nshard] */
+  size_t nshard;
+  size_t max_slice;   /* largest slice of a global batch; evaluation reuses the batch buffers */
+  size_t batches;     /* global batches per epoch */
+  step_stats *gather; /* [count]: gather_small, or allocated for more replicas */
+  step_stats gather_small[GATHER_INLINE];
+  uint64_t *terms; /* [count, DPT_RUN_TERM_COUNT]: terms_small, or allocated for more replicas */
+  uint64_t terms_small[GATHER_INLINE * DPT_RUN_TERM_COUNT];
+  int bad_params;     /* this replica's update made parameters non-finite (skip_nonfinite) */
+  dpt_status pending; /* a local failure the other replicas have not been told of yet */
+  char pending_msg[1024];
+  run_totals t;
+  struct train_ckpt *ck; /* checkpoints (train_checkpoint.c); NULL without checkpoint_dir */
+  train_cursor at;       /* where the next step starts */
+} replica_state;
+
+/* Keeps this replica's first local failure (with its message) for the next exchange. */
+void dpt_train_keep_failure(replica_state *s, dpt_status st);
+/* Whether a collective's failure means the replicas are out of step (see trainer.c). */
+int dpt_train_out_of_step(dpt_status st);
+/* The failure to stop with after a collective failed, quoting this replica's earlier one. */
+dpt_status dpt_train_stop_after(replica_state *s, dpt_status st);
+/* A line of news for cfg->on_log, from replica 0 only. */
+void dpt_train_log(const replica *r, const char *fmt, ...);
+
+/* ---- checkpoints (train_checkpoint.c) ---- */
+
+/* Set-up, before the start-up agreement: the host copies and, on replica 0 with cfg->resume,
+ * the newest valid checkpoint read into the model (the others get it from the broadcast of
+ * the parameters). A no-op without checkpoint_dir. */
+dpt_status dpt_train_ckpt_setup(replica *r, replica_state *s);
+/* After the parameters' broadcast: replica 0's resumed progress and optimizer state to every
+ * replica (s->first_*, s->t, the optimizer's steps, state and rate factor). */
+dpt_status dpt_train_ckpt_share_resumed(replica *r, replica_state *s);
+/* A checkpoint at the step boundary, of the state, counters and s->at; none when this step's
+ * is taken already. Every replica joins (the sharded optimizer state is gathered); replica 0
+ * copies to host memory and a thread writes the file. wait: 1 to wait for the file. */
+dpt_status dpt_train_ckpt_save(replica *r, replica_state *s, int wait);
+/* Reloads the newest checkpoint on every replica after a non-finite step (see
+ * DPT_NONFINITE_ROLLBACK); the data cursor s->at goes on past the step that diverged. */
+dpt_status dpt_train_ckpt_rollback(replica *r, replica_state *s);
+/* Replica 0: a writer that is done is joined (its line logged; a failure kept for the next
+ * exchange). No collective: called after every step. */
+void dpt_train_ckpt_poll(const replica *r, replica_state *s);
+/* The newest checkpoint's path, on replica 0 (NULL: none, or another replica). */
+const char *dpt_train_ckpt_path(const replica_state *s);
+/* 1 when the run has a checkpoint to roll back to (the same on every replica). */
+int dpt_train_ckpt_taken(const replica_state *s);
+void dpt_train_ckpt_free(replica_state *s);
+
+#endif
