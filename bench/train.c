@@ -7,9 +7,11 @@
  * the median of --repeat runs of --steps steps on Fashion-MNIST (or random data when it is not
  * installed); the variants take turns within each repeat. */
 #define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench/bench.h"
 #include "dptrain/dptrain.h"
@@ -34,6 +36,8 @@ static void usage(FILE *f) {
           "  --repeat N     repeats, the variants taking turns; figures are medians (default 5)\n"
           "  --data DIR     Fashion-MNIST directory (default /usr/share/datasets/fashion-mnist;\n"
           "                 random data when it cannot be read)\n"
+          "  --checkpoint-every N  also R replicas (sharded step) with a checkpoint every N\n"
+          "                 steps: the cost next to the same run without (default: none)\n"
           "  --json         one JSON object instead of the table\n");
 }
 
@@ -54,13 +58,28 @@ static dpt_dataset *random_data(size_t n) {
   return ds;
 }
 
+/* Removes the benchmark's checkpoint directory and its files. */
+static void remove_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  char path[512];
+  while (d && (e = readdir(d))) {
+    if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2]))) continue;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    remove(path);
+  }
+  if (d) closedir(d);
+  rmdir(dir);
+}
+
 /* One configuration of the comparison. */
 typedef struct variant {
   int replicas, skip_allreduce, full_step;
-  dpt_comm *comm;     /* MPI mode: this rank's communicator, NULL when it sits this one out */
-  int mpi;            /* MPI mode */
-  double *sps;        /* samples/s of each repeat */
-  dpt_train_report r; /* the report of the last repeat (time split) */
+  const char *ckpt_dir; /* checkpoints into this directory (NULL: none) */
+  dpt_comm *comm;       /* MPI mode: this rank's communicator, NULL when it sits this one out */
+  int mpi;              /* MPI mode */
+  double *sps;          /* samples/s of each repeat */
+  dpt_train_report r;   /* the report of the last repeat (time split) */
 } variant;
 
 /* Under MPI, ranks that sit a run out wait asleep, then all agree whether every run
@@ -83,6 +102,8 @@ static int run_once(dpt_train_config cfg, variant *v, int rep) {
     cfg.replicas = v->mpi ? 1 : v->replicas;
     cfg.skip_allreduce = v->skip_allreduce;
     cfg.full_optimizer_step = v->full_step;
+    cfg.checkpoint_dir = v->ckpt_dir;
+    cfg.keep_checkpoints = 1;
     /* Skipping the all-reduce lets replicas drift on purpose: no fingerprint checks then. */
     cfg.check_every = v->skip_allreduce ? 0 : cfg.check_every;
     dpt_status st = dpt_train(&cfg, v->comm, &v->r);
@@ -106,6 +127,8 @@ int dpt_bench_train(int argc, char **argv) {
   int replicas = 2, repeat = 5, json = 0;
   size_t depth = 20, batch = 256;
   long steps = 100;
+  dpt_train_config cfg;
+  dpt_train_config_default(&cfg);
   for (int i = 1; i < argc; ++i) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -129,18 +152,20 @@ int dpt_bench_train(int argc, char **argv) {
       steps = atol(argv[++i]);
     } else if (v && !strcmp(a, "--repeat")) {
       repeat = atoi(argv[++i]);
+    } else if (v && !strcmp(a, "--checkpoint-every")) {
+      cfg.checkpoint_every = atol(argv[++i]);
     } else {
       fprintf(stderr, "bench train: unknown or incomplete option '%s'\n", a);
       usage(stderr);
       return 2;
     }
   }
-  if (replicas < 1 || replicas > 64 || steps < 1 || repeat < 1 || repeat > 100) {
-    fprintf(stderr, "bench train: --replicas 1..64, --steps >= 1, --repeat 1..100\n");
+  if (replicas < 1 || replicas > 64 || steps < 1 || repeat < 1 || repeat > 100 ||
+      cfg.checkpoint_every < 0) {
+    fprintf(stderr, "bench train: --replicas 1..64, --steps >= 1, --repeat 1..100, "
+                    "--checkpoint-every >= 0\n");
     return 2;
   }
-  dpt_train_config cfg;
-  dpt_train_config_default(&cfg);
   if (dpt_backend_kind_parse(backend, &cfg.backend) != DPT_OK) {
     fprintf(stderr, "bench train: %s\n", dpt_last_error());
     return 2;
@@ -202,18 +227,21 @@ int dpt_bench_train(int argc, char **argv) {
 #endif
   /* The variants take turns within each repeat, so a slow spell of the machine hits them
    * alike; the figures are medians over the repeats. */
-  enum { NV = 4 };
-  variant v[NV] = {{1, 1, 0, solo, mpi, NULL, {0}},
-                   {1, 0, 0, solo, mpi, NULL, {0}},
-                   {replicas, 0, 0, world, mpi, NULL, {0}},
-                   {replicas, 0, 1, world, mpi, NULL, {0}}};
+  char ckpt_dir[128];
+  snprintf(ckpt_dir, sizeof ckpt_dir, "/tmp/dptrain-bench-ckpt-%ld", (long)getpid());
+  const int NV = cfg.checkpoint_every > 0 ? 5 : 4;
+  variant v[5] = {{1, 1, 0, NULL, solo, mpi, NULL, {0}},
+                  {1, 0, 0, NULL, solo, mpi, NULL, {0}},
+                  {replicas, 0, 0, NULL, world, mpi, NULL, {0}},
+                  {replicas, 0, 1, NULL, world, mpi, NULL, {0}},
+                  {replicas, 0, 0, ckpt_dir, world, mpi, NULL, {0}}};
   for (int k = 0; k < NV; ++k)
     if (!(v[k].sps = calloc((size_t)repeat, sizeof(double)))) rc = 1;
   for (int r = 0; r < repeat && !rc; ++r)
     for (int k = 0; k < NV && !rc; ++k)
       rc = run_once(cfg, &v[k], r) != 0;
   dpt_dataset_destroy(ds);
-  double sps[NV] = {0};
+  double sps[5] = {0};
   for (int k = 0; k < NV; ++k) {
     if (!rc) sps[k] = dpt_bench_median(v[k].sps, repeat);
     free(v[k].sps);
@@ -224,6 +252,7 @@ int dpt_bench_train(int argc, char **argv) {
   if (solo_mpi != MPI_COMM_NULL) MPI_Comm_free(&solo_mpi);
 #endif
   dpt_comm_destroy(world);
+  if (NV == 5 && rank == 0) remove_dir(ckpt_dir);
   if (rc) return 1;
   if (rank != 0) return 0;
   const dpt_train_report *o = &v[1].r, *m = &v[2].r, *f = &v[3].r;
@@ -234,10 +263,16 @@ int dpt_bench_train(int argc, char **argv) {
            "\"replicas_samples_per_sec\": %.1f, \"full_step_samples_per_sec\": %.1f, "
            "\"machinery_overhead\": %.4f, \"speedup\": %.3f, "
            "\"replicas_ms_per_step\": {\"compute\": %.3f, \"communication\": %.3f, "
-           "\"imbalance\": %.3f, \"optimizer\": %.3f}}\n",
+           "\"imbalance\": %.3f, \"optimizer\": %.3f}",
            backend, steps, bare, one, replicas, many, full, bare / one - 1.0, many / one,
            ms_per_step(m->compute_seconds, m), ms_per_step(m->allreduce_seconds, m),
            ms_per_step(m->imbalance_seconds, m), ms_per_step(m->optimizer_seconds, m));
+    if (NV == 5)
+      printf(", \"checkpoint_every\": %lld, \"checkpoint_samples_per_sec\": %.1f, "
+             "\"checkpoint_cost\": %.4f, \"checkpoint_pause_ms\": %.2f",
+             (long long)cfg.checkpoint_every, sps[4], many / sps[4] - 1.0,
+             v[4].r.checkpoints ? 1e3 * v[4].r.checkpoint_seconds / (double)v[4].r.checkpoints : 0);
+    printf("}\n");
   } else {
     printf("%s, global batch %zu, %ld steps, %s backend, %s (median of %d)\n", title, batch, steps,
            backend, data, repeat);
@@ -260,6 +295,12 @@ int dpt_bench_train(int argc, char **argv) {
     printf("data-parallel machinery on one replica: %+.1f%%; %d replicas: %.2fx one replica "
            "(full step: %.2fx)\n",
            100.0 * (bare / one - 1.0), replicas, many / one, full / one);
+    if (NV == 5)
+      printf("checkpoints every %lld steps (%d replicas, sharded step): %.0f samples/s, %+.1f%% "
+             "time; the step paused %.2f ms per checkpoint (%lld in the last repeat)\n",
+             (long long)cfg.checkpoint_every, replicas, sps[4], 100.0 * (many / sps[4] - 1.0),
+             v[4].r.checkpoints ? 1e3 * v[4].r.checkpoint_seconds / (double)v[4].r.checkpoints : 0,
+             (long long)v[4].r.checkpoints);
   }
   return 0;
 }

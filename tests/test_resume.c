@@ -36,6 +36,7 @@ typedef struct watch {
   char log[8192];
 } watch;
 
+/* Counts the steps; raises the stop request after step stop_at. */
 static void on_progress(int64_t epoch, size_t batch, size_t batches, double loss, void *user) {
   (void)epoch, (void)batch, (void)batches, (void)loss;
   watch *w = user;
@@ -196,6 +197,8 @@ START_TEST(resume_other_world_size) {
     float *ref, *res;
     stop_and_resume(cfg, from[i], to[i], 5, &ref, &res);
     double d = max_rel(res, ref, state_floats(&cfg.model));
+    printf("model %d, %d -> %d replicas: %.2g from the uninterrupted run\n", model[i], from[i],
+           to[i], d);
     ck_assert_msg(d < 1e-5, "model %d, %d -> %d replicas: %g from the uninterrupted run", model[i],
                   from[i], to[i], d);
     free(ref);
@@ -395,7 +398,122 @@ START_TEST(resume_without_checkpoint_starts) {
 }
 END_TEST
 
-int main(void) {
+/* ---- under mpirun: every rank one replica -------------------------------------------------- */
+
+/* A run of cfg over comm; rank 0's final state (malloc'd) when it ends with `want`, else NULL
+ * after a line saying what happened. */
+static float *run_mpi(dpt_train_config cfg, dpt_comm *comm, watch *w, dpt_status want,
+                      dpt_train_report *rep) {
+  float *out = calloc(state_floats(&cfg.model), sizeof(float));
+  cfg.final_params = out;
+  if (w) {
+    cfg.user = w;
+    cfg.on_progress = on_progress;
+    cfg.on_log = on_log;
+    cfg.stop_request = &w->stop;
+  }
+  dpt_train_report local;
+  dpt_status st = dpt_train(&cfg, comm, rep ? rep : &local);
+  if (st == want) return out;
+  fprintf(stderr, "rank %d: got %s (%s), want %s\n", dpt_comm_rank(comm), dpt_status_str(st),
+          dpt_last_error(), dpt_status_str(want));
+  free(out);
+  return NULL;
+}
+
+/* Stop on rank 0's request after step 6, resume, compare with the uninterrupted run on rank 0:
+ * 1 when they differ (or a run failed). */
+static int mpi_stop_and_resume(dpt_train_config cfg, dpt_comm *comm) {
+  const int rank = dpt_comm_rank(comm);
+  char cmd[128]; /* a fresh directory: another case's checkpoints would be refused */
+  snprintf(cmd, sizeof cmd, "rm -f %s/ckpt-*", tmpdir);
+  ck_assert_int_eq(system(cmd), 0);
+  float *ref = run_mpi(cfg, comm, NULL, DPT_OK, NULL);
+  cfg.checkpoint_dir = tmpdir;
+  cfg.checkpoint_every = 4;
+  watch w = {.stop_at = rank == 0 ? 6 : -1};
+  float *none = run_mpi(cfg, comm, &w, DPT_ERR_INTERRUPTED, NULL);
+  cfg.resume = 1;
+  memset(&w, 0, sizeof w);
+  float *res = run_mpi(cfg, comm, &w, DPT_OK, NULL);
+  int bad = !ref || !none || !res;
+  if (!bad && rank == 0 && memcmp(ref, res, state_floats(&cfg.model) * sizeof(float)) != 0) {
+    fprintf(stderr, "the resumed run differs from the uninterrupted one\n");
+    bad = 1;
+  }
+  free(ref);
+  free(none);
+  free(res);
+  return bad;
+}
+
+static dpt_comm *world; /* MPI mode: every rank one replica */
+
+/* Resume bit for bit (an MLP with SGD, a batch norm model with AdamW, with the full step). */
+START_TEST(mpi_resume) {
+  dpt_dataset *ds = make_data(240, 3);
+  const int models[] = {MODEL_MLP, MODEL_BN, MODEL_BN}, full[] = {0, 0, 1};
+  const dpt_optim_kind opts[] = {DPT_OPTIM_SGD, DPT_OPTIM_ADAMW, DPT_OPTIM_SGD};
+  for (int i = 0; i < 3; ++i) {
+    dpt_train_config cfg;
+    config(&cfg, ds, models[i], opts[i]);
+    cfg.full_optimizer_step = full[i];
+    ck_assert_msg(!mpi_stop_and_resume(cfg, world), "case %d", i);
+  }
+  dpt_dataset_destroy(ds);
+}
+END_TEST
+
+/* A rollback alike on every rank. */
+START_TEST(mpi_rollback) {
+  dpt_dataset *ds = poisoned_data(240, 130);
+  dpt_train_config cfg;
+  config(&cfg, ds, MODEL_BN, DPT_OPTIM_SGD);
+  cfg.shuffle = 0;
+  cfg.max_steps = 9;
+  cfg.checkpoint_dir = tmpdir;
+  cfg.checkpoint_every = 4;
+  cfg.on_nonfinite = DPT_NONFINITE_ROLLBACK;
+  dpt_train_report rep;
+  float *res = run_mpi(cfg, world, NULL, DPT_OK, &rep);
+  ck_assert_ptr_nonnull(res);
+  ck_assert_int_eq(rep.rollbacks, 1);
+  ck_assert_int_eq(rep.steps, 9);
+  free(res);
+  dpt_dataset_destroy(ds);
+}
+END_TEST
+
+/* Check without forking (a forked child cannot use the MPI connection): every rank runs every
+ * test, so every rank takes part in every collective. */
+static int mpi_main(void) {
+  dpt_status st = dpt_comm_create_mpi(NULL, &world);
+  if (st == DPT_ERR_UNSUPPORTED) {
+    printf("MPI not compiled in: skipped\n");
+    return 77;
+  }
+  if (st != DPT_OK) {
+    fprintf(stderr, "dpt_comm_create_mpi: %s\n", dpt_last_error());
+    return 1;
+  }
+  Suite *s = suite_create("resume_mpi");
+  TCase *tc = tcase_create("mpi");
+  tcase_add_checked_fixture(tc, setup_tmp, teardown_tmp);
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, mpi_resume);
+  tcase_add_test(tc, mpi_rollback);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  dpt_comm_destroy(world);
+  return failed ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "mpi") == 0) return mpi_main();
   Suite *s = suite_create("resume");
   TCase *tc = tcase_create("threads");
   tcase_add_checked_fixture(tc, setup_tmp, teardown_tmp);

@@ -26,6 +26,9 @@ if(DPT_WITH_MPI)
                        LAUNCHER ${MPIEXEC_EXECUTABLE} --oversubscribe ${MPIEXEC_NUMPROC_FLAG} ${np}
                        LABELS mpi train TIMEOUT 300 ENVIRONMENT ${_dpt_mpi_env})
   endforeach()
+  dpt_add_check_test(NAME test_resume_mpi_2 TARGET test_resume ARGS mpi
+                     LAUNCHER ${MPIEXEC_EXECUTABLE} --oversubscribe ${MPIEXEC_NUMPROC_FLAG} 2
+                     LABELS mpi train TIMEOUT 300 ENVIRONMENT ${_dpt_mpi_env})
   # Mixed vendors in one job: rank 0 on OpenCL, rank 1 on Vulkan, staged through host memory.
   dpt_add_check_test(NAME test_train_mpi_mixed TARGET test_train ARGS mpi opencl,vulkan
                      LAUNCHER ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2

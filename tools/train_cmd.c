@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <float.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -19,6 +20,8 @@
 #include "tools/commands.h"
 
 #define DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
+/* The exit status of a run stopped on request (EX_TEMPFAIL: resume it to go on). */
+#define EXIT_STOPPED 75
 
 /* What the options set, and what the report callbacks read. */
 typedef struct cli {
@@ -31,7 +34,30 @@ typedef struct cli {
   const char *test_data; /* --test-data, or NULL */
   int has_test;          /* a test set was loaded */
   dpt_norm_choice norm;  /* --mean, --std */
+  float ckpt_minutes;    /* --checkpoint-minutes; NaN: not given */
+  float rollback_scale;  /* --rollback-lr-scale */
 } cli;
+
+/* The first stop request (signal) received, for cfg.stop_request. */
+static volatile sig_atomic_t stop_signal;
+
+/* SIGINT, SIGTERM, SIGUSR1: every replica finishes its step, a checkpoint is written, and the
+ * run ends; a second SIGINT ends the process at once. */
+static void on_stop_signal(int sig) {
+  if (sig == SIGINT && stop_signal) _exit(130);
+  if (!stop_signal) stop_signal = sig;
+}
+
+static void install_stop_handlers(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop_signal;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGUSR1, &sa, NULL);
+}
 
 static int parse_i64(const char *s, int64_t min, int64_t *out) {
   char *end;
@@ -57,6 +83,22 @@ static int parse_float(const char *s, float *out) {
  * value. */
 static int parse_model(cli *c, const char *v) {
   return dpt_model_choice_parse_model(&c->mc, v);
+}
+
+static int set_skip(cli *c, const char *v) {
+  (void)v;
+  c->cfg.on_nonfinite = DPT_NONFINITE_SKIP;
+  return 0;
+}
+
+static int parse_nonfinite(cli *c, const char *v) {
+  static const char *const names[] = {"stop", "skip", "rollback"};
+  for (int i = 0; i < 3; ++i)
+    if (!strcmp(v, names[i])) {
+      c->cfg.on_nonfinite = (dpt_nonfinite_policy)i;
+      return 0;
+    }
+  return -1;
 }
 
 static int parse_hidden(cli *c, const char *v) {
@@ -224,17 +266,38 @@ static const option options[] = {
      "each replica updates 1/R of the parameters, all-gather;\n"
      "the same update with less work)",
      FLAG(cfg.full_optimizer_step, 1)},
+    {.help = "checkpoints:"},
+    {"--checkpoint-dir", "DIR", "write checkpoints into DIR (rank 0's file system)",
+     STRING(cfg.checkpoint_dir)},
+    {"--checkpoint-every", "N", "a checkpoint every N steps (default: every epoch)",
+     I64(cfg.checkpoint_every, 1)},
+    {"--checkpoint-minutes", "M", "also one when M minutes passed since the last (default 10)",
+     FLOAT(ckpt_minutes)},
+    {"--keep-checkpoints", "K", "keep the newest K (default 3)",
+     INT(cfg.keep_checkpoints, 1, 1000000)},
+    {"--resume", NULL,
+     "continue from the newest valid checkpoint in --checkpoint-dir\n"
+     "(none there: start from the beginning)",
+     FLAG(cfg.resume, 1)},
     {.help = "checks and output:"},
     {"--check-every", "N", "compare replica fingerprints every N steps (default 100)",
      I64(cfg.check_every, 0)},
-    {"--skip-nonfinite", NULL,
-     "skip steps with a non-finite loss, reduced gradient or, with\n"
-     "--clip-norm, gradient norm (default: stop)",
-     FLAG(cfg.skip_nonfinite, 1)},
+    {"--on-nonfinite", "P",
+     "a step with a non-finite loss, reduced gradient or, with\n"
+     "--clip-norm, gradient norm: stop, skip it, or rollback to the\n"
+     "newest checkpoint and go on after it (default stop)",
+     CUSTOM(parse_nonfinite)},
+    {"--skip-nonfinite", NULL, "the same as --on-nonfinite skip", CUSTOM(set_skip)},
     {"--max-skipped", "N",
-     "with --skip-nonfinite: fail after N skipped steps in a row, or\n"
-     "more than N or 1% of the run (default 10; -1: no limit)",
+     "with skip: fail after N skipped steps in a row, or more than\n"
+     "N or 1% of the run (default 10; -1: no limit)",
      I64(cfg.max_skipped, -1)},
+    {"--max-rollbacks", "N", "with rollback: fail at the rollback after N (default 3)",
+     INT(cfg.max_rollbacks, 0, 1000000)},
+    {"--rollback-lr-scale", "F",
+     "with rollback: multiply the learning rate by F (0 < F <= 1)\n"
+     "at each rollback (default 1)",
+     FLOAT(rollback_scale)},
     {"--json", NULL, "one JSON object per epoch, then a final one", FLAG(json, 1)},
     {"--quiet", NULL, "no progress bar", FLAG(quiet, 1)},
 };
@@ -246,7 +309,9 @@ static void usage(FILE *f) {
              "\n"
              "Trains a classifier data-parallel: every replica holds the whole model, takes its\n"
              "slice of each global batch, gradients are summed with a ring all-reduce, and one\n"
-             "synchronized optimizer step keeps the replicas identical.\n"
+             "synchronized optimizer step keeps the replicas identical. SIGINT, SIGTERM or\n"
+             "SIGUSR1 stop it after the current step, with a checkpoint when --checkpoint-dir\n"
+             "is given (exit status 75); a second SIGINT stops it at once.\n"
              "\n");
   int width = 0; /* of the widest "--name VALUE": the help texts start in one column */
   for (size_t i = 0; i < NUM_OPTIONS; ++i) {
@@ -489,14 +554,21 @@ static void on_progress(int64_t epoch, size_t batch, size_t batches, double loss
  * rank 0. */
 static int fail(const cli *c, dpt_status st, const char *msg) {
   if (!msg) msg = dpt_last_error();
-  int global = st == DPT_ERR_NONFINITE || st == DPT_ERR_MISMATCH || st == DPT_ERR_PEER;
+  int global = st == DPT_ERR_NONFINITE || st == DPT_ERR_MISMATCH || st == DPT_ERR_PEER ||
+               st == DPT_ERR_INTERRUPTED;
   if (c->rank == 0 || !global) {
     if (c->rank > 0)
       fprintf(stderr, "dptrain: rank %d: %s: %s\n", c->rank, dpt_status_str(st), msg);
     else
       fprintf(stderr, "dptrain: %s: %s\n", dpt_status_str(st), msg);
   }
-  return 1;
+  return st == DPT_ERR_INTERRUPTED ? EXIT_STOPPED : 1;
+}
+
+static void on_log(const char *line, void *user) {
+  cli *c = user;
+  if (c->tty && !c->quiet && !c->json) fprintf(stderr, "\r\033[K");
+  fprintf(stderr, "dptrain: %s\n", line);
 }
 
 /* The tool's defaults where they differ from dpt_train_config_default's. */
@@ -511,6 +583,8 @@ static void set_defaults(cli *c) {
   c->optimizer = "sgd";
   dpt_model_choice_default(&c->mc);
   c->cfg.optim.warmup_steps = -1; /* not given: plan_schedule picks the model's default */
+  c->ckpt_minutes = NAN;          /* not given */
+  c->rollback_scale = 1.0f;
 }
 
 /* What depends on several options: AdamW's own defaults for the settings not given, SGD
@@ -549,6 +623,14 @@ static int check_options(cli *c) {
     c->cfg.transform.std = c->norm.std;
   }
   c->cfg.transform.seed = c->cfg.seed;
+  c->cfg.rollback_lr_scale = c->rollback_scale;
+  if (c->ckpt_minutes < 0 || c->rollback_scale <= 0 || c->rollback_scale > 1) {
+    fprintf(stderr, "dptrain train: --checkpoint-minutes must be >= 0 and --rollback-lr-scale "
+                    "in (0, 1]\n");
+    return 2;
+  }
+  if (c->cfg.checkpoint_dir)
+    c->cfg.checkpoint_minutes = isnan(c->ckpt_minutes) ? 10 : c->ckpt_minutes;
   if (check_backend_list(c->backend) != 0) {
     fprintf(stderr,
             "dptrain train: bad --backend '%s' (auto, cpu, opencl, vulkan or a "
@@ -630,6 +712,8 @@ static dpt_status plan_schedule(cli *c, const dpt_dataset *train, char *other, s
                       ? INT64_MAX
                       : (int64_t)per_epoch * c->cfg.epochs;
   if (c->cfg.max_steps > 0 && c->cfg.max_steps < total) total = c->cfg.max_steps;
+  if (c->cfg.checkpoint_dir && c->cfg.checkpoint_every == 0)
+    c->cfg.checkpoint_every = (int64_t)per_epoch;
   if (c->cfg.optim.warmup_steps < 0) { /* not given: the ResNet recipe warms up one epoch */
     int64_t w = strcmp(c->mc.model, "resnet") ? 0 : (int64_t)per_epoch;
     c->cfg.optim.warmup_steps = w < total / 5 ? w : total / 5;
@@ -775,6 +859,8 @@ int dpt_cmd_train(int argc, char **argv) {
   if (rc == KEEP_GOING) rc = open_comm(&c, &comm);
   if (rc != KEEP_GOING) return rc;
   c.tty = isatty(STDERR_FILENO);
+  install_stop_handlers(); /* after MPI's start-up, so these are the handlers in place */
+  c.cfg.stop_request = &stop_signal;
 
   char other[512] = ""; /* a message of the tool's own, replacing dpt_last_error() */
   dpt_dataset *train = NULL, *test = NULL;
@@ -797,6 +883,7 @@ int dpt_cmd_train(int argc, char **argv) {
     c.cfg.test = test;
     c.cfg.on_report = on_report;
     c.cfg.on_progress = on_progress;
+    c.cfg.on_log = on_log;
     c.cfg.user = &c;
     announce(&c, comm);
     st = dpt_train(&c.cfg, comm, NULL);
