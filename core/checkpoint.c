@@ -42,19 +42,11 @@ static const struct {
   field_kind kind;
   size_t offset;
 } fields[] = {
-    FIELD(step, F_I64),
-    FIELD(epoch, F_I64),
-    FIELD(batch, F_I64),
-    FIELD(skipped_steps, F_I64),
-    FIELD(skipped_in_a_row, F_I64),
-    FIELD(rollbacks, F_I64),
-    FIELD(trained_samples, F_I64),
-    FIELD(epoch_loss_sum, F_F64),
-    FIELD(epoch_samples, F_I64),
-    FIELD(lr_scale, F_F64),
-    FIELD(world_size, F_I64),
-    FIELD(seed, F_HEX),
-    FIELD(state_hash, F_HEX),
+    FIELD(step, F_I64),          FIELD(optimizer_steps, F_I64), FIELD(epoch, F_I64),
+    FIELD(batch, F_I64),         FIELD(skipped_steps, F_I64),   FIELD(skipped_in_a_row, F_I64),
+    FIELD(rollbacks, F_I64),     FIELD(trained_samples, F_I64), FIELD(epoch_loss_sum, F_F64),
+    FIELD(epoch_samples, F_I64), FIELD(lr_scale, F_F64),        FIELD(world_size, F_I64),
+    FIELD(seed, F_HEX),          FIELD(state_hash, F_HEX),
 };
 #undef FIELD
 #define NUM_FIELDS (sizeof fields / sizeof fields[0])

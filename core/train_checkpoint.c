@@ -7,11 +7,16 @@
  * anyone uses it, and the optimizer state of a sharded step is gathered whole, so a checkpoint
  * does not depend on the world size that wrote it. */
 #define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/clock.h"
 #include "base/error.h"
@@ -160,6 +165,32 @@ static dpt_status read_newest(replica *r, replica_state *s, int check_terms, int
   return dpt_model_set_state(s->model, ck->state);
 }
 
+/* Replica 0, before the first step: the directory exists (made when missing) and is writable,
+ * and a run that does not resume finds no checkpoint there, which it would otherwise prune and
+ * roll back to, and a later resume would take for its own. */
+static dpt_status check_dir(const dpt_train_config *cfg) {
+  const char *dir = cfg->checkpoint_dir;
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+    return dpt_set_error(DPT_ERR_IO, "checkpoint directory %s: cannot create it: %s", dir,
+                         strerror(errno));
+  if (access(dir, W_OK | X_OK) != 0)
+    return dpt_set_error(DPT_ERR_IO, "checkpoint directory %s: cannot write there: %s", dir,
+                         strerror(errno));
+  DIR *d = cfg->resume ? NULL : opendir(dir);
+  struct dirent *e;
+  char found[300] = "";
+  while (d && !found[0] && (e = readdir(d)))
+    if (strncmp(e->d_name, "ckpt-", 5) == 0 && strstr(e->d_name, ".safetensors"))
+      snprintf(found, sizeof found, "%s", e->d_name);
+  if (d) closedir(d);
+  if (found[0])
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "checkpoint directory %s holds checkpoints of another run (%s): resume "
+                         "from them (--resume), or name an empty or new directory",
+                         dir, found);
+  return DPT_OK;
+}
+
 dpt_status dpt_train_ckpt_setup(replica *r, replica_state *s) {
   if (!r->cfg->checkpoint_dir) return DPT_OK;
   struct train_ckpt *ck = s->ck = calloc(1, sizeof *ck);
@@ -173,6 +204,7 @@ dpt_status dpt_train_ckpt_setup(replica *r, replica_state *s) {
     if (!(ck->opt[k] = calloc(np ? np : 1, sizeof(float))))
       return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "checkpoints: out of host memory");
   if (r->index != 0) return DPT_OK;
+  DPT_TRY(check_dir(r->cfg));
   ck->state = malloc(dpt_model_state_size(s->model) * sizeof(float));
   if (!ck->state) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "checkpoints: out of host memory");
   DPT_TRY(make_metadata(r, ck));
@@ -204,12 +236,17 @@ static dpt_status share_loaded(replica *r, replica_state *s, dpt_checkpoint_prog
   *loaded = (int)head.loaded;
   *p = head.p;
   if (!head.loaded) return DPT_OK;
+  /* A local failure (a device upload) is kept for the next exchange: every replica joins every
+   * broadcast. */
   const size_t np = dpt_model_num_params(s->model);
   for (int k = 0; k < ck->slots; ++k) {
-    DPT_TRY(dpt_broadcast_host(r->comm, ck->opt[k], np * sizeof(float), 0));
-    DPT_TRY(dpt_optimizer_set_state(s->opt, k, ck->opt[k]));
+    dpt_status st = dpt_broadcast_host(r->comm, ck->opt[k], np * sizeof(float), 0);
+    if (dpt_train_out_of_step(st)) return dpt_train_stop_after(s, st);
+    dpt_train_keep_failure(s, st);
+    if (s->pending == DPT_OK)
+      dpt_train_keep_failure(s, dpt_optimizer_set_state(s->opt, k, ck->opt[k]));
   }
-  DPT_TRY(dpt_optimizer_set_steps(s->opt, p->step));
+  dpt_train_keep_failure(s, dpt_optimizer_set_steps(s->opt, p->optimizer_steps));
   ck->taken = 1;
   ck->saved_step = p->step;
   ck->loaded = 0;
@@ -292,6 +329,7 @@ static void fill_progress(const replica *r, const replica_state *s) {
   dpt_checkpoint_progress *p = &s->ck->progress;
   memset(p, 0, sizeof *p);
   p->step = s->t.step;
+  p->optimizer_steps = dpt_optimizer_steps(s->opt);
   p->epoch = s->at.epoch;
   p->batch = (int64_t)s->at.batch;
   p->skipped_steps = s->t.skipped;
@@ -310,6 +348,13 @@ static void fill_progress(const replica *r, const replica_state *s) {
 static dpt_status start_writer(const replica *r, replica_state *s) {
   struct train_ckpt *ck = s->ck;
   DPT_TRY(dpt_model_get_state(s->model, ck->state));
+  const size_t n = dpt_model_state_size(s->model);
+  for (size_t i = 0; i < n; ++i)
+    if (!isfinite(ck->state[i])) { /* nothing to go back to: the older checkpoints stay */
+      dpt_train_log(r, "no checkpoint at step %lld: the model state is not finite",
+                    (long long)s->t.step);
+      return DPT_OK;
+    }
   dpt_model_state_tensors(s->model, ck->state, ck->tensors, ck->counters);
   fill_progress(r, s);
   atomic_store(&ck->written, 0);
@@ -347,9 +392,14 @@ dpt_status dpt_train_ckpt_save(replica *r, replica_state *s, int wait) {
 /* Replica 0's state (read from the checkpoint) to every replica's parameters and buffers. */
 static dpt_status share_state(replica *r, replica_state *s) {
   const size_t np = dpt_model_num_params(s->model), nb = dpt_model_num_buffer_floats(s->model);
-  DPT_TRY(dpt_broadcast_buffer(r->comm, dpt_model_params(s->model), 0, np * sizeof(float), 0));
-  if (nb)
-    DPT_TRY(dpt_broadcast_buffer(r->comm, dpt_model_buffers(s->model), 0, nb * sizeof(float), 0));
+  dpt_status st =
+      dpt_broadcast_buffer(r->comm, dpt_model_params(s->model), 0, np * sizeof(float), 0);
+  if (dpt_train_out_of_step(st)) return dpt_train_stop_after(s, st);
+  dpt_train_keep_failure(s, st); /* local: announced at the next exchange */
+  st = nb ? dpt_broadcast_buffer(r->comm, dpt_model_buffers(s->model), 0, nb * sizeof(float), 0)
+          : DPT_OK;
+  if (dpt_train_out_of_step(st)) return dpt_train_stop_after(s, st);
+  dpt_train_keep_failure(s, st);
   return DPT_OK;
 }
 

@@ -620,7 +620,6 @@ static dpt_status train_step(replica *r, replica_state *s, int64_t epoch, size_t
   step_stats mine, sum;
   memset(&mine, 0, sizeof mine);
   memset(out, 0, sizeof *out);
-  step_requests(r, s, &mine);
   dpt_train_keep_failure(s, keep_buffers(s, 0));
   const double t0 = dpt_now();
   dpt_status st = forward_backward(r, s, epoch, bstart, bcount, &mine);
@@ -630,6 +629,7 @@ static dpt_status train_step(replica *r, replica_state *s, int64_t epoch, size_t
   if (dpt_train_out_of_step(st)) return st;
   char what[64];
   snprintf(what, sizeof what, "step %lld", (long long)s->t.step + 1);
+  step_requests(r, s, &mine); /* as late as can be: a request during this step ends it */
   DPT_TRY(exchange(r, s, &mine, &sum, st, what));
   s->t.imbalance += train_imbalance(s->gather, r->count);
   out->stop = sum.stop;
@@ -710,7 +710,10 @@ static dpt_status interrupted(const replica_state *s, int64_t request) {
 /* After a step: the rollback, the checkpoint or the stop the replicas agreed on. */
 static dpt_status after_step(replica *r, replica_state *s, const step_outcome *o) {
   const dpt_train_config *cfg = r->cfg;
-  if (o->rollback) return dpt_train_ckpt_rollback(r, s);
+  if (o->rollback) {
+    DPT_TRY(dpt_train_ckpt_rollback(r, s));
+    return o->stop ? interrupted(s, o->stop) : DPT_OK;
+  }
   dpt_train_ckpt_poll(r, s);
   const int every = cfg->checkpoint_every > 0 && s->t.step % cfg->checkpoint_every == 0;
   if (cfg->checkpoint_dir && (every || o->ckpt_due || o->stop))

@@ -481,13 +481,13 @@ if [ -n "$ckgen" ]; then
     fail "keep 2 left: $(ls -A "$ck")"
   "$dptrain" checkpoint info "$ck" >"$scratch/out" 2>"$scratch/err" || fail "info: $(cat "$scratch/err")"
   for want in "^file: *$ck/ckpt-000000000015.safetensors$" "^valid: *yes (CRC32 of 8 tensors checked" \
-    "^step: *15$" "^epoch: *2 (1-based; 2 batches of it done)$" "^world size: *2$" "^lr scale: *0.5$" \
+    "^step: *15 (0 updates)$" "^epoch: *2 (1-based; 2 batches of it done)$" "^world size: *2$" "^lr scale: *0.5$" \
     "^seed: *3$" "^state hash: *fedcba9876543210$" "^optimizer: *momentum_buffer (4 tensors)$" \
     "^model: *4 layers, input 1x8x8, 10 classes$" "^  lr: 0.05$" "^  optimizer: sgd$"; do
     grep -q "$want" "$scratch/out" || fail "info lacks '$want': $(cat "$scratch/out")"
   done
   out=$("$dptrain" checkpoint info "$ck/ckpt-000000000015.safetensors" --json)
-  grep -q '"valid":true,"tensors":8,.*"progress":{"step":15,"epoch":1,"batch":2,' <<<"$out" &&
+  grep -q '"valid":true,"tensors":8,.*"progress":{"step":15,"optimizer_steps":0,"epoch":1,"batch":2,' <<<"$out" &&
     grep -q '"seed":"0000000000000003"' <<<"$out" || fail "info --json: $out"
   # One bit flipped near the end of the newest file: passed over, the one before it reported.
   f="$ck/ckpt-000000000015.safetensors" off=$(($(stat -c %s "$ck/ckpt-000000000015.safetensors") - 5))

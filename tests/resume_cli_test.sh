@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checkpoints through the dptrain command under mpirun: a run stopped by SIGTERM, or whose rank
-# is SIGKILLed (also while a checkpoint is being written), resumes to the parameters of the
+# is SIGKILLed (with a checkpoint written every step), resumes to the parameters of the
 # uninterrupted run; a corrupt newest checkpoint is passed over; a changed setting is refused;
 # dptrain run relaunches a failed job from its checkpoint.
 # Usage: resume_cli_test.sh <dptrain> <scratch dir> <mpiexec>
@@ -24,7 +24,8 @@ make_idx "$data" train 320
 make_idx "$data" t10k 40
 
 # 400 epochs of 10 steps: a few seconds, time enough to interrupt.
-args=(train --data "$data" --hidden 64 --global-batch 32 --epochs 400 --quiet --json)
+common=(train --data "$data" --hidden 64 --epochs 400 --quiet --json)
+args=("${common[@]}" --global-batch 32)
 hash_of() { grep '"final"' "$1" | sed 's/.*"param_hash": "\([0-9a-f]*\)".*/\1/'; }
 mpirun2() { $mpiexec -np 2 "$@"; }
 
@@ -79,8 +80,9 @@ grep -q "stopped on request: after step [0-9]* (request 15); resume from checkpo
 [ "$(resume_hash "$dir")" = "$ref" ] || fail "SIGTERM: the resumed run differs: $(tail -n 2 "$dir.rerr")"
 grep -q "resumed from $dir/ckpt-" "$dir.rerr" || fail "SIGTERM: no resume line"
 
-# 2. SIGKILL of rank 1 while rank 0 writes a checkpoint after every step: the job ends within
-# 10 s naming rank 1, the newest checkpoint left verifies, and resuming reproduces the run.
+# 2. SIGKILL of rank 1 while rank 0 writes a checkpoint after every step (the kill may land
+# during a write, or between two): the job ends within 10 s naming rank 1, the newest checkpoint
+# left verifies, and resuming reproduces the run.
 dir="$scratch/kill"
 interrupt "$dir" 1 KILL --checkpoint-every 1
 [ $rc -ne 0 ] || fail "SIGKILL: the job exited 0"
@@ -101,7 +103,7 @@ grep -q "passing over checkpoint $newest: .*CRC32" "$dir.rerr" ||
 
 # 4. Another global batch is refused, naming it; another learning rate is allowed and said.
 dir="$scratch/term"
-mpirun2 "$dptrain" "${args[@]/32/64}" --checkpoint-dir "$dir" --resume >/dev/null 2>"$dir.bad"; rc=$?
+mpirun2 "$dptrain" "${common[@]}" --global-batch 64 --checkpoint-dir "$dir" --resume >/dev/null 2>"$dir.bad"; rc=$?
 [ $rc -eq 1 ] && grep -q "the global batch (global_batch) 32; this run has 64" "$dir.bad" ||
   fail "another global batch: exit $rc: $(tail -n 1 "$dir.bad")"
 mpirun2 "$dptrain" "${args[@]}" --lr 0.01 --checkpoint-dir "$dir" --resume >/dev/null 2>"$dir.lr"; rc=$?

@@ -55,6 +55,7 @@ static int same_bits(double a, double b) {
 static dpt_checkpoint_progress odd_progress(int64_t step) {
   dpt_checkpoint_progress p = {
       .step = step,
+      .optimizer_steps = step - 2,
       .epoch = 3,
       .batch = 17,
       .skipped_steps = 2,
@@ -74,6 +75,7 @@ static dpt_checkpoint_progress odd_progress(int64_t step) {
 static void expect_progress(const dpt_checkpoint_progress *got,
                             const dpt_checkpoint_progress *want) {
   ck_assert_int_eq(got->step, want->step);
+  ck_assert_int_eq(got->optimizer_steps, want->optimizer_steps);
   ck_assert_int_eq(got->epoch, want->epoch);
   ck_assert_int_eq(got->batch, want->batch);
   ck_assert_int_eq(got->skipped_steps, want->skipped_steps);
@@ -120,6 +122,7 @@ END_TEST
 /* The progress's fields as JSON, all but field `skip` (-1: none), into buf. */
 static const char *progress_without(int skip, char *buf, size_t cap) {
   static const char *const parts[] = {"\"step\":1",
+                                      "\"optimizer_steps\":1",
                                       "\"epoch\":0",
                                       "\"batch\":0",
                                       "\"skipped_steps\":0",
@@ -151,19 +154,10 @@ START_TEST(progress_json_errors) {
   ck_assert_uint_eq(p.seed, 3);
   ck_assert_uint_eq(p.state_hash, 255);
   /* Each field left out in turn is named. */
-  const char *names[] = {"step",
-                         "epoch",
-                         "batch",
-                         "skipped_steps",
-                         "skipped_in_a_row",
-                         "rollbacks",
-                         "trained_samples",
-                         "epoch_loss_sum",
-                         "epoch_samples",
-                         "lr_scale",
-                         "world_size",
-                         "seed",
-                         "state_hash"};
+  const char *names[] = {"step",           "optimizer_steps",  "epoch",     "batch",
+                         "skipped_steps",  "skipped_in_a_row", "rollbacks", "trained_samples",
+                         "epoch_loss_sum", "epoch_samples",    "lr_scale",  "world_size",
+                         "seed",           "state_hash"};
   for (int i = 0; i < (int)(sizeof names / sizeof names[0]); ++i) {
     char want[96];
     snprintf(want, sizeof want, "missing field \"%s\"", names[i]);
@@ -297,13 +291,14 @@ START_TEST(corruption_named) {
   TU_OK(dpt_safetensors_write(tpath("plain.st"), &t, 1, NULL));
   EXPECT_FAIL(dpt_checkpoint_verify(tpath("plain.st"), NULL), DPT_ERR_BAD_FORMAT, "plain.st",
               "not a checkpoint", NULL);
-  const char *meta[] = {DPT_CKPT_PROGRESS_KEY,
-                        "{\"step\":1,\"epoch\":0,\"batch\":0,\"skipped_steps\":0,"
-                        "\"skipped_in_a_row\":0,\"rollbacks\":0,\"trained_samples\":0,"
-                        "\"epoch_loss_sum\":0,\"epoch_samples\":0,\"lr_scale\":1,"
-                        "\"world_size\":1,\"seed\":\"0000000000000003\","
-                        "\"state_hash\":\"00000000000000ff\"}",
-                        DPT_CKPT_CRC_KEY, "{\"b\":\"00000000\"}", NULL};
+  const char *meta[] = {
+      DPT_CKPT_PROGRESS_KEY,
+      "{\"step\":1,\"optimizer_steps\":1,\"epoch\":0,\"batch\":0,\"skipped_steps\":0,"
+      "\"skipped_in_a_row\":0,\"rollbacks\":0,\"trained_samples\":0,"
+      "\"epoch_loss_sum\":0,\"epoch_samples\":0,\"lr_scale\":1,"
+      "\"world_size\":1,\"seed\":\"0000000000000003\","
+      "\"state_hash\":\"00000000000000ff\"}",
+      DPT_CKPT_CRC_KEY, "{\"b\":\"00000000\"}", NULL};
   TU_OK(dpt_safetensors_write(tpath("nocrc.st"), &t, 1, meta));
   EXPECT_FAIL(dpt_checkpoint_verify(tpath("nocrc.st"), NULL), DPT_ERR_BAD_FORMAT,
               "tensor 'a' has no CRC32 entry", NULL, NULL);

@@ -22,6 +22,13 @@ static void setup_tmp(void) {
   ck_assert_ptr_nonnull(mkdtemp(tmpdir));
 }
 
+/* Empties the checkpoint directory: a run that does not resume refuses one with checkpoints. */
+static void clear_tmp(void) {
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -f %s/ckpt-*", tmpdir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+
 static void teardown_tmp(void) {
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
@@ -320,11 +327,14 @@ static dpt_dataset *poisoned_data(size_t n, size_t poison) {
 
 START_TEST(rollback_after_poisoned_sample) {
   /* Sample 130 is in batch 6 of the first epoch (no shuffling): step 6 diverges, the run goes
-   * back to the checkpoint of step 4 and on with batch 7. */
+   * back to the checkpoint of step 4 and on with batch 7. Sync-bn: 1 and 2 replicas compute the
+   * same function, so their results compare. */
   dpt_dataset *ds = poisoned_data(240, 130);
+  float *first = NULL;
   for (int replicas = 1; replicas <= 2; ++replicas) {
     dpt_train_config cfg;
     config(&cfg, ds, MODEL_BN, DPT_OPTIM_SGD);
+    cfg.sync_bn = 1;
     cfg.shuffle = 0;
     cfg.max_steps = 9;
     cfg.checkpoint_dir = tmpdir;
@@ -333,22 +343,102 @@ START_TEST(rollback_after_poisoned_sample) {
     cfg.rollback_lr_scale = 0.5;
     watch w = {0};
     dpt_train_report rep;
+    clear_tmp();
     float *res = run(cfg, replicas, &w, DPT_OK, &rep);
     ck_assert_int_eq(rep.rollbacks, 1);
     ck_assert_int_eq(rep.steps, 9);
-    ck_assert_msg(strstr(w.log, "rolled back") && strstr(w.log, "step 4"), "%s", w.log);
-    for (size_t i = 0; i < state_floats(&cfg.model); ++i)
+    char line[256];
+    snprintf(line, sizeof line,
+             "non-finite values at step 6: rolled back to %s/ckpt-000000000004.safetensors (step "
+             "4), going on with batch 7 of epoch 1; learning rate factor 0.5",
+             tmpdir);
+    ck_assert_msg(strstr(w.log, line), "%s", w.log);
+    const size_t n = state_floats(&cfg.model);
+    for (size_t i = 0; i < n; ++i)
       ck_assert_msg(isfinite(res[i]), "state %zu is not finite", i);
-    free(res);
+    if (first) {
+      double d = max_rel(res, first, n);
+      ck_assert_msg(d < 1e-4, "2 replicas roll back to %g from 1", d);
+      free(res);
+    } else {
+      first = res;
+    }
     /* With no rollback allowed, the same run stops and says why. */
     cfg.max_rollbacks = 0;
+    clear_tmp();
     run(cfg, replicas, NULL, DPT_ERR_NONFINITE, NULL);
     ck_assert_msg(strstr(dpt_last_error(), "max_rollbacks"), "%s", dpt_last_error());
     /* Without a policy, the poisoned step stops the run, naming it. */
     cfg.on_nonfinite = DPT_NONFINITE_STOP;
+    clear_tmp();
     run(cfg, replicas, NULL, DPT_ERR_NONFINITE, NULL);
     ck_assert_msg(strstr(dpt_last_error(), "step 6"), "%s", dpt_last_error());
   }
+  free(first);
+  dpt_dataset_destroy(ds);
+}
+END_TEST
+
+/* Skipped steps do not move the schedule: a resume after one is still bit for bit (AdamW's bias
+ * correction and a cosine schedule count updates). */
+START_TEST(resume_after_skipped_step) {
+  dpt_dataset *ds = poisoned_data(240, 130);
+  dpt_train_config cfg;
+  config(&cfg, ds, MODEL_MLP, DPT_OPTIM_ADAMW);
+  cfg.shuffle = 0;
+  cfg.on_nonfinite = DPT_NONFINITE_SKIP;
+  dpt_train_report rep;
+  free(run(cfg, 2, NULL, DPT_OK, &rep));
+  ck_assert_int_eq(rep.skipped_steps, 1);
+  float *ref, *res;
+  stop_and_resume(cfg, 2, 2, 7, &ref, &res);
+  ck_assert_int_eq(memcmp(ref, res, state_floats(&cfg.model) * sizeof(float)), 0);
+  free(ref);
+  free(res);
+  dpt_dataset_destroy(ds);
+}
+END_TEST
+
+/* checkpoint_minutes: a checkpoint at every step boundary once the time has passed. */
+START_TEST(checkpoint_by_time) {
+  dpt_dataset *ds = make_data(240, 3);
+  dpt_train_config cfg;
+  config(&cfg, ds, MODEL_MLP, DPT_OPTIM_SGD);
+  cfg.checkpoint_dir = tmpdir;
+  cfg.checkpoint_minutes = 1e-9;
+  cfg.keep_checkpoints = 2;
+  dpt_train_report rep;
+  free(run(cfg, 2, NULL, DPT_OK, &rep));
+  ck_assert_int_eq(rep.checkpoints, 14);
+  char path[160];
+  snprintf(path, sizeof path, "%s/ckpt-000000000013.safetensors", tmpdir);
+  ck_assert_int_eq(dpt_checkpoint_verify(path, NULL), DPT_OK);
+  snprintf(path, sizeof path, "%s/ckpt-000000000012.safetensors", tmpdir);
+  ck_assert_int_ne(access(path, F_OK), 0); /* keep 2 */
+  dpt_dataset_destroy(ds);
+}
+END_TEST
+
+/* A directory holding another run's checkpoints, or one that cannot be written, is refused
+ * before the first step. */
+START_TEST(checkpoint_dir_refused) {
+  dpt_dataset *ds = make_data(240, 3);
+  dpt_train_config cfg;
+  config(&cfg, ds, MODEL_MLP, DPT_OPTIM_SGD);
+  two_checkpoints(cfg);
+  cfg.checkpoint_dir = tmpdir;
+  watch w = {0};
+  run(cfg, 2, &w, DPT_ERR_INVALID_ARG, NULL);
+  ck_assert_msg(strstr(dpt_last_error(), "holds checkpoints of another run") &&
+                    strstr(dpt_last_error(), "--resume"),
+                "%s", dpt_last_error());
+  ck_assert_int_eq(w.steps, 0);
+  char bad[160];
+  snprintf(bad, sizeof bad, "%s/ckpt-000000000004.safetensors/sub", tmpdir);
+  cfg.checkpoint_dir = bad;
+  run(cfg, 1, NULL, DPT_ERR_IO, NULL);
+  ck_assert_msg(strstr(dpt_last_error(), bad) && strstr(dpt_last_error(), "cannot create"), "%s",
+                dpt_last_error());
   dpt_dataset_destroy(ds);
 }
 END_TEST
@@ -524,6 +614,9 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, corrupt_newest_is_passed_over);
   tcase_add_test(tc, rollback_after_poisoned_sample);
   tcase_add_test(tc, stop_without_checkpoints);
+  tcase_add_test(tc, resume_after_skipped_step);
+  tcase_add_test(tc, checkpoint_by_time);
+  tcase_add_test(tc, checkpoint_dir_refused);
   tcase_add_test(tc, resume_without_checkpoint_starts);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -34,7 +34,7 @@ if(DPT_WITH_MPI)
                      LAUNCHER ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2
                      LABELS mpi train opencl vulkan TIMEOUT 600 ENVIRONMENT ${_dpt_mpi_env})
 endif()
-# Checkpoints through the command under mpirun: SIGTERM, SIGKILL (also mid-write), a corrupt
+# Checkpoints through the command under mpirun: SIGTERM, SIGKILL, a corrupt
 # newest checkpoint, refused settings, dptrain run's relaunch.
 if(DPT_WITH_MPI AND DPT_BUILD_TOOLS)
   add_test(NAME resume_cli

@@ -125,7 +125,8 @@ static void print_info(const json_t *info, const dpt_checkpoint_progress *p) {
   printf("valid:            yes (CRC32 of %lld tensors checked, %lld bytes)\n",
          (long long)json_integer_value(json_object_get(info, "tensors")),
          (long long)json_integer_value(json_object_get(info, "bytes")));
-  printf("step:             %lld\n", (long long)p->step);
+  printf("step:             %lld (%lld updates)\n", (long long)p->step,
+         (long long)p->optimizer_steps);
   printf("epoch:            %lld (1-based; %lld batches of it done)\n", (long long)p->epoch + 1,
          (long long)p->batch);
   printf("world size:       %lld\n", (long long)p->world_size);
@@ -261,8 +262,10 @@ static volatile sig_atomic_t got_signal; /* the last of SIGINT, SIGTERM, SIGUSR1
 static const int forwarded[] = {SIGINT, SIGTERM, SIGUSR1};
 
 static void forward(int sig) {
+  const int saved = errno; /* the interrupted code may read it */
   got_signal = sig;
   if (child_pid > 0) kill((pid_t)child_pid, sig);
+  errno = saved;
 }
 
 static void set_handlers(void (*handler)(int)) {
@@ -422,8 +425,9 @@ int dpt_cmd_run(int argc, char **argv) {
               (int)got_signal);
       return code;
     }
-    if (code == 2) {
-      fprintf(stderr, "dptrain run: the job %s (a usage error); not restarting\n", what);
+    if (code == 2 || code == 75) {
+      fprintf(stderr, "dptrain run: the job %s (%s); not restarting\n", what,
+              code == 2 ? "a usage error" : "stopped on request, e.g. preempted");
       return code;
     }
     if (restarts == max) {

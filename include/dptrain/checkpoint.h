@@ -29,8 +29,9 @@ extern "C" {
 
 /* Where a run stands at a checkpoint: the step boundary it was taken at. */
 typedef struct dpt_checkpoint_progress {
-  int64_t step;             /* optimizer steps taken (skipped ones included): the schedule's
-                               position and the dropout counter */
+  int64_t step;             /* steps taken, skipped ones included: the dropout counter */
+  int64_t optimizer_steps;  /* updates made (skipped steps excluded): the schedule's position
+                               and AdamW's bias correction */
   int64_t epoch;            /* 0-based epoch of the next global batch: the data cursor */
   int64_t batch;            /* 0-based index of the next global batch in that epoch */
   int64_t skipped_steps;    /* steps skipped for non-finite values so far */
