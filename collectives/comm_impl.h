@@ -203,6 +203,11 @@ int dpt_copy_choice_add(dpt_copy_choice *c, int kind, int mode, double ns_per_ki
 dpt_status dpt_shm_open(const char *name, int create, int rank, int size, dpt_shm_copy copy,
                         dpt_shm **out);
 void dpt_shm_unlink(const char *name);
+/* Once every rank has mapped the segment: when this process can see every peer's process (the
+ * same process-id namespace), a wait that sleeps looks every 0.25 s whether the peers it waits
+ * for still exist, and fails naming a vanished one (DPT_ERR_COMM) instead of waiting for the
+ * deadline. */
+void dpt_shm_watch_peers(dpt_shm *s);
 /* Unmaps (local: never waits for the other ranks). NULL does nothing. */
 void dpt_shm_close(dpt_shm *s);
 /* Bytes of one slot: the largest message copied in one piece. */

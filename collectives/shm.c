@@ -51,6 +51,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,7 +124,12 @@ struct dpt_shm {
   dpt_shm_copy copy;
   uint64_t large[2]; /* slots of SHM_MEASURE_MIN bytes or more written: cached, streaming */
   peer *peers;       /* [size] */
+  int watch;         /* the peers' processes can be seen from here (dpt_shm_watch_peers) */
+  double watched;    /* when a wait last looked at them */
 };
+
+/* How often a sleeping wait looks whether the peers it waits for still exist. */
+#define SHM_WATCH_SECONDS 0.25
 
 static chan *chan_of(const dpt_shm *s, int src, int dst) {
   return (chan *)(void *)(s->base + ((size_t)src * (size_t)s->size + (size_t)dst) * s->chan_bytes);
@@ -182,6 +188,8 @@ dpt_status dpt_shm_open(const char *name, int create, int rank, int size, dpt_sh
         st = dpt_set_error(DPT_ERR_COMM, "mmap: %s", strerror(errno));
       else
         s->base = p;
+      /* This process's id in its own (unused) channel to itself, for dpt_shm_watch_peers. */
+      if (s->base) atomic_store(&chan_of(s, rank, rank)->head, (uint64_t)getpid());
     }
     close(fd);
   }
@@ -192,6 +200,35 @@ dpt_status dpt_shm_open(const char *name, int create, int rank, int size, dpt_sh
     return st;
   }
   *out = s;
+  return DPT_OK;
+}
+
+/* The process id rank p wrote when it mapped the segment; 0 before. */
+static pid_t pid_of(const dpt_shm *s, int p) {
+  return (pid_t)atomic_load(&chan_of(s, p, p)->head);
+}
+
+static int gone(pid_t pid) {
+  return kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+void dpt_shm_watch_peers(dpt_shm *s) {
+  s->watch = 1;
+  for (int p = 0; p < s->size; ++p)
+    if (p != s->rank && (pid_of(s, p) <= 0 || gone(pid_of(s, p)))) s->watch = 0;
+}
+
+/* A peer that one of reqs waits for and whose process is gone: a failure naming it. */
+static dpt_status check_peers(dpt_shm *s, dpt_req **reqs, int n) {
+  for (int i = 0; i < n; ++i) {
+    if (!reqs[i]->active) continue;
+    const pid_t pid = pid_of(s, reqs[i]->peer);
+    if (gone(pid))
+      return dpt_set_error(DPT_ERR_COMM,
+                           "rank %d (process %ld) is gone: it exited or was killed while rank %d "
+                           "waited for it",
+                           reqs[i]->peer, (long)pid, s->rank);
+  }
   return DPT_OK;
 }
 
@@ -442,6 +479,15 @@ dpt_status dpt_shm_poll(dpt_shm *s, dpt_req **reqs, int n, int block, double dea
         ++*ndone;
       }
     if (*ndone > 0 || !block) return DPT_OK;
+    /* Sleeping (the peer is late by more than the spin): a peer that died would otherwise be
+     * waited for until the deadline. */
+    if (s->watch && b.nap > 0) {
+      const double now = dpt_now();
+      if (now - s->watched >= SHM_WATCH_SECONDS) {
+        s->watched = now;
+        DPT_TRY(check_peers(s, reqs, n));
+      }
+    }
     if (dpt_backoff_pause(&b, deadline)) return DPT_OK;
   }
 }

@@ -444,6 +444,7 @@ static dpt_status agree_setup(dpt_comm *c, mpi_state *s, int ok, dpt_shm_copy co
     dpt_shm_close(s->shm);
     s->shm = NULL;
   }
+  if (s->shm) dpt_shm_watch_peers(s->shm);
   if (!all[0])
     return ok ? dpt_set_error(DPT_ERR_COMM, "dpt_comm_create_mpi: another rank failed to create "
                                             "its communicator (its error says why)")

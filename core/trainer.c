@@ -99,7 +99,7 @@ int dpt_train_out_of_step(dpt_status st) {
 /* The failure to stop with when a collective failed: the collective's (so that a caller sees a
  * timeout as one and can end the job), quoting this replica's own earlier failure if any. */
 dpt_status dpt_train_stop_after(replica_state *s, dpt_status st) {
-  if (s->pending == DPT_OK) return st;
+  if (s->pending == DPT_OK || strcmp(dpt_last_error(), s->pending_msg) == 0) return st;
   char msg[1024];
   snprintf(msg, sizeof msg, "%s", dpt_last_error());
   return dpt_set_error(st, "%s; before it, this replica failed: %.700s", msg, s->pending_msg);

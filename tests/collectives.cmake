@@ -13,6 +13,8 @@ dpt_add_check_test(NAME comm_threads_large TARGET comm_threads ARGS large
                    LABELS comm large TIMEOUT 600)
 
 if(DPT_WITH_MPI)
+  # Shared-memory channels: a wait for a peer whose process is gone ends naming it.
+  dpt_add_check_test(NAME shm_watch SOURCES shm_watch.c LABELS unit comm TIMEOUT 60)
   set(_dpt_mpi_env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
                    OMPI_MCA_rmaps_base_oversubscribe=1)
   # (Sanitizer builds: Open MPI's own allocations are suppressed in tests/CMakeLists.txt.)
