@@ -1,5 +1,8 @@
 /* Optimizers and learning-rate schedules over a model's flat buffers. */
+#define _POSIX_C_SOURCE 200809L
+#include <fnmatch.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,10 +90,11 @@ dpt_status dpt_optim_config_check(const dpt_optim_config *c) {
       (c->step_size < 1 || !(c->gamma > 0.0f) || !isfinite(c->gamma)))
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: step schedule needs step_size >= 1, gamma > 0",
                          fn);
-  if (c->schedule == DPT_SCHEDULE_COSINE &&
+  if ((c->schedule == DPT_SCHEDULE_COSINE || c->schedule == DPT_SCHEDULE_LINEAR) &&
       (c->total_steps < 1 || !(c->min_lr >= 0.0f) || !(c->min_lr <= c->lr)))
     return dpt_set_error(DPT_ERR_INVALID_ARG,
-                         "%s: cosine schedule needs total_steps >= 1 and 0 <= min_lr <= lr", fn);
+                         "%s: %s schedule needs total_steps >= 1 and 0 <= min_lr <= lr", fn,
+                         dpt_schedule_kind_name(c->schedule));
   if (!dpt_schedule_kind_name(c->schedule))
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: unknown schedule %d", fn, (int)c->schedule);
   if (!(c->clip_norm >= 0.0f))
@@ -107,6 +111,10 @@ double dpt_optim_lr_at(const dpt_optim_config *c, int64_t step) {
   switch (c->schedule) {
   case DPT_SCHEDULE_STEP:
     return (double)c->lr * pow((double)c->gamma, (double)(s / c->step_size));
+  case DPT_SCHEDULE_LINEAR: {
+    double t = s >= c->total_steps ? 1.0 : (double)s / (double)c->total_steps;
+    return (double)c->min_lr + ((double)c->lr - (double)c->min_lr) * (1.0 - t);
+  }
   case DPT_SCHEDULE_COSINE: {
     double t = s >= c->total_steps ? 1.0 : (double)s / (double)c->total_steps;
     return (double)c->min_lr +
@@ -241,10 +249,26 @@ dpt_status dpt_optimizer_grad_sumsq(dpt_optimizer *o, const dpt_range *ranges, s
   return st;
 }
 
-/* Whether tensor t takes weight decay under decay_weights_only: linear and conv2d weights. */
-static int decays(const dpt_tensor_info *t) {
+/* Whether a name matches one of the comma-separated fnmatch patterns of `list`. */
+static int matches(const char *list, const char *name) {
+  char pat[256];
+  for (const char *p = list; p && *p;) {
+    const char *e = strchr(p, ',');
+    const size_t len = e ? (size_t)(e - p) : strlen(p);
+    snprintf(pat, sizeof pat, "%.*s", (int)(len < sizeof pat ? len : sizeof pat - 1), p);
+    if (pat[0] && fnmatch(pat, name, 0) == 0) return 1;
+    p = e ? e + 1 : p + len;
+  }
+  return 0;
+}
+
+/* Whether tensor t takes weight decay: under decay_weights_only, linear and conv2d weights;
+ * never one that no_decay names. */
+static int decays(const dpt_optim_config *c, const dpt_tensor_info *t) {
+  if (matches(c->no_decay, t->name)) return 0;
   size_t n = strlen(t->name);
-  return t->ndim >= 2 && n >= 7 && strcmp(t->name + n - 7, ".weight") == 0;
+  return !c->decay_weights_only ||
+         (t->ndim >= 2 && n >= 7 && strcmp(t->name + n - 7, ".weight") == 0);
 }
 
 /* One optimizer call on [off, off + cnt) (state at so) with weight decay wd. */
@@ -262,7 +286,7 @@ static dpt_status update_range(dpt_optimizer *o, size_t off, size_t cnt, size_t 
 
 /* The range's update, cut at tensor boundaries when only some tensors take weight decay. */
 static dpt_status update_tensors(dpt_optimizer *o, size_t off, size_t cnt, size_t so, float lr) {
-  if (!o->cfg.decay_weights_only || o->cfg.weight_decay == 0.0f)
+  if ((!o->cfg.decay_weights_only && !o->cfg.no_decay) || o->cfg.weight_decay == 0.0f)
     return update_range(o, off, cnt, so, lr, o->cfg.weight_decay);
   for (size_t t = 0; t < dpt_model_num_tensors(o->model); ++t) {
     dpt_tensor_info ti;
@@ -270,7 +294,8 @@ static dpt_status update_tensors(dpt_optimizer *o, size_t off, size_t cnt, size_
     size_t a = ti.offset > off ? ti.offset : off;
     size_t b = ti.offset + ti.count < off + cnt ? ti.offset + ti.count : off + cnt;
     if (a >= b) continue;
-    DPT_TRY(update_range(o, a, b - a, so + (a - off), lr, decays(&ti) ? o->cfg.weight_decay : 0));
+    DPT_TRY(update_range(o, a, b - a, so + (a - off), lr,
+                         decays(&o->cfg, &ti) ? o->cfg.weight_decay : 0));
   }
   return DPT_OK;
 }

@@ -49,6 +49,7 @@ typedef enum term_kind { TERM_INT, TERM_FLOAT, TERM_HASH } term_kind;
   X(TOTAL_STEPS, "the cosine schedule's length (optim.total_steps)", TERM_INT)                     \
   X(SYNC_BN, "synchronized batch norm (sync_bn)", TERM_INT)                                        \
   X(DECAY_SCOPE, "weight decay on weights only (optim.decay_weights_only)", TERM_INT)              \
+  X(NO_DECAY, "the tensors without weight decay (optim.no_decay)", TERM_HASH)                      \
   X(NORMALIZE, "the normalization (transform.channels, mean, std)", TERM_HASH)                     \
   X(AUGMENT, "the augmentation (transform.crop_pad, hflip, seed)", TERM_HASH)
 
@@ -148,6 +149,7 @@ static void optim_words(const dpt_optim_config *o, uint64_t *w) {
   w[TERM_MIN_LR] = float_word(o->min_lr);
   w[TERM_CLIP_NORM] = float_word(o->clip_norm);
   w[TERM_DECAY_SCOPE] = int_word(o->decay_weights_only);
+  w[TERM_NO_DECAY] = o->no_decay ? dpt_fingerprint(o->no_decay, strlen(o->no_decay)) : 0;
 }
 
 void dpt_run_terms(const dpt_train_config *cfg, uint64_t *w) {

@@ -54,7 +54,7 @@ done < <(sed -n 's/^  \(--[a-z-]*\)\( [^ ]*\)\{0,1\}  .*/\1\2/p' "$scratch/help"
 [ $options -ge 30 ] || fail "--help lists $options options, expected at least 30"
 # Bad values exit 2 with one line naming the value and the option, then the usage text.
 for args in "--epochs 0" "--device 1025" "--replicas 0" "--lr nan" "--seed -1" "--model rnn" \
-  "--channels 8" "--hidden 0" "--schedule linear" "--optimizer adam" "--warmup x" \
+  "--channels 8" "--hidden 0" "--schedule exponential" "--optimizer adam" "--warmup x" \
   "--on-nonfinite maybe" "--keep-checkpoints 0" "--checkpoint-every 0" "--max-rollbacks -1"; do
   set -- $args
   "$dptrain" train "$@" >/dev/null 2>"$scratch/err"; rc=$?

@@ -250,10 +250,11 @@ START_TEST(model_and_optim_kinds) {
   ck_assert_str_eq(dpt_optim_kind_name(DPT_OPTIM_ADAMW), "adamw");
 
   check_kind_names("schedule", schedule_name, DPT_SCHEDULE_KIND_COUNT);
-  ck_assert_int_eq(DPT_SCHEDULE_KIND_COUNT, 3);
+  ck_assert_int_eq(DPT_SCHEDULE_KIND_COUNT, 4);
   ck_assert_str_eq(dpt_schedule_kind_name(DPT_SCHEDULE_CONSTANT), "constant");
   ck_assert_str_eq(dpt_schedule_kind_name(DPT_SCHEDULE_STEP), "step");
   ck_assert_str_eq(dpt_schedule_kind_name(DPT_SCHEDULE_COSINE), "cosine");
+  ck_assert_str_eq(dpt_schedule_kind_name(DPT_SCHEDULE_LINEAR), "linear");
 
   /* A configuration is checked against the same lists. */
   dpt_optim_config c;

@@ -254,6 +254,74 @@ START_TEST(optimizer_sharded_state) {
 }
 END_TEST
 
+/* Which tensors take weight decay: all; weights only (decay_weights_only); none that no_decay
+ * names. With zero gradients one AdamW step scales a decayed tensor by exactly 1 - lr * wd and
+ * leaves the others as they were. Also the linear schedule's rates. */
+START_TEST(weight_decay_scope) {
+  dpt_model_spec spec;
+  const size_t hidden[1] = {6};
+  ck_assert_int_eq(dpt_model_spec_mlp(&spec, 1, 2, 2, hidden, 1, 3), DPT_OK); /* 1.*, 3.* */
+  dpt_backend *be;
+  ck_assert_int_eq(dpt_backend_create(DPT_BACKEND_CPU, 0, &be), DPT_OK);
+  struct {
+    int weights_only;
+    const char *no_decay;
+    int decayed[4]; /* 1.weight, 1.bias, 3.weight, 3.bias */
+  } cases[] = {{0, NULL, {1, 1, 1, 1}},
+               {1, NULL, {1, 0, 1, 0}},
+               {0, "*.bias", {1, 0, 1, 0}},
+               {0, "3.*,nothing", {1, 1, 0, 0}},
+               {1, "1.w*", {0, 0, 1, 0}}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
+    dpt_optim_config oc;
+    dpt_optim_config_default(&oc, DPT_OPTIM_ADAMW);
+    oc.lr = 0.5f;
+    oc.weight_decay = 0.5f;
+    oc.decay_weights_only = cases[c].weights_only;
+    oc.no_decay = cases[c].no_decay;
+    dpt_model *m;
+    dpt_optimizer *o;
+    ck_assert_int_eq(dpt_model_create(be, &spec, 1, &m), DPT_OK);
+    ck_assert_int_eq(dpt_model_init(m, 3), DPT_OK);
+    ck_assert_int_eq(dpt_optimizer_create(m, &oc, &o), DPT_OK);
+    const size_t n = dpt_model_num_params(m);
+    float *w0 = malloc(n * sizeof(float)), *w1 = malloc(n * sizeof(float));
+    ck_assert_int_eq(dpt_model_get_params(m, w0), DPT_OK);
+    ck_assert_int_eq(dpt_buffer_fill_f32(dpt_model_grads(m), 0, n, 0.0f), DPT_OK);
+    ck_assert_int_eq(dpt_optimizer_step(o, NULL), DPT_OK);
+    ck_assert_int_eq(dpt_model_get_params(m, w1), DPT_OK);
+    for (size_t t = 0; t < dpt_model_num_tensors(m); ++t) {
+      dpt_tensor_info ti;
+      ck_assert_int_eq(dpt_model_tensor(m, t, &ti), DPT_OK);
+      const float f = cases[c].decayed[t] ? 0.75f : 1.0f;
+      for (size_t e = ti.offset; e < ti.offset + ti.count; ++e)
+        ck_assert_msg(w1[e] == w0[e] * f, "case %zu, %s[%zu]: %g from %g", c, ti.name,
+                      e - ti.offset, (double)w1[e], (double)w0[e]);
+    }
+    dpt_optimizer_destroy(o);
+    dpt_model_destroy(m);
+    free(w0);
+    free(w1);
+  }
+  dpt_backend_destroy(be);
+  /* linear: from lr to min_lr over total_steps after the warmup, then min_lr */
+  dpt_optim_config lin;
+  dpt_optim_config_default(&lin, DPT_OPTIM_ADAMW);
+  lin.schedule = DPT_SCHEDULE_LINEAR;
+  lin.lr = 1.0f;
+  lin.min_lr = 0.25f;
+  lin.warmup_steps = 2;
+  lin.total_steps = 4;
+  const double want[] = {0.5, 1.0, 1.0, 0.8125, 0.625, 0.4375, 0.25, 0.25};
+  for (int st = 0; st < 8; ++st)
+    ck_assert_msg(fabs(dpt_optim_lr_at(&lin, st) - want[st]) < 1e-12, "step %d: %g", st,
+                  dpt_optim_lr_at(&lin, st));
+  lin.total_steps = 0;
+  ck_assert_int_eq(dpt_optim_config_check(&lin), DPT_ERR_INVALID_ARG);
+  ck_assert_ptr_nonnull(strstr(dpt_last_error(), "linear schedule"));
+}
+END_TEST
+
 /* Whole-model gradient against central finite differences of the loss, for an MLP and a CNN. */
 static void gradient_check(const dpt_model_spec *spec) {
   dpt_backend *be;
@@ -635,6 +703,7 @@ static Suite *threads_suite(void) {
   tcase_add_test(tc, cnn_equivalence);
   tcase_add_test(tc, sharded_matches_full_step);
   tcase_add_test(tc, optimizer_sharded_state);
+  tcase_add_test(tc, weight_decay_scope);
   tcase_add_test(tc, gradient_mlp);
   tcase_add_test(tc, gradient_cnn);
   tcase_add_test(tc, state_dict_layout);

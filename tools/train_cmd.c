@@ -242,9 +242,13 @@ static const option options[] = {
     {"--momentum", "X", "sgd momentum (default 0.9)", FLOAT(cfg.optim.momentum)},
     {"--nesterov", NULL, "sgd Nesterov momentum", FLAG(cfg.optim.nesterov, 1)},
     {"--weight-decay", "X", "(default 0 sgd, 0.01 adamw, 5e-4 resnet)", CUSTOM(parse_weight_decay)},
+    {"--no-decay", "PATTERNS",
+     "no weight decay on the tensors these comma-separated shell\n"
+     "patterns name, e.g. '*.bias,*norm*' (see --model's names)",
+     STRING(cfg.optim.no_decay)},
     {"--schedule", "S",
-     "constant|step|cosine (default cosine: from --lr to 0 over\n"
-     "the run, after the warmup)",
+     "constant|step|cosine|linear (default cosine: from --lr to 0\n"
+     "over the run, after the warmup; linear: the same, straight)",
      CUSTOM(parse_schedule)},
     {"--step-size", "N",
      "step schedule: lr *= gamma every N steps\n"
@@ -599,6 +603,7 @@ static int check_options(cli *c) {
     c->cfg.optim.gamma = o.gamma;
     c->cfg.optim.warmup_steps = o.warmup_steps;
     c->cfg.optim.clip_norm = o.clip_norm;
+    c->cfg.optim.no_decay = o.no_decay;
     if (c->lr_set) c->cfg.optim.lr = o.lr;
     if (c->wd_set) c->cfg.optim.weight_decay = o.weight_decay;
   } else if (!strcmp(c->mc.model, "resnet")) {
@@ -729,7 +734,7 @@ static dpt_status plan_schedule(cli *c, const dpt_dataset *train, char *other, s
              (long long)o->step_size, (long long)total);
     return DPT_ERR_INVALID_ARG;
   }
-  if (o->schedule != DPT_SCHEDULE_COSINE) return DPT_OK;
+  if (o->schedule != DPT_SCHEDULE_COSINE && o->schedule != DPT_SCHEDULE_LINEAR) return DPT_OK;
   total -= o->warmup_steps;
   c->cfg.optim.total_steps = total > 0 ? total : 1;
   return DPT_OK;

@@ -34,11 +34,13 @@ DPT_API const char *dpt_optim_kind_name(dpt_optim_kind kind);
  * after warmup:
  *   constant: lr
  *   step:     lr * gamma^(floor(s / step_size))
- *   cosine:   min_lr + (lr - min_lr) * (1 + cos(pi * min(s, total_steps) / total_steps)) / 2 */
+ *   cosine:   min_lr + (lr - min_lr) * (1 + cos(pi * min(s, total_steps) / total_steps)) / 2
+ *   linear:   min_lr + (lr - min_lr) * (1 - min(s, total_steps) / total_steps)  (BERT's) */
 #define DPT_SCHEDULE_KIND_MAP(X)                                                                   \
   X(CONSTANT, 0, "constant")                                                                       \
   X(STEP, 1, "step")                                                                               \
-  X(COSINE, 2, "cosine")
+  X(COSINE, 2, "cosine")                                                                           \
+  X(LINEAR, 3, "linear")
 
 typedef enum dpt_schedule_kind {
 #define DPT_SCHEDULE_KIND_ENUM_(name, value, text) DPT_SCHEDULE_##name = value,
@@ -47,7 +49,7 @@ typedef enum dpt_schedule_kind {
       DPT_SCHEDULE_KIND_COUNT
 } dpt_schedule_kind;
 
-/* "constant", "step", "cosine"; NULL for values outside the list. */
+/* "constant", "step", "cosine", "linear"; NULL for values outside the list. */
 DPT_API const char *dpt_schedule_kind_name(dpt_schedule_kind kind);
 
 typedef struct dpt_optim_config {
@@ -61,12 +63,15 @@ typedef struct dpt_optim_config {
   int64_t warmup_steps;   /* linear warmup from lr/warmup_steps to the schedule over these steps */
   int64_t step_size;      /* STEP: steps between decays */
   float gamma;            /* STEP: decay factor */
-  int64_t total_steps;    /* COSINE: steps to reach min_lr (after warmup) */
-  float min_lr;           /* COSINE */
+  int64_t total_steps;    /* COSINE, LINEAR: steps to reach min_lr (after warmup) */
+  float min_lr;           /* COSINE, LINEAR */
   float clip_norm;        /* > 0: scale gradients so their global L2 norm is at most this */
   int decay_weights_only; /* 1: weight decay on the tensors named "*.weight" with two or more
                              dimensions only (linear and conv2d weights), none on biases and
                              batch norm parameters, as the ResNet recipe does; 0: on all */
+  const char *no_decay;   /* NULL, or comma-separated shell patterns (fnmatch) of tensor names
+                             that take no weight decay, e.g. "*.bias,*.norm*.weight" (borrowed:
+                             must outlive the optimizer) */
 } dpt_optim_config;
 
 /* Defaults: SGD lr 0.01 momentum 0 / AdamW lr 1e-3 betas (0.9, 0.999) eps 1e-8 weight decay
