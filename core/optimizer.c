@@ -15,7 +15,9 @@ struct dpt_optimizer {
   int64_t steps;
   double lr_scale;    /* rollbacks' factor on the schedule's rate (1: none) */
   dpt_buffer *state0; /* SGD: velocity; AdamW: first moment. zero-initialized */
-  dpt_buffer *state1; /* AdamW: second moment */
+  dpt_buffer *state1; /* AdamW, LAMB: second moment */
+  dpt_buffer *dir;    /* LAMB: the update direction, negated (-r), in the state's layout */
+  int prepared;       /* LAMB: phase one done, phase two due */
   /* Sharded: state for these ranges only, packed in order (range i at state_off[i]);
    * NULL: state for every parameter, at the parameter's own offset. */
   dpt_range *shard;
@@ -56,7 +58,7 @@ void dpt_optim_config_default(dpt_optim_config *cfg, dpt_optim_kind kind) {
   c.beta2 = 0.999f;
   c.eps = 1e-8f;
   c.gamma = 0.1f;
-  if (kind == DPT_OPTIM_ADAMW) {
+  if (kind != DPT_OPTIM_SGD) {
     c.lr = 1e-3f;
     c.weight_decay = 0.01f;
   } else {
@@ -81,9 +83,10 @@ dpt_status dpt_optim_config_check(const dpt_optim_config *c) {
   if (!(c->weight_decay >= 0.0f) || !isfinite(c->weight_decay))
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: weight_decay %g must be >= 0", fn,
                          (double)c->weight_decay);
-  if (c->kind == DPT_OPTIM_ADAMW && (!(c->beta1 >= 0.0f && c->beta1 < 1.0f) ||
-                                     !(c->beta2 >= 0.0f && c->beta2 < 1.0f) || !(c->eps > 0.0f)))
-    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: AdamW needs betas in [0, 1) and eps > 0", fn);
+  if (c->kind != DPT_OPTIM_SGD && (!(c->beta1 >= 0.0f && c->beta1 < 1.0f) ||
+                                   !(c->beta2 >= 0.0f && c->beta2 < 1.0f) || !(c->eps > 0.0f)))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %s needs betas in [0, 1) and eps > 0", fn,
+                         c->kind == DPT_OPTIM_LAMB ? "LAMB" : "AdamW");
   if (c->warmup_steps < 0)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: warmup_steps must be >= 0", fn);
   if (c->schedule == DPT_SCHEDULE_STEP &&
@@ -159,12 +162,14 @@ static dpt_status create(dpt_model *model, const dpt_optim_config *cfg, const dp
       n += shard[i].count; /* no overflow: the ranges lie inside the parameters */
     }
   }
-  int states = cfg->kind == DPT_OPTIM_ADAMW ? 2 : cfg->momentum > 0.0f ? 1 : 0;
+  int states = cfg->kind != DPT_OPTIM_SGD ? 2 : cfg->momentum > 0.0f ? 1 : 0;
   if (n == 0) n = 1; /* an empty shard: a buffer all the same */
   if (states >= 1) st = dpt_buffer_alloc(be, n * sizeof(float), &o->state0);
   if (st == DPT_OK && states >= 1) st = dpt_buffer_fill_f32(o->state0, 0, n, 0.0f);
   if (st == DPT_OK && states >= 2) st = dpt_buffer_alloc(be, n * sizeof(float), &o->state1);
   if (st == DPT_OK && states >= 2) st = dpt_buffer_fill_f32(o->state1, 0, n, 0.0f);
+  if (st == DPT_OK && cfg->kind == DPT_OPTIM_LAMB)
+    st = dpt_buffer_alloc(be, n * sizeof(float), &o->dir);
   if (st != DPT_OK) {
     dpt_optimizer_destroy(o);
     return st;
@@ -191,6 +196,7 @@ void dpt_optimizer_destroy(dpt_optimizer *o) {
   if (!o) return;
   dpt_buffer_free(o->state0);
   dpt_buffer_free(o->state1);
+  dpt_buffer_free(o->dir);
   free(o->shard);
   free(o->state_off);
   free(o);
@@ -300,24 +306,139 @@ static dpt_status update_tensors(dpt_optimizer *o, size_t off, size_t cnt, size_
   return DPT_OK;
 }
 
+/* The clipping factor of a step from the whole gradient's sum of squares (1: none);
+ * DPT_ERR_NONFINITE for a non-finite norm. torch.nn.utils.clip_grad_norm_: scale by
+ * clip / (norm + 1e-6) when the norm exceeds clip. */
+static dpt_status clip_factor(const dpt_optimizer *o, double sumsq, double *grad_norm,
+                              float *scale) {
+  *scale = 1.0f;
+  if (grad_norm) *grad_norm = 0.0;
+  if (o->cfg.clip_norm <= 0.0f) return DPT_OK;
+  double norm = sqrt(sumsq);
+  if (grad_norm) *grad_norm = norm;
+  if (!isfinite(norm))
+    return dpt_set_error(DPT_ERR_NONFINITE, "optimizer step %lld: gradient norm is %g",
+                         (long long)o->steps + 1, norm);
+  if (norm > (double)o->cfg.clip_norm) *scale = (float)((double)o->cfg.clip_norm / (norm + 1e-6));
+  return DPT_OK;
+}
+
+/* Calls fn on every piece of `ranges` that lies in one tensor: the tensor's index, the piece's
+ * parameter offset, length and state offset. */
+typedef dpt_status (*piece_fn)(dpt_optimizer *o, size_t t, const dpt_tensor_info *ti, size_t off,
+                               size_t cnt, size_t so, void *ctx);
+static dpt_status for_pieces(dpt_optimizer *o, const dpt_range *ranges, size_t n, piece_fn fn,
+                             void *ctx) {
+  for (size_t i = 0; i < n; ++i) {
+    const size_t off = ranges[i].offset, cnt = ranges[i].count;
+    const size_t so = o->state_off ? o->state_off[i] : off;
+    for (size_t t = 0; t < dpt_model_num_tensors(o->model); ++t) {
+      dpt_tensor_info ti;
+      DPT_TRY(dpt_model_tensor(o->model, t, &ti));
+      size_t a = ti.offset > off ? ti.offset : off;
+      size_t b = ti.offset + ti.count < off + cnt ? ti.offset + ti.count : off + cnt;
+      if (a < b) DPT_TRY(fn(o, t, &ti, a, b - a, so + (a - off), ctx));
+    }
+  }
+  return DPT_OK;
+}
+
+/* LAMB phase one on a piece: dir = -(m^ / (sqrt(v^) + eps) + wd w), through AdamW's update at
+ * rate 1 of a copy of the weights (w' = w - r, then dir = w' - w); the sums of squares of the
+ * weights and of dir into sums[2t], sums[2t + 1]. */
+static dpt_status lamb_direction(dpt_optimizer *o, size_t t, const dpt_tensor_info *ti, size_t off,
+                                 size_t cnt, size_t so, void *ctx) {
+  double *sums = ctx, sq = 0;
+  dpt_backend *be = dpt_model_backend(o->model);
+  dpt_buffer *w = dpt_model_params(o->model);
+  const float wd = decays(&o->cfg, ti) ? o->cfg.weight_decay : 0.0f;
+  const dpt_adamw_params p = {1.0f, o->cfg.beta1, o->cfg.beta2, o->cfg.eps, wd, o->steps + 1};
+  DPT_TRY(dpt_buffer_copy(o->dir, so * sizeof(float), w, off * sizeof(float), cnt * sizeof(float)));
+  DPT_TRY(dpt_adamw_update(be, cnt, &p, o->dir, so, dpt_model_grads(o->model), off, o->state0, so,
+                           o->state1, so));
+  DPT_TRY(dpt_axpy(be, cnt, -1.0f, w, off, o->dir, so));
+  DPT_TRY(dpt_sumsq(be, cnt, w, off, &sq));
+  sums[2 * t] += sq;
+  DPT_TRY(dpt_sumsq(be, cnt, o->dir, so, &sq));
+  sums[2 * t + 1] += sq;
+  return DPT_OK;
+}
+
+typedef struct lamb_apply_ctx {
+  const double *sums;
+  float lr;
+} lamb_apply_ctx;
+
+/* LAMB phase two on a piece: w += lr * ||w|| / ||r|| * dir, the norms of the whole tensor. */
+static dpt_status lamb_apply(dpt_optimizer *o, size_t t, const dpt_tensor_info *ti, size_t off,
+                             size_t cnt, size_t so, void *ctx) {
+  (void)ti;
+  const lamb_apply_ctx *c = ctx;
+  const double wn = sqrt(c->sums[2 * t]), rn = sqrt(c->sums[2 * t + 1]);
+  const double trust = wn > 0 && rn > 0 ? wn / rn : 1.0;
+  return dpt_axpy(dpt_model_backend(o->model), cnt, (float)((double)c->lr * trust), o->dir, so,
+                  dpt_model_params(o->model), off);
+}
+
+size_t dpt_optimizer_num_sums(const dpt_optimizer *o) {
+  return o && o->cfg.kind == DPT_OPTIM_LAMB ? 2 * dpt_model_num_tensors(o->model) : 0;
+}
+
+dpt_status dpt_optimizer_prepare_ranges(dpt_optimizer *o, const dpt_range *ranges, size_t n,
+                                        double grad_sumsq, double *sums) {
+  const char *fn = "dpt_optimizer_prepare_ranges";
+  DPT_TRY(check_step_ranges(o, ranges, n, fn));
+  if (o->cfg.kind != DPT_OPTIM_LAMB || !sums)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %s", fn,
+                         sums ? "only LAMB steps in two phases" : "sums is NULL");
+  float scale = 1.0f;
+  DPT_TRY(clip_factor(o, grad_sumsq, NULL, &scale));
+  for (size_t i = 0; i < n && scale != 1.0f; ++i)
+    DPT_TRY(dpt_scale(dpt_model_backend(o->model), ranges[i].count, scale,
+                      dpt_model_grads(o->model), ranges[i].offset));
+  memset(sums, 0, dpt_optimizer_num_sums(o) * sizeof *sums);
+  DPT_TRY(for_pieces(o, ranges, n, lamb_direction, sums));
+  o->prepared = 1;
+  return DPT_OK;
+}
+
+dpt_status dpt_optimizer_finish_ranges(dpt_optimizer *o, const dpt_range *ranges, size_t n,
+                                       const double *sums) {
+  const char *fn = "dpt_optimizer_finish_ranges";
+  DPT_TRY(check_step_ranges(o, ranges, n, fn));
+  if (!o->prepared || !sums)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %s", fn,
+                         sums ? "no phase one (dpt_optimizer_prepare_ranges) to finish"
+                              : "sums is NULL");
+  lamb_apply_ctx c = {sums, (float)(dpt_optim_lr_at(&o->cfg, o->steps) * o->lr_scale)};
+  o->prepared = 0;
+  DPT_TRY(for_pieces(o, ranges, n, lamb_apply, &c));
+  ++o->steps;
+  return DPT_OK;
+}
+
+/* A LAMB step on ranges that hold whole tensors: both phases with this replica's sums. */
+static dpt_status lamb_step(dpt_optimizer *o, const dpt_range *ranges, size_t n, double sumsq,
+                            double *grad_norm) {
+  float scale = 1.0f;
+  DPT_TRY(clip_factor(o, sumsq, grad_norm, &scale));
+  double *sums = calloc(dpt_optimizer_num_sums(o) + 1, sizeof *sums);
+  if (!sums) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "LAMB: out of host memory");
+  dpt_status st = dpt_optimizer_prepare_ranges(o, ranges, n, sumsq, sums);
+  if (st == DPT_OK) st = dpt_optimizer_finish_ranges(o, ranges, n, sums);
+  free(sums);
+  return st;
+}
+
 /* The update of one step on `ranges`; sumsq: of the whole gradient (used when clipping). */
 static dpt_status update(dpt_optimizer *o, const dpt_range *ranges, size_t n, double sumsq,
                          double *grad_norm) {
+  if (o->cfg.kind == DPT_OPTIM_LAMB) return lamb_step(o, ranges, n, sumsq, grad_norm);
   dpt_backend *be = dpt_model_backend(o->model);
   dpt_buffer *g = dpt_model_grads(o->model);
   dpt_status st = DPT_OK;
-  if (grad_norm) *grad_norm = 0.0;
   float clip_scale = 1.0f;
-  if (o->cfg.clip_norm > 0.0f) {
-    /* torch.nn.utils.clip_grad_norm_: scale by clip / (norm + 1e-6) when norm exceeds clip. */
-    double norm = sqrt(sumsq);
-    if (grad_norm) *grad_norm = norm;
-    if (!isfinite(norm))
-      return dpt_set_error(DPT_ERR_NONFINITE, "optimizer step %lld: gradient norm is %g",
-                           (long long)o->steps + 1, norm);
-    if (norm > (double)o->cfg.clip_norm)
-      clip_scale = (float)((double)o->cfg.clip_norm / (norm + 1e-6));
-  }
+  DPT_TRY(clip_factor(o, sumsq, grad_norm, &clip_scale));
   float lr = (float)(dpt_optim_lr_at(&o->cfg, o->steps) * o->lr_scale);
   for (size_t i = 0; i < n && st == DPT_OK; ++i) {
     const size_t off = ranges[i].offset, cnt = ranges[i].count;

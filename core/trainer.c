@@ -506,10 +506,38 @@ static dpt_status agree_on_step(replica *r, replica_state *s, const step_stats *
  * update. A local failure is kept for the next exchange and the all-gather is joined
  * regardless, so that no replica waits for one that gave up. *skipped: the optimizer found a
  * non-finite gradient norm and the policy does not stop (the same on every replica). */
+/* LAMB's sharded update: the per-tensor sums of this replica's pieces, summed over the replicas
+ * in replica order (identical everywhere), then the update. Every replica joins the sum unless
+ * the step is skipped, which the agreed gradient norm decides alike everywhere. */
+static dpt_status two_phase_step(replica *r, replica_state *s, double sumsq) {
+  const size_t count = dpt_optimizer_num_sums(s->opt);
+  double *sums = calloc(count, sizeof *sums);
+  dpt_status st = sums ? DPT_OK : dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "LAMB: out of host memory");
+  if (st == DPT_OK && s->pending == DPT_OK)
+    st = dpt_optimizer_prepare_ranges(s->opt, s->shard, s->nshard, sumsq, sums);
+  if (st == DPT_ERR_NONFINITE) {
+    free(sums);
+    return st;
+  }
+  dpt_train_keep_failure(s, st);
+  st = sums ? sum_over_replicas(r, sums, count) : DPT_OK;
+  if (dpt_train_out_of_step(st)) {
+    free(sums);
+    return dpt_train_stop_after(s, st);
+  }
+  dpt_train_keep_failure(s, st);
+  if (s->pending == DPT_OK) st = dpt_optimizer_finish_ranges(s->opt, s->shard, s->nshard, sums);
+  free(sums);
+  return st;
+}
+
 static dpt_status optimizer_step(replica *r, replica_state *s, double sumsq, int *skipped) {
   const double t0 = dpt_now();
   dpt_status st = DPT_OK;
-  if (s->pending == DPT_OK)
+  if (s->mode == STEP_SHARDED && dpt_optimizer_num_sums(s->opt) > 0) {
+    st = two_phase_step(r, s, sumsq);
+    if (dpt_train_out_of_step(st)) return st;
+  } else if (s->pending == DPT_OK)
     st = s->mode == STEP_SHARDED
              ? dpt_optimizer_step_ranges(s->opt, s->shard, s->nshard, sumsq, NULL)
              : dpt_optimizer_step(s->opt, NULL);

@@ -245,9 +245,10 @@ START_TEST(model_and_optim_kinds) {
   ck_assert_ptr_nonnull(strstr(dpt_last_error(), "conv3d"));
 
   check_kind_names("optimizer", optim_name, DPT_OPTIM_KIND_COUNT);
-  ck_assert_int_eq(DPT_OPTIM_KIND_COUNT, 2);
+  ck_assert_int_eq(DPT_OPTIM_KIND_COUNT, 3);
   ck_assert_str_eq(dpt_optim_kind_name(DPT_OPTIM_SGD), "sgd");
   ck_assert_str_eq(dpt_optim_kind_name(DPT_OPTIM_ADAMW), "adamw");
+  ck_assert_str_eq(dpt_optim_kind_name(DPT_OPTIM_LAMB), "lamb");
 
   check_kind_names("schedule", schedule_name, DPT_SCHEDULE_KIND_COUNT);
   ck_assert_int_eq(DPT_SCHEDULE_KIND_COUNT, 4);

@@ -120,7 +120,10 @@ static int parse_std(cli *c, const char *v) {
 static int parse_optimizer(cli *c, const char *v) {
   c->optimizer = v;
   for (int k = 0; k < DPT_OPTIM_KIND_COUNT; ++k)
-    if (!strcmp(v, dpt_optim_kind_name((dpt_optim_kind)k))) return 0;
+    if (!strcmp(v, dpt_optim_kind_name((dpt_optim_kind)k))) {
+      c->cfg.optim.kind = (dpt_optim_kind)k;
+      return 0;
+    }
   return -1;
 }
 
@@ -237,8 +240,9 @@ static const option options[] = {
     {"--no-shuffle", NULL, "fixed sample order", FLAG(cfg.shuffle, 0)},
     {"--seed", "S", "initialization and shuffling seed (default 0)", U64(cfg.seed, 0)},
     {.help = "optimizer:"},
-    {"--optimizer", "sgd|adamw", "(default sgd)", CUSTOM(parse_optimizer)},
-    {"--lr", "X", "learning rate (default 0.05 sgd, 0.001 adamw, 0.1 resnet)", CUSTOM(parse_lr)},
+    {"--optimizer", "sgd|adamw|lamb", "(default sgd)", CUSTOM(parse_optimizer)},
+    {"--lr", "X", "learning rate (default 0.05 sgd, 0.001 adamw and lamb, 0.1 resnet)",
+     CUSTOM(parse_lr)},
     {"--momentum", "X", "sgd momentum (default 0.9)", FLOAT(cfg.optim.momentum)},
     {"--nesterov", NULL, "sgd Nesterov momentum", FLAG(cfg.optim.nesterov, 1)},
     {"--weight-decay", "X", "(default 0 sgd, 0.01 adamw, 5e-4 resnet)", CUSTOM(parse_weight_decay)},
@@ -595,9 +599,9 @@ static void set_defaults(cli *c) {
  * without weight decay unless asked, and a --backend list every rank accepts. KEEP_GOING or
  * the exit code 2. */
 static int check_options(cli *c) {
-  if (!strcmp(c->optimizer, "adamw")) {
+  if (c->cfg.optim.kind != DPT_OPTIM_SGD) {
     dpt_optim_config o = c->cfg.optim;
-    dpt_optim_config_default(&c->cfg.optim, DPT_OPTIM_ADAMW);
+    dpt_optim_config_default(&c->cfg.optim, o.kind);
     c->cfg.optim.schedule = o.schedule;
     c->cfg.optim.step_size = o.step_size;
     c->cfg.optim.gamma = o.gamma;

@@ -18,7 +18,8 @@ extern "C" {
 /* The one list of optimizers: X(ENUM_SUFFIX, value, "name"). */
 #define DPT_OPTIM_KIND_MAP(X)                                                                      \
   X(SGD, 0, "sgd")                                                                                 \
-  X(ADAMW, 1, "adamw")
+  X(ADAMW, 1, "adamw")                                                                             \
+  X(LAMB, 2, "lamb")
 
 typedef enum dpt_optim_kind {
 #define DPT_OPTIM_KIND_ENUM_(name, value, text) DPT_OPTIM_##name = value,
@@ -27,7 +28,7 @@ typedef enum dpt_optim_kind {
       DPT_OPTIM_KIND_COUNT
 } dpt_optim_kind;
 
-/* "sgd", "adamw"; NULL for values outside the list. */
+/* "sgd", "adamw", "lamb"; NULL for values outside the list. */
 DPT_API const char *dpt_optim_kind_name(dpt_optim_kind kind);
 
 /* The one list of learning-rate schedules: X(ENUM_SUFFIX, value, "name"). The rate at step s
@@ -58,7 +59,7 @@ typedef struct dpt_optim_config {
   float momentum;          /* SGD */
   int nesterov;            /* SGD */
   float weight_decay;      /* SGD: L2 added to the gradient; AdamW: decoupled */
-  float beta1, beta2, eps; /* AdamW */
+  float beta1, beta2, eps; /* AdamW, LAMB */
   dpt_schedule_kind schedule;
   int64_t warmup_steps;   /* linear warmup from lr/warmup_steps to the schedule over these steps */
   int64_t step_size;      /* STEP: steps between decays */
@@ -119,6 +120,25 @@ DPT_API dpt_status dpt_optimizer_grad_sumsq(dpt_optimizer *opt, const dpt_range 
 
 /* Steps taken so far. */
 DPT_API int64_t dpt_optimizer_steps(const dpt_optimizer *opt);
+
+/* LAMB (You et al., 2019): AdamW's direction r = m^ / (sqrt(v^) + eps) + wd * w, scaled per
+ * tensor by the trust ratio ||w|| / ||r|| (1 when either is 0): w -= lr * ||w|| / ||r|| * r.
+ * The norms are of whole tensors, which a sharded step holds in pieces on several replicas: such
+ * a step runs in two phases around a sum over the replicas. dpt_optimizer_step and
+ * dpt_optimizer_step_ranges do both phases with this replica's sums alone, right when the ranges
+ * hold whole tensors (one replica, or the full step). */
+/* Doubles of per-tensor sums the step needs summed over the replicas: 2 per parameter tensor
+ * for LAMB, 0 for the other optimizers. */
+DPT_API size_t dpt_optimizer_num_sums(const dpt_optimizer *opt);
+/* Phase one on `ranges` (as dpt_optimizer_step_ranges, clipping with grad_sumsq): the moments
+ * are updated and the direction kept; sums[dpt_optimizer_num_sums] receives this replica's sums
+ * of squares over the ranges, per tensor: weights, then direction. */
+DPT_API dpt_status dpt_optimizer_prepare_ranges(dpt_optimizer *opt, const dpt_range *ranges,
+                                                size_t n, double grad_sumsq, double *sums);
+/* Phase two: the update from the sums of every replica (added in the same order everywhere,
+ * so identical on every replica); counts as one step. */
+DPT_API dpt_status dpt_optimizer_finish_ranges(dpt_optimizer *opt, const dpt_range *ranges,
+                                               size_t n, const double *sums);
 
 /* The optimizer's state, for checkpoints: `slots` tensors of the parameters' layout, each
  * named as in PyTorch's optimizer state (SGD with momentum: "momentum_buffer"; AdamW: "exp_avg",
