@@ -29,6 +29,20 @@ void dpt_rng_seed(dpt_rng *rng, uint64_t seed, uint64_t stream) {
   if ((rng->s[0] | rng->s[1] | rng->s[2] | rng->s[3]) == 0) rng->s[0] = 1; /* the one bad state */
 }
 
+/* splitmix64's finalizer: a bijection, so distinct inputs give distinct outputs. */
+static uint64_t dpt_mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+void dpt_rng_seed_key(dpt_rng *rng, uint64_t seed, uint64_t domain, const uint64_t *key, size_t n) {
+  uint64_t stream = dpt_mix64(domain);
+  for (size_t i = 0; i < n; i++)
+    stream = dpt_mix64(stream + key[i]);
+  dpt_rng_seed(rng, seed, stream);
+}
+
 uint64_t dpt_rng_next(dpt_rng *rng) {
   uint64_t *s = rng->s;
   const uint64_t result = dpt_rotl64(s[1] * 5u, 7) * 9u;

@@ -8,6 +8,7 @@
 #ifndef DPTRAIN_CORE_RNG_H
 #define DPTRAIN_CORE_RNG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct dpt_rng {
@@ -17,6 +18,12 @@ typedef struct dpt_rng {
 /* Seeds from a (seed, stream) pair: different streams of one seed are independent sequences
  * (e.g. stream = epoch for the sampler, or a parameter tensor's index for initialization). */
 void dpt_rng_seed(dpt_rng *rng, uint64_t seed, uint64_t stream);
+
+/* Seeds from a seed and a key of n words (e.g. epoch, sequence, position): the words are
+ * folded through splitmix64's finalizer into the stream, starting from `domain`, a constant
+ * per use that keeps one use's streams apart from another's. Every draw then depends on the
+ * (seed, key) pair alone, not on what was drawn before. */
+void dpt_rng_seed_key(dpt_rng *rng, uint64_t seed, uint64_t domain, const uint64_t *key, size_t n);
 
 /* The next 64 uniformly distributed bits. */
 uint64_t dpt_rng_next(dpt_rng *rng);

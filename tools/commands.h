@@ -7,5 +7,6 @@ int dpt_cmd_eval(int argc, char **argv);
 int dpt_cmd_predict(int argc, char **argv);
 int dpt_cmd_checkpoint(int argc, char **argv);
 int dpt_cmd_run(int argc, char **argv);
+int dpt_cmd_tokenize(int argc, char **argv);
 
 #endif

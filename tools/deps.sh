@@ -13,6 +13,7 @@ packages=(
   zlib1g-dev                                    # gzip IDX files
   libjansson-dev                                # JSON: model files, safetensors headers
   dataset-fashion-mnist                         # the real data set
+  fortunes                                      # English text for MLM pretraining (dptrain tokenize)
 )
 
 missing=()

@@ -11,6 +11,7 @@
 #include "dptrain/optim.h"
 #include "dptrain/safetensors.h"
 #include "dptrain/status.h"
+#include "dptrain/text.h"
 #include "dptrain/train.h"
 #include "dptrain/version.h"
 

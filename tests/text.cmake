@@ -1,0 +1,8 @@
+# Text for MLM pretraining: the BPE tokenizer, its vocabulary file, corpora, sequences, masking.
+dpt_add_check_test(NAME test_text SOURCES test_text.c LABELS unit data text TIMEOUT 120)
+# dptrain tokenize: the report, the vocabulary file, bad input.
+if(DPT_BUILD_TOOLS)
+  add_test(NAME text_cli COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/text_cli_test.sh"
+                                 $<TARGET_FILE:dptrain_cli> "${CMAKE_CURRENT_BINARY_DIR}/text-cli-scratch")
+  set_tests_properties(text_cli PROPERTIES TIMEOUT 120 LABELS "cli;text")
+endif()

@@ -1,0 +1,199 @@
+/* `dptrain tokenize`: learns a byte-level BPE vocabulary from text files (or reads one) and
+ * reports what it makes of the corpus: tokens, bytes per token, sequences per split. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dptrain/dptrain.h"
+#include "tools/commands.h"
+
+#define MAX_DATA 256
+
+typedef struct opts {
+  const char *data[MAX_DATA];
+  size_t num_data;
+  size_t vocab_size, seq_len, val_every;
+  const char *out, *vocab, *encode;
+} opts;
+
+#define TRY(call)                                                                                  \
+  do {                                                                                             \
+    dpt_status try_st_ = (call);                                                                   \
+    if (try_st_ != DPT_OK) return try_st_;                                                         \
+  } while (0)
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: dptrain tokenize [--data PATH]... [--vocab-size N] --out VOCAB.json\n"
+          "       dptrain tokenize [--data PATH]... --vocab VOCAB.json [--encode TEXT]\n"
+          "\n"
+          "Learns a byte-level BPE vocabulary from text (or reads one with --vocab) and reports\n"
+          "the corpus, its tokens, bytes per token and the MLM sequences (docs/text.md).\n"
+          "\n"
+          "  --data PATH       a text file, or a directory's files (repeatable; default\n"
+          "                    " DPT_TEXT_DEFAULT_DIR ")\n"
+          "  --vocab-size N    tokens in the vocabulary, at least %d (default 4096)\n"
+          "  --out FILE        write the learned vocabulary here (JSON)\n"
+          "  --vocab FILE      use this vocabulary instead of learning one\n"
+          "  --encode TEXT     also print TEXT's token ids and pieces\n"
+          "  --seq-len N       tokens per sequence, with [CLS] and [SEP] (default 128)\n"
+          "  --val-every N     every Nth document validates; 0: none (default 20)\n",
+          DPT_TOKEN_FIRST_MERGE);
+}
+
+__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "dptrain tokenize: ");
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  usage(stderr);
+  return 2;
+}
+
+/* A whole number of at least lo into *out; 0 on success. */
+static int parse_size(const char *v, size_t lo, size_t *out) {
+  char *end;
+  errno = 0;
+  const long long n = strtoll(v, &end, 10);
+  if (end == v || *end || errno || n < (long long)lo) return -1;
+  *out = (size_t)n;
+  return 0;
+}
+
+/* -1: go on; otherwise the exit code. */
+static int parse_options(opts *o, int argc, char **argv) {
+  for (int i = 1; i < argc; ++i) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      return 0;
+    }
+    static const char *const valued[] = {"--data",   "--vocab-size", "--out",      "--vocab",
+                                         "--encode", "--seq-len",    "--val-every"};
+    int known = 0;
+    for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
+      known |= !strcmp(a, valued[k]);
+    if (!known) return usage_error("unknown option '%s'", a);
+    if (i + 1 == argc) return usage_error("%s needs a value", a);
+    const char *v = argv[++i];
+    int bad = 0;
+    if (!strcmp(a, "--data")) {
+      if (o->num_data == MAX_DATA) return usage_error("more than %d --data paths", MAX_DATA);
+      o->data[o->num_data++] = v;
+    } else if (!strcmp(a, "--vocab-size")) {
+      bad =
+          parse_size(v, DPT_TOKEN_FIRST_MERGE, &o->vocab_size) || o->vocab_size > DPT_BPE_MAX_VOCAB;
+    } else if (!strcmp(a, "--seq-len")) {
+      bad = parse_size(v, 3, &o->seq_len);
+    } else if (!strcmp(a, "--val-every")) {
+      bad = parse_size(v, 0, &o->val_every);
+    } else {
+      *(!strcmp(a, "--out") ? &o->out : !strcmp(a, "--vocab") ? &o->vocab : &o->encode) = v;
+    }
+    if (bad) return usage_error("bad value '%s' for %s", v, a);
+  }
+  if (!o->out && !o->vocab) return usage_error("--out (learn a vocabulary) or --vocab is needed");
+  if (o->out && o->vocab) return usage_error("--out and --vocab do not go together");
+  return -1;
+}
+
+/* TEXT's ids on one line, then its pieces, each quoted with C escapes. */
+static dpt_status show_encoding(dpt_bpe *bpe, const char *text) {
+  const size_t len = strlen(text);
+  int32_t *ids = malloc((len ? len : 1) * sizeof *ids);
+  if (!ids) return DPT_ERR_OUT_OF_MEMORY;
+  size_t n = 0;
+  const dpt_status st = dpt_bpe_encode(bpe, text, len, ids, &n);
+  if (st != DPT_OK) {
+    free(ids);
+    return st;
+  }
+  printf("ids:");
+  for (size_t i = 0; i < n; i++)
+    printf(" %d", (int)ids[i]);
+  printf("\npieces:");
+  for (size_t i = 0; i < n; i++) {
+    const uint8_t *b;
+    size_t bl;
+    (void)dpt_bpe_token_bytes(bpe, ids[i], &b, &bl); /* ids from encode are in the vocabulary */
+    printf(" \"");
+    for (size_t k = 0; k < bl; k++)
+      printf(b[k] == '"' || b[k] == '\\' ? "\\%c" : isprint(b[k]) ? "%c" : "\\x%02x", b[k]);
+    printf("\"");
+  }
+  printf("\n");
+  free(ids);
+  return DPT_OK;
+}
+
+/* The vocabulary learned from the corpus and saved (--out). */
+static dpt_status learn_vocabulary(const opts *o, const dpt_text_corpus *c, dpt_bpe **bpe) {
+  const double t0 = now();
+  TRY(dpt_bpe_train(c, o->vocab_size, bpe));
+  const double secs = now() - t0;
+  TRY(dpt_bpe_save(*bpe, o->out));
+  printf("vocabulary: %zu tokens (%zu merges) learned in %.2f s, saved to %s\n",
+         dpt_bpe_vocab_size(*bpe), dpt_bpe_vocab_size(*bpe) - DPT_TOKEN_FIRST_MERGE, secs, o->out);
+  if (dpt_bpe_vocab_size(*bpe) < o->vocab_size)
+    printf("note: no pair occurs twice past %zu tokens; the vocabulary is smaller than asked\n",
+           dpt_bpe_vocab_size(*bpe));
+  return DPT_OK;
+}
+
+static dpt_status run(const opts *o, dpt_text_corpus **c, dpt_bpe **bpe, dpt_text_sequences **s) {
+  if (o->vocab) TRY(dpt_bpe_load(o->vocab, bpe)); /* a bad file fails before the corpus is read */
+  TRY(dpt_text_corpus_load(o->data, o->num_data, c));
+  printf("corpus: %zu files, %zu documents, %zu bytes\n", dpt_text_corpus_files(*c),
+         dpt_text_corpus_documents(*c), dpt_text_corpus_bytes(*c));
+  if (o->vocab)
+    printf("vocabulary: %zu tokens (%zu merges) from %s\n", dpt_bpe_vocab_size(*bpe),
+           dpt_bpe_vocab_size(*bpe) - DPT_TOKEN_FIRST_MERGE, o->vocab);
+  else
+    TRY(learn_vocabulary(o, *c, bpe));
+  const double t0 = now();
+  TRY(dpt_text_sequences_build(*c, *bpe, o->seq_len, o->val_every, s));
+  const double secs = now() - t0;
+  const size_t tokens = dpt_text_sequences_tokens(*s, DPT_TEXT_TRAIN) +
+                        dpt_text_sequences_tokens(*s, DPT_TEXT_VALIDATION);
+  printf("tokens: %zu, %.3f bytes per token (encoded in %.2f s)\n", tokens,
+         tokens ? (double)dpt_text_corpus_bytes(*c) / (double)tokens : 0.0, secs);
+  printf("sequences of %zu tokens: %zu training, %zu validation (", o->seq_len,
+         dpt_text_sequences_count(*s, DPT_TEXT_TRAIN),
+         dpt_text_sequences_count(*s, DPT_TEXT_VALIDATION));
+  if (o->val_every)
+    printf("document d validates when d %% %zu = %zu)\n", o->val_every, o->val_every - 1);
+  else
+    printf("no validation)\n");
+  if (o->encode) TRY(show_encoding(*bpe, o->encode));
+  return DPT_OK;
+}
+
+int dpt_cmd_tokenize(int argc, char **argv) {
+  opts o = {.vocab_size = 4096, .seq_len = 128, .val_every = 20};
+  const int rc = parse_options(&o, argc, argv);
+  if (rc >= 0) return rc;
+  if (o.num_data == 0) o.data[o.num_data++] = DPT_TEXT_DEFAULT_DIR;
+  dpt_text_corpus *c = NULL;
+  dpt_bpe *bpe = NULL;
+  dpt_text_sequences *s = NULL;
+  const dpt_status st = run(&o, &c, &bpe, &s);
+  if (st != DPT_OK)
+    fprintf(stderr, "dptrain tokenize: %s: %s\n", dpt_status_str(st), dpt_last_error());
+  dpt_text_sequences_destroy(s);
+  dpt_bpe_destroy(bpe);
+  dpt_text_corpus_destroy(c);
+  return st == DPT_OK ? 0 : 1;
+}
