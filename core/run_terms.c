@@ -229,9 +229,13 @@ static json_t *word_json(int t, uint64_t w) {
   switch (terms[t].kind) {
   case TERM_INT:
     return json_integer((json_int_t)(int64_t)w);
-  case TERM_FLOAT:
+  case TERM_FLOAT: /* a float: its shortest decimal, which reads back to the same float */
     memcpy(&d, &w, sizeof d);
-    return json_real(d);
+    for (int p = 6; p <= 9; ++p) {
+      snprintf(hex, sizeof hex, "%.*g", p, d);
+      if ((float)strtod(hex, NULL) == (float)d) break;
+    }
+    return json_real(strtod(hex, NULL));
   default:
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)w);
     return json_string(hex);
@@ -248,7 +252,8 @@ dpt_status dpt_run_terms_to_json(const uint64_t *words, char **out) {
       obj = NULL;
     }
   }
-  *out = obj ? json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+  /* The float fields are floats: 9 digits give them back exactly (json_word rounds to float). */
+  *out = obj ? json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
   json_decref(obj);
   if (!*out) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "run terms: out of memory");
   return DPT_OK;
@@ -261,7 +266,7 @@ static int json_word(int t, const json_t *v, uint64_t *w) {
     return 1;
   }
   if (terms[t].kind == TERM_FLOAT && json_is_number(v)) {
-    double d = json_number_value(v);
+    double d = (double)(float)json_number_value(v);
     memcpy(w, &d, sizeof d);
     return 1;
   }
