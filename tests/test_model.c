@@ -33,8 +33,10 @@ static int add_layer(dpt_model_spec *s, dpt_layer_spec l, const char *name, int 
 #define PREV (-2) /* add_layer: the layer before */
 
 /* Every layer kind on 8x8 inputs: two residual blocks (identity, then a strided 1x1
- * projection), an average pool, a global average pool, batchnorm1d and dropout. `dropout` 0
- * leaves the dropout layer out. */
+ * projection; between them gelu and a layernorm over the image rows), an average pool, gelu
+ * (tanh), a global average pool, layernorm and gelu on the features, batchnorm1d and dropout.
+ * `dropout` 0 leaves the dropout layer out. The first block ends in gelu, not relu: a relu
+ * there, before the layernorm, let float noise flip a kink within the sync-bn test's steps. */
 static void mini_resnet(dpt_model_spec *s, float dropout) {
   dpt_model_spec_init(s, 1, 8, 8, 10); /* cannot fail with a spec */
   dpt_layer_spec conv3 = {
@@ -46,7 +48,9 @@ static void mini_resnet(dpt_model_spec *s, float dropout) {
   add_layer(s, conv3, "b1.conv", PREV, PREV);
   int y = add_layer(s, bn, "b1.bn", PREV, PREV);
   add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_ADD}, "b1.add", y, x);
-  x = add_layer(s, relu, "b1.relu", PREV, PREV);
+  add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_GELU}, "b1.gelu", PREV, PREV);
+  x = add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_LAYERNORM, .eps = 1e-3f}, "b1.ln", PREV,
+                PREV);
   dpt_layer_spec proj = {
       .kind = DPT_LAYER_CONV2D, .size = 6, .kernel = 1, .stride = 2, .no_bias = 1};
   add_layer(s, proj, "b2.shortcut.0", x, PREV);
@@ -58,9 +62,13 @@ static void mini_resnet(dpt_model_spec *s, float dropout) {
   add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_ADD}, "b2.add", y, sc);
   add_layer(s, relu, "b2.relu", PREV, PREV);
   add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_AVGPOOL, .kernel = 2}, "pool", PREV, PREV);
+  add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_GELU, .approximate = DPT_GELU_TANH}, "gelu_p",
+            PREV, PREV);
   add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_GLOBAL_AVGPOOL}, "gap", PREV, PREV);
   add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_FLATTEN}, "flat", PREV, PREV);
   add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_LINEAR, .size = 8}, "fc1", PREV, PREV);
+  add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_LAYERNORM}, "ln_f", PREV, PREV);
+  add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_GELU}, "gelu_f", PREV, PREV);
   add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_BATCHNORM1D}, "bnf", PREV, PREV);
   add_layer(s, relu, "relu_f", PREV, PREV);
   if (dropout > 0)
