@@ -266,6 +266,50 @@ START_TEST(model_file) {
 }
 END_TEST
 
+/* layernorm and gelu in a file: their options, PyTorch's names and shapes (over a vector's
+ * features, over an image's width), eps's default. */
+START_TEST(model_file_layernorm_gelu) {
+  dpt_model_spec spec;
+  const char *text = "{\"layers\": [\n"
+                     "  {\"name\": \"ln_img\", \"kind\": \"layernorm\"},\n"
+                     "  {\"name\": \"act\", \"kind\": \"gelu\", \"approximate\": \"tanh\"},\n"
+                     "  {\"name\": \"flat\", \"kind\": \"flatten\"},\n"
+                     "  {\"name\": \"fc1\", \"kind\": \"linear\", \"out\": 12},\n"
+                     "  {\"name\": \"ln\", \"kind\": \"layernorm\", \"eps\": 1e-12},\n"
+                     "  {\"name\": \"act2\", \"kind\": \"gelu\", \"approximate\": \"none\"},\n"
+                     "  {\"name\": \"fc\", \"kind\": \"linear\", \"out\": \"classes\"}]}\n";
+  TU_OK(dpt_model_spec_load_json(write_file("ln.json", text), 1, 8, 8, 10, &spec));
+  ck_assert_int_eq(spec.layers[0].kind, DPT_LAYER_LAYERNORM);
+  ck_assert(spec.layers[0].eps == 0.0f); /* the default, 1e-5, applies at creation */
+  ck_assert_int_eq(spec.layers[1].approximate, DPT_GELU_TANH);
+  ck_assert(spec.layers[4].eps == 1e-12f);
+  ck_assert_int_eq(spec.layers[5].approximate, DPT_GELU_ERF);
+  dpt_backend *be = tu_cpu();
+  dpt_model *m;
+  TU_OK(dpt_model_create(be, &spec, 2, &m));
+  const char *names[] = {"ln_img.weight", "ln_img.bias", "fc1.weight", "fc1.bias",
+                         "ln.weight",     "ln.bias",     "fc.weight",  "fc.bias"};
+  const int64_t dims[] = {8, 8, 12, 12, 12, 12, 10, 10};
+  ck_assert_uint_eq(dpt_model_num_tensors(m), 8);
+  for (size_t t = 0; t < 8; ++t) {
+    dpt_tensor_info ti;
+    TU_OK(dpt_model_tensor(m, t, &ti));
+    ck_assert_str_eq(ti.name, names[t]);
+    ck_assert_int_eq(ti.shape[0], dims[t]);
+  }
+  dpt_model_destroy(m);
+  /* Bad values through the C API name the layer too. */
+  spec.layers[4].eps = -1.0f;
+  EXPECT_FAIL(dpt_model_create(be, &spec, 2, &m), DPT_ERR_INVALID_ARG, "'ln' (layernorm)", "eps",
+              NULL);
+  spec.layers[4].eps = 0.0f;
+  spec.layers[5].approximate = 2;
+  EXPECT_FAIL(dpt_model_create(be, &spec, 2, &m), DPT_ERR_INVALID_ARG, "'act2' (gelu)",
+              "approximate 2", NULL);
+  dpt_backend_destroy(be);
+}
+END_TEST
+
 /* One model file each: the load (or the model's creation) fails with one message naming the
  * problem. */
 static void expect_bad_file(const char *text, dpt_status want, const char *n1, const char *n2) {
@@ -320,6 +364,15 @@ START_TEST(model_file_bad_input) {
   expect_bad_file("{\"layers\": [{\"kind\": \"linear\", \"out\": 4},"
                   "{\"name\": \"0\", \"kind\": \"linear\", \"out\": 10}]}",
                   ARG, "two tensors are named '0.weight'", NULL);
+  expect_bad_file("{\"layers\": [{\"name\": \"n\", \"kind\": \"layernorm\", \"eps\": -1},"
+                  "{\"kind\": \"linear\", \"out\": 10}]}",
+                  BAD, "'n'", "\"eps\"");
+  expect_bad_file("{\"layers\": [{\"name\": \"n\", \"kind\": \"layernorm\", \"eps\": \"small\"},"
+                  "{\"kind\": \"linear\", \"out\": 10}]}",
+                  BAD, "'n'", "\"eps\"");
+  expect_bad_file("{\"layers\": [{\"name\": \"g\", \"kind\": \"gelu\", \"approximate\": \"erf\"},"
+                  "{\"kind\": \"linear\", \"out\": 10}]}",
+                  BAD, "'g'", "\"approximate\"");
   dpt_model_spec spec;
   EXPECT_FAIL(dpt_model_spec_load_json("/nonexistent/m.json", 1, 8, 8, 10, &spec), DPT_ERR_IO,
               "/nonexistent/m.json", NULL, NULL);
@@ -596,6 +649,7 @@ int main(int argc, char **argv) {
   TCase *files = tcase_create("files");
   tcase_add_checked_fixture(files, setup_tmp, teardown_tmp);
   tcase_add_test(files, model_file);
+  tcase_add_test(files, model_file_layernorm_gelu);
   tcase_add_test(files, model_file_bad_input);
   tcase_add_test(files, weights_buffers_strict);
   suite_add_tcase(s, files);
