@@ -230,6 +230,27 @@ typedef struct dpt_dropout_args {
   dpt_ref x, y;
 } dpt_dropout_args;
 
+/* layernorm_fwd, layernorm_bwd, layernorm_bwd_params: one struct; each reads what it names. */
+typedef struct dpt_layernorm_args {
+  dpt_ln_geom g;
+  dpt_ref x, mean, rstd, gamma; /* all but bwd_params read gamma */
+  dpt_ref beta, y;              /* fwd */
+  dpt_ref dy, dx;               /* bwd */
+  dpt_ref dgamma, dbeta;        /* bwd_params */
+} dpt_layernorm_args;
+typedef dpt_layernorm_args dpt_layernorm_fwd_args;
+typedef dpt_layernorm_args dpt_layernorm_bwd_args;
+typedef dpt_layernorm_args dpt_layernorm_bwd_params_args;
+
+/* gelu_fwd (x -> y, dy unused) and gelu_bwd (x, dy -> y = dx). */
+typedef struct dpt_gelu_args {
+  size_t n;
+  dpt_gelu_approx approx;
+  dpt_ref x, dy, y;
+} dpt_gelu_args;
+typedef dpt_gelu_args dpt_gelu_fwd_args;
+typedef dpt_gelu_args dpt_gelu_bwd_args;
+
 /* ---- the vtable --------------------------------------------------------------------------- */
 
 typedef struct dpt_backend_vtable {

@@ -1,6 +1,6 @@
 /* The op wrappers for layers beyond the first five kinds: batched gemm, batch normalization,
- * average pooling and dropout. Each checks its arguments (backends/op_check.h) and calls the
- * backend's entry with valid, non-empty arguments. */
+ * average pooling, dropout, layer normalization and GELU. Each checks its arguments
+ * (backends/op_check.h) and calls the backend's entry with valid, non-empty arguments. */
 #include <math.h>
 
 #include "backends/backend_impl.h"
@@ -309,4 +309,153 @@ dpt_status dpt_dropout(dpt_backend *be, size_t rows, size_t cols, const dpt_drop
                            dpt_op_ref(x, x_off),
                            dpt_op_ref(y, y_off)};
   return be->vt->dropout(be, &args);
+}
+
+/* ---- layer normalization ------------------------------------------------------------------- */
+
+typedef struct ln_tensor {
+  const char *name;
+  const dpt_buffer *buf;
+  size_t off, count;
+} ln_tensor;
+
+/* Every tensor of t[nt] fits its buffer; the outputs t[first_out..] overlap no input and no
+ * other output. */
+static dpt_status ln_check(dpt_op_check *c, const ln_tensor *t, int nt, int first_out) {
+  for (int i = 0; i < nt; ++i)
+    DPT_TRY(dpt_op_tensor(c, t[i].name, t[i].buf, t[i].off, t[i].count, F32));
+  for (int o = first_out; o < nt; ++o)
+    for (int i = 0; i < nt; ++i)
+      if (i != o && (i < first_out || i < o))
+        DPT_TRY(dpt_op_alias(c, t[o].name, t[o].buf, t[o].off, t[o].count, F32, t[i].name, t[i].buf,
+                             t[i].off, t[i].count, F32, 0));
+  return DPT_OK;
+}
+
+/* The geometry: *nx receives rows*cols. */
+static dpt_status ln_geom(dpt_op_check *c, const dpt_ln_geom *g, size_t *nx) {
+  if (!g) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: geometry is NULL", c->fn);
+  if (g->rows == 0 || g->cols == 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: rows x cols = %zu x %zu has a zero", c->fn,
+                         g->rows, g->cols);
+  if (!(g->eps > 0.0f) || !isfinite(g->eps))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: eps %g must be positive", c->fn, (double)g->eps);
+  return dpt_op_elems2(c, "x", g->rows, g->cols, nx);
+}
+
+dpt_status dpt_layernorm_fwd(dpt_backend *be, const dpt_ln_geom *g, const dpt_buffer *x,
+                             size_t x_off, const dpt_buffer *gamma, size_t gamma_off,
+                             const dpt_buffer *beta, size_t beta_off, dpt_buffer *y, size_t y_off,
+                             dpt_buffer *mean, size_t mean_off, dpt_buffer *rstd, size_t rstd_off) {
+  dpt_op_check ck;
+  size_t nx;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_layernorm_fwd", be, be && be->vt->layernorm_fwd));
+  DPT_TRY(ln_geom(&ck, g, &nx));
+  const ln_tensor t[6] = {
+      {"x", x, x_off, nx}, {"gamma", gamma, gamma_off, g->cols}, {"beta", beta, beta_off, g->cols},
+      {"y", y, y_off, nx}, {"mean", mean, mean_off, g->rows},    {"rstd", rstd, rstd_off, g->rows}};
+  DPT_TRY(ln_check(&ck, t, 6, 3));
+  dpt_layernorm_args args = {.g = *g,
+                             .x = dpt_op_ref(x, x_off),
+                             .gamma = dpt_op_ref(gamma, gamma_off),
+                             .beta = dpt_op_ref(beta, beta_off),
+                             .y = dpt_op_ref(y, y_off),
+                             .mean = dpt_op_ref(mean, mean_off),
+                             .rstd = dpt_op_ref(rstd, rstd_off)};
+  return be->vt->layernorm_fwd(be, &args);
+}
+
+dpt_status dpt_layernorm_bwd(dpt_backend *be, const dpt_ln_geom *g, const dpt_buffer *dy,
+                             size_t dy_off, const dpt_buffer *x, size_t x_off,
+                             const dpt_buffer *mean, size_t mean_off, const dpt_buffer *rstd,
+                             size_t rstd_off, const dpt_buffer *gamma, size_t gamma_off,
+                             dpt_buffer *dx, size_t dx_off) {
+  dpt_op_check ck;
+  size_t nx;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_layernorm_bwd", be, be && be->vt->layernorm_bwd));
+  DPT_TRY(ln_geom(&ck, g, &nx));
+  const ln_tensor t[6] = {{"dy", dy, dy_off, nx},
+                          {"x", x, x_off, nx},
+                          {"mean", mean, mean_off, g->rows},
+                          {"rstd", rstd, rstd_off, g->rows},
+                          {"gamma", gamma, gamma_off, g->cols},
+                          {"dx", dx, dx_off, nx}};
+  DPT_TRY(ln_check(&ck, t, 6, 5));
+  dpt_layernorm_args args = {.g = *g,
+                             .dy = dpt_op_ref(dy, dy_off),
+                             .x = dpt_op_ref(x, x_off),
+                             .mean = dpt_op_ref(mean, mean_off),
+                             .rstd = dpt_op_ref(rstd, rstd_off),
+                             .gamma = dpt_op_ref(gamma, gamma_off),
+                             .dx = dpt_op_ref(dx, dx_off)};
+  return be->vt->layernorm_bwd(be, &args);
+}
+
+dpt_status dpt_layernorm_bwd_params(dpt_backend *be, const dpt_ln_geom *g, const dpt_buffer *dy,
+                                    size_t dy_off, const dpt_buffer *x, size_t x_off,
+                                    const dpt_buffer *mean, size_t mean_off, const dpt_buffer *rstd,
+                                    size_t rstd_off, dpt_buffer *dgamma, size_t dgamma_off,
+                                    dpt_buffer *dbeta, size_t dbeta_off) {
+  dpt_op_check ck;
+  size_t nx;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_layernorm_bwd_params", be, be && be->vt->layernorm_bwd_params));
+  DPT_TRY(ln_geom(&ck, g, &nx));
+  const ln_tensor t[6] = {{"dy", dy, dy_off, nx},
+                          {"x", x, x_off, nx},
+                          {"mean", mean, mean_off, g->rows},
+                          {"rstd", rstd, rstd_off, g->rows},
+                          {"dgamma", dgamma, dgamma_off, g->cols},
+                          {"dbeta", dbeta, dbeta_off, g->cols}};
+  DPT_TRY(ln_check(&ck, t, 6, 4));
+  dpt_layernorm_args args = {.g = *g,
+                             .dy = dpt_op_ref(dy, dy_off),
+                             .x = dpt_op_ref(x, x_off),
+                             .mean = dpt_op_ref(mean, mean_off),
+                             .rstd = dpt_op_ref(rstd, rstd_off),
+                             .dgamma = dpt_op_ref(dgamma, dgamma_off),
+                             .dbeta = dpt_op_ref(dbeta, dbeta_off)};
+  return be->vt->layernorm_bwd_params(be, &args);
+}
+
+/* ---- GELU ---------------------------------------------------------------------------------- */
+
+static dpt_status gelu_approx(dpt_op_check *c, dpt_gelu_approx a) {
+  if (a != DPT_GELU_ERF && a != DPT_GELU_TANH)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: approx %d is neither erf (0) nor tanh (1)",
+                         c->fn, (int)a);
+  return DPT_OK;
+}
+
+dpt_status dpt_gelu_fwd(dpt_backend *be, size_t n, dpt_gelu_approx approx, const dpt_buffer *x,
+                        size_t x_off, dpt_buffer *y, size_t y_off) {
+  dpt_op_check ck;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_gelu_fwd", be, be && be->vt->gelu_fwd));
+  DPT_TRY(gelu_approx(&ck, approx));
+  DPT_TRY(dpt_op_tensor(&ck, "x", x, x_off, n, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "y", y, y_off, n, F32));
+  DPT_TRY(dpt_op_alias(&ck, "y", y, y_off, n, F32, "x", x, x_off, n, F32, 1));
+  if (n == 0) return DPT_OK;
+  dpt_gelu_args args = {
+      .n = n, .approx = approx, .x = dpt_op_ref(x, x_off), .y = dpt_op_ref(y, y_off)};
+  return be->vt->gelu_fwd(be, &args);
+}
+
+dpt_status dpt_gelu_bwd(dpt_backend *be, size_t n, dpt_gelu_approx approx, const dpt_buffer *x,
+                        size_t x_off, const dpt_buffer *dy, size_t dy_off, dpt_buffer *dx,
+                        size_t dx_off) {
+  dpt_op_check ck;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_gelu_bwd", be, be && be->vt->gelu_bwd));
+  DPT_TRY(gelu_approx(&ck, approx));
+  DPT_TRY(dpt_op_tensor(&ck, "x", x, x_off, n, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "dy", dy, dy_off, n, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "dx", dx, dx_off, n, F32));
+  DPT_TRY(dpt_op_alias(&ck, "dx", dx, dx_off, n, F32, "x", x, x_off, n, F32, 0));
+  DPT_TRY(dpt_op_alias(&ck, "dx", dx, dx_off, n, F32, "dy", dy, dy_off, n, F32, 1));
+  if (n == 0) return DPT_OK;
+  dpt_gelu_args args = {.n = n,
+                        .approx = approx,
+                        .x = dpt_op_ref(x, x_off),
+                        .dy = dpt_op_ref(dy, dy_off),
+                        .y = dpt_op_ref(dx, dx_off)};
+  return be->vt->gelu_bwd(be, &args);
 }

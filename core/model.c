@@ -195,10 +195,11 @@ dpt_status dpt_layer_kind_parse(const char *name, dpt_layer_kind *out) {
       *out = (dpt_layer_kind)k;
       return DPT_OK;
     }
-  return dpt_set_error(DPT_ERR_INVALID_ARG,
-                       "unknown layer kind '%s' (linear, relu, conv2d, maxpool, flatten, add, "
-                       "batchnorm2d, batchnorm1d, avgpool, global_avgpool, dropout)",
-                       name);
+  return dpt_set_error(
+      DPT_ERR_INVALID_ARG,
+      "unknown layer kind '%s' (linear, relu, conv2d, maxpool, flatten, add, "
+      "batchnorm2d, batchnorm1d, avgpool, global_avgpool, dropout, layernorm, gelu)",
+      name);
 }
 
 /* ---- planning: shapes, tensors, buffers ---------------------------------------------------- */
@@ -336,6 +337,18 @@ static dpt_status plan_batchnorm(dpt_model *m, size_t i, dpt_sample_shape *x) {
   return add_tensor(m, i, 1, "num_batches_tracked", 0, c, NULL);
 }
 
+/* layernorm over the last dimension (a vector's features, an image's width): weight and bias
+ * [features]; eps 0 becomes PyTorch's 1e-5. */
+static dpt_status plan_layernorm(dpt_model *m, size_t i, const dpt_sample_shape *x) {
+  dpt_node *L = &m->layers[i];
+  if (L->spec.eps == 0.0f) L->spec.eps = 1e-5f;
+  if (!(L->spec.eps > 0.0f) || !isfinite(L->spec.eps))
+    return LAYER_ERR(m, i, "has eps %g, not a positive number", (double)L->spec.eps);
+  const int64_t f[1] = {(int64_t)(x->flat ? x->c : x->w)};
+  DPT_TRY(add_tensor(m, i, 0, "weight", 1, f, &L->w_index));
+  return add_tensor(m, i, 0, "bias", 1, f, &L->b_index);
+}
+
 static dpt_status plan_add(dpt_model *m, size_t i, dpt_sample_shape *x) {
   const dpt_node *L = &m->layers[i];
   int b = L->src[1];
@@ -393,6 +406,12 @@ static dpt_status plan_kind(dpt_model *m, size_t i, dpt_sample_shape *x) {
   case DPT_LAYER_DROPOUT:
     if (!(L->spec.p >= 0.0f && L->spec.p < 1.0f))
       return LAYER_ERR(m, i, "has p %g, not in [0, 1)", (double)L->spec.p);
+    return DPT_OK;
+  case DPT_LAYER_LAYERNORM:
+    return plan_layernorm(m, i, x);
+  case DPT_LAYER_GELU:
+    if (L->spec.approximate != DPT_GELU_ERF && L->spec.approximate != DPT_GELU_TANH)
+      return LAYER_ERR(m, i, "has approximate %d, not 0 (erf) or 1 (tanh)", L->spec.approximate);
     return DPT_OK;
   case DPT_LAYER_RELU:
     return DPT_OK;
@@ -556,6 +575,8 @@ static dpt_status alloc_layer(dpt_model *m, size_t i, shared_sizes *sh) {
   case DPT_LAYER_BATCHNORM1D:
   case DPT_LAYER_BATCHNORM2D:
     return alloc_floats(m, 4 * L->oshape.c, sizeof(float), &L->aux);
+  case DPT_LAYER_LAYERNORM: /* the rows' mean and rstd: 2 per row of every sample */
+    return alloc_floats(m, 2 * (n / m->tensors[L->w_index].count), sizeof(float), &L->aux);
   case DPT_LAYER_CONV2D: {
     size_t k = L->ishape.c * L->spec.kernel * L->spec.kernel, plane = L->oshape.h * L->oshape.w,
            col;
@@ -748,13 +769,14 @@ dpt_status dpt_model_set_state(dpt_model *m, const float *host) {
 
 /* ---- initialization ------------------------------------------------------------------------ */
 
-/* Layer L's parameters into host (the flat layout): batch norm weight 1 and bias 0; linear and
- * conv2d as PyTorch, kaiming_uniform_(a=sqrt(5)) on the weight, bound sqrt(6/((1+5) fan_in)) =
- * 1/sqrt(fan_in), the bias uniform in the same bound. One generator stream per tensor index
- * keeps a tensor's values independent of the layers before it. */
+/* Layer L's parameters into host (the flat layout): batch and layer norm weight 1 and bias 0;
+ * linear and conv2d as PyTorch, kaiming_uniform_(a=sqrt(5)) on the weight, bound sqrt(6/((1+5)
+ * fan_in)) = 1/sqrt(fan_in), the bias uniform in the same bound. One generator stream per tensor
+ * index keeps a tensor's values independent of the layers before it. */
 static void init_layer(const dpt_model *m, const dpt_node *L, uint64_t seed, float *host) {
   const dpt_tensor_info *wt = &m->tensors[L->w_index];
-  if (L->spec.kind == DPT_LAYER_BATCHNORM1D || L->spec.kind == DPT_LAYER_BATCHNORM2D) {
+  if (L->spec.kind == DPT_LAYER_BATCHNORM1D || L->spec.kind == DPT_LAYER_BATCHNORM2D ||
+      L->spec.kind == DPT_LAYER_LAYERNORM) {
     for (size_t j = 0; j < wt->count; ++j) {
       host[wt->offset + j] = 1.0f;
       host[m->tensors[L->b_index].offset + j] = 0.0f;

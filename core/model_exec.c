@@ -205,6 +205,26 @@ static dpt_status dropout_forward(dpt_model *m, const dpt_node *L, const dpt_buf
   return dpt_dropout(m->be, b, L->out_size, &p, in, 0, L->out, 0);
 }
 
+/* layernorm's rows: b samples of in_size / features rows each; aux holds the rows' mean at 0 and
+ * their rstd after room for max_batch samples. */
+static dpt_ln_geom ln_geom(const dpt_model *m, const dpt_node *L, size_t b) {
+  size_t f = m->tensors[L->w_index].count;
+  dpt_ln_geom g = {b * (L->in_size / f), f, L->spec.eps};
+  return g;
+}
+
+static size_t ln_rstd_off(const dpt_model *m, const dpt_node *L) {
+  return m->max_batch * (L->in_size / m->tensors[L->w_index].count);
+}
+
+static dpt_status layernorm_forward(dpt_model *m, const dpt_node *L, const dpt_buffer *in,
+                                    size_t b) {
+  dpt_ln_geom g = ln_geom(m, L, b);
+  return dpt_layernorm_fwd(m->be, &g, in, 0, m->params, m->tensors[L->w_index].offset, m->params,
+                           m->tensors[L->b_index].offset, L->out, 0, L->aux, 0, L->aux,
+                           ln_rstd_off(m, L));
+}
+
 static dpt_status add_forward(dpt_model *m, const dpt_node *L, const dpt_buffer *a,
                               const dpt_buffer *x, size_t b) {
   size_t n = b * L->out_size;
@@ -238,6 +258,11 @@ static dpt_status forward_layer(dpt_model *m, const dpt_node *L, const dpt_buffe
     return add_forward(m, L, in, x, b);
   case DPT_LAYER_DROPOUT:
     return dropout_forward(m, L, in, b);
+  case DPT_LAYER_LAYERNORM:
+    return layernorm_forward(m, L, in, b);
+  case DPT_LAYER_GELU:
+    return dpt_gelu_fwd(m->be, b * L->out_size, (dpt_gelu_approx)L->spec.approximate, in, 0, L->out,
+                        0);
   default: /* flatten: an alias */
     return DPT_OK;
   }
@@ -324,6 +349,18 @@ static dpt_status bn_backward(dpt_model *m, const dpt_node *L, const dpt_buffer 
                     sums, s_xhat, sums, s_dy, din, 0);
 }
 
+/* The weight and bias gradients (sums over the rows, overwritten), then the input gradient. */
+static dpt_status layernorm_backward(dpt_model *m, const dpt_node *L, const dpt_buffer *in,
+                                     dpt_buffer *din, size_t b) {
+  dpt_ln_geom g = ln_geom(m, L, b);
+  size_t w = m->tensors[L->w_index].offset, rs = ln_rstd_off(m, L);
+  DPT_TRY(dpt_layernorm_bwd_params(m->be, &g, L->dout, 0, in, 0, L->aux, 0, L->aux, rs, m->grads, w,
+                                   m->grads, m->tensors[L->b_index].offset));
+  if (!din) return DPT_OK;
+  return dpt_layernorm_bwd(m->be, &g, L->dout, 0, in, 0, L->aux, 0, L->aux, rs, m->params, w, din,
+                           0);
+}
+
 /* add: the output gradient goes to both inputs unchanged. */
 static dpt_status add_backward(dpt_model *m, const dpt_node *L, size_t b) {
   size_t n = b * L->out_size;
@@ -353,6 +390,8 @@ static dpt_status backward_one(dpt_model *m, const dpt_node *L, const dpt_buffer
   case DPT_LAYER_BATCHNORM1D:
   case DPT_LAYER_BATCHNORM2D:
     return bn_backward(m, L, in, din, b);
+  case DPT_LAYER_LAYERNORM:
+    return layernorm_backward(m, L, in, din, b);
   default:
     break;
   }
@@ -374,6 +413,9 @@ static dpt_status backward_one(dpt_model *m, const dpt_node *L, const dpt_buffer
     dpt_dropout_params p = dropout_params(m, L);
     return dpt_dropout(m->be, b, L->out_size, &p, L->dout, 0, din, 0);
   }
+  case DPT_LAYER_GELU:
+    return dpt_gelu_bwd(m->be, b * L->out_size, (dpt_gelu_approx)L->spec.approximate, in, 0,
+                        L->dout, 0, din, 0);
   default:
     return DPT_OK;
   }

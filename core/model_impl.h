@@ -29,7 +29,8 @@ typedef struct dpt_node {
   dpt_buffer *out;                 /* [max_batch, out_size]; NULL for flatten (aliases its input) */
   dpt_buffer *dout;                /* gradient wrt out, same size; NULL for flatten */
   dpt_buffer *aux;                 /* maxpool: int32 argmax [max_batch, out_size]; batch norm: the
-                                      step's mean and var [2C], then the combined sums [2C] */
+                                      step's mean and var [2C], then the combined sums [2C];
+                                      layernorm: each row's mean, then each row's rstd */
 } dpt_node;
 
 struct dpt_model {

@@ -60,8 +60,8 @@ static dpt_status get_out(const loader *ld, size_t i, json_t *obj, size_t *out) 
 }
 
 static dpt_status check_keys(const loader *ld, size_t i, json_t *obj) {
-  static const char *const known[] = {"name",   "kind",    "inputs", "out", "kernel",
-                                      "stride", "padding", "bias",   "p"};
+  static const char *const known[] = {"name",    "kind", "inputs", "out", "kernel",     "stride",
+                                      "padding", "bias", "p",      "eps", "approximate"};
   const char *key;
   json_t *v;
   json_object_foreach(obj, key, v) {
@@ -90,6 +90,23 @@ static dpt_status read_inputs(const loader *ld, size_t i, json_t *obj, file_laye
   return DPT_OK;
 }
 
+/* layernorm's "eps" (a positive number) and gelu's "approximate" ("none" or "tanh", as
+ * PyTorch spells them); messages name the layer. */
+static dpt_status read_norm_options(const loader *ld, size_t i, json_t *obj, dpt_layer_spec *l) {
+  json_t *eps = json_object_get(obj, "eps"), *ap = json_object_get(obj, "approximate");
+  const char *nm = l->name[0] ? l->name : "?";
+  if (eps && (!json_is_number(eps) || !(json_number_value(eps) > 0.0) ||
+              !((float)json_number_value(eps) > 0.0f)))
+    return bad(ld, "layer %zu '%s': \"eps\" must be a positive number", i, nm);
+  if (eps) l->eps = (float)json_number_value(eps);
+  if (!ap) return DPT_OK;
+  const char *v = json_is_string(ap) ? json_string_value(ap) : "";
+  if (strcmp(v, "none") != 0 && strcmp(v, "tanh") != 0)
+    return bad(ld, "layer %zu '%s': \"approximate\" must be \"none\" or \"tanh\"", i, nm);
+  l->approximate = strcmp(v, "tanh") == 0 ? DPT_GELU_TANH : DPT_GELU_ERF;
+  return DPT_OK;
+}
+
 static dpt_status read_layer(const loader *ld, size_t i, json_t *obj, file_layer *fl) {
   if (!json_is_object(obj)) return bad(ld, "layer %zu is not an object", i);
   DPT_TRY(check_keys(ld, i, obj));
@@ -112,6 +129,7 @@ static dpt_status read_layer(const loader *ld, size_t i, json_t *obj, file_layer
   fl->spec.no_bias = bias && json_is_false(bias);
   if (p && !json_is_number(p)) return bad(ld, "layer %zu: \"p\" must be a number", i);
   if (p) fl->spec.p = (float)json_number_value(p);
+  DPT_TRY(read_norm_options(ld, i, obj, &fl->spec));
   return read_inputs(ld, i, obj, fl);
 }
 
@@ -340,6 +358,8 @@ static json_t *layer_json(const dpt_model_spec *spec, size_t i, char (*names)[DP
   if (l->padding) fail |= put(o, "padding", json_integer((json_int_t)l->padding));
   if (l->no_bias) fail |= put(o, "bias", json_false());
   if (l->p != 0.0f) fail |= put(o, "p", json_real((double)l->p));
+  if (l->eps != 0.0f) fail |= put(o, "eps", json_real((double)l->eps));
+  if (l->approximate == DPT_GELU_TANH) fail |= put(o, "approximate", json_string("tanh"));
   if (fail) {
     json_decref(o);
     return NULL;

@@ -98,7 +98,7 @@ static uint64_t model_word(const dpt_model_spec *m) {
   w[n++] = m->num_layers;
   for (size_t i = 0; i < m->num_layers && i < DPT_MODEL_MAX_LAYERS; ++i) {
     const dpt_layer_spec *l = &m->layers[i];
-    uint64_t f[11] = {(uint64_t)l->kind,
+    uint64_t f[13] = {(uint64_t)l->kind,
                       l->size,
                       l->kernel,
                       l->stride,
@@ -108,8 +108,12 @@ static uint64_t model_word(const dpt_model_spec *m) {
                       int_word(l->num_inputs),
                       int_word(l->inputs[0]),
                       int_word(l->inputs[1]),
-                      name_word(l->name, sizeof l->name)};
-    w[n++] = dpt_fingerprint(f, sizeof f);
+                      name_word(l->name, sizeof l->name),
+                      float_word(l->eps),
+                      int_word(l->approximate)};
+    /* the later fields only when set, so models without them keep their fingerprint */
+    int later = l->eps != 0.0f || l->approximate != 0;
+    w[n++] = dpt_fingerprint(f, (later ? 13 : 11) * sizeof f[0]);
   }
   return dpt_fingerprint(w, n * sizeof w[0]);
 }

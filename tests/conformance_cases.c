@@ -1022,6 +1022,160 @@ static void gen_dropout(conf_list *l) {
   }
 }
 
+/* ---- layer normalization -------------------------------------------------------------------
+ * x [rows, cols]; mean and rstd [1, rows]. A GPU may sum a row (or a column, for the parameter
+ * gradients) in float: 1e-4, 1e-3 past 4096 terms. */
+typedef struct ln_p {
+  dpt_ln_geom g;
+} ln_p;
+
+static const dpt_ln_geom ln_shapes[] = {{1, 1, 1e-5f},    {1, 7, 1e-5f},     {5, 33, 1e-12f},
+                                        {17, 64, 1e-5f},  {64, 768, 1e-12f}, {300, 65, 1e-3f},
+                                        {3, 1000, 1e-5f}, {4100, 3, 1e-5f}};
+#define N_LN (sizeof ln_shapes / sizeof ln_shapes[0])
+
+static conf_case *ln_case(conf_list *l, size_t i) {
+  conf_case *c = conf_new_case(l, "x=[%zu,%zu] eps=%g", ln_shapes[i].rows, ln_shapes[i].cols,
+                               (double)ln_shapes[i].eps);
+  ln_p p = {ln_shapes[i]};
+  CONF_SET_PARAMS(c, p);
+  return c;
+}
+
+static double ln_tol(size_t terms) {
+  return terms > 4096 ? 1e-3 : 1e-4;
+}
+
+static dpt_status run_layernorm_fwd(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                    const size_t *off, double *scalars) {
+  (void)scalars;
+  return dpt_layernorm_fwd(be, &CONF_PARAMS(c, ln_p)->g, buf[0], off[0], buf[1], off[1], buf[2],
+                           off[2], buf[3], off[3], buf[4], off[4], buf[5], off[5]);
+}
+
+static void gen_layernorm_fwd(conf_list *l) {
+  for (size_t i = 0; i < N_LN; i++) {
+    const dpt_ln_geom *g = &ln_shapes[i];
+    conf_case *c = ln_case(l, i);
+    conf_add_tensor(c, "x", CONF_F32, CONF_IN, g->rows, g->cols)->hi = 3.0; /* mean away from 0 */
+    conf_tensor *gamma = conf_add_tensor(c, "gamma", CONF_F32, CONF_IN, 1, g->cols);
+    gamma->lo = 0.5;
+    gamma->hi = 1.5;
+    conf_add_tensor(c, "beta", CONF_F32, CONF_IN, 1, g->cols);
+    conf_add_tensor(c, "y", CONF_F32, CONF_OUT, g->rows, g->cols)->tol = ln_tol(g->cols);
+    conf_add_tensor(c, "mean", CONF_F32, CONF_OUT, 1, g->rows)->tol = ln_tol(g->cols);
+    conf_add_tensor(c, "rstd", CONF_F32, CONF_OUT, 1, g->rows)->tol = ln_tol(g->cols);
+    c->run = run_layernorm_fwd;
+  }
+}
+
+/* dy and x [rows, cols], then mean and rstd [1, rows] of the size data in [-1, 1) gives. */
+static void ln_add_inputs(conf_case *c, const dpt_ln_geom *g) {
+  conf_add_tensor(c, "dy", CONF_F32, CONF_IN, g->rows, g->cols);
+  conf_add_tensor(c, "x", CONF_F32, CONF_IN, g->rows, g->cols);
+  conf_tensor *mean = conf_add_tensor(c, "mean", CONF_F32, CONF_IN, 1, g->rows);
+  mean->lo = -0.2;
+  mean->hi = 0.2;
+  conf_tensor *rstd = conf_add_tensor(c, "rstd", CONF_F32, CONF_IN, 1, g->rows);
+  rstd->lo = 0.5;
+  rstd->hi = 3.0;
+}
+
+static dpt_status run_layernorm_bwd(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                    const size_t *off, double *scalars) {
+  (void)scalars;
+  return dpt_layernorm_bwd(be, &CONF_PARAMS(c, ln_p)->g, buf[0], off[0], buf[1], off[1], buf[2],
+                           off[2], buf[3], off[3], buf[4], off[4], buf[5], off[5]);
+}
+
+static void gen_layernorm_bwd(conf_list *l) {
+  for (size_t i = 0; i < N_LN; i++) {
+    const dpt_ln_geom *g = &ln_shapes[i];
+    conf_case *c = ln_case(l, i);
+    ln_add_inputs(c, g);
+    conf_add_tensor(c, "gamma", CONF_F32, CONF_IN, 1, g->cols);
+    conf_add_tensor(c, "dx", CONF_F32, CONF_OUT, g->rows, g->cols)->tol = ln_tol(g->cols);
+    c->run = run_layernorm_bwd;
+  }
+}
+
+static dpt_status run_layernorm_bwd_params(dpt_backend *be, const conf_case *c,
+                                           dpt_buffer *const *buf, const size_t *off,
+                                           double *scalars) {
+  (void)scalars;
+  return dpt_layernorm_bwd_params(be, &CONF_PARAMS(c, ln_p)->g, buf[0], off[0], buf[1], off[1],
+                                  buf[2], off[2], buf[3], off[3], buf[4], off[4], buf[5], off[5]);
+}
+
+static void gen_layernorm_bwd_params(conf_list *l) {
+  for (size_t i = 0; i < N_LN; i++) {
+    const dpt_ln_geom *g = &ln_shapes[i];
+    conf_case *c = ln_case(l, i);
+    ln_add_inputs(c, g);
+    conf_add_tensor(c, "dgamma", CONF_F32, CONF_OUT, 1, g->cols)->tol = ln_tol(g->rows);
+    conf_add_tensor(c, "dbeta", CONF_F32, CONF_OUT, 1, g->cols)->tol = ln_tol(g->rows);
+    c->run = run_layernorm_bwd_params;
+  }
+}
+
+/* ---- GELU: both forms, x in [-6, 6) (both tails and the curved middle) -------------------- */
+
+typedef struct gelu_p {
+  size_t n;
+  dpt_gelu_approx approx;
+} gelu_p;
+
+static dpt_status run_gelu_fwd(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                               const size_t *off, double *scalars) {
+  const gelu_p *p = CONF_PARAMS(c, gelu_p);
+  (void)scalars;
+  int inplace = c->ntensors == 1;
+  return dpt_gelu_fwd(be, p->n, p->approx, buf[0], off[0], inplace ? buf[0] : buf[1],
+                      inplace ? off[0] : off[1]);
+}
+
+static dpt_status run_gelu_bwd(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                               const size_t *off, double *scalars) {
+  const gelu_p *p = CONF_PARAMS(c, gelu_p);
+  (void)scalars;
+  int inplace = c->ntensors == 2;
+  return dpt_gelu_bwd(be, p->n, p->approx, buf[0], off[0], buf[1], off[1],
+                      inplace ? buf[1] : buf[2], inplace ? off[1] : off[2]);
+}
+
+static void gen_gelu(conf_list *l, int bwd) {
+  for (size_t i = 0; i < N_SIZES; i++)
+    for (int a = 0; a < 2; a++)
+      for (int inplace = 0; inplace < 2; inplace++) {
+        gelu_p p = {elementwise_sizes[i], a ? DPT_GELU_TANH : DPT_GELU_ERF};
+        conf_case *c =
+            conf_new_case(l, "n=%zu %s%s", p.n, a ? "tanh" : "erf", inplace ? " in-place" : "");
+        CONF_SET_PARAMS(c, p);
+        conf_tensor *x =
+            conf_add_tensor(c, "x", CONF_F32, inplace && !bwd ? CONF_INOUT : CONF_IN, 1, p.n);
+        x->lo = -6.0;
+        x->hi = 6.0;
+        conf_tensor *out;
+        if (!bwd) {
+          out = inplace ? x : conf_add_tensor(c, "y", CONF_F32, CONF_OUT, 1, p.n);
+        } else {
+          conf_tensor *dy =
+              conf_add_tensor(c, "dy", CONF_F32, inplace ? CONF_INOUT : CONF_IN, 1, p.n);
+          out = inplace ? dy : conf_add_tensor(c, "dx", CONF_F32, CONF_OUT, 1, p.n);
+        }
+        out->tol = 1e-5;
+        c->run = bwd ? run_gelu_bwd : run_gelu_fwd;
+      }
+}
+
+static void gen_gelu_fwd(conf_list *l) {
+  gen_gelu(l, 0);
+}
+
+static void gen_gelu_bwd(conf_list *l) {
+  gen_gelu(l, 1);
+}
+
 /* ---- the registry -------------------------------------------------------------------------- */
 
 const conf_generator conf_generators[] = {
@@ -1054,5 +1208,10 @@ const conf_generator conf_generators[] = {
     {DPT_OP_AVGPOOL_FWD, gen_avgpool_fwd},
     {DPT_OP_AVGPOOL_BWD, gen_avgpool_bwd},
     {DPT_OP_DROPOUT, gen_dropout},
+    {DPT_OP_LAYERNORM_FWD, gen_layernorm_fwd},
+    {DPT_OP_LAYERNORM_BWD, gen_layernorm_bwd},
+    {DPT_OP_LAYERNORM_BWD_PARAMS, gen_layernorm_bwd_params},
+    {DPT_OP_GELU_FWD, gen_gelu_fwd},
+    {DPT_OP_GELU_BWD, gen_gelu_bwd},
 };
 const size_t conf_generator_count = sizeof conf_generators / sizeof conf_generators[0];

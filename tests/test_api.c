@@ -223,7 +223,7 @@ static const char *schedule_name(int k) {
 
 START_TEST(model_and_optim_kinds) {
   check_kind_names("layer kind", layer_name, DPT_LAYER_KIND_COUNT);
-  ck_assert_int_eq(DPT_LAYER_KIND_COUNT, 11);
+  ck_assert_int_eq(DPT_LAYER_KIND_COUNT, 13);
   ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_LINEAR), "linear");
   ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_RELU), "relu");
   ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_CONV2D), "conv2d");
@@ -235,6 +235,8 @@ START_TEST(model_and_optim_kinds) {
   ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_AVGPOOL), "avgpool");
   ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_GLOBAL_AVGPOOL), "global_avgpool");
   ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_DROPOUT), "dropout");
+  ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_LAYERNORM), "layernorm");
+  ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_GELU), "gelu");
   for (int k = 0; k < DPT_LAYER_KIND_COUNT; ++k) {
     dpt_layer_kind parsed;
     ck_assert_int_eq(dpt_layer_kind_parse(dpt_layer_kind_name((dpt_layer_kind)k), &parsed), DPT_OK);
@@ -484,6 +486,13 @@ START_TEST(ops_null_backend) {
   EXPECT_INVALID(dpt_avgpool_fwd(NULL, &pg, x, 0, y, 0), "backend");
   EXPECT_INVALID(dpt_avgpool_bwd(NULL, &pg, x, 0, y, 0), "backend");
   EXPECT_INVALID(dpt_dropout(NULL, 2, 2, &dp, x, 0, y, 0), "backend");
+  const dpt_ln_geom lg = {2, 4, 1e-5f};
+  EXPECT_INVALID(dpt_layernorm_fwd(NULL, &lg, x, 0, x, 8, x, 12, y, 0, y, 8, y, 10), "backend");
+  EXPECT_INVALID(dpt_layernorm_bwd(NULL, &lg, x, 0, x, 8, x, 16, x, 18, x, 20, y, 0), "backend");
+  EXPECT_INVALID(dpt_layernorm_bwd_params(NULL, &lg, x, 0, x, 8, x, 16, x, 18, y, 0, y, 4),
+                 "backend");
+  EXPECT_INVALID(dpt_gelu_fwd(NULL, 4, DPT_GELU_ERF, x, 0, y, 0), "backend");
+  EXPECT_INVALID(dpt_gelu_bwd(NULL, 4, DPT_GELU_TANH, x, 0, x, 8, y, 0), "backend");
   expect_all(y, 64, 2.0f, "y");
   dpt_buffer_free(x);
   dpt_buffer_free(y);
@@ -913,6 +922,62 @@ START_TEST(avgpool_dropout_bad) {
 }
 END_TEST
 
+/* a: x [4, 4] at 0, gamma and beta [4] at 16 and 20, mean and rstd [4] at 24 and 28; y: an
+ * output [4, 4]; s: mean and rstd outputs; o: a buffer of another backend. */
+START_TEST(layernorm_gelu_bad) {
+  dpt_buffer *a = tu_f32_fill(be, 32, 1.0f), *y = tu_f32_fill(be, 16, 5.0f);
+  dpt_buffer *o = tu_f32_fill(be2, 32, 1.0f), *s = tu_f32_fill(be, 8, 6.0f);
+  const dpt_ln_geom g = {4, 4, 1e-5f};
+  dpt_ln_geom bad = g;
+  EXPECT_INVALID(dpt_layernorm_fwd(be, NULL, a, 0, a, 16, a, 20, y, 0, s, 0, s, 4), "geometry");
+  bad.rows = 0;
+  EXPECT_INVALID(dpt_layernorm_fwd(be, &bad, a, 0, a, 16, a, 20, y, 0, s, 0, s, 4), "rows");
+  const float eps_bad[] = {0.0f, -1e-5f, NAN, INFINITY};
+  for (size_t i = 0; i < sizeof eps_bad / sizeof eps_bad[0]; i++) {
+    bad = g;
+    bad.eps = eps_bad[i];
+    EXPECT_INVALID(dpt_layernorm_fwd(be, &bad, a, 0, a, 16, a, 20, y, 0, s, 0, s, 4), "eps");
+  }
+  bad = g;
+  bad.rows = SIZE_MAX / 2;
+  EXPECT_INVALID(dpt_layernorm_fwd(be, &bad, a, 0, a, 16, a, 20, y, 0, s, 0, s, 4), "x");
+  EXPECT_INVALID(dpt_layernorm_fwd(be, &g, a, 20, a, 16, a, 20, y, 0, s, 0, s, 4), "x");
+  EXPECT_INVALID(dpt_layernorm_fwd(be, &g, a, 0, a, 30, a, 20, y, 0, s, 0, s, 4), "gamma");
+  EXPECT_INVALID(dpt_layernorm_fwd(be, &g, a, 0, a, 16, NULL, 20, y, 0, s, 0, s, 4), "beta");
+  EXPECT_INVALID(dpt_layernorm_fwd(be, &g, a, 0, a, 16, a, 20, y, 1, s, 0, s, 4), "y");
+  EXPECT_INVALID(dpt_layernorm_fwd(be, &g, a, 0, a, 16, a, 20, a, 0, s, 0, s, 4), "y");
+  EXPECT_INVALID(dpt_layernorm_fwd(be, &g, a, 0, a, 16, a, 20, y, 0, s, 0, s, 2), "rstd");
+  EXPECT_INVALID(dpt_layernorm_fwd(be, &g, a, 0, a, 16, a, 20, y, 0, y, 12, s, 4), "mean");
+  EXPECT_INVALID(dpt_layernorm_fwd(be, &g, a, 0, a, 16, a, 20, y, 0, s, 0, o, 0), "rstd");
+  EXPECT_INVALID(dpt_layernorm_bwd(be, &g, a, 20, a, 0, a, 24, a, 28, a, 16, y, 0), "dy");
+  EXPECT_INVALID(dpt_layernorm_bwd(be, &g, y, 0, a, 0, a, 24, a, 29, a, 16, o, 0), "rstd");
+  EXPECT_INVALID(dpt_layernorm_bwd(be, &g, y, 0, a, 0, a, 24, a, 28, a, 16, a, 16), "dx");
+  EXPECT_INVALID(dpt_layernorm_bwd(be, &g, y, 0, a, 0, a, 24, a, 28, a, 16, y, 0), "dx");
+  EXPECT_INVALID(dpt_layernorm_bwd_params(be, &g, y, 0, a, 0, a, 24, a, 28, s, 0, s, 2), "dbeta");
+  EXPECT_INVALID(dpt_layernorm_bwd_params(be, &g, y, 0, a, 0, a, 24, a, 28, a, 12, s, 4), "dgamma");
+  EXPECT_INVALID(dpt_layernorm_bwd_params(be, &g, y, 0, a, 0, a, 24, a, 28, s, 0, s, 6), "dbeta");
+  expect_all(y, 16, 5.0f, "y");
+  expect_all(s, 8, 6.0f, "mean and rstd");
+  TU_OK(dpt_layernorm_fwd(be, &g, a, 0, a, 16, a, 20, y, 0, s, 0, s, 4));
+  expect_all(y, 16, 1.0f, "y"); /* constant rows: xhat 0, y = beta */
+
+  EXPECT_INVALID(dpt_gelu_fwd(be, 4, (dpt_gelu_approx)2, a, 0, y, 0), "approx");
+  EXPECT_INVALID(dpt_gelu_fwd(be, 4, DPT_GELU_ERF, a, 30, y, 0), "x");
+  EXPECT_INVALID(dpt_gelu_fwd(be, 17, DPT_GELU_ERF, a, 0, y, 0), "y");
+  EXPECT_INVALID(dpt_gelu_fwd(be, 4, DPT_GELU_ERF, a, 0, a, 2), "y"); /* partial overlap */
+  EXPECT_INVALID(dpt_gelu_bwd(be, 4, (dpt_gelu_approx)-1, a, 0, a, 4, y, 0), "approx");
+  EXPECT_INVALID(dpt_gelu_bwd(be, 4, DPT_GELU_TANH, a, 0, NULL, 4, y, 0), "dy");
+  EXPECT_INVALID(dpt_gelu_bwd(be, 4, DPT_GELU_TANH, a, 0, a, 4, y, 13), "dx");
+  EXPECT_INVALID(dpt_gelu_bwd(be, 4, DPT_GELU_TANH, a, 0, a, 4, a, 0), "dx"); /* dx is x */
+  TU_OK(dpt_gelu_fwd(be, 4, DPT_GELU_ERF, y, 0, y, 0));                       /* in place */
+  TU_OK(dpt_gelu_bwd(be, 4, DPT_GELU_TANH, a, 0, y, 0, y, 0));
+  dpt_buffer_free(a);
+  dpt_buffer_free(y);
+  dpt_buffer_free(o);
+  dpt_buffer_free(s);
+}
+END_TEST
+
 static Suite *api_suite(void) {
   Suite *s = suite_create("api");
   TCase *st = tcase_create("status");
@@ -940,6 +1005,7 @@ static Suite *api_suite(void) {
   tcase_add_test(mem, layer_ops_bad);
   tcase_add_test(mem, bn_bad);
   tcase_add_test(mem, avgpool_dropout_bad);
+  tcase_add_test(mem, layernorm_gelu_bad);
   suite_add_tcase(s, mem);
   return s;
 }

@@ -1015,6 +1015,144 @@ START_TEST(bn_train_grads_vs_fd) {
 }
 END_TEST
 
+/* Layer normalization as one function of x, gamma and beta: y = layernorm_fwd(x), L = sum(y * W).
+ * Its gradients: dgamma and dbeta from layernorm_bwd_params, dx from layernorm_bwd (both with
+ * dy = W and the mean and rstd of the forward). */
+enum { LN_MAX = 64 };
+typedef struct ln_ctx {
+  dpt_ln_geom g;
+  dpt_buffer *x, *gamma, *beta, *stats; /* stats: mean [rows] then rstd [rows] */
+  weighted w;
+} ln_ctx;
+
+static double ln_loss(void *p) {
+  ln_ctx *c = p;
+  TU_OK(dpt_layernorm_fwd(be, &c->g, c->x, 0, c->gamma, 0, c->beta, 0, c->w.out, 0, c->stats, 0,
+                          c->stats, c->g.rows));
+  return weighted_sum(&c->w);
+}
+
+static void expect_ln_grads(const dpt_ln_geom *g, uint64_t seed) {
+  const size_t nx = g->rows * g->cols;
+  ck_assert(nx <= LN_MAX && g->cols <= 16 && g->rows <= 16);
+  float x[LN_MAX], w[LN_MAX], y[LN_MAX], dx[LN_MAX], gamma[16], beta[16], dgb[32];
+  tu_rng r = {seed};
+  tu_fill(&r, x, nx, -1, 2);
+  tu_fill(&r, w, nx, -1, 1);
+  tu_fill(&r, gamma, g->cols, 0.5, 1.5);
+  tu_fill(&r, beta, g->cols, -1, 1);
+  ln_ctx c = {*g,
+              tu_f32(be, x, nx),
+              tu_f32(be, gamma, g->cols),
+              tu_f32(be, beta, g->cols),
+              tu_f32_fill(be, 2 * g->rows, NAN),
+              {tu_f32_fill(be, nx, NAN), w, nx, y}};
+  dpt_buffer *bw = tu_f32(be, w, nx), *bgb = tu_f32_fill(be, 2 * g->cols, NAN);
+  dpt_buffer *bdx = tu_f32_fill(be, nx, NAN);
+  ln_loss(&c); /* mean and rstd into c.stats */
+  TU_OK(dpt_layernorm_bwd_params(be, g, bw, 0, c.x, 0, c.stats, 0, c.stats, g->rows, bgb, 0, bgb,
+                                 g->cols));
+  TU_OK(dpt_layernorm_bwd(be, g, bw, 0, c.x, 0, c.stats, 0, c.stats, g->rows, c.gamma, 0, bdx, 0));
+  tu_get(bgb, 0, dgb, 2 * g->cols);
+  tu_get(bdx, 0, dx, nx);
+  /* y by hand for row 0, in double */
+  double m = 0, v = 0;
+  for (size_t j = 0; j < g->cols; j++)
+    m += x[j] / (double)g->cols;
+  for (size_t j = 0; j < g->cols; j++)
+    v += (x[j] - m) * (x[j] - m) / (double)g->cols;
+  for (size_t j = 0; j < g->cols; j++) {
+    double want = (x[j] - m) / sqrt(v + g->eps) * gamma[j] + beta[j];
+    ck_assert_msg(fabs(y[j] - want) < 1e-5, "y[%zu] = %g, want %g", j, (double)y[j], want);
+  }
+  expect_fd("ln dx", c.x, x, dx, (int)nx, 1e-2f, 2e-3, ln_loss, &c);
+  expect_fd("ln dgamma", c.gamma, gamma, dgb, (int)g->cols, 0.25f, 1e-4, ln_loss, &c); /* linear */
+  expect_fd("ln dbeta", c.beta, beta, dgb + g->cols, (int)g->cols, 0.25f, 1e-4, ln_loss, &c);
+  /* the input gradient of a normalization sums to 0 per row */
+  for (size_t i = 0; i < g->rows; i++) {
+    double s = 0;
+    for (size_t j = 0; j < g->cols; j++)
+      s += dx[i * g->cols + j];
+    ck_assert_msg(fabs(s) < 1e-5, "row %zu: dx sums to %g", i, s);
+  }
+  dpt_buffer_free(c.x);
+  dpt_buffer_free(c.gamma);
+  dpt_buffer_free(c.beta);
+  dpt_buffer_free(c.stats);
+  dpt_buffer_free(c.w.out);
+  dpt_buffer_free(bw);
+  dpt_buffer_free(bgb);
+  dpt_buffer_free(bdx);
+}
+
+START_TEST(layernorm_grads_vs_fd) {
+  const dpt_ln_geom a = {4, 8, 1e-5f}, one_row = {1, 16, 1e-12f}, wide_eps = {6, 5, 0.5f},
+                    single = {16, 1, 1e-5f};
+  expect_ln_grads(&a, 31);
+  expect_ln_grads(&one_row, 32);
+  expect_ln_grads(&wide_eps, 33);
+  expect_ln_grads(&single, 34); /* one feature: y = beta, dx = 0 */
+}
+END_TEST
+
+/* GELU: values of both forms from their formulas in double (erfc for the erf form; the tanh
+ * form's -10 is about -1e-37, 0 within the tolerance), deep in the left tail too; then
+ * gelu_bwd against finite differences of L = sum(gelu(x) * W), and in place. */
+enum { GELU_N = 41 };
+typedef struct gelu_ctx {
+  dpt_gelu_approx a;
+  dpt_buffer *x;
+  weighted w;
+} gelu_ctx;
+
+static double gelu_loss(void *p) {
+  gelu_ctx *c = p;
+  TU_OK(dpt_gelu_fwd(be, GELU_N, c->a, c->x, 0, c->w.out, 0));
+  return weighted_sum(&c->w);
+}
+
+START_TEST(gelu_values_and_grads_vs_fd) {
+  static const float xs[4] = {1.0f, -3.0f, -10.0f, 0.5f};
+  static const double erf_y[4] = {0.8413447460685429, -0.004049694094890287, -7.619853024160593e-23,
+                                  0.34573123063700656};
+  static const double tanh_y[4] = {0.8411919906082768, -0.0036373920817729943, -0.0,
+                                   0.34571400982514394};
+  dpt_buffer *bx = tu_f32(be, xs, 4), *by = tu_f32_fill(be, 4, NAN);
+  float y[4];
+  for (int a = 0; a < 2; a++) {
+    TU_OK(dpt_gelu_fwd(be, 4, a ? DPT_GELU_TANH : DPT_GELU_ERF, bx, 0, by, 0));
+    tu_get(by, 0, y, 4);
+    for (int i = 0; i < 4; i++) {
+      double want = a ? tanh_y[i] : erf_y[i];
+      ck_assert_msg(fabs(y[i] - want) <= 1e-6 * fabs(want) + 1e-30, "%s gelu(%g) = %.9g, want %.9g",
+                    a ? "tanh" : "erf", (double)xs[i], (double)y[i], want);
+    }
+  }
+  float x[GELU_N], g[GELU_N], out[GELU_N], dx[GELU_N], dx2[GELU_N];
+  tu_rng r = {41};
+  tu_fill(&r, x, GELU_N, -5, 5);
+  tu_fill(&r, g, GELU_N, -1, 1);
+  for (int a = 0; a < 2; a++) {
+    gelu_ctx c = {a ? DPT_GELU_TANH : DPT_GELU_ERF,
+                  tu_f32(be, x, GELU_N),
+                  {tu_f32_fill(be, GELU_N, NAN), g, GELU_N, out}};
+    dpt_buffer *bg = tu_f32(be, g, GELU_N), *bdx = tu_f32_fill(be, GELU_N, NAN);
+    TU_OK(dpt_gelu_bwd(be, GELU_N, c.a, c.x, 0, bg, 0, bdx, 0));
+    tu_get(bdx, 0, dx, GELU_N);
+    expect_fd(a ? "gelu tanh dx" : "gelu erf dx", c.x, x, dx, GELU_N, 1e-2f, 2e-3, gelu_loss, &c);
+    TU_OK(dpt_gelu_bwd(be, GELU_N, c.a, c.x, 0, bg, 0, bg, 0)); /* dx over dy */
+    tu_get(bg, 0, dx2, GELU_N);
+    ck_assert_mem_eq(dx, dx2, sizeof dx);
+    dpt_buffer_free(c.x);
+    dpt_buffer_free(c.w.out);
+    dpt_buffer_free(bg);
+    dpt_buffer_free(bdx);
+  }
+  dpt_buffer_free(bx);
+  dpt_buffer_free(by);
+}
+END_TEST
+
 /* avgpool_bwd is the adjoint of avgpool_fwd (<fwd(x), dy> == <x, bwd(dy)>) on overlapping,
  * strided (with uncovered edges) and global windows; and the gradient of sum(fwd(x) * W)
  * against finite differences (linear: a large step). */
@@ -1209,6 +1347,8 @@ static Suite *cpu_ops_suite(void) {
   tcase_add_test(grad, softmax_xent_grad_vs_fd);
   tcase_add_test(grad, gemm_grad_vs_fd);
   tcase_add_test(grad, bn_train_grads_vs_fd);
+  tcase_add_test(grad, layernorm_grads_vs_fd);
+  tcase_add_test(grad, gelu_values_and_grads_vs_fd);
   tcase_add_test(grad, avgpool_bwd_is_adjoint_and_fd);
   tcase_add_test(grad, dropout_adjoint_and_fraction);
   tcase_add_test(grad, dropout_split_and_in_place);

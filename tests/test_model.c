@@ -33,8 +33,10 @@ static int add_layer(dpt_model_spec *s, dpt_layer_spec l, const char *name, int 
 #define PREV (-2) /* add_layer: the layer before */
 
 /* Every layer kind on 8x8 inputs: two residual blocks (identity, then a strided 1x1
- * projection), an average pool, a global average pool, batchnorm1d and dropout. `dropout` 0
- * leaves the dropout layer out. */
+ * projection; between them gelu and a layernorm over the image rows), an average pool, gelu
+ * (tanh), a global average pool, layernorm and gelu on the features, batchnorm1d and dropout.
+ * `dropout` 0 leaves the dropout layer out. The first block ends in gelu, not relu: a relu
+ * there, before the layernorm, let float noise flip a kink within the sync-bn test's steps. */
 static void mini_resnet(dpt_model_spec *s, float dropout) {
   dpt_model_spec_init(s, 1, 8, 8, 10); /* cannot fail with a spec */
   dpt_layer_spec conv3 = {
@@ -46,7 +48,9 @@ static void mini_resnet(dpt_model_spec *s, float dropout) {
   add_layer(s, conv3, "b1.conv", PREV, PREV);
   int y = add_layer(s, bn, "b1.bn", PREV, PREV);
   add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_ADD}, "b1.add", y, x);
-  x = add_layer(s, relu, "b1.relu", PREV, PREV);
+  add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_GELU}, "b1.gelu", PREV, PREV);
+  x = add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_LAYERNORM, .eps = 1e-3f}, "b1.ln", PREV,
+                PREV);
   dpt_layer_spec proj = {
       .kind = DPT_LAYER_CONV2D, .size = 6, .kernel = 1, .stride = 2, .no_bias = 1};
   add_layer(s, proj, "b2.shortcut.0", x, PREV);
@@ -58,9 +62,13 @@ static void mini_resnet(dpt_model_spec *s, float dropout) {
   add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_ADD}, "b2.add", y, sc);
   add_layer(s, relu, "b2.relu", PREV, PREV);
   add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_AVGPOOL, .kernel = 2}, "pool", PREV, PREV);
+  add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_GELU, .approximate = DPT_GELU_TANH}, "gelu_p",
+            PREV, PREV);
   add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_GLOBAL_AVGPOOL}, "gap", PREV, PREV);
   add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_FLATTEN}, "flat", PREV, PREV);
   add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_LINEAR, .size = 8}, "fc1", PREV, PREV);
+  add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_LAYERNORM}, "ln_f", PREV, PREV);
+  add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_GELU}, "gelu_f", PREV, PREV);
   add_layer(s, (dpt_layer_spec){.kind = DPT_LAYER_BATCHNORM1D}, "bnf", PREV, PREV);
   add_layer(s, relu, "relu_f", PREV, PREV);
   if (dropout > 0)
@@ -258,6 +266,50 @@ START_TEST(model_file) {
 }
 END_TEST
 
+/* layernorm and gelu in a file: their options, PyTorch's names and shapes (over a vector's
+ * features, over an image's width), eps's default. */
+START_TEST(model_file_layernorm_gelu) {
+  dpt_model_spec spec;
+  const char *text = "{\"layers\": [\n"
+                     "  {\"name\": \"ln_img\", \"kind\": \"layernorm\"},\n"
+                     "  {\"name\": \"act\", \"kind\": \"gelu\", \"approximate\": \"tanh\"},\n"
+                     "  {\"name\": \"flat\", \"kind\": \"flatten\"},\n"
+                     "  {\"name\": \"fc1\", \"kind\": \"linear\", \"out\": 12},\n"
+                     "  {\"name\": \"ln\", \"kind\": \"layernorm\", \"eps\": 1e-12},\n"
+                     "  {\"name\": \"act2\", \"kind\": \"gelu\", \"approximate\": \"none\"},\n"
+                     "  {\"name\": \"fc\", \"kind\": \"linear\", \"out\": \"classes\"}]}\n";
+  TU_OK(dpt_model_spec_load_json(write_file("ln.json", text), 1, 8, 8, 10, &spec));
+  ck_assert_int_eq(spec.layers[0].kind, DPT_LAYER_LAYERNORM);
+  ck_assert(spec.layers[0].eps == 0.0f); /* the default, 1e-5, applies at creation */
+  ck_assert_int_eq(spec.layers[1].approximate, DPT_GELU_TANH);
+  ck_assert(spec.layers[4].eps == 1e-12f);
+  ck_assert_int_eq(spec.layers[5].approximate, DPT_GELU_ERF);
+  dpt_backend *be = tu_cpu();
+  dpt_model *m;
+  TU_OK(dpt_model_create(be, &spec, 2, &m));
+  const char *names[] = {"ln_img.weight", "ln_img.bias", "fc1.weight", "fc1.bias",
+                         "ln.weight",     "ln.bias",     "fc.weight",  "fc.bias"};
+  const int64_t dims[] = {8, 8, 12, 12, 12, 12, 10, 10};
+  ck_assert_uint_eq(dpt_model_num_tensors(m), 8);
+  for (size_t t = 0; t < 8; ++t) {
+    dpt_tensor_info ti;
+    TU_OK(dpt_model_tensor(m, t, &ti));
+    ck_assert_str_eq(ti.name, names[t]);
+    ck_assert_int_eq(ti.shape[0], dims[t]);
+  }
+  dpt_model_destroy(m);
+  /* Bad values through the C API name the layer too. */
+  spec.layers[4].eps = -1.0f;
+  EXPECT_FAIL(dpt_model_create(be, &spec, 2, &m), DPT_ERR_INVALID_ARG, "'ln' (layernorm)", "eps",
+              NULL);
+  spec.layers[4].eps = 0.0f;
+  spec.layers[5].approximate = 2;
+  EXPECT_FAIL(dpt_model_create(be, &spec, 2, &m), DPT_ERR_INVALID_ARG, "'act2' (gelu)",
+              "approximate 2", NULL);
+  dpt_backend_destroy(be);
+}
+END_TEST
+
 /* One model file each: the load (or the model's creation) fails with one message naming the
  * problem. */
 static void expect_bad_file(const char *text, dpt_status want, const char *n1, const char *n2) {
@@ -312,6 +364,15 @@ START_TEST(model_file_bad_input) {
   expect_bad_file("{\"layers\": [{\"kind\": \"linear\", \"out\": 4},"
                   "{\"name\": \"0\", \"kind\": \"linear\", \"out\": 10}]}",
                   ARG, "two tensors are named '0.weight'", NULL);
+  expect_bad_file("{\"layers\": [{\"name\": \"n\", \"kind\": \"layernorm\", \"eps\": -1},"
+                  "{\"kind\": \"linear\", \"out\": 10}]}",
+                  BAD, "'n'", "\"eps\"");
+  expect_bad_file("{\"layers\": [{\"name\": \"n\", \"kind\": \"layernorm\", \"eps\": \"small\"},"
+                  "{\"kind\": \"linear\", \"out\": 10}]}",
+                  BAD, "'n'", "\"eps\"");
+  expect_bad_file("{\"layers\": [{\"name\": \"g\", \"kind\": \"gelu\", \"approximate\": \"erf\"},"
+                  "{\"kind\": \"linear\", \"out\": 10}]}",
+                  BAD, "'g'", "\"approximate\"");
   dpt_model_spec spec;
   EXPECT_FAIL(dpt_model_spec_load_json("/nonexistent/m.json", 1, 8, 8, 10, &spec), DPT_ERR_IO,
               "/nonexistent/m.json", NULL, NULL);
@@ -588,6 +649,7 @@ int main(int argc, char **argv) {
   TCase *files = tcase_create("files");
   tcase_add_checked_fixture(files, setup_tmp, teardown_tmp);
   tcase_add_test(files, model_file);
+  tcase_add_test(files, model_file_layernorm_gelu);
   tcase_add_test(files, model_file_bad_input);
   tcase_add_test(files, weights_buffers_strict);
   suite_add_tcase(s, files);

@@ -24,6 +24,9 @@ static void expect_same(const dpt_model_spec *a, const dpt_model_spec *b) {
                       x->padding == y->padding && x->no_bias == y->no_bias,
                   "layer %zu: size/kernel/stride/padding/no_bias differ", i);
     ck_assert_msg(x->p == y->p, "layer %zu: p %g vs %g", i, (double)x->p, (double)y->p);
+    ck_assert_msg(x->eps == y->eps && x->approximate == y->approximate,
+                  "layer %zu: eps %g vs %g, approximate %d vs %d", i, (double)x->eps,
+                  (double)y->eps, x->approximate, y->approximate);
     ck_assert_msg(x->num_inputs == y->num_inputs, "layer %zu: %d vs %d inputs", i, x->num_inputs,
                   y->num_inputs);
     for (int j = 0; j < x->num_inputs; ++j)
@@ -48,7 +51,8 @@ static void round_trip(const dpt_model_spec *spec) {
 }
 
 /* A graph with what the built-in models lack: unnamed layers taken as inputs, the model input
- * named explicitly, dropout's p, a linear layer without bias, pools, batchnorm1d. */
+ * named explicitly, dropout's p, a linear layer without bias, pools, batchnorm1d, layernorm's
+ * eps and gelu's tanh form. */
 static void hand_made(dpt_model_spec *s) {
   TU_OK(dpt_model_spec_init(s, 3, 8, 8, 7));
   int conv, relu, pool, flat, drop;
@@ -82,6 +86,11 @@ static void hand_made(dpt_model_spec *s) {
   l = (dpt_layer_spec){.kind = DPT_LAYER_BATCHNORM1D};
   strcpy(l.name, "bn");
   TU_OK(dpt_model_spec_add(s, &l, NULL));
+  l = (dpt_layer_spec){.kind = DPT_LAYER_LAYERNORM, .eps = 1e-12f};
+  strcpy(l.name, "ln");
+  TU_OK(dpt_model_spec_add(s, &l, NULL));
+  l = (dpt_layer_spec){.kind = DPT_LAYER_GELU, .approximate = DPT_GELU_TANH};
+  TU_OK(dpt_model_spec_add(s, &l, NULL));
   l = (dpt_layer_spec){.kind = DPT_LAYER_DROPOUT, .p = 0.3f};
   TU_OK(dpt_model_spec_add(s, &l, &drop));
   l = (dpt_layer_spec){.kind = DPT_LAYER_LINEAR, .size = 7, .num_inputs = 1, .inputs = {drop}};
@@ -114,7 +123,7 @@ START_TEST(hand_made_names) {
   hand_made(s);
   char *text = NULL;
   TU_OK(dpt_model_spec_to_json(s, &text));
-  /* Layers 0 (conv), 1 (relu), 4 (avgpool) and 9 (dropout) are taken as inputs: named by
+  /* Layers 0 (conv), 1 (relu), 4 (avgpool) and 11 (dropout) are taken as inputs: named by
    * their index; the others stay unnamed. */
   ck_assert_msg(strstr(text, "{\"name\":\"0\",\"kind\":\"conv2d\",\"inputs\":[\"input\"]"), "%s",
                 text);
@@ -125,6 +134,10 @@ START_TEST(hand_made_names) {
   ck_assert_msg(strstr(text, "{\"kind\":\"maxpool\",\"inputs\":[\"4\"],\"kernel\":3,\"stride\":1}"),
                 "%s", text);
   ck_assert_msg(strstr(text, "\"input\":[3,8,8],\"classes\":7"), "%s", text);
+  ck_assert_msg(
+      strstr(text, "{\"name\":\"ln\",\"kind\":\"layernorm\",\"eps\":9.999999960041972e-13}"), "%s",
+      text);
+  ck_assert_msg(strstr(text, "{\"kind\":\"gelu\",\"approximate\":\"tanh\"}"), "%s", text);
   free(text);
   /* An index given as a name that another layer already has cannot be written. */
   strcpy(s->layers[7].name, "4");

@@ -1,7 +1,8 @@
 /* The layer ops of the cpu backend: batched gemm, batch normalization, average pooling,
- * dropout (include/dptrain/backend.h states what each computes). Like cpu_ops.c these are
- * plain loops that spell out the contract, since the other backends are tested against them:
- * sums accumulate in double, element-wise formulas run in float in the documented order. */
+ * dropout, layer normalization, GELU (include/dptrain/backend.h states what each computes). Like
+ * cpu_ops.c these are plain loops that spell out the contract, since the other backends are tested
+ * against them: sums accumulate in double, element-wise formulas run in float in the documented
+ * order. */
 #include <math.h>
 #include <string.h>
 
@@ -207,6 +208,135 @@ dpt_status dpt_cpu_dropout(dpt_backend *be, const dpt_dropout_args *a) {
       const uint32_t h = dpt_mix32(hr ^ (uint32_t)c);
       yr[c] = (h >> 8) >= a->threshold ? xr[c] * a->scale : 0.0f;
     }
+  }
+  return DPT_OK;
+}
+
+/* ---- layer normalization ------------------------------------------------------------------ */
+
+/* Per row: mean and biased variance in double (two passes), rounded to float once; rstd =
+ * 1 / sqrt(var + eps) and y = (x - mean) * rstd * gamma + beta in float. */
+dpt_status dpt_cpu_layernorm_fwd(dpt_backend *be, const dpt_layernorm_fwd_args *a) {
+  (void)be;
+  const size_t cols = a->g.cols;
+  const float *x = dpt_cpu_f32(a->x), *gamma = dpt_cpu_f32(a->gamma), *beta = dpt_cpu_f32(a->beta);
+  float *y = dpt_cpu_f32(a->y), *mean = dpt_cpu_f32(a->mean), *rstd = dpt_cpu_f32(a->rstd);
+  for (size_t r = 0; r < a->g.rows; ++r) {
+    const float *xr = x + r * cols;
+    float *yr = y + r * cols;
+    double s = 0.0, q = 0.0;
+    for (size_t c = 0; c < cols; ++c)
+      s += xr[c];
+    const double md = s / (double)cols;
+    for (size_t c = 0; c < cols; ++c)
+      q += ((double)xr[c] - md) * ((double)xr[c] - md);
+    const float m = (float)md, inv = 1.0f / sqrtf((float)(q / (double)cols) + a->g.eps);
+    mean[r] = m;
+    rstd[r] = inv;
+    for (size_t c = 0; c < cols; ++c)
+      yr[c] = (xr[c] - m) * inv * gamma[c] + beta[c];
+  }
+  return DPT_OK;
+}
+
+/* Per row, with xhat = (x - mean) * rstd and gd = dy * gamma in float: the means of gd and
+ * gd * xhat in double, rounded to float, then dx = rstd * (gd - mean(gd) - xhat * mean(gd xhat)).
+ */
+dpt_status dpt_cpu_layernorm_bwd(dpt_backend *be, const dpt_layernorm_bwd_args *a) {
+  (void)be;
+  const size_t cols = a->g.cols;
+  const float *x = dpt_cpu_f32(a->x), *dy = dpt_cpu_f32(a->dy), *gamma = dpt_cpu_f32(a->gamma);
+  const float *mean = dpt_cpu_f32(a->mean), *rstd = dpt_cpu_f32(a->rstd);
+  float *dx = dpt_cpu_f32(a->dx);
+  for (size_t r = 0; r < a->g.rows; ++r) {
+    const float *xr = x + r * cols, *dyr = dy + r * cols;
+    float *dxr = dx + r * cols;
+    const float m = mean[r], inv = rstd[r];
+    double s = 0.0, sx = 0.0;
+    for (size_t c = 0; c < cols; ++c) {
+      const float gd = dyr[c] * gamma[c], xhat = (xr[c] - m) * inv;
+      s += gd;
+      sx += (double)gd * (double)xhat;
+    }
+    const float ma = (float)(s / (double)cols), mb = (float)(sx / (double)cols);
+    for (size_t c = 0; c < cols; ++c) {
+      const float gd = dyr[c] * gamma[c], xhat = (xr[c] - m) * inv;
+      dxr[c] = inv * (gd - ma - xhat * mb);
+    }
+  }
+  return DPT_OK;
+}
+
+/* dgamma = sum of dy * xhat (xhat in float), dbeta = sum of dy, per column in row order, in
+ * double accumulators (a chunk of columns at a time, reading rows in memory order). */
+dpt_status dpt_cpu_layernorm_bwd_params(dpt_backend *be, const dpt_layernorm_bwd_params_args *a) {
+  (void)be;
+  const size_t cols = a->g.cols;
+  const float *x = dpt_cpu_f32(a->x), *dy = dpt_cpu_f32(a->dy);
+  const float *mean = dpt_cpu_f32(a->mean), *rstd = dpt_cpu_f32(a->rstd);
+  float *dgamma = dpt_cpu_f32(a->dgamma), *dbeta = dpt_cpu_f32(a->dbeta);
+  for (size_t c0 = 0; c0 < cols; c0 += BN_CHUNK) {
+    const size_t nc = cols - c0 < BN_CHUNK ? cols - c0 : BN_CHUNK;
+    double sg[BN_CHUNK] = {0}, sb[BN_CHUNK] = {0};
+    for (size_t r = 0; r < a->g.rows; ++r) {
+      const float *xr = x + r * cols + c0, *dyr = dy + r * cols + c0;
+      const float m = mean[r], inv = rstd[r];
+      for (size_t j = 0; j < nc; ++j) {
+        const float xhat = (xr[j] - m) * inv;
+        sg[j] += (double)dyr[j] * (double)xhat;
+        sb[j] += dyr[j];
+      }
+    }
+    for (size_t j = 0; j < nc; ++j) {
+      dgamma[c0 + j] = (float)sg[j];
+      dbeta[c0 + j] = (float)sb[j];
+    }
+  }
+  return DPT_OK;
+}
+
+/* ---- GELU --------------------------------------------------------------------------------- */
+
+#define GELU_SQRT_2_OVER_PI 0.7978845608028654
+#define GELU_COEF           0.044715
+#define GELU_INV_SQRT_2     0.7071067811865476
+#define GELU_INV_SQRT_2PI   0.3989422804014327
+
+/* Phi(x) (or its tanh approximation) in *cdf and d(x Phi(x)) / dx in *slope, in double. Both
+ * tails stay accurate: erfc instead of 1 + erf, and 0.5 (1 + tanh u) as 1 / (1 + e^(-2u)) with
+ * 1 - tanh^2 u = 4 cdf (1 - cdf), each side from e = e^(-2|u|). */
+static void gelu_eval(double x, dpt_gelu_approx approx, double *cdf, double *slope) {
+  if (approx == DPT_GELU_TANH) {
+    const double u = GELU_SQRT_2_OVER_PI * (x + GELU_COEF * x * x * x), e = exp(-2.0 * fabs(u));
+    const double hi = 1.0 / (1.0 + e), lo = e / (1.0 + e); /* the cdf of |u|, of -|u| */
+    *cdf = u >= 0.0 ? hi : lo;
+    *slope = *cdf + 2.0 * x * hi * lo * GELU_SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_COEF * x * x);
+    return;
+  }
+  *cdf = 0.5 * erfc(-x * GELU_INV_SQRT_2);
+  *slope = *cdf + x * GELU_INV_SQRT_2PI * exp(-0.5 * x * x);
+}
+
+dpt_status dpt_cpu_gelu_fwd(dpt_backend *be, const dpt_gelu_fwd_args *a) {
+  (void)be;
+  const float *x = dpt_cpu_f32(a->x);
+  float *y = dpt_cpu_f32(a->y);
+  for (size_t i = 0; i < a->n; ++i) {
+    double cdf, slope;
+    gelu_eval(x[i], a->approx, &cdf, &slope);
+    y[i] = (float)((double)x[i] * cdf);
+  }
+  return DPT_OK;
+}
+
+dpt_status dpt_cpu_gelu_bwd(dpt_backend *be, const dpt_gelu_bwd_args *a) {
+  (void)be;
+  const float *x = dpt_cpu_f32(a->x), *dy = dpt_cpu_f32(a->dy);
+  float *dx = dpt_cpu_f32(a->y);
+  for (size_t i = 0; i < a->n; ++i) {
+    double cdf, slope;
+    gelu_eval(x[i], a->approx, &cdf, &slope);
+    dx[i] = (float)((double)dy[i] * slope);
   }
   return DPT_OK;
 }

@@ -46,7 +46,12 @@
   X(bn_bwd)                                                                                        \
   X(avgpool_fwd)                                                                                   \
   X(avgpool_bwd)                                                                                   \
-  X(dropout)
+  X(dropout)                                                                                       \
+  X(layernorm_fwd)                                                                                 \
+  X(layernorm_bwd)                                                                                 \
+  X(layernorm_bwd_params)                                                                          \
+  X(gelu_fwd)                                                                                      \
+  X(gelu_bwd)
 
 typedef enum dpt_ocl_kernel {
 #define DPT_OCL_KERNEL_ENUM_(name) DPT_OCL_K_##name,

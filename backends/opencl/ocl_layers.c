@@ -1,6 +1,6 @@
-/* The layer ops of the opencl backend: batch normalization, average pooling, dropout
- * (include/dptrain/backend.h states what each computes; the kernels are in kernels/layers.cl).
- * gemm_batched is in ocl_gemm.c with the other CLBlast calls. */
+/* The layer ops of the opencl backend: batch normalization, average pooling, dropout,
+ * layer normalization, GELU (include/dptrain/backend.h states what each computes; the kernels are
+ * in kernels/layers.cl). gemm_batched is in ocl_gemm.c with the other CLBlast calls. */
 #include "backends/opencl/ocl_internal.h"
 #include "base/error.h"
 
@@ -91,4 +91,39 @@ dpt_status dpt_ocl_dropout(dpt_backend *be, const dpt_dropout_args *a) {
   dpt_ocl_arg_ref(&l, a->x);
   dpt_ocl_arg_ref(&l, a->y);
   return dpt_ocl_launch(&l, n);
+}
+
+/* ---- layer normalization ------------------------------------------------------------------- */
+
+/* fwd and bwd: one work-item per row; bwd_params: one per column, summing rows in order. */
+dpt_status dpt_ocl_layernorm_fwd(dpt_backend *be, const dpt_layernorm_fwd_args *a) {
+  const uint64_t u[] = {a->g.cols};
+  const dpt_ref refs[] = {a->x, a->gamma, a->beta, a->y, a->mean, a->rstd};
+  return dpt_ocl_launch_flat(be, DPT_OCL_K_layernorm_fwd, a->g.rows, 1, u, 1, &a->g.eps, 6, refs);
+}
+
+dpt_status dpt_ocl_layernorm_bwd(dpt_backend *be, const dpt_layernorm_bwd_args *a) {
+  const uint64_t u[] = {a->g.cols};
+  const dpt_ref refs[] = {a->dy, a->x, a->mean, a->rstd, a->gamma, a->dx};
+  return dpt_ocl_launch_flat(be, DPT_OCL_K_layernorm_bwd, a->g.rows, 1, u, 0, NULL, 6, refs);
+}
+
+dpt_status dpt_ocl_layernorm_bwd_params(dpt_backend *be, const dpt_layernorm_bwd_params_args *a) {
+  const uint64_t u[] = {a->g.rows};
+  const dpt_ref refs[] = {a->dy, a->x, a->mean, a->rstd, a->dgamma, a->dbeta};
+  return dpt_ocl_launch_flat(be, DPT_OCL_K_layernorm_bwd_params, a->g.cols, 1, u, 0, NULL, 6, refs);
+}
+
+/* ---- GELU ---------------------------------------------------------------------------------- */
+
+dpt_status dpt_ocl_gelu_fwd(dpt_backend *be, const dpt_gelu_fwd_args *a) {
+  const uint64_t u[] = {(uint64_t)a->approx};
+  const dpt_ref refs[] = {a->x, a->y};
+  return dpt_ocl_launch_flat(be, DPT_OCL_K_gelu_fwd, a->n, 1, u, 0, NULL, 2, refs);
+}
+
+dpt_status dpt_ocl_gelu_bwd(dpt_backend *be, const dpt_gelu_bwd_args *a) {
+  const uint64_t u[] = {(uint64_t)a->approx};
+  const dpt_ref refs[] = {a->x, a->dy, a->y};
+  return dpt_ocl_launch_flat(be, DPT_OCL_K_gelu_bwd, a->n, 1, u, 0, NULL, 3, refs);
 }

@@ -179,7 +179,12 @@ enum {
   X(BN_BWD, "bn_bwd.spv", 8, 0, 0, 0, 0)                                                           \
   X(AVGPOOL_FWD, "avgpool_fwd.spv", 2, 0, 0, 0, 0)                                                 \
   X(AVGPOOL_BWD, "avgpool_bwd.spv", 2, 0, 0, 0, 0)                                                 \
-  X(DROPOUT, "dropout.spv", 2, 0, 0, 0, 0)
+  X(DROPOUT, "dropout.spv", 2, 0, 0, 0, 0)                                                         \
+  X(LAYERNORM_FWD, "layernorm_fwd.spv", 6, 0, 0, 0, 0)                                             \
+  X(LAYERNORM_BWD, "layernorm_bwd.spv", 6, 0, 0, 0, 0)                                             \
+  X(LAYERNORM_BWD_PARAMS, "layernorm_bwd_params.spv", 6, 0, 0, 0, 0)                               \
+  X(GELU_FWD, "gelu_fwd.spv", 2, 0, 0, 0, 0)                                                       \
+  X(GELU_BWD, "gelu_bwd.spv", 3, 0, 0, 0, 0)
 
 typedef enum dpt_vk_pipe {
 #define DPT_VK_PIPE_ENUM_(id, file, nbind, s0, s1, s2, s3) DPT_VK_PIPE_##id,

@@ -1,6 +1,6 @@
-/* The layer ops of the vulkan backend: batch normalization, average pooling, dropout
- * (include/dptrain/backend.h states what each computes; gemm_batched lives with gemm in
- * vk_ops.c). Each binds its tensors as windows and records its dispatches like the ops of
+/* The layer ops of the vulkan backend: batch normalization, average pooling, dropout, layer
+ * normalization, GELU (include/dptrain/backend.h states what each computes; gemm_batched lives with
+ * gemm in vk_ops.c). Each binds its tensors as windows and records its dispatches like the ops of
  * vk_ops.c; a tensor larger than one window or a size beyond 32 bits is DPT_ERR_UNSUPPORTED,
  * except for dropout, which splits its rows over several dispatches. */
 #include <string.h>
@@ -195,4 +195,111 @@ dpt_status dpt_vk_dropout(dpt_backend *be, const dpt_dropout_args *a) {
     r += rows;
   }
   return dpt_vk_leave(be, DPT_OK);
+}
+
+/* ---- layer normalization ------------------------------------------------------------------- */
+
+/* fwd and bwd run one invocation per row, `passes` loops over its cols: lavapipe's loop budget
+ * (DPT_VK_LOOP_LIMIT) bounds cols; rows * cols must fit the 32-bit indices. */
+static dpt_status vk_ln_size(const dpt_ln_geom *g, uint64_t passes, const char *op) {
+  if (g->rows * g->cols > UINT32_MAX) return vk_too_large(op);
+  if ((uint64_t)g->cols * passes + 16 > DPT_VK_LOOP_LIMIT)
+    return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                         "vulkan: %s: %zu columns exceed what one invocation walks", op, g->cols);
+  return DPT_OK;
+}
+
+dpt_status dpt_vk_layernorm_fwd(dpt_backend *be, const dpt_layernorm_fwd_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
+  const size_t rows = a->g.rows, cols = a->g.cols;
+  DPT_TRY(vk_ln_size(&a->g, 3, "layernorm_fwd"));
+  dpt_ref t[6] = {a->x, a->gamma, a->beta, a->y, a->mean, a->rstd};
+  size_t counts[6] = {rows * cols, cols, cols, rows * cols, rows, rows};
+  dpt_vk_win w[6];
+  uint32_t e[6];
+  DPT_TRY(vk_windows(ctx, t, counts, 6, w, e));
+  uint32_t push[9] = {(uint32_t)rows, (uint32_t)cols,  e[0], e[1], e[2], e[3], e[4],
+                      e[5],           vk_f2u(a->g.eps)};
+  return dpt_vk_leave(be, dpt_vk_dispatch(ctx, DPT_VK_PIPE_LAYERNORM_FWD, w, 6, push, sizeof push,
+                                          vk_div_up(rows, DPT_VK_WG)));
+}
+
+dpt_status dpt_vk_layernorm_bwd(dpt_backend *be, const dpt_layernorm_bwd_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
+  const size_t rows = a->g.rows, cols = a->g.cols;
+  DPT_TRY(vk_ln_size(&a->g, 2, "layernorm_bwd"));
+  dpt_ref t[6] = {a->dy, a->x, a->mean, a->rstd, a->gamma, a->dx};
+  size_t counts[6] = {rows * cols, rows * cols, rows, rows, cols, rows * cols};
+  dpt_vk_win w[6];
+  uint32_t e[6];
+  DPT_TRY(vk_windows(ctx, t, counts, 6, w, e));
+  uint32_t push[8] = {(uint32_t)rows, (uint32_t)cols, e[0], e[1], e[2], e[3], e[4], e[5]};
+  return dpt_vk_leave(be, dpt_vk_dispatch(ctx, DPT_VK_PIPE_LAYERNORM_BWD, w, 6, push, sizeof push,
+                                          vk_div_up(rows, DPT_VK_WG)));
+}
+
+/* One invocation per column, over chunks of rows in order (each within the loop budget): the
+ * first chunk overwrites dgamma and dbeta, the next add to them. */
+static dpt_status vk_ln_params_chunk(dpt_vk_ctx *ctx, const dpt_layernorm_bwd_params_args *a,
+                                     size_t r0, size_t nr) {
+  const size_t cols = a->g.cols;
+  dpt_ref t[6] = {a->dy, a->x, a->mean, a->rstd, a->dgamma, a->dbeta};
+  t[0].off += r0 * cols;
+  t[1].off += r0 * cols;
+  t[2].off += r0;
+  t[3].off += r0;
+  size_t counts[6] = {nr * cols, nr * cols, nr, nr, cols, cols};
+  dpt_vk_win w[6];
+  uint32_t e[6];
+  DPT_TRY(vk_windows(ctx, t, counts, 6, w, e));
+  uint32_t push[9] = {(uint32_t)nr, (uint32_t)cols, e[0], e[1], e[2], e[3], e[4], e[5], r0 == 0};
+  return dpt_vk_dispatch(ctx, DPT_VK_PIPE_LAYERNORM_BWD_PARAMS, w, 6, push, sizeof push,
+                         vk_div_up(cols, DPT_VK_WG));
+}
+
+dpt_status dpt_vk_layernorm_bwd_params(dpt_backend *be, const dpt_layernorm_bwd_params_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
+  if (a->g.rows * a->g.cols > UINT32_MAX)
+    return dpt_vk_leave(be, vk_too_large("layernorm_bwd_params"));
+  const size_t chunk = DPT_VK_LOOP_LIMIT - 16;
+  for (size_t r0 = 0; r0 < a->g.rows; r0 += chunk) {
+    size_t nr = a->g.rows - r0 < chunk ? a->g.rows - r0 : chunk;
+    DPT_TRY(vk_ln_params_chunk(ctx, a, r0, nr));
+  }
+  return dpt_vk_leave(be, DPT_OK);
+}
+
+/* ---- GELU ---------------------------------------------------------------------------------- */
+
+/* Element-wise, in chunks of what a window holds: fwd binds x, y; bwd binds x, dy, dx. */
+static dpt_status vk_gelu(dpt_vk_ctx *ctx, const dpt_gelu_args *a, int bwd) {
+  const size_t chunk = dpt_vk_chunk_elems(ctx, 4);
+  const dpt_ref t[3] = {a->x, bwd ? a->dy : a->y, a->y};
+  const uint32_t nt = bwd ? 3 : 2;
+  for (size_t i = 0; i < a->n; i += chunk) {
+    size_t n = a->n - i < chunk ? a->n - i : chunk;
+    dpt_vk_win w[3];
+    uint32_t push[5] = {(uint32_t)n, 0, 0, 0, 0};
+    for (uint32_t k = 0; k < nt; ++k) {
+      DPT_TRY(dpt_vk_window(ctx, vk_al(&t[k]), t[k].off + i, n, 4, &w[k]));
+      push[1 + k] = w[k].elem;
+    }
+    push[1 + nt] = (uint32_t)a->approx;
+    DPT_TRY(dpt_vk_dispatch(ctx, bwd ? DPT_VK_PIPE_GELU_BWD : DPT_VK_PIPE_GELU_FWD, w, nt, push,
+                            (2 + nt) * sizeof(uint32_t), vk_div_up(n, DPT_VK_WG)));
+  }
+  return DPT_OK;
+}
+
+dpt_status dpt_vk_gelu_fwd(dpt_backend *be, const dpt_gelu_fwd_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  return dpt_vk_leave(be, vk_gelu(dpt_vk_ctx_of(be), a, 0));
+}
+
+dpt_status dpt_vk_gelu_bwd(dpt_backend *be, const dpt_gelu_bwd_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  return dpt_vk_leave(be, vk_gelu(dpt_vk_ctx_of(be), a, 1));
 }

@@ -151,7 +151,12 @@ DPT_API dpt_status dpt_buffer_fill_f32(dpt_buffer *dst, size_t offset, size_t co
   X(BN_BWD, bn_bwd)                                                                                \
   X(AVGPOOL_FWD, avgpool_fwd)                                                                      \
   X(AVGPOOL_BWD, avgpool_bwd)                                                                      \
-  X(DROPOUT, dropout)
+  X(DROPOUT, dropout)                                                                              \
+  X(LAYERNORM_FWD, layernorm_fwd)                                                                  \
+  X(LAYERNORM_BWD, layernorm_bwd)                                                                  \
+  X(LAYERNORM_BWD_PARAMS, layernorm_bwd_params)                                                    \
+  X(GELU_FWD, gelu_fwd)                                                                            \
+  X(GELU_BWD, gelu_bwd)
 
 typedef enum dpt_op {
 #define DPT_OP_ENUM_(NAME, name) DPT_OP_##NAME,
@@ -399,6 +404,54 @@ DPT_API dpt_status dpt_dropout(dpt_backend *be, size_t rows, size_t cols,
  * ^ step_lo) ^ step_hi) and h = mix(mix(key ^ row) ^ col), where mix is the 32-bit
  * "lowbias32" integer hash, the element is kept when (h >> 8) >= round(p * 2^24). */
 DPT_API int dpt_dropout_keep(const dpt_dropout_params *params, uint32_t row, uint32_t col);
+
+/* Layer normalization over the last dimension (PyTorch's LayerNorm): x [rows, cols], each row
+ * normalized over its cols values; rows, cols >= 1 and eps > 0. */
+typedef struct dpt_ln_geom {
+  size_t rows, cols;
+  float eps;
+} dpt_ln_geom;
+
+/* Per row: mean [rows] and rstd = 1 / sqrt(var + eps) [rows] (biased variance, two passes;
+ * the CPU backend sums in double and rounds mean and var to float once), then
+ * y = (x - mean) * rstd * gamma[col] + beta[col] in float. mean and rstd are kept for the
+ * backward ops. */
+DPT_API dpt_status dpt_layernorm_fwd(dpt_backend *be, const dpt_ln_geom *g, const dpt_buffer *x,
+                                     size_t x_off, const dpt_buffer *gamma, size_t gamma_off,
+                                     const dpt_buffer *beta, size_t beta_off, dpt_buffer *y,
+                                     size_t y_off, dpt_buffer *mean, size_t mean_off,
+                                     dpt_buffer *rstd, size_t rstd_off);
+
+/* The input gradient (overwritten), per row with xhat = (x - mean) * rstd and gd = dy * gamma:
+ *   dx = rstd * (gd - mean(gd) - xhat * mean(gd * xhat))
+ * (the CPU backend sums in double). eps is not used. */
+DPT_API dpt_status dpt_layernorm_bwd(dpt_backend *be, const dpt_ln_geom *g, const dpt_buffer *dy,
+                                     size_t dy_off, const dpt_buffer *x, size_t x_off,
+                                     const dpt_buffer *mean, size_t mean_off,
+                                     const dpt_buffer *rstd, size_t rstd_off,
+                                     const dpt_buffer *gamma, size_t gamma_off, dpt_buffer *dx,
+                                     size_t dx_off);
+
+/* The parameter gradients (overwritten): dgamma[col] = sum over rows of dy * xhat, dbeta[col]
+ * = sum over rows of dy, each column summed in row order (deterministic on every backend; the
+ * CPU backend in double). eps is not used. */
+DPT_API dpt_status dpt_layernorm_bwd_params(
+    dpt_backend *be, const dpt_ln_geom *g, const dpt_buffer *dy, size_t dy_off, const dpt_buffer *x,
+    size_t x_off, const dpt_buffer *mean, size_t mean_off, const dpt_buffer *rstd, size_t rstd_off,
+    dpt_buffer *dgamma, size_t dgamma_off, dpt_buffer *dbeta, size_t dbeta_off);
+
+/* GELU's two forms, as PyTorch's approximate='none' and 'tanh'. */
+typedef enum dpt_gelu_approx { DPT_GELU_ERF = 0, DPT_GELU_TANH = 1 } dpt_gelu_approx;
+
+/* y = x * Phi(x) over n elements: erf form 0.5 x (1 + erf(x / sqrt 2)); tanh form
+ * 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))). y may equal x. The CPU backend evaluates in
+ * double and rounds once. */
+DPT_API dpt_status dpt_gelu_fwd(dpt_backend *be, size_t n, dpt_gelu_approx approx,
+                                const dpt_buffer *x, size_t x_off, dpt_buffer *y, size_t y_off);
+/* dx = dy * gelu'(x) over n elements (overwritten); dx may equal dy, not x. */
+DPT_API dpt_status dpt_gelu_bwd(dpt_backend *be, size_t n, dpt_gelu_approx approx,
+                                const dpt_buffer *x, size_t x_off, const dpt_buffer *dy,
+                                size_t dy_off, dpt_buffer *dx, size_t dx_off);
 
 /* Host-side reference conversions, the same rounding as the ops above. */
 DPT_API uint16_t dpt_f32_to_f16_scalar(float x);

@@ -36,12 +36,14 @@ extern "C" {
  *   padding, no_bias;  relu, flatten: none;  maxpool, avgpool: kernel, stride (0 = kernel);
  *   add: two inputs of one shape;  batchnorm2d: an image input [C, H, W];  batchnorm1d: a
  *   feature vector [C] (after flatten or linear);  global_avgpool: an image input, giving
- *   [C, 1, 1];  dropout: p.
+ *   [C, 1, 1];  dropout: p;  layernorm: eps (0 = 1e-5);  gelu: approximate.
  * batchnorm: momentum 0.1, eps 1e-5, batch statistics in training (running variance updated
  * with the unbiased batch variance), running statistics in evaluation, as PyTorch's. dropout:
  * zeroes each element with probability p in training and scales the rest by 1/(1-p), with the
  * mask of dpt_dropout keyed by (seed, step, the sample's place in the global batch, element);
- * the identity in evaluation. */
+ * the identity in evaluation. layernorm: PyTorch's LayerNorm over the last dimension (the
+ * features of a vector, the width of an image), biased variance, weight 1 and bias 0 at init.
+ * gelu: PyTorch's GELU, the erf form or (approximate) the tanh form. */
 #define DPT_LAYER_KIND_MAP(X)                                                                      \
   X(LINEAR, 0, "linear")                                                                           \
   X(RELU, 1, "relu")                                                                               \
@@ -53,7 +55,9 @@ extern "C" {
   X(BATCHNORM1D, 7, "batchnorm1d")                                                                 \
   X(AVGPOOL, 8, "avgpool")                                                                         \
   X(GLOBAL_AVGPOOL, 9, "global_avgpool")                                                           \
-  X(DROPOUT, 10, "dropout")
+  X(DROPOUT, 10, "dropout")                                                                        \
+  X(LAYERNORM, 11, "layernorm")                                                                    \
+  X(GELU, 12, "gelu")
 
 typedef enum dpt_layer_kind {
 #define DPT_LAYER_KIND_ENUM_(name, value, text) DPT_LAYER_##name = value,
@@ -82,6 +86,8 @@ typedef struct dpt_layer_spec {
   int num_inputs; /* 0: the layer before (the model input for layer 0); else inputs[] */
   int inputs[DPT_LAYER_MAX_INPUTS]; /* earlier layer indices, or DPT_LAYER_INPUT_MODEL */
   char name[DPT_LAYER_NAME_MAX];    /* the state_dict prefix; "" means the layer's index */
+  float eps;       /* layernorm: added to the variance, > 0; 0 means PyTorch's 1e-5 */
+  int approximate; /* gelu: a dpt_gelu_approx (0: erf, PyTorch's default; 1: tanh) */
 } dpt_layer_spec;
 
 #define DPT_MODEL_MAX_LAYERS 512

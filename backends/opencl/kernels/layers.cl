@@ -1,7 +1,7 @@
 /* The layer ops beyond convolution: the batch sum of a summed batched gemm, batch
- * normalization, average pooling and dropout. Same conventions as every kernel (common.cl);
- * no atomics: each work-item owns the elements it writes, each work-group the channels it
- * reduces. */
+ * normalization, average pooling, dropout, layer normalization and GELU. Same conventions as
+ * every kernel (common.cl); no atomics: each work-item owns the elements it writes, each
+ * work-group the channels it reduces. */
 
 /* c [m, n] (leading dimension ldc) = beta * c + s_0 + s_1 + ... + s_{batch-1}, where s_i [m, n]
  * (dense) is item i of a batched gemm already scaled by alpha, stored at s + i * m * n. The
@@ -219,4 +219,115 @@ __kernel void dropout(ulong total, ulong cols, uint key, uint threshold, uint fi
   uint r = (uint)(g / cols), col = (uint)(g % cols);
   uint h = dpt_mix32(dpt_mix32(key ^ (first_row + r)) ^ col);
   y[y_off + g] = (h >> 8) >= threshold ? x[x_off + g] * scale : 0.0f;
+}
+
+/* ---- layer normalization over x [rows, cols] ------------------------------------------------ */
+
+/* One work-item per row: mean and biased variance in acc_t (two passes), rstd = 1 / sqrt(var +
+ * eps), y = (x - mean) * rstd * gamma + beta in float. */
+__kernel void layernorm_fwd(ulong rows, ulong cols, float eps, __global const float *x,
+                            ulong x_off, __global const float *gamma, ulong gamma_off,
+                            __global const float *beta, ulong beta_off, __global float *y,
+                            ulong y_off, __global float *mean, ulong mean_off,
+                            __global float *rstd, ulong rstd_off) {
+  size_t r = get_global_id(0);
+  if (r >= rows) return;
+  __global const float *xr = x + x_off + r * cols;
+  __global float *yr = y + y_off + r * cols;
+  acc_t s = 0, q = 0;
+  for (ulong c = 0; c < cols; ++c)
+    s += (acc_t)xr[c];
+  acc_t md = s / (acc_t)cols;
+  for (ulong c = 0; c < cols; ++c) {
+    acc_t d = (acc_t)xr[c] - md;
+    q += d * d;
+  }
+  float m = (float)md, inv = 1.0f / sqrt((float)(q / (acc_t)cols) + eps);
+  mean[mean_off + r] = m;
+  rstd[rstd_off + r] = inv;
+  for (ulong c = 0; c < cols; ++c)
+    yr[c] = (xr[c] - m) * inv * gamma[gamma_off + c] + beta[beta_off + c];
+}
+
+/* One work-item per row: dx = rstd * (gd - mean(gd) - xhat * mean(gd * xhat)), gd = dy * gamma,
+ * the means accumulated in acc_t. */
+__kernel void layernorm_bwd(ulong rows, ulong cols, __global const float *dy, ulong dy_off,
+                            __global const float *x, ulong x_off, __global const float *mean,
+                            ulong mean_off, __global const float *rstd, ulong rstd_off,
+                            __global const float *gamma, ulong gamma_off, __global float *dx,
+                            ulong dx_off) {
+  size_t r = get_global_id(0);
+  if (r >= rows) return;
+  __global const float *xr = x + x_off + r * cols, *dyr = dy + dy_off + r * cols;
+  __global float *dxr = dx + dx_off + r * cols;
+  float m = mean[mean_off + r], inv = rstd[rstd_off + r];
+  acc_t s = 0, sx = 0;
+  for (ulong c = 0; c < cols; ++c) {
+    float gd = dyr[c] * gamma[gamma_off + c], xhat = (xr[c] - m) * inv;
+    s += (acc_t)gd;
+    sx += (acc_t)gd * (acc_t)xhat;
+  }
+  float ma = (float)(s / (acc_t)cols), mb = (float)(sx / (acc_t)cols);
+  for (ulong c = 0; c < cols; ++c) {
+    float gd = dyr[c] * gamma[gamma_off + c], xhat = (xr[c] - m) * inv;
+    dxr[c] = inv * (gd - ma - xhat * mb);
+  }
+}
+
+/* One work-item per column: dgamma = sum of dy * xhat, dbeta = sum of dy over the rows in row
+ * order (acc_t), so the result does not depend on scheduling. */
+__kernel void layernorm_bwd_params(ulong cols, ulong rows, __global const float *dy, ulong dy_off,
+                                   __global const float *x, ulong x_off,
+                                   __global const float *mean, ulong mean_off,
+                                   __global const float *rstd, ulong rstd_off,
+                                   __global float *dgamma, ulong dgamma_off,
+                                   __global float *dbeta, ulong dbeta_off) {
+  size_t c = get_global_id(0);
+  if (c >= cols) return;
+  acc_t sg = 0, sb = 0;
+  for (ulong r = 0; r < rows; ++r) {
+    float d = dy[dy_off + r * cols + c];
+    float xhat = (x[x_off + r * cols + c] - mean[mean_off + r]) * rstd[rstd_off + r];
+    sg += (acc_t)d * (acc_t)xhat;
+    sb += (acc_t)d;
+  }
+  dgamma[dgamma_off + c] = (float)sg;
+  dbeta[dbeta_off + c] = (float)sb;
+}
+
+/* ---- GELU ----------------------------------------------------------------------------------- */
+
+/* Phi(x) (approx 0: 0.5 (1 + erf(x / sqrt 2)); 1: 0.5 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))))
+ * and the slope d(x Phi(x)) / dx, in float, both tails accurate as in the CPU reference: erfc
+ * for 1 + erf, and 1 / (1 + e^(-2u)) for 0.5 (1 + tanh u), with 1 - tanh^2 = 4 cdf (1 - cdf). */
+inline float dpt_gelu_eval(float x, ulong approx, float *slope) {
+  if (approx) {
+    float u = 0.7978845608f * (x + 0.044715f * x * x * x), e = exp(-2.0f * fabs(u));
+    float hi = 1.0f / (1.0f + e), lo = e / (1.0f + e);
+    float cdf = u >= 0.0f ? hi : lo;
+    *slope = cdf + 2.0f * x * hi * lo * 0.7978845608f * (1.0f + 0.134145f * x * x);
+    return cdf;
+  }
+  float cdf = 0.5f * erfc(-x * 0.7071067812f);
+  *slope = cdf + x * 0.3989422804f * exp(-0.5f * x * x);
+  return cdf;
+}
+
+/* y = x * Phi(x); one work-item per element; y may be x. */
+__kernel void gelu_fwd(ulong n, ulong approx, __global const float *x, ulong x_off,
+                       __global float *y, ulong y_off) {
+  size_t g = get_global_id(0);
+  if (g >= n) return;
+  float v = x[x_off + g], slope;
+  y[y_off + g] = v * dpt_gelu_eval(v, approx, &slope);
+}
+
+/* dx = dy * gelu'(x); one work-item per element; dx may be dy. */
+__kernel void gelu_bwd(ulong n, ulong approx, __global const float *x, ulong x_off,
+                       __global const float *dy, ulong dy_off, __global float *dx, ulong dx_off) {
+  size_t g = get_global_id(0);
+  if (g >= n) return;
+  float slope;
+  dpt_gelu_eval(x[x_off + g], approx, &slope);
+  dx[dx_off + g] = dy[dy_off + g] * slope;
 }
