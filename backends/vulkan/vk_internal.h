@@ -29,7 +29,7 @@
  * several dispatches, the other ops return DPT_ERR_UNSUPPORTED.
  *
  * gemm has three kernels: gemm.comp (64 x 64 tiles, 8 x 8 outputs per invocation; GPUs),
- * gemm_tex.comp (A and B as uniform texel buffers, 32 x 64 tiles, no shared memory; CPU drivers
+ * gemm_tex.comp (A and B as uniform texel buffers, 16 x 64 tiles, no shared memory; CPU drivers
  * with shaderFloat64, where a storage-buffer load is a loop over the SIMD lanes but a texel
  * fetch is a gather) and gemm_cpu.comp (128 x 128 tiles, dvec4-packed shared memory; the CPU
  * drivers' kernel where an operand cannot be a texel view).

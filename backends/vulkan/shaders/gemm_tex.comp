@@ -11,9 +11,10 @@
 // come as texel buffers: RGBA32F views where offsets, leading dimension and the contiguous
 // extent are multiples of 4 (VEC_A, VEC_B 1), else R32F views (0).
 //
-// Each invocation owns 8 columns of C (c0 = col0 + 8x .. + 7) in RM rows; a workgroup is 8
-// invocations (one SIMD register), a tile of RM x 64. Per 4 k an invocation fetches RM texels of
-// op(A) (the same in every lane) and 8 of op(B) (its own columns) and does 32 RM multiply-adds.
+// Each invocation owns 8 columns of C (c0 = col0 + 8x .. + 7) in RM = 16 rows; a workgroup is 8
+// invocations (one SIMD register), a tile of 16 x 64. Per 4 k an invocation fetches 16 texels of
+// op(A) (the same in every lane) and 8 of op(B) (its own columns) and does 512 multiply-adds;
+// 32 rows ran as fast but took LLVM about 4x as long to compile (15 s a variant).
 // Each C element sums its k products in order with fma, item after item, as gemm_cpu.glsl does,
 // so both give the same bits.
 // Specialization constants: TRANS_A, TRANS_B, VEC_A, VEC_B. Push constants: those of
@@ -38,7 +39,7 @@ layout(push_constant) uniform P {
   uint vec_c;
 } pc;
 
-const uint RM = 32u;
+const uint RM = 16u;
 
 // Elements e .. e + 3 of A (resp. B), of which the first cnt (0..4) count, the others read
 // as 0. VEC 1: e % 4 == 0 and e .. e + 3 lie in the view; VEC 0: e lies in the view.
