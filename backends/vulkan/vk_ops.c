@@ -587,9 +587,11 @@ static dpt_status vk_gemm_dispatch(dpt_vk_ctx *ctx, const dpt_gemm_args *a, cons
   dpt_vk_pipe pipe = ctx->gemm_cpu
                          ? (dpt_vk_pipe)(cpu0 + trans + 4 * va + 12 * vb)
                          : (dpt_vk_pipe)(DPT_VK_PIPE_GEMM_0 + trans + 4 * (va > 0) + 8 * (vb > 0));
-  /* gemm_tex.spv (16 x 64 tiles) wherever both operands can be texel views: vec4 texels
-   * where vec loads are allowed, else single floats */
-  if (ctx->gemm_tex && vk_tex_ok(ctx, &w[0]) && vk_tex_ok(ctx, &w[1])) {
+  /* gemm_tex.spv (16 x 64 tiles) wherever both operands can be texel views (vec4 texels
+   * where vec loads are allowed, else single floats) and its k loop stays within lavapipe's
+   * loop budget */
+  if (ctx->gemm_tex && vk_tex_ok(ctx, &w[0]) && vk_tex_ok(ctx, &w[1]) &&
+      vk_div_up(a->k, 4) + 1 <= DPT_VK_LOOP_LIMIT) {
     int ta = va > 0 && w[0].range % 16 == 0, tb = vb > 0 && w[1].range % 16 == 0;
     pipe = (dpt_vk_pipe)(DPT_VK_PIPE_GEMM_TEX_0 + trans + 4 * ta + 8 * tb);
     tile_m = 16;
