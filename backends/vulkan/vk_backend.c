@@ -526,6 +526,13 @@ static dpt_status vk_device_create(dpt_vk_ctx *ctx) {
       !ctx->portable) {
     enabled.shaderFloat64 = VK_TRUE;
     ctx->gemm_cpu = 1;
+    /* gemm_tex.spv reads A and B as R32F or RGBA32F uniform texel buffers (both formats are
+     * required by the spec for that use; checked anyway) */
+    VkFormatProperties f1, f4;
+    vkGetPhysicalDeviceFormatProperties(ctx->phys, VK_FORMAT_R32_SFLOAT, &f1);
+    vkGetPhysicalDeviceFormatProperties(ctx->phys, VK_FORMAT_R32G32B32A32_SFLOAT, &f4);
+    ctx->gemm_tex =
+        (f1.bufferFeatures & f4.bufferFeatures & VK_FORMAT_FEATURE_UNIFORM_TEXEL_BUFFER_BIT) != 0;
   }
   /* A driver layered over another API (MoltenVK over Metal) lists VK_KHR_portability_subset,
    * and the spec then requires it enabled. */

@@ -36,12 +36,15 @@ static dpt_status vk_frame_init(dpt_vk_ctx *ctx, dpt_vk_frame *f) {
                        "vkAllocateCommandBuffers", 0));
   VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
   DPT_TRY(dpt_vk_check(ctx, vkCreateFence(ctx->device, &fi, NULL, &f->fence), "vkCreateFence", 0));
-  VkDescriptorPoolSize size = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-                               .descriptorCount = DPT_VK_BATCH_DISPATCHES * DPT_VK_MAX_BINDINGS};
+  VkDescriptorPoolSize sizes[2] = {
+      {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+       .descriptorCount = DPT_VK_BATCH_DISPATCHES * DPT_VK_MAX_BINDINGS},
+      {.type = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER,
+       .descriptorCount = DPT_VK_BATCH_DISPATCHES * 2}};
   VkDescriptorPoolCreateInfo di = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
                                    .maxSets = DPT_VK_BATCH_DISPATCHES,
-                                   .poolSizeCount = 1,
-                                   .pPoolSizes = &size};
+                                   .poolSizeCount = ctx->gemm_tex ? 2 : 1,
+                                   .pPoolSizes = sizes};
   return dpt_vk_check(ctx, vkCreateDescriptorPool(ctx->device, &di, NULL, &f->descriptors),
                       "vkCreateDescriptorPool", 0);
 }
@@ -81,7 +84,30 @@ static dpt_status vk_layouts_init(dpt_vk_ctx *ctx) {
     DPT_TRY(dpt_vk_check(ctx, vkCreatePipelineLayout(ctx->device, &pi, NULL, &ctx->pipe_layout[n]),
                          "vkCreatePipelineLayout", 0));
   }
-  return DPT_OK;
+  if (!ctx->gemm_tex) return DPT_OK;
+  /* gemm_tex.spv: A and B as uniform texel buffers, C as a storage buffer */
+  bindings[0].descriptorType = bindings[1].descriptorType = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER;
+  VkDescriptorSetLayoutCreateInfo li = {.sType =
+                                            VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
+                                        .bindingCount = 3,
+                                        .pBindings = bindings};
+  DPT_TRY(dpt_vk_check(ctx,
+                       vkCreateDescriptorSetLayout(ctx->device, &li, NULL, &ctx->tex_set_layout),
+                       "vkCreateDescriptorSetLayout", 0));
+  VkPipelineLayoutCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
+                                   .setLayoutCount = 1,
+                                   .pSetLayouts = &ctx->tex_set_layout,
+                                   .pushConstantRangeCount = 1,
+                                   .pPushConstantRanges = &push};
+  return dpt_vk_check(ctx, vkCreatePipelineLayout(ctx->device, &pi, NULL, &ctx->tex_pipe_layout),
+                      "vkCreatePipelineLayout", 0);
+}
+
+/* The texel views a batch's gemm_tex dispatches created: released once it has completed. */
+static void vk_frame_views_free(dpt_vk_ctx *ctx, dpt_vk_frame *f) {
+  for (uint32_t i = 0; i < f->nviews; ++i)
+    vkDestroyBufferView(ctx->device, f->views[i], NULL);
+  f->nviews = 0;
 }
 
 dpt_status dpt_vk_exec_init(dpt_vk_ctx *ctx) {
@@ -101,9 +127,12 @@ void dpt_vk_exec_destroy(dpt_vk_ctx *ctx) {
     if (ctx->pipe_layout[n]) vkDestroyPipelineLayout(d, ctx->pipe_layout[n], NULL);
     if (ctx->set_layout[n]) vkDestroyDescriptorSetLayout(d, ctx->set_layout[n], NULL);
   }
+  if (ctx->tex_pipe_layout) vkDestroyPipelineLayout(d, ctx->tex_pipe_layout, NULL);
+  if (ctx->tex_set_layout) vkDestroyDescriptorSetLayout(d, ctx->tex_set_layout, NULL);
   if (ctx->cache) vkDestroyPipelineCache(d, ctx->cache, NULL);
   for (int i = 0; i < DPT_VK_FRAMES; ++i) {
     dpt_vk_frame *f = &ctx->frames[i];
+    vk_frame_views_free(ctx, f);
     if (f->descriptors) vkDestroyDescriptorPool(d, f->descriptors, NULL);
     if (f->fence) vkDestroyFence(d, f->fence, NULL);
     if (f->pool) vkDestroyCommandPool(d, f->pool, NULL); /* frees its command buffer */
@@ -221,6 +250,7 @@ static dpt_status vk_begin(dpt_vk_ctx *ctx) {
     dpt_status st = dpt_vk_wait(ctx, f->serial);
     if (st != DPT_OK) return st;
   }
+  vk_frame_views_free(ctx, f);
   dpt_status st =
       dpt_vk_check(ctx, vkResetCommandPool(ctx->device, f->pool, 0), "vkResetCommandPool", 0);
   if (st == DPT_OK)
@@ -260,6 +290,14 @@ dpt_status dpt_vk_cmd(dpt_vk_ctx *ctx, VkCommandBuffer *out) {
 
 /* ---- pipelines and dispatches ------------------------------------------------------------ */
 
+static int vk_pipe_tex(dpt_vk_pipe id) {
+  return id >= DPT_VK_PIPE_GEMM_TEX_0 && id <= DPT_VK_PIPE_GEMM_TEX_15;
+}
+
+static VkPipelineLayout vk_pipe_layout(const dpt_vk_ctx *ctx, dpt_vk_pipe id) {
+  return vk_pipe_tex(id) ? ctx->tex_pipe_layout : ctx->pipe_layout[vk_pipe_info[id].nbind];
+}
+
 static dpt_status vk_pipeline(dpt_vk_ctx *ctx, dpt_vk_pipe id, VkPipeline *out) {
   *out = VK_NULL_HANDLE;
   if (ctx->pipes[id]) {
@@ -295,7 +333,7 @@ static dpt_status vk_pipeline(dpt_vk_ctx *ctx, dpt_vk_pipe id, VkPipeline *out) 
                 .module = module,
                 .pName = "main",
                 .pSpecializationInfo = &spec},
-      .layout = ctx->pipe_layout[vk_pipe_info[id].nbind]};
+      .layout = vk_pipe_layout(ctx, id)};
   VkPipeline pipe;
   VkResult r = vkCreateComputePipelines(ctx->device, ctx->cache, 1, &pi, NULL, &pipe);
   vkDestroyShaderModule(ctx->device, module, NULL);
@@ -351,6 +389,10 @@ dpt_status dpt_vk_dispatch_z(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, const dpt_vk_win
   if (nwin != vk_pipe_info[pipe].nbind)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "vulkan: %s takes %u buffers, %u given",
                          vk_pipe_info[pipe].file, vk_pipe_info[pipe].nbind, nwin);
+  int tex = vk_pipe_tex(pipe);
+  if (tex && !ctx->tex_set_layout)
+    return dpt_set_error(DPT_ERR_UNSUPPORTED, "vulkan: %s needs texel buffers",
+                         vk_pipe_info[pipe].file);
   if (!ctx->set_layout[nwin])
     return dpt_set_error(DPT_ERR_UNSUPPORTED,
                          "vulkan: %s needs %u storage buffers, more than %s offers a shader",
@@ -372,7 +414,8 @@ dpt_status dpt_vk_dispatch_z(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, const dpt_vk_win
   VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
                                     .descriptorPool = f->descriptors,
                                     .descriptorSetCount = 1,
-                                    .pSetLayouts = &ctx->set_layout[nwin]};
+                                    .pSetLayouts =
+                                        tex ? &ctx->tex_set_layout : &ctx->set_layout[nwin]};
   VkDescriptorSet set;
   st = dpt_vk_check(ctx, vkAllocateDescriptorSets(ctx->device, &ai, &set),
                     "vkAllocateDescriptorSets", 0);
@@ -389,11 +432,28 @@ dpt_status dpt_vk_dispatch_z(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, const dpt_vk_win
                                        .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                        .pBufferInfo = &infos[i]};
   }
+  /* gemm_tex: bindings 0 and 1 as texel views, RGBA32F where the pipeline reads vec4 texels
+   * (specialization constants 2 and 3), else R32F */
+  for (uint32_t i = 0; tex && i < 2; ++i) {
+    VkBufferViewCreateInfo vi = {.sType = VK_STRUCTURE_TYPE_BUFFER_VIEW_CREATE_INFO,
+                                 .buffer = wins[i].alloc->block->buffer,
+                                 .format = vk_pipe_info[pipe].spec[2 + i]
+                                               ? VK_FORMAT_R32G32B32A32_SFLOAT
+                                               : VK_FORMAT_R32_SFLOAT,
+                                 .offset = wins[i].offset,
+                                 .range = wins[i].range};
+    st = dpt_vk_check(ctx, vkCreateBufferView(ctx->device, &vi, NULL, &f->views[f->nviews]),
+                      "vkCreateBufferView", 0);
+    if (st != DPT_OK) return st;
+    writes[i].descriptorType = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER;
+    writes[i].pBufferInfo = NULL;
+    writes[i].pTexelBufferView = &f->views[f->nviews++];
+  }
+  VkPipelineLayout layout = vk_pipe_layout(ctx, pipe);
   vkUpdateDescriptorSets(ctx->device, nwin, writes, 0, NULL);
   vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p);
-  vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, ctx->pipe_layout[nwin], 0, 1, &set,
-                          0, NULL);
-  vkCmdPushConstants(cmd, ctx->pipe_layout[nwin], VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes, push);
+  vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, layout, 0, 1, &set, 0, NULL);
+  vkCmdPushConstants(cmd, layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes, push);
   vkCmdDispatch(cmd, (uint32_t)gx, (uint32_t)gy, gz);
   for (uint32_t i = 0; i < nwin; ++i)
     dpt_vk_touch(ctx, wins[i].alloc);

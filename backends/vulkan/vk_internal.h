@@ -28,9 +28,11 @@
  * than the whole sub-allocation; element-wise ops and reductions split larger tensors into
  * several dispatches, the other ops return DPT_ERR_UNSUPPORTED.
  *
- * gemm has two kernels: gemm.comp (64 x 64 tiles, 8 x 8 outputs per invocation; GPUs) and
- * gemm_cpu.comp (128 x 128 tiles, 16 x 16 per invocation, dvec4-packed shared memory; CPU
- * drivers with shaderFloat64), because a CPU driver pays per memory instruction, not per byte.
+ * gemm has three kernels: gemm.comp (64 x 64 tiles, 8 x 8 outputs per invocation; GPUs),
+ * gemm_tex.comp (A and B as uniform texel buffers, 16 x 64 tiles, no shared memory; CPU drivers
+ * with shaderFloat64, where a storage-buffer load is a loop over the SIMD lanes but a texel
+ * fetch is a gather) and gemm_cpu.comp (128 x 128 tiles, dvec4-packed shared memory; the CPU
+ * drivers' kernel where an operand cannot be a texel view).
  */
 #ifndef DPTRAIN_VK_INTERNAL_H
 #define DPTRAIN_VK_INTERNAL_H
@@ -58,7 +60,9 @@ enum {
 /* The pipelines: X(ID, spv file, storage buffer bindings, specialization constants 0..3).
  * GEMM_<i>: gemm.spv, i = trans_a + 2 trans_b + 4 vec_a + 8 vec_b (vec: may read as vec4).
  * GEMM_CPU_<i>: gemm_cpu.spv, i = trans_a + 2 trans_b + 4 vec_a + 12 vec_b (vec 0..2);
- * GEMM_CPU64_<i>: the same for gemm_cpu64.spv (64-row tiles). */
+ * GEMM_CPU64_<i>: the same for gemm_cpu64.spv (64-row tiles).
+ * GEMM_TEX_<i>: gemm_tex.spv, i = trans_a + 2 trans_b + 4 vec_a + 8 vec_b (vec: RGBA32F view,
+ * else R32F); bindings 0 and 1 are uniform texel buffers (vk_exec.c creates the views). */
 #define DPT_VK_PIPE_MAP(X)                                                                         \
   X(GEMM_0, "gemm.spv", 3, 0, 0, 0, 0)                                                             \
   X(GEMM_1, "gemm.spv", 3, 1, 0, 0, 0)                                                             \
@@ -173,6 +177,22 @@ enum {
   X(GEMM_SMALL_1, "gemm_small.spv", 3, 1, 0, 0, 0)                                                 \
   X(GEMM_SMALL_2, "gemm_small.spv", 3, 0, 1, 0, 0)                                                 \
   X(GEMM_SMALL_3, "gemm_small.spv", 3, 1, 1, 0, 0)                                                 \
+  X(GEMM_TEX_0, "gemm_tex.spv", 3, 0, 0, 0, 0)                                                     \
+  X(GEMM_TEX_1, "gemm_tex.spv", 3, 1, 0, 0, 0)                                                     \
+  X(GEMM_TEX_2, "gemm_tex.spv", 3, 0, 1, 0, 0)                                                     \
+  X(GEMM_TEX_3, "gemm_tex.spv", 3, 1, 1, 0, 0)                                                     \
+  X(GEMM_TEX_4, "gemm_tex.spv", 3, 0, 0, 1, 0)                                                     \
+  X(GEMM_TEX_5, "gemm_tex.spv", 3, 1, 0, 1, 0)                                                     \
+  X(GEMM_TEX_6, "gemm_tex.spv", 3, 0, 1, 1, 0)                                                     \
+  X(GEMM_TEX_7, "gemm_tex.spv", 3, 1, 1, 1, 0)                                                     \
+  X(GEMM_TEX_8, "gemm_tex.spv", 3, 0, 0, 0, 1)                                                     \
+  X(GEMM_TEX_9, "gemm_tex.spv", 3, 1, 0, 0, 1)                                                     \
+  X(GEMM_TEX_10, "gemm_tex.spv", 3, 0, 1, 0, 1)                                                    \
+  X(GEMM_TEX_11, "gemm_tex.spv", 3, 1, 1, 0, 1)                                                    \
+  X(GEMM_TEX_12, "gemm_tex.spv", 3, 0, 0, 1, 1)                                                    \
+  X(GEMM_TEX_13, "gemm_tex.spv", 3, 1, 0, 1, 1)                                                    \
+  X(GEMM_TEX_14, "gemm_tex.spv", 3, 0, 1, 1, 1)                                                    \
+  X(GEMM_TEX_15, "gemm_tex.spv", 3, 1, 1, 1, 1)                                                    \
   X(BN_STATS, "bn_stats.spv", 3, 0, 0, 0, 0)                                                       \
   X(BN_FWD, "bn_fwd.spv", 6, 0, 0, 0, 0)                                                           \
   X(BN_BWD_REDUCE, "bn_bwd_reduce.spv", 6, 0, 0, 0, 0)                                             \
@@ -243,7 +263,9 @@ typedef struct dpt_vk_frame {
   VkDescriptorPool descriptors; /* DPT_VK_BATCH_DISPATCHES sets, reset with the frame */
   uint64_t serial;              /* batch recorded or running in this frame */
   dpt_vk_frame_state state;
-  uint32_t ncmds; /* commands recorded into the current batch */
+  uint32_t ncmds;                                  /* commands recorded into the current batch */
+  VkBufferView views[2 * DPT_VK_BATCH_DISPATCHES]; /* texel views of the batch's gemms */
+  uint32_t nviews;
 } dpt_vk_frame;
 
 /* A tensor as a shader sees it (see the header comment). */
@@ -275,6 +297,7 @@ typedef struct dpt_vk_ctx {
   uint32_t queue_family;
 
   int gemm_cpu; /* gemm_cpu.spv (CPU driver with shaderFloat64) instead of gemm.spv */
+  int gemm_tex; /* gemm_tex.spv where operands allow (CPU driver, texel buffers usable) */
 
   /* test knobs from the environment (vulkan_debug.h), read once at creation */
   int force_staging;       /* DPT_VULKAN_FORCE_STAGING=1: no direct mode */
@@ -307,6 +330,8 @@ typedef struct dpt_vk_ctx {
   VkPipelineCache cache;
   VkDescriptorSetLayout set_layout[DPT_VK_MAX_BINDINGS + 1]; /* by binding count */
   VkPipelineLayout pipe_layout[DPT_VK_MAX_BINDINGS + 1];
+  VkDescriptorSetLayout tex_set_layout; /* gemm_tex.spv: 2 uniform texel buffers, 1 storage */
+  VkPipelineLayout tex_pipe_layout;
   VkPipeline pipes[DPT_VK_PIPE_COUNT]; /* created on first use */
 } dpt_vk_ctx;
 

@@ -15,9 +15,12 @@
 #define DPT_VK_BLOCK_BYTES   ((VkDeviceSize)64 << 20)
 #define DPT_VK_STAGING_BYTES ((VkDeviceSize)16 << 20)
 
-static const VkBufferUsageFlags vk_usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |
-                                           VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
-                                           VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+static VkBufferUsageFlags vk_usage(const dpt_vk_ctx *ctx) {
+  /* texel views for gemm_tex.spv where it runs */
+  return VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+         VK_BUFFER_USAGE_TRANSFER_DST_BIT |
+         (ctx->gemm_tex ? VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT : 0);
+}
 
 static VkDeviceSize vk_round_up(VkDeviceSize x, VkDeviceSize a) {
   return (x + a - 1) / a * a;
@@ -41,7 +44,7 @@ dpt_status dpt_vk_memory_init(dpt_vk_ctx *ctx) {
   /* Which memory types can hold our buffers: ask with a throwaway buffer. */
   VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
                            .size = 4096,
-                           .usage = vk_usage,
+                           .usage = vk_usage(ctx),
                            .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
   VkBuffer probe;
   dpt_status st =
@@ -117,7 +120,7 @@ static dpt_status vk_block_create(dpt_vk_ctx *ctx, VkDeviceSize size, dpt_vk_mem
   b->dedicated = dedicated;
   VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
                            .size = size,
-                           .usage = vk_usage,
+                           .usage = vk_usage(ctx),
                            .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
   dpt_status st = dpt_vk_check(ctx, vkCreateBuffer(ctx->device, &bi, NULL, &b->buffer),
                                "vkCreateBuffer", (size_t)size);

@@ -498,6 +498,12 @@ static int vk_vec_level(uint32_t elem, uint32_t ld, size_t contiguous) {
   return 0;
 }
 
+/* Whether a window can be bound as a texel view of 4-byte texels (gemm_tex.spv). */
+static int vk_tex_ok(const dpt_vk_ctx *ctx, const dpt_vk_win *w) {
+  return w->offset % ctx->props.limits.minTexelBufferOffsetAlignment == 0 &&
+         w->range / 4 <= ctx->props.limits.maxTexelBufferElements;
+}
+
 /* A batch as the gemm kernels see it: `items` matrices per operand, stride_x elements apart
  * (0: shared); with `sum` set, one C receives the sum of the items (stride_c is then 0). */
 typedef struct vk_gemm_batch {
@@ -519,6 +525,9 @@ static uint64_t vk_gemm_tile_m(const dpt_vk_ctx *ctx, const dpt_gemm_args *a) {
 }
 
 static int vk_gemm_small(const dpt_vk_ctx *ctx, const dpt_gemm_args *a) {
+  /* gemm_tex.spv pads each dimension to a few texels at most, and its loads cost far less
+   * than gemm_small's: it runs every shape (the CNN's bias gemms, k = 1: 4x faster) */
+  if (ctx->gemm_tex) return 0;
   const uint64_t tile_n = ctx->gemm_cpu ? 128 : 64, tile_m = vk_gemm_tile_m(ctx, a), small_cost = 6;
   uint64_t tiled = vk_div_up(a->m, tile_m) * vk_div_up(a->n, tile_n) * tile_m * tile_n *
                    (vk_div_up(a->k, 16) * 16);
@@ -528,6 +537,7 @@ static int vk_gemm_small(const dpt_vk_ctx *ctx, const dpt_gemm_args *a) {
 /* Loop iterations one invocation runs for one item: the k loop of gemm_small.comp (4 k per
  * iteration, up to 3 more for the rest) or of the tiled kernels (16 k per iteration). */
 static uint64_t vk_gemm_item_iters(const dpt_vk_ctx *ctx, const dpt_gemm_args *a) {
+  if (ctx->gemm_tex) return vk_div_up(a->k, 4) + 1; /* gemm_tex.spv: 4 k per iteration */
   return vk_gemm_small(ctx, a) ? a->k / 4 + 4 : vk_div_up(a->k, 16) + 1;
 }
 
@@ -547,7 +557,7 @@ static dpt_status vk_gemm_dispatch(dpt_vk_ctx *ctx, const dpt_gemm_args *a, cons
   uint32_t ldc = a->ldc > UINT32_MAX ? UINT32_MAX : (uint32_t)a->ldc;
   int trans = (a->trans_a ? 1 : 0) + (a->trans_b ? 2 : 0);
   uint32_t layers = bt->sum ? 1u : (uint32_t)bt->items;
-  uint32_t push[16] = {(uint32_t)a->m,
+  uint32_t push[17] = {(uint32_t)a->m,
                        (uint32_t)a->n,
                        (uint32_t)a->k,
                        lda,
@@ -562,7 +572,8 @@ static dpt_status vk_gemm_dispatch(dpt_vk_ctx *ctx, const dpt_gemm_args *a, cons
                        (uint32_t)bt->stride_a,
                        (uint32_t)bt->stride_b,
                        (uint32_t)bt->stride_c,
-                       bt->sum ? (uint32_t)bt->items : 1u};
+                       bt->sum ? (uint32_t)bt->items : 1u,
+                       0};
   if (vk_gemm_small(ctx, a))
     return dpt_vk_dispatch_z(ctx, (dpt_vk_pipe)(DPT_VK_PIPE_GEMM_SMALL_0 + trans), w, 3, push,
                              sizeof push, vk_div_up((uint64_t)a->m * a->n, 64), layers);
@@ -576,6 +587,17 @@ static dpt_status vk_gemm_dispatch(dpt_vk_ctx *ctx, const dpt_gemm_args *a, cons
   dpt_vk_pipe pipe = ctx->gemm_cpu
                          ? (dpt_vk_pipe)(cpu0 + trans + 4 * va + 12 * vb)
                          : (dpt_vk_pipe)(DPT_VK_PIPE_GEMM_0 + trans + 4 * (va > 0) + 8 * (vb > 0));
+  /* gemm_tex.spv (16 x 64 tiles) wherever both operands can be texel views (vec4 texels
+   * where vec loads are allowed, else single floats) and its k loop stays within lavapipe's
+   * loop budget */
+  if (ctx->gemm_tex && vk_tex_ok(ctx, &w[0]) && vk_tex_ok(ctx, &w[1]) &&
+      vk_div_up(a->k, 4) + 1 <= DPT_VK_LOOP_LIMIT) {
+    int ta = va > 0 && w[0].range % 16 == 0, tb = vb > 0 && w[1].range % 16 == 0;
+    pipe = (dpt_vk_pipe)(DPT_VK_PIPE_GEMM_TEX_0 + trans + 4 * ta + 8 * tb);
+    tile_m = 16;
+    tile_n = 64;
+    push[16] = (uint32_t)vk_vec_level(w[2].elem | (uint32_t)(bt->stride_c & 7), ldc, a->n);
+  }
   uint64_t tiles_m = vk_div_up(a->m, tile_m), tiles_n = vk_div_up(a->n, tile_n);
   push[11] = (uint32_t)tiles_n;
   return dpt_vk_dispatch_z(ctx, pipe, w, 3, push, sizeof push, tiles_m * tiles_n, layers);
