@@ -104,6 +104,7 @@ static int run_once(dpt_train_config cfg, variant *v, int rep) {
     cfg.full_optimizer_step = v->full_step;
     cfg.checkpoint_dir = v->ckpt_dir;
     cfg.keep_checkpoints = 1;
+    if (v->ckpt_dir) remove_dir(v->ckpt_dir); /* a run refuses another run's checkpoints */
     /* Skipping the all-reduce lets replicas drift on purpose: no fingerprint checks then. */
     cfg.check_every = v->skip_allreduce ? 0 : cfg.check_every;
     dpt_status st = dpt_train(&cfg, v->comm, &v->r);
