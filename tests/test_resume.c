@@ -325,6 +325,17 @@ static dpt_dataset *poisoned_data(size_t n, size_t poison) {
   return ds;
 }
 
+/* The rollback runs: the batch norm model, no shuffling (the poisoned sample 130 is in batch 6
+ * of the first epoch), 9 steps, checkpoints every 4, rollback. */
+static void rollback_config(dpt_train_config *cfg, dpt_dataset *ds) {
+  config(cfg, ds, MODEL_BN, DPT_OPTIM_SGD);
+  cfg->shuffle = 0;
+  cfg->max_steps = 9;
+  cfg->checkpoint_dir = tmpdir;
+  cfg->checkpoint_every = 4;
+  cfg->on_nonfinite = DPT_NONFINITE_ROLLBACK;
+}
+
 START_TEST(rollback_after_poisoned_sample) {
   /* Sample 130 is in batch 6 of the first epoch (no shuffling): step 6 diverges, the run goes
    * back to the checkpoint of step 4 and on with batch 7. Sync-bn: 1 and 2 replicas compute the
@@ -333,13 +344,8 @@ START_TEST(rollback_after_poisoned_sample) {
   float *first = NULL;
   for (int replicas = 1; replicas <= 2; ++replicas) {
     dpt_train_config cfg;
-    config(&cfg, ds, MODEL_BN, DPT_OPTIM_SGD);
+    rollback_config(&cfg, ds);
     cfg.sync_bn = 1;
-    cfg.shuffle = 0;
-    cfg.max_steps = 9;
-    cfg.checkpoint_dir = tmpdir;
-    cfg.checkpoint_every = 4;
-    cfg.on_nonfinite = DPT_NONFINITE_ROLLBACK;
     cfg.rollback_lr_scale = 0.5;
     watch w = {0};
     dpt_train_report rep;
@@ -558,12 +564,7 @@ END_TEST
 START_TEST(mpi_rollback) {
   dpt_dataset *ds = poisoned_data(240, 130);
   dpt_train_config cfg;
-  config(&cfg, ds, MODEL_BN, DPT_OPTIM_SGD);
-  cfg.shuffle = 0;
-  cfg.max_steps = 9;
-  cfg.checkpoint_dir = tmpdir;
-  cfg.checkpoint_every = 4;
-  cfg.on_nonfinite = DPT_NONFINITE_ROLLBACK;
+  rollback_config(&cfg, ds);
   dpt_train_report rep;
   float *res = run_mpi(cfg, world, NULL, DPT_OK, &rep);
   ck_assert_ptr_nonnull(res);
