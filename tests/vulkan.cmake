@@ -25,13 +25,18 @@ if(DPT_WITH_VULKAN)
   file(MAKE_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}/no-vulkan-layers")
 
   # The conformance suite over the paths lavapipe does not take by default: transfers through
-  # the staging buffer (discrete GPUs) and the portable gemm kernel (every GPU).
+  # the staging buffer (discrete GPUs), the portable gemm kernel (every GPU), and the CPU-driver
+  # gemms without gemm_tex (gemm_cpu, gemm_small: drivers without uniform texel buffers).
   dpt_add_check_test(NAME conformance_vulkan_staging TARGET conformance ARGS vulkan
                      LABELS conformance vulkan TIMEOUT 600
                      ENVIRONMENT DPT_VULKAN_VALIDATION=1 DPT_VULKAN_FORCE_STAGING=1)
   dpt_add_check_test(NAME conformance_vulkan_portable TARGET conformance ARGS vulkan
                      LABELS conformance vulkan TIMEOUT 600
                      ENVIRONMENT DPT_VULKAN_VALIDATION=1 DPT_VULKAN_PORTABLE=1)
+  dpt_add_check_test(NAME conformance_vulkan_no_tex TARGET conformance ARGS vulkan
+                     LABELS conformance vulkan TIMEOUT 600
+                     ENVIRONMENT DPT_VULKAN_VALIDATION=1 DPT_VULKAN_NO_TEX=1)
   set_tests_properties(conformance_vulkan_staging conformance_vulkan_portable
+                       conformance_vulkan_no_tex
                        PROPERTIES FAIL_REGULAR_EXPRESSION "${_dpt_vk_fail_regex}")
 endif()

@@ -460,6 +460,7 @@ static dpt_status vk_read_env(dpt_vk_ctx *ctx) {
   DPT_TRY(vk_env_flag("DPT_VULKAN_VALIDATION", &ctx->validation));
   DPT_TRY(vk_env_flag("DPT_VULKAN_FORCE_STAGING", &ctx->force_staging));
   DPT_TRY(vk_env_flag("DPT_VULKAN_PORTABLE", &ctx->portable));
+  DPT_TRY(vk_env_flag("DPT_VULKAN_NO_TEX", &ctx->no_tex));
   return vk_env_max_range(&ctx->test_max_range);
 }
 
@@ -531,8 +532,8 @@ static dpt_status vk_device_create(dpt_vk_ctx *ctx) {
     VkFormatProperties f1, f4;
     vkGetPhysicalDeviceFormatProperties(ctx->phys, VK_FORMAT_R32_SFLOAT, &f1);
     vkGetPhysicalDeviceFormatProperties(ctx->phys, VK_FORMAT_R32G32B32A32_SFLOAT, &f4);
-    ctx->gemm_tex =
-        (f1.bufferFeatures & f4.bufferFeatures & VK_FORMAT_FEATURE_UNIFORM_TEXEL_BUFFER_BIT) != 0;
+    ctx->gemm_tex = !ctx->no_tex && (f1.bufferFeatures & f4.bufferFeatures &
+                                     VK_FORMAT_FEATURE_UNIFORM_TEXEL_BUFFER_BIT) != 0;
   }
   /* A driver layered over another API (MoltenVK over Metal) lists VK_KHR_portability_subset,
    * and the spec then requires it enabled. */

@@ -302,6 +302,7 @@ typedef struct dpt_vk_ctx {
   /* test knobs from the environment (vulkan_debug.h), read once at creation */
   int force_staging;       /* DPT_VULKAN_FORCE_STAGING=1: no direct mode */
   int portable;            /* DPT_VULKAN_PORTABLE=1: gemm.spv even on a CPU driver */
+  int no_tex;              /* DPT_VULKAN_NO_TEX=1: the CPU-driver gemms without gemm_tex.spv */
   uint32_t test_max_range; /* DPT_VULKAN_TEST_MAX_RANGE in bytes; 0 when unset */
 
   /* memory */
