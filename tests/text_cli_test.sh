@@ -4,6 +4,7 @@
 # Usage: text_cli_test.sh <dptrain> <scratch dir>
 set -uo pipefail
 dptrain=$1 scratch=$2
+export OPENBLAS_NUM_THREADS=1 POCL_MAX_PTHREAD_COUNT=1
 rm -rf "$scratch" && mkdir -p "$scratch"
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
