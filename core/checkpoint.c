@@ -321,6 +321,23 @@ static dpt_status list_steps(const char *dir, int64_t **steps, size_t *n, int *m
   return DPT_OK;
 }
 
+static dpt_status ensure_dir(const char *dir);
+
+dpt_status dpt_ckpt_prepare_dir(const char *dir, int64_t *newest) {
+  *newest = -1;
+  DPT_TRY(ensure_dir(dir));
+  if (access(dir, W_OK | X_OK) != 0)
+    return dpt_set_error(DPT_ERR_IO, "checkpoint directory %s: cannot write there: %s", dir,
+                         strerror(errno));
+  int64_t *steps = NULL;
+  size_t n = 0;
+  int missing = 0;
+  DPT_TRY(list_steps(dir, &steps, &n, &missing));
+  if (n > 0) *newest = steps[0];
+  free(steps);
+  return DPT_OK;
+}
+
 /* dir exists as a directory, created (one level) when missing. */
 static dpt_status ensure_dir(const char *dir) {
   struct stat sb;

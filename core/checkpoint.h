@@ -35,6 +35,11 @@ dpt_status dpt_ckpt_write(const char *dir, const dpt_checkpoint_progress *progre
                           const dpt_st_tensor *tensors, size_t count,
                           const char *const *metadata_kv, int keep, char *path, size_t cap);
 
+/* Before a run writes into dir: makes it (one level) when missing and checks that it is a
+ * writable directory; *newest receives the step of its newest checkpoint (by name), -1 when it
+ * holds none. */
+dpt_status dpt_ckpt_prepare_dir(const char *dir, int64_t *newest);
+
 /* Opens a checkpoint for reading after dpt_checkpoint_verify's checks; *st is the open file
  * (dpt_safetensors_close it). */
 dpt_status dpt_ckpt_open(const char *path, dpt_safetensors **st, dpt_checkpoint_progress *progress);

@@ -8,8 +8,6 @@
  * does not depend on the world size that wrote it. */
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE /* syscall() for the writer thread's id */
-#include <dirent.h>
-#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -17,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #if defined(__linux__)
 #include <sys/syscall.h>
@@ -174,26 +171,15 @@ static dpt_status read_newest(replica *r, replica_state *s, int check_terms, int
  * and a run that does not resume finds no checkpoint there, which it would otherwise prune and
  * roll back to, and a later resume would take for its own. */
 static dpt_status check_dir(const dpt_train_config *cfg) {
-  const char *dir = cfg->checkpoint_dir;
-  if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-    return dpt_set_error(DPT_ERR_IO, "checkpoint directory %s: cannot create it: %s", dir,
-                         strerror(errno));
-  if (access(dir, W_OK | X_OK) != 0)
-    return dpt_set_error(DPT_ERR_IO, "checkpoint directory %s: cannot write there: %s", dir,
-                         strerror(errno));
-  DIR *d = cfg->resume ? NULL : opendir(dir);
-  struct dirent *e;
-  char found[300] = "";
-  while (d && !found[0] && (e = readdir(d)))
-    if (strncmp(e->d_name, "ckpt-", 5) == 0 && strstr(e->d_name, ".safetensors"))
-      snprintf(found, sizeof found, "%s", e->d_name);
-  if (d) closedir(d);
-  if (found[0])
-    return dpt_set_error(DPT_ERR_INVALID_ARG,
-                         "checkpoint directory %s holds checkpoints of another run (%s): resume "
-                         "from them (--resume), or name an empty or new directory",
-                         dir, found);
-  return DPT_OK;
+  int64_t newest = -1;
+  DPT_TRY(dpt_ckpt_prepare_dir(cfg->checkpoint_dir, &newest));
+  if (cfg->resume || newest < 0) return DPT_OK;
+  char path[4096];
+  dpt_ckpt_path(cfg->checkpoint_dir, newest, path, sizeof path);
+  return dpt_set_error(DPT_ERR_INVALID_ARG,
+                       "checkpoint directory %s holds checkpoints of another run (%s): resume "
+                       "from them (--resume), or name an empty or new directory",
+                       cfg->checkpoint_dir, path);
 }
 
 dpt_status dpt_train_ckpt_setup(replica *r, replica_state *s) {
