@@ -251,6 +251,21 @@ typedef struct dpt_gelu_args {
 typedef dpt_gelu_args dpt_gelu_fwd_args;
 typedef dpt_gelu_args dpt_gelu_bwd_args;
 
+/* attn_softmax: scores -> probs with the key mask of ids (has_ids 0: no mask). */
+typedef struct dpt_attn_softmax_args {
+  dpt_attn_geom g;
+  float scale;
+  int has_ids;
+  int32_t pad_id;
+  dpt_ref ids, scores, probs;
+} dpt_attn_softmax_args;
+
+/* softmax_bwd: y, dy -> dx over [rows, cols]. */
+typedef struct dpt_softmax_bwd_args {
+  size_t rows, cols;
+  dpt_ref y, dy, dx;
+} dpt_softmax_bwd_args;
+
 /* ---- the vtable --------------------------------------------------------------------------- */
 
 typedef struct dpt_backend_vtable {

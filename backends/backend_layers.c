@@ -459,3 +459,57 @@ dpt_status dpt_gelu_bwd(dpt_backend *be, size_t n, dpt_gelu_approx approx, const
                         .y = dpt_op_ref(dx, dx_off)};
   return be->vt->gelu_bwd(be, &args);
 }
+
+/* ---- attention's softmax ------------------------------------------------------------------- */
+
+dpt_status dpt_attn_softmax(dpt_backend *be, const dpt_attn_geom *g, float scale,
+                            const dpt_buffer *ids, size_t ids_off, int32_t pad_id,
+                            const dpt_buffer *scores, size_t scores_off, dpt_buffer *probs,
+                            size_t probs_off) {
+  dpt_op_check ck;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_attn_softmax", be, be && be->vt->attn_softmax));
+  if (!g) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: geometry is NULL", ck.fn);
+  if (!isfinite(scale))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: scale %g is not finite", ck.fn, (double)scale);
+  size_t rows = 0, n = 0, nid = 0;
+  DPT_TRY(dpt_op_elems2(&ck, "scores", g->heads, g->n, &rows));
+  DPT_TRY(dpt_op_elems2(&ck, "scores", rows, g->q, &rows));
+  DPT_TRY(dpt_op_elems2(&ck, "scores", rows, g->k, &n));
+  DPT_TRY(dpt_op_elems2(&ck, "ids", g->n, g->k, &nid));
+  if (n > 0 && g->k == 0) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: rows of 0 keys", ck.fn);
+  DPT_TRY(dpt_op_tensor(&ck, "scores", scores, scores_off, n, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "probs", probs, probs_off, n, F32));
+  DPT_TRY(dpt_op_alias(&ck, "probs", probs, probs_off, n, F32, "scores", scores, scores_off, n, F32,
+                       1));
+  if (ids) {
+    DPT_TRY(dpt_op_tensor(&ck, "ids", ids, ids_off, nid, I32));
+    DPT_TRY(dpt_op_alias(&ck, "probs", probs, probs_off, n, F32, "ids", ids, ids_off, nid, I32, 0));
+  }
+  if (n == 0) return DPT_OK;
+  dpt_attn_softmax_args args = {.g = *g,
+                                .scale = scale,
+                                .has_ids = ids != NULL,
+                                .pad_id = pad_id,
+                                .ids = ids ? dpt_op_ref(ids, ids_off) : dpt_op_ref(scores, 0),
+                                .scores = dpt_op_ref(scores, scores_off),
+                                .probs = dpt_op_ref(probs, probs_off)};
+  return be->vt->attn_softmax(be, &args);
+}
+
+dpt_status dpt_softmax_bwd(dpt_backend *be, size_t rows, size_t cols, const dpt_buffer *y,
+                           size_t y_off, const dpt_buffer *dy, size_t dy_off, dpt_buffer *dx,
+                           size_t dx_off) {
+  dpt_op_check ck;
+  size_t n = 0;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_softmax_bwd", be, be && be->vt->softmax_bwd));
+  DPT_TRY(dpt_op_elems2(&ck, "y", rows, cols, &n));
+  DPT_TRY(dpt_op_tensor(&ck, "y", y, y_off, n, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "dy", dy, dy_off, n, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "dx", dx, dx_off, n, F32));
+  DPT_TRY(dpt_op_alias(&ck, "dx", dx, dx_off, n, F32, "y", y, y_off, n, F32, 0));
+  DPT_TRY(dpt_op_alias(&ck, "dx", dx, dx_off, n, F32, "dy", dy, dy_off, n, F32, 1));
+  if (n == 0) return DPT_OK;
+  dpt_softmax_bwd_args args = {rows, cols, dpt_op_ref(y, y_off), dpt_op_ref(dy, dy_off),
+                               dpt_op_ref(dx, dx_off)};
+  return be->vt->softmax_bwd(be, &args);
+}

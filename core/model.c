@@ -174,6 +174,88 @@ dpt_status dpt_model_spec_resnet(dpt_model_spec *spec, size_t c, size_t h, size_
   return DPT_OK;
 }
 
+void dpt_bert_options_default(dpt_bert_options *o) {
+  if (!o) return;
+  *o = (dpt_bert_options){.seq_len = 128,
+                          .layers = 4,
+                          .hidden = 256,
+                          .heads = 4,
+                          .ffn = 1024,
+                          .dropout = 0.1f,
+                          .attn_dropout = 0.1f};
+}
+
+#define BERT_INIT_STD 0.02f
+#define BERT_LN_EPS   1e-12f
+
+dpt_status dpt_model_spec_bert(dpt_model_spec *spec, const dpt_bert_options *o) {
+  const char *fn = "dpt_model_spec_bert";
+  if (!spec || !o) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: spec/options is NULL", fn);
+  size_t pos = o->max_positions ? o->max_positions : o->seq_len;
+  if (o->vocab < DPT_BERT_MIN_VOCAB)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: vocabulary of %zu tokens, at least %d needed",
+                         fn, o->vocab, DPT_BERT_MIN_VOCAB);
+  if (o->seq_len < 3)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: sequence length %zu, at least 3 needed ([CLS], a token, [SEP])", fn,
+                         o->seq_len);
+  if (o->seq_len > pos)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: sequence length %zu is beyond the position table's %zu positions", fn,
+                         o->seq_len, pos);
+  if (o->hidden == 0 || o->heads == 0 || o->ffn == 0 || o->layers == 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: layers %zu, hidden %zu, heads %zu, ffn %zu: "
+                         "none may be 0",
+                         fn, o->layers, o->hidden, o->heads, o->ffn);
+  if (o->hidden % o->heads != 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %zu heads do not divide the hidden size %zu", fn,
+                         o->heads, o->hidden);
+  if (8 + 11 * o->layers > DPT_MODEL_MAX_LAYERS)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %zu layers need more than %d graph layers", fn,
+                         o->layers, DPT_MODEL_MAX_LAYERS);
+  if (!(o->dropout >= 0.0f && o->dropout < 1.0f) ||
+      !(o->attn_dropout >= 0.0f && o->attn_dropout < 1.0f))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: dropout %g / attention dropout %g not in [0, 1)",
+                         fn, (double)o->dropout, (double)o->attn_dropout);
+  float eps = o->ln_eps > 0.0f ? o->ln_eps : BERT_LN_EPS;
+  DPT_TRY(dpt_model_spec_init(spec, 1, 1, o->seq_len, o->vocab));
+  spec->seq_len = o->seq_len;
+  const float sd = BERT_INIT_STD;
+  dpt_layer_spec tok = {
+      .kind = DPT_LAYER_EMBEDDING, .size = o->hidden, .vocab = o->vocab, .init_std = sd};
+  dpt_layer_spec posl = {.kind = DPT_LAYER_POSITION_EMBEDDING, .vocab = pos, .init_std = sd};
+  dpt_layer_spec norm = {.kind = DPT_LAYER_LAYERNORM, .eps = eps};
+  dpt_layer_spec drop = {.kind = DPT_LAYER_DROPOUT, .p = o->dropout};
+  dpt_layer_spec attn = {
+      .kind = DPT_LAYER_ATTENTION, .heads = o->heads, .p = o->attn_dropout, .init_std = sd};
+  dpt_layer_spec add = {.kind = DPT_LAYER_ADD}, gelu = {.kind = DPT_LAYER_GELU};
+  dpt_layer_spec ffn1 = {.kind = DPT_LAYER_LINEAR, .size = o->ffn, .init_std = sd};
+  dpt_layer_spec dense = {.kind = DPT_LAYER_LINEAR, .size = o->hidden, .init_std = sd};
+  int t = resnet_add(spec, tok, 0, 0, 0, "embed.tok");
+  resnet_add(spec, posl, 0, 0, 0, "embed.pos");
+  resnet_add(spec, norm, 0, 0, 0, "embed.norm");
+  int x = resnet_add(spec, drop, 0, 0, 0, "embed.drop");
+  for (size_t i = 0; i < o->layers; ++i) {
+    resnet_add(spec, attn, 1, x, 0, "blocks.%zu.attn", i);
+    int d1 = resnet_add(spec, drop, 0, 0, 0, "blocks.%zu.drop1", i);
+    resnet_add(spec, add, 2, d1, x, "blocks.%zu.add1", i);
+    int n1 = resnet_add(spec, norm, 0, 0, 0, "blocks.%zu.norm1", i);
+    resnet_add(spec, ffn1, 0, 0, 0, "blocks.%zu.ffn1", i);
+    resnet_add(spec, gelu, 0, 0, 0, "blocks.%zu.act", i);
+    resnet_add(spec, dense, 0, 0, 0, "blocks.%zu.ffn2", i);
+    int d2 = resnet_add(spec, drop, 0, 0, 0, "blocks.%zu.drop2", i);
+    resnet_add(spec, add, 2, d2, n1, "blocks.%zu.add2", i);
+    x = resnet_add(spec, norm, 0, 0, 0, "blocks.%zu.norm2", i);
+  }
+  resnet_add(spec, dense, 0, 0, 0, "mlm.dense");
+  resnet_add(spec, gelu, 0, 0, 0, "mlm.act");
+  resnet_add(spec, norm, 0, 0, 0, "mlm.norm");
+  dpt_layer_spec dec = {.kind = DPT_LAYER_LINEAR, .size = o->vocab, .tie = t + 1, .init_std = sd};
+  resnet_add(spec, dec, 0, 0, 0, "mlm.decoder");
+  return DPT_OK;
+}
+
 /* ---- kinds --------------------------------------------------------------------------------- */
 
 const char *dpt_layer_kind_name(dpt_layer_kind kind) {
@@ -706,6 +788,9 @@ size_t dpt_model_input_size(const dpt_model *m) {
 }
 size_t dpt_model_num_classes(const dpt_model *m) {
   return m ? m->spec.num_classes : 0;
+}
+size_t dpt_model_labels_per_sample(const dpt_model *m) {
+  return !m ? 0 : m->spec.seq_len ? m->spec.seq_len : 1;
 }
 size_t dpt_model_state_size(const dpt_model *m) {
   return m ? m->num_params + m->num_buffer_floats : 0;

@@ -340,3 +340,47 @@ dpt_status dpt_cpu_gelu_bwd(dpt_backend *be, const dpt_gelu_bwd_args *a) {
   }
   return DPT_OK;
 }
+
+/* ---- attention's softmax ------------------------------------------------------------------- */
+
+dpt_status dpt_cpu_attn_softmax(dpt_backend *be, const dpt_attn_softmax_args *a) {
+  (void)be;
+  const dpt_attn_geom g = a->g;
+  const float *s = dpt_cpu_f32(a->scores);
+  float *p = dpt_cpu_f32(a->probs);
+  const int32_t *ids = a->has_ids ? dpt_cpu_i32(a->ids) : NULL;
+  const size_t rows = g.heads * g.n * g.q;
+  for (size_t r = 0; r < rows; ++r) {
+    const int32_t *key = ids ? ids + ((r / g.q) % g.n) * g.k : NULL;
+    const float *x = s + r * g.k;
+    float *y = p + r * g.k;
+    double max = -INFINITY, sum = 0.0;
+    for (size_t t = 0; t < g.k; ++t)
+      if (!key || key[t] != a->pad_id) max = fmax(max, (double)a->scale * x[t]);
+    for (size_t t = 0; t < g.k; ++t) {
+      double e = (!key || key[t] != a->pad_id) ? exp((double)a->scale * x[t] - max) : 0.0;
+      y[t] = (float)e; /* in place: x[t] is read before y[t] is written */
+      sum += e;
+    }
+    const double inv = sum > 0.0 ? 1.0 / sum : 0.0;
+    for (size_t t = 0; t < g.k; ++t)
+      y[t] = (float)(y[t] * inv);
+  }
+  return DPT_OK;
+}
+
+dpt_status dpt_cpu_softmax_bwd(dpt_backend *be, const dpt_softmax_bwd_args *a) {
+  (void)be;
+  const float *y = dpt_cpu_f32(a->y), *dy = dpt_cpu_f32(a->dy);
+  float *dx = dpt_cpu_f32(a->dx);
+  for (size_t r = 0; r < a->rows; ++r) {
+    const float *yr = y + r * a->cols, *dyr = dy + r * a->cols;
+    float *dxr = dx + r * a->cols;
+    double dot = 0.0;
+    for (size_t c = 0; c < a->cols; ++c)
+      dot += (double)yr[c] * dyr[c];
+    for (size_t c = 0; c < a->cols; ++c)
+      dxr[c] = (float)((double)yr[c] * ((double)dyr[c] - dot));
+  }
+  return DPT_OK;
+}

@@ -94,7 +94,9 @@ dpt_status dpt_cpu_softmax_xent(dpt_backend *be, const dpt_softmax_xent_args *a)
 
     const int32_t label = labels[r];
     const int valid = label >= 0 && (size_t)label < cols;
-    if (valid) {
+    if (label == DPT_IGNORE_INDEX) {
+      /* no loss, not correct; the gradient row is zeroed below */
+    } else if (valid) {
       loss_sum += log(denom) - ((double)x[label] - max);
       if (arg == (size_t)label) ++correct;
     } else {

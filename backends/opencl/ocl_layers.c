@@ -127,3 +127,17 @@ dpt_status dpt_ocl_gelu_bwd(dpt_backend *be, const dpt_gelu_bwd_args *a) {
   const dpt_ref refs[] = {a->x, a->dy, a->y};
   return dpt_ocl_launch_flat(be, DPT_OCL_K_gelu_bwd, a->n, 1, u, 0, NULL, 3, refs);
 }
+
+/* ---- attention's softmax ------------------------------------------------------------------- */
+
+dpt_status dpt_ocl_attn_softmax(dpt_backend *be, const dpt_attn_softmax_args *a) {
+  (void)be;
+  (void)a;
+  return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_attn_softmax: not yet on this backend");
+}
+
+dpt_status dpt_ocl_softmax_bwd(dpt_backend *be, const dpt_softmax_bwd_args *a) {
+  (void)be;
+  (void)a;
+  return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_softmax_bwd: not yet on this backend");
+}

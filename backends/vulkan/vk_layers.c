@@ -303,3 +303,17 @@ dpt_status dpt_vk_gelu_bwd(dpt_backend *be, const dpt_gelu_bwd_args *a) {
   DPT_TRY(dpt_vk_enter(be));
   return dpt_vk_leave(be, vk_gelu(dpt_vk_ctx_of(be), a, 1));
 }
+
+/* ---- attention's softmax ------------------------------------------------------------------- */
+
+dpt_status dpt_vk_attn_softmax(dpt_backend *be, const dpt_attn_softmax_args *a) {
+  (void)be;
+  (void)a;
+  return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_attn_softmax: not yet on this backend");
+}
+
+dpt_status dpt_vk_softmax_bwd(dpt_backend *be, const dpt_softmax_bwd_args *a) {
+  (void)be;
+  (void)a;
+  return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_softmax_bwd: not yet on this backend");
+}

@@ -156,7 +156,9 @@ DPT_API dpt_status dpt_buffer_fill_f32(dpt_buffer *dst, size_t offset, size_t co
   X(LAYERNORM_BWD, layernorm_bwd)                                                                  \
   X(LAYERNORM_BWD_PARAMS, layernorm_bwd_params)                                                    \
   X(GELU_FWD, gelu_fwd)                                                                            \
-  X(GELU_BWD, gelu_bwd)
+  X(GELU_BWD, gelu_bwd)                                                                            \
+  X(ATTN_SOFTMAX, attn_softmax)                                                                    \
+  X(SOFTMAX_BWD, softmax_bwd)
 
 typedef enum dpt_op {
 #define DPT_OP_ENUM_(NAME, name) DPT_OP_##NAME,
@@ -205,8 +207,11 @@ DPT_API dpt_status dpt_relu_bwd(dpt_backend *be, size_t n, const dpt_buffer *x, 
  *   dlogits[r] = scale * (p - onehot(label_r))      (dlogits may be NULL: no gradient)
  *   *loss_sum = sum_r loss_r (unscaled, accumulated in double)   (may be NULL)
  *   *correct = number of rows whose first maximal logit is at label_r (may be NULL)
- * A label outside [0, cols) makes that row's loss NaN, its gradient row zero, and it is never
- * correct. Requesting loss_sum or correct waits for the result. cols >= 1. */
+ * A label equal to DPT_IGNORE_INDEX makes the row count for nothing: no loss, a zero gradient
+ * row, never correct (PyTorch's ignore_index). Any other label outside [0, cols) makes that
+ * row's loss NaN, its gradient row zero, and it is never correct. Requesting loss_sum or
+ * correct waits for the result. cols >= 1. */
+#define DPT_IGNORE_INDEX (-100)
 DPT_API dpt_status dpt_softmax_xent(dpt_backend *be, size_t rows, size_t cols,
                                     const dpt_buffer *logits, size_t logits_off,
                                     const dpt_buffer *labels, size_t labels_off, float scale,
@@ -454,6 +459,25 @@ DPT_API dpt_status dpt_gelu_bwd(dpt_backend *be, size_t n, dpt_gelu_approx appro
                                 size_t dy_off, dpt_buffer *dx, size_t dx_off);
 
 /* Host-side reference conversions, the same rounding as the ops above. */
+/* Attention's softmax over the keys, with a key padding mask. Scores and probabilities are
+ * [heads, n, q, k]: for sample i of n, head h, query j, the row r = (h * n + i) * q + j holds
+ * k keys. Key t of sample i is masked when ids is not NULL and ids[i * k + t] (int32) equals
+ * pad_id. probs[r, t] = exp(scale * s[r, t] - max) / sum over the unmasked keys, 0 for a
+ * masked key; a row whose keys are all masked is all 0. probs may equal scores (in place). */
+typedef struct dpt_attn_geom {
+  size_t n, heads, q, k;
+} dpt_attn_geom;
+DPT_API dpt_status dpt_attn_softmax(dpt_backend *be, const dpt_attn_geom *g, float scale,
+                                    const dpt_buffer *ids, size_t ids_off, int32_t pad_id,
+                                    const dpt_buffer *scores, size_t scores_off, dpt_buffer *probs,
+                                    size_t probs_off);
+/* The softmax's backward over rows [rows, cols] of probabilities y (the forward's output):
+ * dx[r, c] = y[r, c] * (dy[r, c] - sum_c' y[r, c'] * dy[r, c']). dx may equal dy (in place). A
+ * scale applied before the softmax is the caller's (e.g. in the next gemm's alpha). */
+DPT_API dpt_status dpt_softmax_bwd(dpt_backend *be, size_t rows, size_t cols, const dpt_buffer *y,
+                                   size_t y_off, const dpt_buffer *dy, size_t dy_off,
+                                   dpt_buffer *dx, size_t dx_off);
+
 DPT_API uint16_t dpt_f32_to_f16_scalar(float x);
 DPT_API float dpt_f16_to_f32_scalar(uint16_t h);
 

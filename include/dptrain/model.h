@@ -43,7 +43,25 @@ extern "C" {
  * mask of dpt_dropout keyed by (seed, step, the sample's place in the global batch, element);
  * the identity in evaluation. layernorm: PyTorch's LayerNorm over the last dimension (the
  * features of a vector, the width of an image), biased variance, weight 1 and bias 0 at init.
- * gelu: PyTorch's GELU, the erf form or (approximate) the tanh form. */
+ * gelu: PyTorch's GELU, the erf form or (approximate) the tanh form.
+ *
+ * Token models (dpt_model_spec.seq_len > 0) add sequences: a sample of S positions with F
+ * features each, on which linear acts position by position (nn.Linear on [S, F]) and layernorm,
+ * gelu, dropout and add act as on any shape.
+ *   embedding: the first layer, on the model input's token ids: weight [vocab, size] (PyTorch's
+ *     nn.Embedding), giving a sequence [S, size]; an id outside [0, vocab) gives NaN.
+ *   position_embedding: adds learned position vectors: weight [vocab, F] (vocab = the most
+ *     positions, >= S), row s added at position s (nn.Embedding on arange(S)).
+ *   attention: PyTorch's nn.MultiheadAttention(F, heads, dropout=p, batch_first=True) as
+ *     self-attention on a sequence [S, F], keys holding [PAD] (token id 0 in the model input)
+ *     masked (key_padding_mask): tensors in_proj_weight [3F, F], in_proj_bias [3F],
+ *     out_proj.weight [F, F], out_proj.bias [F]; heads divides F; dropout on the attention
+ *     probabilities in training.
+ *   linear with tie: uses the weight of the embedding layer tie - 1 (its [vocab, in] table, so
+ *     out = vocab) instead of a weight of its own, and has only "N.bias": BERT's decoder tied to
+ *     the token embedding. The shared weight has one gradient, the sum of both uses.
+ * init_std > 0 draws the layer's weights (tables, in_proj_weight, out_proj.weight) from a
+ * normal distribution of that deviation and sets its biases to 0, as BERT initializes. */
 #define DPT_LAYER_KIND_MAP(X)                                                                      \
   X(LINEAR, 0, "linear")                                                                           \
   X(RELU, 1, "relu")                                                                               \
@@ -57,7 +75,10 @@ extern "C" {
   X(GLOBAL_AVGPOOL, 9, "global_avgpool")                                                           \
   X(DROPOUT, 10, "dropout")                                                                        \
   X(LAYERNORM, 11, "layernorm")                                                                    \
-  X(GELU, 12, "gelu")
+  X(GELU, 12, "gelu")                                                                              \
+  X(EMBEDDING, 13, "embedding")                                                                    \
+  X(POSITION_EMBEDDING, 14, "position_embedding")                                                  \
+  X(ATTENTION, 15, "attention")
 
 typedef enum dpt_layer_kind {
 #define DPT_LAYER_KIND_ENUM_(name, value, text) DPT_LAYER_##name = value,
@@ -88,6 +109,10 @@ typedef struct dpt_layer_spec {
   char name[DPT_LAYER_NAME_MAX];    /* the state_dict prefix; "" means the layer's index */
   float eps;       /* layernorm: added to the variance, > 0; 0 means PyTorch's 1e-5 */
   int approximate; /* gelu: a dpt_gelu_approx (0: erf, PyTorch's default; 1: tanh) */
+  size_t vocab;    /* embedding: rows of the table; position_embedding: the most positions */
+  size_t heads;    /* attention: heads (dividing the features) */
+  int tie;         /* linear: 1 + the index of an embedding layer whose weight it shares; 0 none */
+  float init_std;  /* > 0: weights normal(0, init_std), biases 0 (BERT); 0: PyTorch's default */
 } dpt_layer_spec;
 
 #define DPT_MODEL_MAX_LAYERS 512
@@ -95,7 +120,12 @@ typedef struct dpt_layer_spec {
 typedef struct dpt_model_spec {
   size_t in_c, in_h, in_w; /* one sample's shape (channels, height, width); an MLP on 784
                               features can say 1, 1, 784 or 1, 28, 28 */
-  size_t num_classes;      /* the last layer's output size must equal it */
+  size_t num_classes;      /* the last layer's output size must equal it (per position for a
+                              token model) */
+  size_t seq_len;          /* 0: samples are images or vectors. > 0: a token model: a sample is
+                              seq_len int32 token ids (in_c = in_h = 1, in_w = seq_len; x holds
+                              int32 values), it has seq_len labels, DPT_IGNORE_INDEX ignored, and
+                              the last layer gives num_classes logits per position */
   size_t num_layers;
   dpt_layer_spec layers[DPT_MODEL_MAX_LAYERS];
 } dpt_model_spec;
@@ -126,6 +156,29 @@ DPT_API dpt_status dpt_model_spec_cnn(dpt_model_spec *spec, size_t c, size_t h, 
  * "layer2.0.shortcut.1" (bn), ..., "fc". */
 DPT_API dpt_status dpt_model_spec_resnet(dpt_model_spec *spec, size_t c, size_t h, size_t w,
                                          size_t depth, size_t num_classes);
+
+/* BERT's masked-language-model encoder (post-LN), as tools/pytorch_reference.py's BertMLM:
+ *   embed.tok (embedding), embed.pos (position_embedding), embed.norm (layernorm), dropout;
+ *   per block i: blocks.i.attn (attention), dropout, add, blocks.i.norm1, blocks.i.ffn1 (linear
+ *   ffn), gelu, blocks.i.ffn2 (linear hidden), dropout, add, blocks.i.norm2;
+ *   mlm.dense (linear hidden), gelu, mlm.norm, mlm.decoder (linear tied to embed.tok: its bias
+ *   only). Every weight is initialized normal(0, 0.02), biases 0; layer norms use ln_eps. */
+#define DPT_BERT_MIN_VOCAB 4 /* the special tokens [PAD], [CLS], [SEP], [MASK] */
+typedef struct dpt_bert_options {
+  size_t vocab;         /* tokens, >= DPT_BERT_MIN_VOCAB */
+  size_t seq_len;       /* tokens per sequence */
+  size_t max_positions; /* rows of the position table; 0: seq_len */
+  size_t layers, hidden, heads, ffn;
+  float dropout;      /* hidden dropout (BERT: 0.1) */
+  float attn_dropout; /* on the attention probabilities (BERT: 0.1) */
+  float ln_eps;       /* 0: 1e-12, BERT's */
+} dpt_bert_options;
+/* The defaults: 4 layers, hidden 256, 4 heads, ffn 1024, sequence 128, dropout 0.1 (vocab 0:
+ * the caller sets it). */
+DPT_API void dpt_bert_options_default(dpt_bert_options *o);
+/* Fills `spec`; DPT_ERR_INVALID_ARG naming the option for sizes that cannot work (heads not
+ * dividing hidden, a sequence beyond max_positions, a zero size, too many layers). */
+DPT_API dpt_status dpt_model_spec_bert(dpt_model_spec *spec, const dpt_bert_options *o);
 
 /* Reads a model file: a JSON object a person can write by hand, e.g.
  *   {"input": [1, 28, 28], "classes": 10,
@@ -198,8 +251,10 @@ DPT_API dpt_buffer *dpt_model_grads(const dpt_model *model);
 DPT_API dpt_backend *dpt_model_backend(const dpt_model *model);
 /* Floats per input sample (c*h*w). */
 DPT_API size_t dpt_model_input_size(const dpt_model *model);
-/* Number of classes (the logits per sample). */
+/* Number of classes (the logits per sample, or per position of a token model). */
 DPT_API size_t dpt_model_num_classes(const dpt_model *model);
+/* Labels per sample: 1, or the sequence length of a token model. */
+DPT_API size_t dpt_model_labels_per_sample(const dpt_model *model);
 
 /* Buffers: state that is not trained by gradients (batch norm's running_mean, running_var and
  * num_batches_tracked, the last stored as a float counter: exact below 2^24 steps), in
@@ -264,10 +319,12 @@ DPT_API dpt_status dpt_model_load(dpt_model *model, const char *path);
 
 /* Forward and backward over `batch` samples (1 <= batch <= max_batch):
  * x: device buffer holding [batch, input_size] floats at element offset 0;
- * labels: device buffer holding [batch] int32 class indices.
- * The gradients are OVERWRITTEN with grad_scale * d(sum of per-sample losses)/d(params), so a
- * replica holding b of a global batch B passes grad_scale = 1/B and the sum over replicas is the
- * mean over B. loss_sum (sum of per-sample losses, unscaled) and correct may be NULL. */
+ * labels: device buffer holding [batch] int32 class indices ([batch, seq_len] for a token
+ * model, where DPT_IGNORE_INDEX marks a position without a target).
+ * The gradients are OVERWRITTEN with grad_scale * d(sum of per-target losses)/d(params), so a
+ * replica holding b of a global batch of T targets (B samples, or the labelled positions of a
+ * token model) passes grad_scale = 1/T and the sum over replicas is the mean over T. loss_sum
+ * (sum of per-target losses, unscaled) and correct (targets predicted right) may be NULL. */
 DPT_API dpt_status dpt_model_train_step(dpt_model *model, const dpt_buffer *x,
                                         const dpt_buffer *labels, size_t batch, float grad_scale,
                                         double *loss_sum, int64_t *correct);
