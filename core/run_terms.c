@@ -89,7 +89,7 @@ static uint64_t name_word(const char *name, size_t cap) {
 
 /* The model spec field by field (its padding bytes are not part of it), one word per layer. */
 static uint64_t model_word(const dpt_model_spec *m) {
-  uint64_t w[5 + DPT_MODEL_MAX_LAYERS];
+  uint64_t w[6 + DPT_MODEL_MAX_LAYERS];
   size_t n = 0;
   w[n++] = m->in_c;
   w[n++] = m->in_h;
@@ -113,8 +113,15 @@ static uint64_t model_word(const dpt_model_spec *m) {
                       int_word(l->approximate)};
     /* the later fields only when set, so models without them keep their fingerprint */
     int later = l->eps != 0.0f || l->approximate != 0;
-    w[n++] = dpt_fingerprint(f, (later ? 13 : 11) * sizeof f[0]);
+    w[n] = dpt_fingerprint(f, (later ? 13 : 11) * sizeof f[0]);
+    /* the token model's fields likewise */
+    if (l->vocab || l->heads || l->tie || l->init_std != 0.0f) {
+      const uint64_t t[5] = {w[n], l->vocab, l->heads, int_word(l->tie), float_word(l->init_std)};
+      w[n] = dpt_fingerprint(t, sizeof t);
+    }
+    ++n;
   }
+  if (m->seq_len) w[n++] = m->seq_len;
   return dpt_fingerprint(w, n * sizeof w[0]);
 }
 

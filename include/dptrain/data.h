@@ -88,6 +88,9 @@ DPT_API void dpt_dataset_destroy(dpt_dataset *ds);
 DPT_API size_t dpt_dataset_count(const dpt_dataset *ds);
 /* Values per sample, channels * rows * cols (0 for NULL). */
 DPT_API size_t dpt_dataset_dim(const dpt_dataset *ds);
+/* Labels per sample: 1, or the sequence length of a text dataset (dptrain/text.h), whose gather
+ * writes that many labels per sample (0 for NULL). */
+DPT_API size_t dpt_dataset_labels_per_sample(const dpt_dataset *ds);
 /* Channels per sample: 1 for IDX images (0 for NULL). */
 DPT_API size_t dpt_dataset_channels(const dpt_dataset *ds);
 /* Fingerprint of the samples (shape, pixels and labels, with dpt_fingerprint), taken once when
