@@ -280,7 +280,8 @@ dpt_status dpt_layer_kind_parse(const char *name, dpt_layer_kind *out) {
   return dpt_set_error(
       DPT_ERR_INVALID_ARG,
       "unknown layer kind '%s' (linear, relu, conv2d, maxpool, flatten, add, "
-      "batchnorm2d, batchnorm1d, avgpool, global_avgpool, dropout, layernorm, gelu)",
+      "batchnorm2d, batchnorm1d, avgpool, global_avgpool, dropout, layernorm, gelu, embedding, "
+      "position_embedding, attention)",
       name);
 }
 
@@ -348,17 +349,93 @@ static dpt_status add_weight_and_bias(dpt_model *m, size_t i, int ndim, const in
   return add_tensor(m, i, 0, "bias", 1, w_shape, &L->b_index);
 }
 
+/* A tied linear uses embedding layer tie - 1's table [vocab, in] as its weight: out = vocab. */
+static dpt_status plan_tie(dpt_model *m, size_t i, size_t in_f) {
+  dpt_node *L = &m->layers[i];
+  int e = L->spec.tie - 1;
+  if (e < 0 || e >= (int)i || m->layers[e].spec.kind != DPT_LAYER_EMBEDDING)
+    return LAYER_ERR(m, i, "is tied to layer %d, which is not an earlier embedding layer", e);
+  const dpt_tensor_info *t = &m->tensors[m->layers[e].w_index];
+  if (L->spec.size == 0) L->spec.size = (size_t)t->shape[0];
+  if ((size_t)t->shape[1] != in_f || (size_t)t->shape[0] != L->spec.size)
+    return LAYER_ERR(m, i,
+                     "is tied to an embedding of %lld x %lld, which cannot map %zu features to "
+                     "%zu outputs",
+                     (long long)t->shape[0], (long long)t->shape[1], in_f, L->spec.size);
+  L->w_index = m->layers[e].w_index;
+  if (L->spec.no_bias) return DPT_OK;
+  const int64_t bs[1] = {(int64_t)L->spec.size};
+  return add_tensor(m, i, 0, "bias", 1, bs, &L->b_index);
+}
+
+/* linear on a vector, or on each position of a sequence (its last dimension). */
 static dpt_status plan_linear(dpt_model *m, size_t i, dpt_sample_shape *x) {
   dpt_node *L = &m->layers[i];
-  if (L->spec.size == 0) return LAYER_ERR(m, i, "has size 0");
-  const int64_t ws[2] = {(int64_t)L->spec.size, (int64_t)L->in_size};
-  DPT_TRY(add_weight_and_bias(m, i, 2, ws));
-  *x = (dpt_sample_shape){L->spec.size, 1, 1, 1};
+  size_t in_f = x->seq ? x->w : L->in_size;
+  if (L->spec.tie)
+    DPT_TRY(plan_tie(m, i, in_f));
+  else {
+    if (L->spec.size == 0) return LAYER_ERR(m, i, "has size 0");
+    const int64_t ws[2] = {(int64_t)L->spec.size, (int64_t)in_f};
+    DPT_TRY(add_weight_and_bias(m, i, 2, ws));
+  }
+  *x = x->seq ? (dpt_sample_shape){1, x->h, L->spec.size, 0, 1}
+              : (dpt_sample_shape){L->spec.size, 1, 1, 1, 0};
   return DPT_OK;
+}
+
+static dpt_status need_seq(const dpt_model *m, size_t i, const dpt_sample_shape *x) {
+  if (!x->seq)
+    return LAYER_ERR(m, i, "needs a sequence input (after an embedding), not %zu x %zu x %zu", x->c,
+                     x->h, x->w);
+  return DPT_OK;
+}
+
+/* embedding: the model's token ids to a sequence [S, size]; table [vocab, size]. */
+static dpt_status plan_embedding(dpt_model *m, size_t i, dpt_sample_shape *x) {
+  dpt_node *L = &m->layers[i];
+  if (!m->spec.seq_len || L->src[0] != DPT_LAYER_INPUT_MODEL)
+    return LAYER_ERR(m, i, "must take the model input of a token model (seq_len > 0)");
+  if (L->spec.size == 0 || L->spec.vocab == 0)
+    return LAYER_ERR(m, i, "has size %zu and vocab %zu; neither may be 0", L->spec.size,
+                     L->spec.vocab);
+  if (L->spec.vocab > INT32_MAX) return LAYER_ERR(m, i, "has more than 2^31 - 1 rows");
+  const int64_t ws[2] = {(int64_t)L->spec.vocab, (int64_t)L->spec.size};
+  DPT_TRY(add_tensor(m, i, 0, "weight", 2, ws, &L->w_index));
+  *x = (dpt_sample_shape){1, m->spec.seq_len, L->spec.size, 0, 1};
+  return DPT_OK;
+}
+
+/* position_embedding: adds rows 0..S-1 of a table [vocab, F]. */
+static dpt_status plan_position(dpt_model *m, size_t i, const dpt_sample_shape *x) {
+  dpt_node *L = &m->layers[i];
+  DPT_TRY(need_seq(m, i, x));
+  if (L->spec.vocab < x->h)
+    return LAYER_ERR(m, i, "has %zu positions, the sequence has %zu", L->spec.vocab, x->h);
+  const int64_t ws[2] = {(int64_t)L->spec.vocab, (int64_t)x->w};
+  return add_tensor(m, i, 0, "weight", 2, ws, &L->w_index);
+}
+
+/* attention: nn.MultiheadAttention's tensors; the shape is kept. */
+static dpt_status plan_attention(dpt_model *m, size_t i, const dpt_sample_shape *x) {
+  dpt_node *L = &m->layers[i];
+  DPT_TRY(need_seq(m, i, x));
+  size_t F = x->w, H = L->spec.heads;
+  if (H == 0 || F % H != 0)
+    return LAYER_ERR(m, i, "has %zu heads, which do not divide its %zu features", H, F);
+  if (!(L->spec.p >= 0.0f && L->spec.p < 1.0f))
+    return LAYER_ERR(m, i, "has p %g, not in [0, 1)", (double)L->spec.p);
+  const int64_t in_w[2] = {(int64_t)(3 * F), (int64_t)F}, in_b[1] = {(int64_t)(3 * F)};
+  const int64_t out_w[2] = {(int64_t)F, (int64_t)F}, out_b[1] = {(int64_t)F};
+  DPT_TRY(add_tensor(m, i, 0, "in_proj_weight", 2, in_w, &L->w_index));
+  DPT_TRY(add_tensor(m, i, 0, "in_proj_bias", 1, in_b, &L->b_index));
+  DPT_TRY(add_tensor(m, i, 0, "out_proj.weight", 2, out_w, &L->w2_index));
+  return add_tensor(m, i, 0, "out_proj.bias", 1, out_b, &L->b2_index);
 }
 
 static dpt_status need_image(const dpt_model *m, size_t i, const dpt_sample_shape *x) {
   if (x->flat) return LAYER_ERR(m, i, "needs an image input, not a flattened one");
+  if (x->seq) return LAYER_ERR(m, i, "needs an image input, not a sequence");
   return DPT_OK;
 }
 
@@ -375,7 +452,7 @@ static dpt_status plan_conv2d(dpt_model *m, size_t i, dpt_sample_shape *x) {
   if (st != DPT_OK) return LAYER_ERR(m, i, "%s", dpt_last_error());
   const int64_t ws[4] = {(int64_t)L->spec.size, (int64_t)x->c, (int64_t)k, (int64_t)k};
   DPT_TRY(add_weight_and_bias(m, i, 4, ws));
-  *x = (dpt_sample_shape){L->spec.size, oh, ow, 0};
+  *x = (dpt_sample_shape){L->spec.size, oh, ow, 0, 0};
   return DPT_OK;
 }
 
@@ -385,7 +462,7 @@ static dpt_status plan_pool(dpt_model *m, size_t i, dpt_sample_shape *x) {
   DPT_TRY(need_image(m, i, x));
   if (L->spec.kind == DPT_LAYER_GLOBAL_AVGPOOL) {
     L->spec.kernel = x->h > x->w ? x->h : x->w; /* for messages only; the window is h x w */
-    *x = (dpt_sample_shape){x->c, 1, 1, 0};
+    *x = (dpt_sample_shape){x->c, 1, 1, 0, 0};
     return DPT_OK;
   }
   if (L->spec.kernel == 0) return LAYER_ERR(m, i, "has kernel 0");
@@ -435,7 +512,7 @@ static dpt_status plan_add(dpt_model *m, size_t i, dpt_sample_shape *x) {
   const dpt_node *L = &m->layers[i];
   int b = L->src[1];
   dpt_sample_shape y = b == DPT_LAYER_INPUT_MODEL
-                           ? (dpt_sample_shape){m->spec.in_c, m->spec.in_h, m->spec.in_w, 0}
+                           ? (dpt_sample_shape){m->spec.in_c, m->spec.in_h, m->spec.in_w, 0, 0}
                            : m->layers[b].oshape;
   if (x->c != y.c || x->h != y.h || x->w != y.w)
     return LAYER_ERR(m, i, "adds inputs of shapes %zu x %zu x %zu and %zu x %zu x %zu", x->c, x->h,
@@ -483,7 +560,7 @@ static dpt_status plan_kind(dpt_model *m, size_t i, dpt_sample_shape *x) {
   case DPT_LAYER_ADD:
     return plan_add(m, i, x);
   case DPT_LAYER_FLATTEN:
-    *x = (dpt_sample_shape){L->in_size, 1, 1, 1};
+    *x = (dpt_sample_shape){L->in_size, 1, 1, 1, 0};
     return DPT_OK;
   case DPT_LAYER_DROPOUT:
     if (!(L->spec.p >= 0.0f && L->spec.p < 1.0f))
@@ -497,6 +574,12 @@ static dpt_status plan_kind(dpt_model *m, size_t i, dpt_sample_shape *x) {
     return DPT_OK;
   case DPT_LAYER_RELU:
     return DPT_OK;
+  case DPT_LAYER_EMBEDDING:
+    return plan_embedding(m, i, x);
+  case DPT_LAYER_POSITION_EMBEDDING:
+    return plan_position(m, i, x);
+  case DPT_LAYER_ATTENTION:
+    return plan_attention(m, i, x);
   default:
     return LAYER_ERR(m, i, "has unknown kind %d", (int)L->spec.kind);
   }
@@ -506,13 +589,19 @@ static dpt_status plan_kind(dpt_model *m, size_t i, dpt_sample_shape *x) {
 static dpt_status plan_layer(dpt_model *m, size_t i) {
   dpt_node *L = &m->layers[i];
   L->spec = m->spec.layers[i];
-  L->w_index = L->b_index = SIZE_MAX;
+  L->w_index = L->b_index = L->w2_index = L->b2_index = SIZE_MAX;
   if (memchr(L->spec.name, '\0', sizeof L->spec.name) == NULL)
     return LAYER_ERR(m, i, "has a name that is not NUL-terminated");
   DPT_TRY(plan_inputs(m, i));
   int a = L->src[0];
+  if (m->spec.seq_len && L->spec.kind != DPT_LAYER_EMBEDDING)
+    for (int j = 0; j < L->num_src; ++j)
+      if (L->src[j] == DPT_LAYER_INPUT_MODEL)
+        return LAYER_ERR(m, i, "takes the token ids; only an embedding layer can");
+  if (L->spec.tie && L->spec.kind != DPT_LAYER_LINEAR)
+    return LAYER_ERR(m, i, "has a tie; only a linear layer can share an embedding's weight");
   dpt_sample_shape x = a == DPT_LAYER_INPUT_MODEL
-                           ? (dpt_sample_shape){m->spec.in_c, m->spec.in_h, m->spec.in_w, 0}
+                           ? (dpt_sample_shape){m->spec.in_c, m->spec.in_h, m->spec.in_w, 0, 0}
                            : m->layers[a].oshape;
   L->ishape = x;
   if (!dpt_mul_ok(x.c, x.h, &L->in_size) || !dpt_mul_ok(L->in_size, x.w, &L->in_size))
@@ -537,6 +626,11 @@ static dpt_status plan_check_spec(const dpt_model_spec *s) {
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: num_layers %zu not in 1..%d", fn, s->num_layers,
                          DPT_MODEL_MAX_LAYERS);
   if (s->num_classes < 1) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: num_classes is 0", fn);
+  if (s->seq_len && (s->in_c != 1 || s->in_h != 1 || s->in_w != s->seq_len))
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: a token model of seq_len %zu has input 1 x 1 x %zu, not %zu x %zu x "
+                         "%zu",
+                         fn, s->seq_len, s->seq_len, s->in_c, s->in_h, s->in_w);
   return DPT_OK;
 }
 
@@ -574,7 +668,14 @@ static dpt_status plan_check_graph(const dpt_model *m) {
   if (last->spec.kind == DPT_LAYER_FLATTEN)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "%s: the last layer must compute the logits, not flatten them", fn);
-  if (last->out_size != m->spec.num_classes)
+  if (m->spec.seq_len) {
+    if (!last->oshape.seq || last->oshape.w != m->spec.num_classes)
+      return dpt_set_error(DPT_ERR_INVALID_ARG,
+                           "%s: the last layer (%s) of a token model must give %zu logits per "
+                           "position, it gives %zu x %zu x %zu",
+                           fn, dpt_layer_kind_name(last->spec.kind), m->spec.num_classes,
+                           last->oshape.c, last->oshape.h, last->oshape.w);
+  } else if (last->out_size != m->spec.num_classes)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "%s: the last layer (%s) gives %zu outputs but num_classes is %zu", fn,
                          dpt_layer_kind_name(last->spec.kind), last->out_size, m->spec.num_classes);
@@ -597,11 +698,12 @@ static dpt_status plan(dpt_model *m) {
   DPT_TRY(plan_check_spec(s));
   m->num_layers = s->num_layers;
   m->layers = calloc(m->num_layers, sizeof *m->layers);
-  m->tensors = calloc(2 * m->num_layers, sizeof *m->tensors);
+  m->tensors = calloc(4 * m->num_layers, sizeof *m->tensors);
   m->buffers = calloc(3 * m->num_layers, sizeof *m->buffers);
   m->names = calloc(7 * m->num_layers, sizeof *m->names);
   m->grad_written = calloc(m->num_layers, 1);
-  if (!m->layers || !m->tensors || !m->buffers || !m->names || !m->grad_written)
+  m->w_written = calloc(4 * m->num_layers, 1);
+  if (!m->layers || !m->tensors || !m->buffers || !m->names || !m->grad_written || !m->w_written)
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of host memory", plan_fn);
   DPT_TRY(plan_check_names(m));
   for (size_t i = 0; i < s->num_layers; ++i)
@@ -626,6 +728,7 @@ static dpt_status alloc_floats(dpt_model *m, size_t count, size_t elem, dpt_buff
  * the scratch gradient of a layer feeding several others. */
 typedef struct shared_sizes {
   size_t col, plane, scratch;
+  size_t qkv, probs, ctx; /* attention's gradients */
 } shared_sizes;
 
 /* How many layers take their input from store s (through flattens, which do not count). */
@@ -659,6 +762,19 @@ static dpt_status alloc_layer(dpt_model *m, size_t i, shared_sizes *sh) {
     return alloc_floats(m, 4 * L->oshape.c, sizeof(float), &L->aux);
   case DPT_LAYER_LAYERNORM: /* the rows' mean and rstd: 2 per row of every sample */
     return alloc_floats(m, 2 * (n / m->tensors[L->w_index].count), sizeof(float), &L->aux);
+  case DPT_LAYER_ATTENTION: {
+    size_t S = L->ishape.h, probs;
+    if (!dpt_mul_ok(S * S, m->max_batch * L->spec.heads, &probs))
+      return LAYER_ERR(m, i, "attention probabilities for %zu samples are too large", m->max_batch);
+    DPT_TRY(alloc_floats(m, 3 * n, sizeof(float), &L->aux));
+    DPT_TRY(alloc_floats(m, probs, sizeof(float), &L->probs));
+    if (L->spec.p > 0.0f) DPT_TRY(alloc_floats(m, probs, sizeof(float), &L->probs_drop));
+    DPT_TRY(alloc_floats(m, n, sizeof(float), &L->ctx));
+    if (3 * n > sh->qkv) sh->qkv = 3 * n;
+    if (probs > sh->probs) sh->probs = probs;
+    if (n > sh->ctx) sh->ctx = n;
+    return DPT_OK;
+  }
   case DPT_LAYER_CONV2D: {
     size_t k = L->ishape.c * L->spec.kernel * L->spec.kernel, plane = L->oshape.h * L->oshape.w,
            col;
@@ -675,12 +791,17 @@ static dpt_status alloc_layer(dpt_model *m, size_t i, shared_sizes *sh) {
 }
 
 static dpt_status alloc_all(dpt_model *m) {
-  shared_sizes sh = {0, 1, 0};
+  shared_sizes sh = {0, 1, 0, 0, 0, 0};
   for (size_t i = 0; i < m->num_layers; ++i)
     DPT_TRY(alloc_layer(m, i, &sh));
   if (sh.col) DPT_TRY(alloc_floats(m, sh.col, sizeof(float), &m->col));
   if (sh.col) DPT_TRY(alloc_floats(m, sh.col, sizeof(float), &m->dcol));
   if (sh.scratch) DPT_TRY(alloc_floats(m, sh.scratch, sizeof(float), &m->scratch));
+  if (sh.qkv) {
+    DPT_TRY(alloc_floats(m, sh.qkv, sizeof(float), &m->dqkv));
+    DPT_TRY(alloc_floats(m, sh.probs, sizeof(float), &m->dprobs));
+    DPT_TRY(alloc_floats(m, sh.ctx, sizeof(float), &m->dctx));
+  }
   DPT_TRY(alloc_floats(m, sh.plane, sizeof(float), &m->ones));
   DPT_TRY(dpt_buffer_fill_f32(m->ones, 0, sh.plane, 1.0f));
   size_t before = m->activation_bytes;
@@ -719,8 +840,12 @@ void dpt_model_destroy(dpt_model *m) {
     dpt_buffer_free(m->layers[i].out);
     dpt_buffer_free(m->layers[i].dout);
     dpt_buffer_free(m->layers[i].aux);
+    dpt_buffer_free(m->layers[i].probs);
+    dpt_buffer_free(m->layers[i].probs_drop);
+    dpt_buffer_free(m->layers[i].ctx);
   }
-  dpt_buffer *shared[] = {m->params, m->grads, m->bufs, m->ones, m->col, m->dcol, m->scratch};
+  dpt_buffer *shared[] = {m->params, m->grads,   m->bufs, m->ones,   m->col,
+                          m->dcol,   m->scratch, m->dqkv, m->dprobs, m->dctx};
   for (size_t i = 0; i < sizeof shared / sizeof shared[0]; ++i)
     dpt_buffer_free(shared[i]);
   free(m->layers);
@@ -728,6 +853,7 @@ void dpt_model_destroy(dpt_model *m) {
   free(m->buffers);
   free(m->names);
   free(m->grad_written);
+  free(m->w_written);
   free(m->sync_host);
   free(m->sync_acc);
   free(m);
@@ -854,30 +980,60 @@ dpt_status dpt_model_set_state(dpt_model *m, const float *host) {
 
 /* ---- initialization ------------------------------------------------------------------------ */
 
-/* Layer L's parameters into host (the flat layout): batch and layer norm weight 1 and bias 0;
- * linear and conv2d as PyTorch, kaiming_uniform_(a=sqrt(5)) on the weight, bound sqrt(6/((1+5)
- * fan_in)) = 1/sqrt(fan_in), the bias uniform in the same bound. One generator stream per tensor
- * index keeps a tensor's values independent of the layers before it. */
+/* Tensor t uniform in +-bound, or normal(0, sd) when sd > 0, from its own generator stream. */
+static void init_tensor(const dpt_model *m, size_t t, uint64_t seed, double bound, double sd,
+                        float *host) {
+  const dpt_tensor_info *ti = &m->tensors[t];
+  dpt_rng rng;
+  dpt_rng_seed(&rng, seed, (uint64_t)t);
+  for (size_t j = 0; j < ti->count; ++j)
+    host[ti->offset + j] =
+        (float)(sd > 0.0 ? sd * dpt_rng_normal(&rng) : (2.0 * dpt_rng_uniform(&rng) - 1.0) * bound);
+}
+
+static void zero_tensor(const dpt_model *m, size_t t, float *host) {
+  if (t != SIZE_MAX) memset(host + m->tensors[t].offset, 0, m->tensors[t].count * sizeof(float));
+}
+
+/* Layer L's parameters into host (the flat layout), as PyTorch initializes its module:
+ * batch and layer norm weight 1 and bias 0; linear and conv2d kaiming_uniform_(a=sqrt(5)) on
+ * the weight, bound sqrt(6/((1+5) fan_in)) = 1/sqrt(fan_in), the bias uniform in the same
+ * bound; embeddings normal(0, 1); attention xavier_uniform_ on in_proj_weight, out_proj.weight
+ * as linear, biases 0. With init_std > 0 every weight is normal(0, init_std) and every bias 0
+ * (BERT's). A tied linear initializes its bias only. One generator stream per tensor index keeps
+ * a tensor's values independent of the layers before it. */
 static void init_layer(const dpt_model *m, const dpt_node *L, uint64_t seed, float *host) {
-  const dpt_tensor_info *wt = &m->tensors[L->w_index];
-  if (L->spec.kind == DPT_LAYER_BATCHNORM1D || L->spec.kind == DPT_LAYER_BATCHNORM2D ||
-      L->spec.kind == DPT_LAYER_LAYERNORM) {
+  const dpt_layer_kind k = L->spec.kind;
+  const double sd = L->spec.init_std;
+  if (k == DPT_LAYER_BATCHNORM1D || k == DPT_LAYER_BATCHNORM2D || k == DPT_LAYER_LAYERNORM) {
+    const dpt_tensor_info *wt = &m->tensors[L->w_index];
     for (size_t j = 0; j < wt->count; ++j) {
       host[wt->offset + j] = 1.0f;
       host[m->tensors[L->b_index].offset + j] = 0.0f;
     }
     return;
   }
-  size_t fan_in = wt->count / (size_t)wt->shape[0];
-  double bound = 1.0 / sqrt((double)fan_in);
-  size_t idx[2] = {L->w_index, L->b_index};
-  for (int t = 0; t < 2 && idx[t] != SIZE_MAX; ++t) {
-    const dpt_tensor_info *ti = &m->tensors[idx[t]];
-    dpt_rng rng;
-    dpt_rng_seed(&rng, seed, (uint64_t)idx[t]);
-    for (size_t j = 0; j < ti->count; ++j)
-      host[ti->offset + j] = (float)((2.0 * dpt_rng_uniform(&rng) - 1.0) * bound);
+  if (k == DPT_LAYER_EMBEDDING || k == DPT_LAYER_POSITION_EMBEDDING) {
+    init_tensor(m, L->w_index, seed, 0.0, sd > 0.0 ? sd : 1.0, host);
+    return;
   }
+  if (k == DPT_LAYER_ATTENTION) {
+    const dpt_tensor_info *in = &m->tensors[L->w_index];
+    double fan = (double)(in->shape[0] + in->shape[1]);
+    init_tensor(m, L->w_index, seed, sqrt(6.0 / fan), sd, host);
+    init_tensor(m, L->w2_index, seed, 1.0 / sqrt((double)in->shape[1]), sd, host);
+    zero_tensor(m, L->b_index, host);
+    zero_tensor(m, L->b2_index, host);
+    return;
+  }
+  const dpt_tensor_info *wt = &m->tensors[L->w_index];
+  double bound = 1.0 / sqrt((double)(wt->count / (size_t)wt->shape[0]));
+  if (!L->spec.tie) init_tensor(m, L->w_index, seed, bound, sd, host);
+  if (L->b_index == SIZE_MAX) return;
+  if (sd > 0.0)
+    zero_tensor(m, L->b_index, host);
+  else
+    init_tensor(m, L->b_index, seed, bound, 0.0, host);
 }
 
 dpt_status dpt_model_init(dpt_model *m, uint64_t seed) {

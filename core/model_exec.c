@@ -40,6 +40,14 @@ static dpt_buffer *grad_target(dpt_model *m, const dpt_node *L, int j, int *add)
   return m->scratch;
 }
 
+/* The first use of a weight this step overwrites its gradient, a later one adds (a weight
+ * shared by a tied linear and its embedding): the beta of that use's gemm. */
+static float weight_beta(dpt_model *m, size_t w) {
+  float beta = m->w_written[w] ? 1.0f : 0.0f;
+  m->w_written[w] = 1;
+  return beta;
+}
+
 static dpt_status add_gradient(dpt_model *m, const dpt_node *L, int j, size_t b) {
   const dpt_node *S = &m->layers[m->layers[L->src[j]].store];
   return dpt_axpy(m->be, b * S->out_size, 1.0f, m->scratch, 0, S->dout, 0);
@@ -69,9 +77,18 @@ static dpt_bn_geom bn_geom(const dpt_node *L, size_t b) {
 
 /* ---- forward ------------------------------------------------------------------------------- */
 
+/* A linear layer's rows (samples, or positions of a sequence) and features in and out. */
+static void linear_dims(const dpt_node *L, size_t b, size_t *rows, size_t *in_f, size_t *out_f) {
+  int seq = L->ishape.seq;
+  *rows = seq ? b * L->ishape.h : b;
+  *in_f = seq ? L->ishape.w : L->in_size;
+  *out_f = seq ? L->oshape.w : L->out_size;
+}
+
 static dpt_status linear_forward(dpt_model *m, const dpt_node *L, const dpt_buffer *in, size_t b) {
   const dpt_tensor_info *W = &m->tensors[L->w_index];
-  size_t in_f = L->in_size, out_f = L->out_size;
+  size_t in_f, out_f;
+  linear_dims(L, b, &b, &in_f, &out_f);
   /* y[b, out] = x[b, in] * W[out, in]^T + bias */
   DPT_TRY(dpt_gemm(m->be, 0, 1, b, out_f, in_f, 1.0f, in, 0, in_f, m->params, W->offset, in_f, 0.0f,
                    L->out, 0, out_f));
@@ -198,6 +215,12 @@ static dpt_dropout_params dropout_params(const dpt_model *m, const dpt_node *L) 
   return p;
 }
 
+static dpt_dropout_params attn_dropout(const dpt_model *m, const dpt_node *L, size_t h) {
+  dpt_dropout_params p = dropout_params(m, L);
+  p.seed ^= (uint64_t)(h + 1) * 0xbf58476d1ce4e5b9ULL;
+  return p;
+}
+
 static dpt_status dropout_forward(dpt_model *m, const dpt_node *L, const dpt_buffer *in, size_t b) {
   if (!m->training || L->spec.p == 0.0f)
     return dpt_buffer_copy(L->out, 0, in, 0, b * L->out_size * sizeof(float));
@@ -233,6 +256,139 @@ static dpt_status add_forward(dpt_model *m, const dpt_node *L, const dpt_buffer 
   return dpt_axpy(m->be, n, 1.0f, other, 0, L->out, 0);
 }
 
+/* ---- token models: embeddings and attention ---------------------------------------------- */
+
+static dpt_status embedding_forward(dpt_model *m, const dpt_node *L, const dpt_buffer *x,
+                                    size_t b) {
+  const dpt_tensor_info *W = &m->tensors[L->w_index];
+  return dpt_embed_gather(m->be, b * L->oshape.h, (size_t)W->shape[0], (size_t)W->shape[1],
+                          m->params, W->offset, x, 0, L->out, 0);
+}
+
+static dpt_status embedding_backward(dpt_model *m, const dpt_node *L, const dpt_buffer *x,
+                                     size_t b) {
+  const dpt_tensor_info *W = &m->tensors[L->w_index];
+  if (weight_beta(m, L->w_index) == 0.0f)
+    DPT_TRY(dpt_buffer_fill_f32(m->grads, W->offset, W->count, 0.0f));
+  return dpt_embed_scatter_add(m->be, b * L->oshape.h, (size_t)W->shape[0], (size_t)W->shape[1],
+                               L->dout, 0, x, 0, m->grads, W->offset);
+}
+
+/* y = x + table[0:S] at every sample (a bias over the sample's S x F values). */
+static dpt_status position_forward(dpt_model *m, const dpt_node *L, const dpt_buffer *in,
+                                   size_t b) {
+  DPT_TRY(dpt_buffer_copy(L->out, 0, in, 0, b * L->out_size * sizeof(float)));
+  return dpt_bias_add(m->be, b, L->out_size, L->out, 0, m->params, m->tensors[L->w_index].offset);
+}
+
+static dpt_status position_backward(dpt_model *m, const dpt_node *L, dpt_buffer *din, size_t b) {
+  const dpt_tensor_info *W = &m->tensors[L->w_index];
+  DPT_TRY(dpt_bias_grad(m->be, b, L->out_size, L->dout, 0, 0.0f, m->grads, W->offset));
+  if (W->count > L->out_size) /* the positions beyond the sequence get no gradient */
+    DPT_TRY(dpt_buffer_fill_f32(m->grads, W->offset + L->out_size, W->count - L->out_size, 0.0f));
+  if (!din) return DPT_OK;
+  return dpt_buffer_copy(din, 0, L->dout, 0, b * L->out_size * sizeof(float));
+}
+
+/* Attention's sizes: S positions, F features, H heads of D features; the probabilities of head
+ * h start at h * b * S * S ([heads, b, S, S]). */
+typedef struct attn_dims {
+  size_t S, F, H, D, b;
+} attn_dims;
+
+static attn_dims attn_dims_of(const dpt_node *L, size_t b) {
+  attn_dims d = {L->ishape.h, L->ishape.w, L->spec.heads, L->ishape.w / L->spec.heads, b};
+  return d;
+}
+
+/* Head h's dropout on the probabilities: the layer's generator with the head mixed in, rows
+ * the samples (their place in the global batch), columns the head's S x S values. */
+static dpt_dropout_params attn_dropout(const dpt_model *m, const dpt_node *L, size_t h);
+
+static dpt_status attention_forward(dpt_model *m, const dpt_node *L, const dpt_buffer *in,
+                                    const dpt_buffer *x, size_t b) {
+  dpt_backend *be = m->be;
+  const attn_dims d = attn_dims_of(L, b);
+  const size_t S = d.S, F = d.F, F3 = 3 * F, SS = S * S, rows = b * S;
+  const dpt_tensor_info *Wi = &m->tensors[L->w_index], *Wo = &m->tensors[L->w2_index];
+  /* qkv[rows, 3F] = x W_in^T + b_in: q at column 0, k at F, v at 2F */
+  DPT_TRY(dpt_gemm(be, 0, 1, rows, F3, F, 1.0f, in, 0, F, m->params, Wi->offset, F, 0.0f, L->aux, 0,
+                   F3));
+  DPT_TRY(dpt_bias_add(be, rows, F3, L->aux, 0, m->params, m->tensors[L->b_index].offset));
+  /* scores_h,i[S, S] = q_h,i k_h,i^T, one batched gemm per head over the samples */
+  for (size_t h = 0; h < d.H; ++h) {
+    dpt_gemm_batch sc = {b, S * F3, S * F3, SS};
+    DPT_TRY(dpt_gemm_batched(be, &sc, 0, 1, S, S, d.D, 1.0f, L->aux, h * d.D, F3, L->aux,
+                             F + h * d.D, F3, 0.0f, L->probs, h * b * SS, S));
+  }
+  dpt_attn_geom g = {b, d.H, S, S};
+  DPT_TRY(dpt_attn_softmax(be, &g, (float)(1.0 / sqrt((double)d.D)), x, 0, 0, L->probs, 0, L->probs,
+                           0));
+  const dpt_buffer *p = L->probs;
+  if (m->training && L->spec.p > 0.0f) {
+    for (size_t h = 0; h < d.H; ++h) {
+      dpt_dropout_params dp = attn_dropout(m, L, h);
+      DPT_TRY(dpt_dropout(be, b, SS, &dp, L->probs, h * b * SS, L->probs_drop, h * b * SS));
+    }
+    p = L->probs_drop;
+  }
+  /* ctx_h,i[S, D] = p_h,i[S, S] v_h,i[S, D], into the head's columns of ctx [rows, F] */
+  for (size_t h = 0; h < d.H; ++h) {
+    dpt_gemm_batch cb = {b, SS, S * F3, S * F};
+    DPT_TRY(dpt_gemm_batched(be, &cb, 0, 0, S, d.D, S, 1.0f, p, h * b * SS, S, L->aux,
+                             2 * F + h * d.D, F3, 0.0f, L->ctx, h * d.D, F));
+  }
+  /* y = ctx W_out^T + b_out */
+  DPT_TRY(dpt_gemm(be, 0, 1, rows, F, F, 1.0f, L->ctx, 0, F, m->params, Wo->offset, F, 0.0f, L->out,
+                   0, F));
+  return dpt_bias_add(be, rows, F, L->out, 0, m->params, m->tensors[L->b2_index].offset);
+}
+
+static dpt_status attention_backward(dpt_model *m, const dpt_node *L, const dpt_buffer *in,
+                                     dpt_buffer *din, size_t b) {
+  dpt_backend *be = m->be;
+  const attn_dims d = attn_dims_of(L, b);
+  const size_t S = d.S, F = d.F, F3 = 3 * F, SS = S * S, rows = b * S;
+  const dpt_tensor_info *Wi = &m->tensors[L->w_index], *Wo = &m->tensors[L->w2_index];
+  const float scale = (float)(1.0 / sqrt((double)d.D));
+  const int dropped = m->training && L->spec.p > 0.0f;
+  const dpt_buffer *p = dropped ? L->probs_drop : L->probs;
+  /* dW_out = dy^T ctx;  db_out = column sums of dy;  dctx = dy W_out */
+  DPT_TRY(dpt_gemm(be, 1, 0, F, F, rows, 1.0f, L->dout, 0, F, L->ctx, 0, F, 0.0f, m->grads,
+                   Wo->offset, F));
+  DPT_TRY(dpt_bias_grad(be, rows, F, L->dout, 0, 0.0f, m->grads, m->tensors[L->b2_index].offset));
+  DPT_TRY(dpt_gemm(be, 0, 0, rows, F, F, 1.0f, L->dout, 0, F, m->params, Wo->offset, F, 0.0f,
+                   m->dctx, 0, F));
+  for (size_t h = 0; h < d.H; ++h) {
+    /* dp_h,i = dctx_h,i v_h,i^T;  dv_h,i = p_h,i^T dctx_h,i */
+    dpt_gemm_batch dpb = {b, S * F, S * F3, SS}, dvb = {b, SS, S * F, S * F3};
+    DPT_TRY(dpt_gemm_batched(be, &dpb, 0, 1, S, S, d.D, 1.0f, m->dctx, h * d.D, F, L->aux,
+                             2 * F + h * d.D, F3, 0.0f, m->dprobs, h * b * SS, S));
+    DPT_TRY(dpt_gemm_batched(be, &dvb, 1, 0, S, d.D, S, 1.0f, p, h * b * SS, S, m->dctx, h * d.D, F,
+                             0.0f, m->dqkv, 2 * F + h * d.D, F3));
+    if (dropped) {
+      dpt_dropout_params dp = attn_dropout(m, L, h);
+      DPT_TRY(dpt_dropout(be, b, SS, &dp, m->dprobs, h * b * SS, m->dprobs, h * b * SS));
+    }
+  }
+  /* ds = softmax backward (in place); dq = scale ds k;  dk = scale ds^T q */
+  DPT_TRY(dpt_softmax_bwd(be, d.H * rows, S, L->probs, 0, m->dprobs, 0, m->dprobs, 0));
+  for (size_t h = 0; h < d.H; ++h) {
+    dpt_gemm_batch qb = {b, SS, S * F3, S * F3};
+    DPT_TRY(dpt_gemm_batched(be, &qb, 0, 0, S, d.D, S, scale, m->dprobs, h * b * SS, S, L->aux,
+                             F + h * d.D, F3, 0.0f, m->dqkv, h * d.D, F3));
+    DPT_TRY(dpt_gemm_batched(be, &qb, 1, 0, S, d.D, S, scale, m->dprobs, h * b * SS, S, L->aux,
+                             h * d.D, F3, 0.0f, m->dqkv, F + h * d.D, F3));
+  }
+  /* dW_in = dqkv^T x;  db_in = column sums of dqkv;  dx = dqkv W_in */
+  DPT_TRY(dpt_gemm(be, 1, 0, F3, F, rows, 1.0f, m->dqkv, 0, F3, in, 0, F, 0.0f, m->grads,
+                   Wi->offset, F));
+  DPT_TRY(dpt_bias_grad(be, rows, F3, m->dqkv, 0, 0.0f, m->grads, m->tensors[L->b_index].offset));
+  if (!din) return DPT_OK;
+  return dpt_gemm(be, 0, 0, rows, F, F3, 1.0f, m->dqkv, 0, F3, m->params, Wi->offset, F, 0.0f, din,
+                  0, F);
+}
+
 static dpt_status forward_layer(dpt_model *m, const dpt_node *L, const dpt_buffer *x, size_t b) {
   const dpt_buffer *in = dpt_model_out_of(m, L->src[0], x);
   switch (L->spec.kind) {
@@ -263,6 +419,12 @@ static dpt_status forward_layer(dpt_model *m, const dpt_node *L, const dpt_buffe
   case DPT_LAYER_GELU:
     return dpt_gelu_fwd(m->be, b * L->out_size, (dpt_gelu_approx)L->spec.approximate, in, 0, L->out,
                         0);
+  case DPT_LAYER_EMBEDDING:
+    return embedding_forward(m, L, x, b);
+  case DPT_LAYER_POSITION_EMBEDDING:
+    return position_forward(m, L, in, b);
+  case DPT_LAYER_ATTENTION:
+    return attention_forward(m, L, in, x, b);
   default: /* flatten: an alias */
     return DPT_OK;
   }
@@ -280,10 +442,11 @@ static dpt_status linear_backward(dpt_model *m, const dpt_node *L, const dpt_buf
                                   dpt_buffer *din, size_t b) {
   dpt_backend *be = m->be;
   const dpt_tensor_info *W = &m->tensors[L->w_index];
-  size_t in_f = L->in_size, out_f = L->out_size;
+  size_t in_f, out_f;
+  linear_dims(L, b, &b, &in_f, &out_f);
   /* dW[out, in] = dy[b, out]^T * x[b, in];  db = column sums of dy;  dx = dy * W */
-  DPT_TRY(dpt_gemm(be, 1, 0, out_f, in_f, b, 1.0f, L->dout, 0, out_f, in, 0, in_f, 0.0f, m->grads,
-                   W->offset, in_f));
+  DPT_TRY(dpt_gemm(be, 1, 0, out_f, in_f, b, 1.0f, L->dout, 0, out_f, in, 0, in_f,
+                   weight_beta(m, L->w_index), m->grads, W->offset, in_f));
   if (L->b_index != SIZE_MAX)
     DPT_TRY(dpt_bias_grad(be, b, out_f, L->dout, 0, 0.0f, m->grads, m->tensors[L->b_index].offset));
   if (!din) return DPT_OK;
@@ -392,6 +555,10 @@ static dpt_status backward_one(dpt_model *m, const dpt_node *L, const dpt_buffer
     return bn_backward(m, L, in, din, b);
   case DPT_LAYER_LAYERNORM:
     return layernorm_backward(m, L, in, din, b);
+  case DPT_LAYER_POSITION_EMBEDDING:
+    return position_backward(m, L, din, b);
+  case DPT_LAYER_ATTENTION:
+    return attention_backward(m, L, in, din, b);
   default:
     break;
   }
@@ -425,10 +592,15 @@ static dpt_status backward_one(dpt_model *m, const dpt_node *L, const dpt_buffer
  * came later and has run) and writes its parameters' gradients and its inputs' gradients. */
 dpt_status dpt_model_backward(dpt_model *m, const dpt_buffer *x, size_t b) {
   memset(m->grad_written, 0, m->num_layers);
+  memset(m->w_written, 0, m->num_tensors);
   m->grad_written[m->num_layers - 1] = 1; /* the loss gradient */
   for (size_t i = m->num_layers; i-- > 0;) {
     const dpt_node *L = &m->layers[i];
     if (L->spec.kind == DPT_LAYER_FLATTEN) continue;
+    if (L->spec.kind == DPT_LAYER_EMBEDDING) {
+      DPT_TRY(embedding_backward(m, L, x, b));
+      continue;
+    }
     if (L->spec.kind == DPT_LAYER_ADD) {
       DPT_TRY(add_backward(m, L, b));
       continue;
@@ -459,14 +631,19 @@ static const dpt_node *last_layer(const dpt_model *m) {
   return &m->layers[m->num_layers - 1]; /* never a flatten (checked in plan) */
 }
 
+/* The loss's rows for b samples: one per sample, or per position of a token model. */
+static size_t loss_rows(const dpt_model *m, size_t b) {
+  return b * dpt_model_labels_per_sample(m);
+}
+
 dpt_status dpt_model_train_step(dpt_model *m, const dpt_buffer *x, const dpt_buffer *labels,
                                 size_t b, float grad_scale, double *loss_sum, int64_t *correct) {
   DPT_TRY(check_batch(m, "dpt_model_train_step", x, labels, b));
   m->training = 1;
   DPT_TRY(dpt_model_forward(m, x, b));
   const dpt_node *last = last_layer(m);
-  DPT_TRY(dpt_softmax_xent(m->be, b, m->spec.num_classes, last->out, 0, labels, 0, grad_scale,
-                           last->dout, 0, loss_sum, correct));
+  DPT_TRY(dpt_softmax_xent(m->be, loss_rows(m, b), m->spec.num_classes, last->out, 0, labels, 0,
+                           grad_scale, last->dout, 0, loss_sum, correct));
   return dpt_model_backward(m, x, b);
 }
 
@@ -475,8 +652,8 @@ dpt_status dpt_model_evaluate(dpt_model *m, const dpt_buffer *x, const dpt_buffe
   DPT_TRY(check_batch(m, "dpt_model_evaluate", x, labels, b));
   m->training = 0;
   DPT_TRY(dpt_model_forward(m, x, b));
-  return dpt_softmax_xent(m->be, b, m->spec.num_classes, last_layer(m)->out, 0, labels, 0, 1.0f,
-                          NULL, 0, loss_sum, correct);
+  return dpt_softmax_xent(m->be, loss_rows(m, b), m->spec.num_classes, last_layer(m)->out, 0,
+                          labels, 0, 1.0f, NULL, 0, loss_sum, correct);
 }
 
 dpt_status dpt_model_logits(dpt_model *m, const dpt_buffer *x, size_t b, float *logits) {
@@ -485,5 +662,5 @@ dpt_status dpt_model_logits(dpt_model *m, const dpt_buffer *x, size_t b, float *
   m->training = 0;
   DPT_TRY(dpt_model_forward(m, x, b));
   return dpt_buffer_download(last_layer(m)->out, 0, logits,
-                             b * m->spec.num_classes * sizeof(float));
+                             loss_rows(m, b) * m->spec.num_classes * sizeof(float));
 }

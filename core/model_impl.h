@@ -10,10 +10,12 @@
 #include "dptrain/safetensors.h"
 
 /* The shape of one sample between two layers. After a flatten or linear layer the sample is a
- * vector of c features (h = w = 1) and `flat` is set: image layers refuse it. */
+ * vector of c features (h = w = 1) and `flat` is set: image layers refuse it. A token model's
+ * sequence is c = 1, h positions of w features, with `seq` set: linear acts per position. */
 typedef struct dpt_sample_shape {
   size_t c, h, w;
   int flat;
+  int seq;
 } dpt_sample_shape;
 
 typedef struct dpt_node {
@@ -22,7 +24,9 @@ typedef struct dpt_node {
   int num_src;
   dpt_sample_shape ishape, oshape; /* shape of one sample entering (the first input) and leaving */
   size_t in_size, out_size;        /* floats per sample */
-  size_t w_index, b_index;         /* tensor indices (SIZE_MAX when absent) */
+  size_t w_index, b_index;         /* tensor indices (SIZE_MAX when absent); a tied linear's
+                                      w_index is its embedding's */
+  size_t w2_index, b2_index;       /* attention: out_proj.weight and out_proj.bias */
   size_t buf_offset;               /* batch norm: running_mean's float offset in the buffers */
   int store;                       /* the layer whose out/dout hold this one's (itself; a flatten's
                                       input's store, or DPT_LAYER_INPUT_MODEL) */
@@ -30,7 +34,11 @@ typedef struct dpt_node {
   dpt_buffer *dout;                /* gradient wrt out, same size; NULL for flatten */
   dpt_buffer *aux;                 /* maxpool: int32 argmax [max_batch, out_size]; batch norm: the
                                       step's mean and var [2C], then the combined sums [2C];
-                                      layernorm: each row's mean, then each row's rstd */
+                                      layernorm: each row's mean, then each row's rstd;
+                                      attention: q, k, v [max_batch, S, 3F] */
+  dpt_buffer *probs;               /* attention: probabilities [heads, batch, S, S] */
+  dpt_buffer *probs_drop;          /* attention: the same after dropout (NULL when p is 0) */
+  dpt_buffer *ctx;                 /* attention: the heads' outputs [max_batch, S, F] */
 } dpt_node;
 
 struct dpt_model {
@@ -51,6 +59,7 @@ struct dpt_model {
   dpt_buffer *col;     /* im2col columns [chunk, cin*k*k, oh*ow] of the largest pass */
   dpt_buffer *dcol;    /* their gradient, same size */
   dpt_buffer *scratch; /* [max_batch, largest out_size]: a second consumer's input gradient */
+  dpt_buffer *dqkv, *dprobs, *dctx; /* attention's gradients, shared by every attention layer */
   size_t activation_bytes;
   /* step context */
   int training;
@@ -61,6 +70,7 @@ struct dpt_model {
   float *sync_host;            /* sync-bn's host copies: [2 * widest batch norm] floats */
   double *sync_acc;            /* and their sums: [2 * widest batch norm + 1] doubles */
   unsigned char *grad_written; /* [num_layers]: dout already holds a contribution this step */
+  unsigned char *w_written;    /* [num_tensors]: a shared weight's gradient holds a use's part */
 };
 
 /* Forward over b samples (training or evaluation mode as m->training says), then the loss

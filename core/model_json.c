@@ -18,6 +18,8 @@ typedef struct file_layer {
   const char *input_names[DPT_LAYER_MAX_INPUTS]; /* borrowed from the JSON tree */
   int num_inputs;
   int src[DPT_LAYER_MAX_INPUTS]; /* file indices, -1 for "input" */
+  const char *tie_name;          /* "tie": the embedding layer a linear shares (borrowed) */
+  int tie_src;                   /* its file index, -1 for none */
   int placed;                    /* its index in the spec once ordered, else -1 */
 } file_layer;
 
@@ -60,8 +62,9 @@ static dpt_status get_out(const loader *ld, size_t i, json_t *obj, size_t *out) 
 }
 
 static dpt_status check_keys(const loader *ld, size_t i, json_t *obj) {
-  static const char *const known[] = {"name",    "kind", "inputs", "out", "kernel",     "stride",
-                                      "padding", "bias", "p",      "eps", "approximate"};
+  static const char *const known[] = {"name",        "kind",    "inputs", "out", "kernel",
+                                      "stride",      "padding", "bias",   "p",   "eps",
+                                      "approximate", "vocab",   "heads",  "tie", "init_std"};
   const char *key;
   json_t *v;
   json_object_foreach(obj, key, v) {
@@ -130,6 +133,15 @@ static dpt_status read_layer(const loader *ld, size_t i, json_t *obj, file_layer
   if (p && !json_is_number(p)) return bad(ld, "layer %zu: \"p\" must be a number", i);
   if (p) fl->spec.p = (float)json_number_value(p);
   DPT_TRY(read_norm_options(ld, i, obj, &fl->spec));
+  DPT_TRY(get_size(ld, i, obj, "vocab", &fl->spec.vocab));
+  DPT_TRY(get_size(ld, i, obj, "heads", &fl->spec.heads));
+  json_t *tie = json_object_get(obj, "tie"), *sd = json_object_get(obj, "init_std");
+  if (tie && !json_is_string(tie))
+    return bad(ld, "layer %zu: \"tie\" must name an embedding layer", i);
+  fl->tie_name = tie ? json_string_value(tie) : NULL;
+  if (sd && (!json_is_number(sd) || !(json_number_value(sd) >= 0.0)))
+    return bad(ld, "layer %zu: \"init_std\" must be a non-negative number", i);
+  if (sd) fl->spec.init_std = (float)json_number_value(sd);
   return read_inputs(ld, i, obj, fl);
 }
 
@@ -150,6 +162,12 @@ static dpt_status resolve(loader *ld) {
         return bad(ld, "layers %zu and %zu are both called '%s'", j, i, fl->spec.name);
     if (strcmp(fl->spec.name, "input") == 0)
       return bad(ld, "layer %zu: the name 'input' stands for the model input", i);
+    fl->tie_src = -1;
+    if (fl->tie_name) {
+      fl->tie_src = find_layer(ld, fl->tie_name);
+      if (fl->tie_src < 0)
+        return bad(ld, "layer %zu ('%s'): tie '%s' names no layer", i, fl->spec.name, fl->tie_name);
+    }
     if (fl->num_inputs == 0) {
       fl->src[0] = (int)i - 1;
       continue;
@@ -173,6 +191,7 @@ static dpt_status order(loader *ld, dpt_model_spec *spec) {
       int ready = fl->placed < 0;
       for (int j = 0; j < (fl->num_inputs ? fl->num_inputs : 1) && ready; ++j)
         ready = fl->src[j] < 0 || ld->layers[fl->src[j]].placed >= 0;
+      if (ready && fl->tie_src >= 0) ready = ld->layers[fl->tie_src].placed >= 0;
       if (ready) pick = i;
     }
     if (pick == ld->count) {
@@ -194,6 +213,7 @@ static dpt_status order(loader *ld, dpt_model_spec *spec) {
       fl->spec.num_inputs = 1;
       fl->spec.inputs[0] = DPT_LAYER_INPUT_MODEL;
     }
+    if (fl->tie_src >= 0) fl->spec.tie = ld->layers[fl->tie_src].placed + 1;
     spec->layers[n] = fl->spec;
     /* A name that is the layer's own index says what "" says (dpt_model_spec_to_json names
      * an unnamed layer so only where another refers to it): "" keeps the spec as written. */
@@ -208,6 +228,11 @@ static dpt_status order(loader *ld, dpt_model_spec *spec) {
 /* "input": [c, h, w] and "classes": n, when present, must agree with the data. */
 static dpt_status check_model_fields(const loader *ld, json_t *root, const size_t shape[3]) {
   json_t *in = json_object_get(root, "input"), *cls = json_object_get(root, "classes");
+  json_t *tok = json_object_get(root, "tokens");
+  if (tok && (!json_is_integer(tok) || json_integer_value(tok) < 1 || shape[0] != 1 ||
+              shape[1] != 1 || json_integer_value(tok) != (json_int_t)shape[2]))
+    return bad(ld, "\"tokens\" must be a positive integer, the sequence length of the input "
+                   "[1, 1, tokens]");
   if (in) {
     if (!json_is_array(in) || json_array_size(in) != 3)
       return bad(ld, "\"input\" must be [channels, height, width]");
@@ -223,8 +248,9 @@ static dpt_status check_model_fields(const loader *ld, json_t *root, const size_
   const char *key;
   json_t *v;
   json_object_foreach(root, key, v) {
-    if (strcmp(key, "input") && strcmp(key, "classes") && strcmp(key, "layers"))
-      return bad(ld, "unknown field \"%s\" (input, classes, layers)", key);
+    if (strcmp(key, "input") && strcmp(key, "classes") && strcmp(key, "layers") &&
+        strcmp(key, "tokens"))
+      return bad(ld, "unknown field \"%s\" (input, tokens, classes, layers)", key);
   }
   return DPT_OK;
 }
@@ -234,6 +260,7 @@ static dpt_status check_model_fields(const loader *ld, json_t *root, const size_
 static dpt_status load_tree(loader *ld, json_t *root, const size_t *shape, dpt_model_spec *spec) {
   if (!json_is_object(root)) return bad(ld, "the model is not a JSON object");
   size_t own[3];
+  json_t *tok = json_object_get(root, "tokens");
   if (!shape) {
     json_t *in = json_object_get(root, "input"), *cls = json_object_get(root, "classes");
     for (size_t d = 0; d < 3; ++d) {
@@ -262,6 +289,7 @@ static dpt_status load_tree(loader *ld, json_t *root, const size_t *shape, dpt_m
   }
   DPT_TRY(resolve(ld));
   DPT_TRY(dpt_model_spec_init(spec, shape[0], shape[1], shape[2], ld->classes));
+  if (tok) spec->seq_len = (size_t)json_integer_value(tok);
   return order(ld, spec);
 }
 
@@ -360,6 +388,10 @@ static json_t *layer_json(const dpt_model_spec *spec, size_t i, char (*names)[DP
   if (l->p != 0.0f) fail |= put(o, "p", json_real((double)l->p));
   if (l->eps != 0.0f) fail |= put(o, "eps", json_real((double)l->eps));
   if (l->approximate == DPT_GELU_TANH) fail |= put(o, "approximate", json_string("tanh"));
+  if (l->vocab) fail |= put(o, "vocab", json_integer((json_int_t)l->vocab));
+  if (l->heads) fail |= put(o, "heads", json_integer((json_int_t)l->heads));
+  if (l->tie) fail |= put(o, "tie", json_string(names[l->tie - 1]));
+  if (l->init_std != 0.0f) fail |= put(o, "init_std", json_real((double)l->init_std));
   if (fail) {
     json_decref(o);
     return NULL;
@@ -390,6 +422,11 @@ static dpt_status file_names(const dpt_model_spec *spec, char (*names)[DPT_LAYER
                              fn, i, in);
       if (in >= 0 && !names[in][0]) snprintf(names[in], DPT_LAYER_NAME_MAX, "%d", in);
     }
+    if (l->tie < 0 || l->tie > (int)i)
+      return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: layer %zu ties to %d, not an earlier layer",
+                           fn, i, l->tie - 1);
+    if (l->tie && !names[l->tie - 1][0])
+      snprintf(names[l->tie - 1], DPT_LAYER_NAME_MAX, "%d", l->tie - 1);
   }
   for (size_t i = 0; i < spec->num_layers; ++i)
     for (size_t j = 0; j < spec->num_layers && names[i][0]; ++j)
@@ -415,6 +452,8 @@ dpt_status dpt_model_spec_to_json(const dpt_model_spec *spec, char **out) {
                             json_pack("[III]", (json_int_t)spec->in_c, (json_int_t)spec->in_h,
                                       (json_int_t)spec->in_w));
     fail |= !root || put(root, "classes", json_integer((json_int_t)spec->num_classes));
+    if (spec->seq_len)
+      fail |= !root || put(root, "tokens", json_integer((json_int_t)spec->seq_len));
     for (size_t i = 0; i < spec->num_layers && layers && !fail; ++i)
       fail = json_array_append_new(layers, layer_json(spec, i, names)) != 0;
     fail |= !root || put(root, "layers", layers);

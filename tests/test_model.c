@@ -86,28 +86,11 @@ static double train_loss(dpt_model *m, const float *w, dpt_buffer *bx, dpt_buffe
   return loss;
 }
 
-START_TEST(gradient_graph) {
-  dpt_model_spec spec;
-  mini_resnet(&spec, 0.25f);
-  const size_t b = 6;
-  dpt_backend *be = tu_cpu();
-  dpt_model *m;
-  TU_OK(dpt_model_create(be, &spec, b, &m));
-  TU_OK(dpt_model_init(m, 5));
-  TU_OK(dpt_model_set_step(m, 1, 2, 3));
-  size_t in = dpt_model_input_size(m), np = dpt_model_num_params(m);
-  float *x = malloc(b * in * sizeof(float));
-  int32_t y[6] = {0, 3, 9, 3, 7, 1};
-  uint32_t s = 99;
-  for (size_t i = 0; i < b * in; ++i) {
-    s = s * 1664525u + 1013904223u;
-    x[i] = (float)(s >> 8) / 16777216.0f;
-  }
-  dpt_buffer *bx, *by;
-  TU_OK(dpt_buffer_alloc(be, b * in * sizeof(float), &bx));
-  TU_OK(dpt_buffer_alloc(be, sizeof y, &by));
-  TU_OK(dpt_buffer_upload(bx, 0, x, b * in * sizeof(float)));
-  TU_OK(dpt_buffer_upload(by, 0, y, sizeof y));
+/* Every tensor's backprop gradient at a few probes against central finite differences of the
+ * loss over the batch in bx/by; at least min_checked probes (and 4 in 5) must be usable. */
+static void check_gradients(dpt_model *m, dpt_buffer *bx, dpt_buffer *by, size_t b,
+                            int min_checked) {
+  size_t np = dpt_model_num_params(m);
   float *g = malloc(np * sizeof(float)), *w = malloc(np * sizeof(float));
   TU_OK(dpt_model_get_params(m, w));
   train_loss(m, w, bx, by, b);
@@ -138,14 +121,183 @@ START_TEST(gradient_graph) {
       ++checked;
     }
   }
-  ck_assert_int_gt(checked, 40);
+  ck_assert_int_gt(checked, min_checked);
   ck_assert_int_ge(checked * 5, probes * 4);
-  free(x);
   free(g);
+  free(w);
+}
+
+START_TEST(gradient_graph) {
+  dpt_model_spec spec;
+  mini_resnet(&spec, 0.25f);
+  const size_t b = 6;
+  dpt_backend *be = tu_cpu();
+  dpt_model *m;
+  TU_OK(dpt_model_create(be, &spec, b, &m));
+  TU_OK(dpt_model_init(m, 5));
+  TU_OK(dpt_model_set_step(m, 1, 2, 3));
+  size_t in = dpt_model_input_size(m);
+  float *x = malloc(b * in * sizeof(float));
+  int32_t y[6] = {0, 3, 9, 3, 7, 1};
+  uint32_t s = 99;
+  for (size_t i = 0; i < b * in; ++i) {
+    s = s * 1664525u + 1013904223u;
+    x[i] = (float)(s >> 8) / 16777216.0f;
+  }
+  dpt_buffer *bx, *by;
+  TU_OK(dpt_buffer_alloc(be, b * in * sizeof(float), &bx));
+  TU_OK(dpt_buffer_alloc(be, sizeof y, &by));
+  TU_OK(dpt_buffer_upload(bx, 0, x, b * in * sizeof(float)));
+  TU_OK(dpt_buffer_upload(by, 0, y, sizeof y));
+  check_gradients(m, bx, by, b, 40);
+  free(x);
+  dpt_buffer_free(bx);
+  dpt_buffer_free(by);
+  dpt_model_destroy(m);
+  dpt_backend_destroy(be);
+}
+END_TEST
+
+/* A tiny BERT: token and position embeddings, attention with [PAD] keys masked, dropout on the
+ * hidden states and the attention probabilities, the MLM head tied to the token embedding, and
+ * the loss over the labelled positions only. Samples 1 and 3 end in padding. */
+enum { TB_SEQ = 6, TB_VOCAB = 13, TB_BATCH = 4 };
+static const int32_t tb_ids[TB_BATCH * TB_SEQ] = {1, 5, 3, 7, 9, 2, 1, 12, 3, 2, 0, 0,
+                                                  1, 4, 4, 8, 3, 2, 1, 6,  2, 0, 0, 0};
+static const int32_t tb_labels[TB_BATCH * TB_SEQ] = {
+    -100, -100, 6,    -100, 11, -100, -100, -100, 10,   -100, -100, -100,
+    -100, 5,    -100, 9,    7,  -100, -100, 6,    -100, -100, -100, -100};
+
+static void tiny_bert(dpt_model_spec *spec, size_t layers, float dropout) {
+  dpt_bert_options o;
+  dpt_bert_options_default(&o);
+  o.vocab = TB_VOCAB;
+  o.seq_len = TB_SEQ;
+  o.max_positions = TB_SEQ + 2;
+  o.layers = layers;
+  o.hidden = 8;
+  o.heads = 2;
+  o.ffn = 12;
+  o.dropout = o.attn_dropout = dropout;
+  TU_OK(dpt_model_spec_bert(spec, &o));
+}
+
+static void tb_upload(dpt_backend *be, dpt_buffer **bx, dpt_buffer **by) {
+  TU_OK(dpt_buffer_alloc(be, sizeof tb_ids, bx));
+  TU_OK(dpt_buffer_alloc(be, sizeof tb_labels, by));
+  TU_OK(dpt_buffer_upload(*bx, 0, tb_ids, sizeof tb_ids));
+  TU_OK(dpt_buffer_upload(*by, 0, tb_labels, sizeof tb_labels));
+}
+
+START_TEST(gradient_bert) {
+  dpt_model_spec spec;
+  tiny_bert(&spec, 2, 0.2f);
+  dpt_backend *be = tu_cpu();
+  dpt_model *m;
+  TU_OK(dpt_model_create(be, &spec, TB_BATCH, &m));
+  TU_OK(dpt_model_init(m, 3));
+  /* Larger weights than BERT's 0.02 so that every path carries a measurable gradient. */
+  size_t np = dpt_model_num_params(m);
+  float *w = malloc(np * sizeof(float));
+  TU_OK(dpt_model_get_params(m, w));
+  for (size_t i = 0; i < np; ++i)
+    w[i] *= 5.0f;
+  TU_OK(dpt_model_set_params(m, w));
+  TU_OK(dpt_model_set_step(m, 1, 4, 8));
+  dpt_buffer *bx, *by;
+  tb_upload(be, &bx, &by);
+  check_gradients(m, bx, by, TB_BATCH, 60);
   free(w);
   dpt_buffer_free(bx);
   dpt_buffer_free(by);
   dpt_model_destroy(m);
+  dpt_backend_destroy(be);
+}
+END_TEST
+
+/* The encoder's state_dict as BertMLM in tools/pytorch_reference.py has it (the decoder holds
+ * only its bias), its JSON description read back field by field, and what bad options get. */
+START_TEST(bert_spec) {
+  dpt_model_spec spec, back;
+  tiny_bert(&spec, 1, 0.1f);
+  dpt_backend *be = tu_cpu();
+  dpt_model *m;
+  TU_OK(dpt_model_create(be, &spec, 2, &m));
+  static const char *const names[] = {"embed.tok.weight",
+                                      "embed.pos.weight",
+                                      "embed.norm.weight",
+                                      "embed.norm.bias",
+                                      "blocks.0.attn.in_proj_weight",
+                                      "blocks.0.attn.in_proj_bias",
+                                      "blocks.0.attn.out_proj.weight",
+                                      "blocks.0.attn.out_proj.bias",
+                                      "blocks.0.norm1.weight",
+                                      "blocks.0.norm1.bias",
+                                      "blocks.0.ffn1.weight",
+                                      "blocks.0.ffn1.bias",
+                                      "blocks.0.ffn2.weight",
+                                      "blocks.0.ffn2.bias",
+                                      "blocks.0.norm2.weight",
+                                      "blocks.0.norm2.bias",
+                                      "mlm.dense.weight",
+                                      "mlm.dense.bias",
+                                      "mlm.norm.weight",
+                                      "mlm.norm.bias",
+                                      "mlm.decoder.bias"};
+  ck_assert_uint_eq(dpt_model_num_tensors(m), sizeof names / sizeof names[0]);
+  for (size_t t = 0; t < dpt_model_num_tensors(m); ++t) {
+    dpt_tensor_info ti;
+    TU_OK(dpt_model_tensor(m, t, &ti));
+    ck_assert_str_eq(ti.name, names[t]);
+  }
+  dpt_tensor_info ti;
+  TU_OK(dpt_model_tensor(m, 4, &ti));
+  ck_assert_int_eq(ti.shape[0], 24);
+  ck_assert_int_eq(ti.shape[1], 8);
+  ck_assert_uint_eq(dpt_model_labels_per_sample(m), TB_SEQ);
+  ck_assert_uint_eq(dpt_model_num_classes(m), TB_VOCAB);
+  /* BERT's initialization: weights of deviation 0.02, biases 0, norms 1 */
+  float *w = malloc(dpt_model_num_params(m) * sizeof(float));
+  TU_OK(dpt_model_init(m, 7));
+  TU_OK(dpt_model_get_params(m, w));
+  TU_OK(dpt_model_tensor(m, 0, &ti));
+  double sq = 0;
+  for (size_t j = 0; j < ti.count; ++j)
+    sq += (double)w[ti.offset + j] * w[ti.offset + j];
+  ck_assert_double_eq_tol(sqrt(sq / (double)ti.count), 0.02, 0.004);
+  TU_OK(dpt_model_tensor(m, 5, &ti));
+  for (size_t j = 0; j < ti.count; ++j)
+    ck_assert_float_eq(w[ti.offset + j], 0.0f);
+  free(w);
+  char *text = NULL;
+  TU_OK(dpt_model_spec_to_json(&spec, &text));
+  ck_assert_ptr_nonnull(strstr(text, "\"tokens\":6"));
+  ck_assert_ptr_nonnull(strstr(text, "\"tie\":\"embed.tok\""));
+  TU_OK(dpt_model_spec_parse_json(text, "bert", &back));
+  ck_assert_uint_eq(back.seq_len, spec.seq_len);
+  ck_assert_uint_eq(back.num_layers, spec.num_layers);
+  for (size_t i = 0; i < spec.num_layers; ++i)
+    ck_assert_msg(memcmp(&back.layers[i], &spec.layers[i], sizeof spec.layers[i]) == 0,
+                  "layer %zu '%s' differs after the JSON round trip", i, spec.layers[i].name);
+  free(text);
+  dpt_model_destroy(m);
+
+  dpt_bert_options o;
+  dpt_bert_options_default(&o);
+  o.vocab = 100;
+  o.heads = 3;
+  ck_assert_int_eq(dpt_model_spec_bert(&spec, &o), DPT_ERR_INVALID_ARG);
+  ck_assert_ptr_nonnull(strstr(dpt_last_error(), "3 heads do not divide the hidden size 256"));
+  o.heads = 4;
+  o.max_positions = 64;
+  ck_assert_int_eq(dpt_model_spec_bert(&spec, &o), DPT_ERR_INVALID_ARG);
+  ck_assert_ptr_nonnull(strstr(dpt_last_error(), "beyond the position table's 64 positions"));
+  /* a token model's layers other than the embedding cannot read the ids */
+  tiny_bert(&spec, 1, 0.0f);
+  spec.layers[1].num_inputs = 1;
+  spec.layers[1].inputs[0] = DPT_LAYER_INPUT_MODEL;
+  ck_assert_int_eq(dpt_model_create(be, &spec, 2, &m), DPT_ERR_INVALID_ARG);
+  ck_assert_ptr_nonnull(strstr(dpt_last_error(), "only an embedding layer can"));
   dpt_backend_destroy(be);
 }
 END_TEST
@@ -644,6 +796,8 @@ int main(int argc, char **argv) {
   TCase *graph = tcase_create("graph");
   tcase_set_timeout(graph, 120);
   tcase_add_test(graph, gradient_graph);
+  tcase_add_test(graph, gradient_bert);
+  tcase_add_test(graph, bert_spec);
   tcase_add_test(graph, bn_buffers);
   suite_add_tcase(s, graph);
   TCase *files = tcase_create("files");
