@@ -91,6 +91,7 @@ static uint64_t name_word(const char *name, size_t cap) {
 static uint64_t model_word(const dpt_model_spec *m) {
   uint64_t w[6 + DPT_MODEL_MAX_LAYERS];
   size_t n = 0;
+  if (m->seq_len) w[n++] = m->seq_len; /* only for token models, as the fields below */
   w[n++] = m->in_c;
   w[n++] = m->in_h;
   w[n++] = m->in_w;
@@ -98,7 +99,7 @@ static uint64_t model_word(const dpt_model_spec *m) {
   w[n++] = m->num_layers;
   for (size_t i = 0; i < m->num_layers && i < DPT_MODEL_MAX_LAYERS; ++i) {
     const dpt_layer_spec *l = &m->layers[i];
-    uint64_t f[13] = {(uint64_t)l->kind,
+    uint64_t f[17] = {(uint64_t)l->kind,
                       l->size,
                       l->kernel,
                       l->stride,
@@ -110,18 +111,16 @@ static uint64_t model_word(const dpt_model_spec *m) {
                       int_word(l->inputs[1]),
                       name_word(l->name, sizeof l->name),
                       float_word(l->eps),
-                      int_word(l->approximate)};
+                      int_word(l->approximate),
+                      l->vocab,
+                      l->heads,
+                      int_word(l->tie),
+                      float_word(l->init_std)};
     /* the later fields only when set, so models without them keep their fingerprint */
-    int later = l->eps != 0.0f || l->approximate != 0;
-    w[n] = dpt_fingerprint(f, (later ? 13 : 11) * sizeof f[0]);
-    /* the token model's fields likewise */
-    if (l->vocab || l->heads || l->tie || l->init_std != 0.0f) {
-      const uint64_t t[5] = {w[n], l->vocab, l->heads, int_word(l->tie), float_word(l->init_std)};
-      w[n] = dpt_fingerprint(t, sizeof t);
-    }
-    ++n;
+    int token = l->vocab || l->heads || l->tie || l->init_std != 0.0f;
+    int later = token || l->eps != 0.0f || l->approximate != 0;
+    w[n++] = dpt_fingerprint(f, (token ? 17 : later ? 13 : 11) * sizeof f[0]);
   }
-  if (m->seq_len) w[n++] = m->seq_len;
   return dpt_fingerprint(w, n * sizeof w[0]);
 }
 

@@ -741,6 +741,60 @@ START_TEST(device_matches_cpu) {
 }
 END_TEST
 
+/* One training step of the tiny BERT (dropout on) on the device against the CPU from the same
+ * parameters: the loss, the correct count and every tensor's gradient. */
+START_TEST(bert_device_matches_cpu) {
+  int count = 0;
+  if (!dpt_backend_compiled(device_kind) || dpt_device_count(device_kind, &count) != DPT_OK ||
+      count == 0) {
+    printf("%s: no device, nothing to compare\n", dpt_backend_kind_name(device_kind));
+    return;
+  }
+  dpt_model_spec spec;
+  tiny_bert(&spec, 2, 0.2f);
+  dpt_backend *be[2];
+  dpt_model *m[2];
+  TU_OK(dpt_backend_create(DPT_BACKEND_CPU, 0, &be[0]));
+  TU_OK(dpt_backend_create(device_kind, 0, &be[1]));
+  double loss[2];
+  int64_t correct[2];
+  size_t np = 0;
+  float *g[2], *w = NULL;
+  for (int k = 0; k < 2; ++k) {
+    TU_OK(dpt_model_create(be[k], &spec, TB_BATCH, &m[k]));
+    np = dpt_model_num_params(m[k]);
+    if (k == 0) {
+      TU_OK(dpt_model_init(m[0], 11));
+      w = malloc(np * sizeof(float));
+      TU_OK(dpt_model_get_params(m[0], w));
+      for (size_t i = 0; i < np; ++i)
+        w[i] *= 5.0f; /* as in gradient_bert: logits far from uniform */
+    }
+    TU_OK(dpt_model_set_params(m[k], w));
+    TU_OK(dpt_model_set_step(m[k], 9, 3, 5));
+    dpt_buffer *bx, *by;
+    tb_upload(be[k], &bx, &by);
+    TU_OK(dpt_model_train_step(m[k], bx, by, TB_BATCH, 0.1f, &loss[k], &correct[k]));
+    g[k] = malloc(np * sizeof(float));
+    TU_OK(dpt_buffer_download(dpt_model_grads(m[k]), 0, g[k], np * sizeof(float)));
+    dpt_buffer_free(bx);
+    dpt_buffer_free(by);
+  }
+  double d = worst_tensor(m[0], g[1], g[0]);
+  printf("%s, tiny BERT: loss %.6f against %.6f, worst gradient tensor differs by %.3g\n",
+         dpt_backend_kind_name(device_kind), loss[1], loss[0], d);
+  ck_assert_double_eq_tol(loss[1], loss[0], 1e-5 * fabs(loss[0]));
+  ck_assert_int_eq(correct[1], correct[0]);
+  ck_assert_msg(d <= 1e-4, "a gradient tensor differs from the CPU's by %g", d);
+  for (int k = 0; k < 2; ++k) {
+    free(g[k]);
+    dpt_model_destroy(m[k]);
+    dpt_backend_destroy(be[k]);
+  }
+  free(w);
+}
+END_TEST
+
 /* ---- MPI mode ------------------------------------------------------------------------------ */
 
 static int mpi_main(void) {
@@ -789,6 +843,7 @@ int main(int argc, char **argv) {
     TCase *tc = tcase_create("device");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, device_matches_cpu);
+    tcase_add_test(tc, bert_device_matches_cpu);
     suite_add_tcase(s, tc);
     return tu_run(s);
   }
