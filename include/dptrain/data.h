@@ -109,7 +109,9 @@ DPT_API int dpt_dataset_num_classes(const dpt_dataset *ds);
  *   labels:  [count] int32 written, or NULL to skip.
  * Every index is checked before anything is written: an index out of range gives
  * DPT_ERR_INVALID_ARG naming its position and value, and leaves x and labels untouched.
- * count 0 does nothing. */
+ * count 0 does nothing. A text dataset (dpt_dataset_from_text in dptrain/text.h) writes each
+ * sample's masked token ids as int32 bit patterns into its dim float slots, and
+ * dpt_dataset_labels_per_sample labels per sample. */
 DPT_API dpt_status dpt_dataset_gather(const dpt_dataset *ds, const uint64_t *indices, size_t count,
                                       float *x, int32_t *labels);
 
