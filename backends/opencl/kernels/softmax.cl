@@ -5,8 +5,10 @@
  *   pass 3: dlogits = scale * (p - onehot)    (when want_grad)
  *   stats[2r] = loss_r, stats[2r+1] = 1 if correct else 0   (when want_stats; the host adds
  *   them in double)
- * A label outside [0, cols): loss NaN, gradient row zero, never correct. Exponentials and sums
- * are computed in acc_t (double where the device has it, like the CPU reference).
+ * A label equal to DPT_IGNORE_INDEX (-100): loss 0 (adds nothing), gradient row zero, never
+ * correct; any other label outside [0, cols): loss NaN, gradient row zero, never correct.
+ * Exponentials and sums are computed in acc_t (double where the device has it, like the CPU
+ * reference).
  * Cost: 2 reads of the row (3 with the gradient), one write of the row. */
 
 /* Does candidate (v2, i2) beat (v1, i1) for the first maximal element? i == cols: none. */
@@ -59,6 +61,7 @@ __kernel void softmax_xent(ulong cols, __global const float *logits, ulong logit
 
   int label = labels[labels_off + r];
   int valid = label >= 0 && (ulong)label < cols;
+  int ignored = label == DPT_IGNORE_INDEX;
   if (want_grad) {
     __global float *d = dlogits + dlogits_off + r * cols;
     for (ulong j = lid; j < cols; j += nl) {
@@ -71,7 +74,7 @@ __kernel void softmax_xent(ulong cols, __global const float *logits, ulong logit
     }
   }
   if (want_stats && lid == 0) {
-    stats[2 * r] = valid ? log(sum) - ((acc_t)x[label] - mx) : (acc_t)NAN;
+    stats[2 * r] = valid ? log(sum) - ((acc_t)x[label] - mx) : ignored ? (acc_t)0 : (acc_t)NAN;
     stats[2 * r + 1] = valid && amax == (ulong)label ? 1 : 0;
   }
 }
