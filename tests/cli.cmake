@@ -37,3 +37,15 @@ if(DPT_BUILD_TOOLS)
   set_tests_properties(pytorch_roundtrip PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77
                        LABELS "cli;train;pytorch")
 endif()
+
+# BERT in PyTorch on `dptrain tokenize --export`'s sequences: its state_dict names and shapes
+# are dpt_model_spec_bert's and read back strictly; where dptrain trains --model bert, its
+# weights load in torch with dptrain eval's validation loss (1e-3). Skipped without torch.
+if(DPT_BUILD_TOOLS)
+  add_test(NAME pytorch_bert
+           COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/pytorch_bert_test.sh"
+                   $<TARGET_FILE:dptrain_cli> "${PROJECT_SOURCE_DIR}/tools/pytorch_reference.py"
+                   "${CMAKE_CURRENT_BINARY_DIR}/pytorch-bert-scratch")
+  set_tests_properties(pytorch_bert PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
+                       LABELS "cli;text;train;pytorch")
+endif()

@@ -1,8 +1,11 @@
 /* `dptrain tokenize`: learns a byte-level BPE vocabulary from text files (or reads one) and
- * reports what it makes of the corpus: tokens, bytes per token, sequences per split. */
+ * reports what it makes of the corpus: tokens, bytes per token, sequences per split; --export
+ * writes the sequences (training unmasked, validation masked as dptrain's eval masks it) to a
+ * safetensors file for tools/pytorch_reference.py. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <ctype.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +21,8 @@ typedef struct opts {
   const char *data[MAX_DATA];
   size_t num_data;
   size_t vocab_size, seq_len, val_every;
-  const char *out, *vocab, *encode;
+  uint64_t seed;
+  const char *out, *vocab, *encode, *export;
 } opts;
 
 #define TRY(call)                                                                                  \
@@ -48,7 +52,12 @@ static void usage(FILE *f) {
           "  --vocab FILE      use this vocabulary instead of learning one\n"
           "  --encode TEXT     also print TEXT's token ids and pieces\n"
           "  --seq-len N       tokens per sequence, with [CLS] and [SEP] (default 128)\n"
-          "  --val-every N     every Nth document validates; 0: none (default 20)\n",
+          "  --val-every N     every Nth document validates; 0: none (default 20)\n"
+          "  --export FILE     write the sequences as int32 tensors to a safetensors file:\n"
+          "                    train [N, seq_len] (unmasked), val_inputs and val_labels\n"
+          "                    [M, seq_len] (masked with --seed at epoch 0, as dptrain's\n"
+          "                    evaluation masks them), metadata vocab_size, seq_len, seed\n"
+          "  --seed S          the masking seed of --export (default 0)\n",
           DPT_TOKEN_FIRST_MERGE);
 }
 
@@ -81,8 +90,9 @@ static int parse_options(opts *o, int argc, char **argv) {
       usage(stdout);
       return 0;
     }
-    static const char *const valued[] = {"--data",   "--vocab-size", "--out",      "--vocab",
-                                         "--encode", "--seq-len",    "--val-every"};
+    static const char *const valued[] = {"--data",      "--vocab-size", "--out",
+                                         "--vocab",     "--encode",     "--seq-len",
+                                         "--val-every", "--export",     "--seed"};
     int known = 0;
     for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
       known |= !strcmp(a, valued[k]);
@@ -100,6 +110,12 @@ static int parse_options(opts *o, int argc, char **argv) {
       bad = parse_size(v, 3, &o->seq_len);
     } else if (!strcmp(a, "--val-every")) {
       bad = parse_size(v, 0, &o->val_every);
+    } else if (!strcmp(a, "--seed")) {
+      size_t seed = 0;
+      bad = parse_size(v, 0, &seed);
+      o->seed = seed;
+    } else if (!strcmp(a, "--export")) {
+      o->export = v;
     } else {
       *(!strcmp(a, "--out") ? &o->out : !strcmp(a, "--vocab") ? &o->vocab : &o->encode) = v;
     }
@@ -137,6 +153,75 @@ static dpt_status show_encoding(dpt_bpe *bpe, const char *text) {
   printf("\n");
   free(ids);
   return DPT_OK;
+}
+
+static int reported; /* the failure's line is printed already */
+
+/* --export: the training sequences as they are, the validation sequences masked with the seed
+ * at epoch 0 (the fixed masking of dptrain's validation loss), all int32 [count, seq_len]. */
+static dpt_status export_sequences(const opts *o, const dpt_text_sequences *s) {
+  const size_t len = dpt_text_sequences_len(s);
+  const size_t n = dpt_text_sequences_count(s, DPT_TEXT_TRAIN);
+  const size_t m = dpt_text_sequences_count(s, DPT_TEXT_VALIDATION);
+  int32_t *train = malloc((n * len + 1) * sizeof *train); /* + 1: never malloc(0) */
+  int32_t *inputs = malloc((m * len + 1) * sizeof *inputs);
+  int32_t *labels = malloc((m * len + 1) * sizeof *labels);
+  uint64_t *indices = malloc((m + 1) * sizeof *indices);
+  dpt_status st = DPT_OK;
+  if (!train || !inputs || !labels || !indices) {
+    fprintf(stderr, "dptrain tokenize: out of memory: %zu sequences for %s\n", n + m, o->export);
+    reported = 1;
+    st = DPT_ERR_OUT_OF_MEMORY;
+    goto done;
+  }
+  for (size_t i = 0; i < n; i++)
+    memcpy(train + i * len, dpt_text_sequence(s, DPT_TEXT_TRAIN, i), len * sizeof *train);
+  for (size_t i = 0; i < m; i++)
+    indices[i] = i;
+  if (m) {
+    st = dpt_text_sequences_gather(s, DPT_TEXT_VALIDATION, indices, m, o->seed, 0, inputs, labels);
+    if (st != DPT_OK) goto done;
+  }
+  char vocab[32], seq_len[32], seed[32], val_every[32];
+  snprintf(vocab, sizeof vocab, "%zu", dpt_text_sequences_vocab(s));
+  snprintf(seq_len, sizeof seq_len, "%zu", len);
+  snprintf(seed, sizeof seed, "%" PRIu64, o->seed);
+  snprintf(val_every, sizeof val_every, "%zu", o->val_every);
+  const char *const meta[] = {"format",     "dptrain-mlm-sequences",
+                              "vocab_size", vocab,
+                              "seq_len",    seq_len,
+                              "seed",       seed,
+                              "val_every",  val_every,
+                              "val_epoch",  "0",
+                              NULL};
+  const dpt_st_tensor t[3] = {
+      {.name = "train",
+       .ndim = 2,
+       .shape = {(int64_t)n, (int64_t)len},
+       .dtype = "I32",
+       .bytes = train},
+      {.name = "val_inputs",
+       .ndim = 2,
+       .shape = {(int64_t)m, (int64_t)len},
+       .dtype = "I32",
+       .bytes = inputs},
+      {.name = "val_labels",
+       .ndim = 2,
+       .shape = {(int64_t)m, (int64_t)len},
+       .dtype = "I32",
+       .bytes = labels},
+  };
+  st = dpt_safetensors_write(o->export, t, 3, meta);
+  if (st == DPT_OK)
+    printf("exported: %zu training and %zu validation sequences (masked with seed %" PRIu64
+           ", epoch 0) to %s\n",
+           n, m, o->seed, o->export);
+done:
+  free(indices);
+  free(labels);
+  free(inputs);
+  free(train);
+  return st;
 }
 
 /* The vocabulary learned from the corpus and saved (--out). */
@@ -178,6 +263,7 @@ static dpt_status run(const opts *o, dpt_text_corpus **c, dpt_bpe **bpe, dpt_tex
   else
     printf("no validation)\n");
   if (o->encode) TRY(show_encoding(*bpe, o->encode));
+  if (o->export) TRY(export_sequences(o, *s));
   return DPT_OK;
 }
 
@@ -190,7 +276,7 @@ int dpt_cmd_tokenize(int argc, char **argv) {
   dpt_bpe *bpe = NULL;
   dpt_text_sequences *s = NULL;
   const dpt_status st = run(&o, &c, &bpe, &s);
-  if (st != DPT_OK)
+  if (st != DPT_OK && !reported)
     fprintf(stderr, "dptrain tokenize: %s: %s\n", dpt_status_str(st), dpt_last_error());
   dpt_text_sequences_destroy(s);
   dpt_bpe_destroy(bpe);
