@@ -23,7 +23,7 @@
 #define DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
 /* BERT's recipe leaves biases and layer norm weights undecayed ("embed.norm.weight",
  * "blocks.0.norm1.weight", "mlm.norm.weight"). */
-#define BERT_NO_DECAY "*.bias,*norm*.weight"
+#define BERT_NO_DECAY "*bias,*norm*.weight"
 /* The exit status of a run stopped on request (EX_TEMPFAIL: resume it to go on). */
 #define EXIT_STOPPED 75
 
