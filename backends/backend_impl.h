@@ -266,6 +266,32 @@ typedef struct dpt_softmax_bwd_args {
   dpt_ref y, dy, dx;
 } dpt_softmax_bwd_args;
 
+/* embed_bag (table, idx -> out) and embed_bag_bwd (dout, idx -> dtable). */
+typedef struct dpt_embed_bag_args {
+  size_t n, bag, vocab, dim, idx_stride;
+  dpt_bag_mode mode;
+  dpt_ref table, idx, out; /* fwd */
+  dpt_ref dout, dtable;    /* bwd (with idx) */
+} dpt_embed_bag_args;
+typedef dpt_embed_bag_args dpt_embed_bag_bwd_args;
+
+/* gather_cols (x -> y) and scatter_cols_add (y -> x, adding): one struct, x and y named as in
+ * the forward direction. */
+typedef struct dpt_gather_cols_args {
+  size_t rows, cols, ldx, ldy;
+  dpt_ref x, map, y;
+} dpt_gather_cols_args;
+typedef dpt_gather_cols_args dpt_scatter_cols_add_args;
+
+typedef struct dpt_bce_logits_args {
+  size_t n;
+  dpt_ref logits, labels;
+  float scale;
+  dpt_ref dlogits;  /* buf may be NULL */
+  double *loss_sum; /* host, may be NULL */
+  int64_t *correct; /* host, may be NULL */
+} dpt_bce_logits_args;
+
 /* ---- the vtable --------------------------------------------------------------------------- */
 
 typedef struct dpt_backend_vtable {

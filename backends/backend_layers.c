@@ -513,3 +513,163 @@ dpt_status dpt_softmax_bwd(dpt_backend *be, size_t rows, size_t cols, const dpt_
                                dpt_op_ref(dx, dx_off)};
   return be->vt->softmax_bwd(be, &args);
 }
+
+/* ---- embedding bags, column gathers, binary cross-entropy ---------------------------------- */
+
+/* The ids of n bags of `bag` slots, `stride` apart: (n - 1) * stride + bag int32 values. */
+static dpt_status bag_ids(dpt_op_check *c, size_t n, size_t bag, size_t stride, size_t *count) {
+  if (bag == 0) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: bag is 0", c->fn);
+  if (stride < bag)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: idx_stride %zu is less than bag %zu", c->fn,
+                         stride, bag);
+  if (n == 0) {
+    *count = 0;
+    return DPT_OK;
+  }
+  DPT_TRY(dpt_op_elems2(c, "idx", n - 1, stride, count));
+  if (*count > SIZE_MAX - bag)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: idx size overflows", c->fn);
+  *count += bag;
+  return DPT_OK;
+}
+
+static dpt_status bag_check(dpt_op_check *c, size_t n, size_t bag, size_t vocab, size_t dim,
+                            dpt_bag_mode mode, size_t stride, size_t *nid, size_t *nt, size_t *no) {
+  if (mode != DPT_BAG_SUM && mode != DPT_BAG_MEAN)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: mode %d is neither sum (0) nor mean (1)", c->fn,
+                         (int)mode);
+  if (vocab == 0 || vocab > (size_t)INT32_MAX)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: vocab %zu not in 1..2^31-1", c->fn, vocab);
+  DPT_TRY(bag_ids(c, n, bag, stride, nid));
+  DPT_TRY(dpt_op_elems2(c, "table", vocab, dim, nt));
+  return dpt_op_elems2(c, "out", n, dim, no);
+}
+
+dpt_status dpt_embed_bag(dpt_backend *be, size_t n, size_t bag, size_t vocab, size_t dim,
+                         dpt_bag_mode mode, const dpt_buffer *table, size_t table_off,
+                         const dpt_buffer *idx, size_t idx_off, size_t idx_stride, dpt_buffer *out,
+                         size_t out_off) {
+  dpt_op_check ck;
+  size_t nid = 0, nt = 0, no = 0;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_embed_bag", be, be && be->vt->embed_bag));
+  DPT_TRY(bag_check(&ck, n, bag, vocab, dim, mode, idx_stride, &nid, &nt, &no));
+  DPT_TRY(dpt_op_tensor(&ck, "table", table, table_off, nt, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "idx", idx, idx_off, nid, I32));
+  DPT_TRY(dpt_op_tensor(&ck, "out", out, out_off, no, F32));
+  DPT_TRY(dpt_op_alias(&ck, "out", out, out_off, no, F32, "table", table, table_off, nt, F32, 0));
+  DPT_TRY(dpt_op_alias(&ck, "out", out, out_off, no, F32, "idx", idx, idx_off, nid, I32, 0));
+  if (no == 0) return DPT_OK;
+  dpt_embed_bag_args args = {.n = n,
+                             .bag = bag,
+                             .vocab = vocab,
+                             .dim = dim,
+                             .idx_stride = idx_stride,
+                             .mode = mode,
+                             .table = dpt_op_ref(table, table_off),
+                             .idx = dpt_op_ref(idx, idx_off),
+                             .out = dpt_op_ref(out, out_off)};
+  return be->vt->embed_bag(be, &args);
+}
+
+dpt_status dpt_embed_bag_bwd(dpt_backend *be, size_t n, size_t bag, size_t vocab, size_t dim,
+                             dpt_bag_mode mode, const dpt_buffer *dout, size_t dout_off,
+                             const dpt_buffer *idx, size_t idx_off, size_t idx_stride,
+                             dpt_buffer *dtable, size_t dtable_off) {
+  dpt_op_check ck;
+  size_t nid = 0, nt = 0, no = 0;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_embed_bag_bwd", be, be && be->vt->embed_bag_bwd));
+  DPT_TRY(bag_check(&ck, n, bag, vocab, dim, mode, idx_stride, &nid, &nt, &no));
+  DPT_TRY(dpt_op_tensor(&ck, "dout", dout, dout_off, no, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "idx", idx, idx_off, nid, I32));
+  DPT_TRY(dpt_op_tensor(&ck, "dtable", dtable, dtable_off, nt, F32));
+  DPT_TRY(
+      dpt_op_alias(&ck, "dtable", dtable, dtable_off, nt, F32, "dout", dout, dout_off, no, F32, 0));
+  DPT_TRY(
+      dpt_op_alias(&ck, "dtable", dtable, dtable_off, nt, F32, "idx", idx, idx_off, nid, I32, 0));
+  if (no == 0) return DPT_OK;
+  dpt_embed_bag_args args = {.n = n,
+                             .bag = bag,
+                             .vocab = vocab,
+                             .dim = dim,
+                             .idx_stride = idx_stride,
+                             .mode = mode,
+                             .idx = dpt_op_ref(idx, idx_off),
+                             .dout = dpt_op_ref(dout, dout_off),
+                             .dtable = dpt_op_ref(dtable, dtable_off)};
+  return be->vt->embed_bag_bwd(be, &args);
+}
+
+/* x: rows x ldx; y: (rows - 1) x ldy + cols; map: cols int32. */
+static dpt_status cols_check(dpt_op_check *c, size_t rows, size_t cols, size_t ldx, size_t ldy,
+                             size_t *nx, size_t *ny) {
+  if (ldy < cols)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: ldy %zu is less than cols %zu", c->fn, ldy,
+                         cols);
+  if (ldx == 0) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: ldx is 0", c->fn);
+  DPT_TRY(dpt_op_elems2(c, "x", rows, ldx, nx));
+  *ny = 0;
+  if (rows == 0 || cols == 0) return DPT_OK;
+  DPT_TRY(dpt_op_elems2(c, "y", rows - 1, ldy, ny));
+  *ny += cols;
+  return DPT_OK;
+}
+
+static dpt_status cols_op(const char *fn, int scatter, dpt_backend *be, size_t rows, size_t cols,
+                          const dpt_buffer *x, size_t x_off, size_t ldx, const dpt_buffer *map,
+                          size_t map_off, const dpt_buffer *y, size_t y_off, size_t ldy) {
+  dpt_op_check ck;
+  size_t nx = 0, ny = 0;
+  DPT_TRY(dpt_op_begin(
+      &ck, fn, be,
+      be && (scatter ? be->vt->scatter_cols_add != NULL : be->vt->gather_cols != NULL)));
+  DPT_TRY(cols_check(&ck, rows, cols, ldx, ldy, &nx, &ny));
+  const char *xn = scatter ? "dx" : "x", *yn = scatter ? "dy" : "y";
+  DPT_TRY(dpt_op_tensor(&ck, xn, x, x_off, nx, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "map", map, map_off, cols, I32));
+  DPT_TRY(dpt_op_tensor(&ck, yn, y, y_off, ny, F32));
+  DPT_TRY(dpt_op_alias(&ck, xn, x, x_off, nx, F32, yn, y, y_off, ny, F32, 0));
+  DPT_TRY(dpt_op_alias(&ck, scatter ? xn : yn, scatter ? x : y, scatter ? x_off : y_off,
+                       scatter ? nx : ny, F32, "map", map, map_off, cols, I32, 0));
+  if (rows == 0 || cols == 0) return DPT_OK;
+  dpt_gather_cols_args args = {
+      rows, cols, ldx, ldy, dpt_op_ref(x, x_off), dpt_op_ref(map, map_off), dpt_op_ref(y, y_off)};
+  return scatter ? be->vt->scatter_cols_add(be, &args) : be->vt->gather_cols(be, &args);
+}
+
+dpt_status dpt_gather_cols(dpt_backend *be, size_t rows, size_t cols, const dpt_buffer *x,
+                           size_t x_off, size_t ldx, const dpt_buffer *map, size_t map_off,
+                           dpt_buffer *y, size_t y_off, size_t ldy) {
+  return cols_op("dpt_gather_cols", 0, be, rows, cols, x, x_off, ldx, map, map_off, y, y_off, ldy);
+}
+
+dpt_status dpt_scatter_cols_add(dpt_backend *be, size_t rows, size_t cols, const dpt_buffer *dy,
+                                size_t dy_off, size_t ldy, const dpt_buffer *map, size_t map_off,
+                                dpt_buffer *dx, size_t dx_off, size_t ldx) {
+  return cols_op("dpt_scatter_cols_add", 1, be, rows, cols, dx, dx_off, ldx, map, map_off, dy,
+                 dy_off, ldy);
+}
+
+dpt_status dpt_bce_logits(dpt_backend *be, size_t n, const dpt_buffer *logits, size_t logits_off,
+                          const dpt_buffer *labels, size_t labels_off, float scale,
+                          dpt_buffer *dlogits, size_t dlogits_off, double *loss_sum,
+                          int64_t *correct) {
+  dpt_op_check ck;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_bce_logits", be, be && be->vt->bce_logits));
+  DPT_TRY(dpt_op_tensor(&ck, "logits", logits, logits_off, n, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "labels", labels, labels_off, n, I32));
+  if (dlogits) {
+    DPT_TRY(dpt_op_tensor(&ck, "dlogits", dlogits, dlogits_off, n, F32));
+    DPT_TRY(dpt_op_alias(&ck, "dlogits", dlogits, dlogits_off, n, F32, "logits", logits, logits_off,
+                         n, F32, 1));
+    DPT_TRY(dpt_op_alias(&ck, "dlogits", dlogits, dlogits_off, n, F32, "labels", labels, labels_off,
+                         n, I32, 0));
+  }
+  if (loss_sum) *loss_sum = 0.0;
+  if (correct) *correct = 0;
+  if (n == 0 || (!dlogits && !loss_sum && !correct)) return DPT_OK;
+  dpt_bce_logits_args args = {
+      n,      dpt_op_ref(logits, logits_off),   dpt_op_ref(labels, labels_off),
+      scale,  dpt_op_ref(dlogits, dlogits_off), loss_sum,
+      correct};
+  return be->vt->bce_logits(be, &args);
+}

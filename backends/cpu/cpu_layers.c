@@ -384,3 +384,114 @@ dpt_status dpt_cpu_softmax_bwd(dpt_backend *be, const dpt_softmax_bwd_args *a) {
   }
   return DPT_OK;
 }
+
+/* ---- embedding bags, column gathers, binary cross-entropy ---------------------------------- */
+
+/* The valid ids of sample i's bag (id >= 0), for the mean. */
+static size_t bag_count(const int32_t *ids, size_t bag) {
+  size_t c = 0;
+  for (size_t s = 0; s < bag; ++s)
+    c += ids[s] >= 0;
+  return c;
+}
+
+dpt_status dpt_cpu_embed_bag(dpt_backend *be, const dpt_embed_bag_args *a) {
+  (void)be;
+  const float *table = dpt_cpu_f32(a->table);
+  const int32_t *idx = dpt_cpu_i32(a->idx);
+  float *out = dpt_cpu_f32(a->out);
+  for (size_t i = 0; i < a->n; ++i) {
+    const int32_t *ids = idx + i * a->idx_stride;
+    float *row = out + i * a->dim;
+    size_t cnt = bag_count(ids, a->bag);
+    float inv = a->mode == DPT_BAG_MEAN && cnt > 0 ? 1.0f / (float)cnt : 1.0f;
+    memset(row, 0, a->dim * sizeof(float));
+    for (size_t s = 0; s < a->bag; ++s) {
+      const int32_t t = ids[s];
+      if (t < 0) continue;
+      if ((size_t)t >= a->vocab) {
+        for (size_t d = 0; d < a->dim; ++d)
+          row[d] = NAN;
+        break;
+      }
+      const float *src = table + (size_t)t * a->dim;
+      for (size_t d = 0; d < a->dim; ++d)
+        row[d] += src[d];
+    }
+    if (inv != 1.0f)
+      for (size_t d = 0; d < a->dim; ++d)
+        row[d] *= inv;
+  }
+  return DPT_OK;
+}
+
+dpt_status dpt_cpu_embed_bag_bwd(dpt_backend *be, const dpt_embed_bag_bwd_args *a) {
+  (void)be;
+  const float *dout = dpt_cpu_f32(a->dout);
+  const int32_t *idx = dpt_cpu_i32(a->idx);
+  float *dtable = dpt_cpu_f32(a->dtable);
+  for (size_t i = 0; i < a->n; ++i) {
+    const int32_t *ids = idx + i * a->idx_stride;
+    size_t cnt = bag_count(ids, a->bag);
+    float inv = a->mode == DPT_BAG_MEAN && cnt > 0 ? 1.0f / (float)cnt : 1.0f;
+    const float *src = dout + i * a->dim;
+    for (size_t s = 0; s < a->bag; ++s) {
+      const int32_t t = ids[s];
+      if (t < 0 || (size_t)t >= a->vocab) continue;
+      float *row = dtable + (size_t)t * a->dim;
+      for (size_t d = 0; d < a->dim; ++d)
+        row[d] += inv * src[d];
+    }
+  }
+  return DPT_OK;
+}
+
+dpt_status dpt_cpu_gather_cols(dpt_backend *be, const dpt_gather_cols_args *a) {
+  (void)be;
+  const float *x = dpt_cpu_f32(a->x);
+  const int32_t *map = dpt_cpu_i32(a->map);
+  float *y = dpt_cpu_f32(a->y);
+  for (size_t r = 0; r < a->rows; ++r)
+    for (size_t j = 0; j < a->cols; ++j) {
+      const int32_t c = map[j];
+      y[r * a->ldy + j] = c >= 0 && (size_t)c < a->ldx ? x[r * a->ldx + (size_t)c] : 0.0f;
+    }
+  return DPT_OK;
+}
+
+dpt_status dpt_cpu_scatter_cols_add(dpt_backend *be, const dpt_scatter_cols_add_args *a) {
+  (void)be;
+  float *dx = dpt_cpu_f32(a->x);
+  const int32_t *map = dpt_cpu_i32(a->map);
+  const float *dy = dpt_cpu_f32(a->y);
+  for (size_t r = 0; r < a->rows; ++r)
+    for (size_t j = 0; j < a->cols; ++j) {
+      const int32_t c = map[j];
+      if (c >= 0 && (size_t)c < a->ldx) dx[r * a->ldx + (size_t)c] += dy[r * a->ldy + j];
+    }
+  return DPT_OK;
+}
+
+dpt_status dpt_cpu_bce_logits(dpt_backend *be, const dpt_bce_logits_args *a) {
+  (void)be;
+  const float *x = dpt_cpu_f32(a->logits);
+  const int32_t *y = dpt_cpu_i32(a->labels);
+  float *dx = a->dlogits.buf ? dpt_cpu_f32(a->dlogits) : NULL;
+  double loss = 0.0;
+  int64_t correct = 0;
+  for (size_t i = 0; i < a->n; ++i) {
+    const double v = x[i];
+    const int32_t label = y[i];
+    const int valid = label == 0 || label == 1;
+    if (valid) {
+      loss += fmax(v, 0.0) - v * label + log1p(exp(-fabs(v)));
+      correct += (v > 0.0) == (label == 1);
+    } else if (label != DPT_IGNORE_INDEX) {
+      loss += NAN;
+    }
+    if (dx) dx[i] = valid ? (float)((double)a->scale * (1.0 / (1.0 + exp(-v)) - label)) : 0.0f;
+  }
+  if (a->loss_sum) *a->loss_sum = loss;
+  if (a->correct) *a->correct = correct;
+  return DPT_OK;
+}

@@ -161,3 +161,35 @@ dpt_status dpt_ocl_softmax_bwd(dpt_backend *be, const dpt_softmax_bwd_args *a) {
   dpt_ocl_arg_local(&l, c->local_size[DPT_OCL_K_softmax_bwd] * dpt_ocl_acc_bytes(&c->lim));
   return dpt_ocl_launch_groups(&l, a->rows);
 }
+
+/* ---- embedding bags, column gathers, binary cross-entropy (not yet on this backend) ------- */
+
+dpt_status dpt_ocl_embed_bag(dpt_backend *be, const dpt_embed_bag_args *a) {
+  (void)be;
+  (void)a;
+  return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_embed_bag: not yet on this backend");
+}
+
+dpt_status dpt_ocl_embed_bag_bwd(dpt_backend *be, const dpt_embed_bag_bwd_args *a) {
+  (void)be;
+  (void)a;
+  return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_embed_bag_bwd: not yet on this backend");
+}
+
+dpt_status dpt_ocl_gather_cols(dpt_backend *be, const dpt_gather_cols_args *a) {
+  (void)be;
+  (void)a;
+  return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_gather_cols: not yet on this backend");
+}
+
+dpt_status dpt_ocl_scatter_cols_add(dpt_backend *be, const dpt_scatter_cols_add_args *a) {
+  (void)be;
+  (void)a;
+  return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_scatter_cols_add: not yet on this backend");
+}
+
+dpt_status dpt_ocl_bce_logits(dpt_backend *be, const dpt_bce_logits_args *a) {
+  (void)be;
+  (void)a;
+  return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_bce_logits: not yet on this backend");
+}

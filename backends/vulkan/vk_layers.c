@@ -380,3 +380,35 @@ dpt_status dpt_vk_softmax_bwd(dpt_backend *be, const dpt_softmax_bwd_args *a) {
   DPT_TRY(dpt_vk_enter(be));
   return dpt_vk_leave(be, vk_softmax_bwd(dpt_vk_ctx_of(be), a));
 }
+
+/* ---- embedding bags, column gathers, binary cross-entropy (not yet on this backend) ------- */
+
+dpt_status dpt_vk_embed_bag(dpt_backend *be, const dpt_embed_bag_args *a) {
+  (void)be;
+  (void)a;
+  return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_embed_bag: not yet on this backend");
+}
+
+dpt_status dpt_vk_embed_bag_bwd(dpt_backend *be, const dpt_embed_bag_bwd_args *a) {
+  (void)be;
+  (void)a;
+  return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_embed_bag_bwd: not yet on this backend");
+}
+
+dpt_status dpt_vk_gather_cols(dpt_backend *be, const dpt_gather_cols_args *a) {
+  (void)be;
+  (void)a;
+  return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_gather_cols: not yet on this backend");
+}
+
+dpt_status dpt_vk_scatter_cols_add(dpt_backend *be, const dpt_scatter_cols_add_args *a) {
+  (void)be;
+  (void)a;
+  return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_scatter_cols_add: not yet on this backend");
+}
+
+dpt_status dpt_vk_bce_logits(dpt_backend *be, const dpt_bce_logits_args *a) {
+  (void)be;
+  (void)a;
+  return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_bce_logits: not yet on this backend");
+}

@@ -158,7 +158,12 @@ DPT_API dpt_status dpt_buffer_fill_f32(dpt_buffer *dst, size_t offset, size_t co
   X(GELU_FWD, gelu_fwd)                                                                            \
   X(GELU_BWD, gelu_bwd)                                                                            \
   X(ATTN_SOFTMAX, attn_softmax)                                                                    \
-  X(SOFTMAX_BWD, softmax_bwd)
+  X(SOFTMAX_BWD, softmax_bwd)                                                                      \
+  X(EMBED_BAG, embed_bag)                                                                          \
+  X(EMBED_BAG_BWD, embed_bag_bwd)                                                                  \
+  X(GATHER_COLS, gather_cols)                                                                      \
+  X(SCATTER_COLS_ADD, scatter_cols_add)                                                            \
+  X(BCE_LOGITS, bce_logits)
 
 typedef enum dpt_op {
 #define DPT_OP_ENUM_(NAME, name) DPT_OP_##NAME,
@@ -477,6 +482,48 @@ DPT_API dpt_status dpt_attn_softmax(dpt_backend *be, const dpt_attn_geom *g, flo
 DPT_API dpt_status dpt_softmax_bwd(dpt_backend *be, size_t rows, size_t cols, const dpt_buffer *y,
                                    size_t y_off, const dpt_buffer *dy, size_t dy_off,
                                    dpt_buffer *dx, size_t dx_off);
+
+/* Embedding bags (PyTorch's nn.EmbeddingBag): sample i's ids are the int32 values
+ * idx[i * idx_stride + s] for s < bag, read from an arbitrary record layout (a model input
+ * holding dense floats and ids side by side); an id < 0 is an empty slot. out[i, :] is the sum
+ * of table[id, :] over the sample's ids (DPT_BAG_SUM) or their mean (DPT_BAG_MEAN; 0 for a bag
+ * with no id); an id >= vocab gives a row of NaN. idx_stride >= bag. */
+typedef enum dpt_bag_mode { DPT_BAG_SUM = 0, DPT_BAG_MEAN = 1 } dpt_bag_mode;
+DPT_API dpt_status dpt_embed_bag(dpt_backend *be, size_t n, size_t bag, size_t vocab, size_t dim,
+                                 dpt_bag_mode mode, const dpt_buffer *table, size_t table_off,
+                                 const dpt_buffer *idx, size_t idx_off, size_t idx_stride,
+                                 dpt_buffer *out, size_t out_off);
+/* Its backward: dtable[id, :] += dout[i, :] for each id of sample i (times 1 / the bag's ids
+ * for DPT_BAG_MEAN); accumulates, ids outside [0, vocab) are skipped. Each row's sum takes the
+ * samples and slots in order on every backend, so the result does not depend on scheduling. */
+DPT_API dpt_status dpt_embed_bag_bwd(dpt_backend *be, size_t n, size_t bag, size_t vocab,
+                                     size_t dim, dpt_bag_mode mode, const dpt_buffer *dout,
+                                     size_t dout_off, const dpt_buffer *idx, size_t idx_off,
+                                     size_t idx_stride, dpt_buffer *dtable, size_t dtable_off);
+
+/* Column gather between row-major matrices: y[r * ldy + j] = x[r * ldx + map[j]] for r < rows,
+ * j < cols (map: int32 [cols]; an entry outside [0, ldx) writes 0). x holds rows x ldx
+ * floats, y (rows - 1) * ldy + cols. Only y's first cols
+ * columns of each row are written, so two calls can fill two column ranges (a concatenation).
+ * scatter_cols_add is its adjoint: dx[r * ldx + map[j]] += dy[r * ldy + j], entries outside
+ * [0, ldx) skipped; the entries inside must be distinct. */
+DPT_API dpt_status dpt_gather_cols(dpt_backend *be, size_t rows, size_t cols, const dpt_buffer *x,
+                                   size_t x_off, size_t ldx, const dpt_buffer *map, size_t map_off,
+                                   dpt_buffer *y, size_t y_off, size_t ldy);
+DPT_API dpt_status dpt_scatter_cols_add(dpt_backend *be, size_t rows, size_t cols,
+                                        const dpt_buffer *dy, size_t dy_off, size_t ldy,
+                                        const dpt_buffer *map, size_t map_off, dpt_buffer *dx,
+                                        size_t dx_off, size_t ldx);
+
+/* Binary cross-entropy with logits (PyTorch's BCEWithLogitsLoss) over n logits x with int32
+ * labels y in {0, 1}: loss = max(x, 0) - x * y + log(1 + exp(-|x|));
+ * dlogits = scale * (sigmoid(x) - y) (may be NULL); correct: (x > 0) == y. A label of
+ * DPT_IGNORE_INDEX counts for nothing (loss 0, gradient 0); any other label outside {0, 1}
+ * gives a NaN loss and a zero gradient. loss_sum and correct as dpt_softmax_xent's. */
+DPT_API dpt_status dpt_bce_logits(dpt_backend *be, size_t n, const dpt_buffer *logits,
+                                  size_t logits_off, const dpt_buffer *labels, size_t labels_off,
+                                  float scale, dpt_buffer *dlogits, size_t dlogits_off,
+                                  double *loss_sum, int64_t *correct);
 
 DPT_API uint16_t dpt_f32_to_f16_scalar(float x);
 DPT_API float dpt_f16_to_f32_scalar(uint16_t h);
