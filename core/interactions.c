@@ -354,7 +354,9 @@ static dpt_status load_shard(dpt_interactions *d, size_t s, size_t at) {
   const size_t chunk = 4096;
   unsigned char *buf = st == DPT_OK ? malloc(rb * chunk) : NULL;
   if (st == DPT_OK && !buf) st = dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: read buffer", path);
+  /* The whole payload's CRC first; the first bad record is named with it (or alone). */
   uint32_t crc = (uint32_t)crc32(0L, Z_NULL, 0);
+  char bad[256] = "";
   for (uint64_t r = 0; st == DPT_OK && r < h.num_records;) {
     const size_t m = (size_t)(h.num_records - r < chunk ? h.num_records - r : chunk);
     if (fread(buf, rb, m, f) != m) {
@@ -362,36 +364,36 @@ static dpt_status load_shard(dpt_interactions *d, size_t s, size_t at) {
       break;
     }
     crc = crc_bytes(crc, buf, m * rb);
-    for (size_t k = 0; k < m && st == DPT_OK; k++, r++) {
+    for (size_t k = 0; k < m; k++, r++) {
+      if (*bad) continue;
       const unsigned char *p = buf + k * rb;
       const size_t i = at + (size_t)r;
       if (p[0] > 1) {
-        st = dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: record %llu: label byte %u is not 0 or 1", path,
-                           (unsigned long long)r, (unsigned)p[0]);
-        break;
+        snprintf(bad, sizeof bad, "record %llu: label byte %u is not 0 or 1", (unsigned long long)r,
+                 (unsigned)p[0]);
+        continue;
       }
       d->labels[i] = p[0];
       p++;
       for (uint32_t j = 0; j < d->num_dense; j++, p += 4)
         d->dense[i * d->num_dense + j] = get_f32(p);
-      for (uint32_t j = 0; j < d->num_sparse; j++, p += 4) {
+      for (uint32_t j = 0; j < d->num_sparse && !*bad; j++, p += 4) {
         const uint32_t id = get_u32(p);
-        if (id >= d->table_sizes[j]) {
-          st = dpt_set_error(DPT_ERR_BAD_FORMAT,
-                             "%s: record %llu: sparse feature %u has id %lu outside its table of "
-                             "%llu",
-                             path, (unsigned long long)r, (unsigned)j, (unsigned long)id,
-                             (unsigned long long)d->table_sizes[j]);
-          break;
-        }
+        if (id >= d->table_sizes[j])
+          snprintf(bad, sizeof bad,
+                   "record %llu: sparse feature %u has id %lu outside its table of %llu",
+                   (unsigned long long)r, (unsigned)j, (unsigned long)id,
+                   (unsigned long long)d->table_sizes[j]);
         d->sparse[i * d->num_sparse + j] = (int32_t)id;
       }
     }
   }
   if (st == DPT_OK && crc != h.payload_crc)
-    st =
-        dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: corrupt payload: CRC32 %08lx, the header says %08lx",
-                      path, (unsigned long)crc, (unsigned long)h.payload_crc);
+    st = dpt_set_error(
+        DPT_ERR_BAD_FORMAT, "%s: corrupt payload: CRC32 %08lx, the header says %08lx%s%s%s", path,
+        (unsigned long)crc, (unsigned long)h.payload_crc, *bad ? " (" : "", bad, *bad ? ")" : "");
+  else if (st == DPT_OK && *bad)
+    st = dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: %s", path, bad);
   free(buf);
   fclose(f);
   return st;
