@@ -61,7 +61,13 @@ static dpt_status convert_line(conv *c, char *line, const char *name, unsigned l
       label = (float)(p[0] - '0');
     } else if (field <= o->num_dense) {
       double x = 0;
-      if (len) {
+      size_t k = p[0] == '-';
+      long long v = 0;
+      for (; k < len && k < 18 && p[k] >= '0' && p[k] <= '9'; k++)
+        v = 10 * v + (p[k] - '0');
+      if (len && k == len && len > (size_t)(p[0] == '-')) { /* a plain integer, the usual case */
+        x = p[0] == '-' ? -(double)v : (double)v;
+      } else if (len) {
         char save = p[len], *end;
         p[len] = 0;
         errno = 0;
