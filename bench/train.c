@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
+#include "bench/text_setup.h"
 #include "dptrain/dptrain.h"
 
 #ifdef DPT_HAVE_MPI
@@ -26,7 +27,12 @@ static void usage(FILE *f) {
           "Samples/s of a model: 1 replica without the all-reduce, 1 replica, and R replicas\n"
           "with the sharded and the full step, side by side, with each variant's time split\n"
           "per step.\n"
-          "  --model M      mlp (784-512-256-10) | cnn (32,64 channels) | resnet (default mlp)\n"
+          "  --model M      mlp (784-512-256-10) | cnn (32,64 channels) | resnet | bert\n"
+          "                 (default mlp; bert: 4 layers, hidden 256, 4 heads, ffn 1024,\n"
+          "                 dropout 0.1, sequences of --seq-len 128 tokens of the fortunes\n"
+          "                 text with a 4096-token vocabulary, global batch 32; tokens/s\n"
+          "                 counts every position of a sequence, padding included)\n"
+          "  --seq-len N    bert: tokens per sequence (default 128)\n"
           "  --depth N      resnet depth, 6n+2 (default 20)\n"
           "  --global-batch B  samples per step over all replicas (default 256)\n"
           "  --backend B    cpu | opencl | vulkan (default cpu)\n"
@@ -126,7 +132,7 @@ static double ms_per_step(double seconds, const dpt_train_report *r) {
 int dpt_bench_train(int argc, char **argv) {
   const char *dir = "/usr/share/datasets/fashion-mnist", *backend = "cpu", *model = "mlp";
   int replicas = 2, repeat = 5, json = 0;
-  size_t depth = 20, batch = 256;
+  size_t depth = 20, batch = 0, seq_len = 128;
   long steps = 100;
   dpt_train_config cfg;
   dpt_train_config_default(&cfg);
@@ -141,6 +147,8 @@ int dpt_bench_train(int argc, char **argv) {
       backend = argv[++i];
     } else if (v && !strcmp(a, "--model")) {
       model = argv[++i];
+    } else if (v && !strcmp(a, "--seq-len")) {
+      seq_len = (size_t)atol(argv[++i]);
     } else if (v && !strcmp(a, "--depth")) {
       depth = (size_t)atol(argv[++i]);
     } else if (v && !strcmp(a, "--global-batch")) {
@@ -171,9 +179,25 @@ int dpt_bench_train(int argc, char **argv) {
     fprintf(stderr, "bench train: %s\n", dpt_last_error());
     return 2;
   }
+  const int bert = !strcmp(model, "bert");
+  if (!batch) batch = bert ? 32 : 256;
   dpt_dataset *ds = NULL;
   const char *data = dir;
-  if (dpt_dataset_load_dir(dir, "train", 10, &ds) != DPT_OK) {
+  dpt_text_run text;
+  memset(&text, 0, sizeof text);
+  if (bert) {
+    /* The fortunes text (DPT_TEXT_DEFAULT_DIR) and a 4096-token vocabulary learned from it. */
+    dpt_text_options to;
+    dpt_text_options_default(&to);
+    to.seq_len = seq_len;
+    char msg[1024];
+    if (seq_len < 3 || dpt_text_run_load(&to, &text, msg, sizeof msg) != DPT_OK) {
+      fprintf(stderr, "bench train: bert: %s\n", seq_len < 3 ? "--seq-len must be >= 3" : msg);
+      return seq_len < 3 ? 2 : 1;
+    }
+    ds = text.train;
+    data = DPT_TEXT_DEFAULT_DIR;
+  } else if (dpt_dataset_load_dir(dir, "train", 10, &ds) != DPT_OK) {
     ds = random_data(256 * 8);
     data = "random data";
   }
@@ -192,11 +216,21 @@ int dpt_bench_train(int argc, char **argv) {
   } else if (!strcmp(model, "resnet")) {
     ms = dpt_model_spec_resnet(&cfg.model, 1, 28, 28, depth, 10);
     snprintf(title, sizeof title, "ResNet-%zu", depth);
+  } else if (bert) {
+    dpt_bert_options bo;
+    dpt_bert_options_default(&bo);
+    bo.seq_len = seq_len;
+    bo.vocab = dpt_bpe_vocab_size(text.bpe);
+    ms = dpt_model_spec_bert(&cfg.model, &bo);
+    snprintf(title, sizeof title, "BERT 4x256 seq %zu vocab %zu", seq_len, bo.vocab);
   }
   if (ms != DPT_OK || batch < 1) {
-    fprintf(stderr, "bench train: --model mlp|cnn|resnet (resnet --depth 6n+2), --global-batch "
-                    ">= 1\n");
-    dpt_dataset_destroy(ds);
+    fprintf(stderr, "bench train: --model mlp|cnn|resnet|bert (resnet --depth 6n+2), "
+                    "--global-batch >= 1\n");
+    if (bert)
+      dpt_text_run_free(&text);
+    else
+      dpt_dataset_destroy(ds);
     return 2;
   }
   cfg.global_batch = batch;
@@ -241,7 +275,10 @@ int dpt_bench_train(int argc, char **argv) {
   for (int r = 0; r < repeat && !rc; ++r)
     for (int k = 0; k < NV && !rc; ++k)
       rc = run_once(cfg, &v[k], r) != 0;
-  dpt_dataset_destroy(ds);
+  if (bert)
+    dpt_text_run_free(&text); /* ds is the text's */
+  else
+    dpt_dataset_destroy(ds);
   double sps[5] = {0};
   for (int k = 0; k < NV; ++k) {
     if (!rc) sps[k] = dpt_bench_median(v[k].sps, repeat);
@@ -268,6 +305,12 @@ int dpt_bench_train(int argc, char **argv) {
            backend, steps, bare, one, replicas, many, full, bare / one - 1.0, many / one,
            ms_per_step(m->compute_seconds, m), ms_per_step(m->allreduce_seconds, m),
            ms_per_step(m->imbalance_seconds, m), ms_per_step(m->optimizer_seconds, m));
+    if (bert)
+      printf(", \"seq_len\": %zu, \"bare_tokens_per_sec\": %.1f, "
+             "\"one_replica_tokens_per_sec\": %.1f, \"replicas_tokens_per_sec\": %.1f, "
+             "\"full_step_tokens_per_sec\": %.1f",
+             seq_len, bare * (double)seq_len, one * (double)seq_len, many * (double)seq_len,
+             full * (double)seq_len);
     if (NV == 5)
       printf(", \"checkpoint_every\": %lld, \"checkpoint_samples_per_sec\": %.1f, "
              "\"checkpoint_cost\": %.4f, \"checkpoint_pause_ms\": %.2f",
@@ -281,6 +324,9 @@ int dpt_bench_train(int argc, char **argv) {
            mpi ? "MPI ranks" : "replicas (threads)");
     printf("            %16s %12s %16s %18s\n", "no all-reduce", "", "sharded step", "full step");
     printf("            %16.0f %12.0f %16.0f %18.0f\n", bare, one, many, full);
+    if (bert) /* every position of a sequence, padding included */
+      printf("tokens/s    %16.0f %12.0f %16.0f %18.0f\n", bare * (double)seq_len,
+             one * (double)seq_len, many * (double)seq_len, full * (double)seq_len);
     printf("ms per step (last repeat)\n");
     printf("  forward + backward       %16.2f %16.2f %18.2f\n", ms_per_step(o->compute_seconds, o),
            ms_per_step(m->compute_seconds, m), ms_per_step(f->compute_seconds, f));

@@ -32,6 +32,7 @@ dpt_status dpt_dataset_adopt_shaped(void *storage, const uint8_t *pixels, const 
   ds->cols = cols;
   ds->dim = channels * rows * cols;
   ds->num_classes = num_classes;
+  ds->labels_per_sample = 1;
   const uint64_t data = pixels ? dpt_fingerprint(pixels, count * ds->dim)
                                : dpt_fingerprint(values, count * ds->dim * sizeof *values);
   const uint64_t label_fp = dpt_fingerprint(labels, count * sizeof *labels);
@@ -122,6 +123,10 @@ size_t dpt_dataset_dim(const dpt_dataset *ds) {
   return ds ? ds->dim : 0;
 }
 
+size_t dpt_dataset_labels_per_sample(const dpt_dataset *ds) {
+  return ds ? ds->labels_per_sample : 0;
+}
+
 size_t dpt_dataset_channels(const dpt_dataset *ds) {
   return ds ? ds->channels : 0;
 }
@@ -167,6 +172,7 @@ static void scale_table(float scaled[256]) {
 dpt_status dpt_dataset_gather(const dpt_dataset *ds, const uint64_t *indices, size_t count,
                               float *x, int32_t *labels) {
   if (!ds) return dpt_set_error(DPT_ERR_INVALID_ARG, "dataset_gather: dataset is NULL");
+  if (ds->text) return dpt_dataset_text_gather(ds, indices, count, 0, x, labels);
   if (count == 0) return DPT_OK;
   DPT_TRY(check_gather(ds, indices, count, x));
   float scaled[256];
@@ -191,6 +197,10 @@ dpt_status dpt_dataset_gather(const dpt_dataset *ds, const uint64_t *indices, si
 dpt_status dpt_data_transform_check(const dpt_data_transform *t, const dpt_dataset *ds) {
   if (!t) return DPT_OK;
   if (!ds) return dpt_set_error(DPT_ERR_INVALID_ARG, "data transform: dataset is NULL");
+  if (ds->text && (t->mean || t->std || t->crop_pad || t->hflip))
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "data transform: a text dataset takes no normalization or augmentation "
+                         "(--mean, --std, --random-crop, --hflip are for images)");
   if (!t->mean != !t->std)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "data transform: the normalization needs both mean and std (%s is NULL)",
@@ -276,6 +286,7 @@ dpt_status dpt_dataset_gather_transformed(const dpt_dataset *ds, const uint64_t 
   if (!t) return dpt_dataset_gather(ds, indices, count, x, labels);
   if (!ds) return dpt_set_error(DPT_ERR_INVALID_ARG, "dataset_gather: dataset is NULL");
   DPT_TRY(dpt_data_transform_check(t, ds));
+  if (ds->text) return dpt_dataset_text_gather(ds, indices, count, epoch, x, labels);
   if (count == 0) return DPT_OK;
   DPT_TRY(check_gather(ds, indices, count, x));
   if (labels)

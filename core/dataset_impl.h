@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "dptrain/data.h"
+#include "dptrain/text.h"
 
 struct dpt_dataset {
   void *storage;         /* owned allocation that holds the samples (may hold more around them) */
@@ -21,7 +22,19 @@ struct dpt_dataset {
   size_t dim; /* channels * rows * cols, checked not to overflow */
   int num_classes;
   uint64_t fingerprint; /* of the shape, pixels and labels, taken once when built */
+  /* A text dataset (dpt_dataset_from_text; storage, pixels, values and labels NULL): the
+   * sequences of one split (borrowed), masked as they are gathered. */
+  const dpt_text_sequences *text;
+  dpt_text_split split;
+  uint64_t mask_seed;
+  size_t labels_per_sample; /* 1, or seq_len for a text dataset */
 };
+
+/* The text dataset's gather (core/dataset_text.c): sequences indices[0..count), masked for
+ * `epoch` (the validation split always for epoch 0), their ids as int32 bit patterns in x
+ * ([count, seq_len] slots, or NULL) and their labels ([count, seq_len], or NULL). */
+dpt_status dpt_dataset_text_gather(const dpt_dataset *ds, const uint64_t *indices, size_t count,
+                                   uint64_t epoch, float *x, int32_t *labels);
 
 /* Takes ownership of `storage` (holding `pixels`) and `labels` (malloc'd) and returns a new
  * dataset of one channel in *out. On failure (out of memory) frees both and sets *out to NULL.

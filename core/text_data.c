@@ -23,6 +23,8 @@ struct dpt_text_corpus {
   size_t *doc_off, *doc_len; /* document d is text[doc_off[d], + doc_len[d]) */
   size_t docs, doc_cap;
   size_t files, bytes;
+  char **file_names;  /* [files] as read ("<memory>" for a text held in memory) */
+  size_t *file_start; /* [files] each file's first byte in text */
 };
 
 /* The files to read, in order, each once (by device and inode). */
@@ -212,12 +214,20 @@ static dpt_status load_files(dpt_text_corpus *c, const char *const *paths, size_
   for (size_t i = 0; st == DPT_OK && i < count; i++)
     st = paths[i] ? add_path(&fl, paths[i])
                   : dpt_set_error(DPT_ERR_INVALID_ARG, "text corpus: paths[%zu] is NULL", i);
+  if (st == DPT_OK && fl.n) {
+    c->file_names = calloc(fl.n, sizeof *c->file_names);
+    c->file_start = calloc(fl.n, sizeof *c->file_start);
+    if (!c->file_names || !c->file_start) st = oom("the file list");
+  }
   for (size_t i = 0; st == DPT_OK && i < fl.n; i++) {
     const size_t start = c->len;
-    st = read_file(c, fl.paths[i]);
+    c->file_start[i] = start;
+    c->file_names[i] = fl.paths[i]; /* taken over from the list */
+    fl.paths[i] = NULL;
+    c->files = i + 1;
+    st = read_file(c, c->file_names[i]);
     if (st == DPT_OK) st = split_documents(c, start, c->len);
   }
-  c->files = fl.n;
   file_list_free(&fl);
   return st;
 }
@@ -248,6 +258,10 @@ dpt_status dpt_text_corpus_from_memory(const void *text, size_t len, dpt_text_co
   if (st == DPT_OK && len) memcpy(c->text, text, len);
   c->len = len;
   c->files = 1;
+  c->file_names = calloc(1, sizeof *c->file_names);
+  c->file_start = calloc(1, sizeof *c->file_start);
+  if (!c->file_names || !c->file_start || !(c->file_names[0] = strdup("<memory>")))
+    st = oom("the corpus");
   if (st == DPT_OK) st = split_documents(c, 0, len);
   if (st != DPT_OK) {
     dpt_text_corpus_destroy(c);
@@ -259,6 +273,10 @@ dpt_status dpt_text_corpus_from_memory(const void *text, size_t len, dpt_text_co
 
 void dpt_text_corpus_destroy(dpt_text_corpus *c) {
   if (!c) return;
+  for (size_t i = 0; c->file_names && i < c->files; i++)
+    free(c->file_names[i]);
+  free(c->file_names);
+  free(c->file_start);
   free(c->text);
   free(c->doc_off);
   free(c->doc_len);
@@ -290,6 +308,20 @@ dpt_status dpt_text_corpus_document(const dpt_text_corpus *c, size_t i, const ui
                          c->docs);
   *bytes = c->text + c->doc_off[i];
   *len = c->doc_len[i];
+  return DPT_OK;
+}
+
+dpt_status dpt_text_corpus_check_utf8(const dpt_text_corpus *c) {
+  if (!c) return dpt_set_error(DPT_ERR_INVALID_ARG, "text corpus UTF-8 check: corpus is NULL");
+  for (size_t f = 0; f < c->files && c->file_start; f++) {
+    const size_t start = c->file_start[f];
+    const size_t end = f + 1 < c->files ? c->file_start[f + 1] : c->len;
+    size_t bad = 0;
+    if (dpt_utf8_valid(c->text + start, end - start, &bad)) continue;
+    return dpt_set_error(DPT_ERR_BAD_FORMAT,
+                         "%s: not UTF-8 text: invalid byte 0x%02x at byte offset %zu",
+                         c->file_names[f] ? c->file_names[f] : "?", c->text[start + bad], bad);
+  }
   return DPT_OK;
 }
 

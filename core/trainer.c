@@ -59,6 +59,7 @@ static void state_free(replica_state *s) {
   dpt_backend_destroy(s->be);
   free(s->hx);
   free(s->hy);
+  free(s->hbatch);
   free(s->perm);
   free(s->idx);
   free(s->hparams);
@@ -136,6 +137,7 @@ static dpt_status exchange(replica *r, replica_state *s, step_stats *mine, step_
     sum->loss_sum += s->gather[i].loss_sum;
     sum->correct += s->gather[i].correct;
     sum->samples += s->gather[i].samples;
+    sum->targets += s->gather[i].targets;
     sum->failed += s->gather[i].failed;
     sum->sumsq += s->gather[i].sumsq;
     sum->bad_grads += s->gather[i].bad_grads;
@@ -203,8 +205,16 @@ static dpt_status load_batch(replica_state *s, const dpt_dataset *ds, const uint
   const size_t input = dpt_model_input_size(s->model);
   dpt_status st = dpt_dataset_gather_transformed(ds, idx, count, t, (uint64_t)epoch, s->hx, s->hy);
   if (st == DPT_OK) st = dpt_buffer_upload(s->x, 0, s->hx, count * input * sizeof(float));
-  if (st == DPT_OK) st = dpt_buffer_upload(s->y, 0, s->hy, count * sizeof(int32_t));
+  if (st == DPT_OK) st = dpt_buffer_upload(s->y, 0, s->hy, count * s->labels * sizeof(int32_t));
   return st;
+}
+
+/* The targets among n labels: those not DPT_IGNORE_INDEX. */
+static int64_t count_targets(const int32_t *labels, size_t n) {
+  int64_t t = 0;
+  for (size_t i = 0; i < n; ++i)
+    t += labels[i] != DPT_IGNORE_INDEX;
+  return t;
 }
 
 /* Data-parallel evaluation: replica r takes a contiguous shard of the test set. */
@@ -227,6 +237,7 @@ static dpt_status evaluate(replica *r, replica_state *s, double *loss, double *a
     double l = 0;
     int64_t c = 0;
     st = load_batch(s, ds, s->idx, b, &norm, 0);
+    if (st == DPT_OK) mine.targets += count_targets(s->hy, b * s->labels);
     if (st == DPT_OK) st = dpt_model_evaluate(s->model, s->x, s->y, b, &l, &c);
     mine.loss_sum += l;
     mine.correct += c;
@@ -234,8 +245,9 @@ static dpt_status evaluate(replica *r, replica_state *s, double *loss, double *a
   }
   /* Every replica joins the exchange, even after a local failure, so nobody waits forever. */
   DPT_TRY(exchange(r, s, &mine, &sum, st, "evaluation"));
-  *loss = sum.samples ? sum.loss_sum / (double)sum.samples : NAN;
-  *accuracy = sum.samples ? (double)sum.correct / (double)sum.samples : NAN;
+  /* Per target: per sample for a classifier, per masked token for a token model. */
+  *loss = sum.targets ? sum.loss_sum / (double)sum.targets : NAN;
+  *accuracy = sum.targets ? (double)sum.correct / (double)sum.targets : NAN;
   return DPT_OK;
 }
 
@@ -276,6 +288,30 @@ static dpt_status create_backend_and_model(replica *r, replica_state *s) {
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "the test set has %zu values per sample, the model takes %zu",
                          dpt_dataset_dim(cfg->test), input);
+  /* A token model takes token sequences (a text dataset), a classifier one label a sample. */
+  s->labels = dpt_model_labels_per_sample(s->model);
+  for (int k = 0; k < 2; ++k) {
+    const dpt_dataset *ds = k ? cfg->test : cfg->train;
+    if (!ds || dpt_dataset_labels_per_sample(ds) == s->labels) continue;
+    const char *which = k ? "test" : "training";
+    if (s->labels > 1)
+      return dpt_set_error(DPT_ERR_INVALID_ARG,
+                           "the model is a token model (sequences of %zu tokens) but the %s set "
+                           "has %zu label(s) per sample: give it text of that sequence length",
+                           s->labels, which, dpt_dataset_labels_per_sample(ds));
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "the model is a classifier (one label per sample) but the %s set has "
+                         "%zu labels per sample (token sequences)",
+                         which, dpt_dataset_labels_per_sample(ds));
+  }
+  const size_t classes = dpt_model_num_classes(s->model);
+  for (int k = 0; s->labels > 1 && k < 2; ++k) {
+    const dpt_dataset *ds = k ? cfg->test : cfg->train;
+    if (ds && (size_t)dpt_dataset_num_classes(ds) > classes)
+      return dpt_set_error(DPT_ERR_INVALID_ARG,
+                           "the %s set's vocabulary has %d tokens, the model only %zu",
+                           k ? "test" : "training", dpt_dataset_num_classes(ds), classes);
+  }
   return DPT_OK;
 }
 
@@ -294,12 +330,18 @@ static dpt_status alloc_batch(replica *r, replica_state *s) {
   const size_t input = dpt_model_input_size(s->model);
   const size_t max_slice = s->max_slice, n = dpt_dataset_count(r->cfg->train);
   DPT_TRY(dpt_buffer_alloc(s->be, max_slice * input * sizeof(float), &s->x));
-  DPT_TRY(dpt_buffer_alloc(s->be, max_slice * sizeof(int32_t), &s->y));
+  const size_t L = s->labels;
+  DPT_TRY(dpt_buffer_alloc(s->be, max_slice * L * sizeof(int32_t), &s->y));
   const size_t nb = dpt_model_num_buffer_floats(s->model);
   if (nb && r->cfg->on_nonfinite == DPT_NONFINITE_SKIP)
     DPT_TRY(dpt_buffer_alloc(s->be, nb * sizeof(float), &s->kept_buffers));
   s->hx = malloc(max_slice * input * sizeof(float));
-  s->hy = malloc(max_slice * sizeof(int32_t));
+  s->hy = malloc(max_slice * L * sizeof(int32_t));
+  if (L > 1) {
+    const size_t B = r->cfg->global_batch < n ? r->cfg->global_batch : n;
+    s->hbatch = malloc(B * L * sizeof(int32_t));
+    if (!s->hbatch) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "training: out of host memory");
+  }
   s->perm = malloc(n * sizeof(uint64_t));
   s->idx = malloc(max_slice * sizeof(uint64_t));
   s->hparams = malloc(dpt_model_state_size(s->model) * sizeof(float));
@@ -378,6 +420,22 @@ static dpt_status broadcast_params(replica *r, replica_state *s) {
 
 /* ---- the step ----------------------------------------------------------------------------- */
 
+/* The targets of the whole global batch at `bstart` (bcount samples): its samples for a
+ * classifier; for a token model its labelled positions, which every replica counts alike from
+ * the batch's labels (the masking is keyed by the seed, the epoch and the sequence alone), with
+ * no exchange before the backward pass. */
+static dpt_status global_targets(const replica *r, replica_state *s, int64_t epoch, size_t bstart,
+                                 size_t bcount, int64_t *targets) {
+  if (s->labels == 1) {
+    *targets = (int64_t)bcount;
+    return DPT_OK;
+  }
+  DPT_TRY(dpt_dataset_gather_transformed(r->cfg->train, s->perm + bstart, bcount,
+                                         &r->cfg->transform, (uint64_t)epoch, NULL, s->hbatch));
+  *targets = count_targets(s->hbatch, bcount * s->labels);
+  return DPT_OK;
+}
+
 /* Loads this replica's slice of the global batch at `bstart` (bcount samples) and runs forward
  * and backward. Returns the local outcome, which the step's exchange announces. */
 static dpt_status forward_backward(replica *r, replica_state *s, int64_t epoch, size_t bstart,
@@ -389,15 +447,22 @@ static dpt_status forward_backward(replica *r, replica_state *s, int64_t epoch, 
   if (s->pending != DPT_OK) return s->pending; /* failed since the last exchange */
   if (count == 0)                              /* contributes nothing to the sum */
     return dpt_buffer_fill_f32(dpt_model_grads(s->model), 0, dpt_model_num_params(s->model), 0.0f);
-  st = load_batch(s, r->cfg->train, s->perm + bstart + start, count, &r->cfg->transform, epoch);
+  int64_t targets = 0;
+  st = global_targets(r, s, epoch, bstart, bcount, &targets);
+  if (st == DPT_OK)
+    st = load_batch(s, r->cfg->train, s->perm + bstart + start, count, &r->cfg->transform, epoch);
+  if (st == DPT_OK)
+    mine->targets = s->labels == 1 ? (int64_t)count : count_targets(s->hy, count * s->labels);
   /* Dropout's mask is keyed by the sample's place in the global batch, not in the slice. */
   if (st == DPT_OK)
     st = dpt_model_set_step(s->model, r->cfg->seed, (uint64_t)s->t.step, (uint32_t)start);
-  /* The loss gradient is scaled by 1/(samples in this global batch): the sum over replicas is
-   * the batch mean, whatever the split (and for a kept, smaller last batch too). */
+  /* The loss gradient is scaled by 1/(targets in this global batch): the sum over replicas is
+   * the batch's mean over its targets, whatever the split (and for a kept, smaller last batch
+   * too). For a classifier that is 1/(samples), as before targets existed. A batch without a
+   * target has no loss and gets a zero gradient. */
+  const float scale = targets > 0 ? 1.0f / (float)targets : 0.0f;
   if (st == DPT_OK)
-    st = dpt_model_train_step(s->model, s->x, s->y, count, 1.0f / (float)bcount, &mine->loss_sum,
-                              &mine->correct);
+    st = dpt_model_train_step(s->model, s->x, s->y, count, scale, &mine->loss_sum, &mine->correct);
   return st;
 }
 
@@ -672,7 +737,7 @@ static dpt_status train_step(replica *r, replica_state *s, int64_t epoch, size_t
   } else {
     s->t.skipped_in_a_row = 0;
     *loss += sum.loss_sum;
-    *samples += sum.samples;
+    *samples += sum.targets; /* the epoch's loss is a mean over targets */
   }
   s->t.trained_samples += sum.samples;
   if (out->rollback) return DPT_OK; /* the checkpoint's state replaces everything */
@@ -681,7 +746,7 @@ static dpt_status train_step(replica *r, replica_state *s, int64_t epoch, size_t
     DPT_TRY(check_drift(r, s, s->t.step));
   if (r->index == 0 && cfg->on_progress)
     cfg->on_progress(epoch + 1, k + 1, s->batches,
-                     sum.samples ? sum.loss_sum / (double)sum.samples : NAN, cfg->user);
+                     sum.targets ? sum.loss_sum / (double)sum.targets : NAN, cfg->user);
   return DPT_OK;
 }
 
@@ -701,11 +766,13 @@ static dpt_status report_epoch(replica *r, replica_state *s, int64_t epoch, doub
   rep.checkpoint_seconds = s->t.ckpt_time;
   rep.checkpoint = dpt_train_ckpt_path(s);
   rep.train_loss = samples ? loss / (double)samples : NAN;
-  rep.test_loss = rep.test_accuracy = NAN;
+  rep.test_loss = rep.test_accuracy = rep.test_perplexity = NAN;
   /* The epoch's closing fingerprint: the report's param_hash is the current one. */
   DPT_TRY(check_drift(r, s, s->t.step));
   if (cfg->test && dpt_dataset_count(cfg->test) > 0)
     DPT_TRY(evaluate(r, s, &rep.test_loss, &rep.test_accuracy));
+  if (s->labels > 1) rep.test_perplexity = exp(rep.test_loss);
+  rep.labels_per_sample = s->labels;
   rep.samples_per_sec = s->t.train_time > 0 ? (double)s->t.trained_samples / s->t.train_time : 0;
   rep.seconds = dpt_now() - epoch_start;
   rep.ranks = r->ranks;

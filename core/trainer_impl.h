@@ -10,9 +10,11 @@
 
 /* What every replica contributes to a step's decision. */
 typedef struct step_stats {
-  double loss_sum;    /* sum of per-sample losses of the replica's slice */
-  int64_t correct;    /* correct predictions in the slice */
+  double loss_sum;    /* sum of per-target losses of the replica's slice */
+  int64_t correct;    /* targets predicted right in the slice */
   int64_t samples;    /* slice size */
+  int64_t targets;    /* targets in the slice: its samples, or a token model's labelled
+                         positions */
   int64_t failed;     /* FAILED_HERE or FAILED_ELSEWHERE when this replica failed, else 0 */
   uint64_t hash;      /* parameter fingerprint (drift checks only) */
   double sumsq;       /* squared gradient norm over the replica's range (norm agreement only) */
@@ -61,7 +63,8 @@ typedef struct run_totals {
 
 /* The data cursor: the next step takes global batch `batch` of `epoch` (0-based; batch may
  * equal the epoch's batches: the epoch's steps are done, its report is not); the epoch's summed
- * loss and samples over its steps so far. */
+ * loss and the targets it was summed over (samples, or a token model's labelled positions) in
+ * its steps so far. */
 typedef struct train_cursor {
   int64_t epoch;
   size_t batch;
@@ -77,11 +80,14 @@ typedef struct replica_state {
   dpt_model *model;
   dpt_optimizer *opt;
   step_mode mode;
-  dpt_buffer *x, *y;        /* device batch: [slice, input] floats, [slice] int32 */
+  dpt_buffer *x, *y;        /* device batch: [slice, input] floats, [slice, labels] int32 */
   dpt_buffer *kept_buffers; /* skip_nonfinite: the model's buffers before the step, put back
                                when the step is skipped (batch norm updates them in forward) */
   float *hx;                /* host batch [max_slice, input] */
-  int32_t *hy;              /* host labels [max_slice] */
+  int32_t *hy;              /* host labels [max_slice, labels] */
+  size_t labels;            /* labels per sample: 1, or a token model's seq_len */
+  int32_t *hbatch;          /* token models: the whole global batch's labels [B, labels], for
+                               its target count; NULL otherwise */
   uint64_t *perm;           /* epoch permutation [n_train] */
   uint64_t *idx;            /* the slice's sample indices [max_slice] */
   float *hparams;           /* [state size] host copy of parameters and buffers for fingerprints */

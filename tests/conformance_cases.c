@@ -6,6 +6,7 @@
 
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 static size_t max1(size_t v) {
@@ -215,6 +216,7 @@ typedef struct sx_p {
   size_t rows, cols;
   float scale;
   int want;
+  int ignore; /* labels DPT_IGNORE_INDEX: 0 none, else see init_sx_labels */
 } sx_p;
 
 static dpt_status run_softmax_xent(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
@@ -239,7 +241,7 @@ static void add_softmax(conf_list *l, size_t rows, size_t cols, float scale, int
                     lo, hi, int_logits ? " integer (ties)" : "", p_bad > 0 ? " bad labels" : "",
                     (want & SX_GRAD) ? " +grad" : "", (want & SX_LOSS) ? " +loss" : "",
                     (want & SX_CORRECT) ? " +correct" : "");
-  sx_p p = {rows, cols, scale, want};
+  sx_p p = {rows, cols, scale, want, 0};
   CONF_SET_PARAMS(c, p);
   conf_tensor *lg = conf_add_tensor(c, "logits", CONF_F32, CONF_IN, rows, cols);
   lg->lo = lo;
@@ -259,6 +261,42 @@ static void add_softmax(conf_list *l, size_t rows, size_t cols, float scale, int
   c->run = run_softmax_xent;
 }
 
+enum { SX_IGNORE_SOME = 1, SX_IGNORE_ALL = 2, SX_IGNORE_AND_BAD = 3 };
+
+/* Labels with DPT_IGNORE_INDEX: SX_IGNORE_SOME about a third of the rows, the others valid;
+ * SX_IGNORE_ALL every row; SX_IGNORE_AND_BAD a third ignored, a sixth out of range (-1, cols,
+ * -101: NaN loss), the rest valid. */
+static void init_sx_labels(const conf_case *c, int t, void *elems, conf_rng *rng) {
+  const sx_p *p = CONF_PARAMS(c, sx_p);
+  int32_t *lab = elems;
+  (void)t;
+  for (size_t r = 0; r < p->rows; r++) {
+    double u = conf_rng_unit(rng);
+    int32_t v = (int32_t)conf_rng_int(rng, 0, (int64_t)p->cols - 1);
+    if (p->ignore == SX_IGNORE_ALL || u < 1.0 / 3.0) {
+      v = DPT_IGNORE_INDEX;
+    } else if (p->ignore == SX_IGNORE_AND_BAD && u < 0.5) {
+      static const int32_t bad[] = {-1, 0, DPT_IGNORE_INDEX - 1};
+      int k = (int)conf_rng_int(rng, 0, 2);
+      v = k == 1 ? (int32_t)p->cols : bad[k];
+    }
+    lab[r] = v;
+  }
+}
+
+static void add_softmax_ignore(conf_list *l, size_t rows, size_t cols, float scale, int want,
+                               int ignore) {
+  static const char *const what[] = {"", "some", "all", "some, some bad"};
+  add_softmax(l, rows, cols, scale, want, -3, 3, 0, 0);
+  conf_case *c = &l->cases[l->count - 1];
+  size_t len = strlen(c->label);
+  snprintf(c->label + len, sizeof c->label - len, " ignore_index (%s)", what[ignore]);
+  sx_p *p = (sx_p *)(void *)c->params.bytes;
+  p->ignore = ignore;
+  c->t[1].init = CONF_INIT_CUSTOM;
+  c->init = init_sx_labels;
+}
+
 static void gen_softmax_xent(conf_list *l) {
   add_softmax(l, 1, 1, 1.0f, SX_ALL, -1, 1, 0, 0);
   add_softmax(l, 1, 10, 1.0f, SX_ALL, -1, 1, 0, 0);
@@ -272,6 +310,14 @@ static void gen_softmax_xent(conf_list *l) {
   add_softmax(l, 5, 4, 1.0f, SX_LOSS, -2, 2, 0, 0);
   add_softmax(l, 9, 6, 1.0f, SX_CORRECT, -2, 2, 0, 0);
   add_softmax(l, 0, 5, 1.0f, SX_ALL, -1, 1, 0, 0);
+  /* DPT_IGNORE_INDEX: no loss, a zero gradient row, never correct */
+  add_softmax_ignore(l, 1, 5, 1.0f, SX_ALL, SX_IGNORE_ALL);
+  add_softmax_ignore(l, 37, 13, 0.5f, SX_ALL, SX_IGNORE_SOME);
+  add_softmax_ignore(l, 40, 300, 1.0f / 40.0f, SX_ALL, SX_IGNORE_ALL);
+  add_softmax_ignore(l, 64, 129, 1.0f, SX_ALL, SX_IGNORE_SOME);
+  add_softmax_ignore(l, 50, 11, 1.0f, SX_ALL, SX_IGNORE_AND_BAD);
+  add_softmax_ignore(l, 9, 6, 1.0f, SX_LOSS, SX_IGNORE_SOME);
+  add_softmax_ignore(l, 9, 6, 1.0f, SX_CORRECT, SX_IGNORE_SOME);
 }
 
 /* ---- im2col / col2im ----------------------------------------------------------------------- */
@@ -1176,6 +1222,139 @@ static void gen_gelu_bwd(conf_list *l) {
   gen_gelu(l, 1);
 }
 
+/* ---- attention's softmax and the softmax's backward -----------------------------------------
+ * Rows of probabilities sum in float on a GPU: 1e-5. */
+
+typedef struct attn_p {
+  dpt_attn_geom g;
+  float scale;
+  int ids;     /* 0: no mask; else ids [n, k] (init_attn_ids) */
+  int32_t pad; /* pad_id */
+  int full;    /* with ids: sample full - 1 has every key masked (0: none) */
+  int inplace; /* probs over scores */
+} attn_p;
+
+/* ids in [pad - 3, pad + 3]: each sample pad_id from a random length >= 1 on (as a tokenizer
+ * pads) and at a tenth of its other keys; sample full - 1 all padding. */
+static void init_attn_ids(const conf_case *c, int t, void *elems, conf_rng *rng) {
+  const attn_p *p = CONF_PARAMS(c, attn_p);
+  int32_t *ids = elems;
+  (void)t;
+  for (size_t i = 0; i < p->g.n; i++) {
+    size_t len = (size_t)conf_rng_int(rng, 1, (int64_t)p->g.k); /* keys before the padding */
+    for (size_t j = 0; j < p->g.k; j++) {
+      int32_t v = (int32_t)conf_rng_int(rng, (int64_t)p->pad + 1, (int64_t)p->pad + 3);
+      if (conf_rng_unit(rng) < 0.5) v = (int32_t)conf_rng_int(rng, (int64_t)p->pad - 3, p->pad - 1);
+      if (j >= len || conf_rng_unit(rng) < 0.1) v = p->pad;
+      if ((int)i == p->full - 1) v = p->pad;
+      ids[i * p->g.k + j] = v;
+    }
+  }
+}
+
+static dpt_status run_attn_softmax(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                   const size_t *off, double *scalars) {
+  const attn_p *p = CONF_PARAMS(c, attn_p);
+  (void)scalars;
+  int s = p->ids ? 1 : 0; /* the scores' tensor */
+  int o = p->inplace ? s : s + 1;
+  return dpt_attn_softmax(be, &p->g, p->scale, p->ids ? buf[0] : NULL, p->ids ? off[0] : 0, p->pad,
+                          buf[s], off[s], buf[o], off[o]);
+}
+
+static void add_attn(conf_list *l, size_t n, size_t heads, size_t q, size_t k, float scale,
+                     double range, int ids, int32_t pad, int full, int inplace) {
+  conf_case *c = conf_new_case(l, "n=%zu heads=%zu q=%zu k=%zu scale=%g scores in [%g,%g]%s%s%s", n,
+                               heads, q, k, (double)scale, -range, range, ids ? " ids" : " no mask",
+                               full ? " (a sample all padding)" : "", inplace ? " in-place" : "");
+  attn_p p = {{n, heads, q, k}, scale, ids, pad, full, inplace};
+  CONF_SET_PARAMS(c, p);
+  if (ids) {
+    conf_add_tensor(c, "ids", CONF_I32, CONF_IN, n, k)->init = CONF_INIT_CUSTOM;
+    c->init = init_attn_ids;
+  }
+  size_t rows = heads * n * q;
+  conf_tensor *sc = conf_add_tensor(c, "scores", CONF_F32, inplace ? CONF_INOUT : CONF_IN, rows, k);
+  sc->lo = -range;
+  sc->hi = range;
+  conf_tensor *pr = inplace ? sc : conf_add_tensor(c, "probs", CONF_F32, CONF_OUT, rows, k);
+  pr->tol = 1e-5;
+  c->run = run_attn_softmax;
+}
+
+static void gen_attn_softmax(conf_list *l) {
+  for (int inplace = 0; inplace < 2; inplace++) {
+    add_attn(l, 1, 1, 1, 1, 1.0f, 1, 0, 0, 0, inplace);
+    add_attn(l, 1, 1, 1, 1, 1.0f, 1, 1, 0, 1, inplace); /* the one key masked: 0 */
+    add_attn(l, 3, 2, 5, 1, 0.5f, 2, 1, 0, 0, inplace);
+    add_attn(l, 3, 2, 5, 37, 0.125f, 8, 0, 0, 0, inplace);
+    add_attn(l, 3, 2, 5, 37, 0.125f, 8, 1, 0, 2, inplace);
+  }
+  add_attn(l, 2, 4, 32, 128, 0.125f, 8, 1, 0, 0, 0); /* a BERT layer's shape, smaller */
+  add_attn(l, 4, 1, 3, 128, 0.25f, 4, 1, 1, 3, 0);
+  add_attn(l, 1, 2, 3, 512, 0.0625f, 16, 1, -1, 0, 0);
+  add_attn(l, 2, 3, 1, 300, 1.0f, 60, 1, 7, 0, 1); /* needs the max subtracted */
+  add_attn(l, 5, 1, 7, 33, 1.0f, 60, 0, 0, 0, 0);
+  add_attn(l, 0, 2, 5, 7, 1.0f, 1, 1, 0, 0, 0); /* empty */
+  add_attn(l, 3, 2, 0, 7, 1.0f, 1, 1, 0, 0, 0);
+}
+
+typedef struct sbwd_p {
+  size_t rows, cols;
+  int softmax; /* y: rows of a softmax (positive, summing to 1); else uniform in [0, 1) */
+  int inplace; /* dx over dy */
+} sbwd_p;
+
+static void init_softmax_rows(const conf_case *c, int t, void *elems, conf_rng *rng) {
+  const sbwd_p *p = CONF_PARAMS(c, sbwd_p);
+  float *y = elems;
+  (void)t;
+  ck_assert_msg(p->cols <= 1024, "%s: softmax rows of at most 1024", c->label);
+  for (size_t r = 0; r < p->rows; r++) {
+    double e[1024], sum = 0.0;
+    for (size_t j = 0; j < p->cols; j++)
+      sum += e[j] = exp(6.0 * conf_rng_unit(rng) - 3.0);
+    for (size_t j = 0; j < p->cols; j++)
+      y[r * p->cols + j] = (float)(e[j] / sum);
+  }
+}
+
+static dpt_status run_softmax_bwd(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                  const size_t *off, double *scalars) {
+  const sbwd_p *p = CONF_PARAMS(c, sbwd_p);
+  (void)scalars;
+  int o = p->inplace ? 1 : 2;
+  return dpt_softmax_bwd(be, p->rows, p->cols, buf[0], off[0], buf[1], off[1], buf[o], off[o]);
+}
+
+static void gen_softmax_bwd(conf_list *l) {
+  static const struct {
+    size_t rows, cols;
+    int softmax;
+  } shapes[] = {{1, 1, 1},    {7, 3, 1},   {30, 37, 1}, {256, 128, 1}, {3, 512, 1},
+                {5, 1000, 1}, {17, 65, 0}, {2, 300, 0}, {0, 5, 1}};
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+    for (int inplace = 0; inplace < 2; inplace++) {
+      sbwd_p p = {shapes[i].rows, shapes[i].cols, shapes[i].softmax, inplace};
+      conf_case *c = conf_new_case(l, "rows=%zu cols=%zu y %s%s", p.rows, p.cols,
+                                   p.softmax ? "softmax rows" : "uniform in [0,1)",
+                                   inplace ? " in-place (dx == dy)" : "");
+      CONF_SET_PARAMS(c, p);
+      conf_tensor *y = conf_add_tensor(c, "y", CONF_F32, CONF_IN, p.rows, p.cols);
+      y->lo = 0.0;
+      if (p.softmax) {
+        y->init = CONF_INIT_CUSTOM;
+        c->init = init_softmax_rows;
+      }
+      conf_tensor *dy =
+          conf_add_tensor(c, "dy", CONF_F32, inplace ? CONF_INOUT : CONF_IN, p.rows, p.cols);
+      conf_tensor *dx = inplace ? dy : conf_add_tensor(c, "dx", CONF_F32, CONF_OUT, p.rows, p.cols);
+      /* a float sum of cols products: uniform y makes the sum large next to dx */
+      dx->tol = p.softmax ? 1e-5 : 1e-6 + 2e-7 * (double)p.cols;
+      c->run = run_softmax_bwd;
+    }
+}
+
 /* ---- the registry -------------------------------------------------------------------------- */
 
 const conf_generator conf_generators[] = {
@@ -1213,5 +1392,7 @@ const conf_generator conf_generators[] = {
     {DPT_OP_LAYERNORM_BWD_PARAMS, gen_layernorm_bwd_params},
     {DPT_OP_GELU_FWD, gen_gelu_fwd},
     {DPT_OP_GELU_BWD, gen_gelu_bwd},
+    {DPT_OP_ATTN_SOFTMAX, gen_attn_softmax},
+    {DPT_OP_SOFTMAX_BWD, gen_softmax_bwd},
 };
 const size_t conf_generator_count = sizeof conf_generators / sizeof conf_generators[0];

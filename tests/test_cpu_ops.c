@@ -208,6 +208,105 @@ START_TEST(softmax_xent_values) {
 }
 END_TEST
 
+/* DPT_IGNORE_INDEX: row 0 as above (logits [1 2 3], label 2), row 1 ignored: the loss is row
+ * 0's alone, row 1's gradient is 0 and it is not correct even where its first max is column 0
+ * (logits [5 1 1]); all rows ignored: loss exactly 0, nothing correct. */
+START_TEST(softmax_xent_ignore_index) {
+  const float logits[6] = {1, 2, 3, 5, 1, 1};
+  const int32_t labels[2] = {2, DPT_IGNORE_INDEX}, ignored[2] = {DPT_IGNORE_INDEX, -100};
+  dpt_buffer *lg = tu_f32(be, logits, 6), *lb = tu_i32(be, labels, 2), *li = tu_i32(be, ignored, 2);
+  dpt_buffer *d = tu_f32_fill(be, 6, NAN);
+  double loss = NAN;
+  int64_t correct = -1;
+  TU_OK(dpt_softmax_xent(be, 2, 3, lg, 0, lb, 0, 0.5f, d, 0, &loss, &correct));
+  ck_assert_msg(fabs(loss - 0.40760596444438) < 1e-6, "loss %.12g", loss);
+  ck_assert_int_eq(correct, 1);
+  const double want[6] = {
+      0.5 * 0.0900305731703804, 0.5 * 0.244728471054798, 0.5 * (0.665240955774822 - 1), 0, 0, 0};
+  tu_expect_buf("dlogits", d, 0, want, 6, 1e-6);
+
+  TU_OK(dpt_softmax_xent(be, 2, 3, lg, 0, li, 0, 1.0f, d, 0, &loss, &correct));
+  ck_assert_msg(loss == 0.0, "loss of ignored rows: %g, want 0", loss);
+  ck_assert_int_eq(correct, 0);
+  const double zeros[6] = {0, 0, 0, 0, 0, 0};
+  tu_expect_buf("dlogits (all ignored)", d, 0, zeros, 6, 0);
+  dpt_buffer_free(lg);
+  dpt_buffer_free(lb);
+  dpt_buffer_free(li);
+  dpt_buffer_free(d);
+}
+END_TEST
+
+/* ---- attention's softmax -----------------------------------------------------------------
+ * Two samples of 3 keys, scale 0.5. Sample 0: scores [1 2 3], ids [5 6 0] with pad_id 0: key 2
+ * masked, softmax of [0.5 1] = [0.377540668798145, 0.622459331201855], then 0. Sample 1: scores
+ * [2 0 4], ids [0 7 8]: key 0 masked, softmax of [0 2] = [0.119202922022118,
+ * 0.880797077977882]. Without ids, sample 0 is softmax of [0.5 1 1.5] = [0.186323723225848,
+ * 0.307195885718498, 0.506480391055654] and sample 1 of [1 0 2] = [0.244728471054798,
+ * 0.0900305731703805, 0.665240955774822]. With heads 2 and q 2 the rows are (h * n + i) * q + j:
+ * sample i = (r / q) % n, so rows 0 1 4 5 are sample 0, rows 2 3 6 7 sample 1. */
+static const double attn_masked[2][3] = {{0.377540668798145, 0.622459331201855, 0},
+                                         {0, 0.119202922022118, 0.880797077977882}};
+static const double attn_plain[2][3] = {{0.186323723225848, 0.307195885718498, 0.506480391055654},
+                                        {0.244728471054798, 0.0900305731703805, 0.665240955774822}};
+
+static void expect_attn(const char *what, dpt_buffer *b, const dpt_attn_geom *g,
+                        const double (*rows)[3]) {
+  size_t nr = g->heads * g->n * g->q;
+  for (size_t r = 0; r < nr; r++)
+    tu_expect_buf(what, b, r * 3, rows[(r / g->q) % g->n], 3, 1e-6);
+}
+
+START_TEST(attn_softmax_values) {
+  const int32_t ids[6] = {5, 6, 0, 0, 7, 8}, pads[6] = {3, 3, 3, 3, 3, 3};
+  const float two[6] = {1, 2, 3, 2, 0, 4};
+  float sc[24]; /* heads 2, n 2, q 2: row r holds sample (r / 2) % 2's scores */
+  for (int r = 0; r < 8; r++)
+    memcpy(sc + 3 * r, two + 3 * ((r / 2) % 2), 3 * sizeof(float));
+  dpt_buffer *bi = tu_i32(be, ids, 6), *bp = tu_i32(be, pads, 6);
+  dpt_buffer *bs = tu_f32(be, sc, 24), *bo = tu_f32_fill(be, 24, NAN), *b2 = tu_f32(be, two, 6);
+
+  const dpt_attn_geom g1 = {2, 1, 1, 3}; /* n, heads, q, k */
+  TU_OK(dpt_attn_softmax(be, &g1, 0.5f, bi, 0, 0, b2, 0, bo, 0));
+  expect_attn("probs (2x3, masked)", bo, &g1, attn_masked);
+  TU_OK(dpt_attn_softmax(be, &g1, 0.5f, NULL, 0, 0, b2, 0, bo, 0));
+  expect_attn("probs (2x3, no mask)", bo, &g1, attn_plain);
+
+  const dpt_attn_geom g2 = {2, 2, 2, 3};
+  TU_OK(dpt_attn_softmax(be, &g2, 0.5f, bi, 0, 0, bs, 0, bo, 0));
+  expect_attn("probs (heads 2, q 2, masked)", bo, &g2, attn_masked);
+
+  /* every key padding: rows of 0 (not NaN) */
+  const double zero_rows[2][3] = {{0, 0, 0}, {0, 0, 0}};
+  TU_OK(dpt_attn_softmax(be, &g2, 0.5f, bp, 0, 3, bs, 0, bo, 0));
+  expect_attn("probs (all masked)", bo, &g2, zero_rows);
+
+  /* in place */
+  TU_OK(dpt_attn_softmax(be, &g2, 0.5f, bi, 0, 0, bs, 0, bs, 0));
+  expect_attn("probs (in place)", bs, &g2, attn_masked);
+  dpt_buffer_free(bi);
+  dpt_buffer_free(bp);
+  dpt_buffer_free(bs);
+  dpt_buffer_free(bo);
+  dpt_buffer_free(b2);
+}
+END_TEST
+
+/* y = [0.2 0.3 0.5], dy = [1 2 3]: sum y * dy = 2.3, dx = [0.2 * -1.3, 0.3 * -0.3, 0.5 * 0.7]. */
+START_TEST(softmax_bwd_values) {
+  const float y[3] = {0.2f, 0.3f, 0.5f}, dy[3] = {1, 2, 3};
+  dpt_buffer *by = tu_f32(be, y, 3), *bd = tu_f32(be, dy, 3), *bx = tu_f32_fill(be, 3, NAN);
+  const double want[3] = {0.2 * -1.3, 0.3 * -0.3, 0.5 * 0.7};
+  TU_OK(dpt_softmax_bwd(be, 1, 3, by, 0, bd, 0, bx, 0));
+  tu_expect_buf("dx", bx, 0, want, 3, 1e-6);
+  TU_OK(dpt_softmax_bwd(be, 1, 3, by, 0, bd, 0, bd, 0)); /* dx over dy */
+  tu_expect_buf("dx (in place)", bd, 0, want, 3, 1e-6);
+  dpt_buffer_free(by);
+  dpt_buffer_free(bd);
+  dpt_buffer_free(bx);
+}
+END_TEST
+
 /* ---- im2col / col2im ----------------------------------------------------------------------
  * x = [1 2 3; 4 5 6; 7 8 9] (1x1x3x3), kernel 2x2, stride 1, pad 1: 4x4 outputs; col row
  * ki*2+kj holds x[oy-1+ki][ox-1+kj] (0 in the padding). */
@@ -1153,6 +1252,55 @@ START_TEST(gelu_values_and_grads_vs_fd) {
 }
 END_TEST
 
+/* softmax_bwd against finite differences of L = sum(attn_softmax(x) * W) over rows of 7 keys
+ * (scale 1): without a mask, and with padding keys, whose probabilities are 0 whatever their
+ * scores (a zero gradient there, and the kept keys' softmax alone elsewhere). */
+enum { SB_R = 3, SB_C = 7 };
+typedef struct sbwd_ctx {
+  dpt_buffer *x, *ids; /* ids may be NULL */
+  weighted w;
+} sbwd_ctx;
+
+static double sbwd_loss(void *p) {
+  sbwd_ctx *c = p;
+  const dpt_attn_geom g = {1, 1, SB_R, SB_C};
+  TU_OK(dpt_attn_softmax(be, &g, 1.0f, c->ids, 0, -1, c->x, 0, c->w.out, 0));
+  return weighted_sum(&c->w);
+}
+
+START_TEST(softmax_bwd_vs_fd) {
+  const int32_t ids[SB_C] = {4, -1, 9, 9, -1, 2, -1};
+  float x[SB_R * SB_C], g[SB_R * SB_C], y[SB_R * SB_C], dx[SB_R * SB_C], dx2[SB_R * SB_C];
+  tu_rng r = {77};
+  tu_fill(&r, x, SB_R * SB_C, -2, 2);
+  tu_fill(&r, g, SB_R * SB_C, -1, 1);
+  for (int masked = 0; masked < 2; masked++) {
+    sbwd_ctx c = {tu_f32(be, x, SB_R * SB_C),
+                  masked ? tu_i32(be, ids, SB_C) : NULL,
+                  {tu_f32_fill(be, SB_R * SB_C, NAN), g, SB_R * SB_C, y}};
+    sbwd_loss(&c); /* y = the forward output */
+    dpt_buffer *by = tu_f32(be, y, SB_R * SB_C), *bg = tu_f32(be, g, SB_R * SB_C);
+    dpt_buffer *bdx = tu_f32_fill(be, SB_R * SB_C, NAN);
+    TU_OK(dpt_softmax_bwd(be, SB_R, SB_C, by, 0, bg, 0, bdx, 0));
+    tu_get(bdx, 0, dx, SB_R * SB_C);
+    expect_fd(masked ? "softmax dx (masked)" : "softmax dx", c.x, x, dx, SB_R * SB_C, 1e-2f, 1e-4,
+              sbwd_loss, &c);
+    for (int i = 0; masked && i < SB_R * SB_C; i++)
+      if (ids[i % SB_C] == -1)
+        ck_assert_msg(dx[i] == 0.0f, "dx[%d] = %g at a padding key", i, (double)dx[i]);
+    TU_OK(dpt_softmax_bwd(be, SB_R, SB_C, by, 0, bg, 0, bg, 0)); /* dx over dy */
+    tu_get(bg, 0, dx2, SB_R * SB_C);
+    ck_assert_mem_eq(dx, dx2, sizeof dx);
+    dpt_buffer_free(c.x);
+    dpt_buffer_free(c.ids);
+    dpt_buffer_free(c.w.out);
+    dpt_buffer_free(by);
+    dpt_buffer_free(bg);
+    dpt_buffer_free(bdx);
+  }
+}
+END_TEST
+
 /* avgpool_bwd is the adjoint of avgpool_fwd (<fwd(x), dy> == <x, bwd(dy)>) on overlapping,
  * strided (with uncovered edges) and global windows; and the gradient of sum(fwd(x) * W)
  * against finite differences (linear: a large step). */
@@ -1324,6 +1472,9 @@ static Suite *cpu_ops_suite(void) {
   tcase_add_test(hand, bias_add_and_grad);
   tcase_add_test(hand, relu_values_and_in_place);
   tcase_add_test(hand, softmax_xent_values);
+  tcase_add_test(hand, softmax_xent_ignore_index);
+  tcase_add_test(hand, attn_softmax_values);
+  tcase_add_test(hand, softmax_bwd_values);
   tcase_add_test(hand, im2col_col2im_values);
   tcase_add_test(hand, maxpool_values);
   tcase_add_test(hand, embed_values);
@@ -1349,6 +1500,7 @@ static Suite *cpu_ops_suite(void) {
   tcase_add_test(grad, bn_train_grads_vs_fd);
   tcase_add_test(grad, layernorm_grads_vs_fd);
   tcase_add_test(grad, gelu_values_and_grads_vs_fd);
+  tcase_add_test(grad, softmax_bwd_vs_fd);
   tcase_add_test(grad, avgpool_bwd_is_adjoint_and_fd);
   tcase_add_test(grad, dropout_adjoint_and_fraction);
   tcase_add_test(grad, dropout_split_and_in_place);

@@ -6,6 +6,7 @@
 
 #include <check.h>
 #include <ftw.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -720,6 +721,180 @@ START_TEST(gather_by_index) {
 }
 END_TEST
 
+/* ---- the text dataset ------------------------------------------------------------------------ */
+
+START_TEST(text_dataset_gather) {
+  char *text = numbered_docs(80);
+  dpt_text_corpus *c = corpus_of(text);
+  dpt_bpe *b = train_on(text, 300);
+  dpt_text_sequences *s = NULL;
+  TU_OK(dpt_text_sequences_build(c, b, 16, 20, &s));
+  const size_t L = 16, V = dpt_bpe_vocab_size(b), n = dpt_text_sequences_count(s, DPT_TEXT_TRAIN);
+  ck_assert_uint_ge(n, 12);
+  dpt_dataset *tr = NULL, *va = NULL, *tr2 = NULL;
+  TU_OK(dpt_dataset_from_text(s, DPT_TEXT_TRAIN, 7, &tr));
+  TU_OK(dpt_dataset_from_text(s, DPT_TEXT_VALIDATION, 7, &va));
+  TU_OK(dpt_dataset_from_text(s, DPT_TEXT_TRAIN, 8, &tr2));
+  ck_assert_uint_eq(dpt_dataset_count(tr), n);
+  ck_assert_uint_eq(dpt_dataset_count(va), dpt_text_sequences_count(s, DPT_TEXT_VALIDATION));
+  ck_assert_uint_eq(dpt_dataset_dim(tr), L);
+  ck_assert_uint_eq(dpt_dataset_labels_per_sample(tr), L);
+  ck_assert_int_eq(dpt_dataset_num_classes(tr), (int)V);
+  ck_assert_ptr_eq(dpt_dataset_text_sequences(tr), s);
+  /* The fingerprint tells the split and the masking seed apart. */
+  ck_assert_uint_ne(dpt_dataset_fingerprint(tr), dpt_dataset_fingerprint(va));
+  ck_assert_uint_ne(dpt_dataset_fingerprint(tr), dpt_dataset_fingerprint(tr2));
+
+  /* A batch of 12 gathered whole, and split over 1, 2 and 3 replicas as the trainer does. */
+  uint64_t perm[64];
+  TU_OK(dpt_sampler_permutation(5, 2, 1, n, perm));
+  const size_t B = 12;
+  float x[12 * 16], xs[12 * 16];
+  int32_t lab[12 * 16], labs[12 * 16];
+  dpt_data_transform none;
+  memset(&none, 0, sizeof none);
+  TU_OK(dpt_dataset_gather_transformed(tr, perm, B, &none, 2, x, lab));
+  for (size_t i = 0; i < B; i++) {
+    int32_t in[16], want_lab[16];
+    TU_OK(dpt_mlm_mask(7, 2, perm[i], dpt_text_sequence(s, DPT_TEXT_TRAIN, perm[i]), L, V, in,
+                       want_lab));
+    ck_assert_mem_eq(x + i * L, in, sizeof in); /* int32 ids in the float slots, bit for bit */
+    ck_assert_mem_eq(lab + i * L, want_lab, sizeof want_lab);
+  }
+  for (int R = 1; R <= 3; R++) {
+    memset(xs, 0, sizeof xs);
+    memset(labs, 0, sizeof labs);
+    for (int r = 0; r < R; r++) {
+      size_t start, count;
+      TU_OK(dpt_batch_split(B, R, r, &start, &count));
+      TU_OK(dpt_dataset_gather_transformed(tr, perm + start, count, &none, 2, xs + start * L,
+                                           labs + start * L));
+    }
+    ck_assert_mem_eq(xs, x, sizeof x);
+    ck_assert_mem_eq(labs, lab, sizeof lab);
+  }
+  /* Labels alone are the same labels; another epoch masks anew. */
+  TU_OK(dpt_dataset_gather_transformed(tr, perm, B, &none, 2, NULL, labs));
+  ck_assert_mem_eq(labs, lab, sizeof lab);
+  TU_OK(dpt_dataset_gather_transformed(tr, perm, B, &none, 3, NULL, labs));
+  ck_assert_int_ne(memcmp(labs, lab, sizeof lab), 0);
+  /* dpt_dataset_gather is epoch 0. */
+  TU_OK(dpt_dataset_gather(tr, perm, B, xs, labs));
+  TU_OK(dpt_dataset_gather_transformed(tr, perm, B, &none, 0, x, lab));
+  ck_assert_mem_eq(xs, x, sizeof x);
+  ck_assert_mem_eq(labs, lab, sizeof lab);
+
+  /* The validation split is masked as in epoch 0 whatever the epoch. */
+  const size_t nv = dpt_dataset_count(va);
+  ck_assert_uint_ge(nv, 1);
+  uint64_t vi[4] = {0, nv - 1, 0, nv - 1};
+  TU_OK(dpt_dataset_gather_transformed(va, vi, 2, &none, 0, x, lab));
+  TU_OK(dpt_dataset_gather_transformed(va, vi, 2, &none, 9, xs, labs));
+  ck_assert_mem_eq(xs, x, 2 * L * sizeof *x);
+  ck_assert_mem_eq(labs, lab, 2 * L * sizeof *lab);
+
+  /* Transforms are for images. */
+  const float mean = 0.5f, sd = 0.25f;
+  dpt_data_transform norm = {.channels = 1, .mean = &mean, .std = &sd};
+  EXPECT_FAIL(dpt_data_transform_check(&norm, tr), DPT_ERR_INVALID_ARG, "text dataset",
+              "normalization", NULL);
+  dpt_data_transform flip = {.hflip = 1};
+  EXPECT_FAIL(dpt_dataset_gather_transformed(tr, perm, 1, &flip, 0, x, lab), DPT_ERR_INVALID_ARG,
+              "text dataset", NULL, NULL);
+  const uint64_t bad = n;
+  EXPECT_FAIL(dpt_dataset_gather(tr, &bad, 1, x, lab), DPT_ERR_INVALID_ARG, "out of range", NULL,
+              NULL);
+  EXPECT_FAIL(dpt_dataset_from_text(NULL, DPT_TEXT_TRAIN, 0, &tr2), DPT_ERR_INVALID_ARG,
+              "sequences", NULL, NULL);
+  dpt_dataset_destroy(tr);
+  dpt_dataset_destroy(va);
+  dpt_dataset_destroy(tr2);
+  dpt_text_sequences_destroy(s);
+  dpt_bpe_destroy(b);
+  dpt_text_corpus_destroy(c);
+  free(text);
+}
+END_TEST
+
+START_TEST(unigram_baseline) {
+  char *text = numbered_docs(200);
+  dpt_text_corpus *c = corpus_of(text);
+  dpt_bpe *b = train_on(text, 300);
+  dpt_text_sequences *s = NULL;
+  TU_OK(dpt_text_sequences_build(c, b, 32, 10, &s));
+  const size_t L = 32, V = dpt_bpe_vocab_size(b);
+  /* By hand: the training frequencies, the validation targets of epoch 0. */
+  double *freq = calloc(V, sizeof *freq), total = 0;
+  for (size_t i = 0; i < dpt_text_sequences_count(s, DPT_TEXT_TRAIN); i++) {
+    const int32_t *q = dpt_text_sequence(s, DPT_TEXT_TRAIN, i);
+    for (size_t p = 0; p < L; p++)
+      if (q[p] >= DPT_TOKEN_BYTE0) freq[q[p]]++, total++;
+  }
+  double nll = 0;
+  size_t n = 0;
+  for (size_t i = 0; i < dpt_text_sequences_count(s, DPT_TEXT_VALIDATION); i++) {
+    int32_t in[32], lab[32];
+    TU_OK(dpt_mlm_mask(3, 0, i, dpt_text_sequence(s, DPT_TEXT_VALIDATION, i), L, V, in, lab));
+    for (size_t p = 0; p < L; p++)
+      if (lab[p] != DPT_MLM_IGNORE) nll -= log((freq[lab[p]] + 1) / (total + (double)V - 4)), n++;
+  }
+  ck_assert_uint_gt(n, 10);
+  double loss, ppl;
+  size_t targets;
+  TU_OK(dpt_text_unigram_baseline(s, 3, &loss, &ppl, &targets));
+  ck_assert_uint_eq(targets, n);
+  ck_assert_double_eq_tol(loss, nll / (double)n, 1e-9);
+  ck_assert_double_eq_tol(ppl, exp(loss), 1e-9 * ppl);
+  ck_assert_double_lt(ppl, (double)V - 4); /* better than uniform */
+  free(freq);
+  dpt_text_sequences_destroy(s);
+  dpt_bpe_destroy(b);
+  dpt_text_corpus_destroy(c);
+  free(text);
+}
+END_TEST
+
+START_TEST(bpe_fingerprint_and_utf8) {
+  char *text = numbered_docs(40);
+  dpt_bpe *a = train_on(text, 300), *b = train_on(text, 300), *c = train_on(text, 270);
+  ck_assert_uint_eq(dpt_bpe_fingerprint(a), dpt_bpe_fingerprint(b));
+  ck_assert_uint_ne(dpt_bpe_fingerprint(a), dpt_bpe_fingerprint(c));
+  ck_assert_uint_ne(dpt_bpe_fingerprint(a), 0);
+  TU_OK(dpt_bpe_save(a, tpath("v.json")));
+  dpt_bpe *d = NULL;
+  TU_OK(dpt_bpe_load(tpath("v.json"), &d));
+  ck_assert_uint_eq(dpt_bpe_fingerprint(a), dpt_bpe_fingerprint(d));
+  dpt_bpe_destroy(a);
+  dpt_bpe_destroy(b);
+  dpt_bpe_destroy(c);
+  dpt_bpe_destroy(d);
+  free(text);
+
+  size_t off = 99;
+  const char *ok = "plain \xc3\xa9t\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80";
+  ck_assert_int_eq(dpt_utf8_valid(ok, strlen(ok), &off), 1);
+  ck_assert_int_eq(dpt_utf8_valid("ab\xff", 3, &off), 0);
+  ck_assert_uint_eq(off, 2);
+  ck_assert_int_eq(dpt_utf8_valid("ab\xc3", 3, &off), 0); /* truncated */
+  ck_assert_uint_eq(off, 2);
+  ck_assert_int_eq(dpt_utf8_valid("x\xc0\xaf", 3, &off), 0); /* overlong */
+  ck_assert_uint_eq(off, 1);
+  ck_assert_int_eq(dpt_utf8_valid("\xed\xa0\x80", 3, &off), 0); /* a surrogate */
+  ck_assert_uint_eq(off, 0);
+  write_text(tpath("good.txt"), "caf\xc3\xa9\n%\nmore\n");
+  write_text(tpath("bad.txt"), "fine line\nthen \xe9t\xe9\n");
+  const char *paths[] = {tpath("good.txt"), tpath("bad.txt")};
+  dpt_text_corpus *k = NULL;
+  TU_OK(dpt_text_corpus_load(paths, 1, &k));
+  TU_OK(dpt_text_corpus_check_utf8(k));
+  dpt_text_corpus_destroy(k);
+  TU_OK(dpt_text_corpus_load(paths, 2, &k));
+  EXPECT_FAIL(dpt_text_corpus_check_utf8(k), DPT_ERR_BAD_FORMAT, "bad.txt", "byte offset 15",
+              "0xe9");
+  dpt_text_corpus_destroy(k);
+}
+END_TEST
+
 /* ---- the real corpus ------------------------------------------------------------------------- */
 
 static double seconds(void) {
@@ -785,6 +960,12 @@ int main(void) {
   tcase_add_test(tc, mask_statistics);
   tcase_add_test(tc, mask_keys);
   tcase_add_test(tc, gather_by_index);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("dataset");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, text_dataset_gather);
+  tcase_add_test(tc, unigram_baseline);
+  tcase_add_test(tc, bpe_fingerprint_and_utf8);
   suite_add_tcase(s, tc);
   tc = tcase_create("fortunes");
   tcase_add_test(tc, fortunes_corpus);

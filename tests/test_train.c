@@ -810,6 +810,124 @@ START_TEST(learns) {
 }
 END_TEST
 
+/* ---- BERT on text ---------------------------------------------------------------------------- */
+
+/* Made-up documents of words drawn from a small lexicon: text a tiny vocabulary learns. */
+static char *bert_text(size_t docs) {
+  static const char *const words[] = {"the", "cat", "sat", "on",  "a",    "mat", "and",  "dog",
+                                      "ran", "to",  "his", "red", "ball", "in",  "park", "sun"};
+  char *t = malloc(docs * 200 + 1), *p = t;
+  uint32_t x = 12345;
+  for (size_t d = 0; d < docs; ++d) {
+    const size_t n = 6 + d % 9;
+    for (size_t w = 0; w < n; ++w) {
+      x = x * 1664525u + 1013904223u;
+      p += sprintf(p, "%s%s", w ? " " : "", words[(x >> 20) % 16]);
+    }
+    p += sprintf(p, ".\n%%\n");
+  }
+  return t;
+}
+
+/* A tiny BERT (1 layer, hidden 32, 2 heads, ffn 64, sequences of 16, vocabulary ~300, dropout
+ * 0.1) trained 20 steps on 1, 2, 3 and 4 thread replicas: the same parameters, tensor by tensor
+ * within 1e-4 of the tensor's largest value, with the gradient scaled by the targets of the
+ * whole global batch (uneven splits: 10 sequences over 3 and 4 replicas). */
+START_TEST(bert_equivalence) {
+  char *text = bert_text(120);
+  dpt_text_corpus *c = NULL;
+  dpt_bpe *bpe = NULL;
+  dpt_text_sequences *seqs = NULL;
+  dpt_dataset *train = NULL, *valid = NULL;
+  ck_assert_int_eq(dpt_text_corpus_from_memory(text, strlen(text), &c), DPT_OK);
+  ck_assert_int_eq(dpt_bpe_train(c, 300, &bpe), DPT_OK);
+  ck_assert_int_eq(dpt_text_sequences_build(c, bpe, 16, 10, &seqs), DPT_OK);
+  ck_assert_int_eq(dpt_dataset_from_text(seqs, DPT_TEXT_TRAIN, 3, &train), DPT_OK);
+  ck_assert_int_eq(dpt_dataset_from_text(seqs, DPT_TEXT_VALIDATION, 3, &valid), DPT_OK);
+  ck_assert_uint_ge(dpt_dataset_count(train), 30);
+  ck_assert_uint_ge(dpt_dataset_count(valid), 2);
+  dpt_bert_options bo;
+  dpt_bert_options_default(&bo);
+  bo.vocab = dpt_bpe_vocab_size(bpe);
+  bo.seq_len = 16;
+  bo.layers = 1;
+  bo.hidden = 32;
+  bo.heads = 2;
+  bo.ffn = 64;
+  dpt_train_config cfg;
+  dpt_train_config_default(&cfg);
+  ck_assert_int_eq(dpt_model_spec_bert(&cfg.model, &bo), DPT_OK);
+  cfg.train = train;
+  cfg.test = valid;
+  cfg.global_batch = 10;
+  cfg.max_steps = 20;
+  cfg.epochs = 10;
+  cfg.seed = 5;
+  cfg.check_every = 1;
+  dpt_optim_config_default(&cfg.optim, DPT_OPTIM_ADAMW);
+  cfg.optim.lr = 1e-3f;
+  cfg.optim.clip_norm = 1.0f;
+  cfg.optim.no_decay = "*bias,*norm*.weight";
+
+  dpt_backend *be;
+  dpt_model *m;
+  ck_assert_int_eq(dpt_backend_create(DPT_BACKEND_CPU, 0, &be), DPT_OK);
+  ck_assert_int_eq(dpt_model_create(be, &cfg.model, 1, &m), DPT_OK);
+  ck_assert_uint_eq(dpt_model_labels_per_sample(m), 16);
+  dpt_train_report r1, rr;
+  float *ref = train_threads(cfg, 1, &r1);
+  ck_assert_int_eq(r1.steps, 20);
+  ck_assert_uint_eq(r1.labels_per_sample, 16);
+  ck_assert(isfinite(r1.test_loss) && r1.test_accuracy >= 0 && r1.test_accuracy <= 1);
+  ck_assert_double_eq_tol(r1.test_perplexity, exp(r1.test_loss), 1e-9 * r1.test_perplexity);
+  for (int R = 2; R <= 4; ++R) {
+    float *got = train_threads(cfg, R, &rr);
+    for (size_t t = 0; t < dpt_model_num_tensors(m); ++t) {
+      dpt_tensor_info ti;
+      ck_assert_int_eq(dpt_model_tensor(m, t, &ti), DPT_OK);
+      const double d = max_rel_diff(got + ti.offset, ref + ti.offset, ti.count);
+      ck_assert_msg(d <= 1e-4, "R=%d: %s differs from one replica by %g (rel)", R, ti.name, d);
+    }
+    ck_assert_double_eq_tol(rr.test_loss, r1.test_loss, 1e-4 * r1.test_loss);
+    ck_assert_double_eq_tol(rr.train_loss, r1.train_loss, 1e-4 * r1.train_loss);
+    free(got);
+  }
+  /* The steps moved the parameters; a classifier's data is refused with a clear line. */
+  dpt_train_config c0 = cfg;
+  c0.max_steps = 1;
+  c0.optim.lr = 1e-30f;
+  float *init = train_threads(c0, 1, &rr);
+  ck_assert_double_gt(max_rel_diff(ref, init, dpt_model_num_params(m)), 1e-4);
+  uint8_t px[64 * 16] = {0};
+  int32_t lab[64] = {0};
+  dpt_dataset *images = NULL; /* 16 values a sample, as the sequences */
+  ck_assert_int_eq(dpt_dataset_from_memory(px, lab, 64, 4, 4, 10, &images), DPT_OK);
+  c0.train = images;
+  c0.test = NULL;
+  ck_assert_int_ne(dpt_train(&c0, NULL, NULL), DPT_OK);
+  ck_assert_ptr_nonnull(strstr(dpt_last_error(), "token model"));
+  dpt_train_config c1;
+  mlp_config(&c1, images, 8);
+  c1.train = train; /* an MLP on text: refused too */
+  c1.model.in_h = 1;
+  c1.model.in_w = 16;
+  ck_assert_int_eq(dpt_model_spec_mlp(&c1.model, 1, 1, 16, (const size_t[]){8}, 1, 10), DPT_OK);
+  ck_assert_int_ne(dpt_train(&c1, NULL, NULL), DPT_OK);
+  ck_assert_ptr_nonnull(strstr(dpt_last_error(), "classifier"));
+  dpt_dataset_destroy(images);
+  free(init);
+  free(ref);
+  dpt_model_destroy(m);
+  dpt_backend_destroy(be);
+  dpt_dataset_destroy(train);
+  dpt_dataset_destroy(valid);
+  dpt_text_sequences_destroy(seqs);
+  dpt_bpe_destroy(bpe);
+  dpt_text_corpus_destroy(c);
+  free(text);
+}
+END_TEST
+
 static Suite *threads_suite(void) {
   Suite *s = suite_create("train");
   TCase *tc = tcase_create("train");
@@ -832,6 +950,7 @@ static Suite *threads_suite(void) {
   tcase_add_test(tc, nonfinite_loss);
   tcase_add_test(tc, nonfinite_gradient_norm);
   tcase_add_test(tc, learns);
+  tcase_add_test(tc, bert_equivalence);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -6,3 +6,9 @@ if(DPT_BUILD_TOOLS)
                                  $<TARGET_FILE:dptrain_cli> "${CMAKE_CURRENT_BINARY_DIR}/text-cli-scratch")
   set_tests_properties(text_cli PROPERTIES TIMEOUT 120 LABELS "cli;text")
 endif()
+# dptrain train --model bert and dptrain eval on its weights: metrics, vocabulary, bad input.
+if(DPT_BUILD_TOOLS)
+  add_test(NAME bert_cli COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/bert_cli_test.sh"
+                                 $<TARGET_FILE:dptrain_cli> "${CMAKE_CURRENT_BINARY_DIR}/bert-cli-scratch")
+  set_tests_properties(bert_cli PROPERTIES TIMEOUT 300 LABELS "cli;text")
+endif()

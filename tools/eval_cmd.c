@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "bench/bench.h"
+#include "bench/text_setup.h"
 #include "tools/model_choice.h"
 #include "dptrain/dptrain.h"
 #include "tools/commands.h"
@@ -45,10 +46,26 @@ typedef struct opts {
   const char *weights, *data, *backend, *output;
   size_t batch, limit, top;
   int json, logits;
-  dpt_model_choice mc;  /* for weights files without a description */
-  int model_set;        /* --model given */
-  dpt_norm_choice norm; /* --mean, --std: the training run's normalization */
+  dpt_model_choice mc;   /* for weights files without a description */
+  int model_set;         /* --model given */
+  dpt_norm_choice norm;  /* --mean, --std: the training run's normalization */
+  dpt_text_options text; /* bert weights: --text, --vocab, --seq-len, --val-every */
+  int val_every_set;
 } opts;
+
+static int parse_text(opts *o, const char *v) {
+  return dpt_text_options_add_path(&o->text, v);
+}
+
+static int parse_val_every(opts *o, const char *v) {
+  char *end;
+  errno = 0;
+  long long n = strtoll(v, &end, 10);
+  if (end == v || *end || errno || n < 0) return -1;
+  o->text.val_every = (size_t)n;
+  o->val_every_set = 1;
+  return 0;
+}
 
 static int parse_mean(opts *o, const char *v) {
   return dpt_norm_choice_parse_mean(&o->norm, v);
@@ -108,10 +125,24 @@ static const option options[] = {
     {"--std", "LIST", "per-channel std, as the training run's --std", EVAL | PREDICT,
      CUSTOM(parse_std)},
     {"--limit", "N", "only the first N samples", EVAL | PREDICT, SIZE(limit, 1)},
+    {.help = "bert weights (masked-language model; docs/text.md):", .cmds = EVAL},
+    {"--text", "PATH",
+     "the text whose validation sequences are scored; repeatable\n"
+     "(default " DPT_TEXT_DEFAULT_DIR ")",
+     EVAL, CUSTOM(parse_text)},
+    {"--vocab", "FILE",
+     "the vocabulary (default: beside the weights, W.vocab.json\n"
+     "for W.safetensors); checked against the weights' metadata",
+     EVAL, STRING(text.vocab)},
+    {"--seq-len", "N", "tokens per sequence (default: the model's)", EVAL, SIZE(text.seq_len, 3)},
+    {"--val-every", "N", "every Nth document validates (default: the training run's)", EVAL,
+     CUSTOM(parse_val_every)},
     {.help = "output:", .cmds = EVAL | PREDICT},
     {"--json", NULL,
      "one JSON object: samples, correct, loss, accuracy,\n"
-     "per_class, confusion (rows: true class, columns: predicted)",
+     "per_class, confusion (rows: true class, columns: predicted);\n"
+     "bert: sequences, targets, correct, loss, accuracy, perplexity,\n"
+     "unigram_perplexity",
      EVAL, FLAG(json)},
     {"--top", "K", "the K likeliest classes with their probabilities", PREDICT, SIZE(top, 1)},
     {"--logits", NULL, "the raw logits instead of probabilities (not with --top)", PREDICT,
@@ -137,9 +168,12 @@ static const option options[] = {
 
 static void usage(const opts *o, FILE *f) {
   if (o->cmd == EVAL)
-    fprintf(f, "usage: dptrain eval --weights FILE [--data DIR] [options]\n\n"
+    fprintf(f, "usage: dptrain eval --weights FILE [--data DIR] [options]\n"
+               "       dptrain eval --weights BERT.safetensors [--text PATH]... [--vocab FILE]\n\n"
                "Evaluates trained weights on the test split: loss, accuracy, per-class accuracy\n"
-               "and the confusion matrix. The model comes from the weights file.\n\n");
+               "and the confusion matrix. The model comes from the weights file. For a BERT\n"
+               "(masked-language model): the masked-token accuracy, loss and perplexity on the\n"
+               "text's validation sequences, next to the unigram baseline's perplexity.\n\n");
   else
     fprintf(f, "usage: dptrain predict --weights FILE --data DIR [--top K] [--output FILE]\n\n"
                "Class probabilities (softmax of the logits) for each input, or the K likeliest\n"
@@ -466,6 +500,139 @@ static dpt_status do_eval(const opts *o, run *r) {
   return st;
 }
 
+/* ---- eval of a masked-language model ---------------------------------------------------- */
+
+/* A metadata value of the weights file as an unsigned number; -1 when missing or not one. */
+static int meta_u64(const dpt_safetensors *wf, const char *key, int base, uint64_t *out) {
+  const char *v = dpt_safetensors_metadata(wf, key);
+  if (!v || !*v) return -1;
+  char *end;
+  errno = 0;
+  unsigned long long n = strtoull(v, &end, base);
+  if (*end || errno) return -1;
+  *out = n;
+  return 0;
+}
+
+/* The vocabulary against the weights: the size the model predicts and, when the file names
+ * them, the training run's vocabulary size and fingerprint. */
+static dpt_status check_vocab(const opts *o, const dpt_safetensors *wf, const dpt_model_spec *s,
+                              const dpt_bpe *bpe) {
+  const size_t v = dpt_bpe_vocab_size(bpe);
+  const uint64_t fp = dpt_bpe_fingerprint(bpe);
+  uint64_t want_v = 0, want_fp = 0;
+  const int has_v = meta_u64(wf, DPT_META_VOCAB_SIZE, 10, &want_v) == 0;
+  const int has_fp = meta_u64(wf, DPT_META_VOCAB_FP, 16, &want_fp) == 0;
+  if ((has_v && want_v != v) || (has_fp && want_fp != fp) || v != s->num_classes)
+    return own_error(DPT_ERR_INVALID_ARG,
+                     "%s does not match the weights %s: a vocabulary of %zu tokens "
+                     "(fingerprint %016llx), the model was trained with %llu (fingerprint "
+                     "%016llx); give the training run's vocabulary with --vocab",
+                     o->text.vocab, o->weights, v, (unsigned long long)fp,
+                     (unsigned long long)(has_v ? want_v : s->num_classes),
+                     (unsigned long long)want_fp);
+  return DPT_OK;
+}
+
+static void print_text_eval(const opts *o, size_t seqs, int64_t targets, int64_t correct,
+                            double loss, double uni_ppl) {
+  const double acc = targets ? (double)correct / (double)targets : NAN;
+  if (o->json) {
+    printf("{\"sequences\": %zu, \"targets\": %lld, \"correct\": %lld, \"loss\": %.6f, "
+           "\"accuracy\": %.6f, \"perplexity\": %.4f, \"unigram_perplexity\": %.4f}\n",
+           seqs, (long long)targets, (long long)correct, loss, acc, exp(loss), uni_ppl);
+    return;
+  }
+  char text[1024];
+  dpt_text_options_describe(&o->text, text, sizeof text);
+  printf("%s on %s: %zu validation sequences, %lld masked tokens\n", o->weights, text, seqs,
+         (long long)targets);
+  printf("masked accuracy %.4f (%lld correct), loss %.4f, perplexity %.2f; unigram baseline "
+         "perplexity %.2f\n",
+         acc, (long long)correct, loss, exp(loss), uni_ppl);
+}
+
+/* Scores the validation sequences of the text with a BERT weights file. */
+static dpt_status eval_text(opts *o, const dpt_model_spec *spec) {
+  char vocab[4200];
+  dpt_safetensors *wf = NULL;
+  dpt_text_run tr;
+  memset(&tr, 0, sizeof tr);
+  dpt_backend *be = NULL;
+  dpt_model *model = NULL;
+  dpt_buffer *x = NULL, *y = NULL;
+  float *hx = NULL;
+  int32_t *hy = NULL;
+  TRY(dpt_safetensors_open(o->weights, &wf));
+  uint64_t v = 0;
+  if (!o->val_every_set && meta_u64(wf, DPT_META_VAL_EVERY, 10, &v) == 0) o->text.val_every = v;
+  if (meta_u64(wf, DPT_META_MASK_SEED, 10, &v) == 0) o->text.mask_seed = v;
+  dpt_model_spec s = *spec;
+  if (o->text.seq_len && o->text.seq_len != s.seq_len) {
+    s.seq_len = o->text.seq_len; /* the position table bounds it: dpt_model_create checks */
+    s.in_w = o->text.seq_len;
+  }
+  o->text.seq_len = s.seq_len;
+  if (!o->text.vocab) {
+    if (dpt_text_vocab_path(o->weights, vocab, sizeof vocab) != 0)
+      return own_error(DPT_ERR_INVALID_ARG, "--weights: the path is too long");
+    o->text.vocab = vocab;
+  }
+  char msg[2048];
+  dpt_status st = dpt_text_run_load(&o->text, &tr, msg, sizeof msg);
+  if (st != DPT_OK) own_error(st, "%s", msg);
+  if (st == DPT_OK) st = check_vocab(o, wf, spec, tr.bpe);
+  if (st == DPT_OK && !tr.valid) {
+    char text[1024];
+    dpt_text_options_describe(&o->text, text, sizeof text);
+    st = own_error(DPT_ERR_INVALID_ARG, "%s has no validation sequence (--val-every %zu)", text,
+                   o->text.val_every);
+  }
+  size_t n = tr.valid ? dpt_dataset_count(tr.valid) : 0;
+  if (o->limit && o->limit < n) n = o->limit;
+  const size_t batch = o->batch < n ? o->batch : n, L = s.seq_len;
+  if (st == DPT_OK) st = dpt_backend_create(pick_backend(o->backend), 0, &be);
+  if (st == DPT_OK) st = dpt_model_create(be, &s, batch, &model);
+  if (st == DPT_OK) st = dpt_model_load(model, o->weights);
+  if (st == DPT_OK) st = dpt_buffer_alloc(be, batch * L * sizeof(float), &x);
+  if (st == DPT_OK) st = dpt_buffer_alloc(be, batch * L * sizeof(int32_t), &y);
+  hx = malloc(batch * L * sizeof *hx);
+  hy = malloc(batch * L * sizeof *hy);
+  uint64_t *idx = malloc(batch * sizeof *idx);
+  if (st == DPT_OK && (!hx || !hy || !idx)) st = own_error(DPT_ERR_OUT_OF_MEMORY, "out of memory");
+  double loss_sum = 0;
+  int64_t correct = 0, targets = 0;
+  for (size_t first = 0; first < n && st == DPT_OK; first += batch) {
+    const size_t b = n - first < batch ? n - first : batch;
+    for (size_t i = 0; i < b; ++i)
+      idx[i] = first + i;
+    double l = 0;
+    int64_t c = 0;
+    st = dpt_dataset_gather(tr.valid, idx, b, hx, hy); /* validation: always epoch 0's mask */
+    for (size_t i = 0; st == DPT_OK && i < b * L; ++i)
+      targets += hy[i] != DPT_IGNORE_INDEX;
+    if (st == DPT_OK) st = dpt_buffer_upload(x, 0, hx, b * L * sizeof *hx);
+    if (st == DPT_OK) st = dpt_buffer_upload(y, 0, hy, b * L * sizeof *hy);
+    if (st == DPT_OK) st = dpt_model_evaluate(model, x, y, b, &l, &c);
+    loss_sum += l;
+    correct += c;
+  }
+  double uni = NAN;
+  if (st == DPT_OK) st = dpt_text_unigram_baseline(tr.seqs, o->text.mask_seed, NULL, &uni, NULL);
+  if (st == DPT_OK)
+    print_text_eval(o, n, targets, correct, targets ? loss_sum / (double)targets : NAN, uni);
+  free(idx);
+  free(hx);
+  free(hy);
+  dpt_buffer_free(x);
+  dpt_buffer_free(y);
+  dpt_model_destroy(model);
+  dpt_backend_destroy(be);
+  dpt_text_run_free(&tr);
+  dpt_safetensors_close(wf);
+  return st;
+}
+
 /* ---- predict --------------------------------------------------------------------------------- */
 
 /* The top-k classes of a probability row, likeliest first (the lower class first on ties). */
@@ -606,12 +773,32 @@ static int command(int cmd, int argc, char **argv) {
   o.backend = "auto";
   o.batch = 256;
   dpt_model_choice_default(&o.mc);
+  dpt_text_options_default(&o.text);
+  o.text.seq_len = 0; /* not given: the model's */
   int rc = parse_options(&o, argc, argv);
   if (rc != KEEP_GOING) return rc;
   run r;
   memset(&r, 0, sizeof r);
-  dpt_status st = prepare(&o, &r);
-  if (st == DPT_OK) st = cmd == EVAL ? do_eval(&o, &r) : do_predict(&o, &r);
+  /* A token model (BERT) is scored on text; its spec comes from the file. */
+  dpt_model_spec *spec = malloc(sizeof *spec);
+  int token_model = 0;
+  if (spec && dpt_model_spec_from_weights(o.weights, spec) == DPT_OK && spec->seq_len > 0)
+    token_model = 1;
+  dpt_clear_error();
+  dpt_status st = DPT_OK;
+  if (token_model && cmd == PREDICT)
+    st = own_error(DPT_ERR_INVALID_ARG,
+                   "%s is a masked-language model: dptrain eval scores it on text", o.weights);
+  else if (token_model)
+    st = eval_text(&o, spec);
+  else if (o.text.num_paths || o.text.vocab || o.text.seq_len || o.val_every_set)
+    st = own_error(DPT_ERR_INVALID_ARG,
+                   "--text, --vocab, --seq-len and --val-every are for bert weights; %s holds "
+                   "a classifier",
+                   o.weights);
+  free(spec);
+  if (st == DPT_OK && !token_model) st = prepare(&o, &r);
+  if (st == DPT_OK && !token_model) st = cmd == EVAL ? do_eval(&o, &r) : do_predict(&o, &r);
   if (st != DPT_OK)
     fprintf(stderr, "dptrain %s: %s: %s\n", o.name, dpt_status_str(st),
             own_msg[0] ? own_msg : dpt_last_error());

@@ -15,11 +15,15 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
+#include "bench/text_setup.h"
 #include "tools/model_choice.h"
 #include "dptrain/dptrain.h"
 #include "tools/commands.h"
 
 #define DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
+/* BERT's recipe leaves biases and layer norm weights undecayed ("embed.norm.weight",
+ * "blocks.0.norm1.weight", "mlm.norm.weight"). */
+#define BERT_NO_DECAY "*bias,*norm*.weight"
 /* The exit status of a run stopped on request (EX_TEMPFAIL: resume it to go on). */
 #define EXIT_STOPPED 75
 
@@ -36,6 +40,13 @@ typedef struct cli {
   dpt_norm_choice norm;  /* --mean, --std */
   float ckpt_minutes;    /* --checkpoint-minutes; NaN: not given */
   float rollback_scale;  /* --rollback-lr-scale */
+  /* --model bert: the text, its vocabulary and the encoder's sizes */
+  int bert;
+  dpt_text_options text;    /* --text, --vocab, --vocab-size, --seq-len, --val-every */
+  dpt_bert_options bo;      /* --layers, --hidden-size, --heads, --ffn, --dropout, ... */
+  dpt_text_run tr;          /* the loaded text (bert) */
+  double unigram_ppl;       /* the unigram baseline's validation perplexity (bert) */
+  unsigned char given[128]; /* given[i]: options[i] was on the command line */
 } cli;
 
 /* The first stop request (signal) received, for cfg.stop_request. */
@@ -82,7 +93,16 @@ static int parse_float(const char *s, float *out) {
 /* Options that need more than storing one number or string. Each returns 0, or -1 for a bad
  * value. */
 static int parse_model(cli *c, const char *v) {
+  c->bert = !strcmp(v, "bert");
+  if (c->bert) {
+    c->mc.model = "bert";
+    return 0;
+  }
   return dpt_model_choice_parse_model(&c->mc, v);
+}
+
+static int parse_text(cli *c, const char *v) {
+  return dpt_text_options_add_path(&c->text, v);
 }
 
 static int set_skip(cli *c, const char *v) {
@@ -184,9 +204,9 @@ typedef struct option {
 static const option options[] = {
     {.help = "model and data:"},
     {"--model", "M",
-     "mlp|cnn|resnet, or a model file (FILE.json or a path;\n"
-     "see docs/layers.md)\n"
-     "(default mlp)",
+     "mlp|cnn|resnet|bert, or a model file (FILE.json or a path;\n"
+     "see docs/layers.md; bert: masked-language-model pretraining\n"
+     "on --text, docs/text.md) (default mlp)",
      CUSTOM(parse_model)},
     {"--depth", "N", "resnet depth, 6n+2: 20, 32, 44, 56, 110 (default 20)", SIZE(mc.depth, 8)},
     {"--sync-bn", NULL,
@@ -217,9 +237,33 @@ static const option options[] = {
      ARG_SIZE, FIELD(cfg.transform.crop_pad, size_t), 0, DPT_DATA_MAX_CROP_PAD, NULL},
     {"--hflip", NULL, "augment: flip horizontally with probability 1/2",
      FLAG(cfg.transform.hflip, 1)},
+    {.help = "bert (--model bert):"},
+    {"--text", "PATH",
+     "a text file or a directory's files; repeatable\n"
+     "(default " DPT_TEXT_DEFAULT_DIR ")",
+     CUSTOM(parse_text)},
+    {"--vocab", "FILE", "use this vocabulary (dptrain tokenize --out)", STRING(text.vocab)},
+    {"--vocab-size", "N", "learn a vocabulary of N tokens from the text (default 4096)",
+     SIZE(text.vocab_size, DPT_TOKEN_FIRST_MERGE)},
+    {"--seq-len", "N", "tokens per sequence, [CLS] and [SEP] included (default 128)",
+     SIZE(text.seq_len, 3)},
+    {"--max-positions", "N", "rows of the position table (default: --seq-len)",
+     SIZE(bo.max_positions, 1)},
+    {"--val-every", "N", "every Nth document validates; 0: none (default 20)",
+     SIZE(text.val_every, 0)},
+    {"--layers", "N", "encoder blocks (default 4)", SIZE(bo.layers, 1)},
+    {"--hidden-size", "N", "hidden size (default 256)", SIZE(bo.hidden, 1)},
+    {"--heads", "N", "attention heads, dividing --hidden-size (default 4)", SIZE(bo.heads, 1)},
+    {"--ffn", "N", "feed-forward size (default 1024)", SIZE(bo.ffn, 1)},
+    {"--dropout", "X", "hidden dropout (default 0.1)", FLOAT(bo.dropout)},
+    {"--attn-dropout", "X", "attention-probability dropout (default 0.1)", FLOAT(bo.attn_dropout)},
+    {.help = "weights:"},
     {"--init-weights", "FILE", "start from these weights (safetensors, PyTorch names)",
      STRING(init_weights)},
-    {"--save-weights", "FILE", "write the final weights (safetensors)", STRING(save_weights)},
+    {"--save-weights", "FILE",
+     "write the final weights (safetensors); bert: the vocabulary\n"
+     "beside it, FILE with .safetensors replaced by .vocab.json",
+     STRING(save_weights)},
     {.help = "devices:"},
     {"--backend", "B",
      "auto|cpu|opencl|vulkan (default auto: a GPU if one\n"
@@ -231,7 +275,7 @@ static const option options[] = {
     {"--replicas", "K", "replicas as threads of this process (no MPI; default 1)",
      INT(cfg.replicas, 1, 256)},
     {.help = "schedule:"},
-    {"--global-batch", "B", "samples per step over all replicas (default 256)",
+    {"--global-batch", "B", "samples per step over all replicas (default 256; bert 32)",
      SIZE(cfg.global_batch, 1)},
     {"--epochs", "E", "(default 10)", I64(cfg.epochs, 1)},
     {"--max-steps", "S", "stop after S steps (default: no limit)", I64(cfg.max_steps, 1)},
@@ -240,19 +284,24 @@ static const option options[] = {
     {"--no-shuffle", NULL, "fixed sample order", FLAG(cfg.shuffle, 0)},
     {"--seed", "S", "initialization and shuffling seed (default 0)", U64(cfg.seed, 0)},
     {.help = "optimizer:"},
-    {"--optimizer", "sgd|adamw|lamb", "(default sgd)", CUSTOM(parse_optimizer)},
-    {"--lr", "X", "learning rate (default 0.05 sgd, 0.001 adamw and lamb, 0.1 resnet)",
+    {"--optimizer", "sgd|adamw|lamb", "(default sgd; bert adamw)", CUSTOM(parse_optimizer)},
+    {"--lr", "X",
+     "learning rate (default 0.05 sgd, 0.001 adamw and lamb, 0.1\n"
+     "resnet, 5e-4 bert)",
      CUSTOM(parse_lr)},
     {"--momentum", "X", "sgd momentum (default 0.9)", FLOAT(cfg.optim.momentum)},
     {"--nesterov", NULL, "sgd Nesterov momentum", FLAG(cfg.optim.nesterov, 1)},
-    {"--weight-decay", "X", "(default 0 sgd, 0.01 adamw, 5e-4 resnet)", CUSTOM(parse_weight_decay)},
+    {"--weight-decay", "X", "(default 0 sgd, 0.01 adamw and bert, 5e-4 resnet)",
+     CUSTOM(parse_weight_decay)},
     {"--no-decay", "PATTERNS",
      "no weight decay on the tensors these comma-separated shell\n"
-     "patterns name, e.g. '*.bias,*norm*' (see --model's names)",
+     "patterns name, e.g. '*.bias,*norm*' (see --model's names;\n"
+     "bert default '" BERT_NO_DECAY "')",
      STRING(cfg.optim.no_decay)},
     {"--schedule", "S",
      "constant|step|cosine|linear (default cosine: from --lr to 0\n"
-     "over the run, after the warmup; linear: the same, straight)",
+     "over the run, after the warmup; linear: the same, straight;\n"
+     "bert: linear)",
      CUSTOM(parse_schedule)},
     {"--step-size", "N",
      "step schedule: lr *= gamma every N steps\n"
@@ -261,13 +310,15 @@ static const option options[] = {
     {"--gamma", "X", "step schedule's gamma (default 0.1)", FLOAT(cfg.optim.gamma)},
     {"--warmup", "N",
      "linear warmup over N steps (default 0; resnet, with any\n"
-     "optimizer: one epoch, at most a fifth of the run)",
+     "optimizer: one epoch, at most a fifth of the run; bert: a\n"
+     "tenth of the run)",
      I64(cfg.optim.warmup_steps, 0)},
     {"--decay-weights-only", NULL,
      "weight decay on linear and conv2d weights only, not on\n"
      "biases and batch norm (always with resnet and sgd)",
      FLAG(cfg.optim.decay_weights_only, 1)},
-    {"--clip-norm", "X", "clip the global gradient norm to X", FLOAT(cfg.optim.clip_norm)},
+    {"--clip-norm", "X", "clip the global gradient norm to X (bert default 1)",
+     FLOAT(cfg.optim.clip_norm)},
     {"--full-step", NULL,
      "every replica runs the whole optimizer step after an\n"
      "all-reduce (default: the sharded step: reduce-scatter,\n"
@@ -351,6 +402,14 @@ static const option *find_option(const char *name) {
   return NULL;
 }
 
+_Static_assert(NUM_OPTIONS <= sizeof(((cli *)0)->given), "cli.given has a flag per option");
+
+/* Whether option `name` was on the command line. */
+static int given(const cli *c, const char *name) {
+  const option *o = find_option(name);
+  return o && c->given[o - options];
+}
+
 /* Applies option o with value v (NULL for a flag); 0, or -1 for a bad value. */
 static int set_option(cli *c, const option *o, const char *v) {
   char *field = (char *)c + o->field;
@@ -414,6 +473,7 @@ static int parse_options(cli *c, int argc, char **argv) {
     if (o->value && i + 1 == argc) return usage_error("%s needs a value", a);
     const char *v = o->value ? argv[++i] : NULL;
     if (set_option(c, o, v) != 0) return usage_error("bad value '%s' for %s", v, a);
+    c->given[o - options] = 1;
   }
   return KEEP_GOING;
 }
@@ -492,6 +552,10 @@ static void json_report(const dpt_train_report *r) {
   if (!r->final) json_number("train_loss", r->train_loss, "%.6f");
   json_number("test_loss", r->test_loss, "%.6f");
   json_number("test_accuracy", r->test_accuracy, "%.4f");
+  if (r->labels_per_sample > 1) {
+    json_number("test_perplexity", r->test_perplexity, "%.4f");
+    json_number("tokens_per_sec", r->samples_per_sec * (double)r->labels_per_sample, "%.1f");
+  }
   json_number("samples_per_sec", r->samples_per_sec, "%.1f");
   json_number("seconds", r->seconds, "%.3f");
   if (r->final) {
@@ -514,8 +578,12 @@ static void on_report(const dpt_train_report *r, void *user) {
     return;
   }
   if (r->final) {
-    char acc[40] = "no test set";
-    if (c->has_test) snprintf(acc, sizeof acc, "test accuracy %.4f", r->test_accuracy);
+    char acc[80] = "no test set";
+    if (c->has_test && c->bert)
+      snprintf(acc, sizeof acc, "masked accuracy %.4f, perplexity %.2f", r->test_accuracy,
+               r->test_perplexity);
+    else if (c->has_test)
+      snprintf(acc, sizeof acc, "test accuracy %.4f", r->test_accuracy);
     printf("done: %lld steps in %.1f s, %.0f samples/s, %d replica%s (%d rank%s, %s), %s, "
            "parameters %016llx\n",
            (long long)r->steps, r->seconds, r->samples_per_sec, r->replicas,
@@ -531,6 +599,17 @@ static void on_report(const dpt_train_report *r, void *user) {
       printf("uneven replicas: %.2f s (the slowest replica's forward+backward over the mean, "
              "summed over the steps)\n",
              r->imbalance_seconds);
+  } else if (c->bert) {
+    printf("epoch %3lld  loss %.4f  ", (long long)r->epoch, r->train_loss);
+    if (c->has_test)
+      printf("val loss %.4f  masked accuracy %.4f  perplexity %.2f (unigram %.2f)", r->test_loss,
+             r->test_accuracy, r->test_perplexity, c->unigram_ppl);
+    else
+      printf("(no validation set)");
+    printf("  %6.0f samples/s  %8.0f tokens/s  %6.1f s", r->samples_per_sec,
+           r->samples_per_sec * (double)r->labels_per_sample, r->seconds);
+    if (r->skipped_steps) printf("  (%lld steps skipped)", (long long)r->skipped_steps);
+    printf("\n");
   } else if (!c->has_test) {
     printf("epoch %3lld  loss %.4f  (no test set)  %8.0f samples/s  %6.1f s", (long long)r->epoch,
            r->train_loss, r->samples_per_sec, r->seconds);
@@ -593,12 +672,64 @@ static void set_defaults(cli *c) {
   c->cfg.optim.warmup_steps = -1; /* not given: plan_schedule picks the model's default */
   c->ckpt_minutes = NAN;          /* not given */
   c->rollback_scale = 1.0f;
+  dpt_text_options_default(&c->text);
+  dpt_bert_options_default(&c->bo);
+  c->unigram_ppl = NAN;
+}
+
+/* --model bert: BERT's recipe for whatever was not given (docs/training.md), and the option
+ * checks that need no text. KEEP_GOING or the exit code 2. */
+static int bert_options(cli *c) {
+  if (!c->bert) {
+    static const char *const text_only[] = {"--text",    "--vocab",         "--vocab-size",
+                                            "--seq-len", "--max-positions", "--val-every",
+                                            "--layers",  "--hidden-size",   "--heads",
+                                            "--ffn",     "--dropout",       "--attn-dropout"};
+    for (size_t i = 0; i < sizeof text_only / sizeof text_only[0]; ++i)
+      if (given(c, text_only[i])) return usage_error("%s is for --model bert", text_only[i]);
+    return KEEP_GOING;
+  }
+  if (given(c, "--data") || given(c, "--test-data"))
+    return usage_error("--model bert trains on --text, not --data or --test-data");
+  if (given(c, "--vocab") && given(c, "--vocab-size"))
+    return usage_error("--vocab and --vocab-size exclude each other (a vocabulary is read or "
+                       "learned)");
+  c->bo.seq_len = c->text.seq_len;
+  if (c->bo.max_positions && c->text.seq_len > c->bo.max_positions)
+    return usage_error("--seq-len %zu is beyond the position table (--max-positions %zu)",
+                       c->text.seq_len, c->bo.max_positions);
+  if (c->bo.hidden % c->bo.heads != 0)
+    return usage_error("--heads %zu does not divide --hidden-size %zu", c->bo.heads, c->bo.hidden);
+  if (!(c->bo.dropout >= 0 && c->bo.dropout < 1) ||
+      !(c->bo.attn_dropout >= 0 && c->bo.attn_dropout < 1))
+    return usage_error("--dropout and --attn-dropout must be in [0, 1)");
+  if (!given(c, "--optimizer")) {
+    c->optimizer = "adamw";
+    c->cfg.optim.kind = DPT_OPTIM_ADAMW;
+  }
+  if (!given(c, "--schedule")) c->cfg.optim.schedule = DPT_SCHEDULE_LINEAR;
+  if (!given(c, "--global-batch")) c->cfg.global_batch = 32;
+  if (!given(c, "--clip-norm")) c->cfg.optim.clip_norm = 1.0f;
+  if (!given(c, "--no-decay")) c->cfg.optim.no_decay = BERT_NO_DECAY;
+  if (!c->lr_set) {
+    c->lr_set = 1;
+    c->cfg.optim.lr = 5e-4f;
+  }
+  if (!c->wd_set) {
+    c->wd_set = 1;
+    c->cfg.optim.weight_decay = 0.01f;
+  }
+  c->text.mask_seed = c->cfg.seed;
+  c->text.for_training = 1;
+  return KEEP_GOING;
 }
 
 /* What depends on several options: AdamW's own defaults for the settings not given, SGD
  * without weight decay unless asked, and a --backend list every rank accepts. KEEP_GOING or
  * the exit code 2. */
 static int check_options(cli *c) {
+  const int b = bert_options(c);
+  if (b != KEEP_GOING) return b;
   if (c->cfg.optim.kind != DPT_OPTIM_SGD) {
     dpt_optim_config o = c->cfg.optim;
     dpt_optim_config_default(&c->cfg.optim, o.kind);
@@ -691,7 +822,19 @@ static dpt_status load_one(const char *path, const char *split, int num_classes,
 /* The training set, and the test set: --test-data, else an IDX directory's test split, else
  * none. Classes: 10 for IDX; a safetensors training set's own (max label + 1), which a
  * safetensors test set is checked against. */
-static dpt_status load_data(cli *c, dpt_dataset **train, dpt_dataset **test) {
+static dpt_status load_data(cli *c, dpt_dataset **train, dpt_dataset **test, char *other,
+                            size_t cap) {
+  if (c->bert) {
+    dpt_status st = dpt_text_run_load(&c->text, &c->tr, other, cap);
+    if (st != DPT_OK) return st;
+    *train = c->tr.train;
+    *test = c->tr.valid;
+    c->has_test = *test != NULL;
+    double loss;
+    if (c->has_test)
+      (void)dpt_text_unigram_baseline(c->tr.seqs, c->text.mask_seed, &loss, &c->unigram_ppl, NULL);
+    return DPT_OK;
+  }
   dpt_status st = load_one(c->data_dir, "train", 0, 0, train);
   const int classes = st == DPT_OK ? dpt_dataset_num_classes(*train) : 0;
   if (st == DPT_OK && c->test_data)
@@ -704,6 +847,10 @@ static dpt_status load_data(cli *c, dpt_dataset **train, dpt_dataset **test) {
 
 /* The model's shape, from the options and the data: its channels, size and classes. */
 static dpt_status build_model(cli *c, const dpt_dataset *train) {
+  if (c->bert) {
+    c->bo.vocab = dpt_bpe_vocab_size(c->tr.bpe);
+    return dpt_model_spec_bert(&c->cfg.model, &c->bo);
+  }
   return dpt_model_choice_spec(&c->mc, dpt_dataset_channels(train), dpt_dataset_rows(train),
                                dpt_dataset_cols(train), (size_t)dpt_dataset_num_classes(train),
                                &c->cfg.model);
@@ -723,7 +870,9 @@ static dpt_status plan_schedule(cli *c, const dpt_dataset *train, char *other, s
   if (c->cfg.max_steps > 0 && c->cfg.max_steps < total) total = c->cfg.max_steps;
   if (c->cfg.checkpoint_dir && c->cfg.checkpoint_every == 0)
     c->cfg.checkpoint_every = (int64_t)per_epoch;
-  if (c->cfg.optim.warmup_steps < 0) { /* not given: the ResNet recipe warms up one epoch */
+  if (c->cfg.optim.warmup_steps < 0 && c->bert) { /* BERT's recipe: a tenth of the run */
+    c->cfg.optim.warmup_steps = total / 10;
+  } else if (c->cfg.optim.warmup_steps < 0) { /* the ResNet recipe warms up one epoch */
     int64_t w = strcmp(c->mc.model, "resnet") ? 0 : (int64_t)per_epoch;
     c->cfg.optim.warmup_steps = w < total / 5 ? w : total / 5;
   }
@@ -837,7 +986,31 @@ static void float_list(char *out, size_t cap, const float *v, size_t n) {
 
 /* The final weights, with the normalization they were trained with in the metadata, so that
  * eval and predict normalize alike. */
-static dpt_status save_weights(const cli *c, const weights *w) {
+static dpt_status save_weights(const cli *c, const weights *w, char *other, size_t cap) {
+  if (c->bert) {
+    /* The vocabulary beside the weights, and what identifies it in their metadata. */
+    char vocab[4200], size[32], fp[32], val[32], seed[32];
+    if (dpt_text_vocab_path(c->save_weights, vocab, sizeof vocab) != 0) {
+      snprintf(other, cap, "--save-weights: the path is too long");
+      return DPT_ERR_INVALID_ARG;
+    }
+    snprintf(size, sizeof size, "%zu", dpt_bpe_vocab_size(c->tr.bpe));
+    snprintf(fp, sizeof fp, "%016llx", (unsigned long long)dpt_bpe_fingerprint(c->tr.bpe));
+    snprintf(val, sizeof val, "%zu", c->text.val_every);
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->text.mask_seed);
+    const char *const extra[] = {DPT_META_VOCAB_SIZE,
+                                 size,
+                                 DPT_META_VOCAB_FP,
+                                 fp,
+                                 DPT_META_VAL_EVERY,
+                                 val,
+                                 DPT_META_MASK_SEED,
+                                 seed,
+                                 NULL};
+    const dpt_status st = dpt_bpe_save(c->tr.bpe, vocab);
+    if (st != DPT_OK) return st;
+    return dpt_model_save_params_meta(w->host_model, w->final_params, c->save_weights, extra);
+  }
   char mean[64 * 18], std[64 * 18];
   float_list(mean, sizeof mean, c->norm.mean, c->norm.num_mean);
   float_list(std, sizeof std, c->norm.std, c->norm.num_std);
@@ -850,11 +1023,29 @@ static dpt_status save_weights(const cli *c, const weights *w) {
 static void announce(const cli *c, dpt_comm *comm) {
   const char *schedule = dpt_schedule_kind_name(c->cfg.optim.schedule);
   const int nrep = comm ? dpt_comm_size(comm) : c->cfg.replicas;
+  char text[1024];
+  dpt_text_options_describe(&c->text, text, sizeof text);
+  if (c->rank == 0 && !c->json && c->bert) {
+    const dpt_text_run *t = &c->tr;
+    printf("text: %s: %zu files, %zu documents, %zu bytes; vocabulary %zu tokens (%s)\n", text,
+           dpt_text_corpus_files(t->corpus), dpt_text_corpus_documents(t->corpus),
+           dpt_text_corpus_bytes(t->corpus), dpt_bpe_vocab_size(t->bpe),
+           c->text.vocab ? c->text.vocab : "learned from the text");
+    printf("sequences of %zu tokens: %zu training, %zu validation (document d validates when "
+           "d %% %zu = %zu)\n",
+           c->text.seq_len, dpt_text_sequences_count(t->seqs, DPT_TEXT_TRAIN),
+           dpt_text_sequences_count(t->seqs, DPT_TEXT_VALIDATION), c->text.val_every,
+           c->text.val_every ? c->text.val_every - 1 : 0);
+    printf("bert: %zu layers, hidden %zu, %zu heads, ffn %zu, dropout %g/%g\n", c->bo.layers,
+           c->bo.hidden, c->bo.heads, c->bo.ffn, (double)c->bo.dropout, (double)c->bo.attn_dropout);
+    if (c->has_test) printf("unigram baseline: validation perplexity %.2f\n", c->unigram_ppl);
+  }
   if (c->rank == 0 && !c->json)
     printf("training %s on %s: %d %s%s, global batch %zu, %lld epochs, %s lr %g (%s)%s\n",
-           c->mc.model, c->data_dir, nrep, comm ? "rank" : "replica", nrep == 1 ? "" : "s",
-           c->cfg.global_batch, (long long)c->cfg.epochs, c->optimizer, (double)c->cfg.optim.lr,
-           schedule ? schedule : "?", c->has_test ? "" : "; no test set: no test evaluation");
+           c->mc.model, c->bert ? text : c->data_dir, nrep, comm ? "rank" : "replica",
+           nrep == 1 ? "" : "s", c->cfg.global_batch, (long long)c->cfg.epochs, c->optimizer,
+           (double)c->cfg.optim.lr, schedule ? schedule : "?",
+           c->has_test ? "" : "; no test set: no test evaluation");
 }
 
 /* Options, communicator, data, model, weights; then every rank agrees to start, trains, and
@@ -874,7 +1065,7 @@ int dpt_cmd_train(int argc, char **argv) {
   char other[512] = ""; /* a message of the tool's own, replacing dpt_last_error() */
   dpt_dataset *train = NULL, *test = NULL;
   weights w = {NULL, NULL, NULL, NULL};
-  dpt_status st = load_data(&c, &train, &test);
+  dpt_status st = load_data(&c, &train, &test, other, sizeof other);
   if (st == DPT_OK) st = build_model(&c, train);
   if (st == DPT_OK) st = plan_schedule(&c, train, other, sizeof other);
   if (st == DPT_OK) st = prepare_weights(&c, &w, other, sizeof other);
@@ -897,7 +1088,7 @@ int dpt_cmd_train(int argc, char **argv) {
     announce(&c, comm);
     st = dpt_train(&c.cfg, comm, NULL);
   }
-  if (st == DPT_OK && c.save_weights && c.rank == 0) st = save_weights(&c, &w);
+  if (st == DPT_OK && c.save_weights && c.rank == 0) st = save_weights(&c, &w, other, sizeof other);
   rc = st == DPT_OK ? 0 : quiet_failure ? 1 : fail(&c, st, other[0] ? other : NULL);
   /* A stalled or vanished rank would keep MPI_Finalize (in dpt_comm_destroy) waiting forever:
    * end the whole job now, after the line above. */
@@ -907,8 +1098,12 @@ int dpt_cmd_train(int argc, char **argv) {
     dpt_comm_abort(comm, rc);
   }
   release_weights(&w);
-  dpt_dataset_destroy(train);
-  dpt_dataset_destroy(test);
+  if (c.bert) {
+    dpt_text_run_free(&c.tr); /* the datasets are the text's */
+  } else {
+    dpt_dataset_destroy(train);
+    dpt_dataset_destroy(test);
+  }
   dpt_comm_destroy(comm);
   return rc;
 }

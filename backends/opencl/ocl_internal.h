@@ -51,7 +51,9 @@
   X(layernorm_bwd)                                                                                 \
   X(layernorm_bwd_params)                                                                          \
   X(gelu_fwd)                                                                                      \
-  X(gelu_bwd)
+  X(gelu_bwd)                                                                                      \
+  X(attn_softmax)                                                                                  \
+  X(softmax_bwd)
 
 typedef enum dpt_ocl_kernel {
 #define DPT_OCL_KERNEL_ENUM_(name) DPT_OCL_K_##name,
@@ -63,7 +65,8 @@ typedef enum dpt_ocl_kernel {
 /* Kernels that reduce in local memory need a power-of-two work-group size. */
 #define DPT_OCL_KERNEL_NEEDS_POW2(k)                                                               \
   ((k) == DPT_OCL_K_reduce_sum || (k) == DPT_OCL_K_count_nonfinite ||                              \
-   (k) == DPT_OCL_K_softmax_xent || (k) == DPT_OCL_K_bn_stats || (k) == DPT_OCL_K_bn_bwd_reduce)
+   (k) == DPT_OCL_K_softmax_xent || (k) == DPT_OCL_K_bn_stats || (k) == DPT_OCL_K_bn_bwd_reduce || \
+   (k) == DPT_OCL_K_attn_softmax || (k) == DPT_OCL_K_softmax_bwd)
 
 /* The device limits the launch code sizes work from, read once at create. */
 typedef struct dpt_ocl_limits {

@@ -1,6 +1,7 @@
 /* The layer ops of the opencl backend: batch normalization, average pooling, dropout,
- * layer normalization, GELU (include/dptrain/backend.h states what each computes; the kernels are
- * in kernels/layers.cl). gemm_batched is in ocl_gemm.c with the other CLBlast calls. */
+ * layer normalization, GELU, attention's softmax and the softmax's backward
+ * (include/dptrain/backend.h states what each computes; the kernels are in kernels/layers.cl, the
+ * softmaxes' in kernels/softmax.cl). gemm_batched is in ocl_gemm.c with the other CLBlast calls. */
 #include "backends/opencl/ocl_internal.h"
 #include "base/error.h"
 
@@ -130,14 +131,33 @@ dpt_status dpt_ocl_gelu_bwd(dpt_backend *be, const dpt_gelu_bwd_args *a) {
 
 /* ---- attention's softmax ------------------------------------------------------------------- */
 
+/* One work-group per row (kernels/softmax.cl), reducing in local memory. Without ids the
+ * scores stand in for the unread ids argument (the wrapper passed them). */
 dpt_status dpt_ocl_attn_softmax(dpt_backend *be, const dpt_attn_softmax_args *a) {
-  (void)be;
-  (void)a;
-  return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_attn_softmax: not yet on this backend");
+  dpt_ocl_ctx *c = dpt_ocl_ctx_of(be);
+  dpt_ocl_args l;
+  DPT_TRY(dpt_ocl_begin(&l, c, DPT_OCL_K_attn_softmax));
+  dpt_ocl_arg_u64(&l, a->g.n);
+  dpt_ocl_arg_u64(&l, a->g.q);
+  dpt_ocl_arg_u64(&l, a->g.k);
+  dpt_ocl_arg_f32(&l, a->scale);
+  dpt_ocl_arg_i32(&l, a->has_ids);
+  dpt_ocl_arg_i32(&l, a->pad_id);
+  dpt_ocl_arg_ref(&l, a->ids);
+  dpt_ocl_arg_ref(&l, a->scores);
+  dpt_ocl_arg_ref(&l, a->probs);
+  dpt_ocl_arg_local(&l, c->local_size[DPT_OCL_K_attn_softmax] * dpt_ocl_acc_bytes(&c->lim));
+  return dpt_ocl_launch_groups(&l, a->g.heads * a->g.n * a->g.q);
 }
 
 dpt_status dpt_ocl_softmax_bwd(dpt_backend *be, const dpt_softmax_bwd_args *a) {
-  (void)be;
-  (void)a;
-  return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_softmax_bwd: not yet on this backend");
+  dpt_ocl_ctx *c = dpt_ocl_ctx_of(be);
+  dpt_ocl_args l;
+  DPT_TRY(dpt_ocl_begin(&l, c, DPT_OCL_K_softmax_bwd));
+  dpt_ocl_arg_u64(&l, a->cols);
+  dpt_ocl_arg_ref(&l, a->y);
+  dpt_ocl_arg_ref(&l, a->dy);
+  dpt_ocl_arg_ref(&l, a->dx);
+  dpt_ocl_arg_local(&l, c->local_size[DPT_OCL_K_softmax_bwd] * dpt_ocl_acc_bytes(&c->lim));
+  return dpt_ocl_launch_groups(&l, a->rows);
 }

@@ -204,7 +204,9 @@ enum {
   X(LAYERNORM_BWD, "layernorm_bwd.spv", 6, 0, 0, 0, 0)                                             \
   X(LAYERNORM_BWD_PARAMS, "layernorm_bwd_params.spv", 6, 0, 0, 0, 0)                               \
   X(GELU_FWD, "gelu_fwd.spv", 2, 0, 0, 0, 0)                                                       \
-  X(GELU_BWD, "gelu_bwd.spv", 3, 0, 0, 0, 0)
+  X(GELU_BWD, "gelu_bwd.spv", 3, 0, 0, 0, 0)                                                       \
+  X(ATTN_SOFTMAX, "attn_softmax.spv", 3, 0, 0, 0, 0)                                               \
+  X(SOFTMAX_BWD, "softmax_bwd.spv", 3, 0, 0, 0, 0)
 
 typedef enum dpt_vk_pipe {
 #define DPT_VK_PIPE_ENUM_(id, file, nbind, s0, s1, s2, s3) DPT_VK_PIPE_##id,

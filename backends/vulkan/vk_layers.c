@@ -1,8 +1,9 @@
 /* The layer ops of the vulkan backend: batch normalization, average pooling, dropout, layer
- * normalization, GELU (include/dptrain/backend.h states what each computes; gemm_batched lives with
- * gemm in vk_ops.c). Each binds its tensors as windows and records its dispatches like the ops of
- * vk_ops.c; a tensor larger than one window or a size beyond 32 bits is DPT_ERR_UNSUPPORTED,
- * except for dropout, which splits its rows over several dispatches. */
+ * normalization, GELU, attention's softmax and the softmax's backward (include/dptrain/backend.h
+ * states what each computes; gemm_batched lives with gemm in vk_ops.c). Each binds its tensors as
+ * windows and records its dispatches like the ops of vk_ops.c; a tensor larger than one window or a
+ * size beyond 32 bits is DPT_ERR_UNSUPPORTED, except for dropout, which splits its rows over
+ * several dispatches. */
 #include <string.h>
 
 #include "backends/vulkan/vk_internal.h"
@@ -306,14 +307,76 @@ dpt_status dpt_vk_gelu_bwd(dpt_backend *be, const dpt_gelu_bwd_args *a) {
 
 /* ---- attention's softmax ------------------------------------------------------------------- */
 
+/* Both run one workgroup of 128 invocations per row (shaders attn_softmax.comp, softmax_bwd.comp),
+ * each invocation over its cols / 128 columns in three (two) passes: lavapipe's loop budget bounds
+ * the row length; the rows go in chunks of what a window holds. */
+enum { VK_ROW_WG = 128 };
+
+static dpt_status vk_row_len(size_t cols, uint64_t passes, const char *op) {
+  if (cols > UINT32_MAX) return vk_too_large(op);
+  if (vk_div_up(cols, VK_ROW_WG) * passes + 16 > DPT_VK_LOOP_LIMIT)
+    return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                         "vulkan: %s: rows of %zu elements exceed what one workgroup walks", op,
+                         cols);
+  return DPT_OK;
+}
+
+/* Rows per dispatch: the window of a chunk of rows of `cols` elements. */
+static size_t vk_row_chunk(const dpt_vk_ctx *ctx, size_t cols) {
+  size_t chunk = dpt_vk_chunk_elems(ctx, 4) / cols;
+  return chunk ? chunk : 1;
+}
+
+static dpt_status vk_attn_softmax(dpt_vk_ctx *ctx, const dpt_attn_softmax_args *a) {
+  const dpt_attn_geom *g = &a->g;
+  const size_t rows = g->heads * g->n * g->q, cycle = g->n * g->q;
+  DPT_TRY(vk_row_len(g->k, 3, "attn_softmax"));
+  const size_t chunk = vk_row_chunk(ctx, g->k);
+  /* the sample of a row comes from (base + row) / q, base < n * q, in 32 bits */
+  if (g->n * g->k > UINT32_MAX || cycle > UINT32_MAX - chunk) return vk_too_large("attn_softmax");
+  if (chunk * g->k > dpt_vk_chunk_elems(ctx, 4)) return vk_too_large("attn_softmax");
+  for (size_t r = 0; r < rows;) {
+    size_t nr = rows - r < chunk ? rows - r : chunk;
+    dpt_vk_win w[3];
+    /* Without ids, one element of the scores stands in for the unread binding. */
+    DPT_TRY(a->has_ids ? dpt_vk_window(ctx, vk_al(&a->ids), a->ids.off, g->n * g->k, 4, &w[0])
+                       : dpt_vk_window(ctx, vk_al(&a->scores), a->scores.off, 1, 4, &w[0]));
+    DPT_TRY(dpt_vk_window(ctx, vk_al(&a->scores), a->scores.off + r * g->k, nr * g->k, 4, &w[1]));
+    DPT_TRY(dpt_vk_window(ctx, vk_al(&a->probs), a->probs.off + r * g->k, nr * g->k, 4, &w[2]));
+    uint32_t push[11] = {
+        (uint32_t)nr,          (uint32_t)g->n,      (uint32_t)g->q,  (uint32_t)g->k,
+        (uint32_t)(r % cycle), w[0].elem,           w[1].elem,       w[2].elem,
+        a->has_ids ? 1u : 0u,  (uint32_t)a->pad_id, vk_f2u(a->scale)};
+    DPT_TRY(dpt_vk_dispatch(ctx, DPT_VK_PIPE_ATTN_SOFTMAX, w, 3, push, sizeof push, nr));
+    r += nr;
+  }
+  return DPT_OK;
+}
+
 dpt_status dpt_vk_attn_softmax(dpt_backend *be, const dpt_attn_softmax_args *a) {
-  (void)be;
-  (void)a;
-  return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_attn_softmax: not yet on this backend");
+  DPT_TRY(dpt_vk_enter(be));
+  return dpt_vk_leave(be, vk_attn_softmax(dpt_vk_ctx_of(be), a));
+}
+
+static dpt_status vk_softmax_bwd(dpt_vk_ctx *ctx, const dpt_softmax_bwd_args *a) {
+  const size_t cols = a->cols;
+  DPT_TRY(vk_row_len(cols, 2, "softmax_bwd"));
+  const size_t chunk = vk_row_chunk(ctx, cols);
+  if (chunk * cols > dpt_vk_chunk_elems(ctx, 4)) return vk_too_large("softmax_bwd");
+  for (size_t r = 0; r < a->rows;) {
+    size_t nr = a->rows - r < chunk ? a->rows - r : chunk;
+    const dpt_ref t[3] = {a->y, a->dy, a->dx};
+    dpt_vk_win w[3];
+    for (int i = 0; i < 3; ++i)
+      DPT_TRY(dpt_vk_window(ctx, vk_al(&t[i]), t[i].off + r * cols, nr * cols, 4, &w[i]));
+    uint32_t push[5] = {(uint32_t)nr, (uint32_t)cols, w[0].elem, w[1].elem, w[2].elem};
+    DPT_TRY(dpt_vk_dispatch(ctx, DPT_VK_PIPE_SOFTMAX_BWD, w, 3, push, sizeof push, nr));
+    r += nr;
+  }
+  return DPT_OK;
 }
 
 dpt_status dpt_vk_softmax_bwd(dpt_backend *be, const dpt_softmax_bwd_args *a) {
-  (void)be;
-  (void)a;
-  return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_softmax_bwd: not yet on this backend");
+  DPT_TRY(dpt_vk_enter(be));
+  return dpt_vk_leave(be, vk_softmax_bwd(dpt_vk_ctx_of(be), a));
 }

@@ -88,6 +88,9 @@ DPT_API void dpt_dataset_destroy(dpt_dataset *ds);
 DPT_API size_t dpt_dataset_count(const dpt_dataset *ds);
 /* Values per sample, channels * rows * cols (0 for NULL). */
 DPT_API size_t dpt_dataset_dim(const dpt_dataset *ds);
+/* Labels per sample: 1, or the sequence length of a text dataset (dptrain/text.h), whose gather
+ * writes that many labels per sample (0 for NULL). */
+DPT_API size_t dpt_dataset_labels_per_sample(const dpt_dataset *ds);
 /* Channels per sample: 1 for IDX images (0 for NULL). */
 DPT_API size_t dpt_dataset_channels(const dpt_dataset *ds);
 /* Fingerprint of the samples (shape, pixels and labels, with dpt_fingerprint), taken once when
@@ -106,7 +109,9 @@ DPT_API int dpt_dataset_num_classes(const dpt_dataset *ds);
  *   labels:  [count] int32 written, or NULL to skip.
  * Every index is checked before anything is written: an index out of range gives
  * DPT_ERR_INVALID_ARG naming its position and value, and leaves x and labels untouched.
- * count 0 does nothing. */
+ * count 0 does nothing. A text dataset (dpt_dataset_from_text in dptrain/text.h) writes each
+ * sample's masked token ids as int32 bit patterns into its dim float slots, and
+ * dpt_dataset_labels_per_sample labels per sample. */
 DPT_API dpt_status dpt_dataset_gather(const dpt_dataset *ds, const uint64_t *indices, size_t count,
                                       float *x, int32_t *labels);
 

@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dptrain/data.h"
 #include "dptrain/status.h"
 
 #ifdef __cplusplus
@@ -71,6 +72,16 @@ DPT_API size_t dpt_text_corpus_bytes(const dpt_text_corpus *c);
 /* Document i's bytes (borrowed from the corpus). DPT_ERR_INVALID_ARG when i is out of range. */
 DPT_API dpt_status dpt_text_corpus_document(const dpt_text_corpus *c, size_t i,
                                             const uint8_t **bytes, size_t *len);
+
+/* Whether every file of the corpus is valid UTF-8 (no overlong forms, surrogates or code points
+ * past U+10FFFF): DPT_ERR_BAD_FORMAT naming the first file that is not, the byte and its
+ * offset in that file. dptrain train checks the text it trains on; the tokenizer itself takes
+ * any bytes. */
+DPT_API dpt_status dpt_text_corpus_check_utf8(const dpt_text_corpus *c);
+
+/* 1 when len bytes are valid UTF-8; else 0 with the offset of the first byte that starts no
+ * valid character in *bad_offset (may be NULL). */
+DPT_API int dpt_utf8_valid(const void *text, size_t len, size_t *bad_offset);
 
 /* ---- the tokenizer --------------------------------------------------------------------------- */
 
@@ -118,6 +129,11 @@ DPT_API dpt_status dpt_bpe_decode(const dpt_bpe *bpe, const int32_t *ids, size_t
  * tokens, the merges in order), through "<path>.tmp" renamed over path. DPT_ERR_IO naming the
  * file on failure. */
 DPT_API dpt_status dpt_bpe_save(const dpt_bpe *bpe, const char *path);
+
+/* 64-bit fingerprint of the vocabulary: its size and its merges in order (dpt_fingerprint of
+ * little-endian int32 words). Two vocabularies that encode alike have the same value. 0 for
+ * NULL. */
+DPT_API uint64_t dpt_bpe_fingerprint(const dpt_bpe *bpe);
 
 /* Reads a vocabulary dpt_bpe_save wrote. DPT_ERR_IO (cannot read) or DPT_ERR_BAD_FORMAT, each
  * naming the file and the problem (not JSON, another format or version, special tokens other
@@ -171,6 +187,36 @@ DPT_API dpt_status dpt_mlm_mask(uint64_t seed, uint64_t epoch, uint64_t seq_inde
 DPT_API dpt_status dpt_text_sequences_gather(const dpt_text_sequences *s, dpt_text_split split,
                                              const uint64_t *indices, size_t count, uint64_t seed,
                                              uint64_t epoch, int32_t *inputs, int32_t *labels);
+
+/* ---- training on text -------------------------------------------------------------------- */
+
+/* A dataset (include/dptrain/data.h) of one split's sequences for masked-language-model
+ * training. `seqs` is borrowed: it must outlive the dataset. Its samples are the sequences
+ * (count: the split's sequences; dim, cols and labels per sample: seq_len; channels and rows 1;
+ * num_classes: the vocabulary size). Gathering sequence i writes the masked input ids
+ * (dpt_mlm_mask keyed by (mask_seed, epoch, i)) into its seq_len float slots as int32 bit
+ * patterns (4 bytes each, the layout a token model reads) and its seq_len labels
+ * (DPT_MLM_IGNORE = DPT_IGNORE_INDEX where nothing is predicted) into labels[i * seq_len, ...).
+ * The training split is masked anew every epoch (dpt_dataset_gather: epoch 0;
+ * dpt_dataset_gather_transformed: its epoch); the validation split always as in epoch 0, one
+ * fixed validation set. Data transforms (normalization, augmentation) are refused with
+ * DPT_ERR_INVALID_ARG. Its fingerprint covers the split's ids, seq_len, the vocabulary size,
+ * the split and mask_seed. Errors: DPT_ERR_INVALID_ARG, DPT_ERR_OUT_OF_MEMORY. */
+DPT_API dpt_status dpt_dataset_from_text(const dpt_text_sequences *seqs, dpt_text_split split,
+                                         uint64_t mask_seed, dpt_dataset **out);
+
+/* The sequences of a text dataset; NULL for any other dataset. */
+DPT_API const dpt_text_sequences *dpt_dataset_text_sequences(const dpt_dataset *ds);
+
+/* The unigram baseline a masked-language model should beat: each target predicted by the
+ * frequency of its token in the training split's text (special tokens left out), with add-one
+ * smoothing over the vocabulary's non-special tokens, p(t) = (n_t + 1) / (N + V - 4), scored
+ * on the validation split's targets masked with mask_seed as in epoch 0 (the validation set
+ * dpt_dataset_from_text gives). *loss: the mean negative log-likelihood per target, in nats;
+ * *perplexity: exp(*loss); *targets: the validation targets (each may be NULL). NaN loss and
+ * perplexity and 0 targets when the validation split has none. */
+DPT_API dpt_status dpt_text_unigram_baseline(const dpt_text_sequences *seqs, uint64_t mask_seed,
+                                             double *loss, double *perplexity, size_t *targets);
 
 #ifdef __cplusplus
 }

@@ -7,9 +7,11 @@
  *
  * One step, on every replica alike:
  *   1. take the replica's slice of global batch k (sizes differ by at most one);
- *   2. forward and backward with the loss gradient scaled by 1/B (not by the slice size; for
- *      a kept last batch, by 1/its size), so that the SUM over replicas is exactly the mean
- *      gradient over the batch's samples;
+ *   2. forward and backward with the loss gradient scaled by 1/T, T the targets of the whole
+ *      global batch (not of the slice): its B samples for a classifier (for a kept last batch,
+ *      its size), the labelled (masked) positions of its sequences for a token model, which
+ *      every replica counts alike from the batch's deterministic masking, with no exchange; so
+ *      that the SUM over replicas is exactly the mean gradient over the batch's targets;
  *   3. reduce-scatter (sum) the flat gradient buffer: each replica gets the complete sum of its
  *      shard (dpt_comm_shard); gather the loss and correct count of every replica;
  *   4. a non-finite loss (or gradient norm, when clipping) stops training (or skips the step
@@ -43,19 +45,23 @@ extern "C" {
 
 /* What dpt_train reports after each epoch (and once at the end with final = 1). */
 typedef struct dpt_train_report {
-  int final;              /* 1 for the closing report */
-  int64_t epoch;          /* 1-based epoch just finished */
-  int64_t steps;          /* optimizer steps so far */
-  int64_t skipped_steps;  /* steps skipped for non-finite values */
-  double train_loss;      /* mean loss over the epoch's samples */
-  double test_loss;       /* mean loss over the test set (NaN when there is none) */
-  double test_accuracy;   /* fraction correct over the test set (NaN when there is none) */
-  double samples_per_sec; /* training samples (all replicas) per second of training time */
-  double seconds;         /* wall time of the epoch (of the whole run when final) */
-  int ranks;              /* MPI ranks (1 without MPI) */
-  int replicas;           /* replicas in all */
-  uint64_t param_hash;    /* fingerprint of the parameters, the same on every replica */
-  const char *backend;    /* backend of this process's first replica */
+  int final;             /* 1 for the closing report */
+  int64_t epoch;         /* 1-based epoch just finished */
+  int64_t steps;         /* optimizer steps so far */
+  int64_t skipped_steps; /* steps skipped for non-finite values */
+  /* Losses and accuracies are per target: per sample for a classifier, per labelled (masked)
+   * token for a token model (its test accuracy: the masked-token accuracy). */
+  double train_loss;        /* mean loss over the epoch's targets */
+  double test_loss;         /* mean loss over the test set's targets (NaN when there is none) */
+  double test_accuracy;     /* fraction correct over the test set (NaN when there is none) */
+  double test_perplexity;   /* token models: exp(test_loss); NaN otherwise or without a test set */
+  size_t labels_per_sample; /* 1, or a token model's sequence length (tokens per sample) */
+  double samples_per_sec;   /* training samples (all replicas) per second of training time */
+  double seconds;           /* wall time of the epoch (of the whole run when final) */
+  int ranks;                /* MPI ranks (1 without MPI) */
+  int replicas;             /* replicas in all */
+  uint64_t param_hash;      /* fingerprint of the parameters, the same on every replica */
+  const char *backend;      /* backend of this process's first replica */
   /* Where the training time went so far, seconds, on the reporting replica: batch loading,
    * forward and backward; the step's communication (the gradient all-reduce, or the
    * reduce-scatter and the parameter all-gather; waiting for the slowest replica included);

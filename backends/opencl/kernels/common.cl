@@ -22,6 +22,9 @@ typedef double acc_t;
 typedef float acc_t;
 #endif
 
+/* A label that counts for nothing (softmax_xent), as DPT_IGNORE_INDEX of dptrain/backend.h. */
+#define DPT_IGNORE_INDEX (-100)
+
 /* Bit test: infinities and NaNs have an all-ones exponent. Unaffected by any fast-math
  * setting a compiler might apply to isfinite(). */
 inline int dpt_nonfinite(float v) {

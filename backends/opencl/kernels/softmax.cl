@@ -5,8 +5,10 @@
  *   pass 3: dlogits = scale * (p - onehot)    (when want_grad)
  *   stats[2r] = loss_r, stats[2r+1] = 1 if correct else 0   (when want_stats; the host adds
  *   them in double)
- * A label outside [0, cols): loss NaN, gradient row zero, never correct. Exponentials and sums
- * are computed in acc_t (double where the device has it, like the CPU reference).
+ * A label equal to DPT_IGNORE_INDEX (-100): loss 0 (adds nothing), gradient row zero, never
+ * correct; any other label outside [0, cols): loss NaN, gradient row zero, never correct.
+ * Exponentials and sums are computed in acc_t (double where the device has it, like the CPU
+ * reference).
  * Cost: 2 reads of the row (3 with the gradient), one write of the row. */
 
 /* Does candidate (v2, i2) beat (v1, i1) for the first maximal element? i == cols: none. */
@@ -59,6 +61,7 @@ __kernel void softmax_xent(ulong cols, __global const float *logits, ulong logit
 
   int label = labels[labels_off + r];
   int valid = label >= 0 && (ulong)label < cols;
+  int ignored = label == DPT_IGNORE_INDEX;
   if (want_grad) {
     __global float *d = dlogits + dlogits_off + r * cols;
     for (ulong j = lid; j < cols; j += nl) {
@@ -71,7 +74,70 @@ __kernel void softmax_xent(ulong cols, __global const float *logits, ulong logit
     }
   }
   if (want_stats && lid == 0) {
-    stats[2 * r] = valid ? log(sum) - ((acc_t)x[label] - mx) : (acc_t)NAN;
+    stats[2 * r] = valid ? log(sum) - ((acc_t)x[label] - mx) : ignored ? (acc_t)0 : (acc_t)NAN;
     stats[2 * r + 1] = valid && amax == (ulong)label ? 1 : 0;
   }
+}
+
+/* ---- attention's softmax and the softmax's backward: one work-group per row ----------------
+ * Each work-item walks the columns lid, lid + L, ... of its row in every pass and writes only
+ * those, so the output may be the input (in place). Sums in acc_t; lred: local size acc_t. */
+
+/* The group's maximum (op 0) or sum (op 1) of v, in every work-item. */
+inline acc_t dpt_group_reduce(acc_t v, int op, __local acc_t *lred) {
+  size_t lid = get_local_id(0), nl = get_local_size(0);
+  lred[lid] = v;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (size_t s = nl / 2; s > 0; s /= 2) {
+    if (lid < s) lred[lid] = op ? lred[lid] + lred[lid + s] : fmax(lred[lid], lred[lid + s]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  acc_t r = lred[0];
+  barrier(CLK_LOCAL_MEM_FENCE); /* lred is reused by the next reduction */
+  return r;
+}
+
+/* probs[r] = softmax(scale * scores[r]) over the keys not masked; row r = (h * n + i) * q + j
+ * (group id), key t of sample i = (r / q) % n masked when has_ids and ids[i * k + t] == pad_id.
+ * Masked keys and rows of masked keys only give 0. */
+__kernel void attn_softmax(ulong n, ulong q, ulong k, float scale, int has_ids, int pad_id,
+                           __global const int *ids, ulong ids_off, __global const float *scores,
+                           ulong scores_off, __global float *probs, ulong probs_off,
+                           __local acc_t *lred) {
+  ulong r = get_group_id(0), lid = get_local_id(0), nl = get_local_size(0);
+  __global const float *x = scores + scores_off + r * k;
+  __global float *y = probs + probs_off + r * k;
+  __global const int *key = ids + ids_off + ((r / q) % n) * k;
+
+  acc_t mx = -INFINITY;
+  for (ulong t = lid; t < k; t += nl)
+    if (!has_ids || key[t] != pad_id) mx = fmax(mx, (acc_t)scale * (acc_t)x[t]);
+  mx = dpt_group_reduce(mx, 0, lred);
+
+  acc_t sum = 0;
+  for (ulong t = lid; t < k; t += nl)
+    if (!has_ids || key[t] != pad_id) sum += exp((acc_t)scale * (acc_t)x[t] - mx);
+  sum = dpt_group_reduce(sum, 1, lred);
+
+  acc_t inv = sum > 0 ? 1 / sum : 0;
+  for (ulong t = lid; t < k; t += nl) {
+    acc_t e = (!has_ids || key[t] != pad_id) ? exp((acc_t)scale * (acc_t)x[t] - mx) : 0;
+    y[t] = (float)(e * inv);
+  }
+}
+
+/* dx[r] = y[r] * (dy[r] - sum_c y[r, c] * dy[r, c]) over rows of cols (group id = row); dx may
+ * be dy. */
+__kernel void softmax_bwd(ulong cols, __global const float *y, ulong y_off,
+                          __global const float *dy, ulong dy_off, __global float *dx, ulong dx_off,
+                          __local acc_t *lred) {
+  ulong r = get_group_id(0), lid = get_local_id(0), nl = get_local_size(0);
+  __global const float *yr = y + y_off + r * cols, *dyr = dy + dy_off + r * cols;
+  __global float *dxr = dx + dx_off + r * cols;
+  acc_t dot = 0;
+  for (ulong c = lid; c < cols; c += nl)
+    dot += (acc_t)yr[c] * (acc_t)dyr[c];
+  dot = dpt_group_reduce(dot, 1, lred);
+  for (ulong c = lid; c < cols; c += nl)
+    dxr[c] = (float)((acc_t)yr[c] * ((acc_t)dyr[c] - dot));
 }

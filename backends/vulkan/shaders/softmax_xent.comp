@@ -2,8 +2,9 @@
 #extension GL_GOOGLE_include_directive : require
 // Softmax cross-entropy, one workgroup per row of logits [rows, cols]:
 //   p = softmax(row); loss = log(sum exp(x - max)) - (x[label] - max);
-//   dlogits = scale * (p - onehot(label)) (flag 1); a label outside [0, cols) gives loss NaN,
-//   a zero gradient row and never counts as correct.
+//   dlogits = scale * (p - onehot(label)) (flag 1); a label equal to DPT_IGNORE_INDEX (-100)
+//   gives loss 0 (adds nothing), any other label outside [0, cols) loss NaN; both give a zero
+//   gradient row and never count as correct.
 // With flag 2 the row's loss (float bits) goes to part[part_off + row] and whether the first
 // maximal logit is the label to part[part_off + rows + row]; the host adds them in double.
 layout(local_size_x = 128) in;
@@ -18,6 +19,7 @@ layout(push_constant) uniform P {
 } pc;
 
 const uint NONE = 0xffffffffu;
+const int IGNORE_INDEX = -100; // DPT_IGNORE_INDEX of dptrain/backend.h
 shared float sv[128];
 shared uint si[128];
 
@@ -79,7 +81,8 @@ void main() {
     }
   }
   if ((pc.flags & 2u) != 0u && lid == 0u) {
-    float loss = valid ? log(s) - (logits[base + uint(label)] - m) : DPT_NAN;
+    float loss = valid ? log(s) - (logits[base + uint(label)] - m)
+                       : (label == IGNORE_INDEX ? 0.0 : DPT_NAN);
     part[pc.part_off + row] = floatBitsToUint(loss);
     part[pc.part_off + pc.rows + row] = (valid && mi == uint(label)) ? 1u : 0u;
   }
