@@ -8,5 +8,7 @@ int dpt_cmd_predict(int argc, char **argv);
 int dpt_cmd_checkpoint(int argc, char **argv);
 int dpt_cmd_run(int argc, char **argv);
 int dpt_cmd_tokenize(int argc, char **argv);
+int dpt_cmd_data(int argc, char **argv);
+int dpt_cmd_data_debian(int argc, char **argv);
 
 #endif

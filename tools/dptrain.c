@@ -18,6 +18,7 @@ static void usage(FILE *f) {
              "  checkpoint export  a checkpoint's model weights, for eval, predict and PyTorch\n"
              "  run                a command restarted after failures (dptrain run --help)\n"
              "  tokenize           learn a BPE vocabulary from text (dptrain tokenize --help)\n"
+             "  data               recommendation data: convert Criteo text, synth, debian, info\n"
              "  devices            list every backend and device found, one per line\n"
              "  bench gemm         gemm GFLOP/s per backend and size (dptrain bench gemm --help)\n"
              "  bench train        training samples/s: 1 replica bare, 1 replica, R replicas\n"
@@ -101,6 +102,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "checkpoint")) return dpt_cmd_checkpoint(argc - 1, argv + 1);
   if (!strcmp(cmd, "run")) return dpt_cmd_run(argc - 1, argv + 1);
   if (!strcmp(cmd, "tokenize")) return dpt_cmd_tokenize(argc - 1, argv + 1);
+  if (!strcmp(cmd, "data")) return dpt_cmd_data(argc - 1, argv + 1);
   if (!strcmp(cmd, "devices")) return cmd_devices(argc - 1, argv + 1);
   if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
   if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {

@@ -7,6 +7,8 @@
 #include "dptrain/comm.h"
 #include "dptrain/data.h"
 #include "dptrain/export.h"
+#include "dptrain/interactions.h"
+#include "dptrain/metrics.h"
 #include "dptrain/model.h"
 #include "dptrain/optim.h"
 #include "dptrain/safetensors.h"

@@ -1,0 +1,220 @@
+/* dptrain: user-interaction data for recommendation models (DLRM-style): binary shard files,
+ * the reader that gives each rank its own shards, the fixed-length epoch over unequal shards,
+ * Criteo's text layout converted to shards, and synthetic interactions with planted factors.
+ * docs/recommendation.md has the whole story with examples.
+ *
+ * A record: a label (0 or 1), num_dense float32 dense features, num_sparse int32 categorical
+ * ids, id j of a record below table_sizes[j] (already hashed into its table).
+ *
+ * A shard file (all integers and floats little-endian):
+ *   offset 0   8 bytes   magic "DPTRECS\0"
+ *   offset 8   u32       version (1)
+ *   offset 12  u32       num_dense
+ *   offset 16  u32       num_sparse (1 .. DPT_SHARD_MAX_SPARSE)
+ *   offset 20  u32       reserved, 0
+ *   offset 24  u64       num_records
+ *   offset 32  u32       CRC32 (zlib) of the payload
+ *   offset 36  u32       CRC32 of bytes 0..35 and the table sizes (the header's own check)
+ *   offset 40  u64[num_sparse]  table sizes (each >= 1, at most 2^31)
+ *   then the payload: num_records records of DPT_SHARD_RECORD_BYTES(num_dense, num_sparse)
+ *   bytes each, packed: u8 label, f32 dense[num_dense], i32 sparse[num_sparse].
+ * The file's size must be exactly the header's plus the payload's; anything else (a truncated
+ * copy, a bad CRC, a label other than 0/1, an id outside its table) is DPT_ERR_BAD_FORMAT
+ * naming the file (and the record where one is to blame).
+ *
+ * Shards and ranks: a pattern (a glob(3) pattern such as "DIR/shard-*.bin") names the shard
+ * files; they are sorted bytewise by path and numbered 0 .. S-1. Rank r of R takes shards
+ * r, r + R, r + 2R, ... (shard s belongs to rank s mod R), so every shard is read by exactly
+ * one rank. S < R (a rank without a shard) and a pattern matching nothing are errors naming
+ * the pattern. Every rank reads every shard's header (cheap: 40 + 8 * num_sparse bytes) but
+ * only its own shards' records.
+ *
+ * The epoch over unequal shards (no communication, every rank agrees):
+ *   total   = the sum of every shard's num_records (from the headers)
+ *   steps   = floor(total / global_batch)                 global steps per epoch
+ *   b_r     = dpt_batch_split(global_batch, R, r)'s count  rank r's local batch
+ *   order_r = a Fisher-Yates permutation of rank r's n_r local records, from the library's
+ *             generator keyed by (seed, epoch, r)
+ *   step k, slot j (0 <= j < b_r): local record order_r[(k * b_r + j) mod n_r]
+ * A rank with fewer records than its share wraps around its order (some of its records appear
+ * twice in the epoch); a rank with more sees only the first steps * b_r of its order (the
+ * rest wait for a later epoch's permutation). Every rank runs the same number of steps.
+ */
+#ifndef DPTRAIN_INTERACTIONS_H
+#define DPTRAIN_INTERACTIONS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dptrain/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DPT_SHARD_MAGIC        "DPTRECS"
+#define DPT_SHARD_VERSION      1
+#define DPT_SHARD_MAX_SPARSE   1024
+#define DPT_SHARD_MAX_DENSE    1024
+#define DPT_SHARD_MAX_TABLE    (UINT64_C(1) << 31)
+#define DPT_SHARD_HEADER_FIXED 40
+#define DPT_SHARD_RECORD_BYTES(num_dense, num_sparse)                                              \
+  (1 + 4 * (size_t)(num_dense) + 4 * (size_t)(num_sparse))
+
+/* A shard's header. */
+typedef struct dpt_shard_header {
+  uint32_t num_dense, num_sparse;
+  uint64_t num_records;
+  uint32_t payload_crc;
+  uint64_t table_sizes[DPT_SHARD_MAX_SPARSE];
+} dpt_shard_header;
+
+/* Reads and checks a shard's header (magic, version, counts, the header's CRC, the file's size
+ * against the counts) without reading the payload. DPT_ERR_IO (missing, unreadable) or
+ * DPT_ERR_BAD_FORMAT naming the path. */
+DPT_API dpt_status dpt_shard_read_header(const char *path, dpt_shard_header *out);
+
+/* ---- writing a shard ------------------------------------------------------------------------ */
+
+typedef struct dpt_shard_writer dpt_shard_writer;
+
+/* Starts a shard at path (written to "path.tmp", renamed on close). table_sizes has
+ * num_sparse entries. DPT_ERR_INVALID_ARG for bad counts or sizes, DPT_ERR_IO. */
+DPT_API dpt_status dpt_shard_writer_open(const char *path, uint32_t num_dense, uint32_t num_sparse,
+                                         const uint64_t *table_sizes, dpt_shard_writer **out);
+
+/* Appends a record. label must be 0 or 1 and sparse[j] in [0, table_sizes[j]), else
+ * DPT_ERR_INVALID_ARG (nothing written). dense may be NULL when num_dense is 0. */
+DPT_API dpt_status dpt_shard_writer_add(dpt_shard_writer *w, float label, const float *dense,
+                                        const int32_t *sparse);
+
+/* Records appended so far. */
+DPT_API uint64_t dpt_shard_writer_count(const dpt_shard_writer *w);
+
+/* Writes the header (count and CRC), closes, renames into place and frees. The writer is freed
+ * even on failure (and the temporary file removed). NULL is DPT_OK. */
+DPT_API dpt_status dpt_shard_writer_close(dpt_shard_writer *w);
+
+/* Drops the shard: removes the temporary file and frees. NULL does nothing. */
+DPT_API void dpt_shard_writer_abort(dpt_shard_writer *w);
+
+/* ---- reading this rank's shards ------------------------------------------------------------- */
+
+typedef struct dpt_interactions dpt_interactions;
+
+/* Expands the pattern, reads every shard's header (all must agree on num_dense, num_sparse and
+ * the table sizes), and loads the records of rank `rank`'s shards (of `world` ranks, see the
+ * top of this header) into memory, each CRC and record checked. Local record i counts through
+ * the rank's shards in shard order. Errors: DPT_ERR_INVALID_ARG (no match or fewer shards
+ * than ranks, naming the pattern; bad rank/world), DPT_ERR_IO, DPT_ERR_BAD_FORMAT (naming the
+ * file), DPT_ERR_OUT_OF_MEMORY. *out is NULL on failure. */
+DPT_API dpt_status dpt_interactions_open(const char *pattern, int rank, int world,
+                                         dpt_interactions **out);
+
+/* Frees; NULL does nothing. */
+DPT_API void dpt_interactions_destroy(dpt_interactions *d);
+
+DPT_API uint32_t dpt_interactions_num_dense(const dpt_interactions *d);
+DPT_API uint32_t dpt_interactions_num_sparse(const dpt_interactions *d);
+/* [num_sparse] table sizes (borrowed). */
+DPT_API const uint64_t *dpt_interactions_table_sizes(const dpt_interactions *d);
+
+/* Shards matched by the pattern (all ranks), and this rank's. */
+DPT_API size_t dpt_interactions_num_shards(const dpt_interactions *d);
+DPT_API size_t dpt_interactions_local_shards(const dpt_interactions *d);
+/* The path of shard s (0 <= s < num_shards; NULL otherwise) and its record count. */
+DPT_API const char *dpt_interactions_shard_path(const dpt_interactions *d, size_t s);
+DPT_API uint64_t dpt_interactions_shard_records(const dpt_interactions *d, size_t s);
+/* The global index of this rank's local shard i (rank + i * world). */
+DPT_API size_t dpt_interactions_local_shard(const dpt_interactions *d, size_t i);
+
+/* Records of every shard (from the headers) and of this rank's shards. */
+DPT_API uint64_t dpt_interactions_total_records(const dpt_interactions *d);
+DPT_API size_t dpt_interactions_local_records(const dpt_interactions *d);
+
+/* Local record i's fields (borrowed; i < local_records): its num_dense floats, its
+ * num_sparse ids, its label (0 or 1); all local labels as one array. */
+DPT_API const float *dpt_interactions_dense(const dpt_interactions *d, size_t i);
+DPT_API const int32_t *dpt_interactions_sparse(const dpt_interactions *d, size_t i);
+DPT_API float dpt_interactions_label(const dpt_interactions *d, size_t i);
+DPT_API const uint8_t *dpt_interactions_labels(const dpt_interactions *d);
+
+/* Copies n local records by index into caller arrays: dense [n, num_dense], sparse
+ * [n, num_sparse], labels [n] (any may be NULL to skip). DPT_ERR_INVALID_ARG naming an index
+ * out of range. */
+DPT_API dpt_status dpt_interactions_gather(const dpt_interactions *d, const uint64_t *idx, size_t n,
+                                           float *dense, int32_t *sparse, float *labels);
+
+/* ---- the fixed-length epoch (see the top of this header) ------------------------------------ */
+
+/* floor(total_records / global_batch): the same on every rank. 0 when global_batch is 0. */
+DPT_API uint64_t dpt_interactions_steps(const dpt_interactions *d, size_t global_batch);
+
+/* This rank's local batch at global_batch (dpt_batch_split over the world). */
+DPT_API size_t dpt_interactions_local_batch(const dpt_interactions *d, size_t global_batch);
+
+/* The local record indices of step `step` of `epoch`: local_batch entries into idx.
+ * DPT_ERR_INVALID_ARG when step >= steps or the rank holds no record. The epoch's order is
+ * computed once and cached (one thread at a time per dpt_interactions). */
+DPT_API dpt_status dpt_interactions_step_indices(dpt_interactions *d, uint64_t seed, uint64_t epoch,
+                                                 size_t global_batch, uint64_t step, uint64_t *idx);
+
+/* ---- Criteo's text layout ------------------------------------------------------------------- */
+
+/* The id of a categorical value (its bytes as written, e.g. "68fd1e64") in a table of
+ * table_size >= 2 ids: an empty value is id 0 (reserved for "missing"), any other value
+ * 1 + (FNV-1a 64 of its bytes) mod (table_size - 1). */
+DPT_API int32_t dpt_criteo_hash(const char *value, size_t len, uint64_t table_size);
+
+/* A dense Criteo value x (an integer count, possibly negative) as DLRM feeds it:
+ * log(1 + x) for x >= 0, 0 for x < 0 (and for an empty field). */
+DPT_API float dpt_criteo_dense(double x);
+
+typedef struct dpt_criteo_options {
+  uint32_t num_dense;          /* integer features per line (Criteo: 13) */
+  uint32_t num_sparse;         /* categorical features per line (Criteo: 26) */
+  const uint64_t *table_sizes; /* [num_sparse], each >= 2 */
+  size_t num_shards;           /* output shard files (>= 1) */
+  const char *out_dir;         /* created if missing (one level) */
+  const char *prefix;          /* file names: out_dir/prefix-00000.bin, ... ("shard" if NULL) */
+} dpt_criteo_options;
+
+/* Converts Criteo-layout text files ("-" is stdin) to shards: each line is
+ *   label \t dense_1 .. dense_num_dense \t sparse_1 .. sparse_num_sparse
+ * (tab-separated, label 0 or 1, dense fields integers or empty, sparse fields any bytes or
+ * empty). Lines go round-robin to the shards: the n-th line read (0-based, over all inputs in
+ * order) is record n / num_shards of shard n mod num_shards. A malformed line (too few or too
+ * many fields, a label other than 0/1, a non-numeric dense field) is DPT_ERR_BAD_FORMAT
+ * "FILE:LINE: what" and no shard is left behind. *records (may be NULL) is the number of
+ * lines converted. */
+DPT_API dpt_status dpt_criteo_convert(const char *const *inputs, size_t num_inputs,
+                                      const dpt_criteo_options *o, uint64_t *records);
+
+/* ---- synthetic interactions with planted factors -------------------------------------------- */
+
+typedef struct dpt_synth_config {
+  uint64_t rows;      /* ids per table (each table the same size) */
+  uint32_t tables;    /* sparse features (>= 2) */
+  uint32_t dim;       /* latent factors per id (>= 1) */
+  uint32_t num_dense; /* dense features (may be 0) */
+  double zipf;        /* popularity exponent s > 0: P(rank k) ~ k^-s */
+  double signal;      /* standard deviation of the interaction term of the logit */
+  double bias;        /* the logit's constant */
+  uint64_t seed;
+} dpt_synth_config;
+
+/* The defaults: rows 100000, tables 8, dim 4, num_dense 4, zipf 1.05, signal 2, bias -1,
+ * seed 0. */
+DPT_API void dpt_synth_default(dpt_synth_config *c);
+
+/* Record i of the synthetic set (docs/recommendation.md has the model): dense [num_dense],
+ * sparse [tables], its label (0/1) and its true click probability. Depends on (config, i)
+ * alone; O(tables^2 * dim) time, no memory. DPT_ERR_INVALID_ARG for a bad config. */
+DPT_API dpt_status dpt_synth_record(const dpt_synth_config *c, uint64_t i, float *dense,
+                                    int32_t *sparse, float *label, float *prob);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

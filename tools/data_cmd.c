@@ -1,0 +1,438 @@
+/* `dptrain data`: interaction data for recommendation models (docs/recommendation.md).
+ *   convert  Criteo-layout text to shards
+ *   synth    synthetic interactions with planted factors, and the planted model's AUC
+ *   debian   the Debian package dependency graph as link prediction
+ *   info     what shards hold (and a few records)
+ * Each failure is one line on stderr and exit 1; usage errors exit 2. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, getline, strdup */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "dptrain/dptrain.h"
+#include "tools/commands.h"
+
+#define MAX_INPUTS 256
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static const char *cmd_name = "dptrain data";
+
+__attribute__((format(printf, 2, 3))) static int usage_error(void (*usage)(FILE *), const char *fmt,
+                                                             ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "%s: ", cmd_name);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  usage(stderr);
+  return 2;
+}
+
+static char tool_msg[1024]; /* a failure of the tool itself (the library's: dpt_last_error) */
+
+__attribute__((format(printf, 2, 3))) static dpt_status tool_err(dpt_status st, const char *fmt,
+                                                                 ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(tool_msg, sizeof tool_msg, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+/* The failure's one line; exit code 1. */
+static int fail(dpt_status st) {
+  fprintf(stderr, "%s: %s: %s\n", cmd_name, dpt_status_str(st),
+          *tool_msg ? tool_msg : dpt_last_error());
+  return 1;
+}
+
+/* A whole number in [lo, hi] into *out; 0 on success. Accepts 1e6-style values when whole. */
+static int parse_u64(const char *v, uint64_t lo, uint64_t hi, uint64_t *out) {
+  char *end;
+  errno = 0;
+  if (*v == '-' || *v == '+') return -1;
+  unsigned long long n = strtoull(v, &end, 10);
+  if (*end == 'e' || *end == 'E' || *end == '.') {
+    const double d = strtod(v, &end);
+    if (*end || !(d >= 0) || d > 1.8e19 || d != floor(d)) return -1;
+    n = (unsigned long long)d;
+  }
+  if (end == v || *end || errno || n < lo || n > hi) return -1;
+  *out = n;
+  return 0;
+}
+
+static int parse_double(const char *v, double lo, double hi, double *out) {
+  char *end;
+  errno = 0;
+  const double d = strtod(v, &end);
+  if (end == v || *end || errno || !(d >= lo && d <= hi)) return -1;
+  *out = d;
+  return 0;
+}
+
+static int make_dir(const char *dir) {
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+    fprintf(stderr, "%s: %s: cannot create the directory: %s\n", cmd_name, dir, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- convert ------------------------------------------------------------------------------- */
+
+static void convert_usage(FILE *f) {
+  fprintf(f,
+          "usage: dptrain data convert [--input FILE]... --out DIR [options]\n"
+          "\n"
+          "Converts Criteo-layout text (label, dense integers, categorical values; tab-separated)\n"
+          "to interaction shards DIR/PREFIX-00000.bin ... (docs/recommendation.md). Line n (over\n"
+          "all inputs) goes to shard n mod K (round-robin).\n"
+          "\n"
+          "  --input FILE      a text file; '-' or none: stdin (repeatable)\n"
+          "  --out DIR         the output directory (created if missing)\n"
+          "  --dense N         dense features per line (default 13)\n"
+          "  --sparse N        categorical features per line (default 26)\n"
+          "  --table-size S    ids per table: one size for all, or a comma list of --sparse sizes\n"
+          "                    (default 1000000); a value's id is 1 + FNV-1a-64(bytes) mod (S-1),\n"
+          "                    id 0 an empty field\n"
+          "  --shards K        shard files (default 1, at most 512)\n"
+          "  --prefix NAME     shard file names (default shard)\n");
+}
+
+static int cmd_convert(int argc, char **argv) {
+  cmd_name = "dptrain data convert";
+  const char *inputs[MAX_INPUTS];
+  size_t num_inputs = 0;
+  const char *out = NULL, *prefix = "shard", *tables = "1000000";
+  uint64_t num_dense = 13, num_sparse = 26, shards = 1;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      convert_usage(stdout);
+      return 0;
+    }
+    static const char *const valued[] = {"--input",      "--out",    "--dense", "--sparse",
+                                         "--table-size", "--shards", "--prefix"};
+    int known = 0;
+    for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
+      known |= !strcmp(a, valued[k]);
+    if (!known) return usage_error(convert_usage, "unknown option '%s'", a);
+    if (i + 1 == argc) return usage_error(convert_usage, "%s needs a value", a);
+    const char *v = argv[++i];
+    int bad = 0;
+    if (!strcmp(a, "--input")) {
+      if (num_inputs == MAX_INPUTS)
+        return usage_error(convert_usage, "more than %d inputs", MAX_INPUTS);
+      inputs[num_inputs++] = v;
+    } else if (!strcmp(a, "--out")) {
+      out = v;
+    } else if (!strcmp(a, "--prefix")) {
+      prefix = v;
+      bad = !*v || strchr(v, '/') != NULL;
+    } else if (!strcmp(a, "--table-size")) {
+      tables = v;
+    } else if (!strcmp(a, "--dense")) {
+      bad = parse_u64(v, 0, DPT_SHARD_MAX_DENSE, &num_dense);
+    } else if (!strcmp(a, "--sparse")) {
+      bad = parse_u64(v, 1, DPT_SHARD_MAX_SPARSE, &num_sparse);
+    } else {
+      bad = parse_u64(v, 1, 512, &shards);
+    }
+    if (bad) return usage_error(convert_usage, "bad value '%s' for %s", v, a);
+  }
+  if (!out) return usage_error(convert_usage, "--out DIR is needed");
+  if (num_inputs == 0) inputs[num_inputs++] = "-";
+  /* The table sizes: one for all, or one per sparse feature. */
+  uint64_t *sizes = malloc(num_sparse * sizeof *sizes);
+  if (!sizes) return fail(DPT_ERR_OUT_OF_MEMORY);
+  size_t count = 0;
+  char *list = strdup(tables), *save = NULL;
+  for (char *tok = list ? strtok_r(list, ",", &save) : NULL; tok;
+       tok = strtok_r(NULL, ",", &save)) {
+    uint64_t s;
+    if (count == num_sparse || parse_u64(tok, 2, DPT_SHARD_MAX_TABLE, &s)) {
+      count = 0;
+      break;
+    }
+    sizes[count++] = s;
+  }
+  free(list);
+  if (count == 1)
+    for (; count < num_sparse; count++)
+      sizes[count] = sizes[0];
+  if (count != num_sparse) {
+    free(sizes);
+    return usage_error(convert_usage,
+                       "--table-size '%s': one size or %" PRIu64 " sizes, each 2..2^31", tables,
+                       num_sparse);
+  }
+  const dpt_criteo_options o = {.num_dense = (uint32_t)num_dense,
+                                .num_sparse = (uint32_t)num_sparse,
+                                .table_sizes = sizes,
+                                .num_shards = (size_t)shards,
+                                .out_dir = out,
+                                .prefix = prefix};
+  uint64_t records = 0;
+  const double t0 = now();
+  const dpt_status st = dpt_criteo_convert(inputs, num_inputs, &o, &records);
+  const double secs = now() - t0;
+  free(sizes);
+  if (st != DPT_OK) return fail(st);
+  printf("converted %" PRIu64 " records (%" PRIu64 " dense, %" PRIu64 " sparse) from %zu input%s "
+         "into %" PRIu64 " shard%s %s/%s-*.bin in %.2f s (%.0f records/s)\n",
+         records, num_dense, num_sparse, num_inputs, num_inputs == 1 ? "" : "s", shards,
+         shards == 1 ? "" : "s", out, prefix, secs, secs > 0 ? (double)records / secs : 0.0);
+  return 0;
+}
+
+/* ---- info ---------------------------------------------------------------------------------- */
+
+static void info_usage(FILE *f) {
+  fprintf(f, "usage: dptrain data info PATTERN [--rank R --world W] [--dump N]\n"
+             "\n"
+             "Prints the shards a glob pattern matches (quote it), their layout and records, and\n"
+             "which rank of W reads each; --dump prints rank R's first N records, one a line:\n"
+             "label, then the dense features, '|', the sparse ids.\n");
+}
+
+static int cmd_info(int argc, char **argv) {
+  cmd_name = "dptrain data info";
+  const char *pattern = NULL;
+  uint64_t rank = 0, world = 1, dump = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      info_usage(stdout);
+      return 0;
+    }
+    if (strncmp(a, "--", 2)) {
+      if (pattern) return usage_error(info_usage, "one pattern only ('%s')", a);
+      pattern = a;
+      continue;
+    }
+    if (strcmp(a, "--rank") && strcmp(a, "--world") && strcmp(a, "--dump"))
+      return usage_error(info_usage, "unknown option '%s'", a);
+    if (i + 1 == argc) return usage_error(info_usage, "%s needs a value", a);
+    const char *v = argv[++i];
+    uint64_t *dst = !strcmp(a, "--rank") ? &rank : !strcmp(a, "--world") ? &world : &dump;
+    if (parse_u64(v, !strcmp(a, "--world"), 1 << 20, dst))
+      return usage_error(info_usage, "bad value '%s' for %s", v, a);
+  }
+  if (!pattern) return usage_error(info_usage, "a shard pattern is needed");
+  if (rank >= world) return usage_error(info_usage, "--rank %" PRIu64 " of %" PRIu64, rank, world);
+  dpt_interactions *d = NULL;
+  const dpt_status st = dpt_interactions_open(pattern, (int)rank, (int)world, &d);
+  if (st != DPT_OK) return fail(st);
+  const uint32_t nd = dpt_interactions_num_dense(d), ns = dpt_interactions_num_sparse(d);
+  printf("shards: %zu, records: %" PRIu64 ", %u dense, %u sparse, table sizes:",
+         dpt_interactions_num_shards(d), dpt_interactions_total_records(d), (unsigned)nd,
+         (unsigned)ns);
+  for (uint32_t j = 0; j < ns; j++)
+    printf("%s%" PRIu64, j ? "," : " ", dpt_interactions_table_sizes(d)[j]);
+  printf("\n");
+  for (size_t s = 0; s < dpt_interactions_num_shards(d); s++)
+    printf("shard %zu: %s, %" PRIu64 " records, rank %zu\n", s, dpt_interactions_shard_path(d, s),
+           dpt_interactions_shard_records(d, s), s % (size_t)world);
+  const size_t n = dpt_interactions_local_records(d);
+  uint64_t pos = 0;
+  for (size_t i = 0; i < n; i++)
+    pos += dpt_interactions_labels(d)[i];
+  printf("rank %" PRIu64 " of %" PRIu64 ": %zu shards, %zu records, %.4f positive\n", rank, world,
+         dpt_interactions_local_shards(d), n, n ? (double)pos / (double)n : 0.0);
+  for (size_t i = 0; i < n && i < dump; i++) {
+    printf("%d", (int)dpt_interactions_label(d, i));
+    for (uint32_t j = 0; j < nd; j++)
+      printf(" %.9g", (double)dpt_interactions_dense(d, i)[j]);
+    printf(" |");
+    for (uint32_t j = 0; j < ns; j++)
+      printf(" %d", (int)dpt_interactions_sparse(d, i)[j]);
+    printf("\n");
+  }
+  dpt_interactions_destroy(d);
+  return 0;
+}
+
+/* ---- synth --------------------------------------------------------------------------------- */
+
+static void synth_usage(FILE *f) {
+  fprintf(f,
+          "usage: dptrain data synth --out DIR [options]\n"
+          "\n"
+          "Synthetic clicks from planted latent factors (docs/recommendation.md): shards\n"
+          "DIR/synth-00000.bin ..., each with DIR/synth-00000.prob (every record's true click\n"
+          "probability, float32 little-endian, in record order); record i goes to shard i mod K.\n"
+          "Reports the planted model's AUC and logloss: the best any model can reach.\n"
+          "\n"
+          "  --out DIR        the output directory (created if missing)\n"
+          "  --samples N      records (default 100000)\n"
+          "  --shards K       shard files (default 4, at most 512)\n"
+          "  --rows N         ids per table (default 100000; 1 .. 2^31)\n"
+          "  --tables T       sparse features, each its own table (default 8, >= 2)\n"
+          "  --dim d          latent factors per id (default 4)\n"
+          "  --dense N        dense features (default 4)\n"
+          "  --zipf S         popularity exponent: P(id k) ~ (k+1)^-S (default 1.05)\n"
+          "  --signal X       standard deviation of the factors' part of the logit (default 2)\n"
+          "  --bias B         the logit's constant (default -1)\n"
+          "  --seed S         (default 0)\n");
+}
+
+static int cmd_synth(int argc, char **argv) {
+  cmd_name = "dptrain data synth";
+  dpt_synth_config c;
+  dpt_synth_default(&c);
+  const char *out = NULL;
+  uint64_t samples = 100000, shards = 4;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      synth_usage(stdout);
+      return 0;
+    }
+    static const char *const valued[] = {"--out",    "--samples", "--shards", "--rows",
+                                         "--tables", "--dim",     "--dense",  "--zipf",
+                                         "--signal", "--bias",    "--seed"};
+    int known = 0;
+    for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
+      known |= !strcmp(a, valued[k]);
+    if (!known) return usage_error(synth_usage, "unknown option '%s'", a);
+    if (i + 1 == argc) return usage_error(synth_usage, "%s needs a value", a);
+    const char *v = argv[++i];
+    uint64_t u = 0;
+    int bad = 0;
+    if (!strcmp(a, "--out")) {
+      out = v;
+    } else if (!strcmp(a, "--samples")) {
+      bad = parse_u64(v, 1, UINT64_C(1) << 40, &samples);
+    } else if (!strcmp(a, "--shards")) {
+      bad = parse_u64(v, 1, 512, &shards);
+    } else if (!strcmp(a, "--rows")) {
+      bad = parse_u64(v, 1, DPT_SHARD_MAX_TABLE, &c.rows);
+    } else if (!strcmp(a, "--tables")) {
+      bad = parse_u64(v, 2, 1024, &u);
+      c.tables = (uint32_t)u;
+    } else if (!strcmp(a, "--dim")) {
+      bad = parse_u64(v, 1, 1024, &u);
+      c.dim = (uint32_t)u;
+    } else if (!strcmp(a, "--dense")) {
+      bad = parse_u64(v, 0, DPT_SHARD_MAX_DENSE, &u);
+      c.num_dense = (uint32_t)u;
+    } else if (!strcmp(a, "--zipf")) {
+      bad = parse_double(v, 1e-6, 100, &c.zipf);
+    } else if (!strcmp(a, "--signal")) {
+      bad = parse_double(v, 0, 100, &c.signal);
+    } else if (!strcmp(a, "--bias")) {
+      bad = parse_double(v, -100, 100, &c.bias);
+    } else {
+      bad = parse_u64(v, 0, UINT64_MAX, &c.seed);
+    }
+    if (bad) return usage_error(synth_usage, "bad value '%s' for %s", v, a);
+  }
+  if (!out) return usage_error(synth_usage, "--out DIR is needed");
+  if ((size_t)c.tables * c.dim > 4096)
+    return usage_error(synth_usage, "--tables x --dim is at most 4096");
+  if (make_dir(out)) return 1;
+  dpt_shard_writer **w = calloc(shards, sizeof *w);
+  FILE **pf = calloc(shards, sizeof *pf);
+  uint64_t *sizes = malloc(c.tables * sizeof *sizes);
+  float *dense = malloc((c.num_dense + 1) * sizeof *dense);
+  int32_t *sparse = malloc(c.tables * sizeof *sparse);
+  float *probs = malloc(samples * sizeof *probs), *labels = malloc(samples * sizeof *labels);
+  dpt_status st = DPT_OK;
+  if (!w || !pf || !sizes || !dense || !sparse || !probs || !labels)
+    st = tool_err(DPT_ERR_OUT_OF_MEMORY, "%" PRIu64 " samples", samples);
+  for (uint32_t t = 0; st == DPT_OK && t < c.tables; t++)
+    sizes[t] = c.rows;
+  char path[4096];
+  for (uint64_t s = 0; st == DPT_OK && s < shards; s++) {
+    snprintf(path, sizeof path, "%s/synth-%05" PRIu64 ".bin", out, s);
+    st = dpt_shard_writer_open(path, c.num_dense, c.tables, sizes, &w[s]);
+    snprintf(path, sizeof path, "%s/synth-%05" PRIu64 ".prob", out, s);
+    if (st == DPT_OK && !(pf[s] = fopen(path, "wb")))
+      st = tool_err(DPT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+  }
+  const double t0 = now();
+  for (uint64_t i = 0; st == DPT_OK && i < samples; i++) {
+    st = dpt_synth_record(&c, i, dense, sparse, &labels[i], &probs[i]);
+    if (st == DPT_OK) st = dpt_shard_writer_add(w[i % shards], labels[i], dense, sparse);
+    unsigned char le[4];
+    uint32_t bits;
+    memcpy(&bits, &probs[i], 4);
+    for (int k = 0; k < 4; k++)
+      le[k] = (unsigned char)(bits >> (8 * k));
+    if (st == DPT_OK && fwrite(le, 1, 4, pf[i % shards]) != 4)
+      st = tool_err(DPT_ERR_IO, "%s/synth-%05" PRIu64 ".prob: write failed", out, i % shards);
+  }
+  const double secs = now() - t0;
+  for (uint64_t s = 0; w && s < shards; s++) {
+    if (st == DPT_OK)
+      st = dpt_shard_writer_close(w[s]);
+    else
+      dpt_shard_writer_abort(w[s]);
+    if (pf[s] && fclose(pf[s]) != 0 && st == DPT_OK)
+      st = tool_err(DPT_ERR_IO, "%s: a .prob file failed to close", out);
+  }
+  double auc = NAN, ll = NAN, base = NAN, rate = 0;
+  if (st == DPT_OK) {
+    for (uint64_t i = 0; i < samples; i++)
+      rate += labels[i];
+    rate /= (double)samples;
+    st = dpt_logloss(probs, labels, samples, &ll);
+  }
+  if (st == DPT_OK) st = dpt_auc(probs, labels, samples, &auc);
+  if (rate > 0 && rate < 1) base = -(rate * log(rate) + (1 - rate) * log1p(-rate));
+  free(w);
+  free(pf);
+  free(sizes);
+  free(dense);
+  free(sparse);
+  free(probs);
+  free(labels);
+  if (st != DPT_OK) return fail(st);
+  printf("synth: %" PRIu64 " records, %u tables of %" PRIu64 " rows, dim %u, %u dense, zipf %g, "
+         "seed %" PRIu64 " into %" PRIu64 " shards %s/synth-*.bin in %.2f s (%.0f records/s)\n",
+         samples, (unsigned)c.tables, c.rows, (unsigned)c.dim, (unsigned)c.num_dense, c.zipf,
+         c.seed, shards, out, secs, secs > 0 ? (double)samples / secs : 0.0);
+  printf("positive rate: %.4f\n", rate);
+  printf("planted model: AUC %.4f, logloss %.4f (constant predictor: logloss %.4f)\n", auc, ll,
+         base);
+  return 0;
+}
+
+/* ---- the command --------------------------------------------------------------------------- */
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: dptrain data convert|synth|debian|info [options]\n"
+             "\n"
+             "  convert   Criteo-layout text to interaction shards\n"
+             "  synth     synthetic clicks from planted factors, with the planted model's AUC\n"
+             "  debian    the Debian package dependency graph as link prediction shards\n"
+             "  info      what shards hold, which rank reads which, a few records\n"
+             "(each takes --help; docs/recommendation.md)\n");
+}
+
+int dpt_cmd_data(int argc, char **argv) {
+  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (!strcmp(argv[1], "convert")) return cmd_convert(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "synth")) return cmd_synth(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "debian")) return dpt_cmd_data_debian(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "info")) return cmd_info(argc - 1, argv + 1);
+  fprintf(stderr, "dptrain data: unknown subcommand '%s'\n", argv[1]);
+  usage(stderr);
+  return 2;
+}
