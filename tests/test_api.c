@@ -223,7 +223,7 @@ static const char *schedule_name(int k) {
 
 START_TEST(model_and_optim_kinds) {
   check_kind_names("layer kind", layer_name, DPT_LAYER_KIND_COUNT);
-  ck_assert_int_eq(DPT_LAYER_KIND_COUNT, 16);
+  ck_assert_int_eq(DPT_LAYER_KIND_COUNT, 20);
   ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_ATTENTION), "attention");
   ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_LINEAR), "linear");
   ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_RELU), "relu");

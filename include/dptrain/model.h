@@ -60,6 +60,21 @@ extern "C" {
  *   linear with tie: uses the weight of the embedding layer tie - 1 (its [vocab, in] table, so
  *     out = vocab) instead of a weight of its own, and has only "N.bias": BERT's decoder tied to
  *     the token embedding. The shared weight has one gradient, the sum of both uses.
+ *
+ * Records (the recommendation model): a sample is a record of dense float features and int32
+ * categorical ids side by side in the model input (DLRM: [num_dense floats][ids]).
+ *   slice: the input's floats [offset, offset + size) as a vector [size] (the model input or a
+ *     vector): the dense features.
+ *   embedding_bag: on the model input: weight [vocab, size] (nn.EmbeddingBag); the bag's `bag`
+ *     ids (0 means 1) start at int32 slot `offset` of the record, an id < 0 is an empty slot;
+ *     mode sum (0) or mean (1) (a dpt_bag_mode). A vector [size].
+ *   concat: two vector inputs, the first's values then the second's.
+ *   interaction: DLRM's dot interaction on a vector of K vectors of `size` features (K * size
+ *     values, the first one the bottom MLP's output): the output is that first vector, then the
+ *     dot products of every pair (i, j), i > j, in the order of torch.tril_indices(K, K, -1):
+ *     size + K (K - 1) / 2 values.
+ * A model whose num_classes is 1 gives one logit per sample, trained with binary cross-entropy
+ * with logits (labels 0 or 1, DPT_IGNORE_INDEX ignored); correct means logit > 0 for label 1.
  * init_std > 0 draws the layer's weights (tables, in_proj_weight, out_proj.weight) from a
  * normal distribution of that deviation and sets its biases to 0, as BERT initializes. */
 #define DPT_LAYER_KIND_MAP(X)                                                                      \
@@ -78,7 +93,11 @@ extern "C" {
   X(GELU, 12, "gelu")                                                                              \
   X(EMBEDDING, 13, "embedding")                                                                    \
   X(POSITION_EMBEDDING, 14, "position_embedding")                                                  \
-  X(ATTENTION, 15, "attention")
+  X(ATTENTION, 15, "attention")                                                                    \
+  X(SLICE, 16, "slice")                                                                            \
+  X(EMBEDDING_BAG, 17, "embedding_bag")                                                            \
+  X(CONCAT, 18, "concat")                                                                          \
+  X(INTERACTION, 19, "interaction")
 
 typedef enum dpt_layer_kind {
 #define DPT_LAYER_KIND_ENUM_(name, value, text) DPT_LAYER_##name = value,
@@ -113,6 +132,9 @@ typedef struct dpt_layer_spec {
   size_t heads;    /* attention: heads (dividing the features) */
   int tie;         /* linear: 1 + the index of an embedding layer whose weight it shares; 0 none */
   float init_std;  /* > 0: weights normal(0, init_std), biases 0 (BERT); 0: PyTorch's default */
+  size_t offset;   /* slice: first float; embedding_bag: first int32 slot of the record */
+  size_t bag;      /* embedding_bag: id slots (0 means 1) */
+  int mode;        /* embedding_bag: a dpt_bag_mode (0 sum, 1 mean) */
 } dpt_layer_spec;
 
 #define DPT_MODEL_MAX_LAYERS 512
