@@ -256,6 +256,99 @@ dpt_status dpt_model_spec_bert(dpt_model_spec *spec, const dpt_bert_options *o) 
   return DPT_OK;
 }
 
+void dpt_dlrm_options_default(dpt_dlrm_options *o) {
+  if (!o) return;
+  *o = (dpt_dlrm_options){.dim = 16, .bag = 1, .mode = DPT_BAG_SUM, .interaction = DPT_DLRM_DOT};
+}
+
+/* A list of MLP sizes: none zero. */
+static dpt_status dlrm_sizes(const char *fn, const char *what, const size_t *v, size_t n) {
+  if (n > 0 && !v) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %s is NULL", fn, what);
+  for (size_t i = 0; i < n; ++i)
+    if (v[i] == 0) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %s[%zu] is 0", fn, what, i);
+  return DPT_OK;
+}
+
+static dpt_status dlrm_check(const char *fn, const dpt_dlrm_options *o) {
+  if (o->num_dense == 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: num_dense is 0 (the bottom MLP needs dense "
+                         "features)",
+                         fn);
+  if (o->num_tables == 0) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: num_tables is 0", fn);
+  if (!o->table_rows) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: table_rows is NULL", fn);
+  for (size_t t = 0; t < o->num_tables; ++t)
+    if (o->table_rows[t] == 0 || o->table_rows[t] > INT32_MAX)
+      return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: table_rows[%zu] is %zu, not in 1 .. 2^31 - 1",
+                           fn, t, o->table_rows[t]);
+  if (o->dim == 0) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: dim is 0", fn);
+  if (o->mode != DPT_BAG_SUM && o->mode != DPT_BAG_MEAN)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: mode %d is not sum (0) or mean (1)", fn,
+                         o->mode);
+  if (o->interaction != DPT_DLRM_DOT && o->interaction != DPT_DLRM_CAT)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: interaction %d is not dot (0) or cat (1)", fn,
+                         o->interaction);
+  size_t bag = o->bag ? o->bag : 1, ids = o->num_tables * bag;
+  if (o->num_tables > DPT_MODEL_MAX_LAYERS || o->num_bottom > DPT_MODEL_MAX_LAYERS ||
+      o->num_top > DPT_MODEL_MAX_LAYERS ||
+      2 * o->num_tables + 2 * (o->num_bottom + 1) + 2 * o->num_top + 3 > DPT_MODEL_MAX_LAYERS)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: num_tables %zu, num_bottom %zu and num_top %zu need more than %d "
+                         "layers",
+                         fn, o->num_tables, o->num_bottom, o->num_top, DPT_MODEL_MAX_LAYERS);
+  DPT_TRY(dlrm_sizes(fn, "bottom", o->bottom, o->num_bottom));
+  DPT_TRY(dlrm_sizes(fn, "top", o->top, o->num_top));
+  if (bag > INT32_MAX / o->num_tables || o->num_dense > INT32_MAX - ids)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: a record of %zu dense features and %zu x %zu ids "
+                         "is too large",
+                         fn, o->num_dense, o->num_tables, bag);
+  return DPT_OK;
+}
+
+dpt_status dpt_model_spec_dlrm(dpt_model_spec *spec, const dpt_dlrm_options *o) {
+  const char *fn = "dpt_model_spec_dlrm";
+  if (!spec || !o) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: spec/options is NULL", fn);
+  DPT_TRY(dlrm_check(fn, o));
+  size_t bag = o->bag ? o->bag : 1, T = o->num_tables, d = o->dim;
+  DPT_TRY(dpt_model_spec_init(spec, 1, 1, o->num_dense + T * bag, 1));
+  const int in = DPT_LAYER_INPUT_MODEL;
+  int emb[DPT_MODEL_MAX_LAYERS];
+  for (size_t t = 0; t < T; ++t) {
+    dpt_layer_spec eb = {.kind = DPT_LAYER_EMBEDDING_BAG,
+                         .size = d,
+                         .vocab = o->table_rows[t],
+                         .offset = o->num_dense + t * bag,
+                         .bag = o->bag,
+                         .mode = o->mode};
+    emb[t] = resnet_add(spec, eb, 1, in, 0, "emb_l.%zu", t);
+  }
+  dpt_layer_spec dense = {.kind = DPT_LAYER_SLICE, .size = o->num_dense};
+  resnet_add(spec, dense, 1, in, 0, "dense");
+  dpt_layer_spec lin = {.kind = DPT_LAYER_LINEAR}, relu = {.kind = DPT_LAYER_RELU};
+  size_t k = 0;
+  for (size_t i = 0; i <= o->num_bottom; ++i) {
+    lin.size = i < o->num_bottom ? o->bottom[i] : d;
+    resnet_add(spec, lin, 0, 0, 0, "bot_l.%zu", k++);
+    resnet_add(spec, relu, 0, 0, 0, "bot_l.%zu", k++);
+  }
+  int x = (int)spec->num_layers - 1;
+  dpt_layer_spec cat = {.kind = DPT_LAYER_CONCAT};
+  for (size_t t = 0; t < T; ++t)
+    x = resnet_add(spec, cat, 2, x, emb[t], "cat.%zu", t);
+  if (o->interaction == DPT_DLRM_DOT) {
+    dpt_layer_spec inter = {.kind = DPT_LAYER_INTERACTION, .size = d};
+    resnet_add(spec, inter, 0, 0, 0, "interact");
+  }
+  k = 0;
+  for (size_t i = 0; i <= o->num_top; ++i) {
+    lin.size = i < o->num_top ? o->top[i] : 1;
+    resnet_add(spec, lin, 0, 0, 0, "top_l.%zu", k++);
+    if (i < o->num_top) resnet_add(spec, relu, 0, 0, 0, "top_l.%zu", k++);
+  }
+  return DPT_OK;
+}
+
 /* ---- kinds --------------------------------------------------------------------------------- */
 
 const char *dpt_layer_kind_name(dpt_layer_kind kind) {
@@ -281,7 +374,7 @@ dpt_status dpt_layer_kind_parse(const char *name, dpt_layer_kind *out) {
       DPT_ERR_INVALID_ARG,
       "unknown layer kind '%s' (linear, relu, conv2d, maxpool, flatten, add, "
       "batchnorm2d, batchnorm1d, avgpool, global_avgpool, dropout, layernorm, gelu, embedding, "
-      "position_embedding, attention)",
+      "position_embedding, attention, slice, embedding_bag, concat, interaction)",
       name);
 }
 
@@ -520,11 +613,100 @@ static dpt_status plan_add(dpt_model *m, size_t i, dpt_sample_shape *x) {
   return DPT_OK;
 }
 
+/* ---- records: slice, embedding_bag, concat, interaction ------------------------------------ */
+
+/* The shape of layer i's input j (the model input for DPT_LAYER_INPUT_MODEL). */
+static dpt_sample_shape input_shape(const dpt_model *m, size_t i, int j) {
+  int a = m->layers[i].src[j];
+  return a == DPT_LAYER_INPUT_MODEL
+             ? (dpt_sample_shape){m->spec.in_c, m->spec.in_h, m->spec.in_w, 0, 0}
+             : m->layers[a].oshape;
+}
+
+static dpt_sample_shape vector_shape(size_t n) {
+  return (dpt_sample_shape){n, 1, 1, 1, 0};
+}
+
+/* The models of records: no token ids. */
+static dpt_status need_records(const dpt_model *m, size_t i) {
+  if (m->spec.seq_len) return LAYER_ERR(m, i, "cannot be part of a token model (seq_len > 0)");
+  return DPT_OK;
+}
+
+/* slice: floats [offset, offset + size) of the model input or of a vector. */
+static dpt_status plan_slice(dpt_model *m, size_t i, dpt_sample_shape *x) {
+  dpt_node *L = &m->layers[i];
+  DPT_TRY(need_records(m, i));
+  if (L->src[0] != DPT_LAYER_INPUT_MODEL && !x->flat)
+    return LAYER_ERR(m, i, "needs the model input or a vector, not a %zu x %zu x %zu input", x->c,
+                     x->h, x->w);
+  if (L->spec.size == 0) return LAYER_ERR(m, i, "has size 0");
+  if (L->spec.offset > L->in_size || L->spec.size > L->in_size - L->spec.offset)
+    return LAYER_ERR(m, i, "takes floats [%zu, %zu + %zu) beyond its input's %zu", L->spec.offset,
+                     L->spec.offset, L->spec.size, L->in_size);
+  if (L->in_size > INT32_MAX) return LAYER_ERR(m, i, "has an input beyond 2^31 - 1 values");
+  *x = vector_shape(L->spec.size);
+  return DPT_OK;
+}
+
+/* embedding_bag: the record's ids [offset, offset + bag) into a table [vocab, size]. */
+static dpt_status plan_embedding_bag(dpt_model *m, size_t i, dpt_sample_shape *x) {
+  dpt_node *L = &m->layers[i];
+  DPT_TRY(need_records(m, i));
+  if (L->src[0] != DPT_LAYER_INPUT_MODEL)
+    return LAYER_ERR(m, i, "must take the model input (the record holding its ids), not layer %d",
+                     L->src[0]);
+  if (L->spec.size == 0 || L->spec.vocab == 0)
+    return LAYER_ERR(m, i, "has size %zu and vocab %zu; neither may be 0", L->spec.size,
+                     L->spec.vocab);
+  if (L->spec.vocab > INT32_MAX) return LAYER_ERR(m, i, "has more than 2^31 - 1 rows");
+  if (L->spec.bag == 0) L->spec.bag = 1;
+  if (L->spec.mode != DPT_BAG_SUM && L->spec.mode != DPT_BAG_MEAN)
+    return LAYER_ERR(m, i, "has mode %d, not 0 (sum) or 1 (mean)", L->spec.mode);
+  if (L->spec.offset > L->in_size || L->spec.bag > L->in_size - L->spec.offset)
+    return LAYER_ERR(m, i, "reads id slots [%zu, %zu + %zu) beyond the record's %zu",
+                     L->spec.offset, L->spec.offset, L->spec.bag, L->in_size);
+  const int64_t ws[2] = {(int64_t)L->spec.vocab, (int64_t)L->spec.size};
+  DPT_TRY(add_tensor(m, i, 0, "weight", 2, ws, &L->w_index));
+  *x = vector_shape(L->spec.size);
+  return DPT_OK;
+}
+
+/* concat: two vectors, the first's values then the second's. */
+static dpt_status plan_concat(dpt_model *m, size_t i, dpt_sample_shape *x) {
+  dpt_sample_shape y = input_shape(m, i, 1);
+  if (!x->flat || !y.flat)
+    return LAYER_ERR(m, i,
+                     "concatenates vectors, not inputs of shapes %zu x %zu x %zu and %zu x "
+                     "%zu x %zu (the model input and images are not vectors)",
+                     x->c, x->h, x->w, y.c, y.h, y.w);
+  if (x->c + y.c > INT32_MAX) return LAYER_ERR(m, i, "output beyond 2^31 - 1 values");
+  *x = vector_shape(x->c + y.c);
+  return DPT_OK;
+}
+
+/* interaction: K vectors of size features to the first one and the K (K - 1) / 2 dot products. */
+static dpt_status plan_interaction(dpt_model *m, size_t i, dpt_sample_shape *x) {
+  dpt_node *L = &m->layers[i];
+  size_t d = L->spec.size;
+  if (!x->flat)
+    return LAYER_ERR(m, i, "needs a vector of K vectors, not a %zu x %zu x %zu input", x->c, x->h,
+                     x->w);
+  if (d == 0) return LAYER_ERR(m, i, "has size 0");
+  if (L->in_size % d != 0 || L->in_size / d < 2)
+    return LAYER_ERR(m, i, "input of %zu values is not a multiple (2 or more) of its size %zu",
+                     L->in_size, d);
+  size_t K = L->in_size / d;
+  if (K > 46340) return LAYER_ERR(m, i, "has %zu vectors, more than 46340", K);
+  *x = vector_shape(d + K * (K - 1) / 2);
+  return DPT_OK;
+}
+
 /* Which layers feed layer i: the spec's inputs, or the layer before. */
 static dpt_status plan_inputs(dpt_model *m, size_t i) {
   dpt_node *L = &m->layers[i];
   const dpt_layer_spec *l = &m->spec.layers[i];
-  int want = l->kind == DPT_LAYER_ADD ? 2 : 1;
+  int want = l->kind == DPT_LAYER_ADD || l->kind == DPT_LAYER_CONCAT ? 2 : 1;
   if (l->num_inputs == 0 && want == 1) {
     L->num_src = 1;
     L->src[0] = (int)i - 1; /* DPT_LAYER_INPUT_MODEL for layer 0 */
@@ -580,6 +762,14 @@ static dpt_status plan_kind(dpt_model *m, size_t i, dpt_sample_shape *x) {
     return plan_position(m, i, x);
   case DPT_LAYER_ATTENTION:
     return plan_attention(m, i, x);
+  case DPT_LAYER_SLICE:
+    return plan_slice(m, i, x);
+  case DPT_LAYER_EMBEDDING_BAG:
+    return plan_embedding_bag(m, i, x);
+  case DPT_LAYER_CONCAT:
+    return plan_concat(m, i, x);
+  case DPT_LAYER_INTERACTION:
+    return plan_interaction(m, i, x);
   default:
     return LAYER_ERR(m, i, "has unknown kind %d", (int)L->spec.kind);
   }
@@ -729,7 +919,34 @@ static dpt_status alloc_floats(dpt_model *m, size_t count, size_t elem, dpt_buff
 typedef struct shared_sizes {
   size_t col, plane, scratch;
   size_t qkv, probs, ctx; /* attention's gradients */
+  size_t iota, z;         /* the column maps' 0, 1, 2, ...; interaction's Z */
 } shared_sizes;
+
+/* An int32 device buffer holding host[n] (not activation memory: a constant of the model). */
+static dpt_status upload_i32(dpt_model *m, const int32_t *host, size_t n, dpt_buffer **out) {
+  DPT_TRY(dpt_buffer_alloc(m->be, (n ? n : 1) * sizeof(int32_t), out));
+  return n ? dpt_buffer_upload(*out, 0, host, n * sizeof(int32_t)) : DPT_OK;
+}
+
+/* interaction: the pairs (i, j), i > j, of Z [K, K] in torch.tril_indices(K, K, -1) order (row
+ * by row), as flat indices i K + j; Z [max_batch, K, K] shared. */
+static dpt_status alloc_interaction(dpt_model *m, size_t i, shared_sizes *sh) {
+  dpt_node *L = &m->layers[i];
+  size_t K = L->in_size / L->spec.size, T = K * (K - 1) / 2, z;
+  if (!dpt_mul_ok(K * K, m->max_batch, &z))
+    return LAYER_ERR(m, i, "interactions for %zu samples are too large", m->max_batch);
+  int32_t *map = malloc((T ? T : 1) * sizeof(int32_t));
+  if (!map) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_model_create: out of host memory");
+  size_t n = 0;
+  for (size_t r = 1; r < K; ++r)
+    for (size_t c = 0; c < r; ++c)
+      map[n++] = (int32_t)(r * K + c);
+  dpt_status st = upload_i32(m, map, T, &L->map);
+  free(map);
+  if (z > sh->z) sh->z = z;
+  if (L->spec.size > sh->iota) sh->iota = L->spec.size;
+  return st;
+}
 
 /* How many layers take their input from store s (through flattens, which do not count). */
 static int consumers_of(const dpt_model *m, int s) {
@@ -775,6 +992,16 @@ static dpt_status alloc_layer(dpt_model *m, size_t i, shared_sizes *sh) {
     if (n > sh->ctx) sh->ctx = n;
     return DPT_OK;
   }
+  case DPT_LAYER_SLICE: /* map: iota from offset */
+    if (L->in_size > sh->iota) sh->iota = L->in_size;
+    return DPT_OK;
+  case DPT_LAYER_CONCAT: { /* maps: iota, for each input's columns */
+    size_t a = L->ishape.c, c = L->out_size - a, wide = a > c ? a : c;
+    if (wide > sh->iota) sh->iota = wide;
+    return DPT_OK;
+  }
+  case DPT_LAYER_INTERACTION:
+    return alloc_interaction(m, i, sh);
   case DPT_LAYER_CONV2D: {
     size_t k = L->ishape.c * L->spec.kernel * L->spec.kernel, plane = L->oshape.h * L->oshape.w,
            col;
@@ -791,9 +1018,19 @@ static dpt_status alloc_layer(dpt_model *m, size_t i, shared_sizes *sh) {
 }
 
 static dpt_status alloc_all(dpt_model *m) {
-  shared_sizes sh = {0, 1, 0, 0, 0, 0};
+  shared_sizes sh = {0, 1, 0, 0, 0, 0, 0, 0};
   for (size_t i = 0; i < m->num_layers; ++i)
     DPT_TRY(alloc_layer(m, i, &sh));
+  if (sh.z) DPT_TRY(alloc_floats(m, sh.z, sizeof(float), &m->zbuf));
+  if (sh.iota) {
+    int32_t *iota = malloc(sh.iota * sizeof(int32_t));
+    if (!iota) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_model_create: out of host memory");
+    for (size_t j = 0; j < sh.iota; ++j)
+      iota[j] = (int32_t)j;
+    dpt_status st = upload_i32(m, iota, sh.iota, &m->iota);
+    free(iota);
+    DPT_TRY(st);
+  }
   if (sh.col) DPT_TRY(alloc_floats(m, sh.col, sizeof(float), &m->col));
   if (sh.col) DPT_TRY(alloc_floats(m, sh.col, sizeof(float), &m->dcol));
   if (sh.scratch) DPT_TRY(alloc_floats(m, sh.scratch, sizeof(float), &m->scratch));
@@ -843,9 +1080,10 @@ void dpt_model_destroy(dpt_model *m) {
     dpt_buffer_free(m->layers[i].probs);
     dpt_buffer_free(m->layers[i].probs_drop);
     dpt_buffer_free(m->layers[i].ctx);
+    dpt_buffer_free(m->layers[i].map);
   }
-  dpt_buffer *shared[] = {m->params, m->grads,   m->bufs, m->ones,   m->col,
-                          m->dcol,   m->scratch, m->dqkv, m->dprobs, m->dctx};
+  dpt_buffer *shared[] = {m->params,  m->grads, m->bufs,   m->ones, m->col,  m->dcol,
+                          m->scratch, m->dqkv,  m->dprobs, m->dctx, m->iota, m->zbuf};
   for (size_t i = 0; i < sizeof shared / sizeof shared[0]; ++i)
     dpt_buffer_free(shared[i]);
   free(m->layers);
@@ -998,10 +1236,11 @@ static void zero_tensor(const dpt_model *m, size_t t, float *host) {
 /* Layer L's parameters into host (the flat layout), as PyTorch initializes its module:
  * batch and layer norm weight 1 and bias 0; linear and conv2d kaiming_uniform_(a=sqrt(5)) on
  * the weight, bound sqrt(6/((1+5) fan_in)) = 1/sqrt(fan_in), the bias uniform in the same
- * bound; embeddings normal(0, 1); attention xavier_uniform_ on in_proj_weight, out_proj.weight
- * as linear, biases 0. With init_std > 0 every weight is normal(0, init_std) and every bias 0
- * (BERT's). A tied linear initializes its bias only. One generator stream per tensor index keeps
- * a tensor's values independent of the layers before it. */
+ * bound; embeddings and embedding bags normal(0, 1) (nn.Embedding's and nn.EmbeddingBag's);
+ * attention xavier_uniform_ on in_proj_weight, out_proj.weight as linear, biases 0. With init_std >
+ * 0 every weight is normal(0, init_std) and every bias 0 (BERT's). A tied linear initializes its
+ * bias only. One generator stream per tensor index keeps a tensor's values independent of the
+ * layers before it. */
 static void init_layer(const dpt_model *m, const dpt_node *L, uint64_t seed, float *host) {
   const dpt_layer_kind k = L->spec.kind;
   const double sd = L->spec.init_std;
@@ -1013,7 +1252,8 @@ static void init_layer(const dpt_model *m, const dpt_node *L, uint64_t seed, flo
     }
     return;
   }
-  if (k == DPT_LAYER_EMBEDDING || k == DPT_LAYER_POSITION_EMBEDDING) {
+  if (k == DPT_LAYER_EMBEDDING || k == DPT_LAYER_POSITION_EMBEDDING ||
+      k == DPT_LAYER_EMBEDDING_BAG) {
     init_tensor(m, L->w_index, seed, 0.0, sd > 0.0 ? sd : 1.0, host);
     return;
   }

@@ -389,6 +389,92 @@ static dpt_status attention_backward(dpt_model *m, const dpt_node *L, const dpt_
                   0, F);
 }
 
+/* ---- records: slice, embedding_bag, concat, interaction -------------------------------------- */
+
+/* slice: y[:, j] = x[:, offset + j], the map being iota from offset. */
+static dpt_status slice_forward(dpt_model *m, const dpt_node *L, const dpt_buffer *in, size_t b) {
+  return dpt_gather_cols(m->be, b, L->out_size, in, 0, L->in_size, m->iota, L->spec.offset, L->out,
+                         0, L->out_size);
+}
+
+/* Its adjoint into a zeroed din: the columns outside the slice get 0. */
+static dpt_status slice_backward(dpt_model *m, const dpt_node *L, dpt_buffer *din, size_t b) {
+  if (!din) return DPT_OK;
+  DPT_TRY(dpt_buffer_fill_f32(din, 0, b * L->in_size, 0.0f));
+  return dpt_scatter_cols_add(m->be, b, L->out_size, L->dout, 0, L->out_size, m->iota,
+                              L->spec.offset, din, 0, L->in_size);
+}
+
+/* embedding_bag: the ids at int32 slot `offset` of each record (the model input x, a record
+ * every in_size slots). */
+static dpt_status embedding_bag_forward(dpt_model *m, const dpt_node *L, const dpt_buffer *x,
+                                        size_t b) {
+  const dpt_tensor_info *W = &m->tensors[L->w_index];
+  return dpt_embed_bag(m->be, b, L->spec.bag, (size_t)W->shape[0], (size_t)W->shape[1],
+                       (dpt_bag_mode)L->spec.mode, m->params, W->offset, x, L->spec.offset,
+                       L->in_size, L->out, 0);
+}
+
+static dpt_status embedding_bag_backward(dpt_model *m, const dpt_node *L, const dpt_buffer *x,
+                                         size_t b) {
+  const dpt_tensor_info *W = &m->tensors[L->w_index];
+  DPT_TRY(dpt_buffer_fill_f32(m->grads, W->offset, W->count, 0.0f));
+  return dpt_embed_bag_bwd(m->be, b, L->spec.bag, (size_t)W->shape[0], (size_t)W->shape[1],
+                           (dpt_bag_mode)L->spec.mode, L->dout, 0, x, L->spec.offset, L->in_size,
+                           m->grads, W->offset);
+}
+
+/* concat: the first input into columns [0, a), the second into [a, a + c). */
+static dpt_status concat_forward(dpt_model *m, const dpt_node *L, const dpt_buffer *in,
+                                 const dpt_buffer *x, size_t b) {
+  size_t a = L->in_size, c = L->out_size - a;
+  DPT_TRY(dpt_gather_cols(m->be, b, a, in, 0, a, m->iota, 0, L->out, 0, L->out_size));
+  return dpt_gather_cols(m->be, b, c, dpt_model_out_of(m, L->src[1], x), 0, c, m->iota, 0, L->out,
+                         a, L->out_size);
+}
+
+static dpt_status concat_backward(dpt_model *m, const dpt_node *L, size_t b) {
+  size_t width[2] = {L->in_size, L->out_size - L->in_size}, first[2] = {0, L->in_size};
+  for (int j = 0; j < 2; ++j) {
+    int add = 0;
+    dpt_buffer *din = grad_target(m, L, j, &add);
+    if (!din) continue;
+    DPT_TRY(dpt_buffer_fill_f32(din, 0, b * width[j], 0.0f));
+    DPT_TRY(dpt_scatter_cols_add(m->be, b, width[j], L->dout, first[j], L->out_size, m->iota, 0,
+                                 din, 0, width[j]));
+    if (add) DPT_TRY(add_gradient(m, L, j, b));
+  }
+  return DPT_OK;
+}
+
+/* interaction on X_i [K, d] (sample i's input): Z_i = X_i X_i^T [K, K] into the shared zbuf,
+ * then the output [x0 (d), the pairs of Z_i below the diagonal (T)]. */
+static dpt_status interaction_forward(dpt_model *m, const dpt_node *L, const dpt_buffer *in,
+                                      size_t b) {
+  size_t d = L->spec.size, K = L->in_size / d, T = L->out_size - d;
+  dpt_gemm_batch zb = {b, K * d, K * d, K * K};
+  DPT_TRY(
+      dpt_gemm_batched(m->be, &zb, 0, 1, K, K, d, 1.0f, in, 0, d, in, 0, d, 0.0f, m->zbuf, 0, K));
+  DPT_TRY(dpt_gather_cols(m->be, b, d, in, 0, L->in_size, m->iota, 0, L->out, 0, L->out_size));
+  return dpt_gather_cols(m->be, b, T, m->zbuf, 0, K * K, L->map, 0, L->out, d, L->out_size);
+}
+
+/* dZ_i: the pairs' gradients at their places (0 elsewhere); dX_i = (dZ_i + dZ_i^T) X_i, then x0's
+ * own gradient added to its columns. */
+static dpt_status interaction_backward(dpt_model *m, const dpt_node *L, const dpt_buffer *in,
+                                       dpt_buffer *din, size_t b) {
+  size_t d = L->spec.size, K = L->in_size / d, T = L->out_size - d;
+  if (!din) return DPT_OK;
+  DPT_TRY(dpt_buffer_fill_f32(m->zbuf, 0, b * K * K, 0.0f));
+  DPT_TRY(dpt_scatter_cols_add(m->be, b, T, L->dout, d, L->out_size, L->map, 0, m->zbuf, 0, K * K));
+  dpt_gemm_batch gb = {b, K * K, K * d, K * d};
+  DPT_TRY(
+      dpt_gemm_batched(m->be, &gb, 0, 0, K, d, K, 1.0f, m->zbuf, 0, K, in, 0, d, 0.0f, din, 0, d));
+  DPT_TRY(
+      dpt_gemm_batched(m->be, &gb, 1, 0, K, d, K, 1.0f, m->zbuf, 0, K, in, 0, d, 1.0f, din, 0, d));
+  return dpt_scatter_cols_add(m->be, b, d, L->dout, 0, L->out_size, m->iota, 0, din, 0, L->in_size);
+}
+
 static dpt_status forward_layer(dpt_model *m, const dpt_node *L, const dpt_buffer *x, size_t b) {
   const dpt_buffer *in = dpt_model_out_of(m, L->src[0], x);
   switch (L->spec.kind) {
@@ -425,6 +511,14 @@ static dpt_status forward_layer(dpt_model *m, const dpt_node *L, const dpt_buffe
     return position_forward(m, L, in, b);
   case DPT_LAYER_ATTENTION:
     return attention_forward(m, L, in, x, b);
+  case DPT_LAYER_SLICE:
+    return slice_forward(m, L, in, b);
+  case DPT_LAYER_EMBEDDING_BAG:
+    return embedding_bag_forward(m, L, x, b);
+  case DPT_LAYER_CONCAT:
+    return concat_forward(m, L, in, x, b);
+  case DPT_LAYER_INTERACTION:
+    return interaction_forward(m, L, in, b);
   default: /* flatten: an alias */
     return DPT_OK;
   }
@@ -559,6 +653,10 @@ static dpt_status backward_one(dpt_model *m, const dpt_node *L, const dpt_buffer
     return position_backward(m, L, din, b);
   case DPT_LAYER_ATTENTION:
     return attention_backward(m, L, in, din, b);
+  case DPT_LAYER_SLICE:
+    return slice_backward(m, L, din, b);
+  case DPT_LAYER_INTERACTION:
+    return interaction_backward(m, L, in, din, b);
   default:
     break;
   }
@@ -605,6 +703,14 @@ dpt_status dpt_model_backward(dpt_model *m, const dpt_buffer *x, size_t b) {
       DPT_TRY(add_backward(m, L, b));
       continue;
     }
+    if (L->spec.kind == DPT_LAYER_EMBEDDING_BAG) {
+      DPT_TRY(embedding_bag_backward(m, L, x, b));
+      continue;
+    }
+    if (L->spec.kind == DPT_LAYER_CONCAT) {
+      DPT_TRY(concat_backward(m, L, b));
+      continue;
+    }
     int add = 0;
     dpt_buffer *din = grad_target(m, L, 0, &add);
     DPT_TRY(backward_one(m, L, dpt_model_out_of(m, L->src[0], x), din, b));
@@ -636,14 +742,24 @@ static size_t loss_rows(const dpt_model *m, size_t b) {
   return b * dpt_model_labels_per_sample(m);
 }
 
+/* The loss over the logits: softmax cross-entropy over the classes, or with one class binary
+ * cross-entropy with logits (labels 0 or 1). */
+static dpt_status loss(dpt_model *m, size_t b, const dpt_node *last, const dpt_buffer *labels,
+                       float scale, dpt_buffer *dlogits, double *loss_sum, int64_t *correct) {
+  if (m->spec.num_classes == 1)
+    return dpt_bce_logits(m->be, loss_rows(m, b), last->out, 0, labels, 0, scale, dlogits, 0,
+                          loss_sum, correct);
+  return dpt_softmax_xent(m->be, loss_rows(m, b), m->spec.num_classes, last->out, 0, labels, 0,
+                          scale, dlogits, 0, loss_sum, correct);
+}
+
 dpt_status dpt_model_train_step(dpt_model *m, const dpt_buffer *x, const dpt_buffer *labels,
                                 size_t b, float grad_scale, double *loss_sum, int64_t *correct) {
   DPT_TRY(check_batch(m, "dpt_model_train_step", x, labels, b));
   m->training = 1;
   DPT_TRY(dpt_model_forward(m, x, b));
   const dpt_node *last = last_layer(m);
-  DPT_TRY(dpt_softmax_xent(m->be, loss_rows(m, b), m->spec.num_classes, last->out, 0, labels, 0,
-                           grad_scale, last->dout, 0, loss_sum, correct));
+  DPT_TRY(loss(m, b, last, labels, grad_scale, last->dout, loss_sum, correct));
   return dpt_model_backward(m, x, b);
 }
 
@@ -652,8 +768,7 @@ dpt_status dpt_model_evaluate(dpt_model *m, const dpt_buffer *x, const dpt_buffe
   DPT_TRY(check_batch(m, "dpt_model_evaluate", x, labels, b));
   m->training = 0;
   DPT_TRY(dpt_model_forward(m, x, b));
-  return dpt_softmax_xent(m->be, loss_rows(m, b), m->spec.num_classes, last_layer(m)->out, 0,
-                          labels, 0, 1.0f, NULL, 0, loss_sum, correct);
+  return loss(m, b, last_layer(m), labels, 1.0f, NULL, loss_sum, correct);
 }
 
 dpt_status dpt_model_logits(dpt_model *m, const dpt_buffer *x, size_t b, float *logits) {

@@ -39,6 +39,8 @@ typedef struct dpt_node {
   dpt_buffer *probs;               /* attention: probabilities [heads, batch, S, S] */
   dpt_buffer *probs_drop;          /* attention: the same after dropout (NULL when p is 0) */
   dpt_buffer *ctx;                 /* attention: the heads' outputs [max_batch, S, F] */
+  dpt_buffer *map;                 /* interaction: int32 [K (K - 1) / 2], the flat indices i K + j
+                                      (i > j, torch.tril_indices order) of the pairs in Z [K, K] */
 } dpt_node;
 
 struct dpt_model {
@@ -60,6 +62,10 @@ struct dpt_model {
   dpt_buffer *dcol;    /* their gradient, same size */
   dpt_buffer *scratch; /* [max_batch, largest out_size]: a second consumer's input gradient */
   dpt_buffer *dqkv, *dprobs, *dctx; /* attention's gradients, shared by every attention layer */
+  dpt_buffer *iota; /* int32 0, 1, 2, ...: the column maps of slice (from its offset), concat and
+                       interaction's first vector */
+  dpt_buffer *zbuf; /* interaction: Z = X X^T [max_batch, K, K] in forward, dZ in backward,
+                       shared by every interaction layer */
   size_t activation_bytes;
   /* step context */
   int training;

@@ -62,9 +62,9 @@ static dpt_status get_out(const loader *ld, size_t i, json_t *obj, size_t *out) 
 }
 
 static dpt_status check_keys(const loader *ld, size_t i, json_t *obj) {
-  static const char *const known[] = {"name",        "kind",    "inputs", "out", "kernel",
-                                      "stride",      "padding", "bias",   "p",   "eps",
-                                      "approximate", "vocab",   "heads",  "tie", "init_std"};
+  static const char *const known[] = {
+      "name", "kind",        "inputs", "out",   "kernel", "stride",   "padding", "bias", "p",
+      "eps",  "approximate", "vocab",  "heads", "tie",    "init_std", "offset",  "bag",  "mode"};
   const char *key;
   json_t *v;
   json_object_foreach(obj, key, v) {
@@ -142,6 +142,16 @@ static dpt_status read_layer(const loader *ld, size_t i, json_t *obj, file_layer
   if (sd && (!json_is_number(sd) || !(json_number_value(sd) >= 0.0)))
     return bad(ld, "layer %zu: \"init_std\" must be a non-negative number", i);
   if (sd) fl->spec.init_std = (float)json_number_value(sd);
+  DPT_TRY(get_size(ld, i, obj, "offset", &fl->spec.offset));
+  DPT_TRY(get_size(ld, i, obj, "bag", &fl->spec.bag));
+  json_t *mode = json_object_get(obj, "mode");
+  if (mode) {
+    const char *v = json_is_string(mode) ? json_string_value(mode) : "";
+    if (strcmp(v, "sum") != 0 && strcmp(v, "mean") != 0)
+      return bad(ld, "layer %zu '%s': \"mode\" must be \"sum\" or \"mean\"", i,
+                 fl->spec.name[0] ? fl->spec.name : "?");
+    fl->spec.mode = strcmp(v, "mean") == 0 ? DPT_BAG_MEAN : DPT_BAG_SUM;
+  }
   return read_inputs(ld, i, obj, fl);
 }
 
@@ -392,6 +402,9 @@ static json_t *layer_json(const dpt_model_spec *spec, size_t i, char (*names)[DP
   if (l->heads) fail |= put(o, "heads", json_integer((json_int_t)l->heads));
   if (l->tie) fail |= put(o, "tie", json_string(names[l->tie - 1]));
   if (l->init_std != 0.0f) fail |= put(o, "init_std", json_real((double)l->init_std));
+  if (l->offset) fail |= put(o, "offset", json_integer((json_int_t)l->offset));
+  if (l->bag) fail |= put(o, "bag", json_integer((json_int_t)l->bag));
+  if (l->mode == DPT_BAG_MEAN) fail |= put(o, "mode", json_string("mean"));
   if (fail) {
     json_decref(o);
     return NULL;
@@ -414,6 +427,9 @@ static dpt_status file_names(const dpt_model_spec *spec, char (*names)[DPT_LAYER
     if (l->num_inputs < 0 || l->num_inputs > DPT_LAYER_MAX_INPUTS)
       return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: layer %zu has %d inputs", fn, i,
                            l->num_inputs);
+    if (l->mode != DPT_BAG_SUM && l->mode != DPT_BAG_MEAN)
+      return dpt_set_error(DPT_ERR_INVALID_ARG,
+                           "%s: layer %zu has mode %d, not sum (0) or mean (1)", fn, i, l->mode);
     strcpy(names[i], l->name);
     for (int j = 0; j < l->num_inputs; ++j) {
       int in = l->inputs[j];

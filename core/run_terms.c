@@ -99,7 +99,7 @@ static uint64_t model_word(const dpt_model_spec *m) {
   w[n++] = m->num_layers;
   for (size_t i = 0; i < m->num_layers && i < DPT_MODEL_MAX_LAYERS; ++i) {
     const dpt_layer_spec *l = &m->layers[i];
-    uint64_t f[17] = {(uint64_t)l->kind,
+    uint64_t f[20] = {(uint64_t)l->kind,
                       l->size,
                       l->kernel,
                       l->stride,
@@ -115,11 +115,15 @@ static uint64_t model_word(const dpt_model_spec *m) {
                       l->vocab,
                       l->heads,
                       int_word(l->tie),
-                      float_word(l->init_std)};
+                      float_word(l->init_std),
+                      l->offset,
+                      l->bag,
+                      int_word(l->mode)};
     /* the later fields only when set, so models without them keep their fingerprint */
-    int token = l->vocab || l->heads || l->tie || l->init_std != 0.0f;
+    int record = l->offset || l->bag || l->mode;
+    int token = record || l->vocab || l->heads || l->tie || l->init_std != 0.0f;
     int later = token || l->eps != 0.0f || l->approximate != 0;
-    w[n++] = dpt_fingerprint(f, (token ? 17 : later ? 13 : 11) * sizeof f[0]);
+    w[n++] = dpt_fingerprint(f, (record ? 20 : token ? 17 : later ? 13 : 11) * sizeof f[0]);
   }
   return dpt_fingerprint(w, n * sizeof w[0]);
 }

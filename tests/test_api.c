@@ -238,6 +238,10 @@ START_TEST(model_and_optim_kinds) {
   ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_DROPOUT), "dropout");
   ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_LAYERNORM), "layernorm");
   ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_GELU), "gelu");
+  ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_SLICE), "slice");
+  ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_EMBEDDING_BAG), "embedding_bag");
+  ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_CONCAT), "concat");
+  ck_assert_str_eq(dpt_layer_kind_name(DPT_LAYER_INTERACTION), "interaction");
   for (int k = 0; k < DPT_LAYER_KIND_COUNT; ++k) {
     dpt_layer_kind parsed;
     ck_assert_int_eq(dpt_layer_kind_parse(dpt_layer_kind_name((dpt_layer_kind)k), &parsed), DPT_OK);

@@ -202,6 +202,44 @@ DPT_API void dpt_bert_options_default(dpt_bert_options *o);
  * dividing hidden, a sequence beyond max_positions, a zero size, too many layers). */
 DPT_API dpt_status dpt_model_spec_bert(dpt_model_spec *spec, const dpt_bert_options *o);
 
+/* DLRM (Naumov et al.), as facebookresearch/dlrm's DLRM_Net and tools/pytorch_reference.py's
+ * DLRM, for click prediction: one logit per sample (num_classes 1, binary cross-entropy).
+ * A sample is a record [num_dense floats][num_tables * bag int32 ids] (an interactions shard
+ * record without its label; table t's ids in slots num_dense + t * bag ..., an id < 0 an empty
+ * slot); the input shape is 1 x 1 x (num_dense + num_tables * bag). Layers, in this order:
+ *   emb_l.<t> (embedding_bag [table_rows[t], dim] on the record, per table t);
+ *   dense (slice of the num_dense floats);
+ *   bot_l.<i>: linear at even i, relu at odd i, per bottom size then a last linear to dim (and
+ *     its relu, as DLRM's bottom MLP);
+ *   cat.<t> (concat of the bottom output and the tables' vectors, one table at a time);
+ *   interact (interaction, size dim) with DPT_DLRM_DOT; none with DPT_DLRM_CAT (the top MLP
+ *     takes the concatenation);
+ *   top_l.<i>: linear/relu per top size, then a last linear to 1 without relu (the loss takes
+ *     the logit).
+ * Initialization: the layers' defaults (PyTorch's nn.Linear and nn.EmbeddingBag defaults: tables
+ * normal(0, 1)), not DLRM_Net's own (tables uniform in +-sqrt(1/rows)). */
+typedef enum dpt_dlrm_interaction { DPT_DLRM_DOT = 0, DPT_DLRM_CAT = 1 } dpt_dlrm_interaction;
+typedef struct dpt_dlrm_options {
+  size_t num_dense;         /* dense features, >= 1 */
+  size_t num_tables;        /* embedding tables (categorical features), >= 1 */
+  const size_t *table_rows; /* [num_tables] rows of each table, 1 .. 2^31 - 1 */
+  size_t dim;               /* embedding dimension = the bottom MLP's output */
+  size_t bag;               /* id slots per table (0 means 1) */
+  int mode;                 /* a dpt_bag_mode: DPT_BAG_SUM (default) or DPT_BAG_MEAN */
+  const size_t *bottom;     /* [num_bottom] hidden sizes of the bottom MLP (then dim) */
+  size_t num_bottom;
+  const size_t *top; /* [num_top] hidden sizes of the top MLP (then 1) */
+  size_t num_top;
+  int interaction; /* a dpt_dlrm_interaction */
+} dpt_dlrm_options;
+/* The defaults: dim 16, bag 1, sum, dot; no bottom or top hidden layers; num_dense, num_tables
+ * and table_rows 0 (the caller sets them). */
+DPT_API void dpt_dlrm_options_default(dpt_dlrm_options *o);
+/* Fills `spec`; DPT_ERR_INVALID_ARG naming the option for values that cannot work (a zero size,
+ * missing table rows, a table beyond 2^31 - 1 rows, an unknown mode or interaction, too many
+ * layers). */
+DPT_API dpt_status dpt_model_spec_dlrm(dpt_model_spec *spec, const dpt_dlrm_options *o);
+
 /* Reads a model file: a JSON object a person can write by hand, e.g.
  *   {"input": [1, 28, 28], "classes": 10,
  *    "layers": [{"name": "conv1", "kind": "conv2d", "out": 16, "kernel": 3, "padding": 1,
