@@ -49,3 +49,16 @@ if(DPT_BUILD_TOOLS)
   set_tests_properties(pytorch_bert PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
                        LABELS "cli;text;train;pytorch")
 endif()
+
+# DLRM in PyTorch (tools/pytorch_reference.py's DLRM): dpt_model_spec_dlrm's weights load with a
+# strict load_state_dict and give dptrain's logits (1e-5) and BCE loss on a fixed batch of
+# records, for the dot and cat interactions, bags with sum and mean. Skipped without torch.
+add_executable(dlrm_dump dlrm_dump.c)
+target_link_libraries(dlrm_dump PRIVATE dptrain_static)
+target_include_directories(dlrm_dump PRIVATE ${PROJECT_SOURCE_DIR})
+add_test(NAME pytorch_dlrm
+         COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/pytorch_dlrm_test.sh" $<TARGET_FILE:dlrm_dump>
+                 "${PROJECT_SOURCE_DIR}/tools/pytorch_reference.py"
+                 "${CMAKE_CURRENT_BINARY_DIR}/pytorch-dlrm-scratch")
+set_tests_properties(pytorch_dlrm PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
+                     LABELS "train;pytorch")

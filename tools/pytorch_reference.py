@@ -28,6 +28,9 @@ accuracy over the first --limit test images; --json prints {"samples", "correct"
 The safetensors package is used when present, else a reader of the format's three parts
 (8-byte little-endian header length, JSON header, raw little-endian data).
 
+DLRM (no command line): the module of dpt_model_spec_dlrm with DLRM_Net's state_dict names, for
+tests/pytorch_dlrm_test.sh.
+
 --model bert: BertMLM, the masked-language-model encoder of dpt_model_spec_bert (post-LN BERT,
 state_dict names as dptrain's), on the sequences `dptrain tokenize --export` writes (--text-data:
 int32 "train" [N, S] unmasked, "val_inputs"/"val_labels" [M, S] masked by dptrain with its seed
@@ -193,6 +196,68 @@ def write_safetensors(path, tensors, metadata=None):
         for raw in blobs:
             f.write(raw)
     os.replace(tmp, path)
+
+
+# ---- DLRM ---------------------------------------------------------------------------------------
+
+
+def dlrm_mlp(sizes, last_relu):
+    """Linear/ReLU pairs over sizes [in, h1, ..., out] as DLRM_Net's create_mlp (Linear at even
+    indices, ReLU at odd); without last_relu the last Linear has none (the loss takes logits)."""
+    layers = []
+    for i in range(len(sizes) - 1):
+        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
+        if last_relu or i < len(sizes) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+class DLRM(nn.Module):
+    """dpt_model_spec_dlrm: facebookresearch/dlrm's DLRM_Net with its state_dict names (emb_l.T,
+    bot_l.N, top_l.N). Bottom MLP num_dense -> bottom... -> dim with ReLU after every Linear; one
+    nn.EmbeddingBag(rows, dim, mode) per table; interaction "dot" (the bottom output, then the
+    dot products of the K = 1 + tables vectors below the diagonal, torch.tril_indices(K, K, -1)
+    order) or "cat" (the K vectors side by side); top MLP -> top... -> 1 without a last ReLU:
+    one logit per sample, for BCEWithLogitsLoss. PyTorch's default initialization (tables
+    normal(0, 1), Linear kaiming-uniform), as dptrain's layers; DLRM_Net's own differs."""
+
+    def __init__(self, num_dense, table_rows, dim, bottom=(), top=(), interaction="dot",
+                 mode="sum"):
+        super().__init__()
+        self.interaction = interaction
+        self.emb_l = nn.ModuleList(nn.EmbeddingBag(n, dim, mode=mode) for n in table_rows)
+        self.bot_l = dlrm_mlp([num_dense, *bottom, dim], last_relu=True)
+        k = 1 + len(table_rows)
+        width = dim + k * (k - 1) // 2 if interaction == "dot" else k * dim
+        self.top_l = dlrm_mlp([width, *top, 1], last_relu=False)
+
+    @staticmethod
+    def bag(table, ids):
+        """table over ids [B, bag], an id < 0 an empty slot (an empty bag gives zeros)."""
+        valid = ids >= 0
+        counts = valid.sum(1)
+        offsets = torch.cumsum(counts, 0) - counts
+        return table(ids[valid].long(), offsets.long())
+
+    def forward(self, dense, ids):
+        """dense [B, num_dense] floats, ids [B, tables, bag] int: logits [B]."""
+        x = self.bot_l(dense)
+        ly = [self.bag(t, ids[:, j]) for j, t in enumerate(self.emb_l)]
+        if self.interaction == "dot":
+            t = torch.stack([x] + ly, dim=1)
+            z = torch.bmm(t, t.transpose(1, 2))
+            li, lj = torch.tril_indices(t.shape[1], t.shape[1], offset=-1)
+            r = torch.cat([x, z[:, li, lj]], dim=1)
+        else:
+            r = torch.cat([x] + ly, dim=1)
+        return self.top_l(r).squeeze(1)
+
+
+def dlrm_from_options(opts):
+    """A DLRM from dlrm_dump's options (the "dlrm" metadata: num_dense, table_rows, dim, bag,
+    mode, bottom, top, interaction)."""
+    return DLRM(opts["num_dense"], opts["table_rows"], opts["dim"], opts.get("bottom", ()),
+                opts.get("top", ()), opts.get("interaction", "dot"), opts.get("mode", "sum"))
 
 
 # ---- BERT ---------------------------------------------------------------------------------------
