@@ -252,7 +252,8 @@ DPT_API dpt_status dpt_model_spec_dlrm(dpt_model_spec *spec, const dpt_dlrm_opti
  * the file states them they must agree. A layer's "inputs" name earlier or later layers or
  * "input" (the model input); without it, the layer before. Layers are put in an order where each
  * follows its inputs (the file's order where it allows). "out": "classes" stands for the number
- * of classes. Fields: name, kind, inputs, out, kernel, stride, padding, bias, p; an unknown field,
+ * of classes. Fields: name, kind, inputs, out, kernel, stride, padding, bias, p, eps, approximate,
+ * vocab, heads, tie, init_std, offset, bag, mode ("sum" or "mean"); an unknown field,
  * a cycle, an unknown kind or input name, a duplicate name or invalid JSON is DPT_ERR_BAD_FORMAT
  * naming the file, the layer and (for JSON errors) the line and column. */
 DPT_API dpt_status dpt_model_spec_load_json(const char *path, size_t c, size_t h, size_t w,
@@ -380,7 +381,8 @@ DPT_API dpt_status dpt_model_load(dpt_model *model, const char *path);
 /* Forward and backward over `batch` samples (1 <= batch <= max_batch):
  * x: device buffer holding [batch, input_size] floats at element offset 0;
  * labels: device buffer holding [batch] int32 class indices ([batch, seq_len] for a token
- * model, where DPT_IGNORE_INDEX marks a position without a target).
+ * model, where DPT_IGNORE_INDEX marks a position without a target; 0 or 1 for a model of one
+ * class, trained with binary cross-entropy with logits).
  * The gradients are OVERWRITTEN with grad_scale * d(sum of per-target losses)/d(params), so a
  * replica holding b of a global batch of T targets (B samples, or the labelled positions of a
  * token model) passes grad_scale = 1/T and the sum over replicas is the mean over T. loss_sum
