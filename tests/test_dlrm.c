@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "dptrain/dptrain.h"
+#include "grad_check.h"
 #include "test_util.h"
 
 /* ---- a tiny DLRM and its batch ------------------------------------------------------------- */
@@ -91,55 +92,6 @@ static void td_destroy(td_model *t) {
   dpt_backend_destroy(t->be);
 }
 
-/* ---- gradients ------------------------------------------------------------------------------ */
-
-static double train_loss(dpt_model *m, const float *w, dpt_buffer *bx, dpt_buffer *by, size_t b) {
-  double loss = 0;
-  TU_OK(dpt_model_set_params(m, w));
-  TU_OK(dpt_model_train_step(m, bx, by, b, 1.0f, &loss, NULL));
-  return loss;
-}
-
-/* Every tensor's backprop gradient at several probes against central finite differences (in
- * double of the float loss), as tests/test_model.c checks them; probes straddling a relu kink
- * (two step sizes disagree) are skipped, at least min_checked and 4 in 5 must be usable. */
-static void check_gradients(dpt_model *m, dpt_buffer *bx, dpt_buffer *by, size_t b,
-                            int min_checked) {
-  size_t np = dpt_model_num_params(m);
-  float *g = malloc(np * sizeof(float)), *w = malloc(np * sizeof(float));
-  TU_OK(dpt_model_get_params(m, w));
-  train_loss(m, w, bx, by, b);
-  TU_OK(dpt_buffer_download(dpt_model_grads(m), 0, g, np * sizeof(float)));
-  int checked = 0, probes = 0;
-  for (size_t t = 0; t < dpt_model_num_tensors(m); ++t) {
-    dpt_tensor_info ti;
-    TU_OK(dpt_model_tensor(m, t, &ti));
-    for (size_t j = 0; j < ti.count; j += ti.count / 7 + 1) {
-      size_t p = ti.offset + j;
-      double fd[2];
-      const float eps[2] = {1e-3f, 5e-4f};
-      for (int e = 0; e < 2; ++e) {
-        float keep = w[p];
-        w[p] = keep + eps[e];
-        double lp = train_loss(m, w, bx, by, b);
-        w[p] = keep - eps[e];
-        double lm = train_loss(m, w, bx, by, b);
-        w[p] = keep;
-        fd[e] = (lp - lm) / (2.0 * (double)eps[e]);
-      }
-      ++probes;
-      if (fabs(fd[0] - fd[1]) > 1e-3 + 1e-2 * fabs(fd[0])) continue;
-      ck_assert_msg(fabs(fd[0] - (double)g[p]) <= 2e-3 + 3e-2 * fabs(fd[0]),
-                    "%s[%zu]: backprop %g, finite difference %g", ti.name, j, (double)g[p], fd[0]);
-      ++checked;
-    }
-  }
-  ck_assert_int_gt(checked, min_checked);
-  ck_assert_int_ge(checked * 5, probes * 4);
-  free(g);
-  free(w);
-}
-
 /* The interaction's input gradient reaches the tables and the bottom MLP only through it: a
  * wrong interaction backward shows in emb_l.* and bot_l.*. Weights scaled so that the logits
  * stay in the sigmoid's slope. */
@@ -157,7 +109,7 @@ static void gradient_case(int interaction, size_t bag, int mode) {
   }
   TU_OK(dpt_model_set_params(t.m, w));
   free(w);
-  check_gradients(t.m, t.bx, t.by, TD_BATCH, 40);
+  gc_check_gradients(t.m, t.bx, t.by, TD_BATCH, 7, 40);
   td_destroy(&t);
 }
 
