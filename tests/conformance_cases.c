@@ -1355,6 +1355,293 @@ static void gen_softmax_bwd(conf_list *l) {
     }
 }
 
+/* ---- embedding bags ------------------------------------------------------------------------ */
+
+typedef struct bag_p {
+  size_t n, bag, vocab, dim, stride;
+  dpt_bag_mode mode;
+  double p_bad;   /* per slot: an id >= vocab (a NaN row forward, skipped backward) */
+  double p_empty; /* per sample: every slot empty */
+} bag_p;
+
+/* Sample i's bag of ids: about a quarter of the slots empty (-1, sometimes another negative
+ * id), half of the others drawn from the first 3 ids (repeats within and across bags), the rest
+ * uniform over the vocabulary; with p_bad an id >= vocab; with p_empty no id at all (a mean of
+ * 0). The stride's gap after the bag stays the harness's sentinel, which must not be read. */
+static void init_bag_ids(const conf_case *c, int t, void *elems, conf_rng *rng) {
+  const bag_p *p = CONF_PARAMS(c, bag_p);
+  int32_t *ids = elems;
+  (void)t;
+  const int64_t hot = p->vocab < 3 ? (int64_t)p->vocab : 3;
+  for (size_t i = 0; i < p->n; i++) {
+    int empty = conf_rng_unit(rng) < p->p_empty;
+    for (size_t s = 0; s < p->bag; s++) {
+      int32_t v;
+      double u = conf_rng_unit(rng);
+      if (empty || u < 0.25) {
+        static const int32_t neg[] = {-1, -1, -1, -7, INT32_MIN};
+        v = neg[conf_rng_int(rng, 0, 4)];
+      } else if (conf_rng_unit(rng) < p->p_bad) {
+        int k = (int)conf_rng_int(rng, 0, 2); /* vocab, vocab + 7 or INT32_MAX */
+        v = k == 2 ? INT32_MAX : (int32_t)p->vocab + 7 * k;
+      } else if (u < 0.6) {
+        v = (int32_t)conf_rng_int(rng, 0, hot - 1);
+      } else {
+        v = (int32_t)conf_rng_int(rng, 0, (int64_t)p->vocab - 1);
+      }
+      ids[i * p->bag + s] = v;
+    }
+  }
+}
+
+static dpt_status run_embed_bag(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                const size_t *off, double *scalars) {
+  const bag_p *p = CONF_PARAMS(c, bag_p);
+  (void)scalars;
+  return dpt_embed_bag(be, p->n, p->bag, p->vocab, p->dim, p->mode, buf[0], off[0], buf[1], off[1],
+                       p->stride, buf[2], off[2]);
+}
+
+static dpt_status run_embed_bag_bwd(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                    const size_t *off, double *scalars) {
+  const bag_p *p = CONF_PARAMS(c, bag_p);
+  (void)scalars;
+  return dpt_embed_bag_bwd(be, p->n, p->bag, p->vocab, p->dim, p->mode, buf[0], off[0], buf[1],
+                           off[1], p->stride, buf[2], off[2]);
+}
+
+/* n, bag, vocab, dim, stride, p_bad, p_empty. Sizes stay small: under Oclgrind the backward
+ * costs about buckets * dim * n * bag simulated id reads. */
+static const struct {
+  size_t n, bag, vocab, dim, stride;
+  double p_bad, p_empty;
+} bag_shapes[] = {
+    {1, 1, 1, 1, 1, 0, 0},
+    {3, 4, 5, 3, 4, 0, 0},
+    {7, 3, 10, 5, 9, 0.1, 0},
+    {40, 5, 3, 33, 5, 0, 0.1},
+    {33, 6, 20, 8, 13, 0, 0.3},
+    {48, 8, 1000, 17, 8, 0, 0},
+    {100, 2, 50, 64, 11, 0.1, 0},
+    {50, 1, 7, 130, 3, 0, 0.2},
+    {16, 20, 40, 16, 27, 0.05, 0.1},
+    /* long bags: several of the Vulkan backward's dispatches (its loop budget) */
+    {110, 300, 2, 1, 301, 0.01, 0.05},
+    {0, 3, 5, 4, 3, 0, 0},
+    {4, 2, 5, 0, 2, 0, 0},
+};
+
+static void gen_bag(conf_list *l, int bwd) {
+  for (size_t i = 0; i < sizeof bag_shapes / sizeof bag_shapes[0]; i++)
+    for (int mean = 0; mean < 2; mean++) {
+      bag_p p = {bag_shapes[i].n,     bag_shapes[i].bag,    bag_shapes[i].vocab,
+                 bag_shapes[i].dim,   bag_shapes[i].stride, mean ? DPT_BAG_MEAN : DPT_BAG_SUM,
+                 bag_shapes[i].p_bad, bag_shapes[i].p_empty};
+      conf_case *c =
+          conf_new_case(l, "n=%zu bag=%zu vocab=%zu dim=%zu stride=%zu %s%s%s", p.n, p.bag, p.vocab,
+                        p.dim, p.stride, mean ? "mean" : "sum", p.p_bad > 0 ? " ids >= vocab" : "",
+                        p.p_empty > 0 ? " empty bags" : "");
+      CONF_SET_PARAMS(c, p);
+      conf_add_tensor(c, bwd ? "dout" : "table", CONF_F32, CONF_IN, bwd ? p.n : p.vocab, p.dim);
+      conf_tensor *idx = conf_add_tensor(c, "idx", CONF_I32, CONF_IN, p.n, p.bag);
+      idx->ld = p.stride;
+      idx->init = CONF_INIT_CUSTOM;
+      c->init = init_bag_ids;
+      if (!bwd) {
+        conf_tensor *out = conf_add_tensor(c, "out", CONF_F32, CONF_OUT, p.n, p.dim);
+        out->tol = 1e-6 * (double)p.bag;
+        out->finite = p.p_bad == 0; /* a bag with an id >= vocab gives a NaN row */
+        c->run = run_embed_bag;
+      } else {
+        conf_tensor *dt = conf_add_tensor(c, "dtable", CONF_F32, CONF_INOUT, p.vocab, p.dim);
+        dt->tol = 1e-6 * (1.0 + (double)(p.n * p.bag) / (double)max1(p.vocab));
+        c->run = run_embed_bag_bwd;
+      }
+    }
+}
+
+static void gen_embed_bag(conf_list *l) {
+  gen_bag(l, 0);
+}
+
+static void gen_embed_bag_bwd(conf_list *l) {
+  gen_bag(l, 1);
+}
+
+/* ---- column gathers ------------------------------------------------------------------------ */
+
+typedef struct cols_p {
+  size_t rows, cols, ldx, ldy;
+  int scatter;
+  double p_bad; /* per map entry: outside [0, ldx) (-1, ldx, INT32_MIN, INT32_MAX) */
+} cols_p;
+
+/* The map: for scatter_cols_add distinct in-range entries (a shuffled prefix of 0 .. ldx-1),
+ * for gather_cols any, repeats included; with p_bad an entry outside [0, ldx). */
+static void init_cols_map(const conf_case *c, int t, void *elems, conf_rng *rng) {
+  const cols_p *p = CONF_PARAMS(c, cols_p);
+  int32_t *map = elems;
+  (void)t;
+  size_t next = 0; /* scatter: the next unused column of the shuffled order */
+  int32_t perm[1024];
+  ck_assert_msg(p->ldx <= 1024, "%s: ldx of at most 1024", c->label);
+  for (size_t k = 0; k < p->ldx; k++)
+    perm[k] = (int32_t)k;
+  for (size_t k = p->ldx; k > 1; k--) {
+    size_t r = (size_t)conf_rng_int(rng, 0, (int64_t)k - 1);
+    int32_t tmp = perm[k - 1];
+    perm[k - 1] = perm[r];
+    perm[r] = tmp;
+  }
+  for (size_t j = 0; j < p->cols; j++) {
+    int bad = conf_rng_unit(rng) < p->p_bad || (p->scatter && next == p->ldx);
+    if (bad) {
+      static const int32_t out[] = {-1, 0, INT32_MIN, INT32_MAX};
+      int k = (int)conf_rng_int(rng, 0, 3);
+      map[j] = k == 1 ? (int32_t)p->ldx : out[k];
+    } else {
+      map[j] = p->scatter ? perm[next++] : (int32_t)conf_rng_int(rng, 0, (int64_t)p->ldx - 1);
+    }
+  }
+}
+
+static dpt_status run_cols(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                           const size_t *off, double *scalars) {
+  const cols_p *p = CONF_PARAMS(c, cols_p);
+  (void)scalars;
+  /* tensors: x (dx), map, y (dy) */
+  if (p->scatter)
+    return dpt_scatter_cols_add(be, p->rows, p->cols, buf[2], off[2], p->ldy, buf[1], off[1],
+                                buf[0], off[0], p->ldx);
+  return dpt_gather_cols(be, p->rows, p->cols, buf[0], off[0], p->ldx, buf[1], off[1], buf[2],
+                         off[2], p->ldy);
+}
+
+/* rows, cols, ldx, ldy, p_bad. ldy > cols: y is a column range of a wider matrix (a
+ * concatenation), whose other columns (the harness's guarded gap) must stay untouched. */
+static const struct {
+  size_t rows, cols, ldx, ldy;
+  double p_bad;
+} cols_shapes[] = {
+    {1, 1, 1, 1, 0},           {5, 3, 7, 3, 0},      {5, 3, 7, 10, 0.2}, {33, 17, 40, 50, 0.1},
+    {64, 128, 200, 300, 0.05}, {200, 13, 39, 26, 0}, {3, 8, 5, 8, 0.3},  {7, 26, 26, 40, 0},
+    {0, 4, 5, 4, 0},           {4, 0, 5, 1, 0},
+};
+
+static void gen_cols(conf_list *l, int scatter) {
+  for (size_t i = 0; i < sizeof cols_shapes / sizeof cols_shapes[0]; i++) {
+    cols_p p = {
+        cols_shapes[i].rows, cols_shapes[i].cols, cols_shapes[i].ldx, cols_shapes[i].ldy, scatter,
+        cols_shapes[i].p_bad};
+    conf_case *c = conf_new_case(l, "rows=%zu cols=%zu ldx=%zu ldy=%zu%s", p.rows, p.cols, p.ldx,
+                                 p.ldy, p.p_bad > 0 ? " map entries out of range" : "");
+    CONF_SET_PARAMS(c, p);
+    /* scatter: dx accumulates onto its non-zero values */
+    conf_add_tensor(c, scatter ? "dx" : "x", CONF_F32, scatter ? CONF_INOUT : CONF_IN, p.rows,
+                    p.ldx);
+    conf_tensor *map = conf_add_tensor(c, "map", CONF_I32, CONF_IN, 1, p.cols);
+    map->init = CONF_INIT_CUSTOM;
+    c->init = init_cols_map;
+    conf_tensor *y = conf_add_tensor(c, scatter ? "dy" : "y", CONF_F32,
+                                     scatter ? CONF_IN : CONF_OUT, p.rows, p.cols);
+    y->ld = max1(p.ldy);
+    if (!scatter) y->cmp = CONF_CMP_EXACT;
+    if (scatter) c->t[0].tol = 1e-6;
+    c->run = run_cols;
+  }
+}
+
+static void gen_gather_cols(conf_list *l) {
+  gen_cols(l, 0);
+}
+
+static void gen_scatter_cols_add(conf_list *l) {
+  gen_cols(l, 1);
+}
+
+/* ---- binary cross-entropy with logits -------------------------------------------------------- */
+
+typedef struct bce_p {
+  size_t n;
+  float scale;
+  int want;    /* SX_GRAD | SX_LOSS | SX_CORRECT */
+  int inplace; /* dlogits over the logits */
+  double p_ignore, p_bad;
+} bce_p;
+
+/* Logits: uniform in [-8, 8) with exact 0, +-60 and +-80 mixed in; labels 0 / 1 with
+ * DPT_IGNORE_INDEX (p_ignore) and other labels (2, -1, -101: NaN loss; p_bad). */
+static void init_bce(const conf_case *c, int t, void *elems, conf_rng *rng) {
+  const bce_p *p = CONF_PARAMS(c, bce_p);
+  if (t == 0) {
+    float *x = elems;
+    static const float extreme[] = {0.0f, 60.0f, -60.0f, 80.0f, -80.0f};
+    for (size_t i = 0; i < p->n; i++)
+      x[i] = conf_rng_unit(rng) < 0.2 ? extreme[conf_rng_int(rng, 0, 4)]
+                                      : (float)(16.0 * conf_rng_unit(rng) - 8.0);
+    return;
+  }
+  int32_t *y = elems;
+  for (size_t i = 0; i < p->n; i++) {
+    double u = conf_rng_unit(rng);
+    static const int32_t bad[] = {2, -1, DPT_IGNORE_INDEX - 1};
+    y[i] = u < p->p_ignore              ? DPT_IGNORE_INDEX
+           : u < p->p_ignore + p->p_bad ? bad[conf_rng_int(rng, 0, 2)]
+                                        : (int32_t)conf_rng_int(rng, 0, 1);
+  }
+}
+
+static dpt_status run_bce(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                          const size_t *off, double *scalars) {
+  const bce_p *p = CONF_PARAMS(c, bce_p);
+  double loss = NAN;
+  int64_t correct = -1;
+  int d = p->inplace ? 0 : 2;
+  dpt_status st =
+      dpt_bce_logits(be, p->n, buf[0], off[0], buf[1], off[1], p->scale,
+                     (p->want & SX_GRAD) ? buf[d] : NULL, (p->want & SX_GRAD) ? off[d] : 0,
+                     (p->want & SX_LOSS) ? &loss : NULL, (p->want & SX_CORRECT) ? &correct : NULL);
+  int s = 0;
+  if (p->want & SX_LOSS) scalars[s++] = loss;
+  if (p->want & SX_CORRECT) scalars[s++] = (double)correct;
+  return st;
+}
+
+static void add_bce(conf_list *l, size_t n, float scale, int want, int inplace, double p_ignore,
+                    double p_bad) {
+  conf_case *c =
+      conf_new_case(l, "n=%zu scale=%g ignore=%g bad=%g%s%s%s%s", n, (double)scale, p_ignore, p_bad,
+                    (want & SX_GRAD) ? " +grad" : "", (want & SX_LOSS) ? " +loss" : "",
+                    (want & SX_CORRECT) ? " +correct" : "", inplace ? " in-place" : "");
+  bce_p p = {n, scale, want, inplace, p_ignore, p_bad};
+  CONF_SET_PARAMS(c, p);
+  conf_tensor *x = conf_add_tensor(c, "logits", CONF_F32, inplace ? CONF_INOUT : CONF_IN, 1, n);
+  x->init = CONF_INIT_CUSTOM;
+  conf_add_tensor(c, "labels", CONF_I32, CONF_IN, 1, n)->init = CONF_INIT_CUSTOM;
+  c->init = init_bce;
+  if (inplace) x->tol = 2e-6;
+  if ((want & SX_GRAD) && !inplace)
+    conf_add_tensor(c, "dlogits", CONF_F32, CONF_OUT, 1, n)->tol = 2e-6;
+  if (want & SX_LOSS) conf_add_scalar(c, "loss_sum", 1e-5 * (double)(n + 1), 1e-5);
+  if (want & SX_CORRECT) conf_add_scalar(c, "correct", 0.0, 0.0);
+  c->run = run_bce;
+}
+
+static void gen_bce_logits(conf_list *l) {
+  add_bce(l, 1, 1.0f, SX_ALL, 0, 0, 0);
+  add_bce(l, 7, 0.5f, SX_ALL, 0, 0, 0);
+  add_bce(l, 300, 1.0f / 300.0f, SX_ALL, 0, 0, 0);
+  add_bce(l, 257, 1.0f, SX_ALL, 0, 0.3, 0);   /* ignored labels */
+  add_bce(l, 100, 1.0f, SX_ALL, 0, 0.2, 0.1); /* NaN loss, zero gradients */
+  add_bce(l, 64, 1.0f, SX_ALL, 0, 1.0, 0);    /* every label ignored */
+  add_bce(l, 1000, 1.0f / 1000.0f, SX_ALL, 1, 0.1, 0);
+  add_bce(l, 33, 2.0f, SX_GRAD | SX_LOSS, 1, 0.1, 0.05);
+  add_bce(l, 9, 1.0f, SX_GRAD, 0, 0.2, 0);
+  add_bce(l, 9, 1.0f, SX_LOSS, 0, 0.2, 0);
+  add_bce(l, 9, 1.0f, SX_CORRECT, 0, 0.2, 0.1);
+  add_bce(l, 0, 1.0f, SX_ALL, 0, 0, 0);
+}
+
 /* ---- the registry -------------------------------------------------------------------------- */
 
 const conf_generator conf_generators[] = {
@@ -1394,5 +1681,10 @@ const conf_generator conf_generators[] = {
     {DPT_OP_GELU_BWD, gen_gelu_bwd},
     {DPT_OP_ATTN_SOFTMAX, gen_attn_softmax},
     {DPT_OP_SOFTMAX_BWD, gen_softmax_bwd},
+    {DPT_OP_EMBED_BAG, gen_embed_bag},
+    {DPT_OP_EMBED_BAG_BWD, gen_embed_bag_bwd},
+    {DPT_OP_GATHER_COLS, gen_gather_cols},
+    {DPT_OP_SCATTER_COLS_ADD, gen_scatter_cols_add},
+    {DPT_OP_BCE_LOGITS, gen_bce_logits},
 };
 const size_t conf_generator_count = sizeof conf_generators / sizeof conf_generators[0];

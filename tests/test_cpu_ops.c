@@ -1461,6 +1461,148 @@ START_TEST(cpu_gemm_env_values) {
 }
 END_TEST
 
+/* ---- embedding bags, column gathers, binary cross-entropy ---------------------------------- */
+
+/* Three samples of bag 3 read from records of 4 int32 (the 4th field, 99, is no id: read, it
+ * would give a NaN row): {1, 3, 1} (a repeated id), {-1, 4, -1} (empty slots), {-1, -1, -1}
+ * (an empty bag). table [5,2]: row k = {10k, 10k + 1}. */
+START_TEST(embed_bag_values) {
+  const float table0[10] = {0, 1, 10, 11, 20, 21, 30, 31, 40, 41};
+  const int32_t rec[12] = {1, 3, 1, 99, -1, 4, -1, 99, -1, -1, -1, 99};
+  dpt_buffer *t = tu_f32(be, table0, 10), *idx = tu_i32(be, rec, 12);
+  dpt_buffer *out = tu_f32_fill(be, 6, NAN);
+  TU_OK(dpt_embed_bag(be, 3, 3, 5, 2, DPT_BAG_SUM, t, 0, idx, 0, 4, out, 0));
+  const double sum[6] = {50, 53, 40, 41, 0, 0};
+  tu_expect_buf("out (sum)", out, 0, sum, 6, 0);
+  TU_OK(dpt_embed_bag(be, 3, 3, 5, 2, DPT_BAG_MEAN, t, 0, idx, 0, 4, out, 0));
+  const double mean[6] = {50.0 / 3.0, 53.0 / 3.0, 40, 41, 0, 0}; /* an empty bag's mean: 0 */
+  tu_expect_buf("out (mean)", out, 0, mean, 6, 1e-6);
+  /* an id >= vocab: a NaN row */
+  TU_OK(dpt_embed_bag(be, 1, 4, 5, 2, DPT_BAG_SUM, t, 0, idx, 0, 4, out, 0));
+  const double bad[2] = {NAN, NAN};
+  tu_expect_buf("out (id 99 >= vocab)", out, 0, bad, 2, 0);
+
+  /* backward: dout rows {1,2}, {3,4}, {5,6} onto dtable of 0.5 */
+  const float dout0[6] = {1, 2, 3, 4, 5, 6};
+  dpt_buffer *dout = tu_f32(be, dout0, 6), *dt = tu_f32_fill(be, 10, 0.5f);
+  TU_OK(dpt_embed_bag_bwd(be, 3, 3, 5, 2, DPT_BAG_SUM, dout, 0, idx, 0, 4, dt, 0));
+  const double dsum[10] = {0.5, 0.5, 2.5, 4.5, 0.5, 0.5, 1.5, 2.5, 3.5, 4.5};
+  tu_expect_buf("dtable (sum)", dt, 0, dsum, 10, 0);
+  TU_OK(dpt_buffer_fill_f32(dt, 0, 10, 0.5f));
+  TU_OK(dpt_embed_bag_bwd(be, 3, 3, 5, 2, DPT_BAG_MEAN, dout, 0, idx, 0, 4, dt, 0));
+  const double dmean[10] = {0.5, 0.5, 0.5 + 2.0 / 3.0, 0.5 + 4.0 / 3.0,
+                            0.5, 0.5, 0.5 + 1.0 / 3.0, 0.5 + 2.0 / 3.0,
+                            3.5, 4.5};
+  tu_expect_buf("dtable (mean)", dt, 0, dmean, 10, 1e-6);
+  /* ids >= vocab are skipped: bag 4 takes the 99 */
+  TU_OK(dpt_buffer_fill_f32(dt, 0, 10, 0.0f));
+  TU_OK(dpt_embed_bag_bwd(be, 1, 4, 5, 2, DPT_BAG_MEAN, dout, 0, idx, 0, 4, dt, 0));
+  const double dbad[10] = {0, 0, 0.5, 1, 0, 0, 0.25, 0.5, 0, 0}; /* 1 / 4 ids each */
+  tu_expect_buf("dtable (id 99 skipped)", dt, 0, dbad, 10, 1e-7);
+  dpt_buffer_free(t);
+  dpt_buffer_free(idx);
+  dpt_buffer_free(out);
+  dpt_buffer_free(dout);
+  dpt_buffer_free(dt);
+}
+END_TEST
+
+START_TEST(gather_cols_values) {
+  /* x [2,4]; map {2, -1, 0, 4}: column 2, 0 (out of range), column 0, 0 (ldx 4 is out) into
+   * the first 4 columns of y [2,6] whose last 2 columns keep their 7 */
+  const float x0[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  const int32_t map0[4] = {2, -1, 0, 4};
+  dpt_buffer *x = tu_f32(be, x0, 8), *map = tu_i32(be, map0, 4), *y = tu_f32_fill(be, 12, 7.0f);
+  TU_OK(dpt_gather_cols(be, 2, 4, x, 0, 4, map, 0, y, 0, 6));
+  const double want[12] = {3, 0, 1, 0, 7, 7, 7, 0, 5, 0, 7, 7};
+  tu_expect_buf("y", y, 0, want, 12, 0);
+  /* scatter back onto x: columns 2 and 0 get y's columns 0 and 2 added */
+  TU_OK(dpt_scatter_cols_add(be, 2, 4, y, 0, 6, map, 0, x, 0, 4));
+  const double wx[8] = {2, 2, 6, 4, 10, 6, 14, 8};
+  tu_expect_buf("x", x, 0, wx, 8, 0);
+  dpt_buffer_free(x);
+  dpt_buffer_free(map);
+  dpt_buffer_free(y);
+}
+END_TEST
+
+/* x = 80 (no overflow), -80, 0, 2.5, -1, 60, -60 against the formula
+ * max(x, 0) - x y + log1p(exp(-|x|)), then an ignored and an invalid label. */
+START_TEST(bce_logits_values) {
+  const float x0[8] = {80, -80, 0, 2.5f, -1, 60, -60, 3};
+  const int32_t y0[8] = {1, 1, 0, 0, 1, 0, 0, DPT_IGNORE_INDEX};
+  dpt_buffer *x = tu_f32(be, x0, 8), *y = tu_i32(be, y0, 8), *d = tu_f32_fill(be, 8, NAN);
+  double loss = NAN;
+  int64_t correct = -1;
+  TU_OK(dpt_bce_logits(be, 8, x, 0, y, 0, 0.5f, d, 0, &loss, &correct));
+  double want_loss = 0.0;
+  for (int i = 0; i < 7; i++) {
+    const double v = x0[i];
+    want_loss += fmax(v, 0.0) - v * y0[i] + log1p(exp(-fabs(v)));
+  }
+  /* 1.8e-35 + 80 + log 2 + 2.5789 + 1.3133 + 60 + 8.8e-27 */
+  ck_assert_msg(fabs(want_loss - 144.5852986023707) < 1e-9, "formula %.15g", want_loss);
+  ck_assert_msg(fabs(loss - want_loss) < 1e-9, "loss %.15g, want %.15g", loss, want_loss);
+  ck_assert_int_eq(correct, 3); /* 80 with 1, 0 with 0, -60 with 0 */
+  const double want[8] = {0,
+                          -0.5,
+                          0.25,
+                          0.5 * 0.9241418199787566,
+                          0.5 * -0.7310585786300049,
+                          0.5,
+                          0.5 * 8.75651076269652e-27,
+                          0};
+  tu_expect_buf("dlogits", d, 0, want, 8, 1e-7);
+  float got[8];
+  tu_get(d, 0, got, 8);
+  ck_assert_msg(got[6] > 0.0f, "dlogits[6] = %g: sigmoid(-60) is not 0", (double)got[6]);
+
+  /* in place, and a label outside {0, 1}: NaN loss, zero gradient, not correct */
+  const int32_t y1[8] = {1, 1, 2, 0, 1, 0, 0, DPT_IGNORE_INDEX};
+  dpt_buffer *yb = tu_i32(be, y1, 8);
+  TU_OK(dpt_bce_logits(be, 8, x, 0, yb, 0, 1.0f, x, 0, &loss, &correct));
+  ck_assert_msg(isnan(loss), "loss with label 2: %g, want NaN", loss);
+  ck_assert_int_eq(correct, 2);
+  const double want1[8] = {
+      0, -1, 0, 0.9241418199787566, -0.7310585786300049, 1, 8.75651076269652e-27, 0};
+  tu_expect_buf("dlogits (in place)", x, 0, want1, 8, 1e-7);
+  dpt_buffer_free(x);
+  dpt_buffer_free(y);
+  dpt_buffer_free(yb);
+  dpt_buffer_free(d);
+}
+END_TEST
+
+/* <gather(x), y> == <x, scatter(y)> over y's first cols columns, with a map holding distinct
+ * in-range entries and entries outside [0, ldx) (which gather writes as 0 and scatter skips). */
+START_TEST(scatter_cols_add_is_adjoint_of_gather) {
+  enum { R = 7, LDX = 9, COLS = 6, LDY = 10 };
+  const int32_t map0[COLS] = {4, -1, 8, 9, 0, 5};
+  float x[R * LDX], y[R * LDY], gx[R * LDY], sy[R * LDX];
+  tu_rng r = {11};
+  tu_fill(&r, x, R * LDX, -1, 1);
+  tu_fill(&r, y, R * LDY, -1, 1);
+  dpt_buffer *bx = tu_f32(be, x, R * LDX), *by = tu_f32(be, y, R * LDY);
+  dpt_buffer *bm = tu_i32(be, map0, COLS);
+  dpt_buffer *bg = tu_f32_fill(be, R * LDY, 0.0f), *bs = tu_f32_fill(be, R * LDX, 0.0f);
+  TU_OK(dpt_gather_cols(be, R, COLS, bx, 0, LDX, bm, 0, bg, 0, LDY));
+  TU_OK(dpt_scatter_cols_add(be, R, COLS, by, 0, LDY, bm, 0, bs, 0, LDX));
+  tu_get(bg, 0, gx, R * LDY);
+  tu_get(bs, 0, sy, R * LDX);
+  double lhs = 0.0;
+  for (int i = 0; i < R; i++)
+    lhs += dot(gx + i * LDY, y + i * LDY, COLS);
+  double rhs = dot(x, sy, R * LDX);
+  ck_assert_msg(fabs(lhs - rhs) <= 1e-6 * (1.0 + fabs(lhs)),
+                "<gather, y> %.9g != <x, scatter> %.9g", lhs, rhs);
+  dpt_buffer_free(bx);
+  dpt_buffer_free(by);
+  dpt_buffer_free(bm);
+  dpt_buffer_free(bg);
+  dpt_buffer_free(bs);
+}
+END_TEST
+
 static Suite *cpu_ops_suite(void) {
   Suite *s = suite_create("cpu_ops");
   TCase *hand = tcase_create("hand_computed");
@@ -1486,6 +1628,9 @@ static Suite *cpu_ops_suite(void) {
   tcase_add_test(hand, bn_values);
   tcase_add_test(hand, avgpool_values);
   tcase_add_test(hand, gemm_batched_is_gemm_loop);
+  tcase_add_test(hand, embed_bag_values);
+  tcase_add_test(hand, gather_cols_values);
+  tcase_add_test(hand, bce_logits_values);
   suite_add_tcase(s, hand);
 
   TCase *grad = tcase_create("gradients");
@@ -1504,6 +1649,7 @@ static Suite *cpu_ops_suite(void) {
   tcase_add_test(grad, avgpool_bwd_is_adjoint_and_fd);
   tcase_add_test(grad, dropout_adjoint_and_fraction);
   tcase_add_test(grad, dropout_split_and_in_place);
+  tcase_add_test(grad, scatter_cols_add_is_adjoint_of_gather);
   suite_add_tcase(s, grad);
   return s;
 }

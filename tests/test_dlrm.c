@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "dptrain/dptrain.h"
+#include "grad_check.h"
 #include "test_util.h"
 
 /* ---- a tiny DLRM and its batch ------------------------------------------------------------- */
@@ -67,11 +68,11 @@ typedef struct td_model {
   dpt_buffer *bx, *by;
 } td_model;
 
-static td_model td_create(const dpt_dlrm_options *o, uint64_t seed) {
+static td_model td_create_on(dpt_backend_kind kind, const dpt_dlrm_options *o, uint64_t seed) {
   td_model t;
   dpt_model_spec spec;
   TU_OK(dpt_model_spec_dlrm(&spec, o));
-  t.be = tu_cpu();
+  TU_OK(dpt_backend_create(kind, 0, &t.be));
   TU_OK(dpt_model_create(t.be, &spec, TD_BATCH, &t.m));
   TU_OK(dpt_model_init(t.m, seed));
   size_t bag = o->bag ? o->bag : 1, width = TD_DENSE + TD_TABLES * bag;
@@ -84,60 +85,15 @@ static td_model td_create(const dpt_dlrm_options *o, uint64_t seed) {
   return t;
 }
 
+static td_model td_create(const dpt_dlrm_options *o, uint64_t seed) {
+  return td_create_on(DPT_BACKEND_CPU, o, seed);
+}
+
 static void td_destroy(td_model *t) {
   dpt_buffer_free(t->bx);
   dpt_buffer_free(t->by);
   dpt_model_destroy(t->m);
   dpt_backend_destroy(t->be);
-}
-
-/* ---- gradients ------------------------------------------------------------------------------ */
-
-static double train_loss(dpt_model *m, const float *w, dpt_buffer *bx, dpt_buffer *by, size_t b) {
-  double loss = 0;
-  TU_OK(dpt_model_set_params(m, w));
-  TU_OK(dpt_model_train_step(m, bx, by, b, 1.0f, &loss, NULL));
-  return loss;
-}
-
-/* Every tensor's backprop gradient at several probes against central finite differences (in
- * double of the float loss), as tests/test_model.c checks them; probes straddling a relu kink
- * (two step sizes disagree) are skipped, at least min_checked and 4 in 5 must be usable. */
-static void check_gradients(dpt_model *m, dpt_buffer *bx, dpt_buffer *by, size_t b,
-                            int min_checked) {
-  size_t np = dpt_model_num_params(m);
-  float *g = malloc(np * sizeof(float)), *w = malloc(np * sizeof(float));
-  TU_OK(dpt_model_get_params(m, w));
-  train_loss(m, w, bx, by, b);
-  TU_OK(dpt_buffer_download(dpt_model_grads(m), 0, g, np * sizeof(float)));
-  int checked = 0, probes = 0;
-  for (size_t t = 0; t < dpt_model_num_tensors(m); ++t) {
-    dpt_tensor_info ti;
-    TU_OK(dpt_model_tensor(m, t, &ti));
-    for (size_t j = 0; j < ti.count; j += ti.count / 7 + 1) {
-      size_t p = ti.offset + j;
-      double fd[2];
-      const float eps[2] = {1e-3f, 5e-4f};
-      for (int e = 0; e < 2; ++e) {
-        float keep = w[p];
-        w[p] = keep + eps[e];
-        double lp = train_loss(m, w, bx, by, b);
-        w[p] = keep - eps[e];
-        double lm = train_loss(m, w, bx, by, b);
-        w[p] = keep;
-        fd[e] = (lp - lm) / (2.0 * (double)eps[e]);
-      }
-      ++probes;
-      if (fabs(fd[0] - fd[1]) > 1e-3 + 1e-2 * fabs(fd[0])) continue;
-      ck_assert_msg(fabs(fd[0] - (double)g[p]) <= 2e-3 + 3e-2 * fabs(fd[0]),
-                    "%s[%zu]: backprop %g, finite difference %g", ti.name, j, (double)g[p], fd[0]);
-      ++checked;
-    }
-  }
-  ck_assert_int_gt(checked, min_checked);
-  ck_assert_int_ge(checked * 5, probes * 4);
-  free(g);
-  free(w);
 }
 
 /* The interaction's input gradient reaches the tables and the bottom MLP only through it: a
@@ -157,7 +113,7 @@ static void gradient_case(int interaction, size_t bag, int mode) {
   }
   TU_OK(dpt_model_set_params(t.m, w));
   free(w);
-  check_gradients(t.m, t.bx, t.by, TD_BATCH, 40);
+  gc_check_gradients(t.m, t.bx, t.by, TD_BATCH, 7, 40);
   td_destroy(&t);
 }
 
@@ -542,7 +498,72 @@ START_TEST(bad_options) {
 }
 END_TEST
 
-int main(void) {
+/* ---- a device against the CPU ------------------------------------------------------------- */
+
+static dpt_backend_kind device_kind = DPT_BACKEND_CPU;
+
+/* One training step of the tiny DLRM (bags of 2 with empty slots, mean and sum, dot and cat) on
+ * the device against the CPU from the same parameters: the loss, the correct count and every
+ * gradient tensor (norm of the difference over the norm). */
+START_TEST(device_matches_cpu) {
+  int count = 0;
+  if (!dpt_backend_compiled(device_kind) || dpt_device_count(device_kind, &count) != DPT_OK ||
+      count == 0) {
+    printf("%s: no device, nothing to compare\n", dpt_backend_kind_name(device_kind));
+    return;
+  }
+  const int interaction = _i % 2 ? DPT_DLRM_CAT : DPT_DLRM_DOT;
+  const int mode = _i / 2 ? DPT_BAG_MEAN : DPT_BAG_SUM;
+  dpt_dlrm_options o = td_options(interaction, 2, mode);
+  td_model t[2] = {td_create(&o, 4), td_create_on(device_kind, &o, 4)};
+  size_t np = dpt_model_num_params(t[0].m);
+  float *w = malloc(np * sizeof(float)), *g[2];
+  TU_OK(dpt_model_get_params(t[0].m, w));
+  TU_OK(dpt_model_set_params(t[1].m, w));
+  double loss[2];
+  int64_t correct[2];
+  for (int k = 0; k < 2; ++k) {
+    TU_OK(dpt_model_train_step(t[k].m, t[k].bx, t[k].by, TD_BATCH, 0.5f, &loss[k], &correct[k]));
+    g[k] = malloc(np * sizeof(float));
+    TU_OK(dpt_buffer_download(dpt_model_grads(t[k].m), 0, g[k], np * sizeof(float)));
+  }
+  ck_assert_double_eq_tol(loss[1], loss[0], 1e-5 * fabs(loss[0]));
+  ck_assert_int_eq(correct[1], correct[0]);
+  double worst = 0;
+  for (size_t i = 0; i < dpt_model_num_tensors(t[0].m); ++i) {
+    dpt_tensor_info ti;
+    TU_OK(dpt_model_tensor(t[0].m, i, &ti));
+    double num = 0, den = 0;
+    for (size_t j = ti.offset; j < ti.offset + ti.count; ++j) {
+      num += ((double)g[1][j] - g[0][j]) * ((double)g[1][j] - g[0][j]);
+      den += (double)g[0][j] * g[0][j];
+    }
+    double rel = sqrt(num) / (den > 0 ? sqrt(den) : 1.0);
+    ck_assert_msg(rel <= 1e-5, "%s: gradient differs from the CPU's by %g", ti.name, rel);
+    worst = rel > worst ? rel : worst;
+  }
+  printf("%s, tiny DLRM (%s, %s): loss %.7f against %.7f, worst gradient tensor %.3g\n",
+         dpt_backend_kind_name(device_kind), interaction == DPT_DLRM_CAT ? "cat" : "dot",
+         mode == DPT_BAG_MEAN ? "mean" : "sum", loss[1], loss[0], worst);
+  for (int k = 0; k < 2; ++k) {
+    free(g[k]);
+    td_destroy(&t[k]);
+  }
+  free(w);
+}
+END_TEST
+
+int main(int argc, char **argv) {
+  if (argc > 2 && strcmp(argv[1], "backend") == 0) {
+    if (dpt_backend_kind_parse(argv[2], &device_kind) != DPT_OK) return 2;
+    Suite *s = suite_create("dlrm_device");
+    TCase *tc = tcase_create("device");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, device_matches_cpu, 0, 4);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+  }
+
   Suite *s = suite_create("dlrm");
   TCase *tc = tcase_create("core");
   tcase_set_timeout(tc, 120);
@@ -557,9 +578,5 @@ int main(void) {
   tcase_add_test(tc, bad_layers);
   tcase_add_test(tc, bad_options);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return tu_run(s);
 }

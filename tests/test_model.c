@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "dptrain/dptrain.h"
+#include "grad_check.h"
 #include "test_util.h"
 #include "train_data.h"
 
@@ -78,55 +79,6 @@ static void mini_resnet(dpt_model_spec *s, float dropout) {
 
 /* ---- gradients ---------------------------------------------------------------------------- */
 
-/* The training-mode loss (batch statistics, the step's dropout mask) at parameters w. */
-static double train_loss(dpt_model *m, const float *w, dpt_buffer *bx, dpt_buffer *by, size_t b) {
-  double loss = 0;
-  TU_OK(dpt_model_set_params(m, w));
-  TU_OK(dpt_model_train_step(m, bx, by, b, 1.0f, &loss, NULL));
-  return loss;
-}
-
-/* Every tensor's backprop gradient at a few probes against central finite differences of the
- * loss over the batch in bx/by; at least min_checked probes (and 4 in 5) must be usable. */
-static void check_gradients(dpt_model *m, dpt_buffer *bx, dpt_buffer *by, size_t b,
-                            int min_checked) {
-  size_t np = dpt_model_num_params(m);
-  float *g = malloc(np * sizeof(float)), *w = malloc(np * sizeof(float));
-  TU_OK(dpt_model_get_params(m, w));
-  train_loss(m, w, bx, by, b);
-  TU_OK(dpt_buffer_download(dpt_model_grads(m), 0, g, np * sizeof(float)));
-  int checked = 0, probes = 0;
-  for (size_t t = 0; t < dpt_model_num_tensors(m); ++t) {
-    dpt_tensor_info ti;
-    TU_OK(dpt_model_tensor(m, t, &ti));
-    for (size_t j = 0; j < ti.count; j += ti.count / 5 + 1) {
-      size_t p = ti.offset + j;
-      /* Two step sizes: where they disagree the probe straddles a kink (relu, a dropout-free
-       * max): it says nothing about the gradient. */
-      double fd[2];
-      const float eps[2] = {1e-3f, 5e-4f};
-      for (int e = 0; e < 2; ++e) {
-        float keep = w[p];
-        w[p] = keep + eps[e];
-        double lp = train_loss(m, w, bx, by, b);
-        w[p] = keep - eps[e];
-        double lm = train_loss(m, w, bx, by, b);
-        w[p] = keep;
-        fd[e] = (lp - lm) / (2.0 * (double)eps[e]);
-      }
-      ++probes;
-      if (fabs(fd[0] - fd[1]) > 1e-3 + 1e-2 * fabs(fd[0])) continue;
-      ck_assert_msg(fabs(fd[0] - (double)g[p]) <= 2e-3 + 3e-2 * fabs(fd[0]),
-                    "%s[%zu]: backprop %g, finite difference %g", ti.name, j, (double)g[p], fd[0]);
-      ++checked;
-    }
-  }
-  ck_assert_int_gt(checked, min_checked);
-  ck_assert_int_ge(checked * 5, probes * 4);
-  free(g);
-  free(w);
-}
-
 START_TEST(gradient_graph) {
   dpt_model_spec spec;
   mini_resnet(&spec, 0.25f);
@@ -149,7 +101,7 @@ START_TEST(gradient_graph) {
   TU_OK(dpt_buffer_alloc(be, sizeof y, &by));
   TU_OK(dpt_buffer_upload(bx, 0, x, b * in * sizeof(float)));
   TU_OK(dpt_buffer_upload(by, 0, y, sizeof y));
-  check_gradients(m, bx, by, b, 40);
+  gc_check_gradients(m, bx, by, b, 5, 40);
   free(x);
   dpt_buffer_free(bx);
   dpt_buffer_free(by);
@@ -206,7 +158,7 @@ START_TEST(gradient_bert) {
   TU_OK(dpt_model_set_step(m, 1, 4, 8));
   dpt_buffer *bx, *by;
   tb_upload(be, &bx, &by);
-  check_gradients(m, bx, by, TB_BATCH, 60);
+  gc_check_gradients(m, bx, by, TB_BATCH, 5, 60);
   free(w);
   dpt_buffer_free(bx);
   dpt_buffer_free(by);

@@ -11,6 +11,10 @@ dpt_add_check_test(NAME test_dlrm SOURCES test_dlrm.c LABELS unit train TIMEOUT 
 # directly, bad readers refused.
 dpt_add_check_test(NAME test_train_shards SOURCES test_train_shards.c LABELS unit train
                    TIMEOUT 300)
+dpt_add_check_test(NAME test_dlrm_opencl TARGET test_dlrm ARGS backend opencl
+                   LABELS train opencl TIMEOUT 300 ENVIRONMENT POCL_MAX_PTHREAD_COUNT=1)
+dpt_add_check_test(NAME test_dlrm_vulkan TARGET test_dlrm ARGS backend vulkan
+                   LABELS train vulkan TIMEOUT 300 ENVIRONMENT DPT_VULKAN_VALIDATION=1)
 dpt_add_check_test(NAME test_model_opencl TARGET test_model ARGS backend opencl
                    LABELS train opencl TIMEOUT 300 ENVIRONMENT POCL_MAX_PTHREAD_COUNT=1)
 dpt_add_check_test(NAME test_model_vulkan TARGET test_model ARGS backend vulkan

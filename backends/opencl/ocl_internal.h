@@ -53,7 +53,12 @@
   X(gelu_fwd)                                                                                      \
   X(gelu_bwd)                                                                                      \
   X(attn_softmax)                                                                                  \
-  X(softmax_bwd)
+  X(softmax_bwd)                                                                                   \
+  X(embed_bag)                                                                                     \
+  X(embed_bag_bwd)                                                                                 \
+  X(gather_cols)                                                                                   \
+  X(scatter_cols_add)                                                                              \
+  X(bce_logits)
 
 typedef enum dpt_ocl_kernel {
 #define DPT_OCL_KERNEL_ENUM_(name) DPT_OCL_K_##name,

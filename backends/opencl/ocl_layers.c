@@ -1,9 +1,14 @@
 /* The layer ops of the opencl backend: batch normalization, average pooling, dropout,
- * layer normalization, GELU, attention's softmax and the softmax's backward
- * (include/dptrain/backend.h states what each computes; the kernels are in kernels/layers.cl, the
- * softmaxes' in kernels/softmax.cl). gemm_batched is in ocl_gemm.c with the other CLBlast calls. */
+ * layer normalization, GELU, attention's softmax and the softmax's backward, embedding bags,
+ * column gathers and binary cross-entropy (include/dptrain/backend.h states what each computes;
+ * the kernels are in kernels/layers.cl, the softmaxes' and bce_logits in kernels/softmax.cl,
+ * embedding bags and column gathers in kernels/embed.cl). gemm_batched is in ocl_gemm.c with the
+ * other CLBlast calls. */
+#include <stdlib.h>
+
 #include "backends/opencl/ocl_internal.h"
 #include "base/error.h"
+#include "base/size.h"
 
 /* ---- batch normalization ------------------------------------------------------------------- */
 
@@ -162,34 +167,118 @@ dpt_status dpt_ocl_softmax_bwd(dpt_backend *be, const dpt_softmax_bwd_args *a) {
   return dpt_ocl_launch_groups(&l, a->rows);
 }
 
-/* ---- embedding bags, column gathers, binary cross-entropy (not yet on this backend) ------- */
+/* ---- embedding bags, column gathers, binary cross-entropy ---------------------------------- */
 
+/* kernels/embed.cl: one work-item per output element. */
 dpt_status dpt_ocl_embed_bag(dpt_backend *be, const dpt_embed_bag_args *a) {
-  (void)be;
-  (void)a;
-  return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_embed_bag: not yet on this backend");
+  dpt_ocl_args l;
+  DPT_TRY(dpt_ocl_begin(&l, dpt_ocl_ctx_of(be), DPT_OCL_K_embed_bag));
+  dpt_ocl_arg_u64(&l, a->n * a->dim); /* out's size, checked by the wrapper */
+  dpt_ocl_arg_u64(&l, a->bag);
+  dpt_ocl_arg_u64(&l, a->vocab);
+  dpt_ocl_arg_u64(&l, a->dim);
+  dpt_ocl_arg_u64(&l, a->idx_stride);
+  dpt_ocl_arg_i32(&l, a->mode == DPT_BAG_MEAN);
+  dpt_ocl_arg_ref(&l, a->table);
+  dpt_ocl_arg_ref(&l, a->idx);
+  dpt_ocl_arg_ref(&l, a->out);
+  return dpt_ocl_launch(&l, a->n * a->dim);
 }
 
+/* Buckets of embed_bag_bwd (kernels/embed.cl), as embed_scatter_add's: enough work-items
+ * (buckets * dim) to fill the device, at most DPT_OCL_BAG_MAX_BUCKETS since every work-item
+ * reads all n * bag ids. */
+#define DPT_OCL_BAG_MAX_BUCKETS 64
+
 dpt_status dpt_ocl_embed_bag_bwd(dpt_backend *be, const dpt_embed_bag_bwd_args *a) {
-  (void)be;
-  (void)a;
-  return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_embed_bag_bwd: not yet on this backend");
+  dpt_ocl_ctx *c = dpt_ocl_ctx_of(be);
+  dpt_ocl_args l;
+  DPT_TRY(dpt_ocl_begin(&l, c, DPT_OCL_K_embed_bag_bwd));
+  size_t fill = (size_t)c->lim.compute_units * c->local_size[DPT_OCL_K_embed_bag_bwd];
+  size_t buckets = fill / a->dim + (fill % a->dim != 0);
+  if (buckets > DPT_OCL_BAG_MAX_BUCKETS) buckets = DPT_OCL_BAG_MAX_BUCKETS;
+  if (buckets > a->vocab) buckets = a->vocab;
+  if (buckets < 1) buckets = 1;
+  size_t items;
+  if (!dpt_mul_ok(buckets, a->dim, &items))
+    return dpt_set_error(DPT_ERR_UNSUPPORTED, "embed_bag_bwd: dim %zu too large", a->dim);
+  dpt_ocl_arg_u64(&l, a->n);
+  dpt_ocl_arg_u64(&l, a->bag);
+  dpt_ocl_arg_u64(&l, a->vocab);
+  dpt_ocl_arg_u64(&l, a->dim);
+  dpt_ocl_arg_u64(&l, a->idx_stride);
+  dpt_ocl_arg_i32(&l, a->mode == DPT_BAG_MEAN);
+  dpt_ocl_arg_u64(&l, buckets);
+  dpt_ocl_arg_ref(&l, a->dout);
+  dpt_ocl_arg_ref(&l, a->idx);
+  dpt_ocl_arg_ref(&l, a->dtable);
+  return dpt_ocl_launch(&l, items);
+}
+
+/* gather_cols and scatter_cols_add: one work-item per (row, map entry). */
+static dpt_status launch_cols(dpt_backend *be, dpt_ocl_kernel k, const dpt_gather_cols_args *a) {
+  const uint64_t u[] = {a->cols, a->ldx, a->ldy};
+  const dpt_ref refs[] = {a->x, a->map, a->y};
+  return dpt_ocl_launch_flat(be, k, a->rows * a->cols, 3, u, 0, NULL, 3, refs);
 }
 
 dpt_status dpt_ocl_gather_cols(dpt_backend *be, const dpt_gather_cols_args *a) {
-  (void)be;
-  (void)a;
-  return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_gather_cols: not yet on this backend");
+  return launch_cols(be, DPT_OCL_K_gather_cols, a);
 }
 
 dpt_status dpt_ocl_scatter_cols_add(dpt_backend *be, const dpt_scatter_cols_add_args *a) {
-  (void)be;
-  (void)a;
-  return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_scatter_cols_add: not yet on this backend");
+  return launch_cols(be, DPT_OCL_K_scatter_cols_add, a);
 }
 
+/* kernels/softmax.cl: one work-item per logit; as softmax_xent, the per-logit loss and
+ * correctness go to the scratch buffer (acc_t) and the host adds them in double, in order. */
 dpt_status dpt_ocl_bce_logits(dpt_backend *be, const dpt_bce_logits_args *a) {
-  (void)be;
-  (void)a;
-  return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_bce_logits: not yet on this backend");
+  dpt_ocl_ctx *c = dpt_ocl_ctx_of(be);
+  dpt_ocl_args l;
+  int want_grad = a->dlogits.buf != NULL;
+  int want_stats = a->loss_sum != NULL || a->correct != NULL;
+  size_t acc = dpt_ocl_acc_bytes(&c->lim);
+  size_t stats_bytes = 0;
+  if (want_stats && !dpt_mul_ok(a->n, 2 * acc, &stats_bytes))
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "bce_logits: %zu logits of statistics overflow",
+                         a->n);
+  DPT_TRY(dpt_ocl_begin(&l, c, DPT_OCL_K_bce_logits));
+  if (want_stats) DPT_TRY(dpt_ocl_scratch(c, stats_bytes));
+  /* Unused outputs still need a valid cl_mem argument: the logits stand in, never written. */
+  cl_mem unused = dpt_ocl_mem(a->logits.buf);
+  dpt_ocl_arg_u64(&l, a->n);
+  dpt_ocl_arg_ref(&l, a->logits);
+  dpt_ocl_arg_ref(&l, a->labels);
+  dpt_ocl_arg_f32(&l, a->scale);
+  dpt_ocl_arg_i32(&l, want_grad);
+  dpt_ocl_arg_mem(&l, want_grad ? dpt_ocl_mem(a->dlogits.buf) : unused);
+  dpt_ocl_arg_u64(&l, want_grad ? a->dlogits.off : 0);
+  dpt_ocl_arg_i32(&l, want_stats);
+  dpt_ocl_arg_mem(&l, want_stats ? c->scratch : unused);
+  DPT_TRY(dpt_ocl_launch(&l, a->n));
+  if (!want_stats) return DPT_OK;
+
+  void *stats = malloc(stats_bytes);
+  if (!stats) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "bce_logits: out of host memory");
+  dpt_status st = dpt_ocl_read_scratch(c, stats, stats_bytes, "bce_logits");
+  if (st == DPT_OK) {
+    double loss = 0.0;
+    int64_t correct = 0;
+    for (size_t i = 0; i < a->n; ++i) {
+      double li, ci;
+      if (c->lim.fp64) {
+        li = ((const cl_double *)stats)[2 * i];
+        ci = ((const cl_double *)stats)[2 * i + 1];
+      } else {
+        li = ((const cl_float *)stats)[2 * i];
+        ci = ((const cl_float *)stats)[2 * i + 1];
+      }
+      loss += li;
+      correct += ci != 0.0;
+    }
+    if (a->loss_sum) *a->loss_sum = loss;
+    if (a->correct) *a->correct = correct;
+  }
+  free(stats);
+  return st;
 }

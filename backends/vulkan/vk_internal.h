@@ -206,7 +206,12 @@ enum {
   X(GELU_FWD, "gelu_fwd.spv", 2, 0, 0, 0, 0)                                                       \
   X(GELU_BWD, "gelu_bwd.spv", 3, 0, 0, 0, 0)                                                       \
   X(ATTN_SOFTMAX, "attn_softmax.spv", 3, 0, 0, 0, 0)                                               \
-  X(SOFTMAX_BWD, "softmax_bwd.spv", 3, 0, 0, 0, 0)
+  X(SOFTMAX_BWD, "softmax_bwd.spv", 3, 0, 0, 0, 0)                                                 \
+  X(EMBED_BAG, "embed_bag.spv", 3, 0, 0, 0, 0)                                                     \
+  X(EMBED_BAG_BWD, "embed_bag_bwd.spv", 3, 0, 0, 0, 0)                                             \
+  X(GATHER_COLS, "gather_cols.spv", 3, 0, 0, 0, 0)                                                 \
+  X(SCATTER_COLS_ADD, "gather_cols.spv", 3, 1, 0, 0, 0)                                            \
+  X(BCE_LOGITS, "bce_logits.spv", 4, 0, 0, 0, 0)
 
 typedef enum dpt_vk_pipe {
 #define DPT_VK_PIPE_ENUM_(id, file, nbind, s0, s1, s2, s3) DPT_VK_PIPE_##id,

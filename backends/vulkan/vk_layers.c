@@ -381,34 +381,168 @@ dpt_status dpt_vk_softmax_bwd(dpt_backend *be, const dpt_softmax_bwd_args *a) {
   return dpt_vk_leave(be, vk_softmax_bwd(dpt_vk_ctx_of(be), a));
 }
 
-/* ---- embedding bags, column gathers, binary cross-entropy (not yet on this backend) ------- */
+/* ---- embedding bags ------------------------------------------------------------------------ */
+
+/* The windows of an embedding bag op: the table (whole), the ids of samples [i0, i0 + rows) and
+ * their rows of out / dout. */
+static dpt_status vk_bag_windows(dpt_vk_ctx *ctx, const dpt_embed_bag_args *a, const dpt_ref *tab,
+                                 const dpt_ref *rows_ref, size_t i0, size_t rows, dpt_vk_win *wt,
+                                 dpt_vk_win *wi, dpt_vk_win *wr) {
+  DPT_TRY(dpt_vk_window(ctx, vk_al(tab), tab->off, a->vocab * a->dim, 4, wt));
+  DPT_TRY(dpt_vk_window(ctx, vk_al(&a->idx), a->idx.off + i0 * a->idx_stride,
+                        (rows - 1) * a->idx_stride + a->bag, 4, wi));
+  return dpt_vk_window(ctx, vk_al(rows_ref), rows_ref->off + i0 * a->dim, rows * a->dim, 4, wr);
+}
+
+/* The sizes the shaders index in 32 bits. */
+static int vk_bag_fits(const dpt_embed_bag_args *a) {
+  return a->vocab * a->dim <= UINT32_MAX && a->n * a->dim <= UINT32_MAX &&
+         a->idx_stride <= UINT32_MAX && (a->n - 1) * a->idx_stride + a->bag <= UINT32_MAX;
+}
+
+/* One invocation per output element (embed_bag.comp), walking its bag's slots. */
+static dpt_status vk_embed_bag(dpt_vk_ctx *ctx, const dpt_embed_bag_args *a) {
+  if (!vk_bag_fits(a)) return vk_too_large("embed_bag");
+  if (a->bag + 16 > DPT_VK_LOOP_LIMIT)
+    return dpt_set_error(DPT_ERR_UNSUPPORTED, "vulkan: embed_bag: bags of %zu slots are too long",
+                         a->bag);
+  dpt_vk_win w[3];
+  DPT_TRY(vk_bag_windows(ctx, a, &a->table, &a->out, 0, a->n, &w[0], &w[1], &w[2]));
+  size_t total = a->n * a->dim;
+  uint32_t push[9] = {
+      (uint32_t)total,        w[0].elem,          w[1].elem,        w[2].elem,
+      (uint32_t)a->dim,       (uint32_t)a->vocab, (uint32_t)a->bag, (uint32_t)a->idx_stride,
+      a->mode == DPT_BAG_MEAN};
+  return dpt_vk_dispatch(ctx, DPT_VK_PIPE_EMBED_BAG, w, 3, push, sizeof push,
+                         vk_div_up(total, DPT_VK_WG));
+}
 
 dpt_status dpt_vk_embed_bag(dpt_backend *be, const dpt_embed_bag_args *a) {
-  (void)be;
-  (void)a;
-  return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_embed_bag: not yet on this backend");
+  DPT_TRY(dpt_vk_enter(be));
+  return dpt_vk_leave(be, vk_embed_bag(dpt_vk_ctx_of(be), a));
+}
+
+/* Work-items of embed_bag_bwd.comp: buckets * dim, buckets at most VK_BAG_BUCKETS (each
+ * invocation reads all ids) and aiming at about VK_BAG_ITEMS invocations. */
+enum { VK_BAG_BUCKETS = 64, VK_BAG_ITEMS = 2048 };
+
+static dpt_status vk_embed_bag_bwd(dpt_vk_ctx *ctx, const dpt_embed_bag_bwd_args *a) {
+  if (!vk_bag_fits(a)) return vk_too_large("embed_bag_bwd");
+  /* samples per dispatch: rows * (1 + 2 * bag) loop iterations per invocation */
+  size_t per = (size_t)(DPT_VK_LOOP_LIMIT - 16) / (1 + 2 * a->bag);
+  if (per == 0)
+    return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                         "vulkan: embed_bag_bwd: bags of %zu slots are too long", a->bag);
+  size_t buckets = vk_div_up(VK_BAG_ITEMS, a->dim);
+  if (buckets > VK_BAG_BUCKETS) buckets = VK_BAG_BUCKETS;
+  if (buckets > a->vocab) buckets = a->vocab;
+  if (buckets < 1) buckets = 1;
+  size_t items = buckets * a->dim; /* <= 64 * dim, and vocab * dim fits 32 bits */
+  if (items > UINT32_MAX) return vk_too_large("embed_bag_bwd");
+  for (size_t i0 = 0; i0 < a->n;) {
+    size_t rows = a->n - i0 < per ? a->n - i0 : per;
+    dpt_vk_win w[3];
+    DPT_TRY(vk_bag_windows(ctx, a, &a->dtable, &a->dout, i0, rows, &w[2], &w[1], &w[0]));
+    uint32_t push[11] = {
+        (uint32_t)items,         w[0].elem,          w[1].elem,        w[2].elem,
+        (uint32_t)a->dim,        (uint32_t)a->vocab, (uint32_t)a->bag, (uint32_t)a->idx_stride,
+        a->mode == DPT_BAG_MEAN, (uint32_t)rows,     (uint32_t)buckets};
+    DPT_TRY(dpt_vk_dispatch(ctx, DPT_VK_PIPE_EMBED_BAG_BWD, w, 3, push, sizeof push,
+                            vk_div_up(items, DPT_VK_WG)));
+    i0 += rows;
+  }
+  return DPT_OK;
 }
 
 dpt_status dpt_vk_embed_bag_bwd(dpt_backend *be, const dpt_embed_bag_bwd_args *a) {
-  (void)be;
-  (void)a;
-  return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_embed_bag_bwd: not yet on this backend");
+  DPT_TRY(dpt_vk_enter(be));
+  return dpt_vk_leave(be, vk_embed_bag_bwd(dpt_vk_ctx_of(be), a));
+}
+
+/* ---- column gathers ------------------------------------------------------------------------ */
+
+/* gather_cols.comp (both directions): one invocation per (row, map entry), the rows in chunks of
+ * what a window of x and of y holds. */
+static dpt_status vk_cols(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, const char *op,
+                          const dpt_gather_cols_args *a) {
+  const size_t win = dpt_vk_chunk_elems(ctx, 4);
+  const size_t ld = a->ldx > a->ldy ? a->ldx : a->ldy;
+  if (ld > win || a->ldx > UINT32_MAX || a->ldy > UINT32_MAX) return vk_too_large(op);
+  const size_t chunk = win / ld; /* >= 1; chunk * ld fits the window, so 32 bits */
+  for (size_t r = 0; r < a->rows;) {
+    size_t nr = a->rows - r < chunk ? a->rows - r : chunk;
+    dpt_vk_win w[3];
+    DPT_TRY(dpt_vk_window(ctx, vk_al(&a->x), a->x.off + r * a->ldx, nr * a->ldx, 4, &w[0]));
+    DPT_TRY(dpt_vk_window(ctx, vk_al(&a->map), a->map.off, a->cols, 4, &w[1]));
+    DPT_TRY(dpt_vk_window(ctx, vk_al(&a->y), a->y.off + r * a->ldy, (nr - 1) * a->ldy + a->cols, 4,
+                          &w[2]));
+    size_t total = nr * a->cols;
+    uint32_t push[7] = {(uint32_t)total,   w[0].elem,        w[1].elem,       w[2].elem,
+                        (uint32_t)a->cols, (uint32_t)a->ldx, (uint32_t)a->ldy};
+    DPT_TRY(dpt_vk_dispatch(ctx, pipe, w, 3, push, sizeof push, vk_div_up(total, DPT_VK_WG)));
+    r += nr;
+  }
+  return DPT_OK;
 }
 
 dpt_status dpt_vk_gather_cols(dpt_backend *be, const dpt_gather_cols_args *a) {
-  (void)be;
-  (void)a;
-  return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_gather_cols: not yet on this backend");
+  DPT_TRY(dpt_vk_enter(be));
+  return dpt_vk_leave(be, vk_cols(dpt_vk_ctx_of(be), DPT_VK_PIPE_GATHER_COLS, "gather_cols", a));
 }
 
 dpt_status dpt_vk_scatter_cols_add(dpt_backend *be, const dpt_scatter_cols_add_args *a) {
-  (void)be;
-  (void)a;
-  return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_scatter_cols_add: not yet on this backend");
+  DPT_TRY(dpt_vk_enter(be));
+  return dpt_vk_leave(
+      be, vk_cols(dpt_vk_ctx_of(be), DPT_VK_PIPE_SCATTER_COLS_ADD, "scatter_cols_add", a));
+}
+
+/* ---- binary cross-entropy ------------------------------------------------------------------ */
+
+/* One invocation per logit (bce_logits.comp), as softmax_xent: in chunks of a window, each
+ * chunk's per-logit losses and correctness in host-visible partials that the host adds in
+ * double once the chunk ran. */
+static dpt_status vk_bce_logits(dpt_vk_ctx *ctx, const dpt_bce_logits_args *a) {
+  int grad = a->dlogits.buf != NULL;
+  int host = a->loss_sum != NULL || a->correct != NULL;
+  size_t chunk = dpt_vk_chunk_elems(ctx, 4);
+  if (host && chunk > ((size_t)1 << 20)) chunk = (size_t)1 << 20;
+  double loss = 0.0;
+  int64_t correct = 0;
+  for (size_t i = 0; i < a->n;) {
+    size_t c = a->n - i < chunk ? a->n - i : chunk;
+    dpt_vk_alloc *part = NULL;
+    dpt_vk_win w[4];
+    if (host) DPT_TRY(dpt_vk_partials(ctx, (VkDeviceSize)c * 8, &part));
+    DPT_TRY(dpt_vk_window(ctx, vk_al(&a->logits), a->logits.off + i, c, 4, &w[0]));
+    DPT_TRY(dpt_vk_window(ctx, vk_al(&a->labels), a->labels.off + i, c, 4, &w[1]));
+    /* An unused binding still needs a buffer: the logits stand in. */
+    DPT_TRY(grad ? dpt_vk_window(ctx, vk_al(&a->dlogits), a->dlogits.off + i, c, 4, &w[2])
+                 : dpt_vk_window(ctx, vk_al(&a->logits), a->logits.off, 1, 4, &w[2]));
+    DPT_TRY(host ? dpt_vk_window(ctx, part, 0, 2 * c, 4, &w[3])
+                 : dpt_vk_window(ctx, vk_al(&a->logits), a->logits.off, 1, 4, &w[3]));
+    uint32_t push[7] = {(uint32_t)c,     w[0].elem, w[1].elem,
+                        w[2].elem,       w[3].elem, (grad ? 1u : 0u) | (host ? 2u : 0u),
+                        vk_f2u(a->scale)};
+    DPT_TRY(dpt_vk_dispatch(ctx, DPT_VK_PIPE_BCE_LOGITS, w, 4, push, sizeof push,
+                            vk_div_up(c, DPT_VK_WG)));
+    if (host) {
+      DPT_TRY(dpt_vk_wait(ctx, part->last_use));
+      const uint32_t *p = (const uint32_t *)(part->block->map + part->offset);
+      for (size_t k = 0; k < c; ++k) {
+        float f;
+        memcpy(&f, &p[w[3].elem + k], sizeof f);
+        loss += (double)f;
+        correct += p[w[3].elem + c + k] != 0;
+      }
+    }
+    i += c;
+  }
+  if (a->loss_sum) *a->loss_sum = loss;
+  if (a->correct) *a->correct = correct;
+  return DPT_OK;
 }
 
 dpt_status dpt_vk_bce_logits(dpt_backend *be, const dpt_bce_logits_args *a) {
-  (void)be;
-  (void)a;
-  return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_bce_logits: not yet on this backend");
+  DPT_TRY(dpt_vk_enter(be));
+  return dpt_vk_leave(be, vk_bce_logits(dpt_vk_ctx_of(be), a));
 }

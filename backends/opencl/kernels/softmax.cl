@@ -141,3 +141,29 @@ __kernel void softmax_bwd(ulong cols, __global const float *y, ulong y_off,
   for (ulong c = lid; c < cols; c += nl)
     dxr[c] = (float)((acc_t)yr[c] * ((acc_t)dyr[c] - dot));
 }
+
+/* ---- binary cross-entropy with logits: one work-item per logit ------------------------------
+ * loss = max(x, 0) - x * y + log1p(exp(-|x|)), dlogits = scale * (sigmoid(x) - y) for a label
+ * y in {0, 1}; DPT_IGNORE_INDEX: loss 0, gradient 0, never correct; any other label: loss NaN,
+ * gradient 0, never correct. stats[2i] = loss_i, stats[2i+1] = 1 if (x > 0) == y (the host adds
+ * them in double, like softmax_xent's rows). In acc_t, as the CPU reference in double. dlogits
+ * may be logits: each work-item reads its logit before writing it. */
+__kernel void bce_logits(ulong n, __global const float *logits, ulong logits_off,
+                         __global const int *labels, ulong labels_off, float scale, int want_grad,
+                         __global float *dlogits, ulong dlogits_off, int want_stats,
+                         __global acc_t *stats) {
+  size_t i = get_global_id(0);
+  if (i >= n) return;
+  acc_t v = logits[logits_off + i];
+  int y = labels[labels_off + i];
+  int valid = y == 0 || y == 1;
+  if (want_grad)
+    dlogits[dlogits_off + i] =
+        valid ? (float)((acc_t)scale * ((acc_t)1 / ((acc_t)1 + exp(-v)) - (acc_t)y)) : 0.0f;
+  if (want_stats) {
+    stats[2 * i] = valid ? fmax(v, (acc_t)0) - v * (acc_t)y + log1p(exp(-fabs(v)))
+                 : y == DPT_IGNORE_INDEX ? (acc_t)0
+                                         : (acc_t)NAN;
+    stats[2 * i + 1] = valid && ((v > 0) == (y == 1)) ? 1 : 0;
+  }
+}
