@@ -12,6 +12,7 @@
 #include "core/rng.h"
 #include "dptrain/data.h"
 #include "dptrain/interactions.h"
+#include "dptrain/train.h"
 
 #define RNG_DOMAIN_EPOCH UINT64_C(0x5245434f52445331) /* "RECORDS1" */
 
@@ -313,6 +314,7 @@ struct dpt_interactions {
   char **paths;          /* [num_shards] */
   uint64_t *shard_count; /* [num_shards] records per shard */
   uint64_t total;
+  uint64_t fingerprint;   /* of every shard's header (dpt_interactions_fingerprint) */
   size_t local_shards, n; /* this rank's shards and records */
   float *dense;           /* [n, num_dense] */
   int32_t *sparse;        /* [n, num_sparse] */
@@ -436,6 +438,13 @@ static dpt_status open_all(const char *pattern, int rank, int world, dpt_interac
   dpt_shard_header h;
   for (size_t s = 0; s < d->num_shards; s++) {
     DPT_TRY(dpt_shard_read_header(d->paths[s], &h));
+    if (s == 0) { /* the layout, then each shard's count and payload CRC in shard order */
+      uint64_t lay[2 + DPT_SHARD_MAX_SPARSE] = {h.num_dense, h.num_sparse};
+      memcpy(lay + 2, h.table_sizes, h.num_sparse * sizeof h.table_sizes[0]);
+      d->fingerprint = dpt_fingerprint(lay, (2 + (size_t)h.num_sparse) * sizeof lay[0]);
+    }
+    const uint64_t fw[3] = {d->fingerprint, h.num_records, h.payload_crc};
+    d->fingerprint = dpt_fingerprint(fw, sizeof fw);
     if (s == 0) {
       d->num_dense = h.num_dense;
       d->num_sparse = h.num_sparse;
@@ -519,6 +528,18 @@ uint64_t dpt_interactions_shard_records(const dpt_interactions *d, size_t s) {
 
 size_t dpt_interactions_local_shard(const dpt_interactions *d, size_t i) {
   return d ? (size_t)d->rank + i * (size_t)d->world : 0;
+}
+
+int dpt_interactions_rank(const dpt_interactions *d) {
+  return d ? d->rank : -1;
+}
+
+int dpt_interactions_world(const dpt_interactions *d) {
+  return d ? d->world : 0;
+}
+
+uint64_t dpt_interactions_fingerprint(const dpt_interactions *d) {
+  return d ? d->fingerprint : 0;
 }
 
 uint64_t dpt_interactions_total_records(const dpt_interactions *d) {

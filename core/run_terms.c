@@ -171,6 +171,14 @@ void dpt_run_terms(const dpt_train_config *cfg, uint64_t *w) {
   w[TERM_TEST_SAMPLES] = int_word(cfg->test ? (int64_t)dpt_dataset_count(cfg->test) : -1);
   w[TERM_TRAIN_DATA] = dpt_dataset_fingerprint(cfg->train);
   w[TERM_TEST_DATA] = dpt_dataset_fingerprint(cfg->test);
+  if (cfg->local_train) { /* per-replica shards: every reader has the headers of all of them */
+    const dpt_interactions *tr = cfg->local_train[0];
+    const dpt_interactions *te = cfg->local_test ? cfg->local_test[0] : NULL;
+    w[TERM_TRAIN_SAMPLES] = int_word((int64_t)dpt_interactions_total_records(tr));
+    w[TERM_TEST_SAMPLES] = int_word(te ? (int64_t)dpt_interactions_total_records(te) : -1);
+    w[TERM_TRAIN_DATA] = dpt_interactions_fingerprint(tr);
+    w[TERM_TEST_DATA] = dpt_interactions_fingerprint(te);
+  }
   w[TERM_MODEL] = model_word(&cfg->model);
   optim_words(&cfg->optim, w);
   w[TERM_GLOBAL_BATCH] = int_word((int64_t)cfg->global_batch);

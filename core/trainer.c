@@ -19,6 +19,7 @@
 #include "base/error.h"
 #include "core/run_terms.h"
 #include "core/trainer_impl.h"
+#include "dptrain/metrics.h"
 #include "dptrain/train.h"
 
 void dpt_train_config_default(dpt_train_config *cfg) {
@@ -251,6 +252,77 @@ static dpt_status evaluate(replica *r, replica_state *s, double *loss, double *a
   return DPT_OK;
 }
 
+/* Uploads count records of d (local indices idx) as the device batch: each sample the record
+ * [num_dense floats][num_sparse ids as int32 bits], its label 0 or 1. */
+static dpt_status load_records(replica_state *s, const dpt_interactions *d, const uint64_t *idx,
+                               size_t count) {
+  const size_t nd = dpt_interactions_num_dense(d), ns = dpt_interactions_num_sparse(d);
+  const size_t input = nd + ns;
+  for (size_t i = 0; i < count; ++i) {
+    float *row = s->hx + i * input;
+    memcpy(row, dpt_interactions_dense(d, idx[i]), nd * sizeof(float));
+    memcpy(row + nd, dpt_interactions_sparse(d, idx[i]), ns * sizeof(int32_t));
+    s->hy[i] = dpt_interactions_label(d, idx[i]) >= 0.5f ? 1 : 0;
+  }
+  dpt_status st = dpt_buffer_upload(s->x, 0, s->hx, count * input * sizeof(float));
+  if (st == DPT_OK) st = dpt_buffer_upload(s->y, 0, s->hy, count * sizeof(int32_t));
+  return st;
+}
+
+/* Scores this replica's validation records (s->ltest) in batches: logits[n], labels[n]; the
+ * loss (binary cross-entropy of the logit, in double) and correct count into mine. */
+static dpt_status score_records(replica_state *s, float *logits, float *labels, step_stats *mine) {
+  const dpt_interactions *d = s->ltest;
+  const size_t n = dpt_interactions_local_records(d);
+  dpt_status st = s->pending;
+  for (size_t done = 0; done < n && st == DPT_OK;) {
+    const size_t b = n - done < s->max_slice ? n - done : s->max_slice;
+    for (size_t i = 0; i < b; ++i)
+      s->idx[i] = done + i;
+    st = load_records(s, d, s->idx, b);
+    if (st == DPT_OK) st = dpt_model_logits(s->model, s->x, b, logits + done);
+    for (size_t i = 0; i < b && st == DPT_OK; ++i) {
+      const double z = logits[done + i], y = s->hy[i];
+      labels[done + i] = (float)y;
+      mine->loss_sum += (z > 0 ? z : 0) - z * y + log1p(exp(-fabs(z)));
+      mine->correct += (z > 0) == (y > 0.5);
+    }
+    done += b;
+  }
+  mine->samples = mine->targets = (int64_t)n;
+  return st;
+}
+
+/* Data-parallel evaluation on per-replica validation records: each replica scores its own,
+ * the loss and accuracy are summed at an exchange, and the exact AUC (of the logits) and the
+ * logloss (of the probabilities) are computed over every replica's records together. */
+static dpt_status evaluate_records(replica *r, replica_state *s, dpt_train_report *rep) {
+  const size_t n = dpt_interactions_local_records(s->ltest);
+  float *logits = malloc((n ? n : 1) * sizeof(float)),
+        *labels = malloc((n ? n : 1) * sizeof(float));
+  step_stats mine, sum;
+  memset(&mine, 0, sizeof mine);
+  dpt_status st = logits && labels
+                      ? score_records(s, logits, labels, &mine)
+                      : dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "evaluation: %zu records", n);
+  /* Every replica joins the exchange, even after a local failure, so nobody waits forever. */
+  st = exchange(r, s, &mine, &sum, st, "evaluation");
+  if (st == DPT_OK) {
+    rep->test_loss = sum.targets ? sum.loss_sum / (double)sum.targets : NAN;
+    rep->test_accuracy = sum.targets ? (double)sum.correct / (double)sum.targets : NAN;
+    /* Without both classes the AUC is undefined: NaN on every replica alike (it is decided
+     * from the gathered pairs). */
+    st = dpt_auc_comm(r->comm, logits, labels, n, &rep->test_auc);
+    if (st == DPT_ERR_INVALID_ARG) st = DPT_OK;
+  }
+  for (size_t i = 0; st == DPT_OK && i < n; ++i) /* the probabilities, in place */
+    logits[i] = 1.0f / (1.0f + expf(-logits[i]));
+  if (st == DPT_OK) st = dpt_logloss_comm(r->comm, logits, labels, n, &rep->test_logloss);
+  free(logits);
+  free(labels);
+  return st;
+}
+
 /* ---- set-up ------------------------------------------------------------------------------- */
 
 /* The exchange arrays, first of all, so a replica that fails later still takes part in the
@@ -265,6 +337,43 @@ static dpt_status alloc_exchange(replica *r, replica_state *s) {
   return DPT_OK;
 }
 
+/* Per-replica records against the model: their width, one label, and every embedding_bag table
+ * large enough for the ids its slots can hold (a larger shard table would feed ids beyond it). */
+static dpt_status check_records_model(const dpt_train_config *cfg, replica_state *s) {
+  const size_t input = dpt_model_input_size(s->model);
+  for (int k = 0; k < 2; ++k) {
+    const dpt_interactions *d = k ? s->ltest : s->ltrain;
+    if (!d) continue;
+    const char *which = k ? "validation" : "training";
+    const size_t nd = dpt_interactions_num_dense(d), ns = dpt_interactions_num_sparse(d);
+    if (nd + ns != input)
+      return dpt_set_error(DPT_ERR_INVALID_ARG,
+                           "the model takes %zu inputs per sample but the %s shards' records "
+                           "have %zu (%zu dense, %zu sparse)",
+                           input, which, nd + ns, nd, ns);
+    const dpt_model_spec *spec = &cfg->model;
+    for (size_t i = 0; i < spec->num_layers; ++i) {
+      const dpt_layer_spec *l = &spec->layers[i];
+      if (l->kind != DPT_LAYER_EMBEDDING_BAG) continue;
+      const size_t bag = l->bag ? l->bag : 1;
+      for (size_t slot = l->offset; slot < l->offset + bag; ++slot) {
+        if (slot < nd || slot >= nd + ns) continue;
+        const uint64_t rows = dpt_interactions_table_sizes(d)[slot - nd];
+        if (rows > l->vocab)
+          return dpt_set_error(DPT_ERR_INVALID_ARG,
+                               "the %s shards' sparse feature %zu has ids up to %llu, beyond the "
+                               "%zu rows of the model's table %s",
+                               which, slot - nd, (unsigned long long)rows - 1, l->vocab, l->name);
+      }
+    }
+  }
+  s->labels = dpt_model_labels_per_sample(s->model);
+  if (s->labels != 1)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "per-replica records have one label each; the model takes %zu", s->labels);
+  return DPT_OK;
+}
+
 static dpt_status create_backend_and_model(replica *r, replica_state *s) {
   const dpt_train_config *cfg = r->cfg;
   int devices = 0;
@@ -275,10 +384,11 @@ static dpt_status create_backend_and_model(replica *r, replica_state *s) {
   int device = cfg->device >= 0 ? cfg->device : r->local_index % devices;
   DPT_TRY(dpt_backend_create(cfg->backend, device, &s->be));
   /* No batch holds more samples than the training set. */
-  const size_t n = dpt_dataset_count(cfg->train);
+  const size_t n = s->ltrain ? cfg->global_batch : dpt_dataset_count(cfg->train);
   const size_t batch = cfg->global_batch < n ? cfg->global_batch : n;
   s->max_slice = (batch + (size_t)r->count - 1) / (size_t)r->count;
   DPT_TRY(dpt_model_create(s->be, &cfg->model, s->max_slice, &s->model));
+  if (s->ltrain) return check_records_model(cfg, s);
   size_t input = dpt_model_input_size(s->model);
   if (input != dpt_dataset_dim(cfg->train))
     return dpt_set_error(DPT_ERR_INVALID_ARG,
@@ -328,7 +438,8 @@ static dpt_status create_optimizer(replica *r, replica_state *s) {
 
 static dpt_status alloc_batch(replica *r, replica_state *s) {
   const size_t input = dpt_model_input_size(s->model);
-  const size_t max_slice = s->max_slice, n = dpt_dataset_count(r->cfg->train);
+  const size_t max_slice = s->max_slice;
+  const size_t n = s->ltrain ? 0 : dpt_dataset_count(r->cfg->train);
   DPT_TRY(dpt_buffer_alloc(s->be, max_slice * input * sizeof(float), &s->x));
   const size_t L = s->labels;
   DPT_TRY(dpt_buffer_alloc(s->be, max_slice * L * sizeof(int32_t), &s->y));
@@ -342,10 +453,10 @@ static dpt_status alloc_batch(replica *r, replica_state *s) {
     s->hbatch = malloc(B * L * sizeof(int32_t));
     if (!s->hbatch) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "training: out of host memory");
   }
-  s->perm = malloc(n * sizeof(uint64_t));
+  s->perm = n ? malloc(n * sizeof(uint64_t)) : NULL;
   s->idx = malloc(max_slice * sizeof(uint64_t));
   s->hparams = malloc(dpt_model_state_size(s->model) * sizeof(float));
-  if (!s->hx || !s->hy || !s->perm || !s->idx || !s->hparams)
+  if (!s->hx || !s->hy || (n && !s->perm) || !s->idx || !s->hparams)
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "training: out of host memory");
   return DPT_OK;
 }
@@ -391,8 +502,9 @@ static dpt_status agree_on_run(replica *r, replica_state *s) {
   DPT_TRY(dpt_allgather_host(r->comm, mine, sizeof mine, s->terms));
   DPT_TRY(dpt_run_terms_compare(s->terms, r->count));
   /* At least one: check_config refused a run without a batch. */
-  s->batches =
-      dpt_sampler_num_batches(dpt_dataset_count(cfg->train), cfg->global_batch, cfg->keep_last);
+  s->batches = s->ltrain ? (size_t)dpt_interactions_steps(s->ltrain, cfg->global_batch)
+                         : dpt_sampler_num_batches(dpt_dataset_count(cfg->train), cfg->global_batch,
+                                                   cfg->keep_last);
   const int64_t per_epoch = (int64_t)s->batches;
   s->t.planned_steps = cfg->epochs > INT64_MAX / per_epoch ? INT64_MAX : cfg->epochs * per_epoch;
   if (cfg->max_steps > 0 && cfg->max_steps < s->t.planned_steps)
@@ -438,8 +550,8 @@ static dpt_status global_targets(const replica *r, replica_state *s, int64_t epo
 
 /* Loads this replica's slice of the global batch at `bstart` (bcount samples) and runs forward
  * and backward. Returns the local outcome, which the step's exchange announces. */
-static dpt_status forward_backward(replica *r, replica_state *s, int64_t epoch, size_t bstart,
-                                   size_t bcount, step_stats *mine) {
+static dpt_status forward_backward(replica *r, replica_state *s, int64_t epoch, size_t k,
+                                   size_t bstart, size_t bcount, step_stats *mine) {
   size_t start, count;
   dpt_status st = dpt_batch_split(bcount, r->count, r->index, &start, &count);
   if (st != DPT_OK) return st;
@@ -449,7 +561,14 @@ static dpt_status forward_backward(replica *r, replica_state *s, int64_t epoch, 
     return dpt_buffer_fill_f32(dpt_model_grads(s->model), 0, dpt_model_num_params(s->model), 0.0f);
   int64_t targets = 0;
   st = global_targets(r, s, epoch, bstart, bcount, &targets);
-  if (st == DPT_OK)
+  /* Per-replica records: the replica's slice of step k by the epoch rule, from its own shards
+   * (its dpt_interactions_local_batch is this split's count). */
+  if (st == DPT_OK && s->ltrain)
+    st = dpt_interactions_step_indices(s->ltrain, r->cfg->seed, (uint64_t)epoch,
+                                       r->cfg->global_batch, (uint64_t)k, s->idx);
+  if (st == DPT_OK && s->ltrain)
+    st = load_records(s, s->ltrain, s->idx, count);
+  else if (st == DPT_OK)
     st = load_batch(s, r->cfg->train, s->perm + bstart + start, count, &r->cfg->transform, epoch);
   if (st == DPT_OK)
     mine->targets = s->labels == 1 ? (int64_t)count : count_targets(s->hy, count * s->labels);
@@ -707,15 +826,16 @@ static dpt_status give_up_step(replica *r, replica_state *s, step_outcome *out) 
 static dpt_status train_step(replica *r, replica_state *s, int64_t epoch, size_t k, double *loss,
                              int64_t *samples, step_outcome *out) {
   const dpt_train_config *cfg = r->cfg;
-  size_t bstart, bcount;
-  DPT_TRY(dpt_sampler_batch(dpt_dataset_count(cfg->train), cfg->global_batch, cfg->keep_last, k,
-                            &bstart, &bcount));
+  size_t bstart = 0, bcount = cfg->global_batch; /* per-replica records: every step whole */
+  if (!s->ltrain)
+    DPT_TRY(dpt_sampler_batch(dpt_dataset_count(cfg->train), cfg->global_batch, cfg->keep_last, k,
+                              &bstart, &bcount));
   step_stats mine, sum;
   memset(&mine, 0, sizeof mine);
   memset(out, 0, sizeof *out);
   dpt_train_keep_failure(s, keep_buffers(s, 0));
   const double t0 = dpt_now();
-  dpt_status st = forward_backward(r, s, epoch, bstart, bcount, &mine);
+  dpt_status st = forward_backward(r, s, epoch, k, bstart, bcount, &mine);
   mine.compute = dpt_now() - t0;
   s->t.compute += mine.compute;
   st = reduce_gradients(r, s, st, &mine);
@@ -767,10 +887,13 @@ static dpt_status report_epoch(replica *r, replica_state *s, int64_t epoch, doub
   rep.checkpoint = dpt_train_ckpt_path(s);
   rep.train_loss = samples ? loss / (double)samples : NAN;
   rep.test_loss = rep.test_accuracy = rep.test_perplexity = NAN;
+  rep.test_auc = rep.test_logloss = NAN;
   /* The epoch's closing fingerprint: the report's param_hash is the current one. */
   DPT_TRY(check_drift(r, s, s->t.step));
   if (cfg->test && dpt_dataset_count(cfg->test) > 0)
     DPT_TRY(evaluate(r, s, &rep.test_loss, &rep.test_accuracy));
+  else if (s->ltest)
+    DPT_TRY(evaluate_records(r, s, &rep));
   if (s->labels > 1) rep.test_perplexity = exp(rep.test_loss);
   rep.labels_per_sample = s->labels;
   rep.samples_per_sec = s->t.train_time > 0 ? (double)s->t.trained_samples / s->t.train_time : 0;
@@ -822,8 +945,9 @@ static dpt_status train_epoch(replica *r, replica_state *s, int *stop) {
   const dpt_train_config *cfg = r->cfg;
   const int64_t epoch = s->at.epoch;
   const double t0 = dpt_now();
-  DPT_TRY(dpt_sampler_permutation(cfg->seed, (uint64_t)epoch, cfg->shuffle,
-                                  dpt_dataset_count(cfg->train), s->perm));
+  if (!s->ltrain)
+    DPT_TRY(dpt_sampler_permutation(cfg->seed, (uint64_t)epoch, cfg->shuffle,
+                                    dpt_dataset_count(cfg->train), s->perm));
   while (s->at.batch < s->batches && !*stop) {
     step_outcome o;
     DPT_TRY(train_step(r, s, epoch, s->at.batch, &s->at.loss, &s->at.samples, &o));
@@ -859,10 +983,54 @@ static dpt_status check_checkpoints(const dpt_train_config *cfg) {
   return DPT_OK;
 }
 
+/* The per-replica readers (cfg->local_train, local_test): one per replica of this process,
+ * each opened as its replica's rank of the `total` replicas, all over the same shards; and the
+ * settings that do not apply to them. */
+static dpt_status check_local_data(const dpt_train_config *cfg, dpt_comm *comm, int total) {
+  const char *fn = "dpt_train";
+  if (cfg->train || cfg->test)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: per-replica data (local_train) replaces the data sets: train and "
+                         "test must be NULL",
+                         fn);
+  if (!cfg->shuffle || cfg->keep_last || cfg->transform.mean || cfg->transform.crop_pad ||
+      cfg->transform.hflip)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: per-replica records are drawn by the shards' epoch rule: no "
+                         "--no-shuffle, --keep-last, normalization or augmentation",
+                         fn);
+  const int mine = comm ? 1 : cfg->replicas;
+  for (int k = 0; k < 2; ++k) {
+    dpt_interactions *const *set = k ? cfg->local_test : cfg->local_train;
+    const char *which = k ? "validation" : "training";
+    for (int i = 0; set && i < mine; ++i) {
+      const int rank = comm ? dpt_comm_rank(comm) : i;
+      if (!set[i])
+        return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: replica %d has no %s reader", fn, rank,
+                             which);
+      if (dpt_interactions_rank(set[i]) != rank || dpt_interactions_world(set[i]) != total)
+        return dpt_set_error(DPT_ERR_INVALID_ARG,
+                             "%s: replica %d's %s reader was opened as rank %d of %d, not %d of "
+                             "%d",
+                             fn, rank, which, dpt_interactions_rank(set[i]),
+                             dpt_interactions_world(set[i]), rank, total);
+      if (dpt_interactions_fingerprint(set[i]) != dpt_interactions_fingerprint(set[0]))
+        return dpt_set_error(DPT_ERR_INVALID_ARG,
+                             "%s: replica %d's %s shards differ from replica 0's", fn, rank, which);
+    }
+  }
+  if (dpt_interactions_steps(cfg->local_train[0], cfg->global_batch) == 0)
+    return dpt_set_error(
+        DPT_ERR_INVALID_ARG, "global batch %zu is larger than the %llu training records",
+        cfg->global_batch, (unsigned long long)dpt_interactions_total_records(cfg->local_train[0]));
+  return DPT_OK;
+}
+
 static dpt_status check_config(const dpt_train_config *cfg, dpt_comm *comm) {
   const char *fn = "dpt_train";
   if (!cfg) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: config is NULL", fn);
-  if (!cfg->train) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: no training set", fn);
+  if (!cfg->train && !cfg->local_train)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: no training set", fn);
   if (cfg->replicas < 1)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: replicas %d must be >= 1", fn, cfg->replicas);
   if (comm && cfg->replicas != 1)
@@ -877,6 +1045,14 @@ static dpt_status check_config(const dpt_train_config *cfg, dpt_comm *comm) {
                          "%s: global batch %zu is smaller than the %d replicas (each needs at "
                          "least one sample)",
                          fn, cfg->global_batch, total);
+  if (cfg->local_train) {
+    DPT_TRY(check_local_data(cfg, comm, total));
+    if (cfg->epochs < 1) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: epochs must be >= 1", fn);
+    if (cfg->max_steps < 0 || cfg->check_every < 0)
+      return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: max_steps/check_every must be >= 0", fn);
+    DPT_TRY(check_checkpoints(cfg));
+    return dpt_optim_config_check(&cfg->optim);
+  }
   if (dpt_sampler_num_batches(dpt_dataset_count(cfg->train), cfg->global_batch, cfg->keep_last) ==
       0)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
@@ -903,6 +1079,9 @@ static dpt_status check_config(const dpt_train_config *cfg, dpt_comm *comm) {
 static dpt_status replica_run(replica *r, replica_state *s) {
   const dpt_train_config *cfg = r->cfg;
   DPT_TRY(alloc_exchange(r, s)); /* out of memory before anything else: the others time out */
+  const int mine = r->over_mpi ? 0 : r->index; /* this replica's reader */
+  s->ltrain = cfg->local_train ? cfg->local_train[mine] : NULL;
+  s->ltest = cfg->local_train && cfg->local_test ? cfg->local_test[mine] : NULL;
   /* A configuration this replica refuses is announced like any failure to start. */
   dpt_status st = check_config(cfg, r->over_mpi ? r->comm : NULL);
   if (st == DPT_OK) st = replica_setup(r, s);

@@ -88,7 +88,9 @@ typedef struct replica_state {
   size_t labels;            /* labels per sample: 1, or a token model's seq_len */
   int32_t *hbatch;          /* token models: the whole global batch's labels [B, labels], for
                                its target count; NULL otherwise */
-  uint64_t *perm;           /* epoch permutation [n_train] */
+  uint64_t *perm;           /* epoch permutation [n_train] (NULL with per-replica data) */
+  dpt_interactions *ltrain; /* this replica's training records (cfg->local_train), or NULL */
+  dpt_interactions *ltest;  /* this replica's validation records (cfg->local_test), or NULL */
   uint64_t *idx;            /* the slice's sample indices [max_slice] */
   float *hparams;           /* [state size] host copy of parameters and buffers for fingerprints */
   dpt_range *shard;         /* this replica's shard of the parameters (sharded step), [nshard] */

@@ -62,3 +62,14 @@ add_test(NAME pytorch_dlrm
                  "${CMAKE_CURRENT_BINARY_DIR}/pytorch-dlrm-scratch")
 set_tests_properties(pytorch_dlrm PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
                      LABELS "train;pytorch")
+
+# dptrain train --model dlrm on synthetic shards: one-line refusals (no match, fewer shards than
+# ranks, a corrupt shard, ids beyond a table), a short run's validation AUC/logloss, 2 MPI ranks
+# equal to 2 thread replicas, a resume on other shards refused.
+if(DPT_BUILD_TOOLS)
+  add_test(NAME dlrm_cli
+           COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/dlrm_cli_test.sh" $<TARGET_FILE:dptrain_cli>
+                   "${CMAKE_CURRENT_BINARY_DIR}/dlrm-cli-scratch" "${_dpt_cli_mpi}")
+  set_tests_properties(dlrm_cli PROPERTIES TIMEOUT 300 LABELS "cli;mpi;train"
+                       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+endif()

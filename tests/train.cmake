@@ -6,6 +6,11 @@ dpt_add_check_test(NAME test_resume SOURCES test_resume.c LABELS unit train TIME
 dpt_add_check_test(NAME test_model SOURCES test_model.c LABELS unit train TIMEOUT 600)
 # The recommendation model: DLRM's layers against finite differences, its builder, BCE, JSON.
 dpt_add_check_test(NAME test_dlrm SOURCES test_dlrm.c LABELS unit train TIMEOUT 300)
+# Training on per-replica shards: each replica reads only its own, the header rule's steps, the
+# same parameters as one model on the union of the slices, validation AUC/logloss as computed
+# directly, bad readers refused.
+dpt_add_check_test(NAME test_train_shards SOURCES test_train_shards.c LABELS unit train
+                   TIMEOUT 300)
 dpt_add_check_test(NAME test_dlrm_opencl TARGET test_dlrm ARGS backend opencl
                    LABELS train opencl TIMEOUT 300 ENVIRONMENT POCL_MAX_PTHREAD_COUNT=1)
 dpt_add_check_test(NAME test_dlrm_vulkan TARGET test_dlrm ARGS backend vulkan

@@ -42,11 +42,20 @@ typedef struct cli {
   float rollback_scale;  /* --rollback-lr-scale */
   /* --model bert: the text, its vocabulary and the encoder's sizes */
   int bert;
-  dpt_text_options text;    /* --text, --vocab, --vocab-size, --seq-len, --val-every */
-  dpt_bert_options bo;      /* --layers, --hidden-size, --heads, --ffn, --dropout, ... */
-  dpt_text_run tr;          /* the loaded text (bert) */
-  double unigram_ppl;       /* the unigram baseline's validation perplexity (bert) */
-  unsigned char given[128]; /* given[i]: options[i] was on the command line */
+  dpt_text_options text; /* --text, --vocab, --vocab-size, --seq-len, --val-every */
+  dpt_bert_options bo;   /* --layers, --hidden-size, --heads, --ffn, --dropout, ... */
+  dpt_text_run tr;       /* the loaded text (bert) */
+  double unigram_ppl;    /* the unigram baseline's validation perplexity (bert) */
+  /* --model dlrm: per-rank interaction shards (docs/recommendation.md) */
+  int dlrm;
+  dpt_dlrm_options dlo;       /* --embedding-dim, --bottom, --top, --interaction */
+  size_t bottom[16], top[16]; /* the hidden sizes dlo points at */
+  size_t table_rows[DPT_SHARD_MAX_SPARSE];
+  const char *val_data;      /* --val-data pattern, or NULL */
+  int nreaders;              /* readers in this process: --replicas, or 1 per rank */
+  dpt_interactions **rtrain; /* [nreaders] this process's training readers */
+  dpt_interactions **rval;   /* [nreaders] validation readers, or NULL */
+  unsigned char given[128];  /* given[i]: options[i] was on the command line */
 } cli;
 
 /* The first stop request (signal) received, for cfg.stop_request. */
@@ -93,12 +102,35 @@ static int parse_float(const char *s, float *out) {
 /* Options that need more than storing one number or string. Each returns 0, or -1 for a bad
  * value. */
 static int parse_model(cli *c, const char *v) {
+  c->dlrm = !strcmp(v, "dlrm");
+  if (c->dlrm) {
+    c->mc.model = "dlrm";
+    return 0;
+  }
   c->bert = !strcmp(v, "bert");
   if (c->bert) {
     c->mc.model = "bert";
     return 0;
   }
   return dpt_model_choice_parse_model(&c->mc, v);
+}
+
+static int parse_bottom(cli *c, const char *v) {
+  return dpt_parse_size_list(v, c->bottom, 16, 1000000, &c->dlo.num_bottom) != 0 ? -1 : 0;
+}
+
+static int parse_top(cli *c, const char *v) {
+  return dpt_parse_size_list(v, c->top, 16, 1000000, &c->dlo.num_top) != 0 ? -1 : 0;
+}
+
+static int parse_interaction(cli *c, const char *v) {
+  if (!strcmp(v, "dot"))
+    c->dlo.interaction = DPT_DLRM_DOT;
+  else if (!strcmp(v, "cat"))
+    c->dlo.interaction = DPT_DLRM_CAT;
+  else
+    return -1;
+  return 0;
 }
 
 static int parse_text(cli *c, const char *v) {
@@ -204,9 +236,10 @@ typedef struct option {
 static const option options[] = {
     {.help = "model and data:"},
     {"--model", "M",
-     "mlp|cnn|resnet|bert, or a model file (FILE.json or a path;\n"
-     "see docs/layers.md; bert: masked-language-model pretraining\n"
-     "on --text, docs/text.md) (default mlp)",
+     "mlp|cnn|resnet|bert|dlrm, or a model file (FILE.json or a\n"
+     "path; see docs/layers.md; bert: masked-language-model\n"
+     "pretraining on --text, docs/text.md; dlrm: click prediction\n"
+     "on interaction shards, docs/recommendation.md) (default mlp)",
      CUSTOM(parse_model)},
     {"--depth", "N", "resnet depth, 6n+2: 20, 32, 44, 56, 110 (default 20)", SIZE(mc.depth, 8)},
     {"--sync-bn", NULL,
@@ -237,6 +270,16 @@ static const option options[] = {
      ARG_SIZE, FIELD(cfg.transform.crop_pad, size_t), 0, DPT_DATA_MAX_CROP_PAD, NULL},
     {"--hflip", NULL, "augment: flip horizontally with probability 1/2",
      FLAG(cfg.transform.hflip, 1)},
+    {.help = "dlrm (--model dlrm; --data 'DIR/train-*.bin', quoted: a shard pattern):"},
+    {"--val-data", "PATTERN",
+     "validation shards: each rank scores its own; AUC, logloss\n"
+     "and accuracy over all of them every epoch (default: none)",
+     STRING(val_data)},
+    {"--embedding-dim", "N", "embedding dimension (default 16)", SIZE(dlo.dim, 1)},
+    {"--bottom", "LIST", "bottom MLP hidden sizes, then the dimension (default 64,32)",
+     CUSTOM(parse_bottom)},
+    {"--top", "LIST", "top MLP hidden sizes, then one logit (default 64,32)", CUSTOM(parse_top)},
+    {"--interaction", "dot|cat", "feature interaction (default dot)", CUSTOM(parse_interaction)},
     {.help = "bert (--model bert):"},
     {"--text", "PATH",
      "a text file or a directory's files; repeatable\n"
@@ -275,7 +318,9 @@ static const option options[] = {
     {"--replicas", "K", "replicas as threads of this process (no MPI; default 1)",
      INT(cfg.replicas, 1, 256)},
     {.help = "schedule:"},
-    {"--global-batch", "B", "samples per step over all replicas (default 256; bert 32)",
+    {"--global-batch", "B",
+     "samples per step over all replicas (default 256; bert 32;\n"
+     "dlrm 2048)",
      SIZE(cfg.global_batch, 1)},
     {"--epochs", "E", "(default 10)", I64(cfg.epochs, 1)},
     {"--max-steps", "S", "stop after S steps (default: no limit)", I64(cfg.max_steps, 1)},
@@ -287,9 +332,9 @@ static const option options[] = {
     {"--optimizer", "sgd|adamw|lamb", "(default sgd; bert adamw)", CUSTOM(parse_optimizer)},
     {"--lr", "X",
      "learning rate (default 0.05 sgd, 0.001 adamw and lamb, 0.1\n"
-     "resnet, 5e-4 bert)",
+     "resnet and dlrm, 5e-4 bert)",
      CUSTOM(parse_lr)},
-    {"--momentum", "X", "sgd momentum (default 0.9)", FLOAT(cfg.optim.momentum)},
+    {"--momentum", "X", "sgd momentum (default 0.9; dlrm 0)", FLOAT(cfg.optim.momentum)},
     {"--nesterov", NULL, "sgd Nesterov momentum", FLAG(cfg.optim.nesterov, 1)},
     {"--weight-decay", "X", "(default 0 sgd, 0.01 adamw and bert, 5e-4 resnet)",
      CUSTOM(parse_weight_decay)},
@@ -301,7 +346,7 @@ static const option options[] = {
     {"--schedule", "S",
      "constant|step|cosine|linear (default cosine: from --lr to 0\n"
      "over the run, after the warmup; linear: the same, straight;\n"
-     "bert: linear)",
+     "bert: linear; dlrm: constant)",
      CUSTOM(parse_schedule)},
     {"--step-size", "N",
      "step schedule: lr *= gamma every N steps\n"
@@ -541,7 +586,7 @@ static void json_number(const char *key, double v, const char *fmt) {
   printf(", ");
 }
 
-static void json_report(const dpt_train_report *r) {
+static void json_report(const dpt_train_report *r, int dlrm) {
   printf("{");
   if (r->final)
     printf("\"final\": true, ");
@@ -552,6 +597,10 @@ static void json_report(const dpt_train_report *r) {
   if (!r->final) json_number("train_loss", r->train_loss, "%.6f");
   json_number("test_loss", r->test_loss, "%.6f");
   json_number("test_accuracy", r->test_accuracy, "%.4f");
+  if (dlrm) {
+    json_number("test_auc", r->test_auc, "%.6f");
+    json_number("test_logloss", r->test_logloss, "%.6f");
+  }
   if (r->labels_per_sample > 1) {
     json_number("test_perplexity", r->test_perplexity, "%.4f");
     json_number("tokens_per_sec", r->samples_per_sec * (double)r->labels_per_sample, "%.1f");
@@ -574,12 +623,15 @@ static void on_report(const dpt_train_report *r, void *user) {
   cli *c = user;
   if (c->tty && !c->quiet && !c->json) fprintf(stderr, "\r\033[K");
   if (c->json) {
-    json_report(r);
+    json_report(r, c->dlrm);
     return;
   }
   if (r->final) {
     char acc[80] = "no test set";
-    if (c->has_test && c->bert)
+    if (c->has_test && c->dlrm)
+      snprintf(acc, sizeof acc, "validation AUC %.4f, logloss %.4f, accuracy %.4f", r->test_auc,
+               r->test_logloss, r->test_accuracy);
+    else if (c->has_test && c->bert)
       snprintf(acc, sizeof acc, "masked accuracy %.4f, perplexity %.2f", r->test_accuracy,
                r->test_perplexity);
     else if (c->has_test)
@@ -608,6 +660,13 @@ static void on_report(const dpt_train_report *r, void *user) {
       printf("(no validation set)");
     printf("  %6.0f samples/s  %8.0f tokens/s  %6.1f s", r->samples_per_sec,
            r->samples_per_sec * (double)r->labels_per_sample, r->seconds);
+    if (r->skipped_steps) printf("  (%lld steps skipped)", (long long)r->skipped_steps);
+    printf("\n");
+  } else if (c->dlrm && c->has_test) {
+    printf("epoch %3lld  loss %.4f  val auc %.4f  logloss %.4f  accuracy %.4f  %8.0f samples/s  "
+           "%6.1f s",
+           (long long)r->epoch, r->train_loss, r->test_auc, r->test_logloss, r->test_accuracy,
+           r->samples_per_sec, r->seconds);
     if (r->skipped_steps) printf("  (%lld steps skipped)", (long long)r->skipped_steps);
     printf("\n");
   } else if (!c->has_test) {
@@ -675,6 +734,40 @@ static void set_defaults(cli *c) {
   dpt_text_options_default(&c->text);
   dpt_bert_options_default(&c->bo);
   c->unigram_ppl = NAN;
+  dpt_dlrm_options_default(&c->dlo);
+  c->bottom[0] = c->top[0] = 64;
+  c->bottom[1] = c->top[1] = 32;
+  c->dlo.num_bottom = c->dlo.num_top = 2;
+}
+
+/* --model dlrm: DLRM's recipe for whatever was not given (plain SGD, lr 0.1, constant, global
+ * batch 2048), and the options that do not apply to shards refused. KEEP_GOING or 2. */
+static int dlrm_options(cli *c) {
+  static const char *const dlrm_only[] = {"--val-data", "--embedding-dim", "--bottom", "--top",
+                                          "--interaction"};
+  if (!c->dlrm) {
+    for (size_t i = 0; i < sizeof dlrm_only / sizeof dlrm_only[0]; ++i)
+      if (given(c, dlrm_only[i])) return usage_error("%s is for --model dlrm", dlrm_only[i]);
+    return KEEP_GOING;
+  }
+  static const char *const not_dlrm[] = {
+      "--test-data",  "--mean",    "--std",   "--random-crop", "--hflip",   "--keep-last",
+      "--no-shuffle", "--sync-bn", "--depth", "--hidden",      "--channels"};
+  for (size_t i = 0; i < sizeof not_dlrm / sizeof not_dlrm[0]; ++i)
+    if (given(c, not_dlrm[i]))
+      return usage_error("%s does not apply to --model dlrm (validation: --val-data)", not_dlrm[i]);
+  if (!given(c, "--data"))
+    return usage_error("--model dlrm needs --data 'DIR/train-*.bin' (interaction shards)");
+  if (!given(c, "--schedule")) c->cfg.optim.schedule = DPT_SCHEDULE_CONSTANT;
+  if (!given(c, "--global-batch")) c->cfg.global_batch = 2048;
+  if (!given(c, "--momentum")) c->cfg.optim.momentum = 0.0f;
+  if (!c->lr_set && c->cfg.optim.kind == DPT_OPTIM_SGD) {
+    c->lr_set = 1;
+    c->cfg.optim.lr = 0.1f;
+  }
+  c->dlo.bottom = c->bottom;
+  c->dlo.top = c->top;
+  return KEEP_GOING;
 }
 
 /* --model bert: BERT's recipe for whatever was not given (docs/training.md), and the option
@@ -730,6 +823,8 @@ static int bert_options(cli *c) {
 static int check_options(cli *c) {
   const int b = bert_options(c);
   if (b != KEEP_GOING) return b;
+  const int d = dlrm_options(c);
+  if (d != KEEP_GOING) return d;
   if (c->cfg.optim.kind != DPT_OPTIM_SGD) {
     dpt_optim_config o = c->cfg.optim;
     dpt_optim_config_default(&c->cfg.optim, o.kind);
@@ -845,6 +940,52 @@ static dpt_status load_data(cli *c, dpt_dataset **train, dpt_dataset **test, cha
   return st;
 }
 
+/* --model dlrm: this process's readers of the training (and validation) shards, one per
+ * replica with --replicas, this rank's under MPI; each loads only its own shards' records. The
+ * library's messages name the pattern or the file (no match, fewer shards than ranks, a
+ * truncated or corrupt shard, an id outside its table). */
+static dpt_status open_shards(cli *c, dpt_comm *comm) {
+  const int world = comm ? dpt_comm_size(comm) : c->cfg.replicas;
+  c->nreaders = comm ? 1 : c->cfg.replicas;
+  c->rtrain = calloc((size_t)c->nreaders, sizeof *c->rtrain);
+  c->rval = c->val_data ? calloc((size_t)c->nreaders, sizeof *c->rval) : NULL;
+  if (!c->rtrain || (c->val_data && !c->rval)) {
+    fprintf(stderr, "dptrain: out of memory for the shard readers\n");
+    return DPT_ERR_OUT_OF_MEMORY;
+  }
+  dpt_status st = DPT_OK;
+  for (int i = 0; i < c->nreaders && st == DPT_OK; ++i) {
+    const int rank = comm ? c->rank : i;
+    st = dpt_interactions_open(c->data_dir, rank, world, &c->rtrain[i]);
+    if (st == DPT_OK && c->val_data)
+      st = dpt_interactions_open(c->val_data, rank, world, &c->rval[i]);
+  }
+  c->has_test = c->val_data != NULL;
+  return st;
+}
+
+static void close_shards(cli *c) {
+  for (int i = 0; i < c->nreaders; ++i) {
+    if (c->rtrain) dpt_interactions_destroy(c->rtrain[i]);
+    if (c->rval) dpt_interactions_destroy(c->rval[i]);
+  }
+  free(c->rtrain);
+  free(c->rval);
+}
+
+/* DLRM for the shards' layout: their dense features, one table per sparse feature of the
+ * headers' size. */
+static dpt_status build_dlrm(cli *c) {
+  const dpt_interactions *d = c->rtrain[0];
+  const uint32_t ns = dpt_interactions_num_sparse(d);
+  for (uint32_t t = 0; t < ns; ++t)
+    c->table_rows[t] = (size_t)dpt_interactions_table_sizes(d)[t];
+  c->dlo.num_dense = dpt_interactions_num_dense(d);
+  c->dlo.num_tables = ns;
+  c->dlo.table_rows = c->table_rows;
+  return dpt_model_spec_dlrm(&c->cfg.model, &c->dlo);
+}
+
 /* The model's shape, from the options and the data: its channels, size and classes. */
 static dpt_status build_model(cli *c, const dpt_dataset *train) {
   if (c->bert) {
@@ -862,8 +1003,9 @@ static dpt_status build_model(cli *c, const dpt_dataset *train) {
  * longer than the whole run refused (the rate would never reach --lr, or never decay). The
  * tool's own message goes to other[cap]. */
 static dpt_status plan_schedule(cli *c, const dpt_dataset *train, char *other, size_t cap) {
-  size_t per_epoch =
-      dpt_sampler_num_batches(dpt_dataset_count(train), c->cfg.global_batch, c->cfg.keep_last);
+  size_t per_epoch = c->dlrm ? (size_t)dpt_interactions_steps(c->rtrain[0], c->cfg.global_batch)
+                             : dpt_sampler_num_batches(dpt_dataset_count(train),
+                                                       c->cfg.global_batch, c->cfg.keep_last);
   int64_t total = per_epoch > 0 && c->cfg.epochs > INT64_MAX / (int64_t)per_epoch
                       ? INT64_MAX
                       : (int64_t)per_epoch * c->cfg.epochs;
@@ -1019,6 +1161,13 @@ static dpt_status save_weights(const cli *c, const weights *w, char *other, size
                                     c->norm.num_mean ? extra : NULL);
 }
 
+static size_t total_rows(const cli *c) {
+  size_t n = 0;
+  for (size_t t = 0; t < c->dlo.num_tables; ++t)
+    n += c->table_rows[t];
+  return n;
+}
+
 /* The run's opening line, from rank 0. */
 static void announce(const cli *c, dpt_comm *comm) {
   const char *schedule = dpt_schedule_kind_name(c->cfg.optim.schedule);
@@ -1039,6 +1188,19 @@ static void announce(const cli *c, dpt_comm *comm) {
     printf("bert: %zu layers, hidden %zu, %zu heads, ffn %zu, dropout %g/%g\n", c->bo.layers,
            c->bo.hidden, c->bo.heads, c->bo.ffn, (double)c->bo.dropout, (double)c->bo.attn_dropout);
     if (c->has_test) printf("unigram baseline: validation perplexity %.2f\n", c->unigram_ppl);
+  }
+  if (c->rank == 0 && !c->json && c->dlrm) {
+    const dpt_interactions *d = c->rtrain[0];
+    printf("shards: %zu training, %llu records, %llu steps per epoch (floor(records / global "
+           "batch))",
+           dpt_interactions_num_shards(d), (unsigned long long)dpt_interactions_total_records(d),
+           (unsigned long long)dpt_interactions_steps(d, c->cfg.global_batch));
+    if (c->rval)
+      printf("; %zu validation (%s), %llu records", dpt_interactions_num_shards(c->rval[0]),
+             c->val_data, (unsigned long long)dpt_interactions_total_records(c->rval[0]));
+    printf("\ndlrm: %zu dense, %zu tables (%zu rows in all), dim %zu, %s interaction\n",
+           c->dlo.num_dense, c->dlo.num_tables, total_rows(c), c->dlo.dim,
+           c->dlo.interaction == DPT_DLRM_CAT ? "cat" : "dot");
   }
   if (c->rank == 0 && !c->json)
     printf("training %s on %s: %d %s%s, global batch %zu, %lld epochs, %s lr %g (%s)%s\n",
@@ -1065,8 +1227,9 @@ int dpt_cmd_train(int argc, char **argv) {
   char other[512] = ""; /* a message of the tool's own, replacing dpt_last_error() */
   dpt_dataset *train = NULL, *test = NULL;
   weights w = {NULL, NULL, NULL, NULL};
-  dpt_status st = load_data(&c, &train, &test, other, sizeof other);
-  if (st == DPT_OK) st = build_model(&c, train);
+  dpt_status st =
+      c.dlrm ? open_shards(&c, comm) : load_data(&c, &train, &test, other, sizeof other);
+  if (st == DPT_OK) st = c.dlrm ? build_dlrm(&c) : build_model(&c, train);
   if (st == DPT_OK) st = plan_schedule(&c, train, other, sizeof other);
   if (st == DPT_OK) st = prepare_weights(&c, &w, other, sizeof other);
   /* Under MPI the ranks agree that all of them are ready, so a rank that failed to read its
@@ -1081,6 +1244,10 @@ int dpt_cmd_train(int argc, char **argv) {
   if (st == DPT_OK) {
     c.cfg.train = train;
     c.cfg.test = test;
+    if (c.dlrm) {
+      c.cfg.local_train = c.rtrain;
+      c.cfg.local_test = c.rval;
+    }
     c.cfg.on_report = on_report;
     c.cfg.on_progress = on_progress;
     c.cfg.on_log = on_log;
@@ -1098,6 +1265,7 @@ int dpt_cmd_train(int argc, char **argv) {
     dpt_comm_abort(comm, rc);
   }
   release_weights(&w);
+  close_shards(&c);
   if (c.bert) {
     dpt_text_run_free(&c.tr); /* the datasets are the text's */
   } else {

@@ -128,6 +128,15 @@ DPT_API uint64_t dpt_interactions_shard_records(const dpt_interactions *d, size_
 /* The global index of this rank's local shard i (rank + i * world). */
 DPT_API size_t dpt_interactions_local_shard(const dpt_interactions *d, size_t i);
 
+/* The rank and world the reader was opened with (-1 and 0 for NULL). */
+DPT_API int dpt_interactions_rank(const dpt_interactions *d);
+DPT_API int dpt_interactions_world(const dpt_interactions *d);
+
+/* A 64-bit fingerprint of every shard's header (the layout, then each shard's record count and
+ * payload CRC32 in shard order): the same on every rank, without reading a payload, and
+ * different for other data (dpt_train's run terms: a resume on other shards is refused). */
+DPT_API uint64_t dpt_interactions_fingerprint(const dpt_interactions *d);
+
 /* Records of every shard (from the headers) and of this rank's shards. */
 DPT_API uint64_t dpt_interactions_total_records(const dpt_interactions *d);
 DPT_API size_t dpt_interactions_local_records(const dpt_interactions *d);

@@ -36,6 +36,7 @@
 #include "dptrain/backend.h"
 #include "dptrain/comm.h"
 #include "dptrain/data.h"
+#include "dptrain/interactions.h"
 #include "dptrain/model.h"
 #include "dptrain/optim.h"
 
@@ -51,10 +52,15 @@ typedef struct dpt_train_report {
   int64_t skipped_steps; /* steps skipped for non-finite values */
   /* Losses and accuracies are per target: per sample for a classifier, per labelled (masked)
    * token for a token model (its test accuracy: the masked-token accuracy). */
-  double train_loss;        /* mean loss over the epoch's targets */
-  double test_loss;         /* mean loss over the test set's targets (NaN when there is none) */
-  double test_accuracy;     /* fraction correct over the test set (NaN when there is none) */
-  double test_perplexity;   /* token models: exp(test_loss); NaN otherwise or without a test set */
+  double train_loss;      /* mean loss over the epoch's targets */
+  double test_loss;       /* mean loss over the test set's targets (NaN when there is none) */
+  double test_accuracy;   /* fraction correct over the test set (NaN when there is none) */
+  double test_perplexity; /* token models: exp(test_loss); NaN otherwise or without a test set */
+  /* Per-replica validation records (local_test): the exact AUC of the logits and the logloss
+   * of the probabilities over every replica's records (dptrain/metrics.h); NaN otherwise (the
+   * AUC also when the records lack a class). test_loss is then the mean binary cross-entropy
+   * of the logits, test_accuracy the fraction with (logit > 0) == label. */
+  double test_auc, test_logloss;
   size_t labels_per_sample; /* 1, or a token model's sequence length (tokens per sample) */
   double samples_per_sec;   /* training samples (all replicas) per second of training time */
   double seconds;           /* wall time of the epoch (of the whole run when final) */
@@ -107,12 +113,31 @@ typedef void (*dpt_train_log_fn)(const char *line, void *user);
 typedef struct dpt_train_config {
   dpt_model_spec model;
   dpt_optim_config optim;
-  dpt_backend_kind backend;          /* backend of every replica */
-  int device;                        /* device index; -1: replica/local-rank index modulo devices */
-  int replicas;                      /* threads transport: replicas in this process (>= 1); must be
-                                        1 with an MPI communicator */
-  const dpt_dataset *train;          /* training set (required) */
-  const dpt_dataset *test;           /* test set, may be NULL */
+  dpt_backend_kind backend; /* backend of every replica */
+  int device;               /* device index; -1: replica/local-rank index modulo devices */
+  int replicas;             /* threads transport: replicas in this process (>= 1); must be
+                               1 with an MPI communicator */
+  const dpt_dataset *train; /* training set (required) */
+  const dpt_dataset *test;  /* test set, may be NULL */
+  /* Per-replica data instead of train/test (recommendation shards, dptrain/interactions.h):
+   * each replica draws its slice of global step k from records only it holds. Element i is
+   * replica i's reader: with threads, cfg->replicas readers, reader i opened as rank i of
+   * cfg->replicas (dpt_interactions_open(pattern, i, replicas)); with MPI one reader, this
+   * rank's (rank, world of the communicator). Each replica uses only its own reader (the
+   * epoch order is cached in it). Set train = test = NULL with it. The epoch has
+   * dpt_interactions_steps(global_batch) steps (from the shard headers, the same everywhere);
+   * replica r's slice of step k is its dpt_interactions_step_indices (dpt_batch_split's count
+   * of the global batch: the epoch rule keyed by seed, epoch, replica), written as the record
+   * [num_dense floats][num_sparse ids as int32 bits] with label 0/1; the loss gradient is
+   * scaled by 1/global_batch and dropout is keyed by the slice's start as for a data set.
+   * shuffle must be 1 (the rule always permutes), keep_last 0, no transform. The model takes
+   * num_dense + num_sparse inputs (bag 1), one label; every embedding_bag table must hold the
+   * shards' tables. local_test (may be NULL; readers as local_train's, of the validation
+   * shards): each replica scores its own records, and the reports carry the exact AUC and
+   * logloss over all of them (test_auc, test_logloss). The run terms hold the total records
+   * and dpt_interactions_fingerprint, so replicas or a resume on other shards are refused. */
+  dpt_interactions *const *local_train;
+  dpt_interactions *const *local_test;
   size_t global_batch;               /* B, >= replicas */
   int64_t epochs;                    /* >= 1 */
   int64_t max_steps;                 /* > 0: stop after this many steps (0: no limit) */

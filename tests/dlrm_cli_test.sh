@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# dptrain train --model dlrm on `dptrain data synth` shards: bad input gives one line and a
+# non-zero exit (no match, fewer shards than ranks, a corrupt shard, ids beyond a table, options
+# that do not apply); a short run with 2 thread replicas reports the validation AUC and logloss
+# per epoch (--json); 2 MPI ranks give the same parameters as 2 thread replicas; a resume on
+# other shards is refused.
+# Usage: dlrm_cli_test.sh <dptrain> <scratch dir> [mpiexec]
+set -uo pipefail
+dptrain=$1 dir=$2 mpiexec=${3:-}
+export OPENBLAS_NUM_THREADS=1
+rm -rf "$dir" && mkdir -p "$dir" || exit 1
+failures=0
+
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+# refused NAME NEEDLE ARGS...: exits non-zero with one line on stderr holding NEEDLE.
+refused() {
+  local name=$1 needle=$2
+  shift 2
+  local err rc
+  err=$("$dptrain" "$@" 2>&1 >/dev/null)
+  rc=$?
+  if [ $rc -eq 0 ]; then
+    fail "$name: exit 0"
+  elif [[ $err != *"$needle"* ]]; then
+    fail "$name: '$err' lacks '$needle'"
+  elif [ "$(head -c 20000 <<<"$err" | grep -c '^dptrain')" -ne 1 ]; then
+    fail "$name: not one line: $err"
+  else
+    echo "ok: $name: $(head -1 <<<"$err")"
+  fi
+}
+
+# 24000 records in 6 shards: shards 0-3 train (16000), shards 4 and 5 validate (8000).
+"$dptrain" data synth --out "$dir/s" --samples 24000 --shards 6 --rows 1000 --tables 4 \
+  >"$dir/synth.log" || { cat "$dir/synth.log"; exit 1; }
+train="$dir/s/synth-0000[0-3].bin" val="$dir/s/synth-0000[45].bin"
+base=(train --model dlrm --backend cpu --quiet --data "$train" --val-data "$val")
+
+refused "no match" "none-*.bin: no shard file matches" train --model dlrm --backend cpu \
+  --data "$dir/none-*.bin"
+refused "fewer shards than ranks" "4 shard files for 5 ranks" "${base[@]}" --replicas 5
+refused "dlrm without --data" "--model dlrm needs --data" train --model dlrm
+refused "--val-data without dlrm" "--val-data is for --model dlrm" train --val-data "$val"
+refused "--keep-last with dlrm" "--keep-last does not apply" "${base[@]}" --keep-last
+refused "bad --interaction" "bad value 'sum' for --interaction" "${base[@]}" --interaction sum
+# A payload byte flipped in a copy of shard 2: the rank that owns it names the file.
+mkdir -p "$dir/bad" && cp "$dir"/s/synth-0000[0-3].bin "$dir/bad/"
+printf '\x07' | dd of="$dir/bad/synth-00002.bin" bs=1 seek=300 conv=notrunc status=none
+refused "corrupt shard" "synth-00002.bin: corrupt payload" train --model dlrm --backend cpu \
+  --data "$dir/bad/*.bin"
+# Validation shards with larger tables than the training shards': ids beyond the model's.
+"$dptrain" data synth --out "$dir/big" --samples 2000 --shards 1 --rows 2000 --tables 4 \
+  >/dev/null || exit 1
+refused "ids beyond a table" "beyond the 1000 rows of the model's table emb_l.0" train \
+  --model dlrm --backend cpu --data "$train" --val-data "$dir/big/synth-00000.bin"
+
+# A short run: 2 thread replicas, 2 epochs of floor(16000 / 512) = 31 steps.
+out=$("$dptrain" "${base[@]}" --replicas 2 --global-batch 512 --epochs 2 --json 2>"$dir/err")
+rc=$?
+if [ $rc -ne 0 ]; then
+  fail "2 replicas: exit $rc: $(cat "$dir/err")"
+else
+  final=$(grep '"final": true' <<<"$out")
+  epochs=$(grep -c '"epoch": ' <<<"$out")
+  auc=$(grep -o '"test_auc": [0-9.]*' <<<"$final" | cut -d' ' -f2)
+  steps=$(grep -o '"steps": [0-9]*' <<<"$final" | cut -d' ' -f2)
+  if [ "$epochs" != 2 ] || [ "$steps" != 62 ] || [ -z "$auc" ] ||
+    ! grep -q '"test_logloss": [0-9.]*' <<<"$final"; then
+    fail "2 replicas: epochs $epochs, steps $steps, auc '$auc': $out"
+  else
+    echo "ok: 2 replicas: $steps steps, validation AUC $auc"
+  fi
+  hash=$(grep -o '"param_hash": "[0-9a-f]*"' <<<"$final")
+fi
+
+# 2 MPI ranks, one replica each, read the same shards as the 2 threads: the same parameters.
+if [ -n "$mpiexec" ] && [ $rc -eq 0 ]; then
+  out=$($mpiexec -np 2 "$dptrain" "${base[@]}" --global-batch 512 --epochs 2 --json 2>"$dir/err")
+  got=$(grep '"final": true' <<<"$out" | grep -o '"param_hash": "[0-9a-f]*"' | sort -u)
+  if [ "$got" != "$hash" ]; then
+    fail "2 ranks: '$got', 2 threads: '$hash': $(tail -3 "$dir/err")"
+  else
+    echo "ok: 2 ranks equal 2 thread replicas ($hash)"
+  fi
+fi
+
+# A checkpoint on these shards; resuming it on other shards is refused.
+"$dptrain" "${base[@]}" --global-batch 512 --epochs 1 --checkpoint-dir "$dir/ck" >/dev/null 2>&1 ||
+  fail "checkpointed run failed"
+refused "resume on other shards" "was saved with training samples 16000" train --model dlrm \
+  --backend cpu --data "$dir/s/synth-0000[0-2].bin" --global-batch 512 --epochs 2 \
+  --checkpoint-dir "$dir/ck" --resume
+
+[ $failures -eq 0 ] && echo "all passed" && rm -rf "$dir"
+[ $failures -eq 0 ]

@@ -1,0 +1,346 @@
+/* Training on per-replica shards (dpt_train_config.local_train): with R = 1, 2, 3 thread
+ * replicas, each reading only its own shards, the run takes the header rule's steps per epoch
+ * and its parameters equal a hand-built single model stepped on the same global batches (the
+ * union of the replicas' slices in replica order, dpt_interactions_step_indices) within 1e-5;
+ * the reported validation AUC, logloss, loss and accuracy equal a direct computation over the
+ * validation records with the final parameters; bad readers and tables are refused. */
+#define _XOPEN_SOURCE 700 /* mkdtemp, nftw */
+
+#include <check.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dptrain/dptrain.h"
+#include "test_util.h"
+
+enum { DENSE = 2, TABLES = 3, ROWS = 50, BATCH = 24, EPOCHS = 2, SEED = 7, MAXR = 3 };
+static const int train_sizes[5] = {37, 50, 23, 41, 29}; /* 180 records: 7 steps of 24 */
+static const int val_sizes[3] = {40, 33, 30};
+
+static char tmp_dir[256];
+
+static void setup(void) {
+  const char *base = getenv("TMPDIR");
+  snprintf(tmp_dir, sizeof tmp_dir, "%s/dpt_test_shards_XXXXXX", base && *base ? base : "/tmp");
+  ck_assert_ptr_nonnull(mkdtemp(tmp_dir));
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+static void teardown(void) {
+  ck_assert_int_eq(nftw(tmp_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS), 0);
+}
+
+/* Shards prefix-00000.bin ... of the synthetic set, records numbered on from `first`. */
+static void write_shards(const char *prefix, const int *sizes, int n, uint64_t first) {
+  dpt_synth_config sc;
+  dpt_synth_default(&sc);
+  sc.rows = ROWS;
+  sc.tables = TABLES;
+  sc.num_dense = DENSE;
+  sc.dim = 2;
+  const uint64_t tables[TABLES] = {ROWS, ROWS, ROWS};
+  uint64_t rec = first;
+  for (int s = 0; s < n; ++s) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s-%05d.bin", tmp_dir, prefix, s);
+    dpt_shard_writer *w = NULL;
+    TU_OK(dpt_shard_writer_open(path, DENSE, TABLES, tables, &w));
+    for (int r = 0; r < sizes[s]; ++r, ++rec) {
+      float dense[DENSE], label, prob;
+      int32_t sparse[TABLES];
+      TU_OK(dpt_synth_record(&sc, rec, dense, sparse, &label, &prob));
+      TU_OK(dpt_shard_writer_add(w, label, dense, sparse));
+    }
+    TU_OK(dpt_shard_writer_close(w));
+  }
+}
+
+static const char *pattern(const char *prefix) {
+  static char buf[2][512];
+  static int next;
+  char *p = buf[next++ % 2];
+  snprintf(p, 512, "%s/%s-*.bin", tmp_dir, prefix);
+  return p;
+}
+
+static const size_t table_rows[TABLES] = {ROWS, ROWS, ROWS};
+static const size_t bottom[1] = {8}, top[1] = {8};
+
+static void dlrm_spec(dpt_model_spec *spec, size_t rows) {
+  static size_t rows_buf[TABLES];
+  for (int t = 0; t < TABLES; ++t)
+    rows_buf[t] = rows ? rows : table_rows[t];
+  dpt_dlrm_options o;
+  dpt_dlrm_options_default(&o);
+  o.num_dense = DENSE;
+  o.num_tables = TABLES;
+  o.table_rows = rows_buf;
+  o.dim = 4;
+  o.bottom = bottom;
+  o.num_bottom = 1;
+  o.top = top;
+  o.num_top = 1;
+  TU_OK(dpt_model_spec_dlrm(spec, &o));
+}
+
+typedef struct seen {
+  dpt_train_report last; /* the last epoch's report */
+  int epochs;
+} seen;
+
+static void on_report(const dpt_train_report *r, void *user) {
+  seen *s = user;
+  if (r->final) return;
+  s->last = *r;
+  s->epochs++;
+}
+
+static void config(dpt_train_config *cfg, int R, dpt_interactions **tr, dpt_interactions **va) {
+  dpt_train_config_default(cfg);
+  dlrm_spec(&cfg->model, 0);
+  cfg->optim.lr = 0.1f;
+  cfg->optim.momentum = 0.0f;
+  cfg->replicas = R;
+  cfg->local_train = tr;
+  cfg->local_test = va;
+  cfg->global_batch = BATCH;
+  cfg->epochs = EPOCHS;
+  cfg->seed = SEED;
+  cfg->check_every = 5;
+}
+
+static void open_readers(const char *prefix, int R, dpt_interactions **out) {
+  for (int i = 0; i < R; ++i)
+    TU_OK(dpt_interactions_open(pattern(prefix), i, R, &out[i]));
+}
+
+/* The record rows of reader d's local records idx[0..n) appended at x/y. */
+static void put_records(const dpt_interactions *d, const uint64_t *idx, size_t n, float *x,
+                        int32_t *y) {
+  for (size_t i = 0; i < n; ++i) {
+    memcpy(x + i * (DENSE + TABLES), dpt_interactions_dense(d, idx[i]), DENSE * sizeof(float));
+    memcpy(x + i * (DENSE + TABLES) + DENSE, dpt_interactions_sparse(d, idx[i]),
+           TABLES * sizeof(int32_t));
+    y[i] = dpt_interactions_label(d, idx[i]) > 0.5f;
+  }
+}
+
+/* One model on the CPU stepped on the global batches the R replicas' slices make together. */
+static void hand_built(int R, dpt_interactions **tr, float *params, size_t *touched) {
+  dpt_backend *be = tu_cpu();
+  dpt_model_spec spec;
+  dlrm_spec(&spec, 0);
+  dpt_model *m = NULL;
+  TU_OK(dpt_model_create(be, &spec, BATCH, &m));
+  TU_OK(dpt_model_init(m, SEED));
+  dpt_optim_config oc;
+  dpt_optim_config_default(&oc, DPT_OPTIM_SGD);
+  oc.lr = 0.1f;
+  oc.momentum = 0.0f;
+  dpt_optimizer *opt = NULL;
+  TU_OK(dpt_optimizer_create(m, &oc, &opt));
+  float hx[BATCH * (DENSE + TABLES)];
+  int32_t hy[BATCH];
+  uint64_t idx[BATCH];
+  dpt_buffer *x = tu_buf(be, NULL, sizeof hx), *y = tu_buf(be, NULL, sizeof hy);
+  const uint64_t steps = dpt_interactions_steps(tr[0], BATCH);
+  for (uint64_t e = 0; e < EPOCHS; ++e)
+    for (uint64_t k = 0; k < steps; ++k) {
+      size_t at = 0;
+      for (int i = 0; i < R; ++i) {
+        size_t start, count;
+        TU_OK(dpt_batch_split(BATCH, R, i, &start, &count));
+        ck_assert_uint_eq(start, at);
+        ck_assert_uint_eq(count, dpt_interactions_local_batch(tr[i], BATCH));
+        TU_OK(dpt_interactions_step_indices(tr[i], SEED, e, BATCH, k, idx));
+        for (size_t j = 0; j < count; ++j)
+          ck_assert_uint_lt(idx[j], dpt_interactions_local_records(tr[i]));
+        put_records(tr[i], idx, count, hx + at * (DENSE + TABLES), hy + at);
+        touched[i] += count;
+        at += count;
+      }
+      TU_OK(dpt_buffer_upload(x, 0, hx, sizeof hx));
+      TU_OK(dpt_buffer_upload(y, 0, hy, sizeof hy));
+      TU_OK(dpt_model_train_step(m, x, y, BATCH, 1.0f / BATCH, NULL, NULL));
+      TU_OK(dpt_optimizer_step(opt, NULL));
+    }
+  TU_OK(dpt_model_get_state(m, params));
+  dpt_buffer_free(x);
+  dpt_buffer_free(y);
+  dpt_optimizer_destroy(opt);
+  dpt_model_destroy(m);
+  dpt_backend_destroy(be);
+}
+
+/* The validation metrics computed directly: every validation record (one reader of the whole
+ * set) scored with the final parameters. */
+static void direct_metrics(const float *params, double *auc, double *logloss, double *loss,
+                           double *acc) {
+  dpt_interactions *all = NULL;
+  TU_OK(dpt_interactions_open(pattern("val"), 0, 1, &all));
+  const size_t n = dpt_interactions_local_records(all);
+  dpt_backend *be = tu_cpu();
+  dpt_model_spec spec;
+  dlrm_spec(&spec, 0);
+  dpt_model *m = NULL;
+  TU_OK(dpt_model_create(be, &spec, n, &m));
+  TU_OK(dpt_model_set_state(m, params));
+  float *hx = malloc(n * (DENSE + TABLES) * sizeof(float)), *z = malloc(n * sizeof(float));
+  float *p = malloc(n * sizeof(float)), *lab = malloc(n * sizeof(float));
+  int32_t *hy = malloc(n * sizeof(int32_t));
+  uint64_t *idx = malloc(n * sizeof(uint64_t));
+  for (size_t i = 0; i < n; ++i)
+    idx[i] = i;
+  put_records(all, idx, n, hx, hy);
+  dpt_buffer *x = tu_f32(be, hx, n * (DENSE + TABLES));
+  TU_OK(dpt_model_logits(m, x, n, z));
+  double sum = 0;
+  size_t correct = 0;
+  for (size_t i = 0; i < n; ++i) {
+    lab[i] = (float)hy[i];
+    p[i] = 1.0f / (1.0f + expf(-z[i]));
+    const double zi = z[i];
+    sum += (zi > 0 ? zi : 0) - zi * hy[i] + log1p(exp(-fabs(zi)));
+    correct += (zi > 0) == (hy[i] == 1);
+  }
+  TU_OK(dpt_auc(z, lab, n, auc));
+  TU_OK(dpt_logloss(p, lab, n, logloss));
+  *loss = sum / (double)n;
+  *acc = (double)correct / (double)n;
+  dpt_buffer_free(x);
+  free(hx), free(z), free(p), free(lab), free(hy), free(idx);
+  dpt_model_destroy(m);
+  dpt_backend_destroy(be);
+  dpt_interactions_destroy(all);
+}
+
+START_TEST(replicas_train_on_their_shards) {
+  write_shards("train", train_sizes, 5, 0);
+  write_shards("val", val_sizes, 3, 1000000);
+  for (int R = 1; R <= MAXR; ++R) {
+    dpt_interactions *tr[MAXR] = {NULL}, *va[MAXR] = {NULL};
+    open_readers("train", R, tr);
+    open_readers("val", R, va);
+    /* Each replica holds exactly its shards (s mod R = its index), all of them together. */
+    size_t held = 0;
+    for (int i = 0; i < R; ++i) {
+      for (size_t j = 0; j < dpt_interactions_local_shards(tr[i]); ++j)
+        ck_assert_int_eq((int)(dpt_interactions_local_shard(tr[i], j) % (size_t)R), i);
+      held += dpt_interactions_local_records(tr[i]);
+    }
+    ck_assert_uint_eq(held, 180);
+    dpt_train_config cfg;
+    config(&cfg, R, tr, va);
+    seen rep = {0};
+    cfg.on_report = on_report;
+    cfg.user = &rep;
+    dpt_model *probe = NULL;
+    dpt_backend *be = tu_cpu();
+    TU_OK(dpt_model_create(be, &cfg.model, 1, &probe));
+    const size_t np = dpt_model_state_size(probe);
+    dpt_model_destroy(probe);
+    dpt_backend_destroy(be);
+    float *got = malloc(np * sizeof(float)), *want = malloc(np * sizeof(float));
+    cfg.final_params = got;
+    dpt_train_report fin;
+    TU_OK(dpt_train(&cfg, NULL, &fin));
+    /* The epoch rule: floor(180 / 24) = 7 steps per epoch, on every replica. */
+    ck_assert_int_eq(rep.epochs, EPOCHS);
+    ck_assert_int_eq((int)fin.steps, EPOCHS * 7);
+    size_t touched[MAXR] = {0};
+    hand_built(R, tr, want, touched);
+    double worst = 0;
+    for (size_t i = 0; i < np; ++i) {
+      const double d = fabs((double)got[i] - (double)want[i]);
+      worst = d > worst ? d : worst;
+    }
+    ck_assert_msg(worst <= 1e-5, "R=%d: the parameters differ from the hand-built run by %g", R,
+                  worst);
+    for (int i = 0; i < R; ++i) { /* each replica's slices: its share of every global batch */
+      size_t start, count;
+      TU_OK(dpt_batch_split(BATCH, R, i, &start, &count));
+      ck_assert_uint_eq(touched[i], (size_t)EPOCHS * 7 * count);
+    }
+    /* The validation metrics over every replica's records equal the direct computation. */
+    double auc, ll, loss, acc;
+    direct_metrics(got, &auc, &ll, &loss, &acc);
+    ck_assert_msg(fabs(rep.last.test_auc - auc) < 1e-6, "AUC %g, direct %g", rep.last.test_auc,
+                  auc);
+    ck_assert_msg(fabs(rep.last.test_logloss - ll) < 1e-6, "logloss %g, direct %g",
+                  rep.last.test_logloss, ll);
+    ck_assert_msg(fabs(rep.last.test_loss - loss) < 1e-6, "loss %g, direct %g", rep.last.test_loss,
+                  loss);
+    ck_assert_msg(fabs(rep.last.test_accuracy - acc) < 1e-12, "accuracy %g, direct %g",
+                  rep.last.test_accuracy, acc);
+    ck_assert(isfinite(fin.test_auc) && fin.test_auc > 0.5);
+    free(got);
+    free(want);
+    for (int i = 0; i < R; ++i) {
+      dpt_interactions_destroy(tr[i]);
+      dpt_interactions_destroy(va[i]);
+    }
+  }
+}
+END_TEST
+
+START_TEST(bad_readers_refused) {
+  write_shards("train", train_sizes, 5, 0);
+  dpt_interactions *tr[2] = {NULL}, *wrong[2] = {NULL};
+  open_readers("train", 2, tr);
+  dpt_train_config cfg;
+  config(&cfg, 2, tr, NULL);
+  cfg.epochs = 1;
+  cfg.max_steps = 1;
+  /* Readers opened for another world size, or swapped. */
+  TU_OK(dpt_interactions_open(pattern("train"), 0, 1, &wrong[0]));
+  wrong[1] = tr[1];
+  cfg.local_train = wrong;
+  EXPECT_FAIL(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG, "opened as rank 0 of 1", NULL,
+              NULL);
+  dpt_interactions *swapped[2] = {tr[1], tr[0]};
+  cfg.local_train = swapped;
+  EXPECT_FAIL(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG, "replica 0", NULL, NULL);
+  cfg.local_train = tr;
+  /* A global batch beyond the records, settings that do not apply. */
+  cfg.global_batch = 181;
+  EXPECT_FAIL(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG, "180 training records", NULL, NULL);
+  cfg.global_batch = BATCH;
+  cfg.shuffle = 0;
+  EXPECT_FAIL(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG, "epoch rule", NULL, NULL);
+  cfg.shuffle = 1;
+  /* The model's tables smaller than the shards' (ids beyond a table). */
+  dlrm_spec(&cfg.model, ROWS - 10);
+  EXPECT_FAIL(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG, "beyond the 40 rows", "emb_l.0",
+              NULL);
+  dlrm_spec(&cfg.model, 0);
+  TU_OK(dpt_train(&cfg, NULL, NULL));
+  dpt_interactions_destroy(wrong[0]);
+  dpt_interactions_destroy(tr[0]);
+  dpt_interactions_destroy(tr[1]);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("train_shards");
+  TCase *tc = tcase_create("shards");
+  tcase_set_timeout(tc, 240);
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, replicas_train_on_their_shards);
+  tcase_add_test(tc, bad_readers_refused);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  return tu_run(suite());
+}
