@@ -211,7 +211,7 @@ dpt_status dpt_model_spec_bert(dpt_model_spec *spec, const dpt_bert_options *o) 
   if (o->hidden % o->heads != 0)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %zu heads do not divide the hidden size %zu", fn,
                          o->heads, o->hidden);
-  if (8 + 11 * o->layers > DPT_MODEL_MAX_LAYERS)
+  if (8 + 10 * o->layers > DPT_MODEL_MAX_LAYERS) /* 4 embedding, 10 per block, 4 head layers */
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %zu layers need more than %d graph layers", fn,
                          o->layers, DPT_MODEL_MAX_LAYERS);
   if (!(o->dropout >= 0.0f && o->dropout < 1.0f) ||

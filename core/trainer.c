@@ -317,7 +317,14 @@ static dpt_status evaluate_records(replica *r, replica_state *s, dpt_train_repor
   }
   for (size_t i = 0; st == DPT_OK && i < n; ++i) /* the probabilities, in place */
     logits[i] = 1.0f / (1.0f + expf(-logits[i]));
-  if (st == DPT_OK) st = dpt_logloss_comm(r->comm, logits, labels, n, &rep->test_logloss);
+  if (st == DPT_OK) {
+    /* A non-finite probability (a diverged model) makes the logloss NaN, as the loss is. */
+    st = dpt_logloss_comm(r->comm, logits, labels, n, &rep->test_logloss);
+    if (st == DPT_ERR_INVALID_ARG) {
+      rep->test_logloss = NAN;
+      st = DPT_OK;
+    }
+  }
   free(logits);
   free(labels);
   return st;
@@ -346,6 +353,14 @@ static dpt_status check_records_model(const dpt_train_config *cfg, replica_state
     if (!d) continue;
     const char *which = k ? "validation" : "training";
     const size_t nd = dpt_interactions_num_dense(d), ns = dpt_interactions_num_sparse(d);
+    if (k && s->ltrain &&
+        (nd != dpt_interactions_num_dense(s->ltrain) ||
+         ns != dpt_interactions_num_sparse(s->ltrain)))
+      return dpt_set_error(DPT_ERR_INVALID_ARG,
+                           "the validation shards' records have %zu dense and %zu sparse "
+                           "features, the training shards' %u and %u",
+                           nd, ns, dpt_interactions_num_dense(s->ltrain),
+                           dpt_interactions_num_sparse(s->ltrain));
     if (nd + ns != input)
       return dpt_set_error(DPT_ERR_INVALID_ARG,
                            "the model takes %zu inputs per sample but the %s shards' records "
@@ -1018,6 +1033,19 @@ static dpt_status check_local_data(const dpt_train_config *cfg, dpt_comm *comm, 
         return dpt_set_error(DPT_ERR_INVALID_ARG,
                              "%s: replica %d's %s shards differ from replica 0's", fn, rank, which);
     }
+  }
+  /* Every replica's training records, from the headers every reader holds: the same verdict on
+   * every rank, so a replica of empty shards stops all of them here, not one at its first step. */
+  const dpt_interactions *d0 = cfg->local_train[0];
+  for (int q = 0; q < total; ++q) {
+    uint64_t held = 0;
+    for (size_t sh = (size_t)q; sh < dpt_interactions_num_shards(d0); sh += (size_t)total)
+      held += dpt_interactions_shard_records(d0, sh);
+    if (held == 0)
+      return dpt_set_error(DPT_ERR_INVALID_ARG,
+                           "%s: replica %d's training shards hold no record (shard s goes to "
+                           "replica s mod %d)",
+                           fn, q, total);
   }
   if (dpt_interactions_steps(cfg->local_train[0], cfg->global_batch) == 0)
     return dpt_set_error(

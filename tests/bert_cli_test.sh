@@ -78,6 +78,8 @@ bad "too little text" 1 "less than one sequence of 128" -- \
   train --model bert --text "$scratch/small.txt"
 bad "heads" 2 "^dptrain train: --heads 3 does not divide --hidden-size 32$" -- \
   train "${tiny[@]}" --heads 3
+bad "--hidden with bert" 2 "^dptrain train: --hidden does not apply to --model bert" -- \
+  train "${tiny[@]}" --hidden 512
 bad "positions" 2 "^dptrain train: --seq-len 32 is beyond the position table (--max-positions 16)$" -- \
   train "${tiny[@]}" --max-positions 16
 bad "eval positions" 1 "position_embedding) has 32 positions, the sequence has 64" -- \

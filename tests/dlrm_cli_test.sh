@@ -57,6 +57,16 @@ refused "corrupt shard" "synth-00002.bin: corrupt payload" train --model dlrm --
   >/dev/null || exit 1
 refused "ids beyond a table" "beyond the 1000 rows of the model's table emb_l.0" train \
   --model dlrm --backend cpu --data "$train" --val-data "$dir/big/synth-00000.bin"
+# Validation records of the training width but another split of it (5 dense + 3 ids, not 4 + 4).
+"$dptrain" data synth --out "$dir/split" --samples 1000 --shards 1 --rows 1000 --tables 3 \
+  --dense 5 >/dev/null || exit 1
+refused "validation layout" "the validation shards' records have 5 dense and 3 sparse" train \
+  --model dlrm --backend cpu --data "$train" --val-data "$dir/split/synth-00000.bin"
+# Three records over four shards: the fourth replica's shard is empty, refused before a step.
+"$dptrain" data synth --out "$dir/few" --samples 3 --shards 4 --rows 1000 --tables 4 \
+  >/dev/null || exit 1
+refused "a replica without records" "replica 3's training shards hold no record" train \
+  --model dlrm --backend cpu --data "$dir/few/*.bin" --replicas 4 --global-batch 4
 
 # A short run: 2 thread replicas, 2 epochs of floor(16000 / 512) = 31 steps.
 out=$("$dptrain" "${base[@]}" --replicas 2 --global-batch 512 --epochs 2 --json 2>"$dir/err")

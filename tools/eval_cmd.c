@@ -574,8 +574,10 @@ static dpt_status eval_text(opts *o, const dpt_model_spec *spec) {
   }
   o->text.seq_len = s.seq_len;
   if (!o->text.vocab) {
-    if (dpt_text_vocab_path(o->weights, vocab, sizeof vocab) != 0)
+    if (dpt_text_vocab_path(o->weights, vocab, sizeof vocab) != 0) {
+      dpt_safetensors_close(wf);
       return own_error(DPT_ERR_INVALID_ARG, "--weights: the path is too long");
+    }
     o->text.vocab = vocab;
   }
   char msg[2048];

@@ -784,6 +784,11 @@ static int bert_options(cli *c) {
   }
   if (given(c, "--data") || given(c, "--test-data"))
     return usage_error("--model bert trains on --text, not --data or --test-data");
+  static const char *const not_bert[] = {"--hidden", "--depth", "--channels", "--sync-bn"};
+  for (size_t i = 0; i < sizeof not_bert / sizeof not_bert[0]; ++i)
+    if (given(c, not_bert[i]))
+      return usage_error("%s does not apply to --model bert (the encoder's width: --hidden-size)",
+                         not_bert[i]);
   if (given(c, "--vocab") && given(c, "--vocab-size"))
     return usage_error("--vocab and --vocab-size exclude each other (a vocabulary is read or "
                        "learned)");
