@@ -545,19 +545,28 @@ static dpt_status bag_check(dpt_op_check *c, size_t n, size_t bag, size_t vocab,
   return dpt_op_elems2(c, "out", n, dim, no);
 }
 
-dpt_status dpt_embed_bag(dpt_backend *be, size_t n, size_t bag, size_t vocab, size_t dim,
-                         dpt_bag_mode mode, const dpt_buffer *table, size_t table_off,
-                         const dpt_buffer *idx, size_t idx_off, size_t idx_stride, dpt_buffer *out,
-                         size_t out_off) {
+/* embed_bag (bwd 0: table, idx -> out) and its backward (bwd 1: dout, idx -> dtable): `dense` is
+ * the table or dtable, `rows` the out or dout. */
+static dpt_status bag_op(const char *fn, int bwd, dpt_backend *be, size_t n, size_t bag,
+                         size_t vocab, size_t dim, dpt_bag_mode mode, const dpt_buffer *dense,
+                         size_t dense_off, const dpt_buffer *idx, size_t idx_off, size_t idx_stride,
+                         const dpt_buffer *rows, size_t rows_off) {
   dpt_op_check ck;
   size_t nid = 0, nt = 0, no = 0;
-  DPT_TRY(dpt_op_begin(&ck, "dpt_embed_bag", be, be && be->vt->embed_bag));
+  DPT_TRY(dpt_op_begin(&ck, fn, be,
+                       be && (bwd ? be->vt->embed_bag_bwd != NULL : be->vt->embed_bag != NULL)));
   DPT_TRY(bag_check(&ck, n, bag, vocab, dim, mode, idx_stride, &nid, &nt, &no));
-  DPT_TRY(dpt_op_tensor(&ck, "table", table, table_off, nt, F32));
+  const char *tn = bwd ? "dtable" : "table", *rn = bwd ? "dout" : "out";
+  DPT_TRY(dpt_op_tensor(&ck, tn, dense, dense_off, nt, F32));
   DPT_TRY(dpt_op_tensor(&ck, "idx", idx, idx_off, nid, I32));
-  DPT_TRY(dpt_op_tensor(&ck, "out", out, out_off, no, F32));
-  DPT_TRY(dpt_op_alias(&ck, "out", out, out_off, no, F32, "table", table, table_off, nt, F32, 0));
-  DPT_TRY(dpt_op_alias(&ck, "out", out, out_off, no, F32, "idx", idx, idx_off, nid, I32, 0));
+  DPT_TRY(dpt_op_tensor(&ck, rn, rows, rows_off, no, F32));
+  /* the written tensor against the two read ones */
+  const char *wn = bwd ? tn : rn;
+  const dpt_buffer *w = bwd ? dense : rows;
+  size_t w_off = bwd ? dense_off : rows_off, w_n = bwd ? nt : no;
+  DPT_TRY(dpt_op_alias(&ck, wn, w, w_off, w_n, F32, bwd ? rn : tn, bwd ? rows : dense,
+                       bwd ? rows_off : dense_off, bwd ? no : nt, F32, 0));
+  DPT_TRY(dpt_op_alias(&ck, wn, w, w_off, w_n, F32, "idx", idx, idx_off, nid, I32, 0));
   if (no == 0) return DPT_OK;
   dpt_embed_bag_args args = {.n = n,
                              .bag = bag,
@@ -565,38 +574,31 @@ dpt_status dpt_embed_bag(dpt_backend *be, size_t n, size_t bag, size_t vocab, si
                              .dim = dim,
                              .idx_stride = idx_stride,
                              .mode = mode,
-                             .table = dpt_op_ref(table, table_off),
-                             .idx = dpt_op_ref(idx, idx_off),
-                             .out = dpt_op_ref(out, out_off)};
+                             .idx = dpt_op_ref(idx, idx_off)};
+  if (bwd) {
+    args.dout = dpt_op_ref(rows, rows_off);
+    args.dtable = dpt_op_ref(dense, dense_off);
+    return be->vt->embed_bag_bwd(be, &args);
+  }
+  args.table = dpt_op_ref(dense, dense_off);
+  args.out = dpt_op_ref(rows, rows_off);
   return be->vt->embed_bag(be, &args);
+}
+
+dpt_status dpt_embed_bag(dpt_backend *be, size_t n, size_t bag, size_t vocab, size_t dim,
+                         dpt_bag_mode mode, const dpt_buffer *table, size_t table_off,
+                         const dpt_buffer *idx, size_t idx_off, size_t idx_stride, dpt_buffer *out,
+                         size_t out_off) {
+  return bag_op("dpt_embed_bag", 0, be, n, bag, vocab, dim, mode, table, table_off, idx, idx_off,
+                idx_stride, out, out_off);
 }
 
 dpt_status dpt_embed_bag_bwd(dpt_backend *be, size_t n, size_t bag, size_t vocab, size_t dim,
                              dpt_bag_mode mode, const dpt_buffer *dout, size_t dout_off,
                              const dpt_buffer *idx, size_t idx_off, size_t idx_stride,
                              dpt_buffer *dtable, size_t dtable_off) {
-  dpt_op_check ck;
-  size_t nid = 0, nt = 0, no = 0;
-  DPT_TRY(dpt_op_begin(&ck, "dpt_embed_bag_bwd", be, be && be->vt->embed_bag_bwd));
-  DPT_TRY(bag_check(&ck, n, bag, vocab, dim, mode, idx_stride, &nid, &nt, &no));
-  DPT_TRY(dpt_op_tensor(&ck, "dout", dout, dout_off, no, F32));
-  DPT_TRY(dpt_op_tensor(&ck, "idx", idx, idx_off, nid, I32));
-  DPT_TRY(dpt_op_tensor(&ck, "dtable", dtable, dtable_off, nt, F32));
-  DPT_TRY(
-      dpt_op_alias(&ck, "dtable", dtable, dtable_off, nt, F32, "dout", dout, dout_off, no, F32, 0));
-  DPT_TRY(
-      dpt_op_alias(&ck, "dtable", dtable, dtable_off, nt, F32, "idx", idx, idx_off, nid, I32, 0));
-  if (no == 0) return DPT_OK;
-  dpt_embed_bag_args args = {.n = n,
-                             .bag = bag,
-                             .vocab = vocab,
-                             .dim = dim,
-                             .idx_stride = idx_stride,
-                             .mode = mode,
-                             .idx = dpt_op_ref(idx, idx_off),
-                             .dout = dpt_op_ref(dout, dout_off),
-                             .dtable = dpt_op_ref(dtable, dtable_off)};
-  return be->vt->embed_bag_bwd(be, &args);
+  return bag_op("dpt_embed_bag_bwd", 1, be, n, bag, vocab, dim, mode, dtable, dtable_off, idx,
+                idx_off, idx_stride, dout, dout_off);
 }
 
 /* x: rows x ldx; y: (rows - 1) x ldy + cols; map: cols int32. */

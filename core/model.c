@@ -320,7 +320,9 @@ dpt_status dpt_model_spec_dlrm(dpt_model_spec *spec, const dpt_dlrm_options *o) 
                          .vocab = o->table_rows[t],
                          .offset = o->num_dense + t * bag,
                          .bag = o->bag,
-                         .mode = o->mode};
+                         .mode = o->mode,
+                         /* DLRM_Net's uniform(+-sqrt(1/rows)) variance, as a normal */
+                         .init_std = (float)sqrt(1.0 / (3.0 * (double)o->table_rows[t]))};
     emb[t] = resnet_add(spec, eb, 1, in, 0, "emb_l.%zu", t);
   }
   dpt_layer_spec dense = {.kind = DPT_LAYER_SLICE, .size = o->num_dense};

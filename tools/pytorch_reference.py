@@ -218,14 +218,17 @@ class DLRM(nn.Module):
     nn.EmbeddingBag(rows, dim, mode) per table; interaction "dot" (the bottom output, then the
     dot products of the K = 1 + tables vectors below the diagonal, torch.tril_indices(K, K, -1)
     order) or "cat" (the K vectors side by side); top MLP -> top... -> 1 without a last ReLU:
-    one logit per sample, for BCEWithLogitsLoss. PyTorch's default initialization (tables
-    normal(0, 1), Linear kaiming-uniform), as dptrain's layers; DLRM_Net's own differs."""
+    one logit per sample, for BCEWithLogitsLoss. Tables normal(0, sqrt(1/(3 rows))) (the
+    variance of DLRM_Net's uniform(+-sqrt(1/rows))) and Linear kaiming-uniform, as
+    dpt_model_spec_dlrm initializes them."""
 
     def __init__(self, num_dense, table_rows, dim, bottom=(), top=(), interaction="dot",
                  mode="sum"):
         super().__init__()
         self.interaction = interaction
         self.emb_l = nn.ModuleList(nn.EmbeddingBag(n, dim, mode=mode) for n in table_rows)
+        for table, n in zip(self.emb_l, table_rows):
+            nn.init.normal_(table.weight, 0.0, math.sqrt(1.0 / (3.0 * n)))
         self.bot_l = dlrm_mlp([num_dense, *bottom, dim], last_relu=True)
         k = 1 + len(table_rows)
         width = dim + k * (k - 1) // 2 if interaction == "dot" else k * dim

@@ -329,14 +329,15 @@ static const option options[] = {
     {"--no-shuffle", NULL, "fixed sample order", FLAG(cfg.shuffle, 0)},
     {"--seed", "S", "initialization and shuffling seed (default 0)", U64(cfg.seed, 0)},
     {.help = "optimizer:"},
-    {"--optimizer", "sgd|adamw|lamb", "(default sgd; bert adamw)", CUSTOM(parse_optimizer)},
+    {"--optimizer", "sgd|adamw|lamb", "(default sgd; bert and dlrm adamw)",
+     CUSTOM(parse_optimizer)},
     {"--lr", "X",
      "learning rate (default 0.05 sgd, 0.001 adamw and lamb, 0.1\n"
-     "resnet and dlrm, 5e-4 bert)",
+     "resnet and dlrm with sgd, 5e-4 bert)",
      CUSTOM(parse_lr)},
     {"--momentum", "X", "sgd momentum (default 0.9; dlrm 0)", FLOAT(cfg.optim.momentum)},
     {"--nesterov", NULL, "sgd Nesterov momentum", FLAG(cfg.optim.nesterov, 1)},
-    {"--weight-decay", "X", "(default 0 sgd, 0.01 adamw and bert, 5e-4 resnet)",
+    {"--weight-decay", "X", "(default 0 sgd and dlrm, 0.01 adamw and bert, 5e-4 resnet)",
      CUSTOM(parse_weight_decay)},
     {"--no-decay", "PATTERNS",
      "no weight decay on the tensors these comma-separated shell\n"
@@ -740,7 +741,8 @@ static void set_defaults(cli *c) {
   c->dlo.num_bottom = c->dlo.num_top = 2;
 }
 
-/* --model dlrm: DLRM's recipe for whatever was not given (plain SGD, lr 0.1, constant, global
+/* --model dlrm: the recipe for whatever was not given (AdamW lr 1e-3 without weight decay, or
+ * SGD lr 0.1 without momentum when --optimizer sgd; constant, global
  * batch 2048), and the options that do not apply to shards refused. KEEP_GOING or 2. */
 static int dlrm_options(cli *c) {
   static const char *const dlrm_only[] = {"--val-data", "--embedding-dim", "--bottom", "--top",
@@ -758,12 +760,20 @@ static int dlrm_options(cli *c) {
       return usage_error("%s does not apply to --model dlrm (validation: --val-data)", not_dlrm[i]);
   if (!given(c, "--data"))
     return usage_error("--model dlrm needs --data 'DIR/train-*.bin' (interaction shards)");
+  if (!given(c, "--optimizer")) {
+    c->optimizer = "adamw";
+    c->cfg.optim.kind = DPT_OPTIM_ADAMW;
+  }
   if (!given(c, "--schedule")) c->cfg.optim.schedule = DPT_SCHEDULE_CONSTANT;
   if (!given(c, "--global-batch")) c->cfg.global_batch = 2048;
   if (!given(c, "--momentum")) c->cfg.optim.momentum = 0.0f;
-  if (!c->lr_set && c->cfg.optim.kind == DPT_OPTIM_SGD) {
+  if (!c->lr_set) {
     c->lr_set = 1;
-    c->cfg.optim.lr = 0.1f;
+    c->cfg.optim.lr = c->cfg.optim.kind == DPT_OPTIM_SGD ? 0.1f : 1e-3f;
+  }
+  if (!c->wd_set) { /* decay would shrink every row of a table, seen or not */
+    c->wd_set = 1;
+    c->cfg.optim.weight_decay = 0.0f;
   }
   c->dlo.bottom = c->bottom;
   c->dlo.top = c->top;

@@ -202,6 +202,10 @@ dpt_status dpt_ocl_launch_flat(dpt_backend *be, dpt_ocl_kernel k, size_t items, 
 
 /* Blocking read of `bytes` from the scratch buffer into host memory. */
 dpt_status dpt_ocl_read_scratch(dpt_ocl_ctx *c, void *dst, size_t bytes, const char *what);
+/* The per-row (loss, correct) pairs of a loss kernel in the scratch buffer, summed on the host
+ * (ocl_ops.c). */
+dpt_status dpt_ocl_sum_stats(dpt_ocl_ctx *c, size_t rows, size_t stats_bytes, const char *what,
+                             double *loss_sum, int64_t *correct);
 
 /* ---- ops (ocl_ops.c, ocl_gemm.c, ocl_layers.c)
  * ------------------------------------------------------------ */

@@ -258,27 +258,5 @@ dpt_status dpt_ocl_bce_logits(dpt_backend *be, const dpt_bce_logits_args *a) {
   DPT_TRY(dpt_ocl_launch(&l, a->n));
   if (!want_stats) return DPT_OK;
 
-  void *stats = malloc(stats_bytes);
-  if (!stats) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "bce_logits: out of host memory");
-  dpt_status st = dpt_ocl_read_scratch(c, stats, stats_bytes, "bce_logits");
-  if (st == DPT_OK) {
-    double loss = 0.0;
-    int64_t correct = 0;
-    for (size_t i = 0; i < a->n; ++i) {
-      double li, ci;
-      if (c->lim.fp64) {
-        li = ((const cl_double *)stats)[2 * i];
-        ci = ((const cl_double *)stats)[2 * i + 1];
-      } else {
-        li = ((const cl_float *)stats)[2 * i];
-        ci = ((const cl_float *)stats)[2 * i + 1];
-      }
-      loss += li;
-      correct += ci != 0.0;
-    }
-    if (a->loss_sum) *a->loss_sum = loss;
-    if (a->correct) *a->correct = correct;
-  }
-  free(stats);
-  return st;
+  return dpt_ocl_sum_stats(c, a->n, stats_bytes, "bce_logits", a->loss_sum, a->correct);
 }

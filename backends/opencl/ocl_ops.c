@@ -146,6 +146,36 @@ dpt_status dpt_ocl_count_nonfinite(dpt_backend *be, const dpt_count_nonfinite_ar
 
 /* ---- softmax cross-entropy ----------------------------------------------------------------- */
 
+/* Adds up the per-row (loss, correct) pairs a loss kernel left in the scratch buffer (doubles
+ * where the device has them, else floats), in row order, into the host's loss_sum and correct
+ * (either may be NULL). */
+dpt_status dpt_ocl_sum_stats(dpt_ocl_ctx *c, size_t rows, size_t stats_bytes, const char *what,
+                             double *loss_sum, int64_t *correct) {
+  void *stats = malloc(stats_bytes);
+  if (!stats) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
+  dpt_status st = dpt_ocl_read_scratch(c, stats, stats_bytes, what);
+  if (st == DPT_OK) {
+    double loss = 0.0;
+    int64_t right = 0;
+    for (size_t r = 0; r < rows; ++r) {
+      double lr, cr;
+      if (c->lim.fp64) {
+        lr = ((const cl_double *)stats)[2 * r];
+        cr = ((const cl_double *)stats)[2 * r + 1];
+      } else {
+        lr = ((const cl_float *)stats)[2 * r];
+        cr = ((const cl_float *)stats)[2 * r + 1];
+      }
+      loss += lr;
+      right += cr != 0.0;
+    }
+    if (loss_sum) *loss_sum = loss;
+    if (correct) *correct = right;
+  }
+  free(stats);
+  return st;
+}
+
 dpt_status dpt_ocl_softmax_xent(dpt_backend *be, const dpt_softmax_xent_args *a) {
   dpt_ocl_ctx *c = dpt_ocl_ctx_of(be);
   dpt_ocl_args l;
@@ -176,29 +206,7 @@ dpt_status dpt_ocl_softmax_xent(dpt_backend *be, const dpt_softmax_xent_args *a)
   DPT_TRY(dpt_ocl_launch_groups(&l, a->rows));
   if (!want_stats) return DPT_OK;
 
-  void *stats = malloc(stats_bytes);
-  if (!stats) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "softmax_xent: out of host memory");
-  dpt_status st = dpt_ocl_read_scratch(c, stats, stats_bytes, "softmax_xent");
-  if (st == DPT_OK) {
-    double loss = 0.0;
-    int64_t correct = 0;
-    for (size_t r = 0; r < a->rows; ++r) {
-      double lr, cr;
-      if (c->lim.fp64) {
-        lr = ((const cl_double *)stats)[2 * r];
-        cr = ((const cl_double *)stats)[2 * r + 1];
-      } else {
-        lr = ((const cl_float *)stats)[2 * r];
-        cr = ((const cl_float *)stats)[2 * r + 1];
-      }
-      loss += lr;
-      correct += cr != 0.0;
-    }
-    if (a->loss_sum) *a->loss_sum = loss;
-    if (a->correct) *a->correct = correct;
-  }
-  free(stats);
-  return st;
+  return dpt_ocl_sum_stats(c, a->rows, stats_bytes, "softmax_xent", a->loss_sum, a->correct);
 }
 
 /* ---- convolution and pooling --------------------------------------------------------------- */
