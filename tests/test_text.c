@@ -746,7 +746,7 @@ START_TEST(text_dataset_gather) {
   ck_assert_uint_ne(dpt_dataset_fingerprint(tr), dpt_dataset_fingerprint(tr2));
 
   /* A batch of 12 gathered whole, and split over 1, 2 and 3 replicas as the trainer does. */
-  uint64_t perm[64];
+  uint64_t *perm = malloc(n * sizeof *perm);
   TU_OK(dpt_sampler_permutation(5, 2, 1, n, perm));
   const size_t B = 12;
   float x[12 * 16], xs[12 * 16];
@@ -812,6 +812,7 @@ START_TEST(text_dataset_gather) {
   dpt_text_sequences_destroy(s);
   dpt_bpe_destroy(b);
   dpt_text_corpus_destroy(c);
+  free(perm);
   free(text);
 }
 END_TEST
