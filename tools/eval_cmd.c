@@ -694,8 +694,9 @@ static dpt_status check_records(const opts *o, const dpt_model_spec *s, const dp
     if (l->kind != DPT_LAYER_EMBEDDING_BAG) continue;
     const size_t bag = l->bag ? l->bag : 1;
     for (size_t slot = l->offset; slot < l->offset + bag && slot < input; ++slot) {
+      if (slot < nd) continue;
       const uint64_t rows = dpt_interactions_table_sizes(d)[slot - nd];
-      if (slot >= nd && rows > l->vocab)
+      if (rows > l->vocab)
         return own_error(DPT_ERR_INVALID_ARG,
                          "the shards %s have sparse feature %zu of %llu ids, beyond the %zu "
                          "rows of the model's table %s in %s",
