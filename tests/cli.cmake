@@ -73,3 +73,13 @@ if(DPT_BUILD_TOOLS)
   set_tests_properties(dlrm_cli PROPERTIES TIMEOUT 300 LABELS "cli;mpi;train"
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endif()
+
+# dptrain eval on DLRM weights: the training run's last validation AUC/logloss again, recall@k
+# on a hand-made ranking set, one-line refusals (weights without a DLRM, shards of another
+# layout or larger tables).
+if(DPT_BUILD_TOOLS)
+  add_test(NAME dlrm_eval_cli
+           COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/dlrm_eval_cli_test.sh"
+                   $<TARGET_FILE:dptrain_cli> "${CMAKE_CURRENT_BINARY_DIR}/dlrm-eval-cli-scratch")
+  set_tests_properties(dlrm_eval_cli PROPERTIES TIMEOUT 300 LABELS "cli;train")
+endif()

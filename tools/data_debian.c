@@ -252,23 +252,26 @@ typedef struct opts {
   const char *packages, *out;
   uint64_t negatives, rank_negatives, shards, seed;
   double val_fraction;
+  int dense_one; /* --dense-one: one dense feature, 1.0 in every record */
 } opts;
 
 typedef struct writers {
   dpt_shard_writer **w;
   size_t k;
   uint64_t records;
+  int dense_one;
 } writers;
 
 static dpt_status writers_open(writers *ws, const opts *o, const char *prefix, uint64_t n) {
   ws->k = (size_t)o->shards;
+  ws->dense_one = o->dense_one;
   ws->w = calloc(ws->k, sizeof *ws->w);
   if (!ws->w) return DPT_ERR_OUT_OF_MEMORY;
   const uint64_t sizes[2] = {n, n};
   char path[4096];
   for (size_t s = 0; s < ws->k; s++) {
     snprintf(path, sizeof path, "%s/%s-%05zu.bin", o->out, prefix, s);
-    const dpt_status st = dpt_shard_writer_open(path, 0, 2, sizes, &ws->w[s]);
+    const dpt_status st = dpt_shard_writer_open(path, o->dense_one ? 1 : 0, 2, sizes, &ws->w[s]);
     if (st != DPT_OK) return st;
   }
   return DPT_OK;
@@ -276,8 +279,9 @@ static dpt_status writers_open(writers *ws, const opts *o, const char *prefix, u
 
 static dpt_status writers_add(writers *ws, size_t shard, uint32_t u, uint32_t v, int label) {
   const int32_t sp[2] = {(int32_t)u, (int32_t)v};
+  const float one = 1.0f;
   ws->records++;
-  return dpt_shard_writer_add(ws->w[shard % ws->k], (float)label, NULL, sp);
+  return dpt_shard_writer_add(ws->w[shard % ws->k], (float)label, ws->dense_one ? &one : NULL, sp);
 }
 
 static dpt_status writers_close(writers *ws, dpt_status st) {
@@ -314,8 +318,9 @@ static void usage(FILE *f) {
              "The Debian package dependency graph as link prediction (docs/recommendation.md):\n"
              "package p -> q for the first alternative q of each Depends and Recommends clause\n"
              "(versions, architecture qualifiers dropped; q must have a stanza of its own).\n"
-             "Records: sparse (p, candidate), no dense feature, label 1 for an edge, 0 for a\n"
-             "uniformly drawn non-edge. Writes DIR/train-*.bin, DIR/val-*.bin, DIR/rank-*.bin\n"
+             "Records: sparse (p, candidate), no dense feature (--dense-one: one, 1.0), label 1\n"
+             "for an edge, 0 for a uniformly drawn non-edge. Writes DIR/train-*.bin, "
+             "DIR/val-*.bin, DIR/rank-*.bin\n"
              "(per validation source: its held-out targets and --rank-negatives non-edges, for\n"
              "recall@10) and DIR/packages.txt (line i: package id i).\n"
              "\n"
@@ -325,7 +330,9 @@ static void usage(FILE *f) {
              "  --val-fraction F      share of the edges held out, by a seeded hash (default 0.1)\n"
              "  --rank-negatives N    negatives per validation source in rank-* (default 100)\n"
              "  --shards K            files per split (default 1, at most 512)\n"
-             "  --seed S              (default 0)\n");
+             "  --seed S              (default 0)\n"
+             "  --dense-one           one dense feature, 1.0 in every record: DLRM's bottom MLP\n"
+             "                        needs a dense input (dptrain train --model dlrm)\n");
 }
 
 static int parse_opt_u64(const char *v, uint64_t lo, uint64_t hi, uint64_t *out) {
@@ -344,6 +351,10 @@ static int parse_options(opts *o, int argc, char **argv) {
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       usage(stdout);
       return 0;
+    }
+    if (!strcmp(a, "--dense-one")) {
+      o->dense_one = 1;
+      continue;
     }
     static const char *const valued[] = {"--packages",      "--out",    "--negatives",
                                          "--val-fraction",  "--shards", "--seed",
@@ -397,7 +408,8 @@ static dpt_status build(const opts *o, graph *g) {
   int64_t *id_of = malloc((g->nm.n + 1) * sizeof *id_of);
   uint64_t *edges = NULL, *val = NULL, *train = NULL;
   uint32_t *indeg = NULL, *picked = NULL;
-  float *scores = NULL, *labels = NULL;
+  float *scores = NULL, *labels = NULL, *vscores = NULL, *vlabels = NULL;
+  size_t nv = 0; /* validation records scored by the baseline */
   int64_t *groups = NULL;
   dpt_status st = DPT_OK;
   writers tw = {0}, vw = {0}, rw = {0};
@@ -485,7 +497,9 @@ static dpt_status build(const opts *o, graph *g) {
   /* train and val: each positive, then its negatives; the e-th positive's records go to shard
    * e mod K. */
   picked = malloc((o->negatives + o->rank_negatives + 1) * sizeof *picked);
-  if (!picked) {
+  vscores = malloc((nval * (o->negatives + 1) + 1) * sizeof *vscores);
+  vlabels = malloc((nval * (o->negatives + 1) + 1) * sizeof *vlabels);
+  if (!picked || !vscores || !vlabels) {
     st = DPT_ERR_OUT_OF_MEMORY;
     goto done;
   }
@@ -499,11 +513,20 @@ static dpt_status build(const opts *o, graph *g) {
     for (size_t e = 0; e < np && st == DPT_OK; e++) {
       const uint32_t u = (uint32_t)(pos[e] >> 32), v = (uint32_t)(pos[e] & 0xffffffffu);
       st = writers_add(ws, e, u, v, 1);
+      if (split) {
+        vscores[nv] = (float)indeg[v];
+        vlabels[nv++] = 1;
+      }
       gen r = gen_key(o->seed, split ? DOM_NEGV : DOM_NEG, e);
       const size_t got = draw_negatives(&r, edges, ne, n, u, picked, 0, o->negatives, 0);
       short_neg += o->negatives - got;
-      for (size_t k = 0; k < got && st == DPT_OK; k++)
+      for (size_t k = 0; k < got && st == DPT_OK; k++) {
         st = writers_add(ws, e, u, picked[k], 0);
+        if (split) {
+          vscores[nv] = (float)indeg[picked[k]];
+          vlabels[nv++] = 0;
+        }
+      }
     }
   }
   st = writers_close(&tw, st);
@@ -557,10 +580,14 @@ static dpt_status build(const opts *o, graph *g) {
          tw.records, vw.records, o->negatives, short_neg ? ", some short" : "", rw.records, sources,
          o->rank_negatives, short_rank ? ", some short" : "", o->shards, o->shards == 1 ? "" : "s",
          o->out);
-  double recall = NAN;
-  if (nr && dpt_recall_at_k(scores, labels, groups, nr, 10, &recall) == DPT_OK)
-    printf("popularity baseline (score: the candidate's training in-degree): recall@10 %.4f\n",
-           recall);
+  double recall = NAN, auc = NAN;
+  if (nr && dpt_recall_at_k(scores, labels, groups, nr, 10, &recall) == DPT_OK) {
+    /* the validation AUC only where val-* holds both classes */
+    if (dpt_auc(vscores, vlabels, nv, &auc) != DPT_OK) dpt_clear_error();
+    printf("popularity baseline (score: the candidate's training in-degree): recall@10 %.4f, "
+           "validation AUC %.4f\n",
+           recall, auc);
+  }
 done:
   writers_close(&tw, DPT_ERR_IO);
   writers_close(&vw, DPT_ERR_IO);
@@ -574,6 +601,8 @@ done:
   free(picked);
   free(scores);
   free(labels);
+  free(vscores);
+  free(vlabels);
   free(groups);
   return st;
 }

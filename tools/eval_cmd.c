@@ -3,6 +3,7 @@
  * accuracy and confusion matrix, or the class probabilities of each input. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <glob.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -51,6 +52,8 @@ typedef struct opts {
   dpt_norm_choice norm;  /* --mean, --std: the training run's normalization */
   dpt_text_options text; /* bert weights: --text, --vocab, --seq-len, --val-every */
   int val_every_set;
+  int groups;      /* dlrm: recall@k over groups (sparse feature 0) */
+  size_t recall_k; /* dlrm: k of recall@k (default 10) */
 } opts;
 
 static int parse_text(opts *o, const char *v) {
@@ -137,12 +140,21 @@ static const option options[] = {
     {"--seq-len", "N", "tokens per sequence (default: the model's)", EVAL, SIZE(text.seq_len, 3)},
     {"--val-every", "N", "every Nth document validates (default: the training run's)", EVAL,
      CUSTOM(parse_val_every)},
+    {.help = "dlrm weights (--data 'DIR/val-*.bin', quoted: a shard pattern; "
+             "docs/recommendation.md):",
+     .cmds = EVAL},
+    {"--groups", NULL,
+     "also recall@k over ranking groups, a record's group its\n"
+     "sparse feature 0 (the source package of data debian's rank-*)",
+     EVAL, FLAG(groups)},
+    {"--recall-at", "K", "k of recall@k (default 10; implies --groups)", EVAL, SIZE(recall_k, 1)},
     {.help = "output:", .cmds = EVAL | PREDICT},
     {"--json", NULL,
      "one JSON object: samples, correct, loss, accuracy,\n"
      "per_class, confusion (rows: true class, columns: predicted);\n"
      "bert: sequences, targets, correct, loss, accuracy, perplexity,\n"
-     "unigram_perplexity",
+     "unigram_perplexity; dlrm: records, positives, auc, logloss, loss,\n"
+     "accuracy (and with --groups: groups, k, recall_at_k)",
      EVAL, FLAG(json)},
     {"--top", "K", "the K likeliest classes with their probabilities", PREDICT, SIZE(top, 1)},
     {"--logits", NULL, "the raw logits instead of probabilities (not with --top)", PREDICT,
@@ -168,12 +180,16 @@ static const option options[] = {
 
 static void usage(const opts *o, FILE *f) {
   if (o->cmd == EVAL)
-    fprintf(f, "usage: dptrain eval --weights FILE [--data DIR] [options]\n"
-               "       dptrain eval --weights BERT.safetensors [--text PATH]... [--vocab FILE]\n\n"
-               "Evaluates trained weights on the test split: loss, accuracy, per-class accuracy\n"
-               "and the confusion matrix. The model comes from the weights file. For a BERT\n"
-               "(masked-language model): the masked-token accuracy, loss and perplexity on the\n"
-               "text's validation sequences, next to the unigram baseline's perplexity.\n\n");
+    fprintf(f,
+            "usage: dptrain eval --weights FILE [--data DIR] [options]\n"
+            "       dptrain eval --weights BERT.safetensors [--text PATH]... [--vocab FILE]\n"
+            "       dptrain eval --weights DLRM.safetensors --data 'DIR/val-*.bin' [--groups]\n\n"
+            "Evaluates trained weights on the test split: loss, accuracy, per-class accuracy\n"
+            "and the confusion matrix. The model comes from the weights file. For a BERT\n"
+            "(masked-language model): the masked-token accuracy, loss and perplexity on the\n"
+            "text's validation sequences, next to the unigram baseline's perplexity. For a\n"
+            "DLRM: the AUC, logloss and accuracy on interaction shards, and with --groups\n"
+            "recall@k over ranking groups (data debian's rank-* shards).\n\n");
   else
     fprintf(f, "usage: dptrain predict --weights FILE --data DIR [--top K] [--output FILE]\n\n"
                "Class probabilities (softmax of the logits) for each input, or the K likeliest\n"
@@ -635,6 +651,180 @@ static dpt_status eval_text(opts *o, const dpt_model_spec *spec) {
   return st;
 }
 
+/* ---- eval of a DLRM on interaction shards ------------------------------------------------- */
+
+/* A DLRM (a click model on records): one logit per sample, embedding tables on the record. */
+static int is_dlrm(const dpt_model_spec *s) {
+  if (s->seq_len || s->num_classes != 1) return 0;
+  for (size_t i = 0; i < s->num_layers; ++i)
+    if (s->layers[i].kind == DPT_LAYER_EMBEDDING_BAG) return 1;
+  return 0;
+}
+
+/* Whether the first file the pattern matches is an interactions shard (its magic). */
+static int is_shard_pattern(const char *pattern) {
+  glob_t g;
+  int shard = 0;
+  if (glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc > 0) {
+    FILE *f = fopen(g.gl_pathv[0], "rb");
+    char magic[8];
+    if (f && fread(magic, 1, sizeof magic, f) == sizeof magic)
+      shard = memcmp(magic, DPT_SHARD_MAGIC, sizeof magic) == 0;
+    if (f) fclose(f);
+  }
+  globfree(&g);
+  return shard;
+}
+
+/* The records of the shards against the model: the same dense and sparse split of a record,
+ * and no table of the shards larger than the model's. */
+static dpt_status check_records(const opts *o, const dpt_model_spec *s, const dpt_interactions *d) {
+  const size_t nd = dpt_interactions_num_dense(d), ns = dpt_interactions_num_sparse(d);
+  size_t md = 0;
+  for (size_t i = 0; i < s->num_layers; ++i)
+    if (s->layers[i].kind == DPT_LAYER_SLICE) md = s->layers[i].size;
+  const size_t input = s->in_c * s->in_h * s->in_w;
+  if (nd != md || nd + ns != input)
+    return own_error(DPT_ERR_INVALID_ARG,
+                     "the shards %s hold records of %zu dense and %zu sparse features; the "
+                     "model in %s takes %zu dense and %zu sparse",
+                     o->data, nd, ns, o->weights, md, input - md);
+  for (size_t i = 0; i < s->num_layers; ++i) {
+    const dpt_layer_spec *l = &s->layers[i];
+    if (l->kind != DPT_LAYER_EMBEDDING_BAG) continue;
+    const size_t bag = l->bag ? l->bag : 1;
+    for (size_t slot = l->offset; slot < l->offset + bag && slot < input; ++slot) {
+      if (slot < nd) continue;
+      const uint64_t rows = dpt_interactions_table_sizes(d)[slot - nd];
+      if (rows > l->vocab)
+        return own_error(DPT_ERR_INVALID_ARG,
+                         "the shards %s have sparse feature %zu of %llu ids, beyond the %zu "
+                         "rows of the model's table %s in %s",
+                         o->data, slot - nd, (unsigned long long)rows, l->vocab, l->name,
+                         o->weights);
+    }
+  }
+  return DPT_OK;
+}
+
+/* The logits of every record, in batches of o->batch; labels and groups (sparse feature 0)
+ * alongside. */
+static dpt_status score_shards(const opts *o, const dpt_model_spec *s, const dpt_interactions *d,
+                               size_t n, float *logits, float *labels, int64_t *groups) {
+  const size_t nd = dpt_interactions_num_dense(d), ns = dpt_interactions_num_sparse(d);
+  const size_t batch = o->batch < n ? o->batch : n, input = nd + ns;
+  dpt_backend *be = NULL;
+  dpt_model *model = NULL;
+  dpt_buffer *x = NULL;
+  float *hx = malloc(batch * input * sizeof *hx);
+  dpt_status st = hx ? DPT_OK : own_error(DPT_ERR_OUT_OF_MEMORY, "out of memory");
+  if (st == DPT_OK) st = dpt_backend_create(pick_backend(o->backend), 0, &be);
+  if (st == DPT_OK) st = dpt_model_create(be, s, batch, &model);
+  if (st == DPT_OK) st = dpt_model_load(model, o->weights);
+  if (st == DPT_OK) st = dpt_buffer_alloc(be, batch * input * sizeof(float), &x);
+  for (size_t done = 0; done < n && st == DPT_OK;) {
+    const size_t b = n - done < batch ? n - done : batch;
+    for (size_t i = 0; i < b; ++i) { /* [dense floats][ids as int32 bits], as training */
+      float *row = hx + i * input;
+      memcpy(row, dpt_interactions_dense(d, done + i), nd * sizeof(float));
+      memcpy(row + nd, dpt_interactions_sparse(d, done + i), ns * sizeof(int32_t));
+      labels[done + i] = dpt_interactions_label(d, done + i) >= 0.5f ? 1.0f : 0.0f;
+      groups[done + i] = dpt_interactions_sparse(d, done + i)[0];
+    }
+    st = dpt_buffer_upload(x, 0, hx, b * input * sizeof(float));
+    if (st == DPT_OK) st = dpt_model_logits(model, x, b, logits + done);
+    done += b;
+  }
+  free(hx);
+  dpt_buffer_free(x);
+  dpt_model_destroy(model);
+  dpt_backend_destroy(be);
+  return st;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Groups holding a positive (what recall@k averages over); reorders tmp. */
+static size_t positive_groups(const float *labels, const int64_t *groups, size_t n, int64_t *tmp) {
+  size_t m = 0, count = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (labels[i] >= 0.5f) tmp[m++] = groups[i];
+  qsort(tmp, m, sizeof *tmp, cmp_i64);
+  for (size_t i = 0; i < m; ++i)
+    count += !i || tmp[i] != tmp[i - 1];
+  return count;
+}
+
+static void json_double(const char *key, double v, const char *sep) {
+  if (isfinite(v))
+    printf("\"%s\": %.6f%s", key, v, sep);
+  else
+    printf("\"%s\": null%s", key, sep);
+}
+
+/* Scores interaction shards with DLRM weights: the AUC of the logits, the logloss of the
+ * probabilities, the mean binary cross-entropy and the accuracy (logit > 0 against the label),
+ * as training's validation computes them; with --groups, recall@k over sparse feature 0. */
+static dpt_status eval_records(const opts *o, const dpt_model_spec *s) {
+  dpt_interactions *d = NULL;
+  TRY(dpt_interactions_open(o->data, 0, 1, &d));
+  dpt_status st = check_records(o, s, d);
+  size_t n = dpt_interactions_local_records(d);
+  if (o->limit && o->limit < n) n = o->limit;
+  if (st == DPT_OK && n == 0)
+    st = own_error(DPT_ERR_INVALID_ARG, "the shards %s hold no record", o->data);
+  float *logits = malloc((n ? n : 1) * sizeof *logits),
+        *labels = malloc((n ? n : 1) * sizeof *labels);
+  int64_t *groups = malloc((n ? n : 1) * sizeof *groups);
+  if (st == DPT_OK && (!logits || !labels || !groups))
+    st = own_error(DPT_ERR_OUT_OF_MEMORY, "out of memory for %zu records", n);
+  if (st == DPT_OK) st = score_shards(o, s, d, n, logits, labels, groups);
+  double loss_sum = 0, auc = NAN, logloss = NAN, recall = NAN;
+  size_t correct = 0, positives = 0, num_groups = 0;
+  for (size_t i = 0; st == DPT_OK && i < n; ++i) {
+    const double z = logits[i], y = labels[i];
+    loss_sum += (z > 0 ? z : 0) - z * y + log1p(exp(-fabs(z)));
+    correct += (z > 0) == (y > 0.5);
+    positives += y > 0.5;
+  }
+  /* Without both classes the AUC is undefined: reported as such, not a failure. */
+  if (st == DPT_OK && dpt_auc(logits, labels, n, &auc) != DPT_OK) dpt_clear_error();
+  if (st == DPT_OK && o->groups) {
+    if (dpt_recall_at_k(logits, labels, groups, n, o->recall_k, &recall) != DPT_OK)
+      dpt_clear_error(); /* no group holds a positive */
+    num_groups = positive_groups(labels, groups, n, groups);
+  }
+  for (size_t i = 0; st == DPT_OK && i < n; ++i) /* the probabilities, as training's */
+    logits[i] = 1.0f / (1.0f + expf(-logits[i]));
+  if (st == DPT_OK && dpt_logloss(logits, labels, n, &logloss) != DPT_OK) dpt_clear_error();
+  const double loss = n ? loss_sum / (double)n : NAN, acc = n ? (double)correct / (double)n : NAN;
+  if (st == DPT_OK && o->json) {
+    printf("{\"records\": %zu, \"positives\": %zu, ", n, positives);
+    json_double("auc", auc, ", ");
+    json_double("logloss", logloss, ", ");
+    json_double("loss", loss, ", ");
+    json_double("accuracy", acc, o->groups ? ", " : "}\n");
+    if (o->groups) {
+      printf("\"groups\": %zu, \"k\": %zu, ", num_groups, o->recall_k);
+      json_double("recall_at_k", recall, "}\n");
+    }
+  } else if (st == DPT_OK) {
+    printf("%s on %s: %zu records (%zu positive)\n", o->weights, o->data, n, positives);
+    printf("auc %.6f  logloss %.6f  loss %.6f  accuracy %.6f\n", auc, logloss, loss, acc);
+    if (o->groups)
+      printf("recall@%zu %.6f over %zu groups (sparse feature 0) with a positive\n", o->recall_k,
+             recall, num_groups);
+  }
+  free(logits);
+  free(labels);
+  free(groups);
+  dpt_interactions_destroy(d);
+  return st;
+}
+
 /* ---- predict --------------------------------------------------------------------------------- */
 
 /* The top-k classes of a probability row, likeliest first (the lower class first on ties). */
@@ -779,16 +969,30 @@ static int command(int cmd, int argc, char **argv) {
   o.text.seq_len = 0; /* not given: the model's */
   int rc = parse_options(&o, argc, argv);
   if (rc != KEEP_GOING) return rc;
+  if (o.recall_k) o.groups = 1; /* --recall-at K implies --groups */
+  o.recall_k = o.recall_k ? o.recall_k : 10;
   run r;
   memset(&r, 0, sizeof r);
   /* A token model (BERT) is scored on text; its spec comes from the file. */
   dpt_model_spec *spec = malloc(sizeof *spec);
-  int token_model = 0;
-  if (spec && dpt_model_spec_from_weights(o.weights, spec) == DPT_OK && spec->seq_len > 0)
-    token_model = 1;
+  int token_model = 0, dlrm = 0;
+  if (spec && dpt_model_spec_from_weights(o.weights, spec) == DPT_OK) {
+    token_model = spec->seq_len > 0;
+    dlrm = is_dlrm(spec);
+  }
   dpt_clear_error();
   dpt_status st = DPT_OK;
-  if (token_model && cmd == PREDICT)
+  if (dlrm && cmd == PREDICT)
+    st = own_error(DPT_ERR_INVALID_ARG,
+                   "%s is a DLRM: dptrain eval scores it on interaction shards", o.weights);
+  else if (dlrm)
+    st = eval_records(&o, spec);
+  else if (o.groups || is_shard_pattern(o.data))
+    st = own_error(DPT_ERR_INVALID_ARG,
+                   "%s holds no DLRM (no \"%s\" metadata describing embedding tables): "
+                   "interaction shards are scored with dptrain train --model dlrm's weights",
+                   o.weights, DPT_MODEL_METADATA_KEY);
+  else if (token_model && cmd == PREDICT)
     st = own_error(DPT_ERR_INVALID_ARG,
                    "%s is a masked-language model: dptrain eval scores it on text", o.weights);
   else if (token_model)
@@ -799,8 +1003,9 @@ static int command(int cmd, int argc, char **argv) {
                    "a classifier",
                    o.weights);
   free(spec);
-  if (st == DPT_OK && !token_model) st = prepare(&o, &r);
-  if (st == DPT_OK && !token_model) st = cmd == EVAL ? do_eval(&o, &r) : do_predict(&o, &r);
+  const int classifier = !token_model && !dlrm;
+  if (st == DPT_OK && classifier) st = prepare(&o, &r);
+  if (st == DPT_OK && classifier) st = cmd == EVAL ? do_eval(&o, &r) : do_predict(&o, &r);
   if (st != DPT_OK)
     fprintf(stderr, "dptrain %s: %s: %s\n", o.name, dpt_status_str(st),
             own_msg[0] ? own_msg : dpt_last_error());
