@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# tools/cluster.sh: a cluster of 2 nodes (network namespaces) on this machine. A failed `up`
+# leaves nothing behind, a second `up` is refused; 2 nodes x 2 ranks are 2 nodes to MPI (two
+# hostnames, 2 local ranks each); `dptrain train` on them ends with the param_hash of 4 ranks on
+# one node; a failing run leaves no process in the nodes; `down` removes every namespace.
+# Skipped (77) without root, network namespaces, unshare or Open MPI.
+# Usage: cluster_test.sh <dptrain> <scratch dir> [mpiexec]
+set -uo pipefail
+dptrain=$1 dir=$2 mpiexec=${3:-mpiexec --oversubscribe}
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cluster=$src/tools/cluster.sh
+# The test's own names and state, apart from a cluster a user may have up.
+export DPT_CLUSTER_PREFIX=dptt- DPT_CLUSTER_SUBNET=10.232.0 DPT_CLUSTER_STATE=$2/state
+export OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+[ "$(id -u)" -eq 0 ] || { echo "SKIP: not root"; exit 77; }
+for t in ip unshare mpirun; do
+  command -v $t >/dev/null || { echo "SKIP: no $t"; exit 77; }
+done
+mpirun --version 2>/dev/null | grep -q "Open MPI" || { echo "SKIP: mpirun is not Open MPI"; exit 77; }
+ip netns add dptt-probe 2>/dev/null && ip netns del dptt-probe ||
+  { echo "SKIP: no network namespaces here"; exit 77; }
+unshare --uts true 2>/dev/null || { echo "SKIP: no UTS namespaces here"; exit 77; }
+
+# A run of this test killed midway may have left its cluster: ours (prefix dptt-) to remove.
+"$cluster" down
+rm -rf "$dir" && mkdir -p "$dir" || exit 1
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+ours() { ip netns list | awk '{print $1}' | grep '^dptt-' | sort | tr '\n' ' '; }
+trap '"$cluster" down' EXIT
+
+# 1. A failing `up` (a subnet that is no address) removes what it made.
+DPT_CLUSTER_SUBNET=10.232.999 "$cluster" up 2 >"$dir/badup.log" 2>&1 &&
+  fail "up with a bad subnet succeeded"
+if [ -n "$(ours)" ] || [ -e "$DPT_CLUSTER_STATE" ] || ls -d /etc/netns/dptt-* >/dev/null 2>&1; then
+  fail "a failed up left: $(ours) $(ls -d "$DPT_CLUSTER_STATE" /etc/netns/dptt-* 2>/dev/null)"
+else
+  echo "ok: failed up cleaned up ($(grep -c . "$dir/badup.log") lines: $(tail -1 "$dir/badup.log"))"
+fi
+
+# 2. Up, and a second up refused without touching the first.
+"$cluster" up 2 || { echo "FAIL: up 2" >&2; exit 1; }
+if "$cluster" up 2 2>"$dir/again.err"; then
+  fail "a second up succeeded"
+else
+  grep -q "exist" "$dir/again.err" && echo "ok: second up refused: $(cat "$dir/again.err")" ||
+    fail "second up: $(cat "$dir/again.err")"
+fi
+[ "$(ours)" = "dptt-br dptt-n1 dptt-n2 " ] || fail "namespaces after up: '$(ours)'"
+
+# 3. MPI's locality: two hostnames, 2 ranks local to each.
+loc=$(timeout 120 "$cluster" run -- sh -c \
+  'echo "$(hostname) rank $OMPI_COMM_WORLD_RANK local_size $OMPI_COMM_WORLD_LOCAL_SIZE"' | sort)
+echo "$loc"
+[ "$(awk '{print $1}' <<<"$loc" | sort -u | tr '\n' ' ')" = "dptt-n1 dptt-n2 " ] ||
+  fail "hostnames: $loc"
+[ "$(grep -c 'local_size 2$' <<<"$loc")" -eq 4 ] || fail "expected 4 ranks with 2 local: $loc"
+
+# 4. dptrain train, 2 nodes x 2 ranks against 4 ranks on one node: the same parameters.
+be32() { printf "\\x$(printf %02x $(($1 >> 24 & 255)))\\x$(printf %02x $(($1 >> 16 & 255)))\\x$(printf %02x $(($1 >> 8 & 255)))\\x$(printf %02x $(($1 & 255)))"; }
+n=400
+mkdir -p "$dir/data"
+{ be32 2051; be32 $n; be32 8; be32 8; head -c $((n * 64)) /dev/urandom; } >"$dir/data/train-images-idx3-ubyte"
+{ be32 2049; be32 $n; for ((i = 0; i < n; ++i)); do printf "\\x0$((i % 10))"; done; } \
+  >"$dir/data/train-labels-idx1-ubyte"
+args=(train --backend cpu --data "$dir/data" --hidden 32 --global-batch 40 --epochs 1
+  --max-steps 6 --seed 5 --json --quiet)
+final_hash() {
+  grep '"final": true' "$1" | grep -o '"param_hash": "[0-9a-f]*"' | sort -u |
+    sed 's/.*"\([0-9a-f]*\)"$/\1/' | tr '\n' ' ' | sed 's/ $//'
+}
+timeout 200 "$cluster" run -x OPENBLAS_NUM_THREADS -- "$dptrain" "${args[@]}" \
+  >"$dir/cluster.json" 2>"$dir/cluster.err" || fail "train on the cluster: $(tail -3 "$dir/cluster.err")"
+timeout 200 $mpiexec -np 4 "$dptrain" "${args[@]}" >"$dir/one.json" 2>"$dir/one.err" ||
+  fail "train on one node: $(tail -3 "$dir/one.err")"
+on_cluster=$(final_hash "$dir/cluster.json") on_one=$(final_hash "$dir/one.json")
+if [ -n "$on_cluster" ] && [ "$on_cluster" = "$on_one" ] && [[ $on_one != *" "* ]]; then
+  echo "ok: param_hash $on_cluster on 2 nodes x 2 ranks and on 1 node x 4 ranks"
+else
+  fail "param_hash '$on_cluster' on the cluster, '$on_one' on one node"
+fi
+
+# 5. A failing run: non-zero, and no process left in the nodes.
+timeout 120 "$cluster" run -- "$dptrain" train --no-such-flag >"$dir/bad.out" 2>"$dir/bad.err" &&
+  fail "a failing run exited 0"
+left=$(for ns in $(ours); do ip netns pids "$ns"; done | tr '\n' ' ')
+[ -z "$left" ] && echo "ok: failing run left no process" || fail "processes left in the nodes: $left"
+
+# 6. Down: every namespace, the state and the hosts files gone.
+"$cluster" down
+if [ -n "$(ours)" ] || [ -e "$DPT_CLUSTER_STATE" ] || ls -d /etc/netns/dptt-* >/dev/null 2>&1; then
+  fail "after down: $(ours) $(ls -d "$DPT_CLUSTER_STATE" /etc/netns/dptt-* 2>/dev/null)"
+else
+  echo "ok: down removed every namespace"
+fi
+"$cluster" status >/dev/null && fail "status after down says a cluster is up"
+trap - EXIT
+echo "$failures failed"
+[ $failures -eq 0 ]
