@@ -804,8 +804,8 @@ START_TEST(text_dataset_gather) {
   const uint64_t bad = n;
   EXPECT_FAIL(dpt_dataset_gather(tr, &bad, 1, x, lab), DPT_ERR_INVALID_ARG, "out of range", NULL,
               NULL);
-  dpt_dataset *none = NULL;
-  EXPECT_FAIL(dpt_dataset_from_text(NULL, DPT_TEXT_TRAIN, 0, &none), DPT_ERR_INVALID_ARG,
+  dpt_dataset *refused = NULL;
+  EXPECT_FAIL(dpt_dataset_from_text(NULL, DPT_TEXT_TRAIN, 0, &refused), DPT_ERR_INVALID_ARG,
               "sequences", NULL, NULL);
   dpt_dataset_destroy(tr);
   dpt_dataset_destroy(va);
