@@ -21,6 +21,7 @@ struct dpt_sparse_exchange {
   size_t hdr_cap;
   size_t count;
   dpt_sparse_stats stats;
+  double dense_above; /* the dense exchange above this fraction of its bytes */
 };
 
 /* The header every member gathers first. */
@@ -30,6 +31,15 @@ dpt_status dpt_sparse_exchange_create(dpt_sparse_exchange **out) {
   if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_sparse_exchange_create: out is NULL");
   *out = calloc(1, sizeof(**out));
   if (!*out) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_sparse_exchange_create");
+  (*out)->dense_above = INFINITY;
+  return DPT_OK;
+}
+
+dpt_status dpt_sparse_exchange_set_dense_above(dpt_sparse_exchange *x, double fraction) {
+  if (!x || !(fraction >= 0))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_sparse_exchange_set_dense_above: %s",
+                         x ? "the fraction must be >= 0" : "x is NULL");
+  x->dense_above = fraction;
   return DPT_OK;
 }
 
@@ -125,6 +135,11 @@ dpt_status dpt_sparse_allreduce(dpt_sparse_exchange *x, dpt_comm *comm, size_t r
   x->stats.dense_bytes =
       (size_t)((2.0 * (size - 1) / size) * (double)rows * (double)dim * sizeof(float));
   if (max_k == 0) return DPT_OK;
+  if ((double)(per * (size_t)(size - 1)) > x->dense_above * (double)x->stats.dense_bytes) {
+    x->stats.dense = 1;
+    x->stats.sent_bytes = (size_t)(size - 1) * sizeof(hdr);
+    return DPT_OK;
+  }
   if (!grow((void **)&x->send, &x->send_cap, per, 1) ||
       !grow((void **)&x->recv, &x->recv_cap, recv_bytes, 1) ||
       !grow((void **)&x->ids, &x->ids_cap, union_max, sizeof(int32_t)) ||

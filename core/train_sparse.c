@@ -16,6 +16,7 @@ struct train_sparse {
     size_t offset, rows, dim; /* the weight in the flat parameter (and gradient) buffer */
     size_t slot, bag;         /* the record's id slots */
     dpt_sparse_exchange *x;
+    int dense; /* this step: the dense all-reduce was chosen */
   } * tables;
   dpt_range *dense; /* the flat buffer minus the tables, increasing */
   size_t num_dense;
@@ -88,6 +89,8 @@ dpt_status dpt_train_sparse_setup(replica *r, replica_state *s) {
                            ti.count, t->rows, t->dim);
     if (t->bag > max_bag) max_bag = t->bag;
     DPT_TRY(dpt_sparse_exchange_create(&t->x));
+    DPT_TRY(dpt_sparse_exchange_set_dense_above(
+        t->x, cfg->sparse_dense_above > 0 ? cfg->sparse_dense_above : DPT_SPARSE_DENSE_ABOVE));
   }
   if (p->num_tables == 0)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
@@ -165,7 +168,7 @@ dpt_status dpt_train_sparse_reduce(replica *r, replica_state *s) {
     if (st != DPT_OK) return st;
   }
   for (size_t i = 0; i < p->num_tables; ++i) {
-    const struct sparse_table *t = &p->tables[i];
+    struct sparse_table *t = &p->tables[i];
     size_t k = 0;
     /* A replica that failed joins with nothing (the step's exchange then stops everyone). */
     if (s->pending == DPT_OK) dpt_train_keep_failure(s, local_rows(s, t, &k));
@@ -175,6 +178,12 @@ dpt_status dpt_train_sparse_reduce(replica *r, replica_state *s) {
     dpt_train_keep_failure(s, st);
     dpt_sparse_stats ss;
     dpt_sparse_exchange_stats(t->x, &ss);
+    t->dense = ss.dense;
+    if (t->dense) { /* the same choice on every replica */
+      st = dpt_allreduce_buffer(r->comm, grads, t->offset, t->rows * t->dim, DPT_COMM_F32);
+      if (st != DPT_OK) return st;
+      ss.sent_bytes += ss.dense_bytes;
+    }
     s->t.sparse_sent += ss.sent_bytes;
     s->t.sparse_dense += ss.dense_bytes;
   }
@@ -188,6 +197,11 @@ dpt_status dpt_train_sparse_step(replica_state *s) {
   dpt_buffer *params = dpt_model_params(s->model);
   for (size_t i = 0; i < p->num_tables; ++i) {
     const struct sparse_table *t = &p->tables[i];
+    if (t->dense) { /* the whole table: rows nobody touched have a zero gradient */
+      DPT_TRY(dpt_axpy(s->be, t->rows * t->dim, -lr, dpt_model_grads(s->model), t->offset, params,
+                       t->offset));
+      continue;
+    }
     const int32_t *ids = NULL;
     const float *g = NULL;
     const size_t n = dpt_sparse_exchange_result(t->x, &ids, &g);

@@ -1085,6 +1085,8 @@ static dpt_status check_config(const dpt_train_config *cfg, dpt_comm *comm) {
   if (cfg->sparse_tables && !cfg->local_train)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "%s: sparse_tables needs per-replica records (local_train)", fn);
+  if (cfg->sparse_tables && !(cfg->sparse_dense_above >= 0))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: sparse_dense_above must be >= 0", fn);
   if (cfg->sparse_tables && cfg->optim.clip_norm > 0)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "%s: sparse_tables does not clip (clip_norm %g): the norm would need "

@@ -49,6 +49,8 @@ refused "--val-data without dlrm" "--val-data is for --model dlrm" train --val-d
 refused "--keep-last with dlrm" "--keep-last does not apply" "${base[@]}" --keep-last
 refused "--sparse-tables without dlrm" "--sparse-tables is for --model dlrm" train \
   --sparse-tables
+refused "--sparse-dense-above without --sparse-tables" "needs --sparse-tables" "${base[@]}" \
+  --sparse-dense-above 0.1
 refused "bad --interaction" "bad value 'sum' for --interaction" "${base[@]}" --interaction sum
 # A payload byte flipped in a copy of shard 2: the rank that owns it names the file.
 mkdir -p "$dir/bad" && cp "$dir"/s/synth-0000[0-3].bin "$dir/bad/"
@@ -102,8 +104,10 @@ if [ -n "$mpiexec" ] && [ $rc -eq 0 ]; then
 fi
 
 # --sparse-tables: the tables' rows exchanged as (id, row), 2 thread replicas then 2 MPI ranks
-# (the same parameters); the bytes it sent are reported, fewer than the dense exchange's.
-sparse=("${base[@]}" --sparse-tables --optimizer sgd --global-batch 512 --epochs 1 --json)
+# (the same parameters); the rows are used while they send fewer bytes than the dense
+# exchange (--sparse-dense-above 1): the bytes reported are fewer.
+sparse=("${base[@]}" --sparse-tables --sparse-dense-above 1 --optimizer sgd --global-batch 512
+  --epochs 1 --json)
 out=$("$dptrain" "${sparse[@]}" --replicas 2 2>"$dir/err")
 rc=$?
 final=$(grep '"final": true' <<<"$out")

@@ -29,6 +29,7 @@ typedef struct sp_case {
   dpt_comm_group *group;
   int bad_rank;        /* >= 0: this rank passes unsorted ids */
   size_t dim_of_rank1; /* != 0: rank 1 uses this dim */
+  double dense_above;  /* > 0: dpt_sparse_exchange_set_dense_above */
 } sp_case;
 
 typedef struct sp_arg {
@@ -83,6 +84,7 @@ static void *sp_rank(void *p) {
   }
   dpt_sparse_exchange *x = NULL;
   TU_OK(dpt_sparse_exchange_create(&x));
+  if (c->dense_above > 0) TU_OK(dpt_sparse_exchange_set_dense_above(x, c->dense_above));
   /* twice: the second call reuses the memory and must give the same */
   for (int rep = 0; rep < 2; ++rep) {
     c->st[r] = dpt_sparse_allreduce(x, comm, c->rows, dim, ids, g, k);
@@ -190,9 +192,9 @@ START_TEST(exchange_nobody_touches) {
 }
 END_TEST
 
-/* The bytes moved on a DLRM-sized table: 100000 rows of 16, 512 rows touched per replica. */
+/* The bytes moved on a larger table: 20000 rows of 16, 512 rows touched per replica. */
 START_TEST(exchange_bytes) {
-  sp_case c = {.size = 4, .rows = 100000, .dim = 16, .seed = 4, .bad_rank = -1};
+  sp_case c = {.size = 4, .rows = 20000, .dim = 16, .seed = 4, .bad_rank = -1};
   for (int r = 0; r < 4; ++r)
     c.k[r] = 512;
   run_case(&c);
@@ -200,11 +202,37 @@ START_TEST(exchange_bytes) {
   const dpt_sparse_stats *s = &c.stats[0];
   ck_assert_uint_eq(s->max_count, 512);
   ck_assert_uint_eq(s->sent_bytes, 3 * (32 + 512 * (4 + 16 * 4)));
-  printf("sparse exchange, 4 replicas, 100000 x 16 table, 512 rows each (union %zu): %zu bytes "
+  printf("sparse exchange, 4 replicas, 20000 x 16 table, 512 rows each (union %zu): %zu bytes "
          "sent per replica, dense ring %zu (%.1fx less)\n",
          s->union_count, s->sent_bytes, s->dense_bytes,
          (double)s->dense_bytes / (double)s->sent_bytes);
   free_case(&c);
+}
+END_TEST
+
+/* The choice: above the fraction of the dense ring's bytes every replica learns to exchange
+ * the dense gradient (no rows), below it the rows come as before. */
+START_TEST(exchange_dense_above) {
+  sp_case c = {.size = 3, .rows = 100, .dim = 8, .seed = 6, .bad_rank = -1, .dense_above = 0.5};
+  c.k[0] = 10, c.k[1] = 40, c.k[2] = 5; /* 2 x (32 + 40 x 36) = 2944 > 0.5 x 4266 */
+  run_case(&c);
+  for (int r = 0; r < 3; ++r) {
+    ck_assert_int_eq(c.st[r], DPT_OK);
+    ck_assert_int_eq(c.stats[r].dense, 1);
+    ck_assert_uint_eq(c.n[r], 0);
+    ck_assert_uint_eq(c.stats[r].sent_bytes, 2 * 32);
+  }
+  free_case(&c);
+  sp_case s = {.size = 3, .rows = 100, .dim = 8, .seed = 6, .bad_rank = -1, .dense_above = 0.5};
+  s.k[0] = 10, s.k[1] = 25, s.k[2] = 5; /* 2 x (32 + 25 x 36) = 1864 <= 2133 */
+  run_case(&s);
+  check_case(&s);
+  ck_assert_int_eq(s.stats[0].dense, 0);
+  free_case(&s);
+  dpt_sparse_exchange *x = NULL;
+  TU_OK(dpt_sparse_exchange_create(&x));
+  EXPECT_FAIL(dpt_sparse_exchange_set_dense_above(x, -1), DPT_ERR_INVALID_ARG, ">= 0", NULL, NULL);
+  dpt_sparse_exchange_destroy(x);
 }
 END_TEST
 
@@ -267,11 +295,12 @@ END_TEST
 static Suite *sparse_suite(void) {
   Suite *s = suite_create("sparse");
   TCase *tc = tcase_create("exchange");
-  tcase_set_timeout(tc, 120);
+  tcase_set_timeout(tc, 200);
   tcase_add_test(tc, exchange_equals_dense);
   tcase_add_test(tc, exchange_nobody_touches);
   tcase_add_test(tc, exchange_bytes);
   tcase_add_test(tc, exchange_errors_agree);
+  tcase_add_test(tc, exchange_dense_above);
   suite_add_tcase(s, tc);
   TCase *up = tcase_create("updates");
   tcase_add_test(up, sgd_rows_by_hand);

@@ -316,21 +316,31 @@ START_TEST(sparse_tables_equal_dense) {
     cfg.sparse_tables = 1;
     cfg.final_params = sparse;
     dpt_train_report fin;
-    TU_OK(dpt_train(&cfg, NULL, &fin));
-    ck_assert_int_eq((int)fin.steps, EPOCHS * 7);
-    int tables_moved = 0;
-    for (size_t t = 0; t < dpt_model_num_tensors(probe); ++t) {
-      dpt_tensor_info ti;
-      TU_OK(dpt_model_tensor(probe, t, &ti));
-      double worst = 0;
-      for (size_t i = ti.offset; i < ti.offset + ti.count; ++i) {
-        const double d = fabs((double)dense[i] - (double)sparse[i]);
-        worst = d > worst ? d : worst;
+    /* the default choice (dense here: the rows are a third of the table), always dense,
+     * always sparse: the same parameters */
+    static const double above[3] = {0, 1e-12, 1e30};
+    for (int a = 0; a < 3; ++a) { /* fin: the last, always sparse */
+      cfg.sparse_dense_above = above[a];
+      TU_OK(dpt_train(&cfg, NULL, &fin));
+      ck_assert_int_eq((int)fin.steps, EPOCHS * 7);
+      if (R > 1 && a == 1)
+        ck_assert_uint_eq(fin.sparse_sent_bytes,
+                          fin.sparse_dense_bytes + (uint64_t)(EPOCHS * 7 * TABLES * (R - 1) * 32));
+      int tables_moved = 0;
+      for (size_t t = 0; t < dpt_model_num_tensors(probe); ++t) {
+        dpt_tensor_info ti;
+        TU_OK(dpt_model_tensor(probe, t, &ti));
+        double worst = 0;
+        for (size_t i = ti.offset; i < ti.offset + ti.count; ++i) {
+          const double d = fabs((double)dense[i] - (double)sparse[i]);
+          worst = d > worst ? d : worst;
+        }
+        ck_assert_msg(worst <= 1e-5, "R=%d, dense above %g: %s differs from the dense run by %g", R,
+                      above[a], ti.name, worst);
+        if (strncmp(ti.name, "emb_l.", 6) == 0) tables_moved = 1;
       }
-      ck_assert_msg(worst <= 1e-5, "R=%d: %s differs from the dense run by %g", R, ti.name, worst);
-      if (strncmp(ti.name, "emb_l.", 6) == 0) tables_moved = 1;
+      ck_assert(tables_moved);
     }
-    ck_assert(tables_moved);
     if (R > 1) {
       ck_assert(fin.sparse_sent_bytes > 0);
       ck_assert(fin.sparse_sent_bytes < fin.sparse_dense_bytes);
@@ -341,6 +351,9 @@ START_TEST(sparse_tables_equal_dense) {
     } else {
       ck_assert(fin.sparse_sent_bytes == 0);
     }
+    cfg.sparse_dense_above = -1;
+    EXPECT_FAIL(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG, "sparse_dense_above", NULL, NULL);
+    cfg.sparse_dense_above = 0;
     /* AdamW on the dense part: the replicas stay identical (every step's drift check). */
     dpt_optim_config_default(&cfg.optim, DPT_OPTIM_ADAMW);
     cfg.epochs = 1;

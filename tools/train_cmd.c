@@ -40,6 +40,7 @@ typedef struct cli {
   dpt_norm_choice norm;  /* --mean, --std */
   float ckpt_minutes;    /* --checkpoint-minutes; NaN: not given */
   float rollback_scale;  /* --rollback-lr-scale */
+  float sparse_above;    /* --sparse-dense-above; 0: not given */
   /* --model bert: the text, its vocabulary and the encoder's sizes */
   int bert;
   dpt_text_options text; /* --text, --vocab, --vocab-size, --seq-len, --val-every */
@@ -285,6 +286,11 @@ static const option options[] = {
      "rows updated by plain SGD; the rest by --optimizer\n"
      "(docs/recommendation.md, \"Sparse table gradients\")",
      FLAG(cfg.sparse_tables, 1)},
+    {"--sparse-dense-above", "F",
+     "with --sparse-tables: a table's step all-reduces its dense\n"
+     "gradient when the rows would send more than F x its bytes\n"
+     "(default " DPT_SPARSE_DENSE_ABOVE_TEXT ")",
+     FLOAT(sparse_above)},
     {.help = "bert (--model bert):"},
     {"--text", "PATH",
      "a text file or a directory's files; repeatable\n"
@@ -758,8 +764,9 @@ static void set_defaults(cli *c) {
  * SGD lr 0.1 without momentum when --optimizer sgd; constant, global
  * batch 2048), and the options that do not apply to shards refused. KEEP_GOING or 2. */
 static int dlrm_options(cli *c) {
-  static const char *const dlrm_only[] = {"--val-data", "--embedding-dim", "--bottom",
-                                          "--top",      "--interaction",   "--sparse-tables"};
+  static const char *const dlrm_only[] = {
+      "--val-data",      "--embedding-dim",     "--bottom", "--top", "--interaction",
+      "--sparse-tables", "--sparse-dense-above"};
   if (!c->dlrm) {
     for (size_t i = 0; i < sizeof dlrm_only / sizeof dlrm_only[0]; ++i)
       if (given(c, dlrm_only[i])) return usage_error("%s is for --model dlrm", dlrm_only[i]);
@@ -771,6 +778,9 @@ static int dlrm_options(cli *c) {
   for (size_t i = 0; i < sizeof not_dlrm / sizeof not_dlrm[0]; ++i)
     if (given(c, not_dlrm[i]))
       return usage_error("%s does not apply to --model dlrm (validation: --val-data)", not_dlrm[i]);
+  if (given(c, "--sparse-dense-above") && (!c->cfg.sparse_tables || !(c->sparse_above > 0)))
+    return usage_error("--sparse-dense-above needs --sparse-tables and a value > 0");
+  c->cfg.sparse_dense_above = c->sparse_above;
   if (!given(c, "--data"))
     return usage_error("--model dlrm needs --data 'DIR/train-*.bin' (interaction shards)");
   if (!given(c, "--optimizer")) {

@@ -48,10 +48,25 @@ typedef struct dpt_sparse_stats {
                          max_count (4 + 4 dim)) */
   size_t dense_bytes; /* what the ring all-reduce of the dense [rows, dim] float gradient
                          sends per replica: 2 (R - 1) / R x rows x dim x 4 (rounded down) */
+  int dense;          /* 1: the last call chose the dense exchange (see
+                         dpt_sparse_exchange_set_dense_above); sent_bytes is then the header's */
 } dpt_sparse_stats;
 
 DPT_API dpt_status dpt_sparse_exchange_create(dpt_sparse_exchange **out);
 DPT_API void dpt_sparse_exchange_destroy(dpt_sparse_exchange *x);
+
+/* The choice between the sparse and the dense exchange, per call: once the headers are
+ * gathered, if the rows would send more than `fraction` x dense_bytes (the ring all-reduce of
+ * the whole table), the call ends there on every member alike (the counts decide it, the same
+ * everywhere): dpt_sparse_exchange_result gives no rows and stats.dense is 1, and the caller
+ * all-reduces the dense gradient instead. fraction >= 0; the default, INFINITY, never chooses
+ * the dense one. Every member must set the same. */
+/* The trainer's default fraction (dpt_train_config.sparse_dense_above), measured in
+ * docs/recommendation.md, "Sparse table gradients". */
+#define DPT_SPARSE_DENSE_ABOVE      0.05
+#define DPT_SPARSE_DENSE_ABOVE_TEXT "0.05"
+
+DPT_API dpt_status dpt_sparse_exchange_set_dense_above(dpt_sparse_exchange *x, double fraction);
 
 /* Collective over `comm` (every member calls it, with the same rows and dim): ids[k] sorted
  * strictly increasing in [0, rows), grad[k * dim] their gradient rows (k may be 0, then ids
