@@ -1087,6 +1087,11 @@ static dpt_status check_config(const dpt_train_config *cfg, dpt_comm *comm) {
                          "%s: sparse_tables needs per-replica records (local_train)", fn);
   if (cfg->sparse_tables && !(cfg->sparse_dense_above >= 0))
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: sparse_dense_above must be >= 0", fn);
+  if (cfg->sparse_tables && cfg->skip_allreduce)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: sparse_tables exchanges the tables' rows; skip_allreduce exchanges "
+                         "nothing",
+                         fn);
   if (cfg->sparse_tables && cfg->optim.clip_norm > 0)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "%s: sparse_tables does not clip (clip_norm %g): the norm would need "

@@ -362,6 +362,9 @@ START_TEST(sparse_tables_equal_dense) {
     /* Refused: clipping, and data sets instead of per-replica records. */
     cfg.optim.clip_norm = 1.0f;
     EXPECT_FAIL(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG, "does not clip", NULL, NULL);
+    cfg.optim.clip_norm = 0.0f;
+    cfg.skip_allreduce = 1;
+    EXPECT_FAIL(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG, "skip_allreduce", NULL, NULL);
     dpt_model_destroy(probe);
     dpt_backend_destroy(be);
     free(dense);

@@ -169,7 +169,8 @@ typedef struct dpt_train_config {
    * all-reduced range by range and stepped by the configured optimizer
    * (dpt_optimizer_step_ranges): the full optimizer step, whatever full_optimizer_step says.
    * With SGD without momentum and weight decay the run equals the dense one within float
-   * rounding. Refused with clipping (clip_norm > 0: the norm would need the tables' rows).
+   * rounding. Refused with clipping (clip_norm > 0: the norm would need the tables' rows)
+   * and with skip_allreduce.
    * Per step and table, when the rows would send more than sparse_dense_above x the bytes of
    * the table's dense ring all-reduce (dpt_sparse_exchange_set_dense_above), the table's
    * gradient is all-reduced whole instead and the whole table takes the same SGD step. */
