@@ -217,8 +217,3 @@ dpt_status dpt_train_sparse_step(replica_state *s) {
   }
   return DPT_OK;
 }
-
-size_t dpt_train_sparse_ranges(const replica_state *s, const dpt_range **out) {
-  *out = s->sparse ? s->sparse->dense : NULL;
-  return s->sparse ? s->sparse->num_dense : 0;
-}
