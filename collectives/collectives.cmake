@@ -13,7 +13,8 @@ list(APPEND DPT_SOURCES
      collectives/chain.c
      collectives/staging.c
      collectives/reduce.c
-     collectives/transport_threads.c)
+     collectives/transport_threads.c
+     collectives/sparse.c)
 if(DPT_WITH_MPI)
   list(APPEND DPT_SOURCES collectives/transport_mpi.c collectives/shm.c)
   list(APPEND DPT_PRIVATE_LIBS MPI::MPI_C)

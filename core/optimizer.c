@@ -524,6 +524,10 @@ dpt_status dpt_optimizer_set_steps(dpt_optimizer *o, int64_t steps) {
   return DPT_OK;
 }
 
+float dpt_optimizer_lr(const dpt_optimizer *o) {
+  return o ? (float)(dpt_optim_lr_at(&o->cfg, o->steps) * o->lr_scale) : 0.0f;
+}
+
 dpt_status dpt_optimizer_set_lr_scale(dpt_optimizer *o, double scale) {
   if (!o || !(scale > 0.0) || !isfinite(scale))
     return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_optimizer_set_lr_scale: %s",

@@ -43,6 +43,7 @@ void dpt_train_config_default(dpt_train_config *cfg) {
 
 static step_mode step_mode_of(const dpt_train_config *cfg, int replicas) {
   if (cfg->skip_allreduce) return STEP_LOCAL;
+  if (cfg->sparse_tables) return STEP_FULL; /* the dense ranges all-reduced, see train.h */
   /* Every element is updated by one replica from the same sum the ring all-reduce gives, so
    * the parameters are bit for bit those of the full step, with 1/R of the optimizer's work
    * and state per replica. */
@@ -52,6 +53,7 @@ static step_mode step_mode_of(const dpt_train_config *cfg, int replicas) {
 
 static void state_free(replica_state *s) {
   dpt_train_ckpt_free(s); /* first: it waits for a checkpoint being written */
+  dpt_train_sparse_free(s);
   dpt_buffer_free(s->x);
   dpt_buffer_free(s->kept_buffers);
   dpt_buffer_free(s->y);
@@ -498,6 +500,7 @@ static dpt_status replica_setup(replica *r, replica_state *s) {
   DPT_TRY(create_backend_and_model(r, s));
   DPT_TRY(create_optimizer(r, s));
   DPT_TRY(alloc_batch(r, s));
+  DPT_TRY(dpt_train_sparse_setup(r, s));
   if (r->cfg->sync_bn && r->count > 1)
     DPT_TRY(dpt_model_set_sync_bn(s->model, sum_over_replicas, r));
   if (r->cfg->init_params)
@@ -571,6 +574,7 @@ static dpt_status forward_backward(replica *r, replica_state *s, int64_t epoch, 
   dpt_status st = dpt_batch_split(bcount, r->count, r->index, &start, &count);
   if (st != DPT_OK) return st;
   mine->samples = (int64_t)count;
+  s->slice = 0;
   if (s->pending != DPT_OK) return s->pending; /* failed since the last exchange */
   if (count == 0)                              /* contributes nothing to the sum */
     return dpt_buffer_fill_f32(dpt_model_grads(s->model), 0, dpt_model_num_params(s->model), 0.0f);
@@ -581,9 +585,10 @@ static dpt_status forward_backward(replica *r, replica_state *s, int64_t epoch, 
   if (st == DPT_OK && s->ltrain)
     st = dpt_interactions_step_indices(s->ltrain, r->cfg->seed, (uint64_t)epoch,
                                        r->cfg->global_batch, (uint64_t)k, s->idx);
-  if (st == DPT_OK && s->ltrain)
+  if (st == DPT_OK && s->ltrain) {
     st = load_records(s, s->ltrain, s->idx, count);
-  else if (st == DPT_OK)
+    if (st == DPT_OK) s->slice = count;
+  } else if (st == DPT_OK)
     st = load_batch(s, r->cfg->train, s->perm + bstart + start, count, &r->cfg->transform, epoch);
   if (st == DPT_OK)
     mine->targets = s->labels == 1 ? (int64_t)count : count_targets(s->hy, count * s->labels);
@@ -648,8 +653,9 @@ static dpt_status reduce_gradients(replica *r, replica_state *s, dpt_status loca
   if (s->mode != STEP_LOCAL) {
     const double t0 = dpt_now();
     const size_t np = dpt_model_num_params(s->model);
-    st = s->mode == STEP_SHARDED ? dpt_reduce_scatter_buffer(r->comm, grads, 0, np, DPT_COMM_F32)
-                                 : dpt_allreduce_buffer(r->comm, grads, 0, np, DPT_COMM_F32);
+    st = s->sparse                 ? dpt_train_sparse_reduce(r, s)
+         : s->mode == STEP_SHARDED ? dpt_reduce_scatter_buffer(r->comm, grads, 0, np, DPT_COMM_F32)
+                                   : dpt_allreduce_buffer(r->comm, grads, 0, np, DPT_COMM_F32);
     s->t.comm += dpt_now() - t0;
     if (dpt_train_out_of_step(st)) return dpt_train_stop_after(s, st);
   }
@@ -739,7 +745,8 @@ static dpt_status optimizer_step(replica *r, replica_state *s, double sumsq, int
   } else if (s->pending == DPT_OK)
     st = s->mode == STEP_SHARDED
              ? dpt_optimizer_step_ranges(s->opt, s->shard, s->nshard, sumsq, NULL)
-             : dpt_optimizer_step(s->opt, NULL);
+         : s->sparse ? dpt_train_sparse_step(s)
+                     : dpt_optimizer_step(s->opt, NULL);
   *skipped = st == DPT_ERR_NONFINITE && r->cfg->on_nonfinite != DPT_NONFINITE_STOP;
   if (!*skipped) dpt_train_keep_failure(s, st);
   /* With DPT_NONFINITE_SKIP an update that made parameters non-finite stops the run at the next
@@ -918,6 +925,8 @@ static dpt_status report_epoch(replica *r, replica_state *s, int64_t epoch, doub
   rep.param_hash = s->t.hash;
   rep.num_params = dpt_model_num_params(s->model);
   rep.activation_bytes = dpt_model_activation_bytes(s->model);
+  rep.sparse_sent_bytes = s->t.sparse_sent;
+  rep.sparse_dense_bytes = s->t.sparse_dense;
   rep.backend = dpt_backend_kind_name(cfg->backend);
   rep.compute_seconds = s->t.compute;
   rep.allreduce_seconds = s->t.comm;
@@ -1073,6 +1082,21 @@ static dpt_status check_config(const dpt_train_config *cfg, dpt_comm *comm) {
                          "%s: global batch %zu is smaller than the %d replicas (each needs at "
                          "least one sample)",
                          fn, cfg->global_batch, total);
+  if (cfg->sparse_tables && !cfg->local_train)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: sparse_tables needs per-replica records (local_train)", fn);
+  if (cfg->sparse_tables && !(cfg->sparse_dense_above >= 0))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: sparse_dense_above must be >= 0", fn);
+  if (cfg->sparse_tables && cfg->skip_allreduce)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: sparse_tables exchanges the tables' rows; skip_allreduce exchanges "
+                         "nothing",
+                         fn);
+  if (cfg->sparse_tables && cfg->optim.clip_norm > 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: sparse_tables does not clip (clip_norm %g): the norm would need "
+                         "every table's rows",
+                         fn, (double)cfg->optim.clip_norm);
   if (cfg->local_train) {
     DPT_TRY(check_local_data(cfg, comm, total));
     if (cfg->epochs < 1) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: epochs must be >= 1", fn);

@@ -59,6 +59,7 @@ typedef struct run_totals {
   double ckpt_time;             /* seconds the steps paused for them */
   double compute, comm, optimizer, imbalance; /* the report's time split, seconds */
   uint64_t hash;                              /* the latest parameter fingerprint */
+  uint64_t sparse_sent, sparse_dense; /* sparse_tables: bytes sent, their dense equivalent */
 } run_totals;
 
 /* The data cursor: the next step takes global batch `batch` of `epoch` (0-based; batch may
@@ -74,6 +75,8 @@ typedef struct train_cursor {
 
 /* Replicas whose exchanges need no allocation. */
 enum { GATHER_INLINE = 64 };
+
+typedef struct train_sparse train_sparse; /* sparse_tables (train_sparse.c) */
 
 typedef struct replica_state {
   dpt_backend *be;
@@ -105,6 +108,8 @@ typedef struct replica_state {
   dpt_status pending; /* a local failure the other replicas have not been told of yet */
   char pending_msg[1024];
   run_totals t;
+  train_sparse *sparse;  /* sparse_tables: the tables and their exchanges; NULL otherwise */
+  size_t slice;          /* records of this step's slice loaded in hx (per-replica data) */
   struct train_ckpt *ck; /* checkpoints (train_checkpoint.c); NULL without checkpoint_dir */
   train_cursor at;       /* where the next step starts */
 } replica_state;
@@ -117,6 +122,19 @@ int dpt_train_out_of_step(dpt_status st);
 dpt_status dpt_train_stop_after(replica_state *s, dpt_status st);
 /* A line of news for cfg->on_log, from replica 0 only. */
 void dpt_train_log(const replica *r, const char *fmt, ...);
+
+/* ---- sparse table gradients (train_sparse.c), cfg->sparse_tables ---- */
+
+/* The tables (embedding_bag weights) and the dense ranges around them; a no-op without
+ * sparse_tables. */
+dpt_status dpt_train_sparse_setup(replica *r, replica_state *s);
+void dpt_train_sparse_free(replica_state *s);
+/* The step's exchange: the dense ranges all-reduced, each table's touched rows (from the
+ * slice's records in hx) summed over the replicas. Every replica joins; a local failure is
+ * kept (joining with no rows); a collective's failure is returned. */
+dpt_status dpt_train_sparse_reduce(replica *r, replica_state *s);
+/* The update: the optimizer on the dense ranges, plain SGD at its rate on the tables' rows. */
+dpt_status dpt_train_sparse_step(replica_state *s);
 
 /* ---- checkpoints (train_checkpoint.c) ---- */
 

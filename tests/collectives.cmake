@@ -8,6 +8,9 @@ dpt_add_check_test(NAME comm_threads_opencl TARGET comm_threads ARGS opencl
                    LABELS comm opencl TIMEOUT 300 ENVIRONMENT POCL_MAX_PTHREAD_COUNT=1)
 dpt_add_check_test(NAME comm_threads_vulkan TARGET comm_threads ARGS vulkan
                    LABELS comm vulkan TIMEOUT 300)
+# Sparse table gradients: the (id, row) exchange against the dense all-reduce (threads, 2-4
+# replicas), the row-wise SGD and Adagrad updates.
+dpt_add_check_test(NAME test_sparse SOURCES test_sparse.c LABELS unit comm cpu TIMEOUT 240)
 # The > 2^31-byte all-reduce: 2 ranks x 2 GiB (+ the check), a few seconds.
 dpt_add_check_test(NAME comm_threads_large TARGET comm_threads ARGS large
                    LABELS comm large TIMEOUT 600)

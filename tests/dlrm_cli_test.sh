@@ -2,7 +2,8 @@
 # dptrain train --model dlrm on `dptrain data synth` shards: bad input gives one line and a
 # non-zero exit (no match, fewer shards than ranks, a corrupt shard, ids beyond a table, options
 # that do not apply); a short run with 2 thread replicas reports the validation AUC and logloss
-# per epoch (--json); 2 MPI ranks give the same parameters as 2 thread replicas; a resume on
+# per epoch (--json); 2 MPI ranks give the same parameters as 2 thread replicas, also with
+# --sparse-tables (which reports fewer bytes for the tables than the dense exchange); a resume on
 # other shards is refused.
 # Usage: dlrm_cli_test.sh <dptrain> <scratch dir> [mpiexec]
 set -uo pipefail
@@ -46,6 +47,10 @@ refused "fewer shards than ranks" "4 shard files for 5 ranks" "${base[@]}" --rep
 refused "dlrm without --data" "--model dlrm needs --data" train --model dlrm
 refused "--val-data without dlrm" "--val-data is for --model dlrm" train --val-data "$val"
 refused "--keep-last with dlrm" "--keep-last does not apply" "${base[@]}" --keep-last
+refused "--sparse-tables without dlrm" "--sparse-tables is for --model dlrm" train \
+  --sparse-tables
+refused "--sparse-dense-above without --sparse-tables" "needs --sparse-tables" "${base[@]}" \
+  --sparse-dense-above 0.1
 refused "bad --interaction" "bad value 'sum' for --interaction" "${base[@]}" --interaction sum
 # A payload byte flipped in a copy of shard 2: the rank that owns it names the file.
 mkdir -p "$dir/bad" && cp "$dir"/s/synth-0000[0-3].bin "$dir/bad/"
@@ -95,6 +100,33 @@ if [ -n "$mpiexec" ] && [ $rc -eq 0 ]; then
     fail "2 ranks: '$got', 2 threads: '$hash': $(tail -3 "$dir/err")"
   else
     echo "ok: 2 ranks equal 2 thread replicas ($hash)"
+  fi
+fi
+
+# --sparse-tables: the tables' rows exchanged as (id, row), 2 thread replicas then 2 MPI ranks
+# (the same parameters); the rows are used while they send fewer bytes than the dense
+# exchange (--sparse-dense-above 1): the bytes reported are fewer.
+sparse=("${base[@]}" --sparse-tables --sparse-dense-above 1 --optimizer sgd --global-batch 512
+  --epochs 1 --json)
+out=$("$dptrain" "${sparse[@]}" --replicas 2 2>"$dir/err")
+rc=$?
+final=$(grep '"final": true' <<<"$out")
+sent=$(grep -o '"sparse_sent_bytes": [0-9]*' <<<"$final" | cut -d' ' -f2)
+dense=$(grep -o '"sparse_dense_bytes": [0-9]*' <<<"$final" | cut -d' ' -f2)
+if [ $rc -ne 0 ] || [ -z "$sent" ] || [ -z "$dense" ] || [ "$sent" -ge "$dense" ] ||
+  ! grep -q '"test_auc": [0-9.]*' <<<"$final"; then
+  fail "--sparse-tables: exit $rc, sent '$sent', dense '$dense': $out $(cat "$dir/err")"
+else
+  echo "ok: --sparse-tables: $sent bytes sent for the tables in 31 steps (dense: $dense)"
+  shash=$(grep -o '"param_hash": "[0-9a-f]*"' <<<"$final")
+  if [ -n "$mpiexec" ]; then
+    out=$($mpiexec -np 2 "$dptrain" "${sparse[@]}" 2>"$dir/err")
+    got=$(grep '"final": true' <<<"$out" | grep -o '"param_hash": "[0-9a-f]*"' | sort -u)
+    if [ "$got" != "$shash" ]; then
+      fail "--sparse-tables, 2 ranks: '$got', 2 threads: '$shash': $(tail -3 "$dir/err")"
+    else
+      echo "ok: --sparse-tables: 2 ranks equal 2 thread replicas ($shash)"
+    fi
   fi
 fi
 

@@ -40,6 +40,7 @@ typedef struct cli {
   dpt_norm_choice norm;  /* --mean, --std */
   float ckpt_minutes;    /* --checkpoint-minutes; NaN: not given */
   float rollback_scale;  /* --rollback-lr-scale */
+  float sparse_above;    /* --sparse-dense-above; 0: not given */
   /* --model bert: the text, its vocabulary and the encoder's sizes */
   int bert;
   dpt_text_options text; /* --text, --vocab, --vocab-size, --seq-len, --val-every */
@@ -280,6 +281,16 @@ static const option options[] = {
      CUSTOM(parse_bottom)},
     {"--top", "LIST", "top MLP hidden sizes, then one logit (default 64,32)", CUSTOM(parse_top)},
     {"--interaction", "dot|cat", "feature interaction (default dot)", CUSTOM(parse_interaction)},
+    {"--sparse-tables", NULL,
+     "the tables' gradients as (row id, row) pairs, their touched\n"
+     "rows updated by plain SGD; the rest by --optimizer\n"
+     "(docs/recommendation.md, \"Sparse table gradients\")",
+     FLAG(cfg.sparse_tables, 1)},
+    {"--sparse-dense-above", "F",
+     "with --sparse-tables: a table's step all-reduces its dense\n"
+     "gradient when the rows would send more than F x its bytes\n"
+     "(default " DPT_SPARSE_DENSE_ABOVE_TEXT ")",
+     FLOAT(sparse_above)},
     {.help = "bert (--model bert):"},
     {"--text", "PATH",
      "a text file or a directory's files; repeatable\n"
@@ -614,6 +625,9 @@ static void json_report(const dpt_train_report *r, int dlrm) {
     json_number("optimizer_seconds", r->optimizer_seconds, "%.3f");
     json_number("imbalance_seconds", r->imbalance_seconds, "%.3f");
     printf("\"num_params\": %zu, \"activation_bytes\": %zu, ", r->num_params, r->activation_bytes);
+    if (r->sparse_dense_bytes > 0)
+      printf("\"sparse_sent_bytes\": %llu, \"sparse_dense_bytes\": %llu, ",
+             (unsigned long long)r->sparse_sent_bytes, (unsigned long long)r->sparse_dense_bytes);
   }
   printf("\"ranks\": %d, \"replicas\": %d, \"backend\": \"%s\", \"param_hash\": \"%016llx\"}\n",
          r->ranks, r->replicas, r->backend, (unsigned long long)r->param_hash);
@@ -648,6 +662,11 @@ static void on_report(const dpt_train_report *r, void *user) {
              r->compute_seconds, r->allreduce_seconds, r->optimizer_seconds);
     printf("model: %zu parameters, %.1f MiB of activations per replica\n", r->num_params,
            (double)r->activation_bytes / 1048576.0);
+    if (c->cfg.sparse_tables && r->steps > 0)
+      printf("sparse tables: %.0f bytes sent per replica per step (the tables' dense all-reduce: "
+             "%.0f)\n",
+             (double)r->sparse_sent_bytes / (double)r->steps,
+             (double)r->sparse_dense_bytes / (double)r->steps);
     if (r->replicas > 1)
       printf("uneven replicas: %.2f s (the slowest replica's forward+backward over the mean, "
              "summed over the steps)\n",
@@ -745,8 +764,9 @@ static void set_defaults(cli *c) {
  * SGD lr 0.1 without momentum when --optimizer sgd; constant, global
  * batch 2048), and the options that do not apply to shards refused. KEEP_GOING or 2. */
 static int dlrm_options(cli *c) {
-  static const char *const dlrm_only[] = {"--val-data", "--embedding-dim", "--bottom", "--top",
-                                          "--interaction"};
+  static const char *const dlrm_only[] = {
+      "--val-data",      "--embedding-dim",     "--bottom", "--top", "--interaction",
+      "--sparse-tables", "--sparse-dense-above"};
   if (!c->dlrm) {
     for (size_t i = 0; i < sizeof dlrm_only / sizeof dlrm_only[0]; ++i)
       if (given(c, dlrm_only[i])) return usage_error("%s is for --model dlrm", dlrm_only[i]);
@@ -758,6 +778,9 @@ static int dlrm_options(cli *c) {
   for (size_t i = 0; i < sizeof not_dlrm / sizeof not_dlrm[0]; ++i)
     if (given(c, not_dlrm[i]))
       return usage_error("%s does not apply to --model dlrm (validation: --val-data)", not_dlrm[i]);
+  if (given(c, "--sparse-dense-above") && (!c->cfg.sparse_tables || !(c->sparse_above > 0)))
+    return usage_error("--sparse-dense-above needs --sparse-tables and a value > 0");
+  c->cfg.sparse_dense_above = c->sparse_above;
   if (!given(c, "--data"))
     return usage_error("--model dlrm needs --data 'DIR/train-*.bin' (interaction shards)");
   if (!given(c, "--optimizer")) {

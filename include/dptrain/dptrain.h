@@ -12,6 +12,7 @@
 #include "dptrain/model.h"
 #include "dptrain/optim.h"
 #include "dptrain/safetensors.h"
+#include "dptrain/sparse.h"
 #include "dptrain/status.h"
 #include "dptrain/text.h"
 #include "dptrain/train.h"

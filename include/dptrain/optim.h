@@ -157,6 +157,9 @@ DPT_API dpt_status dpt_optimizer_set_state(dpt_optimizer *opt, int slot, const f
 DPT_API dpt_status dpt_optimizer_set_steps(dpt_optimizer *opt, int64_t steps);
 /* A factor (> 0) on the schedule's learning rate from now on (1: none); rollbacks lower it. */
 DPT_API dpt_status dpt_optimizer_set_lr_scale(dpt_optimizer *opt, double scale);
+/* The learning rate the next step uses: the schedule's at the step counter, times the factor
+ * (as a float, as the step computes it); 0 for NULL. */
+DPT_API float dpt_optimizer_lr(const dpt_optimizer *opt);
 
 #ifdef __cplusplus
 }

@@ -90,6 +90,10 @@ typedef struct dpt_train_report {
                                 valid during the call */
   size_t num_params;         /* parameters of the model */
   size_t activation_bytes;   /* per replica: dpt_model_activation_bytes for its slice */
+  /* sparse_tables: bytes the reporting replica sent in the tables' sparse exchanges so far
+   * (dpt_sparse_stats.sent_bytes summed over tables and steps), and what the ring all-reduce
+   * of the tables' dense gradients would have sent (dense_bytes); 0 otherwise. */
+  uint64_t sparse_sent_bytes, sparse_dense_bytes;
 } dpt_train_report;
 
 /* Called on replica 0 of rank 0 only. */
@@ -156,6 +160,22 @@ typedef struct dpt_train_config {
   int skip_allreduce;      /* benchmarking only: no gradient all-reduce (replicas drift) */
   int full_optimizer_step; /* 1: all-reduce the gradients and run the whole optimizer step on
                               every replica; 0 (default): the sharded step (see above) */
+  /* 1: sparse table gradients (dptrain/sparse.h), with local_train only. Each embedding_bag
+   * table's gradient is left out of the dense exchange: every replica collects the rows its
+   * slice touched (the ids of its records), and dpt_sparse_allreduce sums them over the
+   * replicas; every replica then applies plain SGD at the step's learning rate (the
+   * optimizer's schedule and factor; no momentum, no weight decay) to those rows of its own
+   * full copy of the tables, so replicas stay identical. The rest of the parameters are
+   * all-reduced range by range and stepped by the configured optimizer
+   * (dpt_optimizer_step_ranges): the full optimizer step, whatever full_optimizer_step says.
+   * With SGD without momentum and weight decay the run equals the dense one within float
+   * rounding. Refused with clipping (clip_norm > 0: the norm would need the tables' rows)
+   * and with skip_allreduce.
+   * Per step and table, when the rows would send more than sparse_dense_above x the bytes of
+   * the table's dense ring all-reduce (dpt_sparse_exchange_set_dense_above), the table's
+   * gradient is all-reduced whole instead and the whole table takes the same SGD step. */
+  int sparse_tables;
+  double sparse_dense_above; /* >= 0; 0 means DPT_SPARSE_DENSE_ABOVE (dptrain/sparse.h) */
   /* Applied to samples as they are gathered (all zero: none): the training set gets all of it,
    * keyed by the epoch (see dpt_data_transform), the test set the normalization only. */
   dpt_data_transform transform;

@@ -1,0 +1,219 @@
+/* The trainer's sparse table gradients (dpt_train_config.sparse_tables): the embedding_bag
+ * tables' gradients travel as (row id, row) through dpt_sparse_allreduce, the rest of the
+ * flat gradient through the all-reduce range by range; the tables' touched rows take plain
+ * SGD on every replica, the rest the configured optimizer. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "core/trainer_impl.h"
+#include "dptrain/sparse.h"
+
+struct train_sparse {
+  size_t num_tables;
+  struct sparse_table {
+    size_t offset, rows, dim; /* the weight in the flat parameter (and gradient) buffer */
+    size_t slot, bag;         /* the record's id slots */
+    dpt_sparse_exchange *x;
+    int dense; /* this step: the dense all-reduce was chosen */
+  } * tables;
+  dpt_range *dense; /* the flat buffer minus the tables, increasing */
+  size_t num_dense;
+  int32_t *ids; /* this step's touched ids of one table [max_slice * bag] */
+  float *rows;  /* their gradient rows, then a table's updated rows */
+  size_t ids_cap, rows_cap;
+};
+
+static int cmp_range(const void *a, const void *b) {
+  const dpt_range *x = a, *y = b;
+  return (x->offset > y->offset) - (x->offset < y->offset);
+}
+
+static int cmp_i32(const void *a, const void *b) {
+  const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+  return (x > y) - (x < y);
+}
+
+void dpt_train_sparse_free(replica_state *s) {
+  train_sparse *p = s->sparse;
+  if (!p) return;
+  for (size_t t = 0; t < p->num_tables; ++t)
+    dpt_sparse_exchange_destroy(p->tables[t].x);
+  free(p->tables);
+  free(p->dense);
+  free(p->ids);
+  free(p->rows);
+  free(p);
+  s->sparse = NULL;
+}
+
+/* The tables: every embedding_bag layer's weight tensor "<name>.weight". */
+dpt_status dpt_train_sparse_setup(replica *r, replica_state *s) {
+  const dpt_train_config *cfg = r->cfg;
+  if (!cfg->sparse_tables) return DPT_OK;
+  const char *fn = "sparse tables";
+  train_sparse *p = calloc(1, sizeof *p);
+  if (!p) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+  s->sparse = p;
+  const dpt_model_spec *spec = &cfg->model;
+  p->tables = calloc(spec->num_layers ? spec->num_layers : 1, sizeof *p->tables);
+  if (!p->tables) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+  size_t max_bag = 1;
+  const size_t nt = dpt_model_num_tensors(s->model);
+  for (size_t i = 0; i < spec->num_layers; ++i) {
+    const dpt_layer_spec *l = &spec->layers[i];
+    if (l->kind != DPT_LAYER_EMBEDDING_BAG) continue;
+    char want[DPT_LAYER_NAME_MAX + 16];
+    if (l->name[0])
+      snprintf(want, sizeof want, "%s.weight", l->name);
+    else
+      snprintf(want, sizeof want, "%zu.weight", i);
+    dpt_tensor_info ti = {0};
+    size_t k = 0;
+    for (; k < nt; ++k) {
+      DPT_TRY(dpt_model_tensor(s->model, k, &ti));
+      if (strcmp(ti.name, want) == 0) break;
+    }
+    if (k == nt)
+      return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: no tensor %s for the embedding_bag layer", fn,
+                           want);
+    struct sparse_table *t = &p->tables[p->num_tables++];
+    t->offset = ti.offset;
+    t->rows = l->vocab;
+    t->dim = l->size;
+    t->slot = l->offset;
+    t->bag = l->bag ? l->bag : 1;
+    if (ti.count != t->rows * t->dim)
+      return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %s holds %zu floats, not %zu x %zu", fn, want,
+                           ti.count, t->rows, t->dim);
+    if (t->bag > max_bag) max_bag = t->bag;
+    DPT_TRY(dpt_sparse_exchange_create(&t->x));
+    DPT_TRY(dpt_sparse_exchange_set_dense_above(
+        t->x, cfg->sparse_dense_above > 0 ? cfg->sparse_dense_above : DPT_SPARSE_DENSE_ABOVE));
+  }
+  if (p->num_tables == 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "sparse_tables: the model has no embedding_bag table (--model dlrm)");
+  /* The dense ranges: the complement of the tables, in increasing order. */
+  dpt_range *tab = malloc(p->num_tables * sizeof *tab);
+  p->dense = malloc((p->num_tables + 1) * sizeof *p->dense);
+  if (!tab || !p->dense) {
+    free(tab);
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+  }
+  for (size_t t = 0; t < p->num_tables; ++t)
+    tab[t] = (dpt_range){p->tables[t].offset, p->tables[t].rows * p->tables[t].dim};
+  qsort(tab, p->num_tables, sizeof *tab, cmp_range);
+  size_t at = 0;
+  for (size_t t = 0; t < p->num_tables; ++t) {
+    if (tab[t].offset > at) p->dense[p->num_dense++] = (dpt_range){at, tab[t].offset - at};
+    at = tab[t].offset + tab[t].count;
+  }
+  const size_t np = dpt_model_num_params(s->model);
+  if (np > at) p->dense[p->num_dense++] = (dpt_range){at, np - at};
+  free(tab);
+  p->ids_cap = s->max_slice * max_bag;
+  p->ids = malloc((p->ids_cap ? p->ids_cap : 1) * sizeof *p->ids);
+  if (!p->ids) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+  return DPT_OK;
+}
+
+/* Grows the row scratch to n floats. */
+static dpt_status rows_room(train_sparse *p, size_t n) {
+  if (n <= p->rows_cap) return DPT_OK;
+  float *q = realloc(p->rows, n * sizeof *q);
+  if (!q) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "sparse tables: out of host memory");
+  p->rows = q;
+  p->rows_cap = n;
+  return DPT_OK;
+}
+
+/* The sorted, unique ids of table t in this step's slice (s->slice records in s->hx). */
+static size_t touched_ids(const replica_state *s, const struct sparse_table *t, int32_t *out) {
+  const size_t input = dpt_model_input_size(s->model);
+  size_t n = 0;
+  for (size_t i = 0; i < s->slice; ++i)
+    for (size_t b = 0; b < t->bag; ++b) {
+      int32_t id;
+      memcpy(&id, s->hx + i * input + t->slot + b, sizeof id);
+      if (id >= 0 && (size_t)id < t->rows) out[n++] = id;
+    }
+  qsort(out, n, sizeof *out, cmp_i32);
+  size_t u = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (u == 0 || out[i] != out[u - 1]) out[u++] = out[i];
+  return u;
+}
+
+/* This replica's touched rows of table t: ids into p->ids, their gradient rows into p->rows. */
+static dpt_status local_rows(replica_state *s, const struct sparse_table *t, size_t *k) {
+  train_sparse *p = s->sparse;
+  *k = touched_ids(s, t, p->ids);
+  DPT_TRY(rows_room(p, *k * t->dim));
+  const dpt_buffer *g = dpt_model_grads(s->model);
+  const size_t rb = t->dim * sizeof(float);
+  for (size_t i = 0; i < *k; ++i)
+    DPT_TRY(dpt_buffer_download(g, (t->offset + (size_t)p->ids[i] * t->dim) * sizeof(float),
+                                p->rows + i * t->dim, rb));
+  return DPT_OK;
+}
+
+dpt_status dpt_train_sparse_reduce(replica *r, replica_state *s) {
+  train_sparse *p = s->sparse;
+  dpt_buffer *grads = dpt_model_grads(s->model);
+  for (size_t i = 0; i < p->num_dense; ++i) {
+    dpt_status st =
+        dpt_allreduce_buffer(r->comm, grads, p->dense[i].offset, p->dense[i].count, DPT_COMM_F32);
+    if (st != DPT_OK) return st;
+  }
+  for (size_t i = 0; i < p->num_tables; ++i) {
+    struct sparse_table *t = &p->tables[i];
+    size_t k = 0;
+    /* A replica that failed joins with nothing (the step's exchange then stops everyone). */
+    if (s->pending == DPT_OK) dpt_train_keep_failure(s, local_rows(s, t, &k));
+    if (s->pending != DPT_OK) k = 0;
+    dpt_status st = dpt_sparse_allreduce(t->x, r->comm, t->rows, t->dim, p->ids, p->rows, k);
+    if (dpt_train_out_of_step(st) || st == DPT_ERR_COMM) return st;
+    dpt_train_keep_failure(s, st);
+    dpt_sparse_stats ss;
+    dpt_sparse_exchange_stats(t->x, &ss);
+    t->dense = ss.dense;
+    if (t->dense) { /* the same choice on every replica */
+      st = dpt_allreduce_buffer(r->comm, grads, t->offset, t->rows * t->dim, DPT_COMM_F32);
+      if (st != DPT_OK) return st;
+      ss.sent_bytes += ss.dense_bytes;
+    }
+    s->t.sparse_sent += ss.sent_bytes;
+    s->t.sparse_dense += ss.dense_bytes;
+  }
+  return DPT_OK;
+}
+
+dpt_status dpt_train_sparse_step(replica_state *s) {
+  train_sparse *p = s->sparse;
+  const float lr = dpt_optimizer_lr(s->opt);
+  DPT_TRY(dpt_optimizer_step_ranges(s->opt, p->dense, p->num_dense, 0.0, NULL));
+  dpt_buffer *params = dpt_model_params(s->model);
+  for (size_t i = 0; i < p->num_tables; ++i) {
+    const struct sparse_table *t = &p->tables[i];
+    if (t->dense) { /* the whole table: rows nobody touched have a zero gradient */
+      DPT_TRY(dpt_axpy(s->be, t->rows * t->dim, -lr, dpt_model_grads(s->model), t->offset, params,
+                       t->offset));
+      continue;
+    }
+    const int32_t *ids = NULL;
+    const float *g = NULL;
+    const size_t n = dpt_sparse_exchange_result(t->x, &ids, &g);
+    DPT_TRY(rows_room(p, t->dim));
+    const size_t rb = t->dim * sizeof(float);
+    for (size_t j = 0; j < n; ++j) {
+      const size_t at = (t->offset + (size_t)ids[j] * t->dim) * sizeof(float);
+      const int32_t zero = 0;
+      DPT_TRY(dpt_buffer_download(params, at, p->rows, rb));
+      DPT_TRY(dpt_sparse_sgd_rows(p->rows, 1, t->dim, &zero, g + j * t->dim, 1, lr));
+      DPT_TRY(dpt_buffer_upload(params, at, p->rows, rb));
+    }
+  }
+  return DPT_OK;
+}

@@ -1,0 +1,318 @@
+/* Sparse table gradients (dptrain/sparse.h): the (id, row) exchange against the dense
+ * all-reduce on the threads transport, the row-wise SGD and Adagrad updates by hand. */
+#include <check.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dptrain/comm.h"
+#include "dptrain/sparse.h"
+#include "test_util.h"
+
+#define MAX_RANKS 4
+
+/* One exchange case: every rank touches k_of(rank) random rows of a rows x dim table. */
+typedef struct sp_case {
+  int size;
+  size_t rows, dim;
+  size_t k[MAX_RANKS];
+  unsigned seed;
+  /* results, per rank */
+  dpt_status st[MAX_RANKS];
+  size_t n[MAX_RANKS];
+  int32_t *ids[MAX_RANKS];
+  float *sparse[MAX_RANKS]; /* [n * dim] */
+  float *dense[MAX_RANKS];  /* [rows * dim], the all-reduced dense gradient */
+  dpt_sparse_stats stats[MAX_RANKS];
+  dpt_comm_group *group;
+  int bad_rank;        /* >= 0: this rank passes unsorted ids */
+  size_t dim_of_rank1; /* != 0: rank 1 uses this dim */
+  double dense_above;  /* > 0: dpt_sparse_exchange_set_dense_above */
+} sp_case;
+
+typedef struct sp_arg {
+  sp_case *c;
+  int rank;
+} sp_arg;
+
+static uint32_t lcg(uint32_t *s) {
+  *s = *s * 1664525u + 1013904223u;
+  return *s >> 8;
+}
+
+/* k distinct ids in [0, rows), sorted. */
+static void pick_ids(uint32_t *s, size_t rows, size_t k, int32_t *out) {
+  unsigned char *taken = calloc(rows, 1);
+  ck_assert_ptr_nonnull(taken);
+  for (size_t i = 0; i < k;) {
+    size_t id = lcg(s) % rows;
+    if (taken[id]) continue;
+    taken[id] = 1;
+    ++i;
+  }
+  size_t n = 0;
+  for (size_t r = 0; r < rows; ++r)
+    if (taken[r]) out[n++] = (int32_t)r;
+  free(taken);
+}
+
+static void *sp_rank(void *p) {
+  sp_arg *a = p;
+  sp_case *c = a->c;
+  const int r = a->rank;
+  dpt_comm *comm = NULL;
+  TU_OK(dpt_comm_group_member(c->group, r, &comm));
+  TU_OK(dpt_comm_set_timeout(comm, 20.0));
+  uint32_t s = c->seed * 977u + (uint32_t)r * 131u + 7u;
+  const size_t k = c->k[r], dim = (r == 1 && c->dim_of_rank1) ? c->dim_of_rank1 : c->dim;
+  int32_t *ids = malloc((k + 1) * sizeof(*ids));
+  float *g = malloc((k * dim + 1) * sizeof(*g));
+  float *dense = calloc(c->rows * c->dim, sizeof(*dense));
+  ck_assert(ids && g && dense);
+  pick_ids(&s, c->rows, k, ids);
+  for (size_t i = 0; i < k * dim; ++i)
+    g[i] = (float)((int)(lcg(&s) % 2001) - 1000) / 997.0f;
+  if (dim == c->dim)
+    for (size_t i = 0; i < k; ++i)
+      memcpy(dense + (size_t)ids[i] * dim, g + i * dim, dim * 4);
+  if (r == c->bad_rank && k >= 2) {
+    int32_t t = ids[0];
+    ids[0] = ids[1];
+    ids[1] = t;
+  }
+  dpt_sparse_exchange *x = NULL;
+  TU_OK(dpt_sparse_exchange_create(&x));
+  if (c->dense_above > 0) TU_OK(dpt_sparse_exchange_set_dense_above(x, c->dense_above));
+  /* twice: the second call reuses the memory and must give the same */
+  for (int rep = 0; rep < 2; ++rep) {
+    c->st[r] = dpt_sparse_allreduce(x, comm, c->rows, dim, ids, g, k);
+    if (c->st[r] != DPT_OK) break;
+  }
+  if (c->st[r] == DPT_OK) {
+    const int32_t *rid;
+    const float *rg;
+    c->n[r] = dpt_sparse_exchange_result(x, &rid, &rg);
+    c->ids[r] = malloc((c->n[r] + 1) * sizeof(int32_t));
+    c->sparse[r] = malloc((c->n[r] * dim + 1) * sizeof(float));
+    if (c->n[r]) {
+      memcpy(c->ids[r], rid, c->n[r] * sizeof(int32_t));
+      memcpy(c->sparse[r], rg, c->n[r] * dim * sizeof(float));
+    }
+    dpt_sparse_exchange_stats(x, &c->stats[r]);
+    TU_OK(dpt_allreduce_host(comm, dense, c->rows * c->dim, DPT_COMM_F32));
+    c->dense[r] = dense;
+    dense = NULL;
+  }
+  dpt_sparse_exchange_destroy(x);
+  free(dense);
+  free(ids);
+  free(g);
+  dpt_comm_destroy(comm);
+  return NULL;
+}
+
+static void run_case(sp_case *c) {
+  TU_OK(dpt_comm_group_create(c->size, &c->group));
+  pthread_t th[MAX_RANKS];
+  sp_arg args[MAX_RANKS];
+  for (int r = 0; r < c->size; ++r) {
+    args[r] = (sp_arg){c, r};
+    ck_assert_int_eq(pthread_create(&th[r], NULL, sp_rank, &args[r]), 0);
+  }
+  for (int r = 0; r < c->size; ++r)
+    pthread_join(th[r], NULL);
+  dpt_comm_group_destroy(c->group);
+}
+
+static void free_case(sp_case *c) {
+  for (int r = 0; r < c->size; ++r) {
+    free(c->ids[r]);
+    free(c->sparse[r]);
+    free(c->dense[r]);
+  }
+}
+
+/* The result on every rank: bit-identical to rank 0's, the rows of the dense sum within
+ * rounding, and the rows it lacks zero in the dense sum. */
+static void check_case(sp_case *c) {
+  for (int r = 0; r < c->size; ++r)
+    ck_assert_msg(c->st[r] == DPT_OK, "rank %d: %s", r, dpt_status_name(c->st[r]));
+  const size_t dim = c->dim, n = c->n[0];
+  for (int r = 1; r < c->size; ++r) {
+    ck_assert_uint_eq(c->n[r], n);
+    ck_assert(memcmp(c->ids[r], c->ids[0], n * sizeof(int32_t)) == 0);
+    ck_assert(memcmp(c->sparse[r], c->sparse[0], n * dim * sizeof(float)) == 0);
+  }
+  size_t total = 0;
+  for (int r = 0; r < c->size; ++r)
+    total += c->k[r];
+  ck_assert_uint_le(n, total);
+  const float *d = c->dense[0];
+  size_t i = 0;
+  for (size_t row = 0; row < c->rows; ++row) {
+    const int in = i < n && (size_t)c->ids[0][i] == row;
+    for (size_t j = 0; j < dim; ++j) {
+      const float want = d[row * dim + j];
+      if (!in) {
+        ck_assert_msg(want == 0.0f, "row %zu absent, dense %g", row, (double)want);
+        continue;
+      }
+      const float got = c->sparse[0][i * dim + j];
+      ck_assert_msg(fabsf(got - want) <= 1e-5f * (1.0f + fabsf(want)), "row %zu[%zu]: %g vs %g",
+                    row, j, (double)got, (double)want);
+    }
+    if (in) ++i;
+  }
+  ck_assert_uint_eq(i, n);
+}
+
+START_TEST(exchange_equals_dense) {
+  for (int size = 2; size <= 4; ++size)
+    for (unsigned seed = 1; seed <= 3; ++seed) {
+      sp_case c = {.size = size, .rows = 40, .dim = 7, .seed = seed, .bad_rank = -1};
+      for (int r = 0; r < size; ++r)
+        c.k[r] = (seed + (unsigned)r * 5u) % 16u; /* overlaps */
+      if (seed == 2) c.k[size - 1] = 0;           /* a rank idle */
+      run_case(&c);
+      check_case(&c);
+      ck_assert_uint_eq(c.stats[0].dense_bytes, (size_t)(2.0 * (size - 1) / size * 40 * 7 * 4));
+      free_case(&c);
+    }
+}
+END_TEST
+
+START_TEST(exchange_nobody_touches) {
+  sp_case c = {.size = 3, .rows = 10, .dim = 2, .seed = 9, .bad_rank = -1};
+  run_case(&c);
+  check_case(&c);
+  ck_assert_uint_eq(c.n[0], 0);
+  free_case(&c);
+}
+END_TEST
+
+/* The bytes moved on a larger table: 20000 rows of 16, 512 rows touched per replica. */
+START_TEST(exchange_bytes) {
+  sp_case c = {.size = 4, .rows = 20000, .dim = 16, .seed = 4, .bad_rank = -1};
+  for (int r = 0; r < 4; ++r)
+    c.k[r] = 512;
+  run_case(&c);
+  check_case(&c);
+  const dpt_sparse_stats *s = &c.stats[0];
+  ck_assert_uint_eq(s->max_count, 512);
+  ck_assert_uint_eq(s->sent_bytes, 3 * (32 + 512 * (4 + 16 * 4)));
+  printf("sparse exchange, 4 replicas, 20000 x 16 table, 512 rows each (union %zu): %zu bytes "
+         "sent per replica, dense ring %zu (%.1fx less)\n",
+         s->union_count, s->sent_bytes, s->dense_bytes,
+         (double)s->dense_bytes / (double)s->sent_bytes);
+  free_case(&c);
+}
+END_TEST
+
+/* The choice: above the fraction of the dense ring's bytes every replica learns to exchange
+ * the dense gradient (no rows), below it the rows come as before. */
+START_TEST(exchange_dense_above) {
+  sp_case c = {.size = 3, .rows = 100, .dim = 8, .seed = 6, .bad_rank = -1, .dense_above = 0.5};
+  c.k[0] = 10, c.k[1] = 40, c.k[2] = 5; /* 2 x (32 + 40 x 36) = 2944 > 0.5 x 4266 */
+  run_case(&c);
+  for (int r = 0; r < 3; ++r) {
+    ck_assert_int_eq(c.st[r], DPT_OK);
+    ck_assert_int_eq(c.stats[r].dense, 1);
+    ck_assert_uint_eq(c.n[r], 0);
+    ck_assert_uint_eq(c.stats[r].sent_bytes, 2 * 32);
+  }
+  free_case(&c);
+  sp_case s = {.size = 3, .rows = 100, .dim = 8, .seed = 6, .bad_rank = -1, .dense_above = 0.5};
+  s.k[0] = 10, s.k[1] = 25, s.k[2] = 5; /* 2 x (32 + 25 x 36) = 1864 <= 2133 */
+  run_case(&s);
+  check_case(&s);
+  ck_assert_int_eq(s.stats[0].dense, 0);
+  free_case(&s);
+  dpt_sparse_exchange *x = NULL;
+  TU_OK(dpt_sparse_exchange_create(&x));
+  EXPECT_FAIL(dpt_sparse_exchange_set_dense_above(x, -1), DPT_ERR_INVALID_ARG, ">= 0", NULL, NULL);
+  dpt_sparse_exchange_destroy(x);
+}
+END_TEST
+
+START_TEST(exchange_errors_agree) {
+  sp_case c = {.size = 3, .rows = 30, .dim = 4, .seed = 5, .bad_rank = 1};
+  for (int r = 0; r < 3; ++r)
+    c.k[r] = 6;
+  run_case(&c);
+  ck_assert_int_eq(c.st[1], DPT_ERR_INVALID_ARG);
+  ck_assert_int_eq(c.st[0], DPT_ERR_PEER);
+  ck_assert_int_eq(c.st[2], DPT_ERR_PEER);
+  free_case(&c);
+  sp_case m = {.size = 2, .rows = 30, .dim = 4, .seed = 5, .bad_rank = -1, .dim_of_rank1 = 5};
+  m.k[0] = m.k[1] = 3;
+  run_case(&m);
+  ck_assert_int_eq(m.st[0], DPT_ERR_MISMATCH);
+  ck_assert_int_eq(m.st[1], DPT_ERR_MISMATCH);
+  free_case(&m);
+}
+END_TEST
+
+START_TEST(sgd_rows_by_hand) {
+  float t[4 * 2] = {1, 2, 3, 4, 5, 6, 7, 8};
+  const int32_t ids[2] = {3, 1};
+  const float g[4] = {1, -1, 0.5f, 2};
+  TU_OK(dpt_sparse_sgd_rows(t, 4, 2, ids, g, 2, 0.1f));
+  const float want[8] = {1, 2, 3 - 0.05f, 4 - 0.2f, 5, 6, 7 - 0.1f, 8 + 0.1f};
+  for (int i = 0; i < 8; ++i)
+    ck_assert_float_eq_tol(t[i], want[i], 1e-6f);
+  const int32_t out[1] = {4};
+  EXPECT_FAIL(dpt_sparse_sgd_rows(t, 4, 2, out, g, 1, 0.1f), DPT_ERR_INVALID_ARG, "outside", NULL,
+              NULL);
+}
+END_TEST
+
+START_TEST(adagrad_rows_by_hand) {
+  float t[3 * 2] = {1, 1, 1, 1, 1, 1};
+  float acc[3] = {0, 0, 0};
+  const int32_t ids[1] = {2};
+  const float g[2] = {3, 4}; /* mean square 12.5 */
+  TU_OK(dpt_sparse_adagrad_rows(t, acc, 3, 2, ids, g, 1, 0.5f, 1e-8f));
+  ck_assert_float_eq_tol(acc[2], 12.5f, 1e-6f);
+  ck_assert_float_eq(acc[0], 0.0f);
+  const double s1 = 0.5 / (sqrt(12.5) + 1e-8);
+  ck_assert_float_eq_tol(t[4], (float)(1 - s1 * 3), 1e-6f);
+  ck_assert_float_eq_tol(t[5], (float)(1 - s1 * 4), 1e-6f);
+  ck_assert_float_eq(t[0], 1.0f);
+  /* a second step adds to the accumulator: 12.5 + (1 + 1) / 2 */
+  const float g2[2] = {1, -1};
+  TU_OK(dpt_sparse_adagrad_rows(t, acc, 3, 2, ids, g2, 1, 0.5f, 1e-8f));
+  ck_assert_float_eq_tol(acc[2], 13.5f, 1e-6f);
+  const double s2 = 0.5 / (sqrt(13.5) + 1e-8);
+  ck_assert_float_eq_tol(t[4], (float)(1 - s1 * 3 - s2), 1e-6f);
+  ck_assert_float_eq_tol(t[5], (float)(1 - s1 * 4 + s2), 1e-6f);
+  EXPECT_FAIL(dpt_sparse_adagrad_rows(t, NULL, 3, 2, ids, g, 1, 0.5f, 1e-8f), DPT_ERR_INVALID_ARG,
+              "acc", NULL, NULL);
+}
+END_TEST
+
+static Suite *sparse_suite(void) {
+  Suite *s = suite_create("sparse");
+  TCase *tc = tcase_create("exchange");
+  tcase_set_timeout(tc, 200);
+  tcase_add_test(tc, exchange_equals_dense);
+  tcase_add_test(tc, exchange_nobody_touches);
+  tcase_add_test(tc, exchange_bytes);
+  tcase_add_test(tc, exchange_errors_agree);
+  tcase_add_test(tc, exchange_dense_above);
+  suite_add_tcase(s, tc);
+  TCase *up = tcase_create("updates");
+  tcase_add_test(up, sgd_rows_by_hand);
+  tcase_add_test(up, adagrad_rows_by_hand);
+  suite_add_tcase(s, up);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(sparse_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  const int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
