@@ -12,28 +12,8 @@ export OPENBLAS_NUM_THREADS=1
 rm -rf "$dir" && mkdir -p "$dir" || exit 1
 failures=0
 
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
-
-# refused NAME NEEDLE ARGS...: exits non-zero with one line on stderr holding NEEDLE.
-refused() {
-  local name=$1 needle=$2
-  shift 2
-  local err rc
-  err=$("$dptrain" "$@" 2>&1 >/dev/null)
-  rc=$?
-  if [ $rc -eq 0 ]; then
-    fail "$name: exit 0"
-  elif [[ $err != *"$needle"* ]]; then
-    fail "$name: '$err' lacks '$needle'"
-  elif [ "$(head -c 20000 <<<"$err" | grep -c '^dptrain')" -ne 1 ]; then
-    fail "$name: not one line: $err"
-  else
-    echo "ok: $name: $(head -1 <<<"$err")"
-  fi
-}
+# shellcheck source=cli_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
 
 # 24000 records in 6 shards: shards 0-3 train (16000), shards 4 and 5 validate (8000).
 "$dptrain" data synth --out "$dir/s" --samples 24000 --shards 6 --rows 1000 --tables 4 \

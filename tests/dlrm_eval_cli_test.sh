@@ -11,28 +11,8 @@ export OPENBLAS_NUM_THREADS=1
 rm -rf "$dir" && mkdir -p "$dir" || exit 1
 failures=0
 
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
-
-# refused NAME NEEDLE ARGS...: exits non-zero with one line on stderr holding NEEDLE.
-refused() {
-  local name=$1 needle=$2
-  shift 2
-  local err rc
-  err=$("$dptrain" "$@" 2>&1 >/dev/null)
-  rc=$?
-  if [ $rc -eq 0 ]; then
-    fail "$name: exit 0"
-  elif [[ $err != *"$needle"* ]]; then
-    fail "$name: '$err' lacks '$needle'"
-  elif [ "$(wc -l <<<"$err")" -ne 1 ]; then
-    fail "$name: not one line: $err"
-  else
-    echo "ok: $name: $err"
-  fi
-}
+# shellcheck source=cli_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
 
 # json_field KEY TEXT: the number after "KEY": in TEXT.
 json_field() { grep -o "\"$1\": [-0-9.a-z]*" <<<"$2" | tail -1 | cut -d' ' -f2; }
