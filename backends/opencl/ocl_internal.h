@@ -202,6 +202,10 @@ dpt_status dpt_ocl_launch_flat(dpt_backend *be, dpt_ocl_kernel k, size_t items, 
 
 /* Blocking read of `bytes` from the scratch buffer into host memory. */
 dpt_status dpt_ocl_read_scratch(dpt_ocl_ctx *c, void *dst, size_t bytes, const char *what);
+/* The buckets of an embedding scatter kernel and its work-items (ocl_ops.c). */
+dpt_status dpt_ocl_scatter_buckets(const dpt_ocl_ctx *c, dpt_ocl_kernel k, size_t vocab, size_t dim,
+                                   const char *what, size_t *buckets, size_t *items);
+
 /* The per-row (loss, correct) pairs of a loss kernel in the scratch buffer, summed on the host
  * (ocl_ops.c). */
 dpt_status dpt_ocl_sum_stats(dpt_ocl_ctx *c, size_t rows, size_t stats_bytes, const char *what,

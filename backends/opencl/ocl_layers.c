@@ -185,23 +185,13 @@ dpt_status dpt_ocl_embed_bag(dpt_backend *be, const dpt_embed_bag_args *a) {
   return dpt_ocl_launch(&l, a->n * a->dim);
 }
 
-/* Buckets of embed_bag_bwd (kernels/embed.cl), as embed_scatter_add's: enough work-items
- * (buckets * dim) to fill the device, at most DPT_OCL_BAG_MAX_BUCKETS since every work-item
- * reads all n * bag ids. */
-#define DPT_OCL_BAG_MAX_BUCKETS 64
-
 dpt_status dpt_ocl_embed_bag_bwd(dpt_backend *be, const dpt_embed_bag_bwd_args *a) {
   dpt_ocl_ctx *c = dpt_ocl_ctx_of(be);
   dpt_ocl_args l;
   DPT_TRY(dpt_ocl_begin(&l, c, DPT_OCL_K_embed_bag_bwd));
-  size_t fill = (size_t)c->lim.compute_units * c->local_size[DPT_OCL_K_embed_bag_bwd];
-  size_t buckets = fill / a->dim + (fill % a->dim != 0);
-  if (buckets > DPT_OCL_BAG_MAX_BUCKETS) buckets = DPT_OCL_BAG_MAX_BUCKETS;
-  if (buckets > a->vocab) buckets = a->vocab;
-  if (buckets < 1) buckets = 1;
-  size_t items;
-  if (!dpt_mul_ok(buckets, a->dim, &items))
-    return dpt_set_error(DPT_ERR_UNSUPPORTED, "embed_bag_bwd: dim %zu too large", a->dim);
+  size_t buckets = 1, items = 0;
+  DPT_TRY(dpt_ocl_scatter_buckets(c, DPT_OCL_K_embed_bag_bwd, a->vocab, a->dim, "embed_bag_bwd",
+                                  &buckets, &items));
   dpt_ocl_arg_u64(&l, a->n);
   dpt_ocl_arg_u64(&l, a->bag);
   dpt_ocl_arg_u64(&l, a->vocab);

@@ -261,23 +261,30 @@ dpt_status dpt_ocl_embed_gather(dpt_backend *be, const dpt_embed_gather_args *a)
   return dpt_ocl_launch_flat(be, DPT_OCL_K_embed_gather, a->n * a->dim, 2, u, 0, NULL, 3, refs);
 }
 
-/* Buckets of embed_scatter_add (see kernels/embed.cl): enough work-items (buckets * dim) to
- * fill the device, but at most DPT_OCL_SCATTER_MAX_BUCKETS since every work-item reads all n
+/* Buckets of the embedding scatters (embed_scatter_add, embed_bag_bwd; kernels/embed.cl): work-item
+ * (b, d) owns column d of the rows k with k % buckets == b. Enough work-items (buckets * dim,
+ * into *items) to fill the device, but at most 64 buckets since every work-item reads all the
  * indices. */
-#define DPT_OCL_SCATTER_MAX_BUCKETS 64
+dpt_status dpt_ocl_scatter_buckets(const dpt_ocl_ctx *c, dpt_ocl_kernel k, size_t vocab, size_t dim,
+                                   const char *what, size_t *buckets, size_t *items) {
+  size_t fill = (size_t)c->lim.compute_units * c->local_size[k];
+  size_t b = fill / dim + (fill % dim != 0);
+  if (b > 64) b = 64;
+  if (b > vocab) b = vocab;
+  if (b < 1) b = 1;
+  *buckets = b;
+  if (!dpt_mul_ok(b, dim, items))
+    return dpt_set_error(DPT_ERR_UNSUPPORTED, "%s: dim %zu too large", what, dim);
+  return DPT_OK;
+}
 
 dpt_status dpt_ocl_embed_scatter_add(dpt_backend *be, const dpt_embed_scatter_add_args *a) {
   dpt_ocl_ctx *c = dpt_ocl_ctx_of(be);
   dpt_ocl_args l;
   DPT_TRY(dpt_ocl_begin(&l, c, DPT_OCL_K_embed_scatter_add));
-  size_t fill = (size_t)c->lim.compute_units * c->local_size[DPT_OCL_K_embed_scatter_add];
-  size_t buckets = fill / a->dim + (fill % a->dim != 0);
-  if (buckets > DPT_OCL_SCATTER_MAX_BUCKETS) buckets = DPT_OCL_SCATTER_MAX_BUCKETS;
-  if (buckets > a->vocab) buckets = a->vocab;
-  if (buckets < 1) buckets = 1;
-  size_t items;
-  if (!dpt_mul_ok(buckets, a->dim, &items))
-    return dpt_set_error(DPT_ERR_UNSUPPORTED, "embed_scatter_add: dim %zu too large", a->dim);
+  size_t buckets = 1, items = 0;
+  DPT_TRY(dpt_ocl_scatter_buckets(c, DPT_OCL_K_embed_scatter_add, a->vocab, a->dim,
+                                  "embed_scatter_add", &buckets, &items));
   dpt_ocl_arg_u64(&l, a->n);
   dpt_ocl_arg_u64(&l, a->vocab);
   dpt_ocl_arg_u64(&l, a->dim);
