@@ -18,31 +18,14 @@
 
 #include "dptrain/dptrain.h"
 #include "test_util.h"
-
-static char tmp_dir[256];
+#include "tmp_dir.h"
 
 static void setup(void) {
-  const char *base = getenv("TMPDIR");
-  snprintf(tmp_dir, sizeof tmp_dir, "%s/dpt_test_inter_XXXXXX", base && *base ? base : "/tmp");
-  ck_assert_ptr_nonnull(mkdtemp(tmp_dir));
-}
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb, (void)flag, (void)ftw;
-  return remove(path);
+  tu_tmp_make("inter");
 }
 
 static void teardown(void) {
-  ck_assert_int_eq(nftw(tmp_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS), 0);
-}
-
-/* tmp_dir/name, in one of 4 rotating buffers. */
-static const char *tpath(const char *name) {
-  static char buf[4][512];
-  static int next;
-  char *p = buf[next++ % 4];
-  snprintf(p, 512, "%s/%s", tmp_dir, name);
-  return p;
+  tu_tmp_remove();
 }
 
 static const uint64_t sizes3[3] = {10, 1000, 7};

@@ -18,34 +18,17 @@
 #include "core/bpe_impl.h"
 #include "dptrain/dptrain.h"
 #include "test_util.h"
+#include "tmp_dir.h"
 
 #define FORTUNES_DIR "/usr/share/games/fortunes"
 #define BYTE(c)      (DPT_TOKEN_BYTE0 + (int32_t)(unsigned char)(c))
 
-static char tmp_dir[256];
-
 static void setup(void) {
-  const char *base = getenv("TMPDIR");
-  snprintf(tmp_dir, sizeof tmp_dir, "%s/dpt_test_text_XXXXXX", base && *base ? base : "/tmp");
-  ck_assert_ptr_nonnull(mkdtemp(tmp_dir));
-}
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb, (void)flag, (void)ftw;
-  return remove(path);
+  tu_tmp_make("text");
 }
 
 static void teardown(void) {
-  ck_assert_int_eq(nftw(tmp_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS), 0);
-}
-
-/* tmp_dir/name, in one of 4 rotating buffers. */
-static const char *tpath(const char *name) {
-  static char buf[4][512];
-  static int next;
-  char *p = buf[next++ % 4];
-  snprintf(p, 512, "%s/%s", tmp_dir, name);
-  return p;
+  tu_tmp_remove();
 }
 
 static void write_text(const char *path, const char *text) {

@@ -19,26 +19,18 @@
 
 #include "dptrain/dptrain.h"
 #include "test_util.h"
+#include "tmp_dir.h"
 
 enum { DENSE = 2, TABLES = 3, ROWS = 50, BATCH = 24, EPOCHS = 2, SEED = 7, MAXR = 3 };
 static const int train_sizes[5] = {37, 50, 23, 41, 29}; /* 180 records: 7 steps of 24 */
 static const int val_sizes[3] = {40, 33, 30};
 
-static char tmp_dir[256];
-
 static void setup(void) {
-  const char *base = getenv("TMPDIR");
-  snprintf(tmp_dir, sizeof tmp_dir, "%s/dpt_test_shards_XXXXXX", base && *base ? base : "/tmp");
-  ck_assert_ptr_nonnull(mkdtemp(tmp_dir));
-}
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb, (void)flag, (void)ftw;
-  return remove(path);
+  tu_tmp_make("shards");
 }
 
 static void teardown(void) {
-  ck_assert_int_eq(nftw(tmp_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS), 0);
+  tu_tmp_remove();
 }
 
 /* Shards prefix-00000.bin ... of the synthetic set, records numbered on from `first`. */
