@@ -506,9 +506,7 @@ static dpt_backend_kind device_kind = DPT_BACKEND_CPU;
  * the device against the CPU from the same parameters: the loss, the correct count and every
  * gradient tensor (norm of the difference over the norm). */
 START_TEST(device_matches_cpu) {
-  int count = 0;
-  if (!dpt_backend_compiled(device_kind) || dpt_device_count(device_kind, &count) != DPT_OK ||
-      count == 0) {
+  if (!tu_device_present(device_kind)) {
     printf("%s: no device, nothing to compare\n", dpt_backend_kind_name(device_kind));
     return;
   }

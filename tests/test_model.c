@@ -665,9 +665,7 @@ END_TEST
 static dpt_backend_kind device_kind = DPT_BACKEND_CPU;
 
 START_TEST(device_matches_cpu) {
-  int count = 0;
-  if (!dpt_backend_compiled(device_kind) || dpt_device_count(device_kind, &count) != DPT_OK ||
-      count == 0) {
+  if (!tu_device_present(device_kind)) {
     printf("%s: no device, nothing to compare\n", dpt_backend_kind_name(device_kind));
     return;
   }
@@ -696,9 +694,7 @@ END_TEST
 /* One training step of the tiny BERT (dropout on) on the device against the CPU from the same
  * parameters: the loss, the correct count and every tensor's gradient. */
 START_TEST(bert_device_matches_cpu) {
-  int count = 0;
-  if (!dpt_backend_compiled(device_kind) || dpt_device_count(device_kind, &count) != DPT_OK ||
-      count == 0) {
+  if (!tu_device_present(device_kind)) {
     printf("%s: no device, nothing to compare\n", dpt_backend_kind_name(device_kind));
     return;
   }

@@ -107,6 +107,12 @@ static inline void tu_fill(tu_rng *r, float *v, size_t n, double lo, double hi) 
     v[i] = (float)(lo + (hi - lo) * tu_unit(r));
 }
 
+/* Whether a backend is compiled in and has a device here. */
+static inline int tu_device_present(dpt_backend_kind kind) {
+  int count = 0;
+  return dpt_backend_compiled(kind) && dpt_device_count(kind, &count) == DPT_OK && count > 0;
+}
+
 /* Runs the suite (fork mode as Check's environment says) and returns the process exit status:
  * 0 when every test passed, 1 otherwise. */
 static inline int tu_run(Suite *s) {
