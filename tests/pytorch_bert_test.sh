@@ -5,10 +5,9 @@
 #      torch and saved has exactly dpt_model_spec_bert's tensor names and shapes (the decoder's
 #      weight tied to embed.tok.weight, stored once), and reads back with strict
 #      load_state_dict to the same validation loss;
-#   2. when this build's `dptrain train` knows --model bert: the same model trained 2 steps by
+#   2. the same model trained 2 steps by
 #      dptrain (--save-weights) loads strictly in torch, and torch's validation loss on the
-#      export's val_inputs/val_labels is `dptrain eval`'s within 1e-3 relative. Without the C
-#      model this part is skipped with a message.
+#      export's val_inputs/val_labels is `dptrain eval`'s within 1e-3 relative.
 # Skips (77) without /usr/bin/python3's torch and numpy.
 # Usage: pytorch_bert_test.sh <dptrain> <pytorch_reference.py> <scratch dir>
 set -uo pipefail
@@ -91,20 +90,13 @@ assert loaded["targets"] > 0, "no masked validation targets"
 assert abs(loaded["loss"] - trained) <= 1e-4, "the file read back gives another loss"
 PY
 
-# 2. dptrain's BERT, when this build has it.
+# 2. dptrain's BERT.
 dw="$scratch/dptrain.safetensors"
 "$dptrain" train --model bert --text "$text" --vocab "$vocab" --seq-len 16 "${arch[@]}" \
   --dropout 0.1 --global-batch 8 --max-steps 2 --seed 0 --backend cpu --quiet \
   --save-weights "$dw" >"$scratch/dpt_train.out" 2>&1
 rc=$?
 if [ $rc -ne 0 ]; then
-  if grep -qiE "bad value 'bert'|unknown|unsupported|not supported|refuse" \
-    "$scratch/dpt_train.out"; then
-    echo "skipped the dptrain part: this dptrain has no BERT yet:" \
-      "$(head -n 1 "$scratch/dpt_train.out")"
-    echo "pytorch bert test: torch part passed"
-    exit 0
-  fi
   echo "FAIL: dptrain train --model bert exited $rc"
   cat "$scratch/dpt_train.out"
   exit 1
