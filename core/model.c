@@ -90,9 +90,10 @@ dpt_status dpt_model_spec_cnn(dpt_model_spec *spec, size_t c, size_t h, size_t w
   return DPT_OK;
 }
 
-/* Appends a layer named printf-style, taking inputs in[0..n) (n 0: the layer before). */
-static int resnet_add(dpt_model_spec *s, dpt_layer_spec l, int n, int in0, int in1, const char *fmt,
-                      ...) {
+/* Appends a layer named printf-style, taking inputs in[0..n) (n 0: the layer before); the
+ * ready-made specs (ResNet, BERT, DLRM) build with it. */
+static int add_named(dpt_model_spec *s, dpt_layer_spec l, int n, int in0, int in1, const char *fmt,
+                     ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(l.name, sizeof l.name, fmt, ap);
@@ -115,11 +116,11 @@ static int resnet_conv_bn(dpt_model_spec *s, const char *prefix, int k, int in, 
                          .no_bias = 1};
   dpt_layer_spec bn = {.kind = DPT_LAYER_BATCHNORM2D};
   if (k == 0) {
-    resnet_add(s, conv, 1, in, 0, "%sshortcut.0", prefix);
-    return resnet_add(s, bn, 0, 0, 0, "%sshortcut.1", prefix);
+    add_named(s, conv, 1, in, 0, "%sshortcut.0", prefix);
+    return add_named(s, bn, 0, 0, 0, "%sshortcut.1", prefix);
   }
-  resnet_add(s, conv, 1, in, 0, "%sconv%d", prefix, k);
-  return resnet_add(s, bn, 0, 0, 0, "%sbn%d", prefix, k);
+  add_named(s, conv, 1, in, 0, "%sconv%d", prefix, k);
+  return add_named(s, bn, 0, 0, 0, "%sbn%d", prefix, k);
 }
 
 /* One basic block: conv-bn-relu-conv-bn, plus the input (or its projection), then relu. */
@@ -129,12 +130,12 @@ static int resnet_block(dpt_model_spec *s, int stage, int block, int in, size_t 
   snprintf(prefix, sizeof prefix, "layer%d.%d.", stage, block);
   dpt_layer_spec relu = {.kind = DPT_LAYER_RELU}, add = {.kind = DPT_LAYER_ADD};
   resnet_conv_bn(s, prefix, 1, in, out, 3, stride);
-  int r1 = resnet_add(s, relu, 0, 0, 0, "%srelu1", prefix);
+  int r1 = add_named(s, relu, 0, 0, 0, "%srelu1", prefix);
   int main_path = resnet_conv_bn(s, prefix, 2, r1, out, 3, 1);
   int shortcut = in;
   if (stride != 1 || in_c != out) shortcut = resnet_conv_bn(s, prefix, 0, in, out, 1, stride);
-  resnet_add(s, add, 2, main_path, shortcut, "%sadd", prefix);
-  return resnet_add(s, relu, 0, 0, 0, "%srelu2", prefix);
+  add_named(s, add, 2, main_path, shortcut, "%sadd", prefix);
+  return add_named(s, relu, 0, 0, 0, "%srelu2", prefix);
 }
 
 dpt_status dpt_model_spec_resnet(dpt_model_spec *spec, size_t c, size_t h, size_t w, size_t depth,
@@ -156,9 +157,9 @@ dpt_status dpt_model_spec_resnet(dpt_model_spec *spec, size_t c, size_t h, size_
   dpt_layer_spec bn = {.kind = DPT_LAYER_BATCHNORM2D}, relu = {.kind = DPT_LAYER_RELU};
   dpt_layer_spec gap = {.kind = DPT_LAYER_GLOBAL_AVGPOOL}, flat = {.kind = DPT_LAYER_FLATTEN};
   dpt_layer_spec fc = {.kind = DPT_LAYER_LINEAR, .size = num_classes};
-  resnet_add(spec, conv, 0, 0, 0, "conv1");
-  resnet_add(spec, bn, 0, 0, 0, "bn1");
-  int x = resnet_add(spec, relu, 0, 0, 0, "relu");
+  add_named(spec, conv, 0, 0, 0, "conv1");
+  add_named(spec, bn, 0, 0, 0, "bn1");
+  int x = add_named(spec, relu, 0, 0, 0, "relu");
   size_t width = 16;
   for (int stage = 1; stage <= 3; ++stage) {
     size_t out = (size_t)16 << (stage - 1);
@@ -168,9 +169,9 @@ dpt_status dpt_model_spec_resnet(dpt_model_spec *spec, size_t c, size_t h, size_
       width = out;
     }
   }
-  resnet_add(spec, gap, 0, 0, 0, "avgpool");
-  resnet_add(spec, flat, 0, 0, 0, "flatten");
-  resnet_add(spec, fc, 0, 0, 0, "fc");
+  add_named(spec, gap, 0, 0, 0, "avgpool");
+  add_named(spec, flat, 0, 0, 0, "flatten");
+  add_named(spec, fc, 0, 0, 0, "fc");
   return DPT_OK;
 }
 
@@ -232,27 +233,27 @@ dpt_status dpt_model_spec_bert(dpt_model_spec *spec, const dpt_bert_options *o) 
   dpt_layer_spec add = {.kind = DPT_LAYER_ADD}, gelu = {.kind = DPT_LAYER_GELU};
   dpt_layer_spec ffn1 = {.kind = DPT_LAYER_LINEAR, .size = o->ffn, .init_std = sd};
   dpt_layer_spec dense = {.kind = DPT_LAYER_LINEAR, .size = o->hidden, .init_std = sd};
-  int t = resnet_add(spec, tok, 0, 0, 0, "embed.tok");
-  resnet_add(spec, posl, 0, 0, 0, "embed.pos");
-  resnet_add(spec, norm, 0, 0, 0, "embed.norm");
-  int x = resnet_add(spec, drop, 0, 0, 0, "embed.drop");
+  int t = add_named(spec, tok, 0, 0, 0, "embed.tok");
+  add_named(spec, posl, 0, 0, 0, "embed.pos");
+  add_named(spec, norm, 0, 0, 0, "embed.norm");
+  int x = add_named(spec, drop, 0, 0, 0, "embed.drop");
   for (size_t i = 0; i < o->layers; ++i) {
-    resnet_add(spec, attn, 1, x, 0, "blocks.%zu.attn", i);
-    int d1 = resnet_add(spec, drop, 0, 0, 0, "blocks.%zu.drop1", i);
-    resnet_add(spec, add, 2, d1, x, "blocks.%zu.add1", i);
-    int n1 = resnet_add(spec, norm, 0, 0, 0, "blocks.%zu.norm1", i);
-    resnet_add(spec, ffn1, 0, 0, 0, "blocks.%zu.ffn1", i);
-    resnet_add(spec, gelu, 0, 0, 0, "blocks.%zu.act", i);
-    resnet_add(spec, dense, 0, 0, 0, "blocks.%zu.ffn2", i);
-    int d2 = resnet_add(spec, drop, 0, 0, 0, "blocks.%zu.drop2", i);
-    resnet_add(spec, add, 2, d2, n1, "blocks.%zu.add2", i);
-    x = resnet_add(spec, norm, 0, 0, 0, "blocks.%zu.norm2", i);
+    add_named(spec, attn, 1, x, 0, "blocks.%zu.attn", i);
+    int d1 = add_named(spec, drop, 0, 0, 0, "blocks.%zu.drop1", i);
+    add_named(spec, add, 2, d1, x, "blocks.%zu.add1", i);
+    int n1 = add_named(spec, norm, 0, 0, 0, "blocks.%zu.norm1", i);
+    add_named(spec, ffn1, 0, 0, 0, "blocks.%zu.ffn1", i);
+    add_named(spec, gelu, 0, 0, 0, "blocks.%zu.act", i);
+    add_named(spec, dense, 0, 0, 0, "blocks.%zu.ffn2", i);
+    int d2 = add_named(spec, drop, 0, 0, 0, "blocks.%zu.drop2", i);
+    add_named(spec, add, 2, d2, n1, "blocks.%zu.add2", i);
+    x = add_named(spec, norm, 0, 0, 0, "blocks.%zu.norm2", i);
   }
-  resnet_add(spec, dense, 0, 0, 0, "mlm.dense");
-  resnet_add(spec, gelu, 0, 0, 0, "mlm.act");
-  resnet_add(spec, norm, 0, 0, 0, "mlm.norm");
+  add_named(spec, dense, 0, 0, 0, "mlm.dense");
+  add_named(spec, gelu, 0, 0, 0, "mlm.act");
+  add_named(spec, norm, 0, 0, 0, "mlm.norm");
   dpt_layer_spec dec = {.kind = DPT_LAYER_LINEAR, .size = o->vocab, .tie = t + 1, .init_std = sd};
-  resnet_add(spec, dec, 0, 0, 0, "mlm.decoder");
+  add_named(spec, dec, 0, 0, 0, "mlm.decoder");
   return DPT_OK;
 }
 
@@ -323,30 +324,30 @@ dpt_status dpt_model_spec_dlrm(dpt_model_spec *spec, const dpt_dlrm_options *o) 
                          .mode = o->mode,
                          /* DLRM_Net's uniform(+-sqrt(1/rows)) variance, as a normal */
                          .init_std = (float)sqrt(1.0 / (3.0 * (double)o->table_rows[t]))};
-    emb[t] = resnet_add(spec, eb, 1, in, 0, "emb_l.%zu", t);
+    emb[t] = add_named(spec, eb, 1, in, 0, "emb_l.%zu", t);
   }
   dpt_layer_spec dense = {.kind = DPT_LAYER_SLICE, .size = o->num_dense};
-  resnet_add(spec, dense, 1, in, 0, "dense");
+  add_named(spec, dense, 1, in, 0, "dense");
   dpt_layer_spec lin = {.kind = DPT_LAYER_LINEAR}, relu = {.kind = DPT_LAYER_RELU};
   size_t k = 0;
   for (size_t i = 0; i <= o->num_bottom; ++i) {
     lin.size = i < o->num_bottom ? o->bottom[i] : d;
-    resnet_add(spec, lin, 0, 0, 0, "bot_l.%zu", k++);
-    resnet_add(spec, relu, 0, 0, 0, "bot_l.%zu", k++);
+    add_named(spec, lin, 0, 0, 0, "bot_l.%zu", k++);
+    add_named(spec, relu, 0, 0, 0, "bot_l.%zu", k++);
   }
   int x = (int)spec->num_layers - 1;
   dpt_layer_spec cat = {.kind = DPT_LAYER_CONCAT};
   for (size_t t = 0; t < T; ++t)
-    x = resnet_add(spec, cat, 2, x, emb[t], "cat.%zu", t);
+    x = add_named(spec, cat, 2, x, emb[t], "cat.%zu", t);
   if (o->interaction == DPT_DLRM_DOT) {
     dpt_layer_spec inter = {.kind = DPT_LAYER_INTERACTION, .size = d};
-    resnet_add(spec, inter, 0, 0, 0, "interact");
+    add_named(spec, inter, 0, 0, 0, "interact");
   }
   k = 0;
   for (size_t i = 0; i <= o->num_top; ++i) {
     lin.size = i < o->num_top ? o->top[i] : 1;
-    resnet_add(spec, lin, 0, 0, 0, "top_l.%zu", k++);
-    if (i < o->num_top) resnet_add(spec, relu, 0, 0, 0, "top_l.%zu", k++);
+    add_named(spec, lin, 0, 0, 0, "top_l.%zu", k++);
+    if (i < o->num_top) add_named(spec, relu, 0, 0, 0, "top_l.%zu", k++);
   }
   return DPT_OK;
 }
