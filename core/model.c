@@ -1182,6 +1182,19 @@ dpt_status dpt_model_set_sync_bn(dpt_model *m, dpt_model_allreduce_fn sum, void 
   return DPT_OK;
 }
 
+dpt_status dpt_model_set_sparse_table_grads(dpt_model *m, int on) {
+  if (!m)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_set_sparse_table_grads: model is NULL");
+  m->sparse_table_grads = on != 0;
+  if (!on) return DPT_OK;
+  for (size_t i = 0; i < m->num_layers; ++i)
+    if (m->layers[i].spec.kind == DPT_LAYER_EMBEDDING_BAG) {
+      const dpt_tensor_info *W = &m->tensors[m->layers[i].w_index];
+      DPT_TRY(dpt_buffer_fill_f32(m->grads, W->offset, W->count, 0.0f));
+    }
+  return DPT_OK;
+}
+
 dpt_status dpt_model_set_step(dpt_model *m, uint64_t seed, uint64_t step, uint32_t first_sample) {
   if (!m) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_set_step: model is NULL");
   m->seed = seed;

@@ -418,7 +418,7 @@ static dpt_status embedding_bag_forward(dpt_model *m, const dpt_node *L, const d
 static dpt_status embedding_bag_backward(dpt_model *m, const dpt_node *L, const dpt_buffer *x,
                                          size_t b) {
   const dpt_tensor_info *W = &m->tensors[L->w_index];
-  DPT_TRY(dpt_buffer_fill_f32(m->grads, W->offset, W->count, 0.0f));
+  if (!m->sparse_table_grads) DPT_TRY(dpt_buffer_fill_f32(m->grads, W->offset, W->count, 0.0f));
   return dpt_embed_bag_bwd(m->be, b, L->spec.bag, (size_t)W->shape[0], (size_t)W->shape[1],
                            (dpt_bag_mode)L->spec.mode, L->dout, 0, x, L->spec.offset, L->in_size,
                            m->grads, W->offset);

@@ -77,6 +77,7 @@ struct dpt_model {
   double *sync_acc;            /* and their sums: [2 * widest batch norm + 1] doubles */
   unsigned char *grad_written; /* [num_layers]: dout already holds a contribution this step */
   unsigned char *w_written;    /* [num_tensors]: a shared weight's gradient holds a use's part */
+  int sparse_table_grads;      /* embedding_bag backward adds into a range kept zero */
 };
 
 /* Forward over b samples (training or evaluation mode as m->training says), then the loss

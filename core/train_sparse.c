@@ -1,7 +1,10 @@
 /* The trainer's sparse table gradients (dpt_train_config.sparse_tables): the embedding_bag
  * tables' gradients travel as (row id, row) through dpt_sparse_allreduce, the rest of the
  * flat gradient through the all-reduce range by range; the tables' touched rows take plain
- * SGD on every replica, the rest the configured optimizer. */
+ * SGD on every replica, the rest the configured optimizer. The model adds the tables' gradients
+ * into ranges kept zero (dpt_model_set_sparse_table_grads): a step reads and clears the rows it
+ * touched, so no step costs a whole table. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +20,7 @@ struct train_sparse {
     size_t slot, bag;         /* the record's id slots */
     dpt_sparse_exchange *x;
     int dense; /* this step: the dense all-reduce was chosen */
+    int dirty; /* the gradient range may hold more than zeros: cleared whole before backward */
   } * tables;
   dpt_range *dense; /* the flat buffer minus the tables, increasing */
   size_t num_dense;
@@ -113,6 +117,7 @@ dpt_status dpt_train_sparse_setup(replica *r, replica_state *s) {
   const size_t np = dpt_model_num_params(s->model);
   if (np > at) p->dense[p->num_dense++] = (dpt_range){at, np - at};
   free(tab);
+  DPT_TRY(dpt_model_set_sparse_table_grads(s->model, 1));
   p->ids_cap = s->max_slice * max_bag;
   p->ids = malloc((p->ids_cap ? p->ids_cap : 1) * sizeof *p->ids);
   if (!p->ids) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
@@ -146,16 +151,48 @@ static size_t touched_ids(const replica_state *s, const struct sparse_table *t, 
   return u;
 }
 
-/* This replica's touched rows of table t: ids into p->ids, their gradient rows into p->rows. */
+/* The length of the run of consecutive ids starting at ids[i] (sorted, unique). */
+static size_t id_run(const int32_t *ids, size_t i, size_t k) {
+  size_t n = 1;
+  while (i + n < k && ids[i + n] == ids[i] + (int32_t)n)
+    ++n;
+  return n;
+}
+
+/* This replica's touched rows of table t: ids into p->ids, their gradient rows into p->rows,
+ * one download per run of consecutive rows. */
 static dpt_status local_rows(replica_state *s, const struct sparse_table *t, size_t *k) {
   train_sparse *p = s->sparse;
   *k = touched_ids(s, t, p->ids);
   DPT_TRY(rows_room(p, *k * t->dim));
   const dpt_buffer *g = dpt_model_grads(s->model);
-  const size_t rb = t->dim * sizeof(float);
-  for (size_t i = 0; i < *k; ++i)
+  for (size_t i = 0, n; i < *k; i += n) {
+    n = id_run(p->ids, i, *k);
     DPT_TRY(dpt_buffer_download(g, (t->offset + (size_t)p->ids[i] * t->dim) * sizeof(float),
-                                p->rows + i * t->dim, rb));
+                                p->rows + i * t->dim, n * t->dim * sizeof(float)));
+  }
+  return DPT_OK;
+}
+
+/* Zeroes the gradient rows ids[0..k) of table t, one fill per run of consecutive rows. */
+static dpt_status clear_rows(replica_state *s, const struct sparse_table *t, const int32_t *ids,
+                             size_t k) {
+  dpt_buffer *g = dpt_model_grads(s->model);
+  for (size_t i = 0, n; i < k; i += n) {
+    n = id_run(ids, i, k);
+    DPT_TRY(dpt_buffer_fill_f32(g, t->offset + (size_t)ids[i] * t->dim, n * t->dim, 0.0f));
+  }
+  return DPT_OK;
+}
+
+dpt_status dpt_train_sparse_prepare(replica_state *s) {
+  train_sparse *p = s->sparse;
+  for (size_t i = 0; i < p->num_tables; ++i) {
+    struct sparse_table *t = &p->tables[i];
+    if (!t->dirty) continue;
+    DPT_TRY(dpt_buffer_fill_f32(dpt_model_grads(s->model), t->offset, t->rows * t->dim, 0.0f));
+    t->dirty = 0;
+  }
   return DPT_OK;
 }
 
@@ -174,11 +211,16 @@ dpt_status dpt_train_sparse_reduce(replica *r, replica_state *s) {
     if (s->pending == DPT_OK) dpt_train_keep_failure(s, local_rows(s, t, &k));
     if (s->pending != DPT_OK) k = 0;
     dpt_status st = dpt_sparse_allreduce(t->x, r->comm, t->rows, t->dim, p->ids, p->rows, k);
+    t->dirty = 1; /* until the rows read are cleared below */
     if (dpt_train_out_of_step(st) || st == DPT_ERR_COMM) return st;
     dpt_train_keep_failure(s, st);
     dpt_sparse_stats ss;
     dpt_sparse_exchange_stats(t->x, &ss);
     t->dense = ss.dense;
+    if (st == DPT_OK && s->pending == DPT_OK && !t->dense) {
+      dpt_train_keep_failure(s, clear_rows(s, t, p->ids, k));
+      t->dirty = s->pending != DPT_OK;
+    }
     if (t->dense) { /* the same choice on every replica */
       st = dpt_allreduce_buffer(r->comm, grads, t->offset, t->rows * t->dim, DPT_COMM_F32);
       if (st != DPT_OK) return st;
@@ -187,6 +229,33 @@ dpt_status dpt_train_sparse_reduce(replica *r, replica_state *s) {
     s->t.sparse_sent += ss.sent_bytes;
     s->t.sparse_dense += ss.dense_bytes;
   }
+  return DPT_OK;
+}
+
+dpt_status dpt_train_sparse_count_nonfinite(replica_state *s, int64_t *out) {
+  train_sparse *p = s->sparse;
+  const dpt_buffer *grads = dpt_model_grads(s->model);
+  uint64_t total = 0;
+  for (size_t i = 0; i < p->num_dense; ++i) {
+    uint64_t c = 0;
+    DPT_TRY(dpt_count_nonfinite(s->be, p->dense[i].count, grads, p->dense[i].offset, &c));
+    total += c;
+  }
+  for (size_t i = 0; i < p->num_tables; ++i) {
+    const struct sparse_table *t = &p->tables[i];
+    if (t->dense) {
+      uint64_t c = 0;
+      DPT_TRY(dpt_count_nonfinite(s->be, t->rows * t->dim, grads, t->offset, &c));
+      total += c;
+      continue;
+    }
+    const int32_t *ids = NULL;
+    const float *g = NULL;
+    const size_t n = dpt_sparse_exchange_result(t->x, &ids, &g) * t->dim;
+    for (size_t j = 0; j < n; ++j)
+      total += !isfinite(g[j]);
+  }
+  *out = (int64_t)total;
   return DPT_OK;
 }
 

@@ -600,6 +600,7 @@ static dpt_status forward_backward(replica *r, replica_state *s, int64_t epoch, 
    * too). For a classifier that is 1/(samples), as before targets existed. A batch without a
    * target has no loss and gets a zero gradient. */
   const float scale = targets > 0 ? 1.0f / (float)targets : 0.0f;
+  if (st == DPT_OK && s->sparse) st = dpt_train_sparse_prepare(s);
   if (st == DPT_OK)
     st = dpt_model_train_step(s->model, s->x, s->y, count, scale, &mine->loss_sum, &mine->correct);
   return st;
@@ -663,7 +664,8 @@ static dpt_status reduce_gradients(replica *r, replica_state *s, dpt_status loca
    * replica. Where the step agrees on the gradient norm, it makes the norm non-finite: no
    * count. */
   if (st == DPT_OK && s->pending == DPT_OK && !needs_norm(r, s))
-    st = count_nonfinite_own(s, grads, &mine->bad_grads);
+    st = s->sparse ? dpt_train_sparse_count_nonfinite(s, &mine->bad_grads)
+                   : count_nonfinite_own(s, grads, &mine->bad_grads);
   return st;
 }
 

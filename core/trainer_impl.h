@@ -129,10 +129,17 @@ void dpt_train_log(const replica *r, const char *fmt, ...);
  * sparse_tables. */
 dpt_status dpt_train_sparse_setup(replica *r, replica_state *s);
 void dpt_train_sparse_free(replica_state *s);
+/* Before backward: zeroes the gradient of every table whose range may hold more than zeros
+ * (the model adds the tables' gradients into ranges kept zero, see
+ * dpt_model_set_sparse_table_grads; the exchange clears the rows it read). */
+dpt_status dpt_train_sparse_prepare(replica_state *s);
 /* The step's exchange: the dense ranges all-reduced, each table's touched rows (from the
  * slice's records in hx) summed over the replicas. Every replica joins; a local failure is
  * kept (joining with no rows); a collective's failure is returned. */
 dpt_status dpt_train_sparse_reduce(replica *r, replica_state *s);
+/* Non-finite values in the reduced gradient: the dense ranges, and each table's summed rows
+ * (or its range, when the step chose the dense exchange). */
+dpt_status dpt_train_sparse_count_nonfinite(replica_state *s, int64_t *out);
 /* The update: the optimizer on the dense ranges, plain SGD at its rate on the tables' rows. */
 dpt_status dpt_train_sparse_step(replica_state *s);
 

@@ -156,6 +156,48 @@ START_TEST(table_gradient_overwritten) {
 }
 END_TEST
 
+/* dpt_model_set_sparse_table_grads: turning it on zeroes the tables' gradients; then a step
+ * adds into them (two steps hold twice one step's rows) and still overwrites the rest. */
+START_TEST(sparse_table_grads_accumulate) {
+  dpt_dlrm_options o = td_options(DPT_DLRM_DOT, 2, DPT_BAG_SUM);
+  td_model t = td_create(&o, 3);
+  size_t np = dpt_model_num_params(t.m);
+  float *g1 = malloc(np * sizeof(float)), *g2 = malloc(np * sizeof(float));
+  TU_OK(dpt_model_train_step(t.m, t.bx, t.by, TD_BATCH, 0.5f, NULL, NULL));
+  TU_OK(dpt_buffer_download(dpt_model_grads(t.m), 0, g1, np * sizeof(float)));
+  TU_OK(dpt_model_set_sparse_table_grads(t.m, 1));
+  TU_OK(dpt_buffer_download(dpt_model_grads(t.m), 0, g2, np * sizeof(float)));
+  size_t table_floats = 0, nonzero = 0;
+  for (size_t k = 0; k < TD_TABLES; ++k) {
+    dpt_tensor_info ti;
+    TU_OK(dpt_model_tensor(t.m, k, &ti));
+    ck_assert_str_eq(ti.name + strlen(ti.name) - 7, ".weight");
+    ck_assert_int_eq(strncmp(ti.name, "emb_l.", 6), 0);
+    table_floats += ti.count;
+    for (size_t j = ti.offset; j < ti.offset + ti.count; ++j) {
+      ck_assert(g2[j] == 0.0f);
+      nonzero += g1[j] != 0.0f;
+    }
+  }
+  ck_assert_uint_gt(nonzero, 0);
+  for (int step = 0; step < 2; ++step)
+    TU_OK(dpt_model_train_step(t.m, t.bx, t.by, TD_BATCH, 0.5f, NULL, NULL));
+  TU_OK(dpt_buffer_download(dpt_model_grads(t.m), 0, g2, np * sizeof(float)));
+  for (size_t j = 0; j < np; ++j) { /* the tables come first in the flat buffer */
+    const double want = j < table_floats ? 2.0 * g1[j] : g1[j]; /* a row sums several uses */
+    ck_assert_msg(fabs(g2[j] - want) <= 1e-6 * fabs(want), "gradient %zu: %g, one step %g", j,
+                  (double)g2[j], (double)g1[j]);
+  }
+  TU_OK(dpt_model_set_sparse_table_grads(t.m, 0));
+  TU_OK(dpt_model_train_step(t.m, t.bx, t.by, TD_BATCH, 0.5f, NULL, NULL));
+  TU_OK(dpt_buffer_download(dpt_model_grads(t.m), 0, g2, np * sizeof(float)));
+  ck_assert_int_eq(memcmp(g1, g2, np * sizeof(float)), 0);
+  free(g1);
+  free(g2);
+  td_destroy(&t);
+}
+END_TEST
+
 /* ---- binary cross-entropy -------------------------------------------------------------------- */
 
 START_TEST(bce_loss_and_correct) {
@@ -570,6 +612,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, gradient_bag_sum);
   tcase_add_test(tc, gradient_bag_mean);
   tcase_add_test(tc, table_gradient_overwritten);
+  tcase_add_test(tc, sparse_table_grads_accumulate);
   tcase_add_test(tc, bce_loss_and_correct);
   tcase_add_test(tc, builder_names_and_shapes);
   tcase_add_test(tc, json_round_trip);

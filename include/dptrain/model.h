@@ -340,6 +340,12 @@ DPT_API size_t dpt_model_activation_bytes(const dpt_model *model);
 typedef dpt_status (*dpt_model_allreduce_fn)(void *ctx, double *data, size_t count);
 DPT_API dpt_status dpt_model_set_sync_bn(dpt_model *model, dpt_model_allreduce_fn sum, void *ctx);
 
+/* Sparse table gradients: with `on`, backward adds each embedding_bag table's gradient into
+ * the table's range of the gradient buffer instead of overwriting the range, so a step costs
+ * the rows its ids touch, not the whole table. The caller keeps those ranges zero between steps
+ * (clearing the rows it read; dpt_train does with sparse_tables). Turning it on zeroes them. */
+DPT_API dpt_status dpt_model_set_sparse_table_grads(dpt_model *model, int on);
+
 /* Where the next training step's samples sit, for dropout's mask: the run's seed, the step
  * number, and the index of this replica's first sample in the global batch. It does not
  * advance by itself: a program calling dpt_model_train_step directly sets it before each step
