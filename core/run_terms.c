@@ -51,7 +51,10 @@ typedef enum term_kind { TERM_INT, TERM_FLOAT, TERM_HASH } term_kind;
   X(DECAY_SCOPE, "weight decay on weights only (optim.decay_weights_only)", TERM_INT)              \
   X(NO_DECAY, "the tensors without weight decay (optim.no_decay)", TERM_HASH)                      \
   X(NORMALIZE, "the normalization (transform.channels, mean, std)", TERM_HASH)                     \
-  X(AUGMENT, "the augmentation (transform.crop_pad, hflip, seed)", TERM_HASH)
+  X(AUGMENT, "the augmentation (transform.crop_pad, hflip, seed)", TERM_HASH)                      \
+  X(SPARSE_TABLES, "sparse table gradients (sparse_tables)", TERM_INT)                             \
+  X(SPARSE_DENSE_ABOVE, "the sparse exchange's threshold (sparse_dense_above)", TERM_FLOAT)        \
+  X(TABLE_OPTIMIZER, "the tables' optimizer (table_optimizer: 0 sgd, 1 row-wise adagrad)", TERM_INT)
 
 enum {
 #define DPT_TERM_ENUM_(e, name, kind) TERM_##e,
@@ -193,6 +196,9 @@ void dpt_run_terms(const dpt_train_config *cfg, uint64_t *w) {
   w[TERM_SKIP_ALLREDUCE] = int_word(cfg->skip_allreduce);
   w[TERM_FULL_STEP] = int_word(cfg->full_optimizer_step);
   w[TERM_SYNC_BN] = int_word(cfg->sync_bn);
+  w[TERM_SPARSE_TABLES] = int_word(cfg->sparse_tables);
+  w[TERM_SPARSE_DENSE_ABOVE] = float_word(cfg->sparse_dense_above);
+  w[TERM_TABLE_OPTIMIZER] = int_word(cfg->table_optimizer);
   transform_words(&cfg->transform, w);
 }
 
@@ -303,9 +309,9 @@ static int json_word(int t, const json_t *v, uint64_t *w) {
 /* Fields a resumed run may change: the rate, the run's length (and the cosine length that
  * follows it), the checks, the non-finite policy, the test set. */
 static int may_change(int t) {
-  return t == TERM_LR || t == TERM_EPOCHS || t == TERM_MAX_STEPS || t == TERM_TOTAL_STEPS ||
-         t == TERM_CHECK_EVERY || t == TERM_MAX_SKIPPED || t == TERM_NONFINITE ||
-         t == TERM_TEST_SAMPLES || t == TERM_TEST_DATA;
+  return t == TERM_LR || t == TERM_SPARSE_DENSE_ABOVE || t == TERM_EPOCHS || t == TERM_MAX_STEPS ||
+         t == TERM_TOTAL_STEPS || t == TERM_CHECK_EVERY || t == TERM_MAX_SKIPPED ||
+         t == TERM_NONFINITE || t == TERM_TEST_SAMPLES || t == TERM_TEST_DATA;
 }
 
 /* One field of the resume check: equal, changed and allowed (logged), or refused. */
@@ -315,7 +321,9 @@ static dpt_status check_field(int t, const json_t *obj, const char *origin, uint
   term_key(t, key, sizeof key);
   uint64_t saved = 0;
   const json_t *v = json_object_get(obj, key);
-  if (!v || !json_word(t, v, &saved))
+  /* The fields from sparse_tables on are absent from older checkpoints, where they were 0. */
+  const int absent_zero = !v && t >= TERM_SPARSE_TABLES;
+  if (!absent_zero && (!v || !json_word(t, v, &saved)))
     return dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: the saved configuration has no valid '%s'",
                          origin, key);
   if (saved == now) return DPT_OK;

@@ -41,6 +41,10 @@ struct train_ckpt {
   dpt_st_tensor *tensors;           /* the state's entries, then the optimizer's */
   int64_t *counters;
   char **opt_names; /* "optimizer.<slot>.<tensor>", [slots * tensors] */
+  /* every replica: row-wise Adagrad's accumulators of the sparse tables, one block per table */
+  float *row_sum;    /* [sum of the tables' rows]: copied for a save, read for a resume */
+  size_t row_floats; /* that sum */
+  char **row_names;  /* "optimizer.row_sum.<table>", [dpt_train_sparse_num_acc] */
   size_t ntensors;
   char *model_json, *terms_json, *mean, *std;
   const char *meta[MAX_META];
@@ -97,12 +101,30 @@ static dpt_status make_metadata(const replica *r, struct train_ckpt *ck) {
 static dpt_status make_tensors(const replica_state *s, struct train_ckpt *ck) {
   const size_t entries = dpt_model_state_tensors(s->model, NULL, NULL, NULL);
   const size_t nt = dpt_model_num_tensors(s->model), nopt = (size_t)ck->slots * nt;
-  ck->ntensors = entries + nopt;
+  const size_t nrow = dpt_train_sparse_num_acc(s);
+  ck->ntensors = entries + nopt + nrow;
   ck->tensors = calloc(ck->ntensors, sizeof *ck->tensors);
   ck->counters = calloc(entries, sizeof *ck->counters);
   ck->opt_names = calloc(nopt ? nopt : 1, sizeof *ck->opt_names);
-  if (!ck->tensors || !ck->counters || !ck->opt_names)
+  ck->row_names = calloc(nrow ? nrow : 1, sizeof *ck->row_names);
+  if (!ck->tensors || !ck->counters || !ck->opt_names || !ck->row_names)
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "checkpoints: out of host memory");
+  size_t at = 0;
+  for (size_t i = 0; i < nrow; ++i) {
+    const char *table = NULL;
+    size_t rows = 0;
+    dpt_train_sparse_acc(s, i, &table, &rows);
+    const size_t len = strlen(table) + 32;
+    char *name = ck->row_names[i] = malloc(len);
+    if (!name) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "checkpoints: out of host memory");
+    snprintf(name, len, "optimizer.row_sum.%s", table);
+    dpt_st_tensor *x = &ck->tensors[entries + nopt + i];
+    x->name = name;
+    x->data = ck->row_sum + at;
+    x->ndim = 1;
+    x->shape[0] = (int64_t)rows;
+    at += rows;
+  }
   for (int k = 0; k < ck->slots; ++k)
     for (size_t t = 0; t < nt; ++t) {
       dpt_tensor_info ti;
@@ -194,6 +216,14 @@ dpt_status dpt_train_ckpt_setup(replica *r, replica_state *s) {
   for (int k = 0; k < ck->slots; ++k)
     if (!(ck->opt[k] = calloc(np ? np : 1, sizeof(float))))
       return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "checkpoints: out of host memory");
+  for (size_t i = 0; i < dpt_train_sparse_num_acc(s); ++i) {
+    const char *table = NULL;
+    size_t rows = 0;
+    dpt_train_sparse_acc(s, i, &table, &rows);
+    ck->row_floats += rows;
+  }
+  if (ck->row_floats && !(ck->row_sum = calloc(ck->row_floats, sizeof(float))))
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "checkpoints: out of host memory");
   if (r->index != 0) return DPT_OK;
   DPT_TRY(check_dir(r->cfg));
   ck->state = malloc(dpt_model_state_size(s->model) * sizeof(float));
@@ -208,6 +238,22 @@ dpt_status dpt_train_ckpt_setup(replica *r, replica_state *s) {
 }
 
 /* ---- sharing what replica 0 read ---------------------------------------------------------- */
+
+/* Row-wise Adagrad's accumulators between the trainer's tables and ck->row_sum: to_ck 1 copies
+ * the tables' into ck (for a save), 0 the other way (a resume or a rollback). */
+static void copy_row_sums(const replica_state *s, struct train_ckpt *ck, int to_ck) {
+  size_t at = 0;
+  for (size_t i = 0; i < dpt_train_sparse_num_acc(s); ++i) {
+    const char *table = NULL;
+    size_t rows = 0;
+    float *acc = dpt_train_sparse_acc(s, i, &table, &rows);
+    if (to_ck)
+      memcpy(ck->row_sum + at, acc, rows * sizeof(float));
+    else
+      memcpy(acc, ck->row_sum + at, rows * sizeof(float));
+    at += rows;
+  }
+}
 
 /* Replica 0's loaded progress and optimizer state to every replica, into its optimizer. Every
  * replica joins; *loaded says whether there was anything. */
@@ -236,6 +282,12 @@ static dpt_status share_loaded(replica *r, replica_state *s, dpt_checkpoint_prog
     dpt_train_keep_failure(s, st);
     if (s->pending == DPT_OK)
       dpt_train_keep_failure(s, dpt_optimizer_set_state(s->opt, k, ck->opt[k]));
+  }
+  if (ck->row_floats) {
+    dpt_status st = dpt_broadcast_host(r->comm, ck->row_sum, ck->row_floats * sizeof(float), 0);
+    if (dpt_train_out_of_step(st)) return dpt_train_stop_after(s, st);
+    dpt_train_keep_failure(s, st);
+    copy_row_sums(s, ck, 0);
   }
   dpt_train_keep_failure(s, dpt_optimizer_set_steps(s->opt, p->optimizer_steps));
   ck->taken = 1;
@@ -316,6 +368,7 @@ static dpt_status gather_optimizer(replica *r, replica_state *s) {
       dpt_train_keep_failure(s, dpt_optimizer_get_state(s->opt, k, ck->opt[k]));
     }
   }
+  if (r->index == 0) copy_row_sums(s, ck, 1); /* alike on every replica */
   return DPT_OK;
 }
 
@@ -457,6 +510,10 @@ void dpt_train_ckpt_free(replica_state *s) {
   for (size_t i = 0; ck->opt_names && i < (size_t)ck->slots * dpt_model_num_tensors(s->model); ++i)
     free(ck->opt_names[i]);
   free(ck->opt_names);
+  for (size_t i = 0; ck->row_names && i < dpt_train_sparse_num_acc(s); ++i)
+    free(ck->row_names[i]);
+  free(ck->row_names);
+  free(ck->row_sum);
   free(ck->state);
   free(ck->tensors);
   free(ck->counters);

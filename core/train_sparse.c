@@ -19,8 +19,10 @@ struct train_sparse {
     size_t offset, rows, dim; /* the weight in the flat parameter (and gradient) buffer */
     size_t slot, bag;         /* the record's id slots */
     dpt_sparse_exchange *x;
-    int dense; /* this step: the dense all-reduce was chosen */
-    int dirty; /* the gradient range may hold more than zeros: cleared whole before backward */
+    int dense;  /* this step: the dense all-reduce was chosen */
+    int dirty;  /* the gradient range may hold more than zeros: cleared whole before backward */
+    float *acc; /* row-wise Adagrad: one accumulator per row [rows], alike on every replica */
+    char name[DPT_LAYER_NAME_MAX + 16]; /* the weight tensor's */
   } * tables;
   dpt_range *dense; /* the flat buffer minus the tables, increasing */
   size_t num_dense;
@@ -42,8 +44,10 @@ static int cmp_i32(const void *a, const void *b) {
 void dpt_train_sparse_free(replica_state *s) {
   train_sparse *p = s->sparse;
   if (!p) return;
-  for (size_t t = 0; t < p->num_tables; ++t)
+  for (size_t t = 0; t < p->num_tables; ++t) {
     dpt_sparse_exchange_destroy(p->tables[t].x);
+    free(p->tables[t].acc);
+  }
   free(p->tables);
   free(p->dense);
   free(p->ids);
@@ -92,6 +96,10 @@ dpt_status dpt_train_sparse_setup(replica *r, replica_state *s) {
       return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %s holds %zu floats, not %zu x %zu", fn, want,
                            ti.count, t->rows, t->dim);
     if (t->bag > max_bag) max_bag = t->bag;
+    snprintf(t->name, sizeof t->name, "%s", want);
+    if (cfg->table_optimizer == DPT_TABLE_ROWWISE_ADAGRAD &&
+        !(t->acc = calloc(t->rows ? t->rows : 1, sizeof *t->acc)))
+      return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
     DPT_TRY(dpt_sparse_exchange_create(&t->x));
     DPT_TRY(dpt_sparse_exchange_set_dense_above(
         t->x, cfg->sparse_dense_above > 0 ? cfg->sparse_dense_above : DPT_SPARSE_DENSE_ABOVE));
@@ -259,30 +267,108 @@ dpt_status dpt_train_sparse_count_nonfinite(replica_state *s, int64_t *out) {
   return DPT_OK;
 }
 
+/* The table optimizer on n rows of table t in host memory (w: the rows, ids: theirs, g: their
+ * summed gradients). */
+static dpt_status update_rows(const struct sparse_table *t, float *w, const int32_t *ids,
+                              const float *g, size_t n, float lr) {
+  const int32_t zero = 0;
+  for (size_t j = 0; j < n; ++j) {
+    float *row = w + j * t->dim;
+    const float *gj = g + j * t->dim;
+    DPT_TRY(t->acc ? dpt_sparse_adagrad_rows(row, t->acc + ids[j], 1, t->dim, &zero, gj, 1, lr,
+                                             DPT_TABLE_ADAGRAD_EPS)
+                   : dpt_sparse_sgd_rows(row, 1, t->dim, &zero, gj, 1, lr));
+  }
+  return DPT_OK;
+}
+
+/* The exchanged rows of table t: one download and upload per run of consecutive ids. */
+static dpt_status step_rows(replica_state *s, const struct sparse_table *t, float lr) {
+  train_sparse *p = s->sparse;
+  const int32_t *ids = NULL;
+  const float *g = NULL;
+  const size_t n = dpt_sparse_exchange_result(t->x, &ids, &g);
+  dpt_buffer *params = dpt_model_params(s->model);
+  for (size_t i = 0, m; i < n; i += m) {
+    m = id_run(ids, i, n);
+    const size_t at = (t->offset + (size_t)ids[i] * t->dim) * sizeof(float);
+    const size_t bytes = m * t->dim * sizeof(float);
+    DPT_TRY(rows_room(p, m * t->dim));
+    DPT_TRY(dpt_buffer_download(params, at, p->rows, bytes));
+    DPT_TRY(update_rows(t, p->rows, ids + i, g + i * t->dim, m, lr));
+    DPT_TRY(dpt_buffer_upload(params, at, p->rows, bytes));
+  }
+  return DPT_OK;
+}
+
+/* Row-wise Adagrad after the dense exchange of table t: the rows whose summed gradient is not
+ * all zero (the rows some replica touched, or fewer: a zero row would not move), read in
+ * blocks of rows. */
+static dpt_status step_dense_adagrad(replica_state *s, const struct sparse_table *t, float lr) {
+  train_sparse *p = s->sparse;
+  enum { BLOCK = 1024 };
+  DPT_TRY(rows_room(p, 2 * BLOCK * t->dim));
+  float *g = p->rows, *w = p->rows + BLOCK * t->dim;
+  int32_t ids[BLOCK];
+  dpt_buffer *params = dpt_model_params(s->model);
+  for (size_t r0 = 0; r0 < t->rows; r0 += BLOCK) {
+    const size_t m = t->rows - r0 < BLOCK ? t->rows - r0 : BLOCK;
+    const size_t at = (t->offset + r0 * t->dim) * sizeof(float);
+    DPT_TRY(dpt_buffer_download(dpt_model_grads(s->model), at, g, m * t->dim * sizeof(float)));
+    size_t k = 0;
+    for (size_t j = 0; j < m; ++j) {
+      size_t c = 0;
+      while (c < t->dim && g[j * t->dim + c] == 0.0f)
+        ++c;
+      if (c == t->dim) continue;
+      ids[k] = (int32_t)(r0 + j);
+      if (k != j) memmove(g + k * t->dim, g + j * t->dim, t->dim * sizeof(float));
+      ++k;
+    }
+    for (size_t i = 0; i < k; ++i) {
+      const size_t row = (t->offset + (size_t)ids[i] * t->dim) * sizeof(float);
+      DPT_TRY(dpt_buffer_download(params, row, w, t->dim * sizeof(float)));
+      DPT_TRY(update_rows(t, w, ids + i, g + i * t->dim, 1, lr));
+      DPT_TRY(dpt_buffer_upload(params, row, w, t->dim * sizeof(float)));
+    }
+  }
+  return DPT_OK;
+}
+
 dpt_status dpt_train_sparse_step(replica_state *s) {
   train_sparse *p = s->sparse;
   const float lr = dpt_optimizer_lr(s->opt);
   DPT_TRY(dpt_optimizer_step_ranges(s->opt, p->dense, p->num_dense, 0.0, NULL));
-  dpt_buffer *params = dpt_model_params(s->model);
   for (size_t i = 0; i < p->num_tables; ++i) {
     const struct sparse_table *t = &p->tables[i];
-    if (t->dense) { /* the whole table: rows nobody touched have a zero gradient */
-      DPT_TRY(dpt_axpy(s->be, t->rows * t->dim, -lr, dpt_model_grads(s->model), t->offset, params,
-                       t->offset));
-      continue;
-    }
-    const int32_t *ids = NULL;
-    const float *g = NULL;
-    const size_t n = dpt_sparse_exchange_result(t->x, &ids, &g);
-    DPT_TRY(rows_room(p, t->dim));
-    const size_t rb = t->dim * sizeof(float);
-    for (size_t j = 0; j < n; ++j) {
-      const size_t at = (t->offset + (size_t)ids[j] * t->dim) * sizeof(float);
-      const int32_t zero = 0;
-      DPT_TRY(dpt_buffer_download(params, at, p->rows, rb));
-      DPT_TRY(dpt_sparse_sgd_rows(p->rows, 1, t->dim, &zero, g + j * t->dim, 1, lr));
-      DPT_TRY(dpt_buffer_upload(params, at, p->rows, rb));
+    if (t->dense && t->acc) {
+      DPT_TRY(step_dense_adagrad(s, t, lr));
+    } else if (t->dense) { /* the whole table: rows nobody touched have a zero gradient */
+      DPT_TRY(dpt_axpy(s->be, t->rows * t->dim, -lr, dpt_model_grads(s->model), t->offset,
+                       dpt_model_params(s->model), t->offset));
+    } else {
+      DPT_TRY(step_rows(s, t, lr));
     }
   }
   return DPT_OK;
+}
+
+size_t dpt_train_sparse_num_acc(const replica_state *s) {
+  const train_sparse *p = s->sparse;
+  size_t n = 0;
+  for (size_t i = 0; p && i < p->num_tables; ++i)
+    n += p->tables[i].acc != NULL;
+  return n;
+}
+
+float *dpt_train_sparse_acc(const replica_state *s, size_t i, const char **name, size_t *rows) {
+  const train_sparse *p = s->sparse;
+  for (size_t t = 0; p && t < p->num_tables; ++t) {
+    if (!p->tables[t].acc) continue;
+    if (i-- > 0) continue;
+    *name = p->tables[t].name;
+    *rows = p->tables[t].rows;
+    return p->tables[t].acc;
+  }
+  return NULL;
 }

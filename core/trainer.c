@@ -1089,6 +1089,14 @@ static dpt_status check_config(const dpt_train_config *cfg, dpt_comm *comm) {
                          "%s: sparse_tables needs per-replica records (local_train)", fn);
   if (cfg->sparse_tables && !(cfg->sparse_dense_above >= 0))
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: sparse_dense_above must be >= 0", fn);
+  if (cfg->table_optimizer != DPT_TABLE_SGD && cfg->table_optimizer != DPT_TABLE_ROWWISE_ADAGRAD)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: table_optimizer %d is not 0 (sgd) or 1 "
+                         "(row-wise adagrad)",
+                         fn, cfg->table_optimizer);
+  if (cfg->table_optimizer != DPT_TABLE_SGD && !cfg->sparse_tables)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: table_optimizer (row-wise adagrad) needs sparse_tables", fn);
   if (cfg->sparse_tables && cfg->skip_allreduce)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "%s: sparse_tables exchanges the tables' rows; skip_allreduce exchanges "

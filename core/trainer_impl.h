@@ -140,8 +140,13 @@ dpt_status dpt_train_sparse_reduce(replica *r, replica_state *s);
 /* Non-finite values in the reduced gradient: the dense ranges, and each table's summed rows
  * (or its range, when the step chose the dense exchange). */
 dpt_status dpt_train_sparse_count_nonfinite(replica_state *s, int64_t *out);
-/* The update: the optimizer on the dense ranges, plain SGD at its rate on the tables' rows. */
+/* The update: the optimizer on the dense ranges, the table optimizer (SGD or row-wise Adagrad
+ * at the optimizer's rate) on the tables' exchanged rows. */
 dpt_status dpt_train_sparse_step(replica_state *s);
+/* Row-wise Adagrad's accumulators, for checkpoints: how many tables have them, and the i-th
+ * one's [rows] floats with its weight tensor's name (NULL past the end). */
+size_t dpt_train_sparse_num_acc(const replica_state *s);
+float *dpt_train_sparse_acc(const replica_state *s, size_t i, const char **name, size_t *rows);
 
 /* ---- checkpoints (train_checkpoint.c) ---- */
 

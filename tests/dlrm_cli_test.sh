@@ -31,6 +31,10 @@ refused "--sparse-tables without dlrm" "--sparse-tables is for --model dlrm" tra
   --sparse-tables
 refused "--sparse-dense-above without --sparse-tables" "needs --sparse-tables" "${base[@]}" \
   --sparse-dense-above 0.1
+refused "--table-optimizer without --sparse-tables" "--table-optimizer needs --sparse-tables" \
+  "${base[@]}" --table-optimizer rowwise-adagrad
+refused "bad --table-optimizer" "bad value 'adam' for --table-optimizer" "${base[@]}" \
+  --sparse-tables --table-optimizer adam
 refused "bad --interaction" "bad value 'sum' for --interaction" "${base[@]}" --interaction sum
 # A payload byte flipped in a copy of shard 2: the rank that owns it names the file.
 mkdir -p "$dir/bad" && cp "$dir"/s/synth-0000[0-3].bin "$dir/bad/"
@@ -107,7 +111,27 @@ else
     else
       echo "ok: --sparse-tables: 2 ranks equal 2 thread replicas ($shash)"
     fi
+    # ranks started with and without it stop at start-up, naming it
+    if timeout 60 $mpiexec -np 1 "$dptrain" "${sparse[@]}" : -np 1 "$dptrain" "${base[@]}" \
+      --optimizer sgd --global-batch 512 --epochs 1 >/dev/null 2>"$dir/err" ||
+      ! grep -q "disagree on sparse table gradients (sparse_tables)" "$dir/err"; then
+      fail "ranks with and without --sparse-tables: $(head -3 "$dir/err")"
+    else
+      echo "ok: ranks with and without --sparse-tables refused at start-up"
+    fi
   fi
+fi
+
+# --table-optimizer rowwise-adagrad: the loss falls, other parameters than SGD's.
+out=$("$dptrain" "${sparse[@]}" --replicas 2 --table-optimizer rowwise-adagrad 2>"$dir/err")
+rc=$?
+ahash=$(grep '"final": true' <<<"$out" | grep -o '"param_hash": "[0-9a-f]*"')
+losses=$(grep -o '"train_loss": [0-9.]*' <<<"$out" | cut -d' ' -f2 | head -1)
+if [ $rc -ne 0 ] || [ -z "$ahash" ] || [ "$ahash" = "${shash:-}" ] ||
+  ! awk -v l="$losses" 'BEGIN { exit !(l > 0 && l < 0.6931) }'; then
+  fail "--table-optimizer rowwise-adagrad: exit $rc, '$ahash' (sgd '${shash:-}'), loss '$losses': $(tail -3 "$dir/err")"
+else
+  echo "ok: --table-optimizer rowwise-adagrad: loss $losses, $ahash"
 fi
 
 # A checkpoint on these shards; resuming it on other shards is refused.

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/checkpoint.h"
+#include "core/run_terms.h"
 #include "dptrain/dptrain.h"
 #include "test_util.h"
 #include "tmp_dir.h"
@@ -74,6 +75,51 @@ static void expect_progress(const dpt_checkpoint_progress *got,
   ck_assert_uint_eq(got->seed, want->seed);
   ck_assert_uint_eq(got->state_hash, want->state_hash);
 }
+
+/* The run terms in a checkpoint: a round trip is accepted; a changed field that may not change
+ * is refused by name; the fields from sparse_tables on may be absent (checkpoints written before
+ * them), read as 0, and then a run that sets one is refused. */
+START_TEST(run_terms_resume_check) {
+  dpt_train_config cfg;
+  dpt_train_config_default(&cfg);
+  uint64_t now[DPT_RUN_TERM_COUNT];
+  dpt_run_terms(&cfg, now);
+  char *json = NULL;
+  TU_OK(dpt_run_terms_to_json(now, &json));
+  TU_OK(dpt_run_terms_check_resume(json, "ck", now, NULL, NULL));
+  ck_assert_ptr_nonnull(strstr(json, "\"table_optimizer\":0"));
+  /* an older checkpoint: the three keys cut out */
+  char *old = strdup(json);
+  static const char *const cut[] = {"\"sparse_tables\"", "\"sparse_dense_above\"",
+                                    "\"table_optimizer\""};
+  for (size_t i = 0; i < 3; ++i) {
+    char *k = strstr(old, cut[i]);
+    ck_assert_ptr_nonnull(k);
+    char *end = strpbrk(k, ",}");
+    if (*end == ',')
+      ++end;
+    else if (k[-1] == ',') /* the last member: its comma goes */
+      --k;
+    while (*end == ' ' || *end == '\n')
+      ++end;
+    memmove(k, end, strlen(end) + 1);
+  }
+  ck_assert_ptr_null(strstr(old, "sparse"));
+  TU_OK(dpt_run_terms_check_resume(old, "old", now, NULL, NULL));
+  cfg.table_optimizer = DPT_TABLE_ROWWISE_ADAGRAD;
+  dpt_run_terms(&cfg, now);
+  EXPECT_FAIL(dpt_run_terms_check_resume(old, "old", now, NULL, NULL), DPT_ERR_MISMATCH,
+              "the tables' optimizer", "0", NULL);
+  /* an older field still has to be there */
+  char *no_lr = strstr(json, "\"lr\"");
+  ck_assert_ptr_nonnull(no_lr);
+  no_lr[1] = 'X';
+  EXPECT_FAIL(dpt_run_terms_check_resume(json, "ck", now, NULL, NULL), DPT_ERR_BAD_FORMAT,
+              "no valid 'lr'", NULL, NULL);
+  free(old);
+  free(json);
+}
+END_TEST
 
 START_TEST(progress_json_round_trip) {
   const double odd[] = {0.1 + 0.2,      -0.0,  5e-324,   DBL_MAX,  1.0 / 3.0,
@@ -522,6 +568,7 @@ int main(void) {
   TCase *tc = tcase_create("checkpoint");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, progress_json_round_trip);
+  tcase_add_test(tc, run_terms_resume_check);
   tcase_add_test(tc, progress_json_errors);
   tcase_add_test(tc, write_verify_open);
   tcase_add_test(tc, corruption_named);

@@ -134,6 +134,16 @@ static int parse_interaction(cli *c, const char *v) {
   return 0;
 }
 
+static int parse_table_optimizer(cli *c, const char *v) {
+  if (!strcmp(v, "sgd"))
+    c->cfg.table_optimizer = DPT_TABLE_SGD;
+  else if (!strcmp(v, "rowwise-adagrad"))
+    c->cfg.table_optimizer = DPT_TABLE_ROWWISE_ADAGRAD;
+  else
+    return -1;
+  return 0;
+}
+
 static int parse_text(cli *c, const char *v) {
   return dpt_text_options_add_path(&c->text, v);
 }
@@ -283,9 +293,13 @@ static const option options[] = {
     {"--interaction", "dot|cat", "feature interaction (default dot)", CUSTOM(parse_interaction)},
     {"--sparse-tables", NULL,
      "the tables' gradients as (row id, row) pairs, their touched\n"
-     "rows updated by plain SGD; the rest by --optimizer\n"
+     "rows updated by --table-optimizer; the rest by --optimizer\n"
      "(docs/recommendation.md, \"Sparse table gradients\")",
      FLAG(cfg.sparse_tables, 1)},
+    {"--table-optimizer", "sgd|rowwise-adagrad",
+     "with --sparse-tables: the tables' update, plain SGD (default)\n"
+     "or DLRM's row-wise Adagrad, both at --lr and its schedule",
+     CUSTOM(parse_table_optimizer)},
     {"--sparse-dense-above", "F",
      "with --sparse-tables: a table's step all-reduces its dense\n"
      "gradient when the rows would send more than F x its bytes\n"
@@ -765,8 +779,8 @@ static void set_defaults(cli *c) {
  * batch 2048), and the options that do not apply to shards refused. KEEP_GOING or 2. */
 static int dlrm_options(cli *c) {
   static const char *const dlrm_only[] = {
-      "--val-data",      "--embedding-dim",     "--bottom", "--top", "--interaction",
-      "--sparse-tables", "--sparse-dense-above"};
+      "--val-data",      "--embedding-dim",      "--bottom",         "--top", "--interaction",
+      "--sparse-tables", "--sparse-dense-above", "--table-optimizer"};
   if (!c->dlrm) {
     for (size_t i = 0; i < sizeof dlrm_only / sizeof dlrm_only[0]; ++i)
       if (given(c, dlrm_only[i])) return usage_error("%s is for --model dlrm", dlrm_only[i]);
@@ -781,6 +795,8 @@ static int dlrm_options(cli *c) {
   if (given(c, "--sparse-dense-above") && (!c->cfg.sparse_tables || !(c->sparse_above > 0)))
     return usage_error("--sparse-dense-above needs --sparse-tables and a value > 0");
   c->cfg.sparse_dense_above = c->sparse_above;
+  if (given(c, "--table-optimizer") && !c->cfg.sparse_tables)
+    return usage_error("--table-optimizer needs --sparse-tables");
   if (!given(c, "--data"))
     return usage_error("--model dlrm needs --data 'DIR/train-*.bin' (interaction shards)");
   if (!given(c, "--optimizer")) {

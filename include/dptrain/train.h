@@ -114,6 +114,13 @@ typedef enum dpt_nonfinite_policy {
  * rollback, a checkpoint passed over, a setting changed since the checkpoint. */
 typedef void (*dpt_train_log_fn)(const char *line, void *user);
 
+/* The update of the embedding tables under sparse_tables (dpt_train_config.table_optimizer). */
+typedef enum dpt_table_optimizer {
+  DPT_TABLE_SGD = 0,
+  DPT_TABLE_ROWWISE_ADAGRAD = 1
+} dpt_table_optimizer;
+#define DPT_TABLE_ADAGRAD_EPS 1e-8f
+
 typedef struct dpt_train_config {
   dpt_model_spec model;
   dpt_optim_config optim;
@@ -163,10 +170,12 @@ typedef struct dpt_train_config {
   /* 1: sparse table gradients (dptrain/sparse.h), with local_train only. Each embedding_bag
    * table's gradient is left out of the dense exchange: every replica collects the rows its
    * slice touched (the ids of its records), and dpt_sparse_allreduce sums them over the
-   * replicas; every replica then applies plain SGD at the step's learning rate (the
-   * optimizer's schedule and factor; no momentum, no weight decay) to those rows of its own
-   * full copy of the tables, so replicas stay identical. The rest of the parameters are
-   * all-reduced range by range and stepped by the configured optimizer
+   * replicas; every replica then applies the table optimizer (table_optimizer: plain SGD by
+   * default) at the step's learning rate (the optimizer's schedule and factor; no momentum,
+   * no weight decay) to those rows of its own full copy of the tables, so replicas stay
+   * identical. The model adds the tables' gradients into ranges kept zero
+   * (dpt_model_set_sparse_table_grads): a step costs the rows it touches, not the tables. The rest
+   * of the parameters are all-reduced range by range and stepped by the configured optimizer
    * (dpt_optimizer_step_ranges): the full optimizer step, whatever full_optimizer_step says.
    * With SGD without momentum and weight decay the run equals the dense one within float
    * rounding. Refused with clipping (clip_norm > 0: the norm would need the tables' rows)
@@ -176,6 +185,12 @@ typedef struct dpt_train_config {
    * gradient is all-reduced whole instead and the whole table takes the same SGD step. */
   int sparse_tables;
   double sparse_dense_above; /* >= 0; 0 means DPT_SPARSE_DENSE_ABOVE (dptrain/sparse.h) */
+  /* With sparse_tables: the tables' update. DPT_TABLE_SGD (default): plain SGD as above.
+   * DPT_TABLE_ROWWISE_ADAGRAD: DLRM's row-wise Adagrad (dpt_sparse_adagrad_rows, eps
+   * DPT_TABLE_ADAGRAD_EPS) at the step's learning rate, one accumulator per row kept alike on
+   * every replica and saved in checkpoints ("optimizer.row_sum.<table>"); a row no replica
+   * touched is left as it is. */
+  int table_optimizer;
   /* Applied to samples as they are gathered (all zero: none): the training set gets all of it,
    * keyed by the epoch (see dpt_data_transform), the test set the normalization only. */
   dpt_data_transform transform;
