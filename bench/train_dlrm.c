@@ -441,7 +441,10 @@ int dpt_bench_train_dlrm(int argc, char **argv) {
   }
   printf("%s\n", title);
   printf("global batch %zu, %ld steps, %s backend, %d %s, median of %d\n", batch, steps, backend,
-         replicas, mpi ? "MPI ranks" : "replicas (threads of one process)", repeat);
+         replicas,
+         mpi ? (replicas == 1 ? "MPI rank" : "MPI ranks")
+             : (replicas == 1 ? "replica" : "replicas (threads of one process)"),
+         repeat);
   char b1[32], b2[32];
   printf("data: %" PRIu64 " records in %zu shards, %s (%s)\n", total_records, nshards,
          human(b1, sizeof b1, data_bytes), tmp[0] ? "synthetic, removed at the end" : pattern);
