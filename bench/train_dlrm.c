@@ -284,13 +284,14 @@ int dpt_bench_train_dlrm(int argc, char **argv) {
   /* This process's readers: one per replica with threads, this rank's under MPI. */
   const int nreaders = mpi ? 1 : replicas;
   dpt_interactions **rd = calloc((size_t)nreaders, sizeof *rd);
+  char msg[1024] = "out of memory";
+  const int failed_before = rc;
   if (!rd) rc = 1;
   for (int i = 0; i < nreaders && !rc; ++i)
     if (dpt_interactions_open(pattern, mpi ? rank : i, replicas, &rd[i]) != DPT_OK) {
-      fprintf(stderr, "bench train: %s\n", dpt_last_error());
+      snprintf(msg, sizeof msg, "%s", dpt_last_error());
       rc = 1;
     }
-  rc = settle(mpi, rc);
   double m[M_COUNT] = {0}, data_bytes = 0;
   size_t rows[DPT_SHARD_MAX_SPARSE];
   const size_t bottom[2] = {64, 32}, top[2] = {64, 32};
@@ -324,18 +325,26 @@ int dpt_bench_train_dlrm(int argc, char **argv) {
     lo.top = top;
     lo.num_top = 2;
     if (lo.num_dense < 1) {
-      fprintf(stderr, "bench train: the shards have no dense feature (DLRM needs one)\n");
+      snprintf(msg, sizeof msg, "the shards have no dense feature (DLRM needs one)");
       rc = 1;
     } else if (dpt_model_spec_dlrm(&cfg.model, &lo) != DPT_OK) {
-      fprintf(stderr, "bench train: %s\n", dpt_last_error());
+      snprintf(msg, sizeof msg, "%s", dpt_last_error());
       rc = 1;
     } else if (batch < (size_t)replicas || dpt_interactions_steps(d, batch) < 1) {
-      fprintf(stderr, "bench train: --global-batch %zu needs %d replicas .. %" PRIu64 " records\n",
-              batch, replicas, total_records);
+      snprintf(msg, sizeof msg, "--global-batch %zu needs %d replicas .. %" PRIu64 " records",
+               batch, replicas, total_records);
       rc = 2;
     }
   }
-  rc = settle(mpi, rc);
+  /* Every rank learns whether all are ready; a failure that is rank 0's too is printed once. */
+  if (!failed_before) {
+    int same_as_first = 0;
+    const dpt_status ready = dpt_train_agree_ready(world, rc ? DPT_ERR_INVALID_ARG : DPT_OK, msg,
+                                                   "rank", &same_as_first);
+    if (ready != DPT_OK && !same_as_first && (rc || rank == 0))
+      fprintf(stderr, "bench train: %s\n", rc ? msg : dpt_last_error());
+    if (ready != DPT_OK && !rc) rc = 1;
+  }
   /* `dptrain train --model dlrm`'s recipe: AdamW lr 1e-3 without weight decay, constant. */
   dpt_optim_config_default(&cfg.optim, DPT_OPTIM_ADAMW);
   cfg.optim.lr = 1e-3f;
