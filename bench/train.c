@@ -5,7 +5,8 @@
  * this process (one core each on the CPU backend); under `mpirun -np R` they are the R ranks,
  * and the one-replica figures come from rank 0 alone while the others sleep. Every figure is
  * the median of --repeat runs of --steps steps on Fashion-MNIST (or random data when it is not
- * installed); the variants take turns within each repeat. */
+ * installed); the variants take turns within each repeat. --model dlrm is bench/train_dlrm.c's
+ * (the dense exchange of the tables against --sparse-tables). */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
 #include <stdio.h>
@@ -27,7 +28,8 @@ static void usage(FILE *f) {
           "Samples/s of a model: 1 replica without the all-reduce, 1 replica, and R replicas\n"
           "with the sharded and the full step, side by side, with each variant's time split\n"
           "per step.\n"
-          "  --model M      mlp (784-512-256-10) | cnn (32,64 channels) | resnet | bert | dlrm\n"
+          "  --model M      mlp (784-512-256-10) | cnn (32,64 channels) | resnet | bert |\n"
+          "                 dlrm\n"
           "                 (default mlp; bert: 4 layers, hidden 256, 4 heads, ffn 1024,\n"
           "                 dropout 0.1, sequences of --seq-len 128 tokens of the fortunes\n"
           "                 text with a 4096-token vocabulary, global batch 32; tokens/s\n"
