@@ -9,6 +9,10 @@
 int dpt_bench_gemm(int argc, char **argv);
 int dpt_bench_allreduce(int argc, char **argv);
 int dpt_bench_train(int argc, char **argv);
+/* bench train --model dlrm (bench/train_dlrm.c), called by dpt_bench_train. */
+int dpt_bench_train_dlrm(int argc, char **argv);
+/* The first of argv's options that only --model dlrm takes, or NULL. */
+const char *dpt_bench_train_dlrm_only(int argc, char **argv);
 
 /* Parses "a,b,c" into out[0..max): every value in 1..max_value, at least one. 0 on success,
  * -1 on anything else. Shared by the benchmarks' and the dptrain tool's command lines. */

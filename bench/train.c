@@ -5,7 +5,8 @@
  * this process (one core each on the CPU backend); under `mpirun -np R` they are the R ranks,
  * and the one-replica figures come from rank 0 alone while the others sleep. Every figure is
  * the median of --repeat runs of --steps steps on Fashion-MNIST (or random data when it is not
- * installed); the variants take turns within each repeat. */
+ * installed); the variants take turns within each repeat. --model dlrm is bench/train_dlrm.c's
+ * (the dense exchange of the tables against --sparse-tables). */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
 #include <stdio.h>
@@ -27,11 +28,14 @@ static void usage(FILE *f) {
           "Samples/s of a model: 1 replica without the all-reduce, 1 replica, and R replicas\n"
           "with the sharded and the full step, side by side, with each variant's time split\n"
           "per step.\n"
-          "  --model M      mlp (784-512-256-10) | cnn (32,64 channels) | resnet | bert\n"
+          "  --model M      mlp (784-512-256-10) | cnn (32,64 channels) | resnet | bert |\n"
+          "                 dlrm\n"
           "                 (default mlp; bert: 4 layers, hidden 256, 4 heads, ffn 1024,\n"
           "                 dropout 0.1, sequences of --seq-len 128 tokens of the fortunes\n"
           "                 text with a 4096-token vocabulary, global batch 32; tokens/s\n"
-          "                 counts every position of a sequence, padding included)\n"
+          "                 counts every position of a sequence, padding included; dlrm:\n"
+          "                 the dense exchange next to --sparse-tables on interaction\n"
+          "                 shards, see `dptrain bench train --model dlrm --help`)\n"
           "  --seq-len N    bert: tokens per sequence (default 128)\n"
           "  --depth N      resnet depth, 6n+2 (default 20)\n"
           "  --global-batch B  samples per step over all replicas (default 256)\n"
@@ -134,6 +138,14 @@ int dpt_bench_train(int argc, char **argv) {
   int replicas = 2, repeat = 5, json = 0;
   size_t depth = 20, batch = 0, seq_len = 128;
   long steps = 100;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (!strcmp(argv[i], "--model") && !strcmp(argv[i + 1], "dlrm"))
+      return dpt_bench_train_dlrm(argc, argv);
+  const char *dlrm_only = dpt_bench_train_dlrm_only(argc, argv);
+  if (dlrm_only) {
+    fprintf(stderr, "bench train: %s is for --model dlrm\n", dlrm_only);
+    return 2;
+  }
   dpt_train_config cfg;
   dpt_train_config_default(&cfg);
   for (int i = 1; i < argc; ++i) {
@@ -225,7 +237,7 @@ int dpt_bench_train(int argc, char **argv) {
     snprintf(title, sizeof title, "BERT 4x256 seq %zu vocab %zu", seq_len, bo.vocab);
   }
   if (ms != DPT_OK || batch < 1) {
-    fprintf(stderr, "bench train: --model mlp|cnn|resnet|bert (resnet --depth 6n+2), "
+    fprintf(stderr, "bench train: --model mlp|cnn|resnet|bert|dlrm (resnet --depth 6n+2), "
                     "--global-batch >= 1\n");
     if (bert)
       dpt_text_run_free(&text);

@@ -74,6 +74,17 @@ if(DPT_BUILD_TOOLS)
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endif()
 
+# dptrain bench train --model dlrm on a tiny synthetic set: the dense and sparse columns, sane
+# values, per-rank peak RSS next to the shards, 2 MPI ranks, one-line refusals.
+if(DPT_BUILD_TOOLS)
+  add_test(NAME bench_dlrm_cli
+           COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/bench_dlrm_cli_test.sh"
+                   $<TARGET_FILE:dptrain_cli> "${CMAKE_CURRENT_BINARY_DIR}/bench-dlrm-cli-scratch"
+                   "${_dpt_cli_mpi}")
+  set_tests_properties(bench_dlrm_cli PROPERTIES TIMEOUT 120 LABELS "cli;mpi;train"
+                       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+endif()
+
 # dptrain eval on DLRM weights: the training run's last validation AUC/logloss again, recall@k
 # on a hand-made ranking set, one-line refusals (weights without a DLRM, shards of another
 # layout or larger tables).
