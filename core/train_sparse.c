@@ -193,6 +193,11 @@ static dpt_status clear_rows(replica_state *s, const struct sparse_table *t, con
   return DPT_OK;
 }
 
+const dpt_range *dpt_train_sparse_dense_ranges(const replica_state *s, size_t *n) {
+  *n = s->sparse->num_dense;
+  return s->sparse->dense;
+}
+
 dpt_status dpt_train_sparse_prepare(replica_state *s) {
   train_sparse *p = s->sparse;
   for (size_t i = 0; i < p->num_tables; ++i) {

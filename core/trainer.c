@@ -442,8 +442,14 @@ static dpt_status create_backend_and_model(replica *r, replica_state *s) {
   return DPT_OK;
 }
 
-/* The optimizer: for the sharded step it keeps state for this replica's shard only. */
+/* The optimizer: for the sharded step it keeps state for this replica's shard only, with
+ * sparse tables for the ranges around the tables only. */
 static dpt_status create_optimizer(replica *r, replica_state *s) {
+  if (s->sparse) {
+    size_t n = 0;
+    const dpt_range *dense = dpt_train_sparse_dense_ranges(s, &n);
+    return dpt_optimizer_create_sharded(s->model, &r->cfg->optim, dense, n, &s->opt);
+  }
   if (s->mode != STEP_SHARDED) return dpt_optimizer_create(s->model, &r->cfg->optim, &s->opt);
   const size_t np = dpt_model_num_params(s->model);
   s->nshard = dpt_comm_shard(r->comm, np, DPT_COMM_F32, r->index, NULL, 0);
@@ -498,9 +504,9 @@ static dpt_status sum_over_replicas(void *ctx, double *data, size_t count) {
 static dpt_status replica_setup(replica *r, replica_state *s) {
   s->mode = step_mode_of(r->cfg, r->count);
   DPT_TRY(create_backend_and_model(r, s));
-  DPT_TRY(create_optimizer(r, s));
   DPT_TRY(alloc_batch(r, s));
   DPT_TRY(dpt_train_sparse_setup(r, s));
+  DPT_TRY(create_optimizer(r, s));
   if (r->cfg->sync_bn && r->count > 1)
     DPT_TRY(dpt_model_set_sync_bn(s->model, sum_over_replicas, r));
   if (r->cfg->init_params)

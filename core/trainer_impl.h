@@ -129,6 +129,8 @@ void dpt_train_log(const replica *r, const char *fmt, ...);
  * sparse_tables. */
 dpt_status dpt_train_sparse_setup(replica *r, replica_state *s);
 void dpt_train_sparse_free(replica_state *s);
+/* The flat buffer's ranges around the tables, increasing (the dense optimizer's). */
+const dpt_range *dpt_train_sparse_dense_ranges(const replica_state *s, size_t *n);
 /* Before backward: zeroes the gradient of every table whose range may hold more than zeros
  * (the model adds the tables' gradients into ranges kept zero, see
  * dpt_model_set_sparse_table_grads; the exchange clears the rows it read). */
