@@ -1425,6 +1425,10 @@ static const struct {
     {100, 2, 50, 64, 11, 0.1, 0},
     {50, 1, 7, 130, 3, 0, 0.2},
     {16, 20, 40, 16, 27, 0.05, 0.1},
+    /* tables of 4 and 7 windows where conformance_vulkan_embed_bag*_split shrink the Vulkan
+     * windows to 4 KiB: a bag's ids fall in different chunks of the table */
+    {64, 6, 300, 8, 7, 0.05, 0.1},
+    {9, 3, 130, 40, 3, 0.1, 0},
     /* long bags: several of the Vulkan backward's dispatches (its loop budget) */
     {110, 300, 2, 1, 301, 0.01, 0.05},
     {0, 3, 5, 4, 3, 0, 0},

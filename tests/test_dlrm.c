@@ -2,7 +2,12 @@
  * against finite differences through a tiny DLRM (dot and cat interactions, bags of 1 and 2,
  * sum and mean, empty slots), binary cross-entropy with one logit per sample, the DLRM
  * builder's state_dict names and shapes, its spec through JSON field by field, and what bad
- * specs and options get. */
+ * specs and options get.
+ *
+ * Usage: test_dlrm                     the suite above (CPU)
+ *        test_dlrm backend <kind>      a training step on the device against the CPU
+ *        test_dlrm backend <kind> big  AdamW steps with tables beyond the Vulkan windows
+ *                                      (with DPT_VULKAN_TEST_MAX_RANGE=4096) against the CPU */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
 #include <math.h>
@@ -18,6 +23,9 @@
 
 enum { TD_DENSE = 3, TD_TABLES = 3, TD_DIM = 4, TD_BATCH = 6 };
 static const size_t td_rows[TD_TABLES] = {5, 7, 4};
+/* Tables beyond the windows of test_dlrm_vulkan_big_table (4 KiB): 8000 and 1200 floats. */
+static const size_t td_big_rows[TD_TABLES] = {2000, 7, 300};
+static const size_t *td_table_rows = td_rows; /* the tables of td_options and td_records */
 static const size_t td_bottom[1] = {6};
 static const size_t td_top[1] = {5};
 
@@ -26,7 +34,7 @@ static dpt_dlrm_options td_options(int interaction, size_t bag, int mode) {
   dpt_dlrm_options_default(&o);
   o.num_dense = TD_DENSE;
   o.num_tables = TD_TABLES;
-  o.table_rows = td_rows;
+  o.table_rows = td_table_rows;
   o.dim = TD_DIM;
   o.bag = bag;
   o.mode = mode;
@@ -40,7 +48,8 @@ static dpt_dlrm_options td_options(int interaction, size_t bag, int mode) {
 
 /* TD_BATCH records [dense floats][TD_TABLES * bag ids] into host[] (the caller's, of
  * TD_BATCH * (TD_DENSE + TD_TABLES * bag) slots): dense values in [-1, 1), ids covering every
- * row of each table, slot 1 of table 0 empty (-1) in some records, a bag with no id at all. */
+ * row of each table (a table of more than 64 rows: spread over it), slot 1 of table 0 empty (-1)
+ * in some records, a bag with no id at all. */
 static void td_records(size_t bag, float *host) {
   size_t width = TD_DENSE + TD_TABLES * bag;
   uint32_t s = 12345;
@@ -52,7 +61,10 @@ static void td_records(size_t bag, float *host) {
     }
     for (size_t t = 0; t < TD_TABLES; ++t)
       for (size_t k = 0; k < bag; ++k) {
-        int32_t id = (int32_t)((i * 3 + t + 2 * k) % td_rows[t]);
+        const size_t rows = td_table_rows[t];
+        size_t v = (i * 3 + t + 2 * k) % rows;
+        if (rows > 64) v = (v * 389 + i * 53 + k * 701) % rows;
+        int32_t id = (int32_t)v;
         if (bag > 1 && t == 0 && k == 1 && i % 2 == 0) id = -1; /* an empty slot */
         if (bag > 1 && t == 2 && i == 3) id = -1;               /* a bag with no id */
         memcpy(&r[TD_DENSE + t * bag + k], &id, sizeof id);
@@ -593,13 +605,115 @@ START_TEST(device_matches_cpu) {
 }
 END_TEST
 
+/* The tiny DLRM with tables beyond the Vulkan backend's windows (DPT_VULKAN_TEST_MAX_RANGE,
+ * set by the test's registration, shrinks them to a few KiB): three AdamW steps with gradient
+ * clipping on the device and on the CPU from the same parameters, the last one as the trainer's
+ * sparse_tables mode takes it (the dense ranges through the optimizer, the tables by axpy), the
+ * gradients checked for non-finite values in between. The losses, correct counts and every
+ * parameter tensor agree within 1e-5 (norm of the difference over the norm). */
+START_TEST(big_table_matches_cpu) {
+  const char *range = getenv("DPT_VULKAN_TEST_MAX_RANGE");
+  ck_assert_msg(range != NULL, "DPT_VULKAN_TEST_MAX_RANGE is not set");
+  ck_assert_uint_gt(td_big_rows[0] * TD_DIM * sizeof(float), 3 * strtoul(range, NULL, 10));
+  if (!tu_device_present(device_kind)) {
+    printf("%s: no device, nothing to compare\n", dpt_backend_kind_name(device_kind));
+    return;
+  }
+  td_table_rows = td_big_rows;
+  const int interaction = _i % 2 ? DPT_DLRM_CAT : DPT_DLRM_DOT;
+  const int mode = _i / 2 ? DPT_BAG_MEAN : DPT_BAG_SUM;
+  dpt_dlrm_options o = td_options(interaction, 2, mode);
+  td_model t[2] = {td_create(&o, 5), td_create_on(device_kind, &o, 5)};
+  const size_t np = dpt_model_num_params(t[0].m);
+  float *w[2] = {malloc(np * sizeof(float)), malloc(np * sizeof(float))};
+  TU_OK(dpt_model_get_params(t[0].m, w[0]));
+  TU_OK(dpt_model_set_params(t[1].m, w[0]));
+  /* the tables' ranges and the dense ranges between them */
+  dpt_range tables[TD_TABLES], dense[TD_TABLES + 1];
+  size_t nd = 0, at = 0;
+  for (size_t k = 0; k < TD_TABLES; ++k) {
+    dpt_tensor_info ti;
+    TU_OK(dpt_model_tensor(t[0].m, k, &ti));
+    ck_assert_uint_eq(ti.count, td_big_rows[k] * TD_DIM);
+    tables[k] = (dpt_range){ti.offset, ti.count};
+    if (ti.offset > at) dense[nd++] = (dpt_range){at, ti.offset - at};
+    at = ti.offset + ti.count;
+  }
+  if (np > at) dense[nd++] = (dpt_range){at, np - at};
+  dpt_optim_config oc;
+  dpt_optim_config_default(&oc, DPT_OPTIM_ADAMW);
+  oc.lr = 0.01f;
+  oc.weight_decay = 0.01f;
+  oc.clip_norm = 0.5f;
+  dpt_optimizer *opt[2];
+  for (int k = 0; k < 2; ++k)
+    TU_OK(dpt_optimizer_create(t[k].m, &oc, &opt[k]));
+  for (int step = 0; step < 3; ++step) {
+    double loss[2], norm[2];
+    int64_t correct[2];
+    for (int k = 0; k < 2; ++k) {
+      dpt_model *m = t[k].m;
+      TU_OK(dpt_model_train_step(m, t[k].bx, t[k].by, TD_BATCH, 1.0f / TD_BATCH, &loss[k],
+                                 &correct[k]));
+      uint64_t bad = 1;
+      TU_OK(dpt_count_nonfinite(t[k].be, np, dpt_model_grads(m), 0, &bad));
+      ck_assert_uint_eq(bad, 0);
+      if (step < 2) {
+        TU_OK(dpt_optimizer_step(opt[k], &norm[k]));
+        continue;
+      }
+      double sumsq = 0;
+      TU_OK(dpt_optimizer_grad_sumsq(opt[k], dense, nd, &sumsq));
+      norm[k] = sqrt(sumsq);
+      const float lr = dpt_optimizer_lr(opt[k]);
+      TU_OK(dpt_optimizer_step_ranges(opt[k], dense, nd, sumsq, NULL));
+      for (size_t j = 0; j < TD_TABLES; ++j)
+        TU_OK(dpt_axpy(t[k].be, tables[j].count, -lr, dpt_model_grads(m), tables[j].offset,
+                       dpt_model_params(m), tables[j].offset));
+    }
+    ck_assert_double_eq_tol(loss[1], loss[0], 1e-5 * fabs(loss[0]));
+    ck_assert_int_eq(correct[1], correct[0]);
+    ck_assert_double_eq_tol(norm[1], norm[0], 1e-5 * norm[0]);
+    ck_assert_double_gt(norm[0], 0);
+  }
+  double worst = 0;
+  for (int k = 0; k < 2; ++k)
+    TU_OK(dpt_model_get_params(t[k].m, w[k]));
+  for (size_t i = 0; i < dpt_model_num_tensors(t[0].m); ++i) {
+    dpt_tensor_info ti;
+    TU_OK(dpt_model_tensor(t[0].m, i, &ti));
+    double num = 0, den = 0;
+    for (size_t j = ti.offset; j < ti.offset + ti.count; ++j) {
+      num += ((double)w[1][j] - w[0][j]) * ((double)w[1][j] - w[0][j]);
+      den += (double)w[0][j] * w[0][j];
+    }
+    double rel = sqrt(num) / (den > 0 ? sqrt(den) : 1.0);
+    ck_assert_msg(rel <= 1e-5, "%s: parameters differ from the CPU's by %g", ti.name, rel);
+    worst = rel > worst ? rel : worst;
+  }
+  printf("%s, DLRM with tables of %zu and %zu rows (%s, %s): worst parameter tensor %.3g\n",
+         dpt_backend_kind_name(device_kind), td_big_rows[0], td_big_rows[2],
+         interaction == DPT_DLRM_CAT ? "cat" : "dot", mode == DPT_BAG_MEAN ? "mean" : "sum", worst);
+  for (int k = 0; k < 2; ++k) {
+    dpt_optimizer_destroy(opt[k]);
+    free(w[k]);
+    td_destroy(&t[k]);
+  }
+  td_table_rows = td_rows;
+}
+END_TEST
+
 int main(int argc, char **argv) {
   if (argc > 2 && strcmp(argv[1], "backend") == 0) {
     if (dpt_backend_kind_parse(argv[2], &device_kind) != DPT_OK) return 2;
     Suite *s = suite_create("dlrm_device");
     TCase *tc = tcase_create("device");
     tcase_set_timeout(tc, 300);
-    tcase_add_loop_test(tc, device_matches_cpu, 0, 4);
+    if (argc > 3 && strcmp(argv[3], "big") == 0) {
+      tcase_add_loop_test(tc, big_table_matches_cpu, 0, 4);
+    } else {
+      tcase_add_loop_test(tc, device_matches_cpu, 0, 4);
+    }
     suite_add_tcase(s, tc);
     return tu_run(s);
   }

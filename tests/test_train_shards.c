@@ -4,7 +4,8 @@
  * union of the replicas' slices in replica order, dpt_interactions_step_indices) within 1e-5;
  * the reported validation AUC, logloss, loss and accuracy equal a direct computation over the
  * validation records with the final parameters; bad readers and tables are refused; with
- * sparse_tables the run equals the dense one within 1e-5 per tensor. */
+ * sparse_tables the run equals the dense one within 1e-5 per tensor. With `backend <kind>`:
+ * tables beyond the Vulkan windows trained on the device as on the CPU. */
 #define _XOPEN_SOURCE 700 /* mkdtemp, nftw */
 
 #include <check.h>
@@ -33,15 +34,17 @@ static void teardown(void) {
   tu_tmp_remove();
 }
 
-/* Shards prefix-00000.bin ... of the synthetic set, records numbered on from `first`. */
-static void write_shards(const char *prefix, const int *sizes, int n, uint64_t first) {
+/* Shards prefix-00000.bin ... of the synthetic set with tables of `rows` rows, records numbered
+ * on from `first`. */
+static void write_shards_rows(const char *prefix, const int *sizes, int n, uint64_t first,
+                              size_t rows) {
   dpt_synth_config sc;
   dpt_synth_default(&sc);
-  sc.rows = ROWS;
+  sc.rows = rows;
   sc.tables = TABLES;
   sc.num_dense = DENSE;
   sc.dim = 2;
-  const uint64_t tables[TABLES] = {ROWS, ROWS, ROWS};
+  const uint64_t tables[TABLES] = {rows, rows, rows};
   uint64_t rec = first;
   for (int s = 0; s < n; ++s) {
     char path[512];
@@ -56,6 +59,10 @@ static void write_shards(const char *prefix, const int *sizes, int n, uint64_t f
     }
     TU_OK(dpt_shard_writer_close(w));
   }
+}
+
+static void write_shards(const char *prefix, const int *sizes, int n, uint64_t first) {
+  write_shards_rows(prefix, sizes, n, first, ROWS);
 }
 
 static const char *pattern(const char *prefix) {
@@ -530,6 +537,74 @@ START_TEST(bad_readers_refused) {
 }
 END_TEST
 
+/* ---- a device against the CPU --------------------------------------------------------------- */
+
+static dpt_backend_kind device_kind = DPT_BACKEND_CPU;
+
+/* Tables of BIG_ROWS x 4 floats (32000 bytes), beyond the Vulkan windows shrunk to 4 KiB by
+ * test_train_shards_vulkan_big_table: 2 replicas train on the device as on the CPU, with AdamW
+ * and clipping (the sharded step: reduce-scatter, the optimizer over each replica's ranges, the
+ * fingerprint checks every step) and with sparse_tables (dense ranges all-reduced and stepped,
+ * the tables' rows by row-wise SGD). The final parameters agree within 1e-5. */
+enum { BIG_ROWS = 2000 };
+START_TEST(device_big_tables) {
+  if (!tu_device_present(device_kind)) {
+    printf("%s: no device, nothing to compare\n", dpt_backend_kind_name(device_kind));
+    return;
+  }
+  const char *range = getenv("DPT_VULKAN_TEST_MAX_RANGE");
+  if (device_kind == DPT_BACKEND_VULKAN) {
+    ck_assert_msg(range != NULL, "DPT_VULKAN_TEST_MAX_RANGE is not set");
+    ck_assert_uint_gt(BIG_ROWS * 4 * sizeof(float), 3 * strtoul(range, NULL, 10));
+  }
+  write_shards_rows("train", train_sizes, 5, 0, BIG_ROWS);
+  enum { R = 2 };
+  for (int sparse = 0; sparse < 2; ++sparse) {
+    float *got[2] = {NULL, NULL};
+    size_t np = 0;
+    for (int k = 0; k < 2; ++k) {
+      dpt_interactions *tr[R] = {NULL};
+      open_readers("train", R, tr);
+      dpt_train_config cfg;
+      config(&cfg, R, tr, NULL);
+      dlrm_spec(&cfg.model, BIG_ROWS);
+      cfg.backend = k ? device_kind : DPT_BACKEND_CPU;
+      cfg.check_every = 1;
+      cfg.sparse_tables = sparse;
+      if (!sparse) {
+        dpt_optim_config_default(&cfg.optim, DPT_OPTIM_ADAMW);
+        cfg.optim.lr = 0.01f;
+        cfg.optim.clip_norm = 0.5f;
+      }
+      dpt_model *probe = NULL;
+      dpt_backend *be = tu_cpu();
+      TU_OK(dpt_model_create(be, &cfg.model, 1, &probe));
+      np = dpt_model_state_size(probe);
+      dpt_model_destroy(probe);
+      dpt_backend_destroy(be);
+      got[k] = malloc(np * sizeof(float));
+      cfg.final_params = got[k];
+      dpt_train_report fin;
+      TU_OK(dpt_train(&cfg, NULL, &fin));
+      ck_assert_int_eq((int)fin.steps, EPOCHS * 7);
+      for (int i = 0; i < R; ++i)
+        dpt_interactions_destroy(tr[i]);
+    }
+    double worst = 0;
+    for (size_t i = 0; i < np; ++i) {
+      const double d = fabs((double)got[1][i] - (double)got[0][i]);
+      worst = d > worst ? d : worst;
+    }
+    ck_assert_msg(worst <= 1e-5, "%s: the parameters differ from the CPU's by %g",
+                  sparse ? "sparse_tables" : "AdamW", worst);
+    printf("%s, tables of %d rows, %s: worst parameter difference %.3g\n",
+           dpt_backend_kind_name(device_kind), BIG_ROWS, sparse ? "sparse_tables" : "AdamW", worst);
+    free(got[0]);
+    free(got[1]);
+  }
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("train_shards");
   TCase *tc = tcase_create("shards");
@@ -543,6 +618,18 @@ static Suite *suite(void) {
   return s;
 }
 
-int main(void) {
+/* Usage: test_train_shards                 the suite above (CPU)
+ *        test_train_shards backend <kind>  the big-table run on the device against the CPU */
+int main(int argc, char **argv) {
+  if (argc > 2 && strcmp(argv[1], "backend") == 0) {
+    if (dpt_backend_kind_parse(argv[2], &device_kind) != DPT_OK) return 2;
+    Suite *s = suite_create("train_shards_device");
+    TCase *tc = tcase_create("device");
+    tcase_set_timeout(tc, 300);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, device_big_tables);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+  }
   return tu_run(suite());
 }

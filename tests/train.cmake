@@ -15,6 +15,13 @@ dpt_add_check_test(NAME test_dlrm_opencl TARGET test_dlrm ARGS backend opencl
                    LABELS train opencl TIMEOUT 300 ENVIRONMENT POCL_MAX_PTHREAD_COUNT=1)
 dpt_add_check_test(NAME test_dlrm_vulkan TARGET test_dlrm ARGS backend vulkan
                    LABELS train vulkan TIMEOUT 300 ENVIRONMENT DPT_VULKAN_VALIDATION=1)
+# Tables beyond the Vulkan windows (shrunk to 4 KiB): AdamW steps on the device equal the CPU's.
+dpt_add_check_test(NAME test_dlrm_vulkan_big_table TARGET test_dlrm ARGS backend vulkan big
+                   LABELS train vulkan TIMEOUT 300
+                   ENVIRONMENT DPT_VULKAN_VALIDATION=1 DPT_VULKAN_TEST_MAX_RANGE=4096)
+dpt_add_check_test(NAME test_train_shards_vulkan_big_table TARGET test_train_shards
+                   ARGS backend vulkan LABELS train vulkan TIMEOUT 300
+                   ENVIRONMENT DPT_VULKAN_VALIDATION=1 DPT_VULKAN_TEST_MAX_RANGE=4096)
 dpt_add_check_test(NAME test_model_opencl TARGET test_model ARGS backend opencl
                    LABELS train opencl TIMEOUT 300 ENVIRONMENT POCL_MAX_PTHREAD_COUNT=1)
 dpt_add_check_test(NAME test_model_vulkan TARGET test_model ARGS backend vulkan

@@ -36,7 +36,16 @@ if(DPT_WITH_VULKAN)
   dpt_add_check_test(NAME conformance_vulkan_no_tex TARGET conformance ARGS vulkan
                      LABELS conformance vulkan TIMEOUT 600
                      ENVIRONMENT DPT_VULKAN_VALIDATION=1 DPT_VULKAN_NO_TEX=1)
+  # Embedding bags with windows shrunk to 4 KiB: the tables of several cases span 2 to 23
+  # windows (row chunks), the outputs and long bags several sample groups.
+  foreach(_op embed_bag embed_bag_bwd)
+    dpt_add_check_test(NAME conformance_vulkan_${_op}_split TARGET conformance ARGS vulkan
+                       LABELS conformance vulkan TIMEOUT 300
+                       ENVIRONMENT DPT_VULKAN_VALIDATION=1 DPT_VULKAN_TEST_MAX_RANGE=4096
+                                   CK_RUN_CASE=${_op})
+  endforeach()
   set_tests_properties(conformance_vulkan_staging conformance_vulkan_portable
-                       conformance_vulkan_no_tex
+                       conformance_vulkan_no_tex conformance_vulkan_embed_bag_split
+                       conformance_vulkan_embed_bag_bwd_split
                        PROPERTIES FAIL_REGULAR_EXPRESSION "${_dpt_vk_fail_regex}")
 endif()

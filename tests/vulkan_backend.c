@@ -404,6 +404,135 @@ START_TEST(test_split_dispatches) {
 }
 END_TEST
 
+/* The embedding ops over a table of 8 windows (windows shrunk to 4 KiB: 64 rows of 12 floats
+ * each). Bags mixing ids of several chunks, empty slots, ids >= vocab: forward (sum, mean) and
+ * backward into a nonzero dtable; embed_gather and embed_scatter_add with the same ids; all bit
+ * for bit the CPU backend's and the one-window Vulkan path's (the same float additions in the
+ * same order). */
+START_TEST(test_embed_split) {
+  enum { N = 37, BAG = 5, STRIDE = 7, VOCAB = 500, DIM = 12, OFF = 3 };
+  dpt_backend *be[3] = {vk_with("DPT_VULKAN_TEST_MAX_RANGE", "4096"), vk(), tu_cpu()};
+  ck_assert_uint_ge(VOCAB * DIM, 7 * dpt_vk_chunk_elems(ctx_of(be[0]), 4) + 1);
+  ck_assert_uint_ge(dpt_vk_chunk_elems(ctx_of(be[1]), 4), VOCAB * DIM);
+  static float table[OFF + VOCAB * DIM], dout[N * DIM], dt0[OFF + VOCAB * DIM];
+  static int32_t ids[N * STRIDE];
+  tu_rng rng = {5};
+  tu_fill(&rng, table, OFF + VOCAB * DIM, -1, 1);
+  tu_fill(&rng, dout, N * DIM, -1, 1);
+  tu_fill(&rng, dt0, OFF + VOCAB * DIM, -0.5, 0.5);
+  for (int i = 0; i < N; ++i)
+    for (int s = 0; s < STRIDE; ++s) {
+      int32_t v = (int32_t)((i * 131 + s * 97) % VOCAB); /* spread over the chunks */
+      if (s == 1) v = VOCAB - 1 - i % 3;                 /* the last chunk */
+      if (s == 2 && i % 4 == 0) v = -1;                  /* an empty slot */
+      if (s == 3) v = i % 9 == 5 ? VOCAB : v % 64;       /* the first chunk, or out of range */
+      if (i == 11) v = -1;                               /* a bag with no id */
+      ids[i * STRIDE + s] = s < BAG ? v : 7777;          /* gap: not an id */
+    }
+  static float got[3][OFF + VOCAB * DIM];
+  for (int mode = DPT_BAG_SUM; mode <= DPT_BAG_MEAN; ++mode) {
+    for (int k = 0; k < 3; ++k) {
+      dpt_buffer *t = tu_f32(be[k], table, OFF + VOCAB * DIM), *x = tu_i32(be[k], ids, N * STRIDE);
+      dpt_buffer *o = tu_f32_fill(be[k], 1 + N * DIM, NAN);
+      TU_OK(dpt_embed_bag(be[k], N, BAG, VOCAB, DIM, mode, t, OFF, x, 0, STRIDE, o, 1));
+      tu_get(o, 1, got[k], N * DIM);
+      dpt_buffer_free(t);
+      dpt_buffer_free(x);
+      dpt_buffer_free(o);
+    }
+    for (int i = 0; i < N; ++i) {
+      int bad = 0, cnt = 0;
+      for (int s = 0; s < BAG; ++s) {
+        bad |= ids[i * STRIDE + s] >= VOCAB;
+        cnt += ids[i * STRIDE + s] >= 0;
+      }
+      for (int d = 0; d < DIM; ++d) {
+        float want = 0.0f; /* the slots in order, as documented */
+        for (int s = 0; s < BAG; ++s)
+          if (ids[i * STRIDE + s] >= 0 && ids[i * STRIDE + s] < VOCAB)
+            want += table[OFF + ids[i * STRIDE + s] * DIM + d];
+        if (mode == DPT_BAG_MEAN && cnt > 0) want *= 1.0f / (float)cnt;
+        float g = got[0][i * DIM + d];
+        if (bad) {
+          ck_assert_msg(isnan(g), "mode %d out[%d,%d] = %g, want NaN", mode, i, d, (double)g);
+        } else {
+          ck_assert_msg(memcmp(&g, &want, 4) == 0, "mode %d out[%d,%d] = %.9g, want %.9g", mode, i,
+                        d, (double)g, (double)want);
+        }
+        for (int k = 1; k < 3; ++k)
+          ck_assert_msg(isnan(g) ? isnan(got[k][i * DIM + d])
+                                 : memcmp(&g, &got[k][i * DIM + d], 4) == 0,
+                        "mode %d out[%d,%d]: %.9g split, %.9g on backend %d", mode, i, d, (double)g,
+                        (double)got[k][i * DIM + d], k);
+      }
+    }
+    for (int k = 0; k < 3; ++k) {
+      dpt_buffer *g = tu_f32(be[k], dout, N * DIM), *x = tu_i32(be[k], ids, N * STRIDE);
+      dpt_buffer *t = tu_f32(be[k], dt0, OFF + VOCAB * DIM);
+      TU_OK(dpt_embed_bag_bwd(be[k], N, BAG, VOCAB, DIM, mode, g, 0, x, 0, STRIDE, t, OFF));
+      tu_get(t, 0, got[k], OFF + VOCAB * DIM);
+      dpt_buffer_free(g);
+      dpt_buffer_free(x);
+      dpt_buffer_free(t);
+    }
+    size_t touched = 0;
+    for (size_t j = 0; j < OFF + VOCAB * DIM; ++j) {
+      touched += memcmp(&got[0][j], &dt0[j], 4) != 0;
+      for (int k = 1; k < 3; ++k)
+        ck_assert_msg(memcmp(&got[0][j], &got[k][j], 4) == 0,
+                      "mode %d dtable[%zu]: %.9g split, %.9g on backend %d", mode, j,
+                      (double)got[0][j], (double)got[k][j], k);
+    }
+    for (size_t j = 0; j < OFF; ++j) /* before the table: untouched */
+      ck_assert(memcmp(&got[0][j], &dt0[j], 4) == 0);
+    ck_assert_uint_gt(touched, 100 * DIM); /* rows of every chunk received gradients */
+  }
+  /* embed_gather and embed_scatter_add over the same table: the first samples' ids in a row,
+   * repeated ids (scatter: added in order) and ids outside the table (gather: NaN rows) */
+  enum { M = 12 * BAG }; /* M * DIM within one window */
+  int32_t flat[M];
+  for (int i = 0; i < M / BAG; ++i)
+    for (int s = 0; s < BAG; ++s)
+      flat[i * BAG + s] = ids[i * STRIDE + s] == -1 && i % 2 ? 7 : ids[i * STRIDE + s];
+  static float dflat[M * DIM];
+  tu_fill(&rng, dflat, M * DIM, -1, 1);
+  for (int k = 0; k < 3; ++k) {
+    dpt_buffer *t = tu_f32(be[k], table, OFF + VOCAB * DIM), *x = tu_i32(be[k], flat, M);
+    dpt_buffer *o = tu_f32_fill(be[k], M * DIM, 5.0f);
+    TU_OK(dpt_embed_gather(be[k], M, VOCAB, DIM, t, OFF, x, 0, o, 0));
+    tu_get(o, 0, got[k], M * DIM);
+    dpt_buffer_free(t);
+    dpt_buffer_free(o);
+    for (int j = 0; j < M; ++j)
+      for (int d = 0; d < DIM; ++d) {
+        const float g = got[k][j * DIM + d];
+        if (flat[j] < 0 || flat[j] >= VOCAB) {
+          ck_assert_msg(isnan(g), "gather backend %d out[%d,%d] = %g, want NaN", k, j, d,
+                        (double)g);
+        } else {
+          ck_assert_msg(memcmp(&g, &table[OFF + flat[j] * DIM + d], 4) == 0,
+                        "gather backend %d out[%d,%d] = %.9g, want %.9g", k, j, d, (double)g,
+                        (double)table[OFF + flat[j] * DIM + d]);
+        }
+      }
+    dpt_buffer *g = tu_f32(be[k], dflat, M * DIM);
+    t = tu_f32(be[k], dt0, OFF + VOCAB * DIM);
+    TU_OK(dpt_embed_scatter_add(be[k], M, VOCAB, DIM, g, 0, x, 0, t, OFF));
+    tu_get(t, 0, got[k], OFF + VOCAB * DIM);
+    dpt_buffer_free(g);
+    dpt_buffer_free(x);
+    dpt_buffer_free(t);
+  }
+  for (size_t j = 0; j < OFF + VOCAB * DIM; ++j)
+    for (int k = 1; k < 3; ++k)
+      ck_assert_msg(memcmp(&got[0][j], &got[k][j], 4) == 0,
+                    "scatter dtable[%zu]: %.9g split, %.9g on backend %d", j, (double)got[0][j],
+                    (double)got[k][j], k);
+  for (int k = 0; k < 3; ++k)
+    dpt_backend_destroy(be[k]);
+}
+END_TEST
+
 /* ---- gemm kernels ---------------------------------------------------------------------------- */
 
 /* Every transposition, leading dimensions and offsets that allow 8-, 4- and 1-wide loads, edge
@@ -643,6 +772,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_upload_ordering);
   tcase_add_test(tc, test_upload_ordering_staged);
   tcase_add_test(tc, test_split_dispatches);
+  tcase_add_test(tc, test_embed_split);
   tcase_add_test(tc, test_gemm_variants);
   tcase_add_test(tc, test_gemm_split);
   tcase_add_test(tc, test_gemm_variants_portable);

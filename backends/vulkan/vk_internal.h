@@ -25,8 +25,9 @@
  * start is the tensor's byte offset rounded down to minStorageBufferOffsetAlignment, and the
  * remaining element offset (< alignment) travels in the push constants. Windows are limited to
  * maxStorageBufferRange (128 MiB on lavapipe), which is why a window covers the tensor rather
- * than the whole sub-allocation; element-wise ops and reductions split larger tensors into
- * several dispatches, the other ops return DPT_ERR_UNSUPPORTED.
+ * than the whole sub-allocation; element-wise ops, reductions, gemm, the embedding bags (tables
+ * in row chunks) and several layer ops split larger tensors into several dispatches, the other
+ * ops return DPT_ERR_UNSUPPORTED.
  *
  * gemm has three kernels: gemm.comp (64 x 64 tiles, 8 x 8 outputs per invocation; GPUs),
  * gemm_tex.comp (A and B as uniform texel buffers, 16 x 64 tiles, no shared memory; CPU drivers
@@ -209,6 +210,7 @@ enum {
   X(SOFTMAX_BWD, "softmax_bwd.spv", 3, 0, 0, 0, 0)                                                 \
   X(EMBED_BAG, "embed_bag.spv", 3, 0, 0, 0, 0)                                                     \
   X(EMBED_BAG_BWD, "embed_bag_bwd.spv", 3, 0, 0, 0, 0)                                             \
+  X(EMBED_BAG_GATHER, "embed_bag_gather.spv", 3, 0, 0, 0, 0)                                       \
   X(GATHER_COLS, "gather_cols.spv", 3, 0, 0, 0, 0)                                                 \
   X(SCATTER_COLS_ADD, "gather_cols.spv", 3, 1, 0, 0, 0)                                            \
   X(BCE_LOGITS, "bce_logits.spv", 4, 0, 0, 0, 0)

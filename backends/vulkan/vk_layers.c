@@ -1,9 +1,11 @@
 /* The layer ops of the vulkan backend: batch normalization, average pooling, dropout, layer
- * normalization, GELU, attention's softmax and the softmax's backward (include/dptrain/backend.h
- * states what each computes; gemm_batched lives with gemm in vk_ops.c). Each binds its tensors as
- * windows and records its dispatches like the ops of vk_ops.c; a tensor larger than one window or a
- * size beyond 32 bits is DPT_ERR_UNSUPPORTED, except for dropout, which splits its rows over
- * several dispatches. */
+ * normalization, GELU, attention's softmax and the softmax's backward, embedding bags, column
+ * gathers and binary cross-entropy (include/dptrain/backend.h states what each computes;
+ * gemm_batched lives with gemm in vk_ops.c). Each binds its tensors as windows and records its
+ * dispatches like the ops of vk_ops.c; a tensor larger than one window or a size beyond 32 bits
+ * is DPT_ERR_UNSUPPORTED, except where an op splits its work over several dispatches (dropout,
+ * GELU, the softmaxes, column gathers, binary cross-entropy, embedding bags: their samples and the
+ * rows of their table). */
 #include <string.h>
 
 #include "backends/vulkan/vk_internal.h"
@@ -383,38 +385,108 @@ dpt_status dpt_vk_softmax_bwd(dpt_backend *be, const dpt_softmax_bwd_args *a) {
 
 /* ---- embedding bags ------------------------------------------------------------------------ */
 
-/* The windows of an embedding bag op: the table (whole), the ids of samples [i0, i0 + rows) and
- * their rows of out / dout. */
-static dpt_status vk_bag_windows(dpt_vk_ctx *ctx, const dpt_embed_bag_args *a, const dpt_ref *tab,
-                                 const dpt_ref *rows_ref, size_t i0, size_t rows, dpt_vk_win *wt,
-                                 dpt_vk_win *wi, dpt_vk_win *wr) {
-  DPT_TRY(dpt_vk_window(ctx, vk_al(tab), tab->off, a->vocab * a->dim, 4, wt));
-  DPT_TRY(dpt_vk_window(ctx, vk_al(&a->idx), a->idx.off + i0 * a->idx_stride,
-                        (rows - 1) * a->idx_stride + a->bag, 4, wi));
-  return dpt_vk_window(ctx, vk_al(rows_ref), rows_ref->off + i0 * a->dim, rows * a->dim, 4, wr);
-}
-
-/* The sizes the shaders index in 32 bits. */
+/* The sizes the shaders index in 32 bits (the table through windows of at most 2^31 elements;
+ * the wrapper guarantees n, dim >= 1 and 1 <= vocab <= INT32_MAX). */
 static int vk_bag_fits(const dpt_embed_bag_args *a) {
-  return a->vocab * a->dim <= UINT32_MAX && a->n * a->dim <= UINT32_MAX &&
-         a->idx_stride <= UINT32_MAX && (a->n - 1) * a->idx_stride + a->bag <= UINT32_MAX;
+  return a->n * a->dim <= UINT32_MAX && a->idx_stride <= UINT32_MAX &&
+         (a->n - 1) * a->idx_stride + a->bag <= UINT32_MAX;
 }
 
-/* One invocation per output element (embed_bag.comp), walking its bag's slots. */
+/* Table rows per window: a table of more rows is split into chunks of this many rows, one
+ * window (and one dispatch) each. 0 when one row exceeds a window. */
+static size_t vk_bag_chunk_rows(const dpt_vk_ctx *ctx, const dpt_embed_bag_args *a) {
+  size_t rows = dpt_vk_chunk_elems(ctx, 4) / a->dim;
+  return rows < a->vocab ? rows : a->vocab;
+}
+
+static dpt_status vk_bag_row_too_large(const char *op, size_t dim) {
+  return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                       "vulkan: %s: a table row of %zu floats exceeds maxStorageBufferRange", op,
+                       dim);
+}
+
+/* Samples per dispatch, at most `per`: their ids and rows of out / dout each within a window.
+ * 0 when one sample's do not fit. */
+static size_t vk_bag_samples(const dpt_vk_ctx *ctx, const dpt_embed_bag_args *a, size_t per) {
+  const size_t win = dpt_vk_chunk_elems(ctx, 4);
+  if (a->bag > win) return 0;
+  size_t by_ids = (win - a->bag) / a->idx_stride + 1, by_rows = win / a->dim;
+  if (per > a->n) per = a->n;
+  if (per > by_ids) per = by_ids;
+  return per < by_rows ? per : by_rows;
+}
+
+static dpt_status vk_bag_sample_too_large(const char *op, const dpt_embed_bag_args *a) {
+  return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                       "vulkan: %s: one sample's %zu ids (stride %zu) or %zu floats exceed "
+                       "maxStorageBufferRange",
+                       op, a->bag, a->idx_stride, a->dim);
+}
+
+/* Elements of the forward's gathered rows per group of samples (scratch memory). */
+enum { VK_BAG_GATHER_MAX = 1 << 22 };
+
+/* One invocation per output element (embed_bag.comp), walking its bag's slots, over groups of
+ * samples that fit windows. A table beyond one window (chunks of trows rows): per group, one
+ * embed_bag_gather dispatch per chunk first copies the rows of the slots whose id lies in it to
+ * scratch memory, and embed_bag sums the copies in slot order, which keeps every float addition
+ * of the one-window path in its order: the result is the same bit for bit. */
 static dpt_status vk_embed_bag(dpt_vk_ctx *ctx, const dpt_embed_bag_args *a) {
   if (!vk_bag_fits(a)) return vk_too_large("embed_bag");
   if (a->bag + 16 > DPT_VK_LOOP_LIMIT)
     return dpt_set_error(DPT_ERR_UNSUPPORTED, "vulkan: embed_bag: bags of %zu slots are too long",
                          a->bag);
-  dpt_vk_win w[3];
-  DPT_TRY(vk_bag_windows(ctx, a, &a->table, &a->out, 0, a->n, &w[0], &w[1], &w[2]));
-  size_t total = a->n * a->dim;
-  uint32_t push[9] = {
-      (uint32_t)total,        w[0].elem,          w[1].elem,        w[2].elem,
-      (uint32_t)a->dim,       (uint32_t)a->vocab, (uint32_t)a->bag, (uint32_t)a->idx_stride,
-      a->mode == DPT_BAG_MEAN};
-  return dpt_vk_dispatch(ctx, DPT_VK_PIPE_EMBED_BAG, w, 3, push, sizeof push,
-                         vk_div_up(total, DPT_VK_WG));
+  const size_t trows = vk_bag_chunk_rows(ctx, a);
+  if (trows == 0) return vk_bag_row_too_large("embed_bag", a->dim);
+  const int split = trows < a->vocab;
+  const size_t win = dpt_vk_chunk_elems(ctx, 4);
+  const size_t cap = win < VK_BAG_GATHER_MAX ? win : VK_BAG_GATHER_MAX;
+  const size_t slot = a->bag * a->dim; /* gathered elements per sample */
+  size_t per = vk_bag_samples(ctx, a, split && slot ? cap / slot : a->n);
+  if (per == 0)
+    return split && slot > cap ? dpt_set_error(DPT_ERR_UNSUPPORTED,
+                                               "vulkan: embed_bag: a bag of %zu rows of %zu floats "
+                                               "exceeds what one window holds",
+                                               a->bag, a->dim)
+                               : vk_bag_sample_too_large("embed_bag", a);
+  dpt_vk_alloc *rows = NULL;
+  if (split) DPT_TRY(dpt_vk_scratch(ctx, (VkDeviceSize)(slot ? per * slot : 1) * 4, &rows));
+  for (size_t i0 = 0; i0 < a->n; i0 += per) {
+    const size_t n = a->n - i0 < per ? a->n - i0 : per, ne = n * slot;
+    dpt_vk_win w[3];
+    DPT_TRY(dpt_vk_window(ctx, vk_al(&a->idx), a->idx.off + i0 * a->idx_stride,
+                          (n - 1) * a->idx_stride + a->bag, 4, &w[1]));
+    if (split) {
+      DPT_TRY(dpt_vk_window(ctx, rows, 0, ne ? ne : 1, 4, &w[2]));
+      for (size_t first = 0; ne && first < a->vocab; first += trows) {
+        const size_t tr = a->vocab - first < trows ? a->vocab - first : trows;
+        DPT_TRY(dpt_vk_window(ctx, vk_al(&a->table), a->table.off + first * a->dim, tr * a->dim, 4,
+                              &w[0]));
+        uint32_t push[9] = {(uint32_t)ne,
+                            w[0].elem,
+                            w[1].elem,
+                            w[2].elem,
+                            (uint32_t)a->dim,
+                            (uint32_t)a->bag,
+                            (uint32_t)a->idx_stride,
+                            (uint32_t)first,
+                            (uint32_t)tr};
+        DPT_TRY(dpt_vk_dispatch(ctx, DPT_VK_PIPE_EMBED_BAG_GATHER, w, 3, push, sizeof push,
+                                vk_div_up(ne, DPT_VK_WG)));
+      }
+      w[0] = w[2];
+    } else {
+      DPT_TRY(dpt_vk_window(ctx, vk_al(&a->table), a->table.off, a->vocab * a->dim, 4, &w[0]));
+    }
+    DPT_TRY(dpt_vk_window(ctx, vk_al(&a->out), a->out.off + i0 * a->dim, n * a->dim, 4, &w[2]));
+    uint32_t push[10] = {
+        (uint32_t)(n * a->dim),  w[0].elem,          w[1].elem,        w[2].elem,
+        (uint32_t)a->dim,        (uint32_t)a->vocab, (uint32_t)a->bag, (uint32_t)a->idx_stride,
+        a->mode == DPT_BAG_MEAN, (uint32_t)split};
+    DPT_TRY(dpt_vk_dispatch(ctx, DPT_VK_PIPE_EMBED_BAG, w, 3, push, sizeof push,
+                            vk_div_up(n * a->dim, DPT_VK_WG)));
+  }
+  return DPT_OK;
 }
 
 dpt_status dpt_vk_embed_bag(dpt_backend *be, const dpt_embed_bag_args *a) {
@@ -426,6 +498,9 @@ dpt_status dpt_vk_embed_bag(dpt_backend *be, const dpt_embed_bag_args *a) {
  * invocation reads all ids) and aiming at about VK_BAG_ITEMS invocations. */
 enum { VK_BAG_BUCKETS = 64, VK_BAG_ITEMS = 2048 };
 
+/* A dispatch per chunk of table rows (one window each) and group of samples (the loop budget,
+ * windows): a row lies in one chunk, whose dispatches take the samples in order, so each row's
+ * sum keeps its order. */
 static dpt_status vk_embed_bag_bwd(dpt_vk_ctx *ctx, const dpt_embed_bag_bwd_args *a) {
   if (!vk_bag_fits(a)) return vk_too_large("embed_bag_bwd");
   /* samples per dispatch: rows * (1 + 2 * bag) loop iterations per invocation */
@@ -433,23 +508,41 @@ static dpt_status vk_embed_bag_bwd(dpt_vk_ctx *ctx, const dpt_embed_bag_bwd_args
   if (per == 0)
     return dpt_set_error(DPT_ERR_UNSUPPORTED,
                          "vulkan: embed_bag_bwd: bags of %zu slots are too long", a->bag);
-  size_t buckets = vk_div_up(VK_BAG_ITEMS, a->dim);
-  if (buckets > VK_BAG_BUCKETS) buckets = VK_BAG_BUCKETS;
-  if (buckets > a->vocab) buckets = a->vocab;
-  if (buckets < 1) buckets = 1;
-  size_t items = buckets * a->dim; /* <= 64 * dim, and vocab * dim fits 32 bits */
-  if (items > UINT32_MAX) return vk_too_large("embed_bag_bwd");
-  for (size_t i0 = 0; i0 < a->n;) {
-    size_t rows = a->n - i0 < per ? a->n - i0 : per;
-    dpt_vk_win w[3];
-    DPT_TRY(vk_bag_windows(ctx, a, &a->dtable, &a->dout, i0, rows, &w[2], &w[1], &w[0]));
-    uint32_t push[11] = {
-        (uint32_t)items,         w[0].elem,          w[1].elem,        w[2].elem,
-        (uint32_t)a->dim,        (uint32_t)a->vocab, (uint32_t)a->bag, (uint32_t)a->idx_stride,
-        a->mode == DPT_BAG_MEAN, (uint32_t)rows,     (uint32_t)buckets};
-    DPT_TRY(dpt_vk_dispatch(ctx, DPT_VK_PIPE_EMBED_BAG_BWD, w, 3, push, sizeof push,
-                            vk_div_up(items, DPT_VK_WG)));
-    i0 += rows;
+  per = vk_bag_samples(ctx, a, per);
+  if (per == 0) return vk_bag_sample_too_large("embed_bag_bwd", a);
+  const size_t trows = vk_bag_chunk_rows(ctx, a);
+  if (trows == 0) return vk_bag_row_too_large("embed_bag_bwd", a->dim);
+  for (size_t first = 0; first < a->vocab; first += trows) {
+    const size_t tr = a->vocab - first < trows ? a->vocab - first : trows;
+    size_t buckets = vk_div_up(VK_BAG_ITEMS, a->dim);
+    if (buckets > VK_BAG_BUCKETS) buckets = VK_BAG_BUCKETS;
+    if (buckets > tr) buckets = tr;
+    const size_t items = buckets * a->dim; /* <= tr * dim, one window */
+    for (size_t i0 = 0; i0 < a->n;) {
+      size_t rows = a->n - i0 < per ? a->n - i0 : per;
+      dpt_vk_win w[3];
+      DPT_TRY(
+          dpt_vk_window(ctx, vk_al(&a->dout), a->dout.off + i0 * a->dim, rows * a->dim, 4, &w[0]));
+      DPT_TRY(dpt_vk_window(ctx, vk_al(&a->idx), a->idx.off + i0 * a->idx_stride,
+                            (rows - 1) * a->idx_stride + a->bag, 4, &w[1]));
+      DPT_TRY(dpt_vk_window(ctx, vk_al(&a->dtable), a->dtable.off + first * a->dim, tr * a->dim, 4,
+                            &w[2]));
+      uint32_t push[12] = {(uint32_t)items,
+                           w[0].elem,
+                           w[1].elem,
+                           w[2].elem,
+                           (uint32_t)a->dim,
+                           (uint32_t)first,
+                           (uint32_t)tr,
+                           (uint32_t)a->bag,
+                           (uint32_t)a->idx_stride,
+                           a->mode == DPT_BAG_MEAN,
+                           (uint32_t)rows,
+                           (uint32_t)buckets};
+      DPT_TRY(dpt_vk_dispatch(ctx, DPT_VK_PIPE_EMBED_BAG_BWD, w, 3, push, sizeof push,
+                              vk_div_up(items, DPT_VK_WG)));
+      i0 += rows;
+    }
   }
   return DPT_OK;
 }

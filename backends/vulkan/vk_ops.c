@@ -1,10 +1,11 @@
 /* Vulkan backend: the op set. Each op binds its tensors as windows (vk_internal.h), packs its
  * push constants (the layouts match the `P` blocks of backends/vulkan/shaders/<op>.comp word
  * for word) and records one or more dispatches. Element-wise ops and reductions split tensors
- * larger than one window into several dispatches; structured ops return DPT_ERR_UNSUPPORTED
- * when a tensor does not fit one window (maxStorageBufferRange) or a size needs more than 32
- * bits. Results needed on the host (reductions, loss) come from per-workgroup partials in host
- * memory, added here in double.
+ * larger than one window into several dispatches, gemm into smaller gemms, the embedding ops
+ * their table into chunks of rows; structured ops return DPT_ERR_UNSUPPORTED when another
+ * tensor does not fit one window (maxStorageBufferRange) or a size needs more than 32 bits. Results
+ * needed on the host (reductions, loss) come from per-workgroup partials in host memory, added here
+ * in double.
  *
  * Each op is its vtable entry: it opens with dpt_vk_enter and returns success through
  * dpt_vk_leave (vk_error.c), so a validation error is reported by the op that raised it. */
@@ -443,28 +444,52 @@ dpt_status dpt_vk_maxpool_bwd(dpt_backend *be, const dpt_maxpool_bwd_args *a) {
 
 /* ---- embeddings ------------------------------------------------------------------------------ */
 
+/* Table rows per window: a larger table takes a dispatch per chunk of this many rows (the
+ * wrapper guarantees dim >= 1 and 1 <= vocab <= INT32_MAX). 0 when one row exceeds a window. */
+static size_t vk_table_chunk_rows(const dpt_vk_ctx *ctx, size_t vocab, size_t dim) {
+  size_t rows = dpt_vk_chunk_elems(ctx, 4) / dim;
+  return rows < vocab ? rows : vocab;
+}
+
+static dpt_status vk_row_too_large(const char *op, size_t dim) {
+  return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                       "vulkan: %s: a table row of %zu floats exceeds maxStorageBufferRange", op,
+                       dim);
+}
+
+/* One dispatch per chunk of table rows, each writing the rows of the indices in its chunk (the
+ * first also the NaN rows of indices outside the table). */
 dpt_status dpt_vk_embed_gather(dpt_backend *be, const dpt_embed_gather_args *a) {
   DPT_TRY(dpt_vk_enter(be));
   dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
-  size_t tn = a->vocab * a->dim, on = a->n * a->dim;
-  if (on > UINT32_MAX || a->vocab > UINT32_MAX) return vk_too_large("embed_gather");
+  size_t on = a->n * a->dim;
+  if (on > UINT32_MAX) return vk_too_large("embed_gather");
+  const size_t trows = vk_table_chunk_rows(ctx, a->vocab, a->dim);
+  if (trows == 0) return vk_row_too_large("embed_gather", a->dim);
   dpt_vk_win w[3];
-  dpt_status st = dpt_vk_window(ctx, vk_al(&a->table), a->table.off, tn, 4, &w[0]);
-  if (st == DPT_OK) st = dpt_vk_window(ctx, vk_al(&a->idx), a->idx.off, a->n, 4, &w[1]);
+  dpt_status st = dpt_vk_window(ctx, vk_al(&a->idx), a->idx.off, a->n, 4, &w[1]);
   if (st == DPT_OK) st = dpt_vk_window(ctx, vk_al(&a->out), a->out.off, on, 4, &w[2]);
-  if (st != DPT_OK) return st;
-  uint32_t push[6] = {(uint32_t)on, w[0].elem,        w[1].elem,
-                      w[2].elem,    (uint32_t)a->dim, (uint32_t)a->vocab};
-  return dpt_vk_leave(be, dpt_vk_dispatch(ctx, DPT_VK_PIPE_EMBED_GATHER, w, 3, push, sizeof push,
-                                          vk_div_up(on, DPT_VK_WG)));
+  for (size_t first = 0; st == DPT_OK && first < a->vocab; first += trows) {
+    const size_t tr = a->vocab - first < trows ? a->vocab - first : trows;
+    st = dpt_vk_window(ctx, vk_al(&a->table), a->table.off + first * a->dim, tr * a->dim, 4, &w[0]);
+    uint32_t push[8] = {(uint32_t)on,     w[0].elem,          w[1].elem,       w[2].elem,
+                        (uint32_t)a->dim, (uint32_t)a->vocab, (uint32_t)first, (uint32_t)tr};
+    if (st == DPT_OK)
+      st = dpt_vk_dispatch(ctx, DPT_VK_PIPE_EMBED_GATHER, w, 3, push, sizeof push,
+                           vk_div_up(on, DPT_VK_WG));
+  }
+  return dpt_vk_leave(be, st);
 }
 
+/* The links pass, then the owners' sums in a dispatch per chunk of table rows: each row lies in
+ * one chunk, so its sum keeps the order of the one-window path. */
 dpt_status dpt_vk_embed_scatter_add(dpt_backend *be, const dpt_embed_scatter_add_args *a) {
   DPT_TRY(dpt_vk_enter(be));
   dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
-  size_t tn = a->vocab * a->dim, gn = a->n * a->dim;
-  if (gn > UINT32_MAX || a->vocab > UINT32_MAX || a->n >= UINT32_MAX / 2)
-    return vk_too_large("embed_scatter_add");
+  size_t gn = a->n * a->dim;
+  if (gn > UINT32_MAX || a->n >= UINT32_MAX / 2) return vk_too_large("embed_scatter_add");
+  const size_t trows = vk_table_chunk_rows(ctx, a->vocab, a->dim);
+  if (trows == 0) return vk_row_too_large("embed_scatter_add", a->dim);
   dpt_vk_alloc *links;
   dpt_status st = dpt_vk_scratch(ctx, (VkDeviceSize)a->n * 8, &links);
   if (st != DPT_OK) return st;
@@ -480,12 +505,17 @@ dpt_status dpt_vk_embed_scatter_add(dpt_backend *be, const dpt_embed_scatter_add
   st = dpt_vk_window(ctx, vk_al(&a->dout), a->dout.off, gn, 4, &w[0]);
   if (st == DPT_OK) st = dpt_vk_window(ctx, vk_al(&a->idx), a->idx.off, a->n, 4, &w[1]);
   if (st == DPT_OK) st = dpt_vk_window(ctx, links, 0, 2 * a->n, 4, &w[2]);
-  if (st == DPT_OK) st = dpt_vk_window(ctx, vk_al(&a->dtable), a->dtable.off, tn, 4, &w[3]);
-  if (st != DPT_OK) return st;
-  uint32_t push[6] = {(uint32_t)gn, w[0].elem,        w[1].elem,
-                      w[3].elem,    (uint32_t)a->dim, (uint32_t)a->n};
-  return dpt_vk_leave(be, dpt_vk_dispatch(ctx, DPT_VK_PIPE_EMBED_SCATTER_ADD, w, 4, push,
-                                          sizeof push, vk_div_up(gn, DPT_VK_WG)));
+  for (size_t first = 0; st == DPT_OK && first < a->vocab; first += trows) {
+    const size_t tr = a->vocab - first < trows ? a->vocab - first : trows;
+    st = dpt_vk_window(ctx, vk_al(&a->dtable), a->dtable.off + first * a->dim, tr * a->dim, 4,
+                       &w[3]);
+    uint32_t push[8] = {(uint32_t)gn,     w[0].elem,      w[1].elem,       w[3].elem,
+                        (uint32_t)a->dim, (uint32_t)a->n, (uint32_t)first, (uint32_t)tr};
+    if (st == DPT_OK)
+      st = dpt_vk_dispatch(ctx, DPT_VK_PIPE_EMBED_SCATTER_ADD, w, 4, push, sizeof push,
+                           vk_div_up(gn, DPT_VK_WG));
+  }
+  return dpt_vk_leave(be, st);
 }
 
 /* ---- gemm ------------------------------------------------------------------------------------ */

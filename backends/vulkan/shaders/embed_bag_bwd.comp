@@ -6,14 +6,16 @@
 // and walks this dispatch's samples i = 0 .. rows-1 and their slots s = 0 .. bag-1 in order,
 // so each dtable element has one writer that adds its terms in the CPU reference's order. The
 // host splits the samples over dispatches (recorded in order) to stay within lavapipe's loop
-// budget: rows * (1 + 2 * bag) iterations per invocation. n = buckets * dim.
+// budget: rows * (1 + 2 * bag) iterations per invocation. n = buckets * dim. dtable is the
+// window of table rows [first, first + trows) (a table larger than one window takes a dispatch
+// per chunk of rows); ids outside it are left to the other chunks' dispatches.
 layout(local_size_x = 256) in;
 #include "common.glsl"
 layout(std430, set = 0, binding = 0) readonly buffer G { float dout[]; };
 layout(std430, set = 0, binding = 1) readonly buffer I { int idx[]; };
 layout(std430, set = 0, binding = 2) buffer T { float dtable[]; };
 layout(push_constant) uniform P {
-  uint n, g_off, i_off, t_off, dim, vocab, bag, stride, mean, rows, buckets;
+  uint n, g_off, i_off, t_off, dim, first, trows, bag, stride, mean, rows, buckets;
 } pc;
 
 void main() {
@@ -34,8 +36,9 @@ void main() {
     precise float term = inv * dout[pc.g_off + i * pc.dim + d];
     for (uint s = 0u; s < pc.bag; ++s) {
       int k = idx[ib + s];
-      if (k < 0 || uint(k) >= pc.vocab || uint(k) % pc.buckets != b) continue;
-      uint at = pc.t_off + uint(k) * pc.dim + d;
+      uint r = uint(k) - pc.first; // wraps past trows for k < first (first + trows <= 2^32)
+      if (k < 0 || r >= pc.trows || r % pc.buckets != b) continue;
+      uint at = pc.t_off + r * pc.dim + d;
       precise float sum = dtable[at] + term;
       dtable[at] = sum;
     }
