@@ -446,11 +446,30 @@ dpt_status dpt_cpu_embed_bag_bwd(dpt_backend *be, const dpt_embed_bag_bwd_args *
   return DPT_OK;
 }
 
+/* Whether map[0..cols) is c0, c0 + 1, ... within [0, ld): the columns move as one block. */
+static int contiguous_cols(const int32_t *map, size_t cols, size_t ld) {
+  if (cols == 0 || map[0] < 0 || (size_t)map[0] + cols > ld) return 0;
+  for (size_t j = 1; j < cols; ++j)
+    if (map[j] != map[0] + (int32_t)j) return 0;
+  return 1;
+}
+
+/* d[j] += g[j], j < n (separate buffers: vectorized). */
+static void add_row(float *restrict d, const float *restrict g, size_t n) {
+  for (size_t j = 0; j < n; ++j)
+    d[j] += g[j];
+}
+
 dpt_status dpt_cpu_gather_cols(dpt_backend *be, const dpt_gather_cols_args *a) {
   (void)be;
   const float *x = dpt_cpu_f32(a->x);
   const int32_t *map = dpt_cpu_i32(a->map);
   float *y = dpt_cpu_f32(a->y);
+  if (contiguous_cols(map, a->cols, a->ldx)) { /* slices and concatenations */
+    for (size_t r = 0; r < a->rows; ++r)
+      memmove(y + r * a->ldy, x + r * a->ldx + (size_t)map[0], a->cols * sizeof(float));
+    return DPT_OK;
+  }
   for (size_t r = 0; r < a->rows; ++r)
     for (size_t j = 0; j < a->cols; ++j) {
       const int32_t c = map[j];
@@ -464,6 +483,11 @@ dpt_status dpt_cpu_scatter_cols_add(dpt_backend *be, const dpt_scatter_cols_add_
   float *dx = dpt_cpu_f32(a->x);
   const int32_t *map = dpt_cpu_i32(a->map);
   const float *dy = dpt_cpu_f32(a->y);
+  if (a->x.buf != a->y.buf && contiguous_cols(map, a->cols, a->ldx)) { /* the same adds */
+    for (size_t r = 0; r < a->rows; ++r)
+      add_row(dx + r * a->ldx + (size_t)map[0], dy + r * a->ldy, a->cols);
+    return DPT_OK;
+  }
   for (size_t r = 0; r < a->rows; ++r)
     for (size_t j = 0; j < a->cols; ++j) {
       const int32_t c = map[j];
