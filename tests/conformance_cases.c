@@ -1478,6 +1478,8 @@ typedef struct cols_p {
   size_t rows, cols, ldx, ldy;
   int scatter;
   double p_bad; /* per map entry: outside [0, ldx) (-1, ldx, INT32_MIN, INT32_MAX) */
+  int contig;   /* 1: the map is first, first + 1, ... (a slice or a concatenation's part) */
+  size_t first;
 } cols_p;
 
 /* The map: for scatter_cols_add distinct in-range entries (a shuffled prefix of 0 .. ldx-1),
@@ -1497,7 +1499,9 @@ static void init_cols_map(const conf_case *c, int t, void *elems, conf_rng *rng)
     perm[k - 1] = perm[r];
     perm[r] = tmp;
   }
-  for (size_t j = 0; j < p->cols; j++) {
+  for (size_t j = 0; p->contig && j < p->cols; j++)
+    map[j] = (int32_t)(p->first + j);
+  for (size_t j = 0; !p->contig && j < p->cols; j++) {
     int bad = conf_rng_unit(rng) < p->p_bad || (p->scatter && next == p->ldx);
     if (bad) {
       static const int32_t out[] = {-1, 0, INT32_MIN, INT32_MAX};
@@ -1526,19 +1530,29 @@ static dpt_status run_cols(dpt_backend *be, const conf_case *c, dpt_buffer *cons
 static const struct {
   size_t rows, cols, ldx, ldy;
   double p_bad;
+  int contig; /* 1: columns [first, first + cols) of x, as slices and concatenations have it */
+  size_t first;
 } cols_shapes[] = {
-    {1, 1, 1, 1, 0},           {5, 3, 7, 3, 0},      {5, 3, 7, 10, 0.2}, {33, 17, 40, 50, 0.1},
-    {64, 128, 200, 300, 0.05}, {200, 13, 39, 26, 0}, {3, 8, 5, 8, 0.3},  {7, 26, 26, 40, 0},
-    {0, 4, 5, 4, 0},           {4, 0, 5, 1, 0},
+    {1, 1, 1, 1, 0, 0, 0},       {5, 3, 7, 3, 0, 0, 0},           {5, 3, 7, 10, 0.2, 0, 0},
+    {33, 17, 40, 50, 0.1, 0, 0}, {64, 128, 200, 300, 0.05, 0, 0}, {200, 13, 39, 26, 0, 0, 0},
+    {3, 8, 5, 8, 0.3, 0, 0},     {7, 26, 26, 40, 0, 0, 0},        {0, 4, 5, 4, 0, 0, 0},
+    {4, 0, 5, 1, 0, 0, 0},       {9, 16, 48, 16, 0, 1, 16},       {5, 7, 7, 12, 0, 1, 0},
+    {31, 10, 10, 10, 0, 1, 0},
 };
 
 static void gen_cols(conf_list *l, int scatter) {
   for (size_t i = 0; i < sizeof cols_shapes / sizeof cols_shapes[0]; i++) {
-    cols_p p = {
-        cols_shapes[i].rows, cols_shapes[i].cols, cols_shapes[i].ldx, cols_shapes[i].ldy, scatter,
-        cols_shapes[i].p_bad};
-    conf_case *c = conf_new_case(l, "rows=%zu cols=%zu ldx=%zu ldy=%zu%s", p.rows, p.cols, p.ldx,
-                                 p.ldy, p.p_bad > 0 ? " map entries out of range" : "");
+    cols_p p = {cols_shapes[i].rows,
+                cols_shapes[i].cols,
+                cols_shapes[i].ldx,
+                cols_shapes[i].ldy,
+                scatter,
+                cols_shapes[i].p_bad,
+                cols_shapes[i].contig,
+                cols_shapes[i].first};
+    conf_case *c = conf_new_case(l, "rows=%zu cols=%zu ldx=%zu ldy=%zu%s%s", p.rows, p.cols, p.ldx,
+                                 p.ldy, p.p_bad > 0 ? " map entries out of range" : "",
+                                 p.contig ? " contiguous map" : "");
     CONF_SET_PARAMS(c, p);
     /* scatter: dx accumulates onto its non-zero values */
     conf_add_tensor(c, scatter ? "dx" : "x", CONF_F32, scatter ? CONF_INOUT : CONF_IN, p.rows,
