@@ -1,11 +1,14 @@
 /* Evaluation metrics: exact AUC, logloss, recall@k, and their data-parallel forms
  * (include/dptrain/metrics.h). */
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
 #include "dptrain/metrics.h"
+#include "dptrain/train.h"
 
 typedef struct pair {
   float score, label;
@@ -140,20 +143,32 @@ dpt_status dpt_auc_comm(dpt_comm *comm, const float *scores, const float *labels
     return dpt_set_error(DPT_ERR_INVALID_ARG, "AUC: NULL argument");
   *out = NAN;
   const int world = dpt_comm_size(comm);
-  uint64_t mine = n, *counts = malloc((size_t)world * sizeof *counts);
-  if (!counts) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "AUC: counts");
-  dpt_status st = dpt_allgather_host(comm, &mine, sizeof mine, counts);
+  /* Every rank joins every collective: a rank short of memory says so in the agreement before
+   * the pairs' allgather instead of leaving the others waiting in it. */
+  uint64_t mine = n, inline_counts[64];
+  uint64_t *counts = world <= 64 ? inline_counts : malloc((size_t)world * sizeof *counts);
+  dpt_status st = counts ? dpt_allgather_host(comm, &mine, sizeof mine, counts)
+                         : dpt_train_agree_ready(comm, DPT_ERR_OUT_OF_MEMORY,
+                                                 "AUC: out of host "
+                                                 "memory for the counts",
+                                                 "rank", NULL);
   uint64_t max = 0;
-  for (int r = 0; r < world; r++)
+  for (int r = 0; counts && r < world; r++)
     max = counts[r] > max ? counts[r] : max;
-  free(counts);
-  if (st != DPT_OK) return st;
+  if (counts != inline_counts) free(counts);
+  if (st != DPT_OK) return st; /* also when counts could not be had */
   const size_t m = max ? (size_t)max : 1;
-  pair *send = malloc(m * sizeof *send), *all = malloc((size_t)world * m * sizeof *all);
-  if (!send || !all) {
+  const int fits = m <= SIZE_MAX / sizeof(pair) / (size_t)world;
+  pair *send = fits ? malloc(m * sizeof *send) : NULL;
+  pair *all = fits ? malloc((size_t)world * m * sizeof *all) : NULL;
+  char why[96] = "";
+  if (!send || !all)
+    snprintf(why, sizeof why, "AUC: out of host memory for %d x %zu pairs", world, m);
+  st = dpt_train_agree_ready(comm, why[0] ? DPT_ERR_OUT_OF_MEMORY : DPT_OK, why, "rank", NULL);
+  if (st != DPT_OK) {
     free(send);
     free(all);
-    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "AUC: %d x %zu pairs", world, m);
+    return st;
   }
   for (size_t i = 0; i < m; i++)
     send[i] = i < n ? (pair){scores[i], labels[i] >= 0.5f ? 1.0f : 0.0f} : (pair){0, -1.0f};

@@ -535,6 +535,37 @@ START_TEST(metrics_gathered_over_ranks) {
 }
 END_TEST
 
+/* A rank whose pairs do not fit in memory: every rank returns an error (none waits for it). */
+static void *huge_rank_main(void *p) {
+  rank_arg *a = p;
+  dpt_comm *c = NULL;
+  a->st = dpt_comm_group_member(a->group, a->rank, &c);
+  if (a->st != DPT_OK) return NULL;
+  const size_t n = a->rank == 2 ? SIZE_MAX / 4 : 10; /* never read: the gather fails first */
+  a->st = dpt_auc_comm(c, g_scores, g_labels, n, &a->auc);
+  dpt_comm_destroy(c);
+  return NULL;
+}
+
+START_TEST(auc_out_of_memory_ends_every_rank) {
+  dpt_comm_group *group = NULL;
+  TU_OK(dpt_comm_group_create(3, &group));
+  rank_arg args[3];
+  pthread_t th[3];
+  for (int k = 0; k < 3; k++) {
+    args[k] = (rank_arg){.group = group, .rank = k, .world = 3};
+    ck_assert_int_eq(pthread_create(&th[k], NULL, huge_rank_main, &args[k]), 0);
+  }
+  for (int k = 0; k < 3; k++)
+    pthread_join(th[k], NULL);
+  dpt_comm_group_destroy(group);
+  for (int k = 0; k < 3; k++) {
+    ck_assert_int_eq(args[k].st, DPT_ERR_OUT_OF_MEMORY);
+    ck_assert(isnan(args[k].auc));
+  }
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("interactions");
   TCase *shards = tcase_create("shards");
@@ -558,6 +589,7 @@ static Suite *suite(void) {
   TCase *metrics = tcase_create("metrics");
   tcase_add_test(metrics, auc_closed_forms);
   tcase_add_test(metrics, logloss_and_recall);
+  tcase_add_test(metrics, auc_out_of_memory_ends_every_rank);
   tcase_add_test(metrics, metrics_gathered_over_ranks);
   suite_add_tcase(s, metrics);
   return s;
