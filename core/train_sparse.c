@@ -26,8 +26,9 @@ struct train_sparse {
   } * tables;
   dpt_range *dense; /* the flat buffer minus the tables, increasing */
   size_t num_dense;
-  int32_t *ids; /* this step's touched ids of one table [max_slice * bag] */
-  float *rows;  /* their gradient rows, then a table's updated rows */
+  int32_t *ids;   /* this step's touched ids of one table [max_slice * bag] */
+  uint64_t *seen; /* a bit per row of the largest table, zero between calls (touched_ids) */
+  float *rows;    /* their gradient rows, then a table's updated rows */
   size_t ids_cap, rows_cap;
 };
 
@@ -51,6 +52,7 @@ void dpt_train_sparse_free(replica_state *s) {
   free(p->tables);
   free(p->dense);
   free(p->ids);
+  free(p->seen);
   free(p->rows);
   free(p);
   s->sparse = NULL;
@@ -67,7 +69,7 @@ dpt_status dpt_train_sparse_setup(replica *r, replica_state *s) {
   const dpt_model_spec *spec = &cfg->model;
   p->tables = calloc(spec->num_layers ? spec->num_layers : 1, sizeof *p->tables);
   if (!p->tables) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
-  size_t max_bag = 1;
+  size_t max_bag = 1, max_rows = 1;
   const size_t nt = dpt_model_num_tensors(s->model);
   for (size_t i = 0; i < spec->num_layers; ++i) {
     const dpt_layer_spec *l = &spec->layers[i];
@@ -96,6 +98,7 @@ dpt_status dpt_train_sparse_setup(replica *r, replica_state *s) {
       return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %s holds %zu floats, not %zu x %zu", fn, want,
                            ti.count, t->rows, t->dim);
     if (t->bag > max_bag) max_bag = t->bag;
+    if (t->rows > max_rows) max_rows = t->rows;
     snprintf(t->name, sizeof t->name, "%s", want);
     if (cfg->table_optimizer == DPT_TABLE_ROWWISE_ADAGRAD &&
         !(t->acc = calloc(t->rows ? t->rows : 1, sizeof *t->acc)))
@@ -128,7 +131,9 @@ dpt_status dpt_train_sparse_setup(replica *r, replica_state *s) {
   DPT_TRY(dpt_model_set_sparse_table_grads(s->model, 1));
   p->ids_cap = s->max_slice * max_bag;
   p->ids = malloc((p->ids_cap ? p->ids_cap : 1) * sizeof *p->ids);
-  if (!p->ids) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+  p->seen = calloc((max_rows + 63) / 64, sizeof *p->seen);
+  if (!p->ids || !p->seen)
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
   return DPT_OK;
 }
 
@@ -142,21 +147,48 @@ static dpt_status rows_room(train_sparse *p, size_t n) {
   return DPT_OK;
 }
 
-/* The sorted, unique ids of table t in this step's slice (s->slice records in s->hx). */
+/* The index of the lowest set bit of x (x != 0). */
+static unsigned lowest_bit(uint64_t x) {
+#if defined(__GNUC__) || defined(__clang__)
+  return (unsigned)__builtin_ctzll(x);
+#else
+  unsigned i = 0;
+  while (!(x & 1))
+    x >>= 1, ++i;
+  return i;
+#endif
+}
+
+/* The sorted, unique ids of table t in this step's slice (s->slice records in s->hx): each id
+ * once through the bit per row, then the bits read in order where the table is small next to
+ * the ids (cleared as they are read), else the unique ids sorted (their bits cleared). */
 static size_t touched_ids(const replica_state *s, const struct sparse_table *t, int32_t *out) {
+  uint64_t *seen = s->sparse->seen;
   const size_t input = dpt_model_input_size(s->model);
   size_t n = 0;
   for (size_t i = 0; i < s->slice; ++i)
     for (size_t b = 0; b < t->bag; ++b) {
       int32_t id;
       memcpy(&id, s->hx + i * input + t->slot + b, sizeof id);
-      if (id >= 0 && (size_t)id < t->rows) out[n++] = id;
+      if (id < 0 || (size_t)id >= t->rows) continue;
+      const uint64_t bit = (uint64_t)1 << (id & 63);
+      if (seen[id >> 6] & bit) continue;
+      seen[id >> 6] |= bit;
+      out[n++] = id;
     }
-  qsort(out, n, sizeof *out, cmp_i32);
-  size_t u = 0;
+  const size_t words = (t->rows + 63) / 64;
+  if (words <= 4 * n) {
+    n = 0;
+    for (size_t w = 0; w < words; ++w)
+      for (uint64_t bits = seen[w]; bits; bits &= bits - 1)
+        out[n++] = (int32_t)(w * 64 + lowest_bit(bits));
+    memset(seen, 0, words * sizeof *seen);
+    return n;
+  }
   for (size_t i = 0; i < n; ++i)
-    if (u == 0 || out[i] != out[u - 1]) out[u++] = out[i];
-  return u;
+    seen[out[i] >> 6] = 0;
+  qsort(out, n, sizeof *out, cmp_i32);
+  return n;
 }
 
 /* The length of the run of consecutive ids starting at ids[i] (sorted, unique). */
