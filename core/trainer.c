@@ -55,6 +55,7 @@ static void state_free(replica_state *s) {
   dpt_train_ckpt_free(s); /* first: it waits for a checkpoint being written */
   dpt_train_sparse_free(s);
   dpt_buffer_free(s->x);
+  dpt_buffer_free(s->acc);
   dpt_buffer_free(s->kept_buffers);
   dpt_buffer_free(s->y);
   dpt_optimizer_destroy(s->opt);
@@ -234,7 +235,7 @@ static dpt_status evaluate(replica *r, replica_state *s, double *loss, double *a
   mine.samples = (int64_t)count;
   dpt_status st = s->pending;
   for (size_t done = 0; done < count && st == DPT_OK;) {
-    size_t b = count - done < s->max_slice ? count - done : s->max_slice;
+    size_t b = count - done < s->max_micro ? count - done : s->max_micro;
     for (size_t i = 0; i < b; ++i)
       s->idx[i] = start + done + i;
     double l = 0;
@@ -278,7 +279,7 @@ static dpt_status score_records(replica_state *s, float *logits, float *labels, 
   const size_t n = dpt_interactions_local_records(d);
   dpt_status st = s->pending;
   for (size_t done = 0; done < n && st == DPT_OK;) {
-    const size_t b = n - done < s->max_slice ? n - done : s->max_slice;
+    const size_t b = n - done < s->max_micro ? n - done : s->max_micro;
     for (size_t i = 0; i < b; ++i)
       s->idx[i] = done + i;
     st = load_records(s, d, s->idx, b);
@@ -404,7 +405,11 @@ static dpt_status create_backend_and_model(replica *r, replica_state *s) {
   const size_t n = s->ltrain ? cfg->global_batch : dpt_dataset_count(cfg->train);
   const size_t batch = cfg->global_batch < n ? cfg->global_batch : n;
   s->max_slice = (batch + (size_t)r->count - 1) / (size_t)r->count;
-  DPT_TRY(dpt_model_create(s->be, &cfg->model, s->max_slice, &s->model));
+  const size_t K = cfg->accumulate > 1 ? cfg->accumulate : 1;
+  s->max_micro = (s->max_slice + K - 1) / K;
+  DPT_TRY(dpt_model_create(s->be, &cfg->model, s->max_micro, &s->model));
+  if (K > 1)
+    DPT_TRY(dpt_buffer_alloc(s->be, dpt_model_num_params(s->model) * sizeof(float), &s->acc));
   if (s->ltrain) return check_records_model(cfg, s);
   size_t input = dpt_model_input_size(s->model);
   if (input != dpt_dataset_dim(cfg->train))
@@ -591,24 +596,45 @@ static dpt_status forward_backward(replica *r, replica_state *s, int64_t epoch, 
   if (st == DPT_OK && s->ltrain)
     st = dpt_interactions_step_indices(s->ltrain, r->cfg->seed, (uint64_t)epoch,
                                        r->cfg->global_batch, (uint64_t)k, s->idx);
-  if (st == DPT_OK && s->ltrain) {
-    st = load_records(s, s->ltrain, s->idx, count);
-    if (st == DPT_OK) s->slice = count;
-  } else if (st == DPT_OK)
-    st = load_batch(s, r->cfg->train, s->perm + bstart + start, count, &r->cfg->transform, epoch);
-  if (st == DPT_OK)
-    mine->targets = s->labels == 1 ? (int64_t)count : count_targets(s->hy, count * s->labels);
-  /* Dropout's mask is keyed by the sample's place in the global batch, not in the slice. */
-  if (st == DPT_OK)
-    st = dpt_model_set_step(s->model, r->cfg->seed, (uint64_t)s->t.step, (uint32_t)start);
   /* The loss gradient is scaled by 1/(targets in this global batch): the sum over replicas is
    * the batch's mean over its targets, whatever the split (and for a kept, smaller last batch
    * too). For a classifier that is 1/(samples), as before targets existed. A batch without a
    * target has no loss and gets a zero gradient. */
   const float scale = targets > 0 ? 1.0f / (float)targets : 0.0f;
   if (st == DPT_OK && s->sparse) st = dpt_train_sparse_prepare(s);
-  if (st == DPT_OK)
-    st = dpt_model_train_step(s->model, s->x, s->y, count, scale, &mine->loss_sum, &mine->correct);
+  /* The slice as micro-batches (one without accumulate), their gradients summed. */
+  const size_t K = s->acc ? r->cfg->accumulate : 1;
+  int summed = 0; /* micro-batches whose gradient acc holds */
+  for (size_t j = 0; j < K && st == DPT_OK; ++j) {
+    size_t ms = 0, mc = count;
+    if (K > 1) st = dpt_batch_split(count, (int)K, (int)j, &ms, &mc);
+    if (st != DPT_OK || mc == 0) continue;
+    if (s->ltrain) {
+      st = load_records(s, s->ltrain, s->idx + ms, mc);
+      if (st == DPT_OK) s->slice = mc;
+    } else {
+      st = load_batch(s, r->cfg->train, s->perm + bstart + start + ms, mc, &r->cfg->transform,
+                      epoch);
+    }
+    if (st == DPT_OK)
+      mine->targets += s->labels == 1 ? (int64_t)mc : count_targets(s->hy, mc * s->labels);
+    /* Dropout's mask is keyed by the sample's place in the global batch, not in the slice. */
+    if (st == DPT_OK)
+      st = dpt_model_set_step(s->model, r->cfg->seed, (uint64_t)s->t.step, (uint32_t)(start + ms));
+    double loss = 0;
+    int64_t correct = 0;
+    if (st == DPT_OK) st = dpt_model_train_step(s->model, s->x, s->y, mc, scale, &loss, &correct);
+    mine->loss_sum += loss;
+    mine->correct += correct;
+    if (st != DPT_OK || K == 1) continue;
+    dpt_buffer *g = dpt_model_grads(s->model);
+    const size_t np = dpt_model_num_params(s->model);
+    const int last = ms + mc == count;
+    st = last     ? (summed ? dpt_axpy(s->be, np, 1.0f, s->acc, 0, g, 0) : DPT_OK)
+         : summed ? dpt_axpy(s->be, np, 1.0f, g, 0, s->acc, 0)
+                  : dpt_buffer_copy(s->acc, 0, g, 0, np * sizeof(float));
+    summed = 1;
+  }
   return st;
 }
 
@@ -1103,6 +1129,15 @@ static dpt_status check_config(const dpt_train_config *cfg, dpt_comm *comm) {
   if (cfg->table_optimizer != DPT_TABLE_SGD && !cfg->sparse_tables)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "%s: table_optimizer (row-wise adagrad) needs sparse_tables", fn);
+  if (cfg->accumulate > 1 && (cfg->sparse_tables || cfg->sync_bn))
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: accumulate (%zu micro-batches) does not combine with %s", fn,
+                         cfg->accumulate, cfg->sparse_tables ? "sparse_tables" : "sync_bn");
+  if (cfg->accumulate > 1 && cfg->accumulate > cfg->global_batch)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: accumulate %zu is more micro-batches than the global batch's %zu "
+                         "samples",
+                         fn, cfg->accumulate, cfg->global_batch);
   if (cfg->sparse_tables && cfg->skip_allreduce)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "%s: sparse_tables exchanges the tables' rows; skip_allreduce exchanges "

@@ -337,6 +337,15 @@ out=$("$dptrain" train "${resnet[@]}" --save-weights "$scratch/resnet.safetensor
 [ $? -eq 0 ] || fail "resnet run failed: $(cat "$scratch/err")"
 grep -q '"activation_bytes": [1-9]' <<<"$out" || fail "no activation memory reported: $out"
 grep -q '"num_params": 77754' <<<"$out" || fail "resnet-8 parameter count: $out"
+# --accumulate: 4 micro-batches of the 16 hold a quarter of the activations; with sync-bn refused.
+act1=$(grep -o '"activation_bytes": [0-9]*' <<<"$out" | head -n 1 | cut -d' ' -f2)
+out=$("$dptrain" train "${resnet[@]}" --accumulate 4 2>"$scratch/err")
+act4=$(grep -o '"activation_bytes": [0-9]*' <<<"$out" | head -n 1 | cut -d' ' -f2)
+[ -n "$act4" ] && [ $((act4 * 3)) -lt "$act1" ] ||
+  fail "--accumulate 4: activations $act4 against $act1: $(cat "$scratch/err")"
+"$dptrain" train "${resnet[@]}" --accumulate 2 --sync-bn --replicas 2 >/dev/null 2>"$scratch/err"
+[ $? -eq 1 ] && grep -q "does not combine with sync_bn" "$scratch/err" ||
+  fail "--accumulate with --sync-bn: $(cat "$scratch/err")"
 "$dptrain" train "${resnet[@]}" --init-weights "$scratch/resnet.safetensors" --max-steps 1 \
   --lr 1e-30 >/dev/null 2>"$scratch/err" ||
   fail "resnet weights did not load back: $(cat "$scratch/err")"

@@ -296,9 +296,9 @@ static const option options[] = {
      "rows updated by --table-optimizer; the rest by --optimizer\n"
      "(docs/recommendation.md, \"Sparse table gradients\")",
      FLAG(cfg.sparse_tables, 1)},
-    {"--table-optimizer", "sgd|rowwise-adagrad",
-     "with --sparse-tables: the tables' update, plain SGD (default)\n"
-     "or DLRM's row-wise Adagrad, both at --lr and its schedule",
+    {"--table-optimizer", "NAME",
+     "with --sparse-tables: the tables' update, sgd (default)\n"
+     "or rowwise-adagrad (DLRM's), both at --lr and its schedule",
      CUSTOM(parse_table_optimizer)},
     {"--sparse-dense-above", "F",
      "with --sparse-tables: a table's step all-reduces its dense\n"
@@ -347,6 +347,11 @@ static const option options[] = {
      "samples per step over all replicas (default 256; bert 32;\n"
      "dlrm 2048)",
      SIZE(cfg.global_batch, 1)},
+    {"--accumulate", "K",
+     "run each replica's slice as K micro-batches, their\n"
+     "gradients summed before the exchange: the memory of\n"
+     "B/(R K) samples, the step of B (default 1)",
+     SIZE(cfg.accumulate, 1)},
     {"--epochs", "E", "(default 10)", I64(cfg.epochs, 1)},
     {"--max-steps", "S", "stop after S steps (default: no limit)", I64(cfg.max_steps, 1)},
     {"--keep-last", NULL, "keep each epoch's final partial batch (default: drop it)",

@@ -160,11 +160,17 @@ typedef struct dpt_train_config {
   dpt_nonfinite_policy on_nonfinite; /* a step whose loss, reduced gradient or (when
                                clipping) gradient norm is not finite: stop (default), skip it,
                                or roll back (every replica alike) */
-  int64_t max_skipped;     /* with DPT_NONFINITE_SKIP: the run fails once more than this many
-                              steps in a row were skipped, or more than this many or 1 % of
-                              the run's steps, whichever is larger (default 10; < 0: no
-                              limit) */
-  int skip_allreduce;      /* benchmarking only: no gradient all-reduce (replicas drift) */
+  int64_t max_skipped; /* with DPT_NONFINITE_SKIP: the run fails once more than this many
+                          steps in a row were skipped, or more than this many or 1 % of
+                          the run's steps, whichever is larger (default 10; < 0: no
+                          limit) */
+  int skip_allreduce;  /* benchmarking only: no gradient all-reduce (replicas drift) */
+  /* Gradient accumulation: each replica runs its slice of a global batch as this many
+   * micro-batches (dpt_batch_split of the slice), summing their gradients, and exchanges once
+   * (DDP's no_sync): the model holds activations for one micro-batch, the step is the global
+   * batch's within float rounding. 0 or 1: none (the step as without). Refused with
+   * sparse_tables and sync_bn. */
+  size_t accumulate;
   int full_optimizer_step; /* 1: all-reduce the gradients and run the whole optimizer step on
                               every replica; 0 (default): the sharded step (see above) */
   /* 1: sparse table gradients (dptrain/sparse.h), with local_train only. Each embedding_bag
