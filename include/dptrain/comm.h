@@ -241,6 +241,38 @@ DPT_API dpt_status dpt_allgather_host(dpt_comm *comm, const void *send, size_t b
 /* Returns once every rank has entered the barrier. */
 DPT_API dpt_status dpt_barrier(dpt_comm *comm);
 
+/* ---- nonblocking collectives ---------------------------------------------------------------
+ *
+ * A start call queues the collective and returns a request at once; the communicator's
+ * progress thread (started with the first request, joined by dpt_comm_destroy) runs the queued
+ * collectives one after another in the order they were started, each exactly as its blocking
+ * form would (the same sums, bit for bit), so every rank must start the same collectives in
+ * the same order. The caller's thread is free meanwhile: it may use the buffer's backend for
+ * other work (backend calls are serialized with the progress thread's staging; see
+ * backend.h), but must not touch the range being reduced, and must not call a blocking
+ * collective on this communicator until every request has been waited for (such a call
+ * returns DPT_ERR_INVALID_ARG naming the pending requests). After a request fails, the ones
+ * queued behind it fail with the same status without communicating. */
+typedef struct dpt_request dpt_request;
+
+/* When a request's collective ran, on dpt_now()'s clock (base/clock.h): queued by the start
+ * call, started and finished by the progress thread. */
+typedef struct dpt_request_info {
+  double queued, started, finished;
+} dpt_request_info;
+
+DPT_API dpt_status dpt_allreduce_buffer_start(dpt_comm *comm, dpt_buffer *buf, size_t offset,
+                                              size_t count, dpt_comm_dtype dtype,
+                                              dpt_request **out);
+DPT_API dpt_status dpt_reduce_scatter_buffer_start(dpt_comm *comm, dpt_buffer *buf, size_t offset,
+                                                   size_t count, dpt_comm_dtype dtype,
+                                                   dpt_request **out);
+/* *done: 1 once the collective has finished (successfully or not), else 0; never blocks. */
+DPT_API dpt_status dpt_request_test(dpt_request *req, int *done);
+/* Waits for the collective, returns its status (its message in dpt_last_error() on this
+ * thread), fills *info (may be NULL) and frees the request. NULL req: DPT_OK. */
+DPT_API dpt_status dpt_request_wait(dpt_request *req, dpt_request_info *info);
+
 #ifdef __cplusplus
 }
 #endif
