@@ -1097,6 +1097,7 @@ void dpt_model_destroy(dpt_model *m) {
   free(m->w_written);
   free(m->sync_host);
   free(m->sync_acc);
+  free(m->ready_from);
   free(m);
 }
 
@@ -1180,6 +1181,31 @@ dpt_status dpt_model_set_sync_bn(dpt_model *m, dpt_model_allreduce_fn sum, void 
   m->sync_sum = sum;
   m->sync_ctx = ctx;
   return DPT_OK;
+}
+
+dpt_status dpt_model_set_layer_hook(dpt_model *m, dpt_model_layer_fn fn, void *ctx) {
+  if (!m) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_set_layer_hook: model is NULL");
+  if (fn && !m->ready_from) {
+    m->ready_from = malloc((m->num_layers ? m->num_layers : 1) * sizeof *m->ready_from);
+    if (!m->ready_from)
+      return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_model_set_layer_hook: out of host memory");
+    size_t lo = m->num_params;
+    for (size_t i = m->num_layers; i-- > 0;) {
+      const dpt_node *L = &m->layers[i];
+      const size_t own[4] = {L->spec.tie ? SIZE_MAX : L->w_index, L->b_index, L->w2_index,
+                             L->b2_index};
+      for (int k = 0; k < 4; ++k)
+        if (own[k] != SIZE_MAX && m->tensors[own[k]].offset < lo) lo = m->tensors[own[k]].offset;
+      m->ready_from[i] = lo;
+    }
+  }
+  m->hook = fn;
+  m->hook_ctx = ctx;
+  return DPT_OK;
+}
+
+const char *dpt_model_layer_name(const dpt_model *m, size_t layer) {
+  return m && layer < m->num_layers ? m->layers[layer].spec.name : NULL;
 }
 
 dpt_status dpt_model_set_sparse_table_grads(dpt_model *m, int on) {

@@ -525,8 +525,10 @@ static dpt_status forward_layer(dpt_model *m, const dpt_node *L, const dpt_buffe
 }
 
 dpt_status dpt_model_forward(dpt_model *m, const dpt_buffer *x, size_t b) {
-  for (size_t i = 0; i < m->num_layers; ++i)
+  for (size_t i = 0; i < m->num_layers; ++i) {
     DPT_TRY(forward_layer(m, &m->layers[i], x, b));
+    if (m->hook) m->hook(m->hook_ctx, i, 0, m->num_params);
+  }
   return DPT_OK;
 }
 
@@ -686,6 +688,27 @@ static dpt_status backward_one(dpt_model *m, const dpt_node *L, const dpt_buffer
   }
 }
 
+static dpt_status backward_layer(dpt_model *m, const dpt_node *L, const dpt_buffer *x, size_t b) {
+  switch (L->spec.kind) {
+  case DPT_LAYER_FLATTEN:
+    return DPT_OK;
+  case DPT_LAYER_EMBEDDING:
+    return embedding_backward(m, L, x, b);
+  case DPT_LAYER_ADD:
+    return add_backward(m, L, b);
+  case DPT_LAYER_EMBEDDING_BAG:
+    return embedding_bag_backward(m, L, x, b);
+  case DPT_LAYER_CONCAT:
+    return concat_backward(m, L, b);
+  default: {
+    int add = 0;
+    dpt_buffer *din = grad_target(m, L, 0, &add);
+    DPT_TRY(backward_one(m, L, dpt_model_out_of(m, L->src[0], x), din, b));
+    return add ? add_gradient(m, L, 0, b) : DPT_OK;
+  }
+  }
+}
+
 /* Walks the layers in reverse; each reads its dout (complete: every layer taking its output
  * came later and has run) and writes its parameters' gradients and its inputs' gradients. */
 dpt_status dpt_model_backward(dpt_model *m, const dpt_buffer *x, size_t b) {
@@ -693,28 +716,8 @@ dpt_status dpt_model_backward(dpt_model *m, const dpt_buffer *x, size_t b) {
   memset(m->w_written, 0, m->num_tensors);
   m->grad_written[m->num_layers - 1] = 1; /* the loss gradient */
   for (size_t i = m->num_layers; i-- > 0;) {
-    const dpt_node *L = &m->layers[i];
-    if (L->spec.kind == DPT_LAYER_FLATTEN) continue;
-    if (L->spec.kind == DPT_LAYER_EMBEDDING) {
-      DPT_TRY(embedding_backward(m, L, x, b));
-      continue;
-    }
-    if (L->spec.kind == DPT_LAYER_ADD) {
-      DPT_TRY(add_backward(m, L, b));
-      continue;
-    }
-    if (L->spec.kind == DPT_LAYER_EMBEDDING_BAG) {
-      DPT_TRY(embedding_bag_backward(m, L, x, b));
-      continue;
-    }
-    if (L->spec.kind == DPT_LAYER_CONCAT) {
-      DPT_TRY(concat_backward(m, L, b));
-      continue;
-    }
-    int add = 0;
-    dpt_buffer *din = grad_target(m, L, 0, &add);
-    DPT_TRY(backward_one(m, L, dpt_model_out_of(m, L->src[0], x), din, b));
-    if (add) DPT_TRY(add_gradient(m, L, 0, b));
+    DPT_TRY(backward_layer(m, &m->layers[i], x, b));
+    if (m->hook) m->hook(m->hook_ctx, i, 1, m->ready_from[i]);
   }
   return DPT_OK;
 }

@@ -78,6 +78,9 @@ struct dpt_model {
   unsigned char *grad_written; /* [num_layers]: dout already holds a contribution this step */
   unsigned char *w_written;    /* [num_tensors]: a shared weight's gradient holds a use's part */
   int sparse_table_grads;      /* embedding_bag backward adds into a range kept zero */
+  dpt_model_layer_fn hook;     /* dpt_model_set_layer_hook */
+  void *hook_ctx;
+  size_t *ready_from; /* [num_layers]: the lowest tensor offset of layers >= i (num_params: none) */
 };
 
 /* Forward over b samples (training or evaluation mode as m->training says), then the loss

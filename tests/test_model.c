@@ -167,6 +167,87 @@ START_TEST(gradient_bert) {
 }
 END_TEST
 
+/* The layer hook: forward calls in layer order, backward calls in reverse with ready_from never
+ * increasing and 0 after the first layer; the gradients it declares complete are final (the
+ * same bytes after the whole backward), also for BERT's decoder tied to the token embedding. */
+typedef struct hook_log {
+  dpt_model *m;
+  size_t calls, next_fwd, next_bwd, last_ready;
+  float *seen;   /* [np]: grads[ready_from..] copied as the hook saw them */
+  size_t lowest; /* the lowest ready_from seen */
+  int order_ok;
+} hook_log;
+
+static void log_layer(void *ctx, size_t layer, int backward, size_t ready_from) {
+  hook_log *h = ctx;
+  const size_t np = dpt_model_num_params(h->m);
+  ++h->calls;
+  if (!backward) {
+    h->order_ok &= layer == h->next_fwd++ && ready_from == np;
+    return;
+  }
+  h->order_ok &= layer == h->next_bwd-- && ready_from <= h->last_ready;
+  h->last_ready = ready_from;
+  if (ready_from < np)
+    TU_OK(dpt_buffer_download(dpt_model_grads(h->m), ready_from * sizeof(float),
+                              h->seen + ready_from, (np - ready_from) * sizeof(float)));
+  h->lowest = ready_from;
+}
+
+static void check_hook(dpt_model *m, size_t nl, const dpt_buffer *bx, const dpt_buffer *by,
+                       size_t b) {
+  const size_t np = dpt_model_num_params(m);
+  hook_log h = {m, 0, 0, nl - 1, np, calloc(np, sizeof(float)), np, 1};
+  float *final = malloc(np * sizeof(float));
+  TU_OK(dpt_model_set_layer_hook(m, log_layer, &h));
+  TU_OK(dpt_model_train_step(m, bx, by, b, 0.25f, NULL, NULL));
+  ck_assert_msg(h.order_ok, "hook order");
+  ck_assert_uint_eq(h.calls, 2 * nl);
+  ck_assert_uint_eq(h.lowest, 0);
+  TU_OK(dpt_buffer_download(dpt_model_grads(m), 0, final, np * sizeof(float)));
+  ck_assert_int_eq(memcmp(h.seen, final, np * sizeof(float)), 0);
+  TU_OK(dpt_model_set_layer_hook(m, NULL, NULL));
+  h.calls = 0;
+  TU_OK(dpt_model_train_step(m, bx, by, b, 0.25f, NULL, NULL));
+  ck_assert_uint_eq(h.calls, 0);
+  free(h.seen);
+  free(final);
+}
+
+START_TEST(layer_hook) {
+  dpt_model_spec spec;
+  tiny_bert(&spec, 2, 0.0f);
+  dpt_backend *be = tu_cpu();
+  dpt_model *m;
+  TU_OK(dpt_model_create(be, &spec, TB_BATCH, &m));
+  TU_OK(dpt_model_init(m, 3));
+  ck_assert_str_eq(dpt_model_layer_name(m, 0), "embed.tok");
+  ck_assert_ptr_null(dpt_model_layer_name(m, spec.num_layers));
+  dpt_buffer *bx, *by;
+  tb_upload(be, &bx, &by);
+  check_hook(m, spec.num_layers, bx, by, TB_BATCH);
+  dpt_buffer_free(bx);
+  dpt_buffer_free(by);
+  dpt_model_destroy(m);
+  mini_resnet(&spec, 0.0f);
+  TU_OK(dpt_model_create(be, &spec, 6, &m));
+  TU_OK(dpt_model_init(m, 5));
+  const size_t in = dpt_model_input_size(m);
+  float *x = calloc(6 * in, sizeof(float));
+  for (size_t i = 0; i < 6 * in; ++i)
+    x[i] = (float)((i * 37) % 11) / 11.0f;
+  const int32_t y[6] = {0, 3, 9, 3, 7, 1};
+  bx = tu_f32(be, x, 6 * in);
+  by = tu_i32(be, y, 6);
+  check_hook(m, spec.num_layers, bx, by, 6);
+  free(x);
+  dpt_buffer_free(bx);
+  dpt_buffer_free(by);
+  dpt_model_destroy(m);
+  dpt_backend_destroy(be);
+}
+END_TEST
+
 /* The encoder's state_dict as BertMLM in tools/pytorch_reference.py has it (the decoder holds
  * only its bias), its JSON description read back field by field, and what bad options get. */
 START_TEST(bert_spec) {
@@ -800,6 +881,7 @@ int main(int argc, char **argv) {
   tcase_set_timeout(graph, 120);
   tcase_add_test(graph, gradient_graph);
   tcase_add_test(graph, gradient_bert);
+  tcase_add_test(graph, layer_hook);
   tcase_add_test(graph, bert_spec);
   tcase_add_test(graph, bn_buffers);
   suite_add_tcase(s, graph);

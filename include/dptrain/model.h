@@ -340,6 +340,18 @@ DPT_API size_t dpt_model_activation_bytes(const dpt_model *model);
 typedef dpt_status (*dpt_model_allreduce_fn)(void *ctx, double *data, size_t count);
 DPT_API dpt_status dpt_model_set_sync_bn(dpt_model *model, dpt_model_allreduce_fn sum, void *ctx);
 
+/* A hook on the layer walk, for timelines and for exchanging gradients while backward goes on:
+ * called on the calling thread after each layer's forward (backward 0) and after each layer's
+ * backward (backward 1; layers from the last to the first), once the layer's work is submitted
+ * (a GPU backend may still be running it). In backward, `ready_from` says that the gradients
+ * in [ready_from, num_params) of the flat buffer are complete: every layer that writes them
+ * has submitted its backward (tensors are laid out in layer order; a tied weight is complete
+ * only after its first user). In forward it is num_params. fn NULL: no hook. */
+typedef void (*dpt_model_layer_fn)(void *ctx, size_t layer, int backward, size_t ready_from);
+DPT_API dpt_status dpt_model_set_layer_hook(dpt_model *model, dpt_model_layer_fn fn, void *ctx);
+/* The name of layer i ("" when unnamed), for timelines; NULL past the end. */
+DPT_API const char *dpt_model_layer_name(const dpt_model *model, size_t layer);
+
 /* Sparse table gradients: with `on`, backward adds each embedding_bag table's gradient into
  * the table's range of the gradient buffer instead of overwriting the range, so a step costs
  * the rows its ids touch, not the whole table. The caller keeps those ranges zero between steps
