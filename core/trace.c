@@ -5,6 +5,7 @@
 #include "core/trace.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,8 +52,10 @@ struct dpt_trace {
 
 /* Members whose words fit on the stack: the agreement then needs no allocation. */
 enum { WORDS_INLINE = 64 };
-/* Barrier rounds of the clock alignment: 2 per member, within these bounds. */
-enum { ALIGN_MIN_ROUNDS = 8, ALIGN_MAX_ROUNDS = 64 };
+/* The clock alignment: barrier rounds per batch, at most this many batches, and the width
+ * (seconds) of the offset's bounds at which it stops. */
+enum { ALIGN_BATCH = 8, ALIGN_BATCHES = 8 };
+#define ALIGN_WIDTH 20e-6
 
 static const char *const track_names[DPT_TRACE_TRACKS] = {
     "data loading", "forward", "backward", "exchange", "optimizer", "checkpoints"};
@@ -78,7 +81,8 @@ void dpt_trace_destroy(dpt_trace *t) {
 
 void dpt_trace_event(dpt_trace *t, dpt_trace_track track, const char *name, double t0, double t1) {
   if (!t || (int)track < 0 || track >= DPT_TRACE_TRACKS) return;
-  if (t->limit && t->count >= t->limit) {
+  /* JSON has no NaN or infinity: such an event could not be written. */
+  if (!isfinite(t0) || !isfinite(t1) || (t->limit && t->count >= t->limit)) {
     t->dropped++;
     return;
   }
@@ -133,31 +137,43 @@ dpt_status dpt_trace_measure_offset(dpt_comm *comm, double *offset) {
   /* Per round: when this member entered the barrier and when it left it. Every member enters
    * before any member leaves, so member 0's clock minus ours lies in (b0 - a, a0 - b) in every
    * round; the intersection over the rounds holds the true offset, its midpoint is the
-   * estimate. The ends are tight in the rounds where member 0, or we, came last: one member
-   * sleeps a little before each round (member 0 every other round, the others in turn). */
-  int rounds = 2 * size;
-  rounds = rounds < ALIGN_MIN_ROUNDS ? ALIGN_MIN_ROUNDS : rounds;
-  rounds = rounds > ALIGN_MAX_ROUNDS ? ALIGN_MAX_ROUNDS : rounds;
-  double own[2 * ALIGN_MAX_ROUNDS], first[2 * ALIGN_MAX_ROUNDS];
-  for (int k = 0; k < rounds; ++k) {
-    const int late = k % 2 == 0 ? 0 : 1 + (k / 2) % (size - 1);
-    if (rank == late) sleep_us(300);
-    own[2 * k] = dpt_now();
-    dpt_status st = dpt_barrier(comm);
-    own[2 * k + 1] = dpt_now();
-    if (st != DPT_OK) return dpt_error_context(st, "clock alignment");
+   * estimate. The ends are tight in the rounds where member 0, or we, came last and woke at
+   * once: one member sleeps a little before each round (member 0 every other round, the others
+   * in turn), and on a busy host more batches of rounds run until every member's interval is
+   * narrow (or the batches run out). */
+  double *widths = calloc((size_t)size, sizeof *widths);
+  if (!widths) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "clock alignment: out of host memory");
+  double lo = -1e300, hi = 1e300, diff[ALIGN_BATCH * ALIGN_BATCHES];
+  int rounds = 0;
+  dpt_status st = DPT_OK;
+  for (int batch = 0; st == DPT_OK && batch < ALIGN_BATCHES; ++batch) {
+    double own[2 * ALIGN_BATCH], first[2 * ALIGN_BATCH];
+    for (int k = 0; st == DPT_OK && k < ALIGN_BATCH; ++k) {
+      const int j = batch * ALIGN_BATCH + k;
+      const int late = j % 2 == 0 ? 0 : 1 + (j / 2) % (size - 1);
+      if (rank == late) sleep_us(300);
+      own[2 * k] = dpt_now();
+      st = dpt_barrier(comm);
+      own[2 * k + 1] = dpt_now();
+    }
+    memcpy(first, own, sizeof first);
+    if (st == DPT_OK) st = dpt_broadcast_host(comm, first, sizeof first, 0);
+    for (int k = 0; st == DPT_OK && rank != 0 && k < ALIGN_BATCH; ++k) {
+      const double b0 = first[2 * k], a0 = first[2 * k + 1], b = own[2 * k], a = own[2 * k + 1];
+      if (b0 - a > lo) lo = b0 - a;
+      if (a0 - b < hi) hi = a0 - b;
+      diff[rounds++] = a0 - a;
+    }
+    const double width = rank == 0 ? 0.0 : hi - lo;
+    if (st == DPT_OK) st = dpt_allgather_host(comm, &width, sizeof width, widths);
+    int narrow = 1;
+    for (int r = 0; st == DPT_OK && r < size; ++r)
+      narrow = narrow && widths[r] <= ALIGN_WIDTH;
+    if (st == DPT_OK && narrow) break;
   }
-  memcpy(first, own, sizeof first);
-  dpt_status st = dpt_broadcast_host(comm, first, sizeof first, 0);
+  free(widths);
   if (st != DPT_OK) return dpt_error_context(st, "clock alignment");
   if (rank == 0) return DPT_OK;
-  double lo = -1e300, hi = 1e300, diff[ALIGN_MAX_ROUNDS];
-  for (int k = 0; k < rounds; ++k) {
-    const double b0 = first[2 * k], a0 = first[2 * k + 1], b = own[2 * k], a = own[2 * k + 1];
-    if (b0 - a > lo) lo = b0 - a;
-    if (a0 - b < hi) hi = a0 - b;
-    diff[k] = a0 - a;
-  }
   if (lo <= hi) {
     *offset = 0.5 * (lo + hi);
     return DPT_OK;

@@ -187,17 +187,19 @@ START_TEST(dropped_over_limit) {
   dpt_trace *t = NULL;
   TU_OK(dpt_trace_create(1, "rank 1, cpu", &t));
   dpt_trace_set_limit(t, 10);
+  dpt_trace_event(t, DPT_TRACE_FORWARD, "nan", NAN, 1.0); /* not finite: dropped */
+  dpt_trace_event(t, DPT_TRACE_FORWARD, "inf", 0.0, INFINITY);
   for (int i = 0; i < 15; ++i)
     dpt_trace_event(t, DPT_TRACE_FORWARD, "f", i, i + 0.5);
   ck_assert_uint_eq(dpt_trace_count(t), 10);
-  ck_assert_uint_eq(dpt_trace_dropped(t), 5);
+  ck_assert_uint_eq(dpt_trace_dropped(t), 7);
   TU_OK(dpt_trace_write(NULL, t, tpath("limit.json")));
   json_t *root = load(tpath("limit.json"));
   ck_assert_uint_eq(count_x(root, 1, "f"), 10);
   json_t *other = json_object_get(root, "otherData");
-  ck_assert_int_eq(json_integer_value(json_object_get(other, "dropped_events")), 5);
+  ck_assert_int_eq(json_integer_value(json_object_get(other, "dropped_events")), 7);
   ck_assert_int_eq(
-      json_integer_value(json_array_get(json_object_get(other, "dropped_by_replica"), 0)), 5);
+      json_integer_value(json_array_get(json_object_get(other, "dropped_by_replica"), 0)), 7);
   json_decref(root);
   dpt_trace_destroy(t);
 }
