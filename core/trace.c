@@ -455,6 +455,7 @@ dpt_status dpt_trace_write(dpt_comm *comm, dpt_trace *t, const char *path) {
    * rounds and reports the failure at the end. */
   unsigned char **store = NULL;
   dpt_status root_st = DPT_OK;
+  char root_msg[sizeof word.message] = "";
   if (st == DPT_OK && rank == 0) {
     uint64_t total = 0;
     for (int r = 1; r < size; ++r)
@@ -465,6 +466,7 @@ dpt_status dpt_trace_write(dpt_comm *comm, dpt_trace *t, const char *path) {
       root_st = dpt_set_error(DPT_ERR_OUT_OF_MEMORY,
                               "trace %s: no room for %llu bytes of events on member 0", path,
                               (unsigned long long)total);
+      snprintf(root_msg, sizeof root_msg, "%s", dpt_last_error()); /* the rounds come first */
     } else {
       for (int r = 1; r < size; ++r) {
         store[r] = all;
@@ -492,7 +494,8 @@ dpt_status dpt_trace_write(dpt_comm *comm, dpt_trace *t, const char *path) {
       }
   }
   if (st == DPT_OK && rank == 0 && root_st == DPT_OK)
-    root_st = write_gathered(path, t, store, size);
+    if ((root_st = write_gathered(path, t, store, size)) != DPT_OK)
+      snprintf(root_msg, sizeof root_msg, "%s", dpt_last_error());
   if (store) free(store[1]);
   free(store);
   if (words != inline_words) free(words);
@@ -500,10 +503,12 @@ dpt_status dpt_trace_write(dpt_comm *comm, dpt_trace *t, const char *path) {
   if (st != DPT_OK) return st;
   /* Member 0's result, the same on every member. */
   trace_word result;
-  set_word(&result, root_st, 0);
+  memset(&result, 0, sizeof result);
+  result.status = (int32_t)root_st;
+  memcpy(result.message, root_msg, sizeof result.message);
   st = dpt_broadcast_host(comm, &result, sizeof result, 0);
   if (st != DPT_OK) return dpt_error_context(st, "dpt_trace_write: member 0's result");
-  if (rank == 0) return root_st;
+  if (rank == 0) return root_st == DPT_OK ? DPT_OK : dpt_set_error(root_st, "%s", root_msg);
   if (result.status != DPT_OK)
     return dpt_set_error((dpt_status)result.status, "dpt_trace_write: member 0: %s",
                          result.message);
