@@ -3,6 +3,7 @@
  * Every check lives here, once, so a backend entry receives only valid, non-empty arguments:
  * handles non-NULL and of this backend, sizes without overflow, every tensor range inside its
  * buffer, geometries valid. Messages name the call and the argument that was rejected. */
+#define _XOPEN_SOURCE 700 /* PTHREAD_MUTEX_RECURSIVE */
 #include <stdlib.h>
 #include <string.h>
 
@@ -144,8 +145,14 @@ dpt_status dpt_backend_create(dpt_backend_kind kind, int device, dpt_backend **o
   st = vt->device_info(device, &be->info);
   be->info.backend = kind;
   be->info.index = device;
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+  pthread_mutex_init(&be->lock, &attr);
+  pthread_mutexattr_destroy(&attr);
   if (st == DPT_OK) st = vt->create(be, device);
   if (st != DPT_OK) {
+    pthread_mutex_destroy(&be->lock);
     free(be);
     return st;
   }
@@ -159,6 +166,7 @@ void dpt_backend_destroy(dpt_backend *be) {
   while (be->buffers)
     dpt_buffer_free(be->buffers);
   be->vt->destroy(be);
+  pthread_mutex_destroy(&be->lock);
   free(be);
 }
 
@@ -185,7 +193,7 @@ static dpt_status check_backend(const char *fn, const dpt_backend *be) {
 dpt_status dpt_backend_synchronize(dpt_backend *be) {
   dpt_status st = check_backend("dpt_backend_synchronize", be);
   if (st != DPT_OK) return st;
-  return be->vt->synchronize ? be->vt->synchronize(be) : DPT_OK;
+  return be->vt->synchronize ? DPT_BE_CALL(be, be->vt->synchronize(be)) : DPT_OK;
 }
 
 /* ---- memory ------------------------------------------------------------------------------ */
@@ -200,14 +208,18 @@ dpt_status dpt_buffer_alloc(dpt_backend *be, size_t bytes, dpt_buffer **out) {
   if (!buf) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_buffer_alloc: out of host memory");
   buf->backend = be;
   buf->size = bytes;
+  pthread_mutex_lock(&be->lock);
   st = be->vt->buffer_alloc(be, buf);
+  if (st == DPT_OK) {
+    buf->next = be->buffers;
+    if (be->buffers) be->buffers->prev = buf;
+    be->buffers = buf;
+  }
+  pthread_mutex_unlock(&be->lock);
   if (st != DPT_OK) {
     free(buf);
     return st;
   }
-  buf->next = be->buffers;
-  if (be->buffers) be->buffers->prev = buf;
-  be->buffers = buf;
   *out = buf;
   return DPT_OK;
 }
@@ -215,12 +227,14 @@ dpt_status dpt_buffer_alloc(dpt_backend *be, size_t bytes, dpt_buffer **out) {
 void dpt_buffer_free(dpt_buffer *buf) {
   if (!buf) return;
   dpt_backend *be = buf->backend;
+  pthread_mutex_lock(&be->lock);
   if (buf->handle) be->vt->buffer_free(be, buf);
   if (buf->prev)
     buf->prev->next = buf->next;
   else
     be->buffers = buf->next;
   if (buf->next) buf->next->prev = buf->prev;
+  pthread_mutex_unlock(&be->lock);
   free(buf);
 }
 
@@ -250,7 +264,8 @@ dpt_status dpt_buffer_upload(dpt_buffer *dst, size_t offset, const void *src, si
   if (st != DPT_OK) return st;
   if (bytes == 0) return DPT_OK;
   if (!src) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: src is NULL", fn);
-  return dst->backend->vt->upload(dst->backend, dst, offset, src, bytes);
+  dpt_backend *be = dst->backend;
+  return DPT_BE_CALL(be, be->vt->upload(be, dst, offset, src, bytes));
 }
 
 dpt_status dpt_buffer_download(const dpt_buffer *src, size_t offset, void *dst, size_t bytes) {
@@ -260,7 +275,8 @@ dpt_status dpt_buffer_download(const dpt_buffer *src, size_t offset, void *dst, 
   if (st != DPT_OK) return st;
   if (bytes == 0) return DPT_OK;
   if (!dst) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: dst is NULL", fn);
-  return src->backend->vt->download(src->backend, src, offset, dst, bytes);
+  dpt_backend *be = src->backend;
+  return DPT_BE_CALL(be, be->vt->download(be, src, offset, dst, bytes));
 }
 
 dpt_status dpt_buffer_map_host(dpt_buffer *buf, size_t offset, size_t bytes, void **ptr) {
@@ -270,12 +286,14 @@ dpt_status dpt_buffer_map_host(dpt_buffer *buf, size_t offset, size_t bytes, voi
   dpt_status st = check_bytes(fn, "buf", buf, offset, bytes);
   if (st == DPT_OK) st = check_backend(fn, buf->backend);
   if (st != DPT_OK || !buf->backend->vt->map) return st;
-  return buf->backend->vt->map(buf->backend, buf, offset, bytes, ptr);
+  dpt_backend *be = buf->backend;
+  return DPT_BE_CALL(be, be->vt->map(be, buf, offset, bytes, ptr));
 }
 
 dpt_status dpt_buffer_unmap_host(dpt_buffer *buf, void *ptr) {
   if (!buf || !ptr || !buf->backend->vt->unmap) return DPT_OK;
-  return buf->backend->vt->unmap(buf->backend, buf, ptr);
+  dpt_backend *be = buf->backend;
+  return DPT_BE_CALL(be, be->vt->unmap(be, buf, ptr));
 }
 
 /* Copies through a bounded host bounce buffer for backends without a device copy. */
@@ -309,8 +327,9 @@ dpt_status dpt_buffer_copy(dpt_buffer *dst, size_t dst_offset, const dpt_buffer 
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: src and dst ranges overlap", fn);
   if (bytes == 0) return DPT_OK;
   dpt_backend *be = dst->backend;
-  if (be->vt->copy) return be->vt->copy(be, dst, dst_offset, src, src_offset, bytes);
-  return copy_via_host(be, dst, dst_offset, src, src_offset, bytes);
+  if (be->vt->copy)
+    return DPT_BE_CALL(be, be->vt->copy(be, dst, dst_offset, src, src_offset, bytes));
+  return DPT_BE_CALL(be, copy_via_host(be, dst, dst_offset, src, src_offset, bytes));
 }
 
 dpt_status dpt_buffer_fill_f32(dpt_buffer *dst, size_t offset, size_t count, float value) {
@@ -322,7 +341,7 @@ dpt_status dpt_buffer_fill_f32(dpt_buffer *dst, size_t offset, size_t count, flo
   if (st == DPT_OK) st = check_backend(fn, dst->backend);
   if (st != DPT_OK || count == 0) return st;
   dpt_backend *be = dst->backend;
-  if (be->vt->fill_f32) return be->vt->fill_f32(be, dst, offset, count, value);
+  if (be->vt->fill_f32) return DPT_BE_CALL(be, be->vt->fill_f32(be, dst, offset, count, value));
   size_t chunk = count < 65536 ? count : 65536;
   float *tmp = malloc(chunk * sizeof(float));
   if (!tmp) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
@@ -330,7 +349,8 @@ dpt_status dpt_buffer_fill_f32(dpt_buffer *dst, size_t offset, size_t count, flo
     tmp[i] = value;
   for (size_t done = 0; done < count && st == DPT_OK; done += chunk) {
     size_t n = count - done < chunk ? count - done : chunk;
-    st = be->vt->upload(be, dst, (offset + done) * sizeof(float), tmp, n * sizeof(float));
+    st = DPT_BE_CALL(
+        be, be->vt->upload(be, dst, (offset + done) * sizeof(float), tmp, n * sizeof(float)));
   }
   free(tmp);
   return st;
@@ -450,7 +470,7 @@ dpt_status dpt_gemm(dpt_backend *be, int trans_a, int trans_b, size_t m, size_t 
         DPT_TRY(dpt_buffer_fill_f32(c, c_off + r * ldc, n, 0.0f));
       } else if (be->vt->scale) {
         dpt_scale_args sa = {n, beta, dpt_op_ref(c, c_off + r * ldc)};
-        DPT_TRY(be->vt->scale(be, &sa));
+        DPT_TRY(DPT_BE_CALL(be, be->vt->scale(be, &sa)));
       } else {
         return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_gemm: k == 0 or alpha == 0 needs the "
                                                   "scale op");
@@ -461,7 +481,7 @@ dpt_status dpt_gemm(dpt_backend *be, int trans_a, int trans_b, size_t m, size_t 
   dpt_gemm_args args = {
       trans_a != 0,         trans_b != 0,         m,   n,   k,  alpha, beta, dpt_op_ref(a, a_off),
       dpt_op_ref(b, b_off), dpt_op_ref(c, c_off), lda, ldb, ldc};
-  return be->vt->gemm(be, &args);
+  return DPT_BE_CALL(be, be->vt->gemm(be, &args));
 }
 
 dpt_status dpt_bias_add(dpt_backend *be, size_t rows, size_t cols, dpt_buffer *y, size_t y_off,
@@ -475,7 +495,7 @@ dpt_status dpt_bias_add(dpt_backend *be, size_t rows, size_t cols, dpt_buffer *y
   DPT_TRY(dpt_op_alias(&ck, "y", y, y_off, ny, F32, "bias", bias, bias_off, cols, F32, 0));
   if (ny == 0) return DPT_OK;
   dpt_bias_add_args args = {rows, cols, dpt_op_ref(y, y_off), dpt_op_ref(bias, bias_off)};
-  return be->vt->bias_add(be, &args);
+  return DPT_BE_CALL(be, be->vt->bias_add(be, &args));
 }
 
 dpt_status dpt_bias_grad(dpt_backend *be, size_t rows, size_t cols, const dpt_buffer *dy,
@@ -489,7 +509,7 @@ dpt_status dpt_bias_grad(dpt_backend *be, size_t rows, size_t cols, const dpt_bu
   DPT_TRY(dpt_op_alias(&ck, "db", db, db_off, cols, F32, "dy", dy, dy_off, ny, F32, 0));
   if (cols == 0) return DPT_OK;
   dpt_bias_grad_args args = {rows, cols, beta, dpt_op_ref(dy, dy_off), dpt_op_ref(db, db_off)};
-  return be->vt->bias_grad(be, &args);
+  return DPT_BE_CALL(be, be->vt->bias_grad(be, &args));
 }
 
 dpt_status dpt_relu_fwd(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_off, dpt_buffer *y,
@@ -501,7 +521,7 @@ dpt_status dpt_relu_fwd(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x
   DPT_TRY(dpt_op_alias(&ck, "y", y, y_off, n, F32, "x", x, x_off, n, F32, 1));
   if (n == 0) return DPT_OK;
   dpt_relu_fwd_args args = {n, dpt_op_ref(x, x_off), dpt_op_ref(y, y_off)};
-  return be->vt->relu_fwd(be, &args);
+  return DPT_BE_CALL(be, be->vt->relu_fwd(be, &args));
 }
 
 dpt_status dpt_relu_bwd(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_off,
@@ -516,7 +536,7 @@ dpt_status dpt_relu_bwd(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x
   if (n == 0) return DPT_OK;
   dpt_relu_bwd_args args = {n, dpt_op_ref(x, x_off), dpt_op_ref(dy, dy_off),
                             dpt_op_ref(dx, dx_off)};
-  return be->vt->relu_bwd(be, &args);
+  return DPT_BE_CALL(be, be->vt->relu_bwd(be, &args));
 }
 
 dpt_status dpt_softmax_xent(dpt_backend *be, size_t rows, size_t cols, const dpt_buffer *logits,
@@ -548,7 +568,7 @@ dpt_status dpt_softmax_xent(dpt_backend *be, size_t rows, size_t cols, const dpt
                                 dpt_op_ref(dlogits, dlogits_off),
                                 loss_sum,
                                 correct};
-  return be->vt->softmax_xent(be, &args);
+  return DPT_BE_CALL(be, be->vt->softmax_xent(be, &args));
 }
 
 dpt_status dpt_conv_out_size(const dpt_conv_geom *g, size_t *out_h, size_t *out_w) {
@@ -604,7 +624,7 @@ dpt_status dpt_im2col(dpt_backend *be, const dpt_conv_geom *g, const dpt_buffer 
   DPT_TRY(dpt_op_alias(&ck, "col", col, col_off, ncol, F32, "x", x, x_off, nx, F32, 0));
   if (ncol == 0) return DPT_OK;
   dpt_im2col_args args = {*g, oh, ow, dpt_op_ref(x, x_off), dpt_op_ref(col, col_off)};
-  return be->vt->im2col(be, &args);
+  return DPT_BE_CALL(be, be->vt->im2col(be, &args));
 }
 
 dpt_status dpt_col2im(dpt_backend *be, const dpt_conv_geom *g, const dpt_buffer *col,
@@ -618,7 +638,7 @@ dpt_status dpt_col2im(dpt_backend *be, const dpt_conv_geom *g, const dpt_buffer 
   DPT_TRY(dpt_op_alias(&ck, "dx", dx, dx_off, nx, F32, "col", col, col_off, ncol, F32, 0));
   if (nx == 0) return DPT_OK;
   dpt_col2im_args args = {*g, oh, ow, dpt_op_ref(col, col_off), dpt_op_ref(dx, dx_off)};
-  return be->vt->col2im(be, &args);
+  return DPT_BE_CALL(be, be->vt->col2im(be, &args));
 }
 
 dpt_status dpt_pool_out_size(const dpt_pool_geom *g, size_t *out_h, size_t *out_w) {
@@ -672,7 +692,7 @@ dpt_status dpt_maxpool_fwd(dpt_backend *be, const dpt_pool_geom *g, const dpt_bu
   if (ny == 0) return DPT_OK;
   dpt_maxpool_fwd_args args = {
       *g, oh, ow, dpt_op_ref(x, x_off), dpt_op_ref(y, y_off), dpt_op_ref(argmax, argmax_off)};
-  return be->vt->maxpool_fwd(be, &args);
+  return DPT_BE_CALL(be, be->vt->maxpool_fwd(be, &args));
 }
 
 dpt_status dpt_maxpool_bwd(dpt_backend *be, const dpt_pool_geom *g, const dpt_buffer *dy,
@@ -690,7 +710,7 @@ dpt_status dpt_maxpool_bwd(dpt_backend *be, const dpt_pool_geom *g, const dpt_bu
   if (nx == 0) return DPT_OK;
   dpt_maxpool_bwd_args args = {
       *g, oh, ow, dpt_op_ref(dy, dy_off), dpt_op_ref(argmax, argmax_off), dpt_op_ref(dx, dx_off)};
-  return be->vt->maxpool_bwd(be, &args);
+  return DPT_BE_CALL(be, be->vt->maxpool_bwd(be, &args));
 }
 
 static dpt_status check_vocab(dpt_op_check *c, size_t vocab) {
@@ -721,7 +741,7 @@ dpt_status dpt_embed_gather(dpt_backend *be, size_t n, size_t vocab, size_t dim,
                                 dpt_op_ref(table, table_off),
                                 dpt_op_ref(idx, idx_off),
                                 dpt_op_ref(out, out_off)};
-  return be->vt->embed_gather(be, &args);
+  return DPT_BE_CALL(be, be->vt->embed_gather(be, &args));
 }
 
 dpt_status dpt_embed_scatter_add(dpt_backend *be, size_t n, size_t vocab, size_t dim,
@@ -746,7 +766,7 @@ dpt_status dpt_embed_scatter_add(dpt_backend *be, size_t n, size_t vocab, size_t
                                      dpt_op_ref(dout, dout_off),
                                      dpt_op_ref(idx, idx_off),
                                      dpt_op_ref(dtable, dtable_off)};
-  return be->vt->embed_scatter_add(be, &args);
+  return DPT_BE_CALL(be, be->vt->embed_scatter_add(be, &args));
 }
 
 dpt_status dpt_axpy(dpt_backend *be, size_t n, float alpha, const dpt_buffer *x, size_t x_off,
@@ -758,7 +778,7 @@ dpt_status dpt_axpy(dpt_backend *be, size_t n, float alpha, const dpt_buffer *x,
   DPT_TRY(dpt_op_alias(&ck, "y", y, y_off, n, F32, "x", x, x_off, n, F32, 0));
   if (n == 0) return DPT_OK;
   dpt_axpy_args args = {n, alpha, dpt_op_ref(x, x_off), dpt_op_ref(y, y_off)};
-  return be->vt->axpy(be, &args);
+  return DPT_BE_CALL(be, be->vt->axpy(be, &args));
 }
 
 dpt_status dpt_scale(dpt_backend *be, size_t n, float alpha, dpt_buffer *x, size_t x_off) {
@@ -767,7 +787,7 @@ dpt_status dpt_scale(dpt_backend *be, size_t n, float alpha, dpt_buffer *x, size
   DPT_TRY(dpt_op_tensor(&ck, "x", x, x_off, n, F32));
   if (n == 0) return DPT_OK;
   dpt_scale_args args = {n, alpha, dpt_op_ref(x, x_off)};
-  return be->vt->scale(be, &args);
+  return DPT_BE_CALL(be, be->vt->scale(be, &args));
 }
 
 dpt_status dpt_sum(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_off, double *out) {
@@ -778,7 +798,7 @@ dpt_status dpt_sum(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_off,
   *out = 0.0;
   if (n == 0) return DPT_OK;
   dpt_sum_args args = {n, dpt_op_ref(x, x_off), out};
-  return be->vt->sum(be, &args);
+  return DPT_BE_CALL(be, be->vt->sum(be, &args));
 }
 
 dpt_status dpt_sumsq(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_off, double *out) {
@@ -789,7 +809,7 @@ dpt_status dpt_sumsq(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_of
   *out = 0.0;
   if (n == 0) return DPT_OK;
   dpt_sumsq_args args = {n, dpt_op_ref(x, x_off), out};
-  return be->vt->sumsq(be, &args);
+  return DPT_BE_CALL(be, be->vt->sumsq(be, &args));
 }
 
 dpt_status dpt_count_nonfinite(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_off,
@@ -801,7 +821,7 @@ dpt_status dpt_count_nonfinite(dpt_backend *be, size_t n, const dpt_buffer *x, s
   *out = 0;
   if (n == 0) return DPT_OK;
   dpt_count_nonfinite_args args = {n, dpt_op_ref(x, x_off), out};
-  return be->vt->count_nonfinite(be, &args);
+  return DPT_BE_CALL(be, be->vt->count_nonfinite(be, &args));
 }
 
 dpt_status dpt_sgd_update(dpt_backend *be, size_t n, const dpt_sgd_params *p, dpt_buffer *w,
@@ -825,7 +845,7 @@ dpt_status dpt_sgd_update(dpt_backend *be, size_t n, const dpt_sgd_params *p, dp
   if (n == 0) return DPT_OK;
   dpt_sgd_update_args args = {n, *p, dpt_op_ref(w, w_off), dpt_op_ref(grad, grad_off),
                               dpt_op_ref(velocity, velocity_off)};
-  return be->vt->sgd_update(be, &args);
+  return DPT_BE_CALL(be, be->vt->sgd_update(be, &args));
 }
 
 dpt_status dpt_adamw_update(dpt_backend *be, size_t n, const dpt_adamw_params *p, dpt_buffer *w,
@@ -857,7 +877,7 @@ dpt_status dpt_adamw_update(dpt_backend *be, size_t n, const dpt_adamw_params *p
                                 dpt_op_ref(grad, grad_off),
                                 dpt_op_ref(m, m_off),
                                 dpt_op_ref(v, v_off)};
-  return be->vt->adamw_update(be, &args);
+  return DPT_BE_CALL(be, be->vt->adamw_update(be, &args));
 }
 
 dpt_status dpt_f32_to_f16(dpt_backend *be, size_t n, const dpt_buffer *src, size_t src_off,
@@ -869,7 +889,7 @@ dpt_status dpt_f32_to_f16(dpt_backend *be, size_t n, const dpt_buffer *src, size
   DPT_TRY(dpt_op_alias(&ck, "dst", dst, dst_off, n, F16, "src", src, src_off, n, F32, 0));
   if (n == 0) return DPT_OK;
   dpt_f32_to_f16_args args = {n, dpt_op_ref(src, src_off), dpt_op_ref(dst, dst_off)};
-  return be->vt->f32_to_f16(be, &args);
+  return DPT_BE_CALL(be, be->vt->f32_to_f16(be, &args));
 }
 
 dpt_status dpt_f16_to_f32(dpt_backend *be, size_t n, const dpt_buffer *src, size_t src_off,
@@ -881,5 +901,5 @@ dpt_status dpt_f16_to_f32(dpt_backend *be, size_t n, const dpt_buffer *src, size
   DPT_TRY(dpt_op_alias(&ck, "dst", dst, dst_off, n, F32, "src", src, src_off, n, F16, 0));
   if (n == 0) return DPT_OK;
   dpt_f16_to_f32_args args = {n, dpt_op_ref(src, src_off), dpt_op_ref(dst, dst_off)};
-  return be->vt->f16_to_f32(be, &args);
+  return DPT_BE_CALL(be, be->vt->f16_to_f32(be, &args));
 }

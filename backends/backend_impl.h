@@ -20,6 +20,7 @@
 #define DPTRAIN_BACKEND_IMPL_H
 
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -346,7 +347,19 @@ struct dpt_backend {
   void *ctx;           /* backend-private */
   dpt_buffer *buffers; /* live buffers (freed on destroy) */
   int lost;            /* set by a backend after an unrecoverable device error */
+  /* Held by the public wrappers around every vtable call (recursive: a wrapper may call
+   * another), so that a nonblocking collective's staging (another thread) can download and
+   * upload while the caller's thread runs ops: the backends themselves are not thread-safe. */
+  pthread_mutex_t lock;
 };
+
+/* Runs a vtable call under the backend's lock; an expression: lock, call, unlock, result. */
+static inline dpt_status dpt_backend_unlock_with(dpt_backend *be, dpt_status st) {
+  pthread_mutex_unlock(&be->lock);
+  return st;
+}
+#define DPT_BE_CALL(be, call)                                                                      \
+  (pthread_mutex_lock(&(be)->lock), dpt_backend_unlock_with((be), (call)))
 
 /* The vtables of the compiled-in backends (NULL entry = not compiled). */
 const dpt_backend_vtable *dpt_backend_vtable_for(dpt_backend_kind kind);

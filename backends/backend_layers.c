@@ -71,7 +71,7 @@ dpt_status dpt_gemm_batched(dpt_backend *be, const dpt_gemm_batch *bt, int trans
                                 bt->stride_a,
                                 bt->stride_b,
                                 bt->stride_c};
-  return be->vt->gemm_batched(be, &args);
+  return DPT_BE_CALL(be, be->vt->gemm_batched(be, &args));
 }
 
 /* ---- batch normalization ------------------------------------------------------------------ */
@@ -111,7 +111,7 @@ dpt_status dpt_bn_stats(dpt_backend *be, const dpt_bn_geom *g, const dpt_buffer 
                       .x = dpt_op_ref(x, x_off),
                       .mean = dpt_op_ref(mean, mean_off),
                       .var = dpt_op_ref(var, var_off)};
-  return be->vt->bn_stats(be, &args);
+  return DPT_BE_CALL(be, be->vt->bn_stats(be, &args));
 }
 
 dpt_status dpt_bn_fwd(dpt_backend *be, const dpt_bn_geom *g, const dpt_buffer *x, size_t x_off,
@@ -140,7 +140,7 @@ dpt_status dpt_bn_fwd(dpt_backend *be, const dpt_bn_geom *g, const dpt_buffer *x
                       .gamma = dpt_op_ref(gamma, gamma_off),
                       .beta = dpt_op_ref(beta, beta_off),
                       .y = dpt_op_ref(y, y_off)};
-  return be->vt->bn_fwd(be, &args);
+  return DPT_BE_CALL(be, be->vt->bn_fwd(be, &args));
 }
 
 /* dy, x [n, c, p] and mean, var [c]: the inputs of both backward ops. */
@@ -189,7 +189,7 @@ dpt_status dpt_bn_bwd_reduce(dpt_backend *be, const dpt_bn_geom *g, const dpt_bu
                       .dy = dpt_op_ref(dy, dy_off),
                       .sum_dy_xhat = dpt_op_ref(sum_dy_xhat, sum_dy_xhat_off),
                       .sum_dy = dpt_op_ref(sum_dy, sum_dy_off)};
-  return be->vt->bn_bwd_reduce(be, &args);
+  return DPT_BE_CALL(be, be->vt->bn_bwd_reduce(be, &args));
 }
 
 dpt_status dpt_bn_bwd(dpt_backend *be, const dpt_bn_geom *g, size_t count, const dpt_buffer *dy,
@@ -231,7 +231,7 @@ dpt_status dpt_bn_bwd(dpt_backend *be, const dpt_bn_geom *g, size_t count, const
                       .sum_dy_xhat = dpt_op_ref(sum_dy_xhat, sum_dy_xhat_off),
                       .sum_dy = dpt_op_ref(sum_dy, sum_dy_off),
                       .dx = dpt_op_ref(dx, dx_off)};
-  return be->vt->bn_bwd(be, &args);
+  return DPT_BE_CALL(be, be->vt->bn_bwd(be, &args));
 }
 
 /* ---- average pooling ---------------------------------------------------------------------- */
@@ -247,7 +247,7 @@ dpt_status dpt_avgpool_fwd(dpt_backend *be, const dpt_pool_geom *g, const dpt_bu
   DPT_TRY(dpt_op_alias(&ck, "y", y, y_off, ny, F32, "x", x, x_off, nx, F32, 0));
   if (ny == 0) return DPT_OK;
   dpt_avgpool_args args = {*g, oh, ow, dpt_op_ref(x, x_off), dpt_op_ref(y, y_off)};
-  return be->vt->avgpool_fwd(be, &args);
+  return DPT_BE_CALL(be, be->vt->avgpool_fwd(be, &args));
 }
 
 dpt_status dpt_avgpool_bwd(dpt_backend *be, const dpt_pool_geom *g, const dpt_buffer *dy,
@@ -261,7 +261,7 @@ dpt_status dpt_avgpool_bwd(dpt_backend *be, const dpt_pool_geom *g, const dpt_bu
   DPT_TRY(dpt_op_alias(&ck, "dx", dx, dx_off, nx, F32, "dy", dy, dy_off, ny, F32, 0));
   if (nx == 0) return DPT_OK;
   dpt_avgpool_args args = {*g, oh, ow, dpt_op_ref(dy, dy_off), dpt_op_ref(dx, dx_off)};
-  return be->vt->avgpool_bwd(be, &args);
+  return DPT_BE_CALL(be, be->vt->avgpool_bwd(be, &args));
 }
 
 /* ---- dropout ------------------------------------------------------------------------------- */
@@ -308,7 +308,7 @@ dpt_status dpt_dropout(dpt_backend *be, size_t rows, size_t cols, const dpt_drop
                            (float)(1.0 / (1.0 - (double)p->p)),
                            dpt_op_ref(x, x_off),
                            dpt_op_ref(y, y_off)};
-  return be->vt->dropout(be, &args);
+  return DPT_BE_CALL(be, be->vt->dropout(be, &args));
 }
 
 /* ---- layer normalization ------------------------------------------------------------------- */
@@ -362,7 +362,7 @@ dpt_status dpt_layernorm_fwd(dpt_backend *be, const dpt_ln_geom *g, const dpt_bu
                              .y = dpt_op_ref(y, y_off),
                              .mean = dpt_op_ref(mean, mean_off),
                              .rstd = dpt_op_ref(rstd, rstd_off)};
-  return be->vt->layernorm_fwd(be, &args);
+  return DPT_BE_CALL(be, be->vt->layernorm_fwd(be, &args));
 }
 
 dpt_status dpt_layernorm_bwd(dpt_backend *be, const dpt_ln_geom *g, const dpt_buffer *dy,
@@ -388,7 +388,7 @@ dpt_status dpt_layernorm_bwd(dpt_backend *be, const dpt_ln_geom *g, const dpt_bu
                              .rstd = dpt_op_ref(rstd, rstd_off),
                              .gamma = dpt_op_ref(gamma, gamma_off),
                              .dx = dpt_op_ref(dx, dx_off)};
-  return be->vt->layernorm_bwd(be, &args);
+  return DPT_BE_CALL(be, be->vt->layernorm_bwd(be, &args));
 }
 
 dpt_status dpt_layernorm_bwd_params(dpt_backend *be, const dpt_ln_geom *g, const dpt_buffer *dy,
@@ -414,7 +414,7 @@ dpt_status dpt_layernorm_bwd_params(dpt_backend *be, const dpt_ln_geom *g, const
                              .rstd = dpt_op_ref(rstd, rstd_off),
                              .dgamma = dpt_op_ref(dgamma, dgamma_off),
                              .dbeta = dpt_op_ref(dbeta, dbeta_off)};
-  return be->vt->layernorm_bwd_params(be, &args);
+  return DPT_BE_CALL(be, be->vt->layernorm_bwd_params(be, &args));
 }
 
 /* ---- GELU ---------------------------------------------------------------------------------- */
@@ -437,7 +437,7 @@ dpt_status dpt_gelu_fwd(dpt_backend *be, size_t n, dpt_gelu_approx approx, const
   if (n == 0) return DPT_OK;
   dpt_gelu_args args = {
       .n = n, .approx = approx, .x = dpt_op_ref(x, x_off), .y = dpt_op_ref(y, y_off)};
-  return be->vt->gelu_fwd(be, &args);
+  return DPT_BE_CALL(be, be->vt->gelu_fwd(be, &args));
 }
 
 dpt_status dpt_gelu_bwd(dpt_backend *be, size_t n, dpt_gelu_approx approx, const dpt_buffer *x,
@@ -457,7 +457,7 @@ dpt_status dpt_gelu_bwd(dpt_backend *be, size_t n, dpt_gelu_approx approx, const
                         .x = dpt_op_ref(x, x_off),
                         .dy = dpt_op_ref(dy, dy_off),
                         .y = dpt_op_ref(dx, dx_off)};
-  return be->vt->gelu_bwd(be, &args);
+  return DPT_BE_CALL(be, be->vt->gelu_bwd(be, &args));
 }
 
 /* ---- attention's softmax ------------------------------------------------------------------- */
@@ -493,7 +493,7 @@ dpt_status dpt_attn_softmax(dpt_backend *be, const dpt_attn_geom *g, float scale
                                 .ids = ids ? dpt_op_ref(ids, ids_off) : dpt_op_ref(scores, 0),
                                 .scores = dpt_op_ref(scores, scores_off),
                                 .probs = dpt_op_ref(probs, probs_off)};
-  return be->vt->attn_softmax(be, &args);
+  return DPT_BE_CALL(be, be->vt->attn_softmax(be, &args));
 }
 
 dpt_status dpt_softmax_bwd(dpt_backend *be, size_t rows, size_t cols, const dpt_buffer *y,
@@ -511,7 +511,7 @@ dpt_status dpt_softmax_bwd(dpt_backend *be, size_t rows, size_t cols, const dpt_
   if (n == 0) return DPT_OK;
   dpt_softmax_bwd_args args = {rows, cols, dpt_op_ref(y, y_off), dpt_op_ref(dy, dy_off),
                                dpt_op_ref(dx, dx_off)};
-  return be->vt->softmax_bwd(be, &args);
+  return DPT_BE_CALL(be, be->vt->softmax_bwd(be, &args));
 }
 
 /* ---- embedding bags, column gathers, binary cross-entropy ---------------------------------- */
@@ -578,11 +578,11 @@ static dpt_status bag_op(const char *fn, int bwd, dpt_backend *be, size_t n, siz
   if (bwd) {
     args.dout = dpt_op_ref(rows, rows_off);
     args.dtable = dpt_op_ref(dense, dense_off);
-    return be->vt->embed_bag_bwd(be, &args);
+    return DPT_BE_CALL(be, be->vt->embed_bag_bwd(be, &args));
   }
   args.table = dpt_op_ref(dense, dense_off);
   args.out = dpt_op_ref(rows, rows_off);
-  return be->vt->embed_bag(be, &args);
+  return DPT_BE_CALL(be, be->vt->embed_bag(be, &args));
 }
 
 dpt_status dpt_embed_bag(dpt_backend *be, size_t n, size_t bag, size_t vocab, size_t dim,
@@ -635,7 +635,8 @@ static dpt_status cols_op(const char *fn, int scatter, dpt_backend *be, size_t r
   if (rows == 0 || cols == 0) return DPT_OK;
   dpt_gather_cols_args args = {
       rows, cols, ldx, ldy, dpt_op_ref(x, x_off), dpt_op_ref(map, map_off), dpt_op_ref(y, y_off)};
-  return scatter ? be->vt->scatter_cols_add(be, &args) : be->vt->gather_cols(be, &args);
+  return DPT_BE_CALL(be, scatter ? be->vt->scatter_cols_add(be, &args)
+                                 : be->vt->gather_cols(be, &args));
 }
 
 dpt_status dpt_gather_cols(dpt_backend *be, size_t rows, size_t cols, const dpt_buffer *x,
@@ -673,5 +674,5 @@ dpt_status dpt_bce_logits(dpt_backend *be, size_t n, const dpt_buffer *logits, s
       n,      dpt_op_ref(logits, logits_off),   dpt_op_ref(labels, labels_off),
       scale,  dpt_op_ref(dlogits, dlogits_off), loss_sum,
       correct};
-  return be->vt->bce_logits(be, &args);
+  return DPT_BE_CALL(be, be->vt->bce_logits(be, &args));
 }

@@ -53,10 +53,14 @@ dpt_status dpt_coll_fail(dpt_comm *c, dpt_coll *k, dpt_status st) {
 }
 
 /* A zero-copy host view of the device range when staging is AUTO and the backend's memory is
- * host-addressable (CPU backend, CPU drivers, integrated GPUs); *ptr = NULL otherwise. */
+ * host-addressable (CPU backend, CPU drivers, integrated GPUs); *ptr = NULL otherwise. In a
+ * nonblocking request only on the CPU backend: the caller's thread may launch kernels on the
+ * buffer meanwhile, which OpenCL and Vulkan forbid while it is mapped (request.c). */
 static dpt_status map_range(const dpt_comm *c, const dpt_coll_data *d, void **ptr) {
   *ptr = NULL;
   if (c->opt.staging != DPT_STAGING_AUTO) return DPT_OK;
+  if (dpt_request_running(c) && dpt_backend_get_kind(dpt_buffer_backend(d->buf)) != DPT_BACKEND_CPU)
+    return DPT_OK;
   return dpt_buffer_map_host(d->buf, d->offset, d->bytes, ptr);
 }
 

@@ -12,6 +12,7 @@ list(APPEND DPT_SOURCES
      collectives/rd_allreduce.c
      collectives/chain.c
      collectives/staging.c
+     collectives/request.c
      collectives/reduce.c
      collectives/transport_threads.c
      collectives/sparse.c)

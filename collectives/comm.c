@@ -26,6 +26,8 @@ dpt_status dpt_comm_init(dpt_comm *c, const dpt_transport *tp, void *impl, int r
   c->uid = 0;
   c->eager_bytes = SIZE_MAX; /* the transport lowers it */
   c->recv_reduce = 0;        /* the transport raises it */
+  c->progress = NULL;
+  atomic_init(&c->pending, 0);
   c->payload = calloc((size_t)size, sizeof *c->payload);
   if (!c->payload)
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "communicator: %d payload pointers", size);
@@ -39,11 +41,16 @@ dpt_status dpt_comm_init(dpt_comm *c, const dpt_transport *tp, void *impl, int r
 
 void dpt_comm_destroy(dpt_comm *c) {
   if (!c) return;
+  dpt_progress_destroy(c); /* runs what is queued first */
+  /* A serialized transport (MPI) may be in use by another communicator's progress thread. */
+  const int serialized = c->tp->serialized;
+  if (serialized) dpt_serial_lock();
   dpt_hello_unpost(c);
   free(c->hello_buf);
   free(c->slot_buf);
   free(c->payload);
   c->tp->destroy(c);
+  if (serialized) dpt_serial_unlock();
   free(c);
 }
 
@@ -89,9 +96,11 @@ dpt_status dpt_comm_create_mpi(const void *mpi_comm, dpt_comm **out) {
 
 /* ---- argument checks ------------------------------------------------------------------------- */
 
+/* Every collective's first check: also refuses to run while nonblocking requests are pending
+ * (request.c; two atomic loads when none are). */
 static dpt_status check_comm(const dpt_comm *c, const char *fn) {
   if (!c) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: comm is NULL", fn);
-  return DPT_OK;
+  return dpt_comm_check_idle(c, fn);
 }
 
 static dpt_status check_dtype(dpt_comm_dtype dtype, const char *fn) {

@@ -12,6 +12,8 @@
  *   engine.c          the message engine: windows of nonblocking sends/receives, dependencies
  *                     between them, deadline, staging hooks
  *   staging.c         device buffers through host memory in blocks -> engine.h
+ *   request.c         nonblocking collectives: the request queue and its progress thread,
+ *                     which runs the entry points of comm.c
  *   comm_util.c       shared helpers (comm_util.h: dtypes, scratch, tags, names, sums), and
  *                     the transports' backoff from spinning to sleeping (dpt_backoff, here)
  *   transport_threads.c, transport_mpi.c, shm.c: the transports
@@ -22,6 +24,7 @@
 #ifndef DPTRAIN_COLLECTIVES_COMM_IMPL_H
 #define DPTRAIN_COLLECTIVES_COMM_IMPL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -112,6 +115,13 @@ typedef struct dpt_transport {
    * hello round has just seen every rank enter the collective. */
   dpt_status (*native_allreduce)(dpt_comm *c, void *data, size_t count, dpt_comm_dtype dtype,
                                  int arrived, double deadline);
+  /* 1: the library may call this transport from one thread at a time in the whole process
+   * (MPI, initialized MPI_THREAD_SERIALIZED): at most one such communicator may have
+   * nonblocking requests pending, and nothing else calls it meanwhile (request.c). */
+  int serialized;
+  /* Optional: DPT_OK if a progress thread may drive this communicator (MPI: the thread level
+   * is at least MPI_THREAD_SERIALIZED), else the reason. */
+  dpt_status (*async_ok)(dpt_comm *c);
 } dpt_transport;
 
 struct dpt_comm {
@@ -139,7 +149,39 @@ struct dpt_comm {
   size_t slot_bytes;
   const void **payload; /* [size]: each rank's inline payload after a hello round (owner:
                            this struct; the pointers point into hello_buf) */
+  /* Nonblocking collectives (request.c): the queue and its progress thread, NULL until the
+   * first start call; and the requests started and not yet waited for (written by the
+   * caller's thread, read by the progress thread too). */
+  struct dpt_progress *progress;
+  atomic_int pending;
 };
+
+/* ---- nonblocking collectives (request.c) ------------------------------------------------ */
+
+/* Nonzero while a communicator of a serialized transport (MPI) has requests pending. */
+extern atomic_int dpt_serial_pending;
+
+/* DPT_OK unless a call named fn may not run now because of pending requests: on this
+ * communicator (blocking collectives, option changes), or on another communicator of a
+ * serialized transport (MPI: no other thread may call MPI meanwhile); the message names
+ * them. The progress thread itself passes. `c` NULL: only the serialized check (creation). */
+dpt_status dpt_comm_check_idle_slow(const dpt_comm *c, int serialized, const char *fn);
+static inline dpt_status dpt_comm_check_idle(const dpt_comm *c, const char *fn) {
+  const int serialized = c->tp->serialized;
+  if (atomic_load_explicit(&c->pending, memory_order_relaxed) == 0 &&
+      (!serialized || atomic_load_explicit(&dpt_serial_pending, memory_order_relaxed) == 0))
+    return DPT_OK;
+  return dpt_comm_check_idle_slow(c, serialized, fn);
+}
+/* 1 when the calling thread is c's progress thread (running one of its requests). */
+int dpt_request_running(const dpt_comm *c);
+/* dpt_comm_destroy's first step: waits until every queued request has run, joins the
+ * progress thread and frees the requests nobody waited for. */
+void dpt_progress_destroy(dpt_comm *c);
+/* Held around calls into a serialized transport that may overlap a progress thread's
+ * (dpt_comm_destroy of another communicator); the progress thread holds it per request. */
+void dpt_serial_lock(void);
+void dpt_serial_unlock(void);
 
 /* Inside a spin-wait loop: lets a sibling hardware thread run (x86 PAUSE). */
 static inline void dpt_cpu_relax(void) {

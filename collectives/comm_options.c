@@ -214,7 +214,9 @@ dpt_status dpt_comm_get_options(const dpt_comm *c, dpt_comm_options *out) {
 
 dpt_status dpt_comm_set_options(dpt_comm *c, const dpt_comm_options *o) {
   if (!c || !o) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_comm_set_options: NULL argument");
-  dpt_status st = check_options(c, o, "dpt_comm_set_options", 0);
+  /* The progress thread reads the options while it runs requests. */
+  dpt_status st = dpt_comm_check_idle(c, "dpt_comm_set_options");
+  if (st == DPT_OK) st = check_options(c, o, "dpt_comm_set_options", 0);
   if (st == DPT_OK) c->opt = *o;
   return st;
 }

@@ -17,7 +17,9 @@
  *     message. A download that is a memcpy (CPU backend, CPU OpenCL/Vulkan drivers) gains
  *     nothing from a second thread on the same cores, and a spinning communicator would
  *     compete with it.
- * Only one thread uses the backend at a time (the helper, or the caller), as backend.h asks.
+ * Within one collective only one thread uses the backend at a time (the helper, or the
+ * caller); in a nonblocking request the caller's own thread may run ops meanwhile, serialized
+ * with these transfers by the backend's lock (backend.h).
  * Host memory: 3 slots of min(block_bytes, data size), whatever the buffer size.
  */
 #define _POSIX_C_SOURCE 200809L

@@ -10,7 +10,9 @@
  *
  * MPI ownership: if the application has not initialized MPI, the first communicator does
  * (MPI_Init_thread, SERIALIZED requested: the library never calls MPI from two threads at
- * once, staging threads make no MPI calls) and the last one destroyed finalizes it.
+ * once, staging threads make no MPI calls, and a communicator's progress thread runs only
+ * while no other thread may call MPI through this library: request.c) and the last one
+ * destroyed finalizes it.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <limits.h>
@@ -243,6 +245,22 @@ static dpt_status mpi_abort(dpt_comm *c, int code) {
   return mpi_fail(rc, "MPI_Abort", -1);
 }
 
+/* A progress thread calls MPI: that needs MPI_THREAD_SERIALIZED at least (an application that
+ * initialized MPI itself may have asked for less). */
+static dpt_status mpi_async_ok(dpt_comm *c) {
+  (void)c;
+  int level = MPI_THREAD_SINGLE;
+  int rc = MPI_Query_thread(&level);
+  if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Query_thread", -1);
+  if (level < MPI_THREAD_SERIALIZED)
+    return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                         "MPI runs at thread level %d, below MPI_THREAD_SERIALIZED: a progress "
+                         "thread may not call it (initialize MPI with MPI_Init_thread and "
+                         "MPI_THREAD_SERIALIZED or MPI_THREAD_MULTIPLE)",
+                         level);
+  return DPT_OK;
+}
+
 static const dpt_transport mpi_transport = {
     .name = "mpi",
     .isend = mpi_isend,
@@ -252,6 +270,8 @@ static const dpt_transport mpi_transport = {
     .destroy = mpi_destroy,
     .abort = mpi_abort,
     .native_allreduce = mpi_native_allreduce,
+    .serialized = 1,
+    .async_ok = mpi_async_ok,
 };
 
 int dpt_comm_mpi_compiled(void) {
@@ -469,6 +489,8 @@ int dpt_comm_mpi_large_slots(const dpt_comm *c, uint64_t out[2]) {
 dpt_status dpt_comm_create_mpi(const void *mpi_comm, dpt_comm **out) {
   if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_comm_create_mpi: out is NULL");
   *out = NULL;
+  /* No MPI call while a progress thread may be making one. */
+  DPT_TRY(dpt_comm_check_idle_slow(NULL, 1, "dpt_comm_create_mpi"));
   pthread_mutex_lock(&g_mpi_lock);
   dpt_status st = mpi_ensure_init();
   if (st == DPT_OK) ++g_mpi_live;

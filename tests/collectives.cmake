@@ -1,7 +1,7 @@
 # Collectives: the threads transport in-process, the MPI transport under mpiexec with 2, 3 and
 # 4 ranks (4 oversubscribed on a 2-core machine). Every test has a deadline of its own (short
 # collective timeouts inside, ctest TIMEOUT outside), so none can hang.
-dpt_add_check_test(NAME comm_threads SOURCES comm_threads.c comm_cases.c
+dpt_add_check_test(NAME comm_threads SOURCES comm_threads.c comm_cases.c comm_req_cases.c
                    LABELS unit comm cpu TIMEOUT 240)
 # Buffers of the GPU backends (skipped, exit 77, when the backend or its device is absent).
 dpt_add_check_test(NAME comm_threads_opencl TARGET comm_threads ARGS opencl
@@ -21,7 +21,7 @@ if(DPT_WITH_MPI)
   set(_dpt_mpi_env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
                    OMPI_MCA_rmaps_base_oversubscribe=1)
   # (Sanitizer builds: Open MPI's own allocations are suppressed in tests/CMakeLists.txt.)
-  dpt_add_check_test(NAME comm_mpi_2 TARGET comm_mpi SOURCES comm_mpi.c comm_cases.c
+  dpt_add_check_test(NAME comm_mpi_2 TARGET comm_mpi SOURCES comm_mpi.c comm_cases.c comm_req_cases.c
                      LIBS MPI::MPI_C LABELS comm mpi TIMEOUT 240
                      LAUNCHER ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2
                      ENVIRONMENT ${_dpt_mpi_env})

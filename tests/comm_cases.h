@@ -65,6 +65,21 @@ int comm_case_backends(dpt_backend_kind *out, int max);
 
 uint64_t comm_case_hash(const void *p, size_t bytes);
 
+/* ---- nonblocking collectives (comm_req_cases.c); buffers of `be` ------------------------- */
+
+/* Four requests (all-reduce, reduce-scatter) on disjoint ranges of one buffer, started back to
+ * back and waited out of order while this thread runs axpy on another range of the buffer:
+ * results bit-identical to the blocking calls, times ordered, FIFO. */
+int comm_case_requests(dpt_comm *c, dpt_backend *be, char *err, size_t errlen);
+/* A blocking collective and an option change with a request pending: DPT_ERR_INVALID_ARG
+ * naming it; the request still completes. */
+int comm_case_request_pending(dpt_comm *c, dpt_backend *be, char *err, size_t errlen);
+/* A bad argument on rank 0: the request fails everywhere, the one behind it too (same status,
+ * "not run"), and blocking collectives work afterwards. */
+int comm_case_request_failure(dpt_comm *c, dpt_backend *be, char *err, size_t errlen);
+/* Requests still queued at dpt_comm_destroy(c), which runs them first; destroys c. */
+int comm_case_request_destroy(dpt_comm *c, dpt_backend *be, char *err, size_t errlen);
+
 /* The staging modes the buffer tests run: the two staged paths, then AUTO (zero-copy where the
  * backend's memory is host-addressable, as on the CPU backend). */
 enum { COMM_CASE_STAGINGS = 3 };

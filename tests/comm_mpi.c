@@ -330,6 +330,97 @@ START_TEST(stall_gives_timeout) {
 }
 END_TEST
 
+/* ---- nonblocking collectives ---------------------------------------------------------------- */
+
+typedef int (*request_case)(dpt_comm *c, dpt_backend *be, char *err, size_t errlen);
+
+/* Each request case on a communicator of its own, buffers of every backend present (`gpu`) or
+ * of the CPU backend, every staging mode. */
+START_TEST(requests) {
+  const request_case cases[] = {comm_case_requests, comm_case_request_pending,
+                                comm_case_request_failure, comm_case_request_destroy};
+  const char *names[] = {"requests", "pending", "failure", "destroy"};
+  dpt_backend_kind kinds[DPT_BACKEND_KIND_COUNT] = {DPT_BACKEND_CPU};
+  int nk = g_gpu ? comm_case_backends(kinds, DPT_BACKEND_KIND_COUNT) : 1;
+  for (int k = 0; k < nk; ++k) {
+    for (int mode = 0; mode < COMM_CASE_STAGINGS; ++mode) {
+      for (unsigned i = 0; i < sizeof cases / sizeof *cases; ++i) {
+        if (mode != 2 && i >= 2) continue; /* failure and destroy: one mode */
+        dpt_comm_options opt;
+        base_options(&opt);
+        opt.staging = comm_case_staging(mode);
+        dpt_comm *c = make_comm(&opt);
+        outcome o = {0};
+        dpt_backend *be = NULL;
+        if (dpt_backend_create(kinds[k], 0, &be) != DPT_OK) {
+          o.rc = -1;
+          snprintf(o.err, sizeof o.err, "%s", dpt_last_error());
+        } else {
+          o.rc = cases[i](c, be, o.err, sizeof o.err);
+        }
+        if (i != 3 || o.rc != 0 || !be) dpt_comm_destroy(c); /* the destroy case did it */
+        dpt_backend_destroy(be);
+        char label[96];
+        snprintf(label, sizeof label, "%s %s %s", names[i], dpt_backend_kind_name(kinds[k]),
+                 comm_case_staging_name(mode));
+        agree(&o, label);
+      }
+    }
+  }
+}
+END_TEST
+
+/* MPI is called by one thread at a time: while one communicator has requests pending, another
+ * refuses its collectives and its starts, and no communicator is created; destroying another
+ * one waits for the request in progress. */
+START_TEST(requests_one_mpi_comm_at_a_time) {
+  dpt_comm_options opt;
+  base_options(&opt);
+  dpt_comm *a = make_comm(&opt), *b = make_comm(&opt), *spare = make_comm(&opt);
+  outcome o = {0};
+  dpt_backend *be = NULL;
+  dpt_buffer *buf = NULL;
+  dpt_request *r = NULL, *rb = NULL;
+  ck_assert_int_eq(dpt_backend_create(DPT_BACKEND_CPU, 0, &be), DPT_OK);
+  ck_assert_int_eq(dpt_buffer_alloc(be, 100000 * sizeof(float), &buf), DPT_OK);
+  ck_assert_int_eq(dpt_buffer_fill_f32(buf, 0, 100000, 1.0f), DPT_OK);
+  ck_assert_msg(dpt_allreduce_buffer_start(a, buf, 0, 100000, DPT_COMM_F32, &r) == DPT_OK, "%s",
+                dpt_last_error());
+  float x = 1.0f;
+  dpt_status st = dpt_allreduce_host(b, &x, 1, DPT_COMM_F32);
+  dpt_comm *extra = NULL;
+  if (st != DPT_ERR_INVALID_ARG || !strstr(dpt_last_error(), "another MPI communicator")) {
+    o.rc = -1;
+    snprintf(o.err, sizeof o.err, "collective on b: %d '%s'", (int)st, dpt_last_error());
+  } else if ((st = dpt_allreduce_buffer_start(b, buf, 0, 10, DPT_COMM_F32, &rb)) !=
+                 DPT_ERR_INVALID_ARG ||
+             rb) {
+    o.rc = -1;
+    snprintf(o.err, sizeof o.err, "start on b: %d '%s'", (int)st, dpt_last_error());
+  } else if ((st = dpt_comm_create_mpi(NULL, &extra)) != DPT_ERR_INVALID_ARG || extra) {
+    o.rc = -1;
+    snprintf(o.err, sizeof o.err, "create: %d '%s'", (int)st, dpt_last_error());
+  }
+  dpt_comm_destroy(spare); /* local; serialized with a's progress thread */
+  if ((st = dpt_request_wait(r, NULL)) != DPT_OK && o.rc == 0) {
+    o.rc = -1;
+    snprintf(o.err, sizeof o.err, "wait: %s", dpt_last_error());
+  }
+  /* Waited for: b works again. */
+  if (o.rc == 0 &&
+      ((st = dpt_allreduce_host(b, &x, 1, DPT_COMM_F32)) != DPT_OK || x != (float)world_size)) {
+    o.rc = -1;
+    snprintf(o.err, sizeof o.err, "collective on b after the wait: %d '%s' %g", (int)st,
+             dpt_last_error(), x);
+  }
+  dpt_buffer_free(buf);
+  dpt_backend_destroy(be);
+  dpt_comm_destroy(b);
+  dpt_comm_destroy(a);
+  agree(&o, "one MPI communicator at a time");
+}
+END_TEST
+
 /* Seconds of CPU this process has used (every thread). */
 static double cpu_s(void) {
   struct timespec ts;
@@ -664,6 +755,11 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, shm_switch_checked);
   tcase_add_test(tc, options_must_agree);
   tcase_add_test(tc, shm_fallback_said_once);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("requests");
+  tcase_set_timeout(tc, 0);
+  tcase_add_test(tc, requests);
+  tcase_add_test(tc, requests_one_mpi_comm_at_a_time);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK);

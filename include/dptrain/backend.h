@@ -3,8 +3,15 @@
  * A dpt_backend is one device driven through one API (CPU, OpenCL, Vulkan). It owns device
  * memory (dpt_buffer), host<->device transfers and every op of the op set below. Work
  * submitted to a backend may run asynchronously; dpt_buffer_download() and
- * dpt_backend_synchronize() wait for it. A backend and its buffers are used by one thread at a
- * time; different backends may be driven from different threads concurrently.
+ * dpt_backend_synchronize() wait for it. Every call on a backend takes the backend's lock
+ * (a recursive mutex, ~20 ns when uncontended) around the backend's own code, so calls from
+ * several threads are serialized, not concurrent: what a nonblocking collective needs (its
+ * progress thread downloads and uploads while the caller runs ops, comm.h). How much then
+ * truly overlaps: CPU ops run on the calling thread, and a collective works on the other
+ * ranges in place; OpenCL runs an in-order queue, so a download waits for the kernels
+ * enqueued before it; a Vulkan download may wait for the queue while holding the lock. A
+ * thread still must not free a buffer another thread uses. Different backends never wait for
+ * each other.
  *
  * Conventions of the op set:
  *   - tensors are float32, row-major, unless said (labels and indices are int32, half

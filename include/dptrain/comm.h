@@ -250,9 +250,23 @@ DPT_API dpt_status dpt_barrier(dpt_comm *comm);
  * the same order. The caller's thread is free meanwhile: it may use the buffer's backend for
  * other work (backend calls are serialized with the progress thread's staging; see
  * backend.h), but must not touch the range being reduced, and must not call a blocking
- * collective on this communicator until every request has been waited for (such a call
- * returns DPT_ERR_INVALID_ARG naming the pending requests). After a request fails, the ones
- * queued behind it fail with the same status without communicating. */
+ * collective (nor dpt_comm_set_*) on this communicator until every request has been waited
+ * for (such a call returns DPT_ERR_INVALID_ARG naming the pending requests; finished requests
+ * count until waited for). After a request fails, the ones queued behind it, and any started
+ * later, fail with the same status without communicating (only that set is the same on every
+ * rank); blocking collectives run again once all were waited for.
+ *
+ * MPI: the library initializes MPI with MPI_THREAD_SERIALIZED, so the progress thread calls
+ * MPI only while no other thread does: while an MPI communicator has requests pending, the
+ * library's other MPI calls are refused (DPT_ERR_INVALID_ARG: blocking collectives and starts
+ * on other MPI communicators, dpt_comm_create_mpi), destroying another one waits for the
+ * request in progress, and the application makes no MPI calls of its own meanwhile (unless it
+ * initialized MPI_THREAD_MULTIPLE). Below MPI_THREAD_SERIALIZED a start call returns
+ * DPT_ERR_UNSUPPORTED.
+ *
+ * dpt_comm_destroy runs the requests still queued first, then frees those not waited for (the
+ * buffers must outlive it; the request handles are invalid afterwards). docs/collectives.md
+ * says which backends truly overlap compute with the communication, and why. */
 typedef struct dpt_request dpt_request;
 
 /* When a request's collective ran, on dpt_now()'s clock (base/clock.h): queued by the start
@@ -261,6 +275,9 @@ typedef struct dpt_request_info {
   double queued, started, finished;
 } dpt_request_info;
 
+/* The start calls check only comm and out (DPT_ERR_INVALID_ARG) and the MPI rule above; the
+ * progress thread checks the rest as the blocking call does (a bad argument fails the request
+ * on every rank, reported by dpt_request_wait). */
 DPT_API dpt_status dpt_allreduce_buffer_start(dpt_comm *comm, dpt_buffer *buf, size_t offset,
                                               size_t count, dpt_comm_dtype dtype,
                                               dpt_request **out);
