@@ -1208,6 +1208,10 @@ const char *dpt_model_layer_name(const dpt_model *m, size_t layer) {
   return m && layer < m->num_layers ? m->layers[layer].spec.name : NULL;
 }
 
+const char *dpt_model_layer_kind_name(const dpt_model *m, size_t layer) {
+  return m && layer < m->num_layers ? dpt_layer_kind_name(m->layers[layer].spec.kind) : NULL;
+}
+
 dpt_status dpt_model_set_sparse_table_grads(dpt_model *m, int on) {
   if (!m)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_set_sparse_table_grads: model is NULL");

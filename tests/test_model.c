@@ -223,6 +223,8 @@ START_TEST(layer_hook) {
   TU_OK(dpt_model_init(m, 3));
   ck_assert_str_eq(dpt_model_layer_name(m, 0), "embed.tok");
   ck_assert_ptr_null(dpt_model_layer_name(m, spec.num_layers));
+  ck_assert_str_eq(dpt_model_layer_kind_name(m, 0), "embedding");
+  ck_assert_ptr_null(dpt_model_layer_kind_name(m, spec.num_layers));
   dpt_buffer *bx, *by;
   tb_upload(be, &bx, &by);
   check_hook(m, spec.num_layers, bx, by, TB_BATCH);

@@ -349,8 +349,10 @@ DPT_API dpt_status dpt_model_set_sync_bn(dpt_model *model, dpt_model_allreduce_f
  * only after its first user). In forward it is num_params. fn NULL: no hook. */
 typedef void (*dpt_model_layer_fn)(void *ctx, size_t layer, int backward, size_t ready_from);
 DPT_API dpt_status dpt_model_set_layer_hook(dpt_model *model, dpt_model_layer_fn fn, void *ctx);
-/* The name of layer i ("" when unnamed), for timelines; NULL past the end. */
+/* The name of layer i ("" when unnamed) and its kind's ("linear"), for timelines; NULL past
+ * the end. */
 DPT_API const char *dpt_model_layer_name(const dpt_model *model, size_t layer);
+DPT_API const char *dpt_model_layer_kind_name(const dpt_model *model, size_t layer);
 
 /* Sparse table gradients: with `on`, backward adds each embedding_bag table's gradient into
  * the table's range of the gradient buffer instead of overwriting the range, so a step costs
