@@ -48,6 +48,10 @@ static void usage(FILE *f) {
           "                 random data when it cannot be read)\n"
           "  --checkpoint-every N  also R replicas (sharded step) with a checkpoint every N\n"
           "                 steps: the cost next to the same run without (default: none)\n"
+          "  --bucket-mb F|auto  also R replicas (sharded step) exchanging the gradient in\n"
+          "                 buckets of F MiB (auto: measured) during backward: step time and\n"
+          "                 exposed communication\n"
+          "                 next to one exchange after backward (default: none)\n"
           "  --json         one JSON object instead of the table\n");
 }
 
@@ -86,6 +90,7 @@ static void remove_dir(const char *dir) {
 typedef struct variant {
   int replicas, skip_allreduce, full_step;
   const char *ckpt_dir; /* checkpoints into this directory (NULL: none) */
+  size_t bucket_bytes;  /* gradient buckets (0: one exchange after backward) */
   dpt_comm *comm;       /* MPI mode: this rank's communicator, NULL when it sits this one out */
   int mpi;              /* MPI mode */
   double *sps;          /* samples/s of each repeat */
@@ -113,6 +118,7 @@ static int run_once(dpt_train_config cfg, variant *v, int rep) {
     cfg.skip_allreduce = v->skip_allreduce;
     cfg.full_optimizer_step = v->full_step;
     cfg.checkpoint_dir = v->ckpt_dir;
+    cfg.bucket_bytes = v->bucket_bytes;
     cfg.keep_checkpoints = 1;
     if (v->ckpt_dir) remove_dir(v->ckpt_dir); /* a run refuses another run's checkpoints */
     /* Skipping the all-reduce lets replicas drift on purpose: no fingerprint checks then. */
@@ -138,6 +144,7 @@ int dpt_bench_train(int argc, char **argv) {
   int replicas = 2, repeat = 5, json = 0;
   size_t depth = 20, batch = 0, seq_len = 128;
   long steps = 100;
+  double bucket_mb = 0;
   for (int i = 1; i + 1 < argc; ++i)
     if (!strcmp(argv[i], "--model") && !strcmp(argv[i + 1], "dlrm"))
       return dpt_bench_train_dlrm(argc, argv);
@@ -175,6 +182,9 @@ int dpt_bench_train(int argc, char **argv) {
       repeat = atoi(argv[++i]);
     } else if (v && !strcmp(a, "--checkpoint-every")) {
       cfg.checkpoint_every = atol(argv[++i]);
+    } else if (v && !strcmp(a, "--bucket-mb")) {
+      ++i;
+      bucket_mb = !strcmp(argv[i], "auto") ? -1 : atof(argv[i]);
     } else {
       fprintf(stderr, "bench train: unknown or incomplete option '%s'\n", a);
       usage(stderr);
@@ -182,9 +192,9 @@ int dpt_bench_train(int argc, char **argv) {
     }
   }
   if (replicas < 1 || replicas > 64 || steps < 1 || repeat < 1 || repeat > 100 ||
-      cfg.checkpoint_every < 0) {
+      cfg.checkpoint_every < 0 || !(bucket_mb == -1 || (bucket_mb >= 0 && bucket_mb <= 1024))) {
     fprintf(stderr, "bench train: --replicas 1..64, --steps >= 1, --repeat 1..100, "
-                    "--checkpoint-every >= 0\n");
+                    "--checkpoint-every >= 0, --bucket-mb 0..1024\n");
     return 2;
   }
   if (dpt_backend_kind_parse(backend, &cfg.backend) != DPT_OK) {
@@ -276,24 +286,28 @@ int dpt_bench_train(int argc, char **argv) {
    * alike; the figures are medians over the repeats. */
   char ckpt_dir[128];
   snprintf(ckpt_dir, sizeof ckpt_dir, "/tmp/dptrain-bench-ckpt-%ld", (long)getpid());
-  const int NV = cfg.checkpoint_every > 0 ? 5 : 4;
-  variant v[5] = {{1, 1, 0, NULL, solo, mpi, NULL, {0}},
-                  {1, 0, 0, NULL, solo, mpi, NULL, {0}},
-                  {replicas, 0, 0, NULL, world, mpi, NULL, {0}},
-                  {replicas, 0, 1, NULL, world, mpi, NULL, {0}},
-                  {replicas, 0, 0, ckpt_dir, world, mpi, NULL, {0}}};
+  const size_t bucket_bytes = bucket_mb < 0 ? DPT_BUCKET_AUTO : (size_t)(bucket_mb * 1048576.0);
+  const int ckpt = cfg.checkpoint_every > 0, buckets = bucket_bytes > 0;
+  const int NV = 6;
+  variant v[6] = {{1, 1, 0, NULL, 0, solo, mpi, NULL, {0}},
+                  {1, 0, 0, NULL, 0, solo, mpi, NULL, {0}},
+                  {replicas, 0, 0, NULL, 0, world, mpi, NULL, {0}},
+                  {replicas, 0, 1, NULL, 0, world, mpi, NULL, {0}},
+                  {replicas, 0, 0, ckpt_dir, 0, world, mpi, NULL, {0}},
+                  {replicas, 0, 0, NULL, bucket_bytes, world, mpi, NULL, {0}}};
+  const int on[6] = {1, 1, 1, 1, ckpt, buckets};
   for (int k = 0; k < NV; ++k)
     if (!(v[k].sps = calloc((size_t)repeat, sizeof(double)))) rc = 1;
   for (int r = 0; r < repeat && !rc; ++r)
     for (int k = 0; k < NV && !rc; ++k)
-      rc = run_once(cfg, &v[k], r) != 0;
+      if (on[k]) rc = run_once(cfg, &v[k], r) != 0;
   if (bert)
     dpt_text_run_free(&text); /* ds is the text's */
   else
     dpt_dataset_destroy(ds);
-  double sps[5] = {0};
+  double sps[6] = {0};
   for (int k = 0; k < NV; ++k) {
-    if (!rc) sps[k] = dpt_bench_median(v[k].sps, repeat);
+    if (!rc && on[k]) sps[k] = dpt_bench_median(v[k].sps, repeat);
     free(v[k].sps);
   }
   const double bare = sps[0], one = sps[1], many = sps[2], full = sps[3];
@@ -302,10 +316,10 @@ int dpt_bench_train(int argc, char **argv) {
   if (solo_mpi != MPI_COMM_NULL) MPI_Comm_free(&solo_mpi);
 #endif
   dpt_comm_destroy(world);
-  if (NV == 5 && rank == 0) remove_dir(ckpt_dir);
+  if (ckpt && rank == 0) remove_dir(ckpt_dir);
   if (rc) return 1;
   if (rank != 0) return 0;
-  const dpt_train_report *o = &v[1].r, *m = &v[2].r, *f = &v[3].r;
+  const dpt_train_report *o = &v[1].r, *m = &v[2].r, *f = &v[3].r, *bk = &v[5].r;
   if (json) {
     printf("{\"model\": \"%s\", \"global_batch\": %zu, ", title, batch);
     printf("\"backend\": \"%s\", \"steps\": %ld, \"bare_samples_per_sec\": %.1f, "
@@ -323,7 +337,14 @@ int dpt_bench_train(int argc, char **argv) {
              "\"full_step_tokens_per_sec\": %.1f",
              seq_len, bare * (double)seq_len, one * (double)seq_len, many * (double)seq_len,
              full * (double)seq_len);
-    if (NV == 5)
+    if (buckets)
+      printf(", \"bucket_mb\": %g, \"buckets_samples_per_sec\": %.1f, \"step_ms\": %.3f, "
+             "\"buckets_step_ms\": %.3f, \"exchange_ms\": %.3f, \"exposed_ms\": %.3f, "
+             "\"buckets_exchange_ms\": %.3f, \"buckets_exposed_ms\": %.3f",
+             bucket_mb, sps[5], 1e3 * (double)batch / many, 1e3 * (double)batch / sps[5],
+             ms_per_step(m->exchange_seconds, m), ms_per_step(m->exposed_seconds, m),
+             ms_per_step(bk->exchange_seconds, bk), ms_per_step(bk->exposed_seconds, bk));
+    if (ckpt)
       printf(", \"checkpoint_every\": %lld, \"checkpoint_samples_per_sec\": %.1f, "
              "\"checkpoint_cost\": %.4f, \"checkpoint_pause_ms\": %.2f",
              (long long)cfg.checkpoint_every, sps[4], many / sps[4] - 1.0,
@@ -354,7 +375,25 @@ int dpt_bench_train(int argc, char **argv) {
     printf("data-parallel machinery on one replica: %+.1f%%; %d replicas: %.2fx one replica "
            "(full step: %.2fx)\n",
            100.0 * (bare / one - 1.0), replicas, many / one, full / one);
-    if (NV == 5)
+    if (buckets) {
+      char bm[32] = "auto";
+      if (bucket_mb >= 0) snprintf(bm, sizeof bm, "%g", bucket_mb);
+      printf("gradient buckets (--bucket-mb %s, %d replicas, sharded step), per step, ms:\n", bm,
+             replicas);
+      printf("  %-28s %14s %14s\n", "", "one exchange", "buckets");
+      printf("  %-28s %14.2f %14.2f\n", "step", 1e3 * (double)batch / many,
+             1e3 * (double)batch / sps[5]);
+      printf("  %-28s %14.2f %14.2f\n", "gradient exchange (running)",
+             ms_per_step(m->exchange_seconds, m), ms_per_step(bk->exchange_seconds, bk));
+      printf("  %-28s %14.2f %14.2f\n", "exposed (step waited)", ms_per_step(m->exposed_seconds, m),
+             ms_per_step(bk->exposed_seconds, bk));
+      printf("  buckets: %.2fx the step time, exposed %.0f %% of the exchange (one exchange: "
+             "%.0f %%)\n",
+             many / sps[5],
+             bk->exchange_seconds > 0 ? 100 * bk->exposed_seconds / bk->exchange_seconds : 0,
+             m->exchange_seconds > 0 ? 100 * m->exposed_seconds / m->exchange_seconds : 0);
+    }
+    if (ckpt)
       printf("checkpoints every %lld steps (%d replicas, sharded step): %.0f samples/s, %+.1f%% "
              "time; the step paused %.2f ms per checkpoint (%lld in the last repeat)\n",
              (long long)cfg.checkpoint_every, replicas, sps[4], 100.0 * (many / sps[4] - 1.0),

@@ -56,7 +56,8 @@ typedef enum term_kind { TERM_INT, TERM_FLOAT, TERM_HASH } term_kind;
   X(SPARSE_DENSE_ABOVE, "the sparse exchange's threshold (sparse_dense_above)", TERM_FLOAT)        \
   X(TABLE_OPTIMIZER, "the tables' optimizer (table_optimizer: 0 sgd, 1 row-wise adagrad)",         \
     TERM_INT)                                                                                      \
-  X(ACCUMULATE, "the micro-batches per slice (accumulate)", TERM_INT)
+  X(ACCUMULATE, "the micro-batches per slice (accumulate)", TERM_INT)                              \
+  X(BUCKET_BYTES, "the gradient buckets' size (bucket_bytes)", TERM_INT)
 
 enum {
 #define DPT_TERM_ENUM_(e, name, kind) TERM_##e,
@@ -201,6 +202,7 @@ void dpt_run_terms(const dpt_train_config *cfg, uint64_t *w) {
   w[TERM_SPARSE_TABLES] = int_word(cfg->sparse_tables);
   w[TERM_SPARSE_DENSE_ABOVE] = float_word(cfg->sparse_dense_above);
   w[TERM_TABLE_OPTIMIZER] = int_word(cfg->table_optimizer);
+  w[TERM_BUCKET_BYTES] = int_word((int64_t)cfg->bucket_bytes);
   w[TERM_ACCUMULATE] = int_word(cfg->accumulate > 1 ? (int64_t)cfg->accumulate : 0);
   transform_words(&cfg->transform, w);
 }
@@ -312,10 +314,10 @@ static int json_word(int t, const json_t *v, uint64_t *w) {
 /* Fields a resumed run may change: the rate, the run's length (and the cosine length that
  * follows it), the checks, the non-finite policy, the test set. */
 static int may_change(int t) {
-  return t == TERM_LR || t == TERM_SPARSE_DENSE_ABOVE || t == TERM_ACCUMULATE || t == TERM_EPOCHS ||
-         t == TERM_MAX_STEPS || t == TERM_TOTAL_STEPS || t == TERM_CHECK_EVERY ||
-         t == TERM_MAX_SKIPPED || t == TERM_NONFINITE || t == TERM_TEST_SAMPLES ||
-         t == TERM_TEST_DATA;
+  return t == TERM_LR || t == TERM_SPARSE_DENSE_ABOVE || t == TERM_ACCUMULATE ||
+         t == TERM_BUCKET_BYTES || t == TERM_EPOCHS || t == TERM_MAX_STEPS ||
+         t == TERM_TOTAL_STEPS || t == TERM_CHECK_EVERY || t == TERM_MAX_SKIPPED ||
+         t == TERM_NONFINITE || t == TERM_TEST_SAMPLES || t == TERM_TEST_DATA;
 }
 
 /* One field of the resume check: equal, changed and allowed (logged), or refused. */

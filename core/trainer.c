@@ -18,6 +18,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "core/run_terms.h"
+#include "core/trace.h"
 #include "core/trainer_impl.h"
 #include "dptrain/metrics.h"
 #include "dptrain/train.h"
@@ -52,7 +53,9 @@ static step_mode step_mode_of(const dpt_train_config *cfg, int replicas) {
 }
 
 static void state_free(replica_state *s) {
-  dpt_train_ckpt_free(s); /* first: it waits for a checkpoint being written */
+  dpt_train_ckpt_free(s);    /* first: it waits for a checkpoint being written */
+  dpt_train_buckets_free(s); /* waits for requests still running */
+  dpt_trace_destroy(s->trace);
   dpt_train_sparse_free(s);
   dpt_buffer_free(s->x);
   dpt_buffer_free(s->acc);
@@ -506,12 +509,43 @@ static dpt_status sum_over_replicas(void *ctx, double *data, size_t count) {
   return st;
 }
 
+/* The model's layer hook: the layer's event on the timeline, and the gradient buckets backward
+ * has completed. */
+static void on_layer(void *ctx, size_t layer, int backward, size_t ready_from) {
+  replica_state *s = ctx;
+  if (s->trace && s->in_step) {
+    const double now = dpt_now();
+    const char *name = dpt_model_layer_name(s->model, layer);
+    char label[64];
+    snprintf(label, sizeof label, "%zu %s%s%s", layer, dpt_model_layer_kind_name(s->model, layer),
+             name && *name ? " " : "", name ? name : "");
+    dpt_trace_event(s->trace, backward ? DPT_TRACE_BACKWARD : DPT_TRACE_FORWARD, label, s->trace_t,
+                    now);
+    s->trace_t = now;
+  }
+  dpt_train_buckets_on_layer(s, backward, ready_from);
+}
+
+/* The timeline's event [t0, now] on `track`, when there is a timeline. */
+static void trace_since(replica_state *s, dpt_trace_track track, const char *name, double t0) {
+  if (s->trace) dpt_trace_event(s->trace, track, name, t0, dpt_now());
+}
+
 static dpt_status replica_setup(replica *r, replica_state *s) {
   s->mode = step_mode_of(r->cfg, r->count);
   DPT_TRY(create_backend_and_model(r, s));
   DPT_TRY(alloc_batch(r, s));
   DPT_TRY(dpt_train_sparse_setup(r, s));
   DPT_TRY(create_optimizer(r, s));
+  if (r->cfg->bucket_bytes != DPT_BUCKET_AUTO)
+    DPT_TRY(dpt_train_buckets_setup(r, s, r->cfg->bucket_bytes));
+  if (r->cfg->trace) {
+    char who[64];
+    snprintf(who, sizeof who, "rank %d, %s", r->over_mpi ? r->index : 0,
+             dpt_backend_kind_name(r->cfg->backend));
+    DPT_TRY(dpt_trace_create(r->index, who, &s->trace));
+  }
+  if (r->cfg->bucket_bytes || s->trace) DPT_TRY(dpt_model_set_layer_hook(s->model, on_layer, s));
   if (r->cfg->sync_bn && r->count > 1)
     DPT_TRY(dpt_model_set_sync_bn(s->model, sum_over_replicas, r));
   if (r->cfg->init_params)
@@ -605,10 +639,13 @@ static dpt_status forward_backward(replica *r, replica_state *s, int64_t epoch, 
   /* The slice as micro-batches (one without accumulate), their gradients summed. */
   const size_t K = s->acc ? r->cfg->accumulate : 1;
   int summed = 0; /* micro-batches whose gradient acc holds */
+  /* Buckets start during backward when its gradient is the step's (no micro-batches to add). */
+  dpt_train_buckets_arm(s, K == 1 && !r->cfg->sync_bn); /* sync-bn sums in backward */
   for (size_t j = 0; j < K && st == DPT_OK; ++j) {
     size_t ms = 0, mc = count;
     if (K > 1) st = dpt_batch_split(count, (int)K, (int)j, &ms, &mc);
     if (st != DPT_OK || mc == 0) continue;
+    const double tl = dpt_now();
     if (s->ltrain) {
       st = load_records(s, s->ltrain, s->idx + ms, mc);
       if (st == DPT_OK) s->slice = mc;
@@ -616,6 +653,7 @@ static dpt_status forward_backward(replica *r, replica_state *s, int64_t epoch, 
       st = load_batch(s, r->cfg->train, s->perm + bstart + start + ms, mc, &r->cfg->transform,
                       epoch);
     }
+    trace_since(s, DPT_TRACE_DATA, "load", tl);
     if (st == DPT_OK)
       mine->targets += s->labels == 1 ? (int64_t)mc : count_targets(s->hy, mc * s->labels);
     /* Dropout's mask is keyed by the sample's place in the global batch, not in the slice. */
@@ -623,7 +661,10 @@ static dpt_status forward_backward(replica *r, replica_state *s, int64_t epoch, 
       st = dpt_model_set_step(s->model, r->cfg->seed, (uint64_t)s->t.step, (uint32_t)(start + ms));
     double loss = 0;
     int64_t correct = 0;
+    s->in_step = 1;
+    s->trace_t = dpt_now();
     if (st == DPT_OK) st = dpt_model_train_step(s->model, s->x, s->y, mc, scale, &loss, &correct);
+    s->in_step = 0;
     mine->loss_sum += loss;
     mine->correct += correct;
     if (st != DPT_OK || K == 1) continue;
@@ -686,10 +727,33 @@ static dpt_status reduce_gradients(replica *r, replica_state *s, dpt_status loca
   if (s->mode != STEP_LOCAL) {
     const double t0 = dpt_now();
     const size_t np = dpt_model_num_params(s->model);
-    st = s->sparse                 ? dpt_train_sparse_reduce(r, s)
-         : s->mode == STEP_SHARDED ? dpt_reduce_scatter_buffer(r->comm, grads, 0, np, DPT_COMM_F32)
-                                   : dpt_allreduce_buffer(r->comm, grads, 0, np, DPT_COMM_F32);
+    double exposed = 0, busy = 0;
+    if (s->buckets) {
+      st = dpt_train_buckets_finish(s, &exposed, &busy);
+    } else {
+      st = s->sparse ? dpt_train_sparse_reduce(r, s)
+           : s->mode == STEP_SHARDED
+               ? dpt_reduce_scatter_buffer(r->comm, grads, 0, np, DPT_COMM_F32)
+               : dpt_allreduce_buffer(r->comm, grads, 0, np, DPT_COMM_F32);
+      exposed = busy = dpt_now() - t0;
+      trace_since(s, DPT_TRACE_EXCHANGE,
+                  s->sparse                 ? "exchange (sparse tables)"
+                  : s->mode == STEP_SHARDED ? "reduce-scatter"
+                                            : "all-reduce",
+                  t0);
+    }
+    if (s->buckets && s->trace) {
+      size_t nb = 0;
+      const dpt_request_info *in = dpt_train_buckets_info(s, &nb);
+      for (size_t j = 0; j < nb; ++j) {
+        char name[32];
+        snprintf(name, sizeof name, "bucket %zu", j);
+        dpt_trace_event(s->trace, DPT_TRACE_EXCHANGE, name, in[j].queued, in[j].finished);
+      }
+    }
     s->t.comm += dpt_now() - t0;
+    s->t.exchange += busy;
+    s->t.exposed += exposed;
     if (dpt_train_out_of_step(st)) return dpt_train_stop_after(s, st);
   }
   /* A non-finite value in the reduced gradient is caught whatever the loss said, alike on every
@@ -793,10 +857,12 @@ static dpt_status optimizer_step(replica *r, replica_state *s, double sumsq, int
   }
   const double t1 = dpt_now();
   s->t.optimizer += t1 - t0;
+  trace_since(s, DPT_TRACE_OPTIMIZER, "optimizer", t0);
   if (s->mode != STEP_SHARDED) return DPT_OK;
   st = dpt_allgather_shards_buffer(r->comm, dpt_model_params(s->model), 0,
                                    dpt_model_num_params(s->model), DPT_COMM_F32);
   s->t.comm += dpt_now() - t1;
+  trace_since(s, DPT_TRACE_EXCHANGE, "all-gather (parameters)", t1);
   /* Out of step: stop now. Any other failure (DPT_ERR_COMM included) meets the others at the
    * next exchange, where the replica that failed first reports why. */
   if (dpt_train_out_of_step(st)) return dpt_train_stop_after(s, st);
@@ -964,6 +1030,8 @@ static dpt_status report_epoch(replica *r, replica_state *s, int64_t epoch, doub
   rep.backend = dpt_backend_kind_name(cfg->backend);
   rep.compute_seconds = s->t.compute;
   rep.allreduce_seconds = s->t.comm;
+  rep.exchange_seconds = s->t.exchange;
+  rep.exposed_seconds = s->t.exposed;
   rep.optimizer_seconds = s->t.optimizer;
   rep.imbalance_seconds = s->t.imbalance;
   if (r->index == 0 && cfg->on_report) cfg->on_report(&rep, cfg->user);
@@ -992,8 +1060,11 @@ static dpt_status after_step(replica *r, replica_state *s, const step_outcome *o
   }
   dpt_train_ckpt_poll(r, s);
   const int every = cfg->checkpoint_every > 0 && s->t.step % cfg->checkpoint_every == 0;
-  if (cfg->checkpoint_dir && (every || o->ckpt_due || o->stop))
+  if (cfg->checkpoint_dir && (every || o->ckpt_due || o->stop)) {
+    const double tc = dpt_now();
     DPT_TRY(dpt_train_ckpt_save(r, s, o->stop != 0));
+    trace_since(s, DPT_TRACE_CHECKPOINT, "checkpoint", tc);
+  }
   return o->stop ? interrupted(s, o->stop) : DPT_OK;
 }
 
@@ -1192,6 +1263,16 @@ static dpt_status replica_run(replica *r, replica_state *s) {
   DPT_TRY(agree_on_run(r, s));
   DPT_TRY(broadcast_params(r, s));
   DPT_TRY(dpt_train_ckpt_share_resumed(r, s));
+  if (s->trace) DPT_TRY(dpt_trace_align(r->comm, s->trace));
+  if (cfg->bucket_bytes == DPT_BUCKET_AUTO && s->mode != STEP_LOCAL && !s->sparse) {
+    size_t bytes = 0;
+    char table[512] = "";
+    DPT_TRY(dpt_train_buckets_measure(r, &bytes, table, sizeof table));
+    dpt_train_log(r, "gradient buckets of %zu KiB (all-reduce bus bandwidth: %s)", bytes >> 10,
+                  table);
+    const dpt_status bs = dpt_train_buckets_setup(r, s, bytes);
+    DPT_TRY(dpt_train_agree_ready(r->comm, bs, dpt_last_error(), "replica", NULL));
+  }
   s->t.run_start = s->t.last_ckpt = dpt_now();
   /* A rollback needs a checkpoint to go back to. */
   if (cfg->on_nonfinite == DPT_NONFINITE_ROLLBACK && !dpt_train_ckpt_taken(s))
@@ -1206,6 +1287,11 @@ static dpt_status replica_run(replica *r, replica_state *s) {
                          s->at.samples));
   }
   if (cfg->checkpoint_dir) DPT_TRY(dpt_train_ckpt_save(r, s, 1));
+  if (s->trace) {
+    DPT_TRY(dpt_trace_write(r->comm, s->trace, cfg->trace));
+    dpt_train_log(r, "timeline written: %s (%zu events of replica 0)", cfg->trace,
+                  dpt_trace_count(s->trace));
+  }
   if (s->t.step > 0 && s->t.skipped == s->t.step)
     return dpt_set_error(DPT_ERR_NONFINITE,
                          "every one of the %lld steps was skipped for non-finite values: "

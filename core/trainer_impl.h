@@ -58,7 +58,8 @@ typedef struct run_totals {
   int64_t checkpoints;          /* checkpoints taken by this run */
   double ckpt_time;             /* seconds the steps paused for them */
   double compute, comm, optimizer, imbalance; /* the report's time split, seconds */
-  uint64_t hash;                              /* the latest parameter fingerprint */
+  double exchange, exposed; /* the gradient exchange: running, and waited for after backward */
+  uint64_t hash;            /* the latest parameter fingerprint */
   uint64_t sparse_sent, sparse_dense; /* sparse_tables: bytes sent, their dense equivalent */
 } run_totals;
 
@@ -76,7 +77,8 @@ typedef struct train_cursor {
 /* Replicas whose exchanges need no allocation. */
 enum { GATHER_INLINE = 64 };
 
-typedef struct train_sparse train_sparse; /* sparse_tables (train_sparse.c) */
+typedef struct train_sparse train_sparse;   /* sparse_tables (train_sparse.c) */
+typedef struct train_buckets train_buckets; /* bucket_bytes (train_buckets.c) */
 
 typedef struct replica_state {
   dpt_backend *be;
@@ -110,10 +112,14 @@ typedef struct replica_state {
   dpt_status pending; /* a local failure the other replicas have not been told of yet */
   char pending_msg[1024];
   run_totals t;
-  train_sparse *sparse;  /* sparse_tables: the tables and their exchanges; NULL otherwise */
-  size_t slice;          /* records of this step's slice loaded in hx (per-replica data) */
-  struct train_ckpt *ck; /* checkpoints (train_checkpoint.c); NULL without checkpoint_dir */
-  train_cursor at;       /* where the next step starts */
+  train_sparse *sparse;    /* sparse_tables: the tables and their exchanges; NULL otherwise */
+  train_buckets *buckets;  /* bucket_bytes: the gradient's buckets; NULL otherwise */
+  struct dpt_trace *trace; /* cfg->trace: this replica's timeline; NULL otherwise */
+  double trace_t;          /* the timeline: when the layer being timed began */
+  int in_step;             /* forward_backward is running (the layer hook times its layers) */
+  size_t slice;            /* records of this step's slice loaded in hx (per-replica data) */
+  struct train_ckpt *ck;   /* checkpoints (train_checkpoint.c); NULL without checkpoint_dir */
+  train_cursor at;         /* where the next step starts */
 } replica_state;
 
 /* Keeps this replica's first local failure (with its message) for the next exchange. */
@@ -151,6 +157,28 @@ dpt_status dpt_train_sparse_step(replica_state *s);
  * one's [rows] floats with its weight tensor's name (NULL past the end). */
 size_t dpt_train_sparse_num_acc(const replica_state *s);
 float *dpt_train_sparse_acc(const replica_state *s, size_t i, const char **name, size_t *rows);
+
+/* ---- gradient buckets (train_buckets.c), cfg->bucket_bytes ---- */
+
+/* The buckets over the flat gradient; a no-op without bucket_bytes, with one replica or with
+ * sparse_tables. */
+dpt_status dpt_train_buckets_setup(replica *r, replica_state *s, size_t bucket_bytes);
+void dpt_train_buckets_free(replica_state *s);
+/* Whether the layer hook starts buckets during the next backward (the step's last one). */
+void dpt_train_buckets_arm(replica_state *s, int armed);
+/* The layer hook's part: starts the buckets that [ready_from, num params) now covers. */
+void dpt_train_buckets_on_layer(replica_state *s, int backward, size_t ready_from);
+/* After backward: starts the buckets not started yet, waits for all (in order, every one, as
+ * every replica does); *exposed: the seconds it waited, *busy: the seconds the exchanges ran.
+ * Returns the first failure. */
+dpt_status dpt_train_buckets_finish(replica_state *s, double *exposed, double *busy);
+size_t dpt_train_buckets_count(const replica_state *s);
+/* Collective: the bucket size for bucket_bytes DPT_BUCKET_AUTO, the smallest all-reduce (1 to
+ * 64 ring blocks) whose bus bandwidth is within 80 % of the largest measured, replica 0's
+ * choice for all; table (may be NULL) receives the measurements as text. */
+dpt_status dpt_train_buckets_measure(replica *r, size_t *bytes, char *table, size_t cap);
+/* The last step's request times, [*n] (for the timeline). */
+const dpt_request_info *dpt_train_buckets_info(const replica_state *s, size_t *n);
 
 /* ---- checkpoints (train_checkpoint.c) ---- */
 

@@ -6,6 +6,7 @@
  * trains as one replica over MPI and compares with a one-replica run it computes itself. */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -178,6 +179,7 @@ START_TEST(sharded_matches_full_step) {
     }
   }
   unsetenv("DPT_COMM_BLOCK");
+  unsetenv("DPT_COMM_PIECE");
   unsetenv("DPT_COMM_PIECE");
   unsetenv("DPT_ALLREDUCE_ALGO");
   dpt_dataset_destroy(ds);
@@ -649,6 +651,127 @@ START_TEST(accumulate_equivalence) {
 }
 END_TEST
 
+/* Gradient buckets exchanged while backward goes on: the parameters are bit for bit those of
+ * one exchange after backward, with the sharded step and with the full step (the ring forced,
+ * as the unbucketed run picks it for large models), for buckets of 1 and 3 ring blocks (4 KiB
+ * blocks here: 9 to 68 buckets) and 2-3 replicas; the report says how long the exchanges ran
+ * and how long the steps waited for them. */
+START_TEST(buckets_bit_for_bit) {
+  setenv("DPT_COMM_BLOCK", "4096", 1);
+  setenv("DPT_COMM_PIECE", "1024", 1);
+  setenv("DPT_ALLREDUCE_ALGO", "ring", 1);
+  dpt_dataset *ds = make_data(640, 11);
+  dpt_train_config cfg;
+  mlp_config(&cfg, ds, 64);
+  const size_t n = num_params(&cfg.model);
+  for (int full = 0; full <= 1; ++full)
+    for (int R = 2; R <= 3; ++R) {
+      cfg.full_optimizer_step = full;
+      cfg.bucket_bytes = 0;
+      dpt_train_report r0, rb;
+      float *ref = train_threads(cfg, R, &r0);
+      ck_assert_double_eq(r0.exposed_seconds, r0.exchange_seconds);
+      ck_assert(r0.exchange_seconds > 0);
+      static const size_t sizes[2] = {4096, 3 * 4096};
+      for (int k = 0; k < 2; ++k) {
+        cfg.bucket_bytes = sizes[k];
+        float *got = train_threads(cfg, R, &rb);
+        ck_assert_msg(memcmp(got, ref, n * sizeof(float)) == 0,
+                      "R=%d full=%d bucket %zu: parameters differ from one exchange", R, full,
+                      sizes[k]);
+        ck_assert_uint_eq(rb.param_hash, r0.param_hash);
+        ck_assert(rb.exchange_seconds > 0);
+        ck_assert(rb.exposed_seconds >= 0 && rb.exposed_seconds <= rb.allreduce_seconds + 1e-9);
+        free(got);
+      }
+      free(ref);
+    }
+  /* With micro-batches the buckets start after the last one: still the same bits. */
+  cfg.full_optimizer_step = 0;
+  cfg.accumulate = 3;
+  cfg.bucket_bytes = 0;
+  float *ref = train_threads(cfg, 2, NULL);
+  cfg.bucket_bytes = 4096;
+  float *got = train_threads(cfg, 2, NULL);
+  ck_assert_int_eq(memcmp(got, ref, n * sizeof(float)), 0);
+  free(got);
+  free(ref);
+  unsetenv("DPT_COMM_BLOCK");
+  unsetenv("DPT_COMM_PIECE");
+  unsetenv("DPT_ALLREDUCE_ALGO");
+  dpt_dataset_destroy(ds);
+}
+END_TEST
+
+/* The timeline (trace): 2 replicas with gradient buckets write one file holding both replicas'
+ * rows: a load per step, every layer's forward and backward per step, each bucket's exchange
+ * per step, the optimizer and the parameter all-gather; the first bucket starts before the
+ * step's backward ends (the exchange overlaps it); a path that cannot be written fails the
+ * run naming it. */
+START_TEST(trace_file) {
+  setenv("DPT_COMM_BLOCK", "8192", 1);
+  setenv("DPT_COMM_PIECE", "1024", 1);
+  dpt_dataset *ds = make_data(640, 11);
+  dpt_train_config cfg;
+  mlp_config(&cfg, ds, 64);
+  cfg.max_steps = 4;
+  cfg.bucket_bytes = 8192;
+  char path[] = "/tmp/dpt_trace_XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  cfg.trace = path;
+  dpt_train_report rep;
+  float *p = train_threads(cfg, 2, &rep);
+  free(p);
+  json_error_t err;
+  json_t *root = json_load_file(path, 0, &err);
+  ck_assert_msg(root != NULL, "%s: %s (line %d)", path, err.text, err.line);
+  json_t *ev = json_object_get(root, "traceEvents");
+  ck_assert(json_is_array(ev));
+  size_t count[2][6] = {{0}};
+  double bwd_end[2] = {0, 0}, first_bucket[2] = {-1, -1}, bwd_first_start[2] = {-1, -1};
+  for (size_t i = 0; i < json_array_size(ev); ++i) {
+    json_t *e = json_array_get(ev, i);
+    if (strcmp(json_string_value(json_object_get(e, "ph")), "X") != 0) continue;
+    const int pid = (int)json_integer_value(json_object_get(e, "pid"));
+    const int tid = (int)json_integer_value(json_object_get(e, "tid"));
+    ck_assert(pid >= 0 && pid < 2 && tid >= 0 && tid < 6);
+    ++count[pid][tid];
+    const double ts = json_number_value(json_object_get(e, "ts"));
+    const double dur = json_number_value(json_object_get(e, "dur"));
+    const char *name = json_string_value(json_object_get(e, "name"));
+    /* the first step's backward and its first bucket */
+    if (tid == 2 && count[pid][2] <= 6) {
+      if (bwd_first_start[pid] < 0) bwd_first_start[pid] = ts;
+      bwd_end[pid] = ts + dur;
+    }
+    if (tid == 3 && !strcmp(name, "bucket 0") && first_bucket[pid] < 0) first_bucket[pid] = ts;
+  }
+  const size_t layers = cfg.model.num_layers, steps = 4;
+  for (int pid = 0; pid < 2; ++pid) {
+    ck_assert_uint_eq(count[pid][0], steps);          /* loads */
+    ck_assert_uint_eq(count[pid][1], steps * layers); /* forward */
+    ck_assert_uint_eq(count[pid][2], steps * layers); /* backward */
+    ck_assert_uint_eq(count[pid][4], steps);          /* optimizer */
+    ck_assert_uint_gt(count[pid][3], 2 * steps);      /* buckets and all-gathers */
+    ck_assert_msg(first_bucket[pid] >= bwd_first_start[pid] && first_bucket[pid] < bwd_end[pid],
+                  "replica %d: bucket 0 at %g us, backward %g..%g", pid, first_bucket[pid],
+                  bwd_first_start[pid], bwd_end[pid]);
+  }
+  json_decref(root);
+  unlink(path);
+  cfg.trace = "/nonexistent-dir/trace.json";
+  cfg.replicas = 2;
+  ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_IO);
+  ck_assert_msg(strstr(dpt_last_error(), "/nonexistent-dir/trace.json"), "message: %s",
+                dpt_last_error());
+  unsetenv("DPT_COMM_BLOCK");
+  unsetenv("DPT_COMM_PIECE");
+  dpt_dataset_destroy(ds);
+}
+END_TEST
+
 START_TEST(bad_config) {
   dpt_dataset *ds = make_data(64, 1);
   dpt_train_config cfg;
@@ -999,6 +1122,8 @@ static Suite *threads_suite(void) {
   tcase_add_test(tc, state_dict_layout);
   tcase_add_test(tc, weights_round_trip);
   tcase_add_test(tc, accumulate_equivalence);
+  tcase_add_test(tc, buckets_bit_for_bit);
+  tcase_add_test(tc, trace_file);
   tcase_add_test(tc, bad_config);
   tcase_add_test(tc, nonfinite_loss);
   tcase_add_test(tc, nonfinite_gradient_norm);

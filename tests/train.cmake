@@ -1,5 +1,6 @@
 # The training core: equivalence of R replicas and one, gradients, weights files, bad input.
-dpt_add_check_test(NAME test_train SOURCES test_train.c LABELS unit train TIMEOUT 300)
+dpt_add_check_test(NAME test_train SOURCES test_train.c LIBS PkgConfig::DPT_JANSSON
+                   LABELS unit train TIMEOUT 300)
 # Checkpoints in training: resume bit for bit, at other world sizes, rollback, stop requests.
 dpt_add_check_test(NAME test_resume SOURCES test_resume.c LABELS unit train TIMEOUT 300)
 # Layer graphs: gradients of every layer kind, model files, batch norm buffers, sync-bn.

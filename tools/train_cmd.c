@@ -144,6 +144,18 @@ static int parse_table_optimizer(cli *c, const char *v) {
   return 0;
 }
 
+static int parse_bucket_mb(cli *c, const char *v) {
+  if (!strcmp(v, "auto")) {
+    c->cfg.bucket_bytes = DPT_BUCKET_AUTO;
+    return 0;
+  }
+  char *end = NULL;
+  const double mb = strtod(v, &end);
+  if (!end || *end || !(mb >= 0 && mb <= 1024)) return -1;
+  c->cfg.bucket_bytes = (size_t)(mb * 1048576.0);
+  return 0;
+}
+
 static int parse_text(cli *c, const char *v) {
   return dpt_text_options_add_path(&c->text, v);
 }
@@ -352,6 +364,15 @@ static const option options[] = {
      "gradients summed before the exchange: the memory of\n"
      "B/(R K) samples, the step of B (default 1)",
      SIZE(cfg.accumulate, 1)},
+    {"--bucket-mb", "F|auto",
+     "exchange the gradient in buckets of about F MiB while\n"
+     "backward goes on; auto: sized by a measurement at start-up\n"
+     "(default 0: one exchange after backward)",
+     CUSTOM(parse_bucket_mb)},
+    {"--trace", "FILE",
+     "write a timeline of the run (Chrome trace JSON: Perfetto,\n"
+     "chrome://tracing): each replica's loading, layers, exchanges",
+     STRING(cfg.trace)},
     {"--epochs", "E", "(default 10)", I64(cfg.epochs, 1)},
     {"--max-steps", "S", "stop after S steps (default: no limit)", I64(cfg.max_steps, 1)},
     {"--keep-last", NULL, "keep each epoch's final partial batch (default: drop it)",
@@ -641,6 +662,8 @@ static void json_report(const dpt_train_report *r, int dlrm) {
   if (r->final) {
     json_number("compute_seconds", r->compute_seconds, "%.3f");
     json_number("allreduce_seconds", r->allreduce_seconds, "%.3f");
+    json_number("exchange_seconds", r->exchange_seconds, "%.3f");
+    json_number("exposed_seconds", r->exposed_seconds, "%.3f");
     json_number("optimizer_seconds", r->optimizer_seconds, "%.3f");
     json_number("imbalance_seconds", r->imbalance_seconds, "%.3f");
     printf("\"num_params\": %zu, \"activation_bytes\": %zu, ", r->num_params, r->activation_bytes);
@@ -679,6 +702,10 @@ static void on_report(const dpt_train_report *r, void *user) {
       printf("time on replica 0: forward+backward %.2f s, communication %.2f s, "
              "optimizer %.2f s\n",
              r->compute_seconds, r->allreduce_seconds, r->optimizer_seconds);
+    if (r->exchange_seconds > 0)
+      printf("gradient exchange: %.2f s, of which the steps waited %.2f s (%.0f %% exposed)\n",
+             r->exchange_seconds, r->exposed_seconds,
+             100.0 * r->exposed_seconds / r->exchange_seconds);
     printf("model: %zu parameters, %.1f MiB of activations per replica\n", r->num_params,
            (double)r->activation_bytes / 1048576.0);
     if (c->cfg.sparse_tables && r->steps > 0)

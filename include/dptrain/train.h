@@ -74,6 +74,11 @@ typedef struct dpt_train_report {
    * the optimizer step. The rest of the training time is the per-step exchange, the gradient
    * norm's agreement when clipping needs it, and the checks. */
   double compute_seconds, allreduce_seconds, optimizer_seconds;
+  /* The gradient exchange alone (the all-reduce, or the reduce-scatter of the sharded step):
+   * how long it ran, and how much of that the step waited for it after backward (exposed). With
+   * buckets (bucket_bytes) it runs during backward and exposed_seconds is the part backward did
+   * not hide; without, the two are equal. */
+  double exchange_seconds, exposed_seconds;
   /* Uneven replicas, seconds so far, the same on every replica: the sum over steps of how much
    * longer the slowest replica's batch loading, forward and backward took than the replicas'
    * mean. Every step runs at the slowest replica's pace, so this is time the average replica
@@ -171,6 +176,24 @@ typedef struct dpt_train_config {
    * batch's within float rounding. 0 or 1: none (the step as without). Refused with
    * sparse_tables and sync_bn. */
   size_t accumulate;
+  /* Gradient buckets: > 0 cuts the flat gradient into ranges of about this many bytes (whole
+   * blocks of the ring, comm block_bytes; the first one, the gradient backward completes first,
+   * is a single block) exchanged by nonblocking collectives as soon as backward has completed
+   * them, while it goes on (dptrain/comm.h, nonblocking collectives). The sharded step's
+   * parameters are bit for bit the unbucketed step's; the full step's within float rounding
+   * (each bucket's all-reduce picks its algorithm by its size). 0: one exchange after
+   * backward. DPT_BUCKET_AUTO: the smallest size (1 to 64 blocks) at which a short
+   * measurement at start-up finds the communicator's all-reduce within 80 % of its peak bus
+   * bandwidth. Not with one replica or sparse_tables; with micro-batches (accumulate > 1) or
+   * sync_bn the buckets start after backward. */
+  size_t bucket_bytes;
+#define DPT_BUCKET_AUTO ((size_t)-1) /* bucket_bytes: measured at start-up (see docs) */
+  /* A timeline of the run: a Chrome trace-event JSON file (Perfetto, chrome://tracing) that
+   * replica 0 of rank 0 writes at the end with every replica's events (batch loading, each
+   * layer's forward and backward, each gradient exchange or bucket, the optimizer step,
+   * checkpoints), the replicas' clocks aligned at start-up; NULL: none. A GPU backend's layer
+   * events time their submission, not the device's work. */
+  const char *trace;
   int full_optimizer_step; /* 1: all-reduce the gradients and run the whole optimizer step on
                               every replica; 0 (default): the sharded step (see above) */
   /* 1: sparse table gradients (dptrain/sparse.h), with local_train only. Each embedding_bag
