@@ -343,6 +343,21 @@ out=$("$dptrain" train "${resnet[@]}" --accumulate 4 2>"$scratch/err")
 act4=$(grep -o '"activation_bytes": [0-9]*' <<<"$out" | head -n 1 | cut -d' ' -f2)
 [ -n "$act4" ] && [ $((act4 * 3)) -lt "$act1" ] ||
   fail "--accumulate 4: activations $act4 against $act1: $(cat "$scratch/err")"
+# --bucket-mb: buckets during backward give the same parameters (the sharded step), the report
+# says how much of the exchange was exposed; --trace writes the timeline; bad values are refused.
+mlp2=(--data "$good" --global-batch 32 --epochs 1 --max-steps 3 --backend cpu --replicas 2 --json)
+h0=$("$dptrain" train "${mlp2[@]}" 2>/dev/null | tail -n 1 | grep -o '"param_hash": "[0-9a-f]*"')
+out=$("$dptrain" train "${mlp2[@]}" --bucket-mb auto --trace "$scratch/trace.json" 2>"$scratch/err")
+h1=$(tail -n 1 <<<"$out" | grep -o '"param_hash": "[0-9a-f]*"')
+[ -n "$h0" ] && [ "$h0" = "$h1" ] && grep -q '"exposed_seconds": [0-9.]*' <<<"$out" &&
+  grep -q "gradient buckets of [0-9]* KiB" "$scratch/err" && grep -q '"traceEvents"' "$scratch/trace.json" ||
+  fail "--bucket-mb auto --trace: '$h1' against '$h0': $(cat "$scratch/err")"
+for bad in "--bucket-mb -1" "--bucket-mb lots"; do
+  set -- $bad
+  "$dptrain" train "${mlp2[@]}" "$@" >/dev/null 2>"$scratch/err"
+  [ $? -eq 2 ] && grep -q "bad value '$2' for --bucket-mb" "$scratch/err" ||
+    fail "$bad: $(cat "$scratch/err")"
+done
 "$dptrain" train "${resnet[@]}" --accumulate 2 --sync-bn --replicas 2 >/dev/null 2>"$scratch/err"
 [ $? -eq 1 ] && grep -q "does not combine with sync_bn" "$scratch/err" ||
   fail "--accumulate with --sync-bn: $(cat "$scratch/err")"
