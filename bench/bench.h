@@ -24,6 +24,8 @@ int dpt_parse_float_list(const char *s, float *out, size_t max, size_t *count);
 
 /* Median of n values (sorts them in place). */
 double dpt_bench_median(double *v, int n);
+/* Removes a benchmark's scratch directory and the files in it. */
+void dpt_bench_remove_dir(const char *dir);
 
 /* Under MPI: a barrier over MPI_COMM_WORLD that waits asleep (1 ms naps), so that ranks
  * waiting for the one being measured take no core or memory bandwidth from it (a rank

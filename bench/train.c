@@ -72,20 +72,6 @@ static dpt_dataset *random_data(size_t n) {
   return ds;
 }
 
-/* Removes the benchmark's checkpoint directory and its files. */
-static void remove_dir(const char *dir) {
-  DIR *d = opendir(dir);
-  struct dirent *e;
-  char path[512];
-  while (d && (e = readdir(d))) {
-    if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2]))) continue;
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    remove(path);
-  }
-  if (d) closedir(d);
-  rmdir(dir);
-}
-
 /* One configuration of the comparison. */
 typedef struct variant {
   int replicas, skip_allreduce, full_step;
@@ -120,7 +106,8 @@ static int run_once(dpt_train_config cfg, variant *v, int rep) {
     cfg.checkpoint_dir = v->ckpt_dir;
     cfg.bucket_bytes = v->bucket_bytes;
     cfg.keep_checkpoints = 1;
-    if (v->ckpt_dir) remove_dir(v->ckpt_dir); /* a run refuses another run's checkpoints */
+    if (v->ckpt_dir)
+      dpt_bench_remove_dir(v->ckpt_dir); /* a run refuses another run's checkpoints */
     /* Skipping the all-reduce lets replicas drift on purpose: no fingerprint checks then. */
     cfg.check_every = v->skip_allreduce ? 0 : cfg.check_every;
     dpt_status st = dpt_train(&cfg, v->comm, &v->r);
@@ -316,7 +303,7 @@ int dpt_bench_train(int argc, char **argv) {
   if (solo_mpi != MPI_COMM_NULL) MPI_Comm_free(&solo_mpi);
 #endif
   dpt_comm_destroy(world);
-  if (ckpt && rank == 0) remove_dir(ckpt_dir);
+  if (ckpt && rank == 0) dpt_bench_remove_dir(ckpt_dir);
   if (rc) return 1;
   if (rank != 0) return 0;
   const dpt_train_report *o = &v[1].r, *m = &v[2].r, *f = &v[3].r, *bk = &v[5].r;

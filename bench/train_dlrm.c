@@ -52,20 +52,6 @@ static void usage(FILE *f) {
           "  --json            one JSON object instead of the table\n");
 }
 
-/* Removes the synthetic shards' directory and its files. */
-static void remove_dir(const char *dir) {
-  DIR *d = opendir(dir);
-  struct dirent *e;
-  char path[512];
-  while (d && (e = readdir(d))) {
-    if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2]))) continue;
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    remove(path);
-  }
-  if (d) closedir(d);
-  rmdir(dir);
-}
-
 /* `dptrain data synth`'s shards: record i into shard i mod K (no .prob files). */
 static dpt_status write_synth(const char *dir, const dpt_synth_config *c, uint64_t samples,
                               uint64_t shards) {
@@ -399,7 +385,7 @@ int dpt_bench_train_dlrm(int argc, char **argv) {
   free(rd);
   if (tmp[0]) {
     rc = settle(mpi, rc); /* every rank is done with the files */
-    if (rank == 0) remove_dir(tmp);
+    if (rank == 0) dpt_bench_remove_dir(tmp);
   }
   dpt_comm_destroy(world);
   if (rc || rank != 0) {
