@@ -57,7 +57,9 @@ typedef enum term_kind { TERM_INT, TERM_FLOAT, TERM_HASH } term_kind;
   X(TABLE_OPTIMIZER, "the tables' optimizer (table_optimizer: 0 sgd, 1 row-wise adagrad)",         \
     TERM_INT)                                                                                      \
   X(ACCUMULATE, "the micro-batches per slice (accumulate)", TERM_INT)                              \
-  X(BUCKET_BYTES, "the gradient buckets' size (bucket_bytes)", TERM_INT)
+  X(BUCKET_BYTES, "the gradient buckets' size (bucket_bytes)", TERM_INT)                           \
+  X(GRAD_DTYPE, "the gradient exchange's type (grad_dtype: 0 f32, 1 f16; 2 with error feedback)",  \
+    TERM_INT)
 
 enum {
 #define DPT_TERM_ENUM_(e, name, kind) TERM_##e,
@@ -203,6 +205,7 @@ void dpt_run_terms(const dpt_train_config *cfg, uint64_t *w) {
   w[TERM_SPARSE_DENSE_ABOVE] = float_word(cfg->sparse_dense_above);
   w[TERM_TABLE_OPTIMIZER] = int_word(cfg->table_optimizer);
   w[TERM_BUCKET_BYTES] = int_word((int64_t)cfg->bucket_bytes);
+  w[TERM_GRAD_DTYPE] = int_word((int64_t)cfg->grad_dtype + (cfg->grad_error_feedback ? 1 : 0));
   w[TERM_ACCUMULATE] = int_word(cfg->accumulate > 1 ? (int64_t)cfg->accumulate : 0);
   transform_words(&cfg->transform, w);
 }
