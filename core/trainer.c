@@ -8,12 +8,14 @@
  * and combined in replica order, so every replica takes the same branch: no replica can leave
  * a collective that another one enters. */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/clock.h"
 #include "base/error.h"
@@ -519,6 +521,22 @@ static dpt_status sum_over_replicas(void *ctx, double *data, size_t count) {
   return st;
 }
 
+/* Replica 0, before training: the timeline's file can be made where it is asked for, so that
+ * a mistyped path stops the run now rather than after it. */
+static dpt_status check_trace_path(const char *path) {
+  char dir[4096];
+  const char *slash = strrchr(path, '/');
+  if (!*path) return dpt_set_error(DPT_ERR_INVALID_ARG, "trace: the file name is empty");
+  if (!slash)
+    snprintf(dir, sizeof dir, ".");
+  else
+    snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+  if (access(dir, W_OK | X_OK) != 0)
+    return dpt_set_error(DPT_ERR_IO, "trace: cannot write %s: the directory %s: %s", path, dir,
+                         strerror(errno));
+  return DPT_OK;
+}
+
 /* The model's layer hook: the layer's event on the timeline, and the gradient buckets backward
  * has completed. */
 static void on_layer(void *ctx, size_t layer, int backward, size_t ready_from) {
@@ -549,6 +567,7 @@ static dpt_status replica_setup(replica *r, replica_state *s) {
   DPT_TRY(create_optimizer(r, s));
   if (r->cfg->bucket_bytes != DPT_BUCKET_AUTO)
     DPT_TRY(dpt_train_buckets_setup(r, s, r->cfg->bucket_bytes));
+  if (r->cfg->trace && r->index == 0) DPT_TRY(check_trace_path(r->cfg->trace));
   if (r->cfg->trace) {
     char who[64];
     snprintf(who, sizeof who, "rank %d, %s", r->over_mpi ? r->index : 0,
