@@ -1,76 +1,11 @@
-/* IEEE 754 binary32 <-> binary16 conversion in integer arithmetic (no _Float16, no F16C), the
- * reference every backend's f32_to_f16 / f16_to_f32 op is compared with bit for bit.
- *
- * binary16: sign 1 | exponent 5 (bias 15) | mantissa 10. Largest finite 65504, smallest
- * normal 2^-14, smallest subnormal 2^-24. binary32: 1 | 8 (bias 127) | 23.
- */
-#include <stdint.h>
-#include <string.h>
-
+/* The public scalar conversions (dptrain/backend.h): base/half.h's, out of line. */
+#include "base/half.h"
 #include "dptrain/backend.h"
 
-static uint32_t dpt_f32_bits(float x) {
-  uint32_t u;
-  memcpy(&u, &x, sizeof u);
-  return u;
-}
-
-static float dpt_bits_f32(uint32_t u) {
-  float x;
-  memcpy(&x, &u, sizeof x);
-  return x;
-}
-
 uint16_t dpt_f32_to_f16_scalar(float x) {
-  const uint32_t u = dpt_f32_bits(x);
-  const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-  const uint32_t mag = u & 0x7fffffffu;
-
-  if (mag >= 0x7f800000u) {
-    if (mag == 0x7f800000u) return sign | 0x7c00u;
-    /* NaN: keep the top payload bits and force the quiet bit, so the result is never inf. */
-    return (uint16_t)(sign | 0x7e00u | ((mag >> 13) & 0x03ffu));
-  }
-  /* 65520 = 65504 + half an ulp: from there on round-to-nearest-even goes to infinity. */
-  if (mag >= 0x477ff000u) return sign | 0x7c00u;
-
-  if (mag >= 0x38800000u) {
-    /* Normal result (|x| >= 2^-14). Rebias the exponent in place (127 - 15 = 112), then round
-     * the 23-bit mantissa to 10 bits: add just under half an ulp plus the ulp's low bit, so
-     * ties go to even; a mantissa carry correctly bumps the exponent. */
-    uint32_t r = mag - (112u << 23);
-    r += 0x0fffu + ((r >> 13) & 1u);
-    return (uint16_t)(sign | (r >> 13));
-  }
-
-  /* Subnormal result or zero. |x| <= 2^-25 is at most half the smallest subnormal: the tie at
-   * exactly 2^-25 rounds to even, i.e. to zero. */
-  if (mag <= 0x33000000u) return sign;
-  /* |x| = m * 2^(e - 150) with the implicit bit in m; in units of 2^-24 that is
-   * m >> (126 - e), shift in [14, 24] for e in [102, 112]. A rounded-up 0x3ff gives 0x400,
-   * which is exactly the encoding of the smallest normal. */
-  const uint32_t e = mag >> 23;
-  const uint32_t m = (mag & 0x007fffffu) | 0x00800000u;
-  const uint32_t shift = 126u - e;
-  uint32_t h = m >> shift;
-  const uint32_t rem = m & ((1u << shift) - 1u);
-  const uint32_t half = 1u << (shift - 1u);
-  if (rem > half || (rem == half && (h & 1u))) h += 1u;
-  return (uint16_t)(sign | h);
+  return dpt_half_from_f32(x);
 }
 
 float dpt_f16_to_f32_scalar(uint16_t h) {
-  const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1fu;
-  const uint32_t man = h & 0x03ffu;
-
-  if (exp == 0x1fu) {
-    /* inf, or NaN with its payload kept and the quiet bit set (as hardware converts). */
-    return dpt_bits_f32(sign | 0x7f800000u | (man << 13) | (man != 0 ? 0x00400000u : 0u));
-  }
-  if (exp != 0) return dpt_bits_f32(sign | ((exp + 112u) << 23) | (man << 13));
-  if (man == 0) return dpt_bits_f32(sign);
-  /* Subnormal: man * 2^-24 is exact in binary32 (a normal number there). */
-  const float mag = (float)man * 0x1p-24f;
-  return dpt_bits_f32(sign | dpt_f32_bits(mag));
+  return dpt_half_to_f32(h);
 }

@@ -4,6 +4,7 @@
  * lets a rank add a partner's vector to its own in either order. */
 #include <string.h>
 
+#include "base/half.h"
 #include "collectives/algorithms.h"
 #include "collectives/comm_impl.h"
 
@@ -31,7 +32,7 @@ static void sum_f32(float *dst, const float *a, const float *b, size_t n) {
 
 static void sum_f16(uint16_t *dst, const uint16_t *a, const uint16_t *b, size_t n) {
   for (size_t i = 0; i < n; ++i)
-    dst[i] = dpt_f32_to_f16_scalar(dpt_f16_to_f32_scalar(a[i]) + dpt_f16_to_f32_scalar(b[i]));
+    dst[i] = dpt_half_from_f32(dpt_half_to_f32(a[i]) + dpt_half_to_f32(b[i]));
 }
 
 void dpt_sum_to(void *dst, const void *a, const void *b, size_t n, dpt_comm_dtype dtype) {

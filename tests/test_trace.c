@@ -1,7 +1,7 @@
 /* The training timeline (core/trace.h): the Chrome trace JSON of one replica (parsed back with
  * jansson: metadata names, events, microseconds, escaping), of 3 replicas on the threads
  * transport (clocks aligned, everyone's events in member 0's file), failures that end every
- * member's call alike (a path that cannot be created, a member without a trace), 100000
+ * member's call alike (a path that cannot be created, a member without a trace), 30000
  * events, and the dropped-events count.
  *
  * `test_trace mpi` runs the multi-member cases over MPI_COMM_WORLD instead (under mpiexec). */
@@ -209,7 +209,7 @@ START_TEST(dropped_over_limit) {
 END_TEST
 
 START_TEST(many_events) {
-  enum { N = 100000 };
+  enum { N = 30000 };
   dpt_trace *t = NULL;
   TU_OK(dpt_trace_create(0, "rank 0, cpu", &t));
   double t0 = dpt_now();

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/half.h"
 #include "backends/cpu/cpu_internal.h"
 
 dpt_status dpt_cpu_bias_add(dpt_backend *be, const dpt_bias_add_args *a) {
@@ -435,7 +436,7 @@ dpt_status dpt_cpu_f32_to_f16(dpt_backend *be, const dpt_f32_to_f16_args *a) {
   const float *src = dpt_cpu_f32(a->src);
   uint16_t *dst = dpt_cpu_u16(a->dst);
   for (size_t i = 0; i < a->n; ++i)
-    dst[i] = dpt_f32_to_f16_scalar(src[i]);
+    dst[i] = dpt_half_from_f32(src[i]);
   return DPT_OK;
 }
 
@@ -444,6 +445,6 @@ dpt_status dpt_cpu_f16_to_f32(dpt_backend *be, const dpt_f16_to_f32_args *a) {
   const uint16_t *src = dpt_cpu_u16(a->src);
   float *dst = dpt_cpu_f32(a->dst);
   for (size_t i = 0; i < a->n; ++i)
-    dst[i] = dpt_f16_to_f32_scalar(src[i]);
+    dst[i] = dpt_half_to_f32(src[i]);
   return DPT_OK;
 }
