@@ -554,6 +554,26 @@ END_TEST
 
 /* ---- a device against the CPU ------------------------------------------------------------- */
 
+/* The device's values against the CPU's, tensor by tensor: the relative L2 difference, at most
+ * 1e-5 each (what names the values in the message); returns the largest. */
+static double worst_tensor_diff(const dpt_model *m, const float *dev, const float *cpu,
+                                const char *what) {
+  double worst = 0;
+  for (size_t i = 0; i < dpt_model_num_tensors(m); ++i) {
+    dpt_tensor_info ti;
+    TU_OK(dpt_model_tensor(m, i, &ti));
+    double num = 0, den = 0;
+    for (size_t j = ti.offset; j < ti.offset + ti.count; ++j) {
+      num += ((double)dev[j] - cpu[j]) * ((double)dev[j] - cpu[j]);
+      den += (double)cpu[j] * cpu[j];
+    }
+    const double rel = sqrt(num) / (den > 0 ? sqrt(den) : 1.0);
+    ck_assert_msg(rel <= 1e-5, "%s: %s differ from the CPU's by %g", ti.name, what, rel);
+    worst = rel > worst ? rel : worst;
+  }
+  return worst;
+}
+
 static dpt_backend_kind device_kind = DPT_BACKEND_CPU;
 
 /* One training step of the tiny DLRM (bags of 2 with empty slots, mean and sum, dot and cat) on
@@ -581,19 +601,7 @@ START_TEST(device_matches_cpu) {
   }
   ck_assert_double_eq_tol(loss[1], loss[0], 1e-5 * fabs(loss[0]));
   ck_assert_int_eq(correct[1], correct[0]);
-  double worst = 0;
-  for (size_t i = 0; i < dpt_model_num_tensors(t[0].m); ++i) {
-    dpt_tensor_info ti;
-    TU_OK(dpt_model_tensor(t[0].m, i, &ti));
-    double num = 0, den = 0;
-    for (size_t j = ti.offset; j < ti.offset + ti.count; ++j) {
-      num += ((double)g[1][j] - g[0][j]) * ((double)g[1][j] - g[0][j]);
-      den += (double)g[0][j] * g[0][j];
-    }
-    double rel = sqrt(num) / (den > 0 ? sqrt(den) : 1.0);
-    ck_assert_msg(rel <= 1e-5, "%s: gradient differs from the CPU's by %g", ti.name, rel);
-    worst = rel > worst ? rel : worst;
-  }
+  const double worst = worst_tensor_diff(t[0].m, g[1], g[0], "gradient");
   printf("%s, tiny DLRM (%s, %s): loss %.7f against %.7f, worst gradient tensor %.3g\n",
          dpt_backend_kind_name(device_kind), interaction == DPT_DLRM_CAT ? "cat" : "dot",
          mode == DPT_BAG_MEAN ? "mean" : "sum", loss[1], loss[0], worst);
@@ -676,21 +684,9 @@ START_TEST(big_table_matches_cpu) {
     ck_assert_double_eq_tol(norm[1], norm[0], 1e-5 * norm[0]);
     ck_assert_double_gt(norm[0], 0);
   }
-  double worst = 0;
   for (int k = 0; k < 2; ++k)
     TU_OK(dpt_model_get_params(t[k].m, w[k]));
-  for (size_t i = 0; i < dpt_model_num_tensors(t[0].m); ++i) {
-    dpt_tensor_info ti;
-    TU_OK(dpt_model_tensor(t[0].m, i, &ti));
-    double num = 0, den = 0;
-    for (size_t j = ti.offset; j < ti.offset + ti.count; ++j) {
-      num += ((double)w[1][j] - w[0][j]) * ((double)w[1][j] - w[0][j]);
-      den += (double)w[0][j] * w[0][j];
-    }
-    double rel = sqrt(num) / (den > 0 ? sqrt(den) : 1.0);
-    ck_assert_msg(rel <= 1e-5, "%s: parameters differ from the CPU's by %g", ti.name, rel);
-    worst = rel > worst ? rel : worst;
-  }
+  const double worst = worst_tensor_diff(t[0].m, w[1], w[0], "parameters");
   printf("%s, DLRM with tables of %zu and %zu rows (%s, %s): worst parameter tensor %.3g\n",
          dpt_backend_kind_name(device_kind), td_big_rows[0], td_big_rows[2],
          interaction == DPT_DLRM_CAT ? "cat" : "dot", mode == DPT_BAG_MEAN ? "mean" : "sum", worst);
