@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/file.h"
 #include "core/bpe_impl.h"
 
 #define FORMAT_NAME    "dptrain-bpe"
@@ -37,33 +38,15 @@ static int write_vocab(FILE *f, const dpt_bpe *b) {
   return ok && fprintf(f, "%s]\n}\n", merges ? "  " : "") > 0;
 }
 
+static int write_vocab_file(FILE *f, const void *bpe) {
+  return write_vocab(f, bpe);
+}
+
 dpt_status dpt_bpe_save(const dpt_bpe *bpe, const char *path) {
   if (!bpe || !path)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "bpe_save: %s is NULL", !bpe ? "bpe" : "path");
-  const size_t pl = strlen(path);
-  char *tmp = malloc(pl + 5);
-  if (!tmp) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
-  memcpy(tmp, path, pl);
-  memcpy(tmp + pl, ".tmp", 5);
-  FILE *f = fopen(tmp, "w");
-  if (!f) {
-    const dpt_status st =
-        dpt_set_error(DPT_ERR_IO, "%s: cannot create %s: %s", path, tmp, strerror(errno));
-    free(tmp);
-    return st;
-  }
-  /* Written, flushed to the disk, then renamed over path: never a half-written vocabulary. */
-  int ok = write_vocab(f, bpe) && fflush(f) == 0 && fsync(fileno(f)) == 0;
-  const int err = errno;
-  ok = fclose(f) == 0 && ok;
-  dpt_status st = DPT_OK;
-  if (!ok)
-    st = dpt_set_error(DPT_ERR_IO, "%s: write failed: %s", tmp, strerror(err ? err : errno));
-  else if (rename(tmp, path) != 0)
-    st = dpt_set_error(DPT_ERR_IO, "%s: cannot rename %s over it: %s", path, tmp, strerror(errno));
-  if (st != DPT_OK) remove(tmp);
-  free(tmp);
-  return st;
+  /* Flushed to the disk, then renamed over path: never a half-written vocabulary. */
+  return dpt_write_file_atomic(path, "", 1, write_vocab_file, bpe);
 }
 
 static dpt_status bad(const char *path, const char *fmt, ...) {

@@ -13,6 +13,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "base/file.h"
 
 /* One event as kept and as sent (no padding: the bytes on the wire are the struct's). */
 typedef struct trace_rec {
@@ -312,35 +313,15 @@ static void write_events(FILE *f, const member_view *m, int n) {
   fputs("\n]}\n", f);
 }
 
-/* Writes path.tmp, then renames it over path; on failure nothing is left behind. */
-static dpt_status write_file(const char *path, const member_view *m, int n) {
-  const size_t pl = strlen(path);
-  char *tmp = malloc(pl + 5);
-  if (!tmp) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of host memory", path);
-  memcpy(tmp, path, pl);
-  memcpy(tmp + pl, ".tmp", 5);
-  FILE *f = fopen(tmp, "w");
-  if (!f) {
-    const dpt_status st =
-        dpt_set_error(DPT_ERR_IO, "trace %s: cannot create %s: %s", path, tmp, strerror(errno));
-    free(tmp);
-    return st;
-  }
-  write_events(f, m, n);
-  /* No fsync: a trace is a diagnostic; the rename alone keeps a failed write from leaving a
-   * half-written file under path. */
-  int ok = !ferror(f) && fflush(f) == 0;
-  const int err = errno;
-  ok = fclose(f) == 0 && ok;
-  dpt_status st = DPT_OK;
-  if (!ok)
-    st = dpt_set_error(DPT_ERR_IO, "trace %s: write failed: %s", tmp, strerror(err ? err : errno));
-  else if (rename(tmp, path) != 0)
-    st = dpt_set_error(DPT_ERR_IO, "trace %s: cannot rename %s over it: %s", path, tmp,
-                       strerror(errno));
-  if (st != DPT_OK) remove(tmp);
-  free(tmp);
-  return st;
+typedef struct events_view {
+  const member_view *m;
+  int n;
+} events_view;
+
+static int write_events_file(FILE *f, const void *ctx) {
+  const events_view *v = ctx;
+  write_events(f, v->m, v->n);
+  return 1; /* errors show in ferror */
 }
 
 /* ---- gathering ------------------------------------------------------------------------------ */
@@ -403,7 +384,10 @@ static dpt_status write_gathered(const char *path, const dpt_trace *t, unsigned 
       m[r].ev = (const trace_rec *)(store[r] + sizeof m[r].head);
     }
   }
-  dpt_status st = write_file(path, m, size);
+  /* No fsync: a trace is a diagnostic; the rename alone keeps a failed write from leaving a
+   * half-written file under path. */
+  const events_view v = {m, size};
+  dpt_status st = dpt_write_file_atomic(path, "trace ", 0, write_events_file, &v);
   if (m != inline_views) free(m);
   return st;
 }
