@@ -97,10 +97,6 @@ void dpt_train_buckets_arm(replica_state *s, int armed) {
   if (s->buckets) s->buckets->armed = armed;
 }
 
-size_t dpt_train_buckets_count(const replica_state *s) {
-  return s->buckets ? s->buckets->n : 0;
-}
-
 dpt_status dpt_train_buckets_finish(replica_state *s, double *exposed, double *busy) {
   train_buckets *b = s->buckets;
   /* Every replica starts every bucket, in the same order, whatever its backward did. */

@@ -174,7 +174,6 @@ void dpt_train_buckets_on_layer(replica_state *s, int backward, size_t ready_fro
  * every replica does); *exposed: the seconds it waited, *busy: the seconds the exchanges ran.
  * Returns the first failure. */
 dpt_status dpt_train_buckets_finish(replica_state *s, double *exposed, double *busy);
-size_t dpt_train_buckets_count(const replica_state *s);
 /* Collective: the bucket size for bucket_bytes DPT_BUCKET_AUTO, the smallest all-reduce (1 to
  * 64 ring blocks) whose bus bandwidth is within 80 % of the largest measured, replica 0's
  * choice for all; table (may be NULL) receives the measurements as text. */
