@@ -28,6 +28,8 @@ dpt_status dpt_comm_init(dpt_comm *c, const dpt_transport *tp, void *impl, int r
   c->recv_reduce = 0;        /* the transport raises it */
   c->progress = NULL;
   atomic_init(&c->pending, 0);
+  c->nnodes = 1;
+  c->node = NULL;
   c->payload = calloc((size_t)size, sizeof *c->payload);
   if (!c->payload)
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "communicator: %d payload pointers", size);
@@ -49,6 +51,7 @@ void dpt_comm_destroy(dpt_comm *c) {
   free(c->hello_buf);
   free(c->slot_buf);
   free(c->payload);
+  free(c->node);
   c->tp->destroy(c);
   if (serialized) dpt_serial_unlock();
   free(c);

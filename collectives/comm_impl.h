@@ -154,6 +154,11 @@ struct dpt_comm {
    * caller's thread, read by the progress thread too). */
   struct dpt_progress *progress;
   atomic_int pending;
+  /* Nodes, for the hierarchical collectives: node[r] is rank r's node, 0 .. nnodes-1 numbered
+   * in order of first appearance by rank; NULL with nnodes 1 when every rank is on one node.
+   * Set by the transport after dpt_comm_init (owner: this struct). */
+  int nnodes;
+  int *node;
 };
 
 /* ---- nonblocking collectives (request.c) ------------------------------------------------ */
