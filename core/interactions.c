@@ -10,6 +10,8 @@
 
 #include "base/error.h"
 #include "core/rng.h"
+#include "dptrain/comm.h"
+#include "dptrain/train.h"
 #include "dptrain/data.h"
 #include "dptrain/interactions.h"
 #include "dptrain/train.h"
@@ -313,8 +315,12 @@ struct dpt_interactions {
   size_t num_shards;
   char **paths;          /* [num_shards] */
   uint64_t *shard_count; /* [num_shards] records per shard */
+  uint32_t *shard_crc;   /* [num_shards] payload CRC32 per shard */
   uint64_t total;
   uint64_t fingerprint;   /* of every shard's header (dpt_interactions_fingerprint) */
+  uint64_t layout;        /* of the first header's layout fields */
+  uint64_t *rank_records; /* [world]: records each rank holds */
+  size_t part, parts;     /* this rank loads shards part, part + parts, ... of those it sees */
   size_t local_shards, n; /* this rank's shards and records */
   float *dense;           /* [n, num_dense] */
   int32_t *sparse;        /* [n, num_sparse] */
@@ -331,6 +337,8 @@ void dpt_interactions_destroy(dpt_interactions *d) {
     free(d->paths[s]);
   free(d->paths);
   free(d->shard_count);
+  free(d->shard_crc);
+  free(d->rank_records);
   free(d->dense);
   free(d->sparse);
   free(d->labels);
@@ -401,7 +409,9 @@ static dpt_status load_shard(dpt_interactions *d, size_t s, size_t at) {
   return st;
 }
 
-static dpt_status open_all(const char *pattern, int rank, int world, dpt_interactions *d) {
+/* Expands the pattern and reads every header: the paths (sorted), each shard's count, the
+ * layout (all must agree), the fingerprint of what this rank sees. No record is loaded. */
+static dpt_status scan_shards(const char *pattern, dpt_interactions *d) {
   glob_t g;
   memset(&g, 0, sizeof g);
   const int rc = glob(pattern, GLOB_ERR, NULL, &g);
@@ -415,7 +425,8 @@ static dpt_status open_all(const char *pattern, int rank, int world, dpt_interac
   }
   d->paths = calloc(g.gl_pathc, sizeof *d->paths);
   d->shard_count = calloc(g.gl_pathc, sizeof *d->shard_count);
-  if (!d->paths || !d->shard_count) {
+  d->shard_crc = calloc(g.gl_pathc, sizeof *d->shard_crc);
+  if (!d->paths || !d->shard_count || !d->shard_crc) {
     globfree(&g);
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: %zu shards", pattern, (size_t)g.gl_pathc);
   }
@@ -430,10 +441,6 @@ static dpt_status open_all(const char *pattern, int rank, int world, dpt_interac
   d->num_shards = g.gl_pathc;
   globfree(&g);
   qsort(d->paths, d->num_shards, sizeof *d->paths, cmp_str); /* bytewise, whatever the locale */
-  if (d->num_shards < (size_t)world)
-    return dpt_set_error(DPT_ERR_INVALID_ARG,
-                         "%s: %zu shard file%s for %d ranks: every rank needs at least one shard",
-                         pattern, d->num_shards, d->num_shards == 1 ? "" : "s", world);
   /* Every header: the layout must agree, the counts give the epoch's length. */
   dpt_shard_header h;
   for (size_t s = 0; s < d->num_shards; s++) {
@@ -441,7 +448,8 @@ static dpt_status open_all(const char *pattern, int rank, int world, dpt_interac
     if (s == 0) { /* the layout, then each shard's count and payload CRC in shard order */
       uint64_t lay[2 + DPT_SHARD_MAX_SPARSE] = {h.num_dense, h.num_sparse};
       memcpy(lay + 2, h.table_sizes, h.num_sparse * sizeof h.table_sizes[0]);
-      d->fingerprint = dpt_fingerprint(lay, (2 + (size_t)h.num_sparse) * sizeof lay[0]);
+      d->layout = dpt_fingerprint(lay, (2 + (size_t)h.num_sparse) * sizeof lay[0]);
+      d->fingerprint = d->layout;
     }
     const uint64_t fw[3] = {d->fingerprint, h.num_records, h.payload_crc};
     d->fingerprint = dpt_fingerprint(fw, sizeof fw);
@@ -456,26 +464,57 @@ static dpt_status open_all(const char *pattern, int rank, int world, dpt_interac
                            d->paths[s], (unsigned)h.num_dense, (unsigned)h.num_sparse, d->paths[0]);
     }
     d->shard_count[s] = h.num_records;
+    d->shard_crc[s] = h.payload_crc;
     d->total += h.num_records;
-    if ((size_t)s % (size_t)world == (size_t)rank) {
-      d->local_shards++;
-      if (h.num_records > SIZE_MAX / 64 - d->n)
-        return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: too many records", pattern);
-      d->n += (size_t)h.num_records;
-    }
+  }
+  return DPT_OK;
+}
+
+/* Loads shards part, part + parts, part + 2 parts, ... of those scanned. */
+static dpt_status load_part(const char *pattern, dpt_interactions *d, size_t part, size_t parts) {
+  d->part = part;
+  d->parts = parts;
+  for (size_t s = part; s < d->num_shards; s += parts) {
+    d->local_shards++;
+    if (d->shard_count[s] > SIZE_MAX / 64 - d->n)
+      return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: too many records", pattern);
+    d->n += (size_t)d->shard_count[s];
   }
   const size_t n1 = d->n ? d->n : 1;
   d->labels = malloc(n1);
   d->dense = malloc(n1 * (d->num_dense ? d->num_dense : 1) * sizeof *d->dense);
   d->sparse = malloc(n1 * d->num_sparse * sizeof *d->sparse);
   if (!d->labels || !d->dense || !d->sparse)
-    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: %zu records for rank %d", pattern, d->n, rank);
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: %zu records for rank %d", pattern, d->n,
+                         d->rank);
   size_t at = 0;
-  for (size_t s = (size_t)rank; s < d->num_shards; s += (size_t)world) {
+  for (size_t s = part; s < d->num_shards; s += parts) {
     DPT_TRY(load_shard(d, s, at));
     at += (size_t)d->shard_count[s];
   }
   return DPT_OK;
+}
+
+static dpt_status open_all(const char *pattern, int rank, int world, dpt_interactions *d) {
+  DPT_TRY(scan_shards(pattern, d));
+  if (d->num_shards < (size_t)world)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: %zu shard file%s for %d ranks: every rank needs at least one shard",
+                         pattern, d->num_shards, d->num_shards == 1 ? "" : "s", world);
+  d->rank_records = calloc((size_t)world, sizeof *d->rank_records);
+  if (!d->rank_records) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: %d ranks", pattern, world);
+  for (size_t s = 0; s < d->num_shards; s++)
+    d->rank_records[s % (size_t)world] += d->shard_count[s];
+  return load_part(pattern, d, (size_t)rank, (size_t)world);
+}
+
+static dpt_interactions *reader_new(int rank, int world) {
+  dpt_interactions *d = calloc(1, sizeof *d);
+  if (d) {
+    d->rank = rank;
+    d->world = world;
+  }
+  return d;
 }
 
 dpt_status dpt_interactions_open(const char *pattern, int rank, int world, dpt_interactions **out) {
@@ -485,11 +524,129 @@ dpt_status dpt_interactions_open(const char *pattern, int rank, int world, dpt_i
     return dpt_set_error(DPT_ERR_INVALID_ARG, "interactions: no shard pattern");
   if (world < 1 || rank < 0 || rank >= world)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "interactions: rank %d of %d ranks", rank, world);
-  dpt_interactions *d = calloc(1, sizeof *d);
+  dpt_interactions *d = reader_new(rank, world);
   if (!d) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "interactions");
-  d->rank = rank;
-  d->world = world;
   const dpt_status st = open_all(pattern, rank, world, d);
+  if (st != DPT_OK) {
+    dpt_interactions_destroy(d);
+    return st;
+  }
+  *out = d;
+  return DPT_OK;
+}
+
+/* What one rank tells the others in dpt_interactions_open_node: first what it sees, then what
+ * it loaded. status is a dpt_status (DPT_OK = 0). */
+typedef struct node_seen {
+  int32_t status, pad;
+  uint64_t seen, layout, shards;
+} node_seen;
+typedef struct node_held {
+  int32_t status, pad;
+  uint64_t records, fingerprint;
+} node_held;
+
+/* The first rank whose status is not DPT_OK, or -1. */
+static int first_failed(const void *v, size_t stride, int world) {
+  for (int q = 0; q < world; ++q)
+    if (*(const int32_t *)((const char *)v + (size_t)q * stride) != DPT_OK) return q;
+  return -1;
+}
+
+/* This rank's own error, or one naming the rank that failed (every rank returns an error). */
+static dpt_status peer_failed(dpt_status mine, int who, int32_t theirs, const char *pattern,
+                              const char *what) {
+  if (mine != DPT_OK) return mine;
+  return dpt_set_error((dpt_status)theirs, "%s: rank %d could not %s its shards (see its message)",
+                       pattern, who, what);
+}
+
+static dpt_status open_node(const char *pattern, dpt_comm *comm, dpt_interactions *d) {
+  const int world = d->world, rank = d->rank;
+  node_seen *seen = calloc((size_t)world, sizeof *seen);
+  node_held *held = calloc((size_t)world, sizeof *held);
+  d->rank_records = calloc((size_t)world, sizeof *d->rank_records);
+  dpt_status st = seen && held && d->rank_records
+                      ? DPT_OK
+                      : dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: %d ranks", pattern, world);
+  if (st == DPT_OK) st = scan_shards(pattern, d);
+  /* Every rank joins both exchanges whatever happened locally, so none waits for a rank that
+   * stopped; the verdicts come from the exchanged words, the same everywhere. */
+  node_seen me = {(int32_t)st, 0, d->fingerprint, d->layout, d->num_shards};
+  dpt_status cst = dpt_allgather_host(comm, &me, sizeof me, seen);
+  if (cst != DPT_OK) goto done;
+  int bad = first_failed(seen, sizeof *seen, world);
+  if (bad >= 0) {
+    st = peer_failed(st, bad, seen[bad].status, pattern, "read");
+    goto done;
+  }
+  for (int q = 1; q < world; ++q)
+    if (seen[q].layout != seen[0].layout) {
+      st = dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: rank %d's shards have another layout (dense features, tables or "
+                         "their sizes) than rank 0's",
+                         pattern, q);
+      goto done;
+    }
+  /* Ranks that see the same shard files share them: each takes every size-th of them. */
+  size_t part = 0, parts = 0;
+  for (int q = 0; q < world; ++q)
+    if (seen[q].seen == seen[rank].seen) {
+      if (q < rank) ++part;
+      ++parts;
+    }
+  for (int q = 0; q < world; ++q) {
+    size_t members = 0;
+    for (int p = 0; p < world; ++p)
+      members += seen[p].seen == seen[q].seen;
+    if (seen[q].shards < members) {
+      st = dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: rank %d and %zu other rank%s see the same %llu shard file%s: every "
+                         "rank needs at least one shard",
+                         pattern, q, members - 1, members == 2 ? "" : "s",
+                         (unsigned long long)seen[q].shards, seen[q].shards == 1 ? "" : "s");
+      goto done;
+    }
+  }
+  st = load_part(pattern, d, part, parts);
+  uint64_t own = d->layout;
+  for (size_t s = part; st == DPT_OK && s < d->num_shards; s += parts) {
+    const uint64_t fw[3] = {own, d->shard_count[s], d->shard_crc[s]};
+    own = dpt_fingerprint(fw, sizeof fw);
+  }
+  node_held hm = {(int32_t)st, 0, d->n, own};
+  cst = dpt_allgather_host(comm, &hm, sizeof hm, held);
+  if (cst != DPT_OK) goto done;
+  bad = first_failed(held, sizeof *held, world);
+  if (bad >= 0) {
+    st = peer_failed(st, bad, held[bad].status, pattern, "load");
+    goto done;
+  }
+  /* The data set is what every rank holds, in rank order. */
+  d->total = 0;
+  d->fingerprint = seen[0].layout;
+  for (int q = 0; q < world; ++q) {
+    d->rank_records[q] = held[q].records;
+    d->total += held[q].records;
+    const uint64_t fw[3] = {d->fingerprint, held[q].records, held[q].fingerprint};
+    d->fingerprint = dpt_fingerprint(fw, sizeof fw);
+  }
+done:
+  free(seen);
+  free(held);
+  if (cst != DPT_OK) return cst;
+  return st;
+}
+
+dpt_status dpt_interactions_open_node(const char *pattern, dpt_comm *comm, dpt_interactions **out) {
+  if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "interactions: out is NULL");
+  *out = NULL;
+  if (!pattern || !*pattern)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "interactions: no shard pattern");
+  if (!comm) return dpt_set_error(DPT_ERR_INVALID_ARG, "interactions: no communicator");
+  dpt_interactions *d = reader_new(dpt_comm_rank(comm), dpt_comm_size(comm));
+  if (!d) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "interactions");
+  const dpt_status st = open_node(pattern, comm, d);
   if (st != DPT_OK) {
     dpt_interactions_destroy(d);
     return st;
@@ -527,7 +684,11 @@ uint64_t dpt_interactions_shard_records(const dpt_interactions *d, size_t s) {
 }
 
 size_t dpt_interactions_local_shard(const dpt_interactions *d, size_t i) {
-  return d ? (size_t)d->rank + i * (size_t)d->world : 0;
+  return d ? d->part + i * d->parts : 0;
+}
+
+uint64_t dpt_interactions_rank_records(const dpt_interactions *d, int rank) {
+  return d && rank >= 0 && rank < d->world ? d->rank_records[rank] : 0;
 }
 
 int dpt_interactions_rank(const dpt_interactions *d) {

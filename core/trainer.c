@@ -1202,14 +1202,11 @@ static dpt_status check_local_data(const dpt_train_config *cfg, dpt_comm *comm, 
                              "%s: replica %d's %s shards differ from replica 0's", fn, rank, which);
     }
   }
-  /* Every replica's training records, from the headers every reader holds: the same verdict on
-   * every rank, so a replica of empty shards stops all of them here, not one at its first step. */
+  /* Every replica's training records, which every reader knows: the same verdict on every
+   * rank, so a replica of empty shards stops all of them here, not one at its first step. */
   const dpt_interactions *d0 = cfg->local_train[0];
   for (int q = 0; q < total; ++q) {
-    uint64_t held = 0;
-    for (size_t sh = (size_t)q; sh < dpt_interactions_num_shards(d0); sh += (size_t)total)
-      held += dpt_interactions_shard_records(d0, sh);
-    if (held == 0)
+    if (dpt_interactions_rank_records(d0, q) == 0)
       return dpt_set_error(DPT_ERR_INVALID_ARG,
                            "%s: replica %d's training shards hold no record (shard s goes to "
                            "replica s mod %d)",

@@ -4,7 +4,7 @@
 # that do not apply); a short run with 2 thread replicas reports the validation AUC and logloss
 # per epoch (--json); 2 MPI ranks give the same parameters as 2 thread replicas, also with
 # --sparse-tables (which reports fewer bytes for the tables than the dense exchange); a resume on
-# other shards is refused.
+# other shards is refused; --node-shards (each rank its own files) equals the shared files.
 # Usage: dlrm_cli_test.sh <dptrain> <scratch dir> [mpiexec]
 set -uo pipefail
 dptrain=$1 dir=$2 mpiexec=${3:-}
@@ -84,6 +84,46 @@ if [ -n "$mpiexec" ] && [ $rc -eq 0 ]; then
     fail "2 ranks: '$got', 2 threads: '$hash': $(tail -3 "$dir/err")"
   else
     echo "ok: 2 ranks equal 2 thread replicas ($hash)"
+  fi
+fi
+
+# --node-shards: each rank's "node" holds its own files (rank 0 the shards 0 and 2, rank 1 the
+# shards 1 and 3, which the shared pattern gives them): the same parameters as above. A node
+# without files, or two ranks sharing one file, stop the job with one line.
+if [ -n "$mpiexec" ] && [ -n "${hash:-}" ]; then
+  mkdir -p "$dir/n0" "$dir/n1" "$dir/n2"
+  cp "$dir"/s/synth-0000[02].bin "$dir/n0/" && cp "$dir"/s/synth-0000[13].bin "$dir/n1/"
+  cp "$dir"/s/synth-00000.bin "$dir/n2/"
+  # Rank r's pattern is the directory given with RANK replaced by its rank.
+  per_rank() {
+    local d=$1
+    shift
+    $mpiexec -np 2 sh -c 'r=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}; p=$1; shift
+      exec "$@" --data "$(printf %s "$p" | sed "s/RANK/$r/")"' sh "$d" "$dptrain" "$@"
+  }
+  nbase=(train --model dlrm --backend cpu --quiet --node-shards --global-batch 512 --epochs 2
+    --json)
+  out=$(per_rank "$dir/nRANK/*.bin" "${nbase[@]}" 2>"$dir/err")
+  got=$(grep '"final": true' <<<"$out" | grep -o '"param_hash": "[0-9a-f]*"' | sort -u)
+  # the validation set differs (none here), not the parameters
+  if [ "$got" != "$hash" ]; then
+    fail "--node-shards: '$got', shared files: '$hash': $(tail -3 "$dir/err")"
+  else
+    echo "ok: --node-shards on 2 ranks equal the shared files' run ($hash)"
+  fi
+  per_rank "$dir/nRANK/none-*.bin" "${nbase[@]}" >/dev/null 2>"$dir/err" &&
+    fail "--node-shards with no files on the nodes succeeded"
+  if grep -q "nRANK" "$dir/err" || ! grep -q "n0/none-\*.bin: no shard file matches" "$dir/err"; then
+    fail "--node-shards, no files: $(head -4 "$dir/err")"
+  else
+    echo "ok: --node-shards, no files: $(grep -m1 "no shard file" "$dir/err")"
+  fi
+  timeout 60 $mpiexec -np 2 "$dptrain" "${nbase[@]}" --data "$dir/n2/*.bin" >/dev/null \
+    2>"$dir/err" && fail "--node-shards, 2 ranks sharing 1 file, succeeded"
+  if ! grep -q "rank 0 and 1 other rank see the same 1 shard file" "$dir/err"; then
+    fail "--node-shards, 2 ranks sharing 1 file: $(head -4 "$dir/err")"
+  else
+    echo "ok: --node-shards, 2 ranks sharing 1 file: $(grep -m1 "same 1 shard" "$dir/err")"
   fi
 fi
 

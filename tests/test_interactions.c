@@ -566,6 +566,125 @@ START_TEST(auc_out_of_memory_ends_every_rank) {
 }
 END_TEST
 
+/* dpt_interactions_open_node: 4 thread ranks, ranks 0-1 seeing directory a (3 shards), ranks 2-3
+ * directory b (4 shards); then rank 3 seeing nothing. */
+typedef struct node_arg {
+  dpt_comm_group *group;
+  int rank;
+  const char *pattern;
+  dpt_status st;
+  char msg[256];
+  uint64_t total, fingerprint, rank_records[4];
+  size_t local, shards, first_id[2];
+} node_arg;
+
+static void *node_main(void *p) {
+  node_arg *a = p;
+  dpt_comm *c = NULL;
+  a->st = dpt_comm_group_member(a->group, a->rank, &c);
+  if (a->st != DPT_OK) return NULL;
+  dpt_interactions *d = NULL;
+  a->st = dpt_interactions_open_node(a->pattern, c, &d);
+  if (a->st != DPT_OK) snprintf(a->msg, sizeof a->msg, "%s", dpt_last_error());
+  if (d) {
+    a->total = dpt_interactions_total_records(d);
+    a->fingerprint = dpt_interactions_fingerprint(d);
+    for (int q = 0; q < 4; q++)
+      a->rank_records[q] = dpt_interactions_rank_records(d, q);
+    a->local = dpt_interactions_local_records(d);
+    a->shards = dpt_interactions_local_shards(d);
+    for (size_t i = 0; i < 2 && a->local; i++) /* the first and last records' shard ids */
+      a->first_id[i] = (size_t)dpt_interactions_sparse(d, i ? a->local - 1 : 0)[0];
+  }
+  dpt_interactions_destroy(d);
+  dpt_comm_destroy(c);
+  return NULL;
+}
+
+static void run_node_ranks(node_arg *args, const char *const *patterns) {
+  dpt_comm_group *group = NULL;
+  TU_OK(dpt_comm_group_create(4, &group));
+  pthread_t th[4];
+  for (int k = 0; k < 4; k++) {
+    args[k] = (node_arg){.group = group, .rank = k, .pattern = patterns[k]};
+    ck_assert_int_eq(pthread_create(&th[k], NULL, node_main, &args[k]), 0);
+  }
+  for (int k = 0; k < 4; k++)
+    pthread_join(th[k], NULL);
+  dpt_comm_group_destroy(group);
+}
+
+START_TEST(node_shards) {
+  char name[64];
+  ck_assert_int_eq(mkdir(tpath("a"), 0755), 0);
+  ck_assert_int_eq(mkdir(tpath("b"), 0755), 0);
+  for (int s = 0; s < 7; s++) { /* shard s: s + 1 records whose sparse[0] is s */
+    snprintf(name, sizeof name, "%s/part-%02d.bin", s < 3 ? "a" : "b", s);
+    write_shard(name, s, s + 1);
+  }
+  char pa[512], pb[512];
+  snprintf(pa, sizeof pa, "%s", tpath("a/part-*.bin"));
+  snprintf(pb, sizeof pb, "%s", tpath("b/part-*.bin"));
+  node_arg args[4];
+  const char *const seen[4] = {pa, pa, pb, pb};
+  run_node_ranks(args, seen);
+  /* rank 0: a/0 and a/2; rank 1: a/1; rank 2: b/3 and b/5; rank 3: b/4 and b/6 */
+  const uint64_t want[4] = {1 + 3, 2, 4 + 6, 5 + 7};
+  const size_t first[4] = {0, 1, 3, 4}, last[4] = {2, 1, 5, 6};
+  for (int k = 0; k < 4; k++) {
+    ck_assert_msg(args[k].st == DPT_OK, "rank %d: %s", k, args[k].msg);
+    ck_assert_uint_eq(args[k].total, 28);
+    ck_assert_uint_eq(args[k].fingerprint, args[0].fingerprint);
+    ck_assert_uint_eq(args[k].local, want[k]);
+    ck_assert_uint_eq(args[k].shards, k == 1 ? 1 : 2);
+    ck_assert_uint_eq(args[k].first_id[0], first[k]);
+    ck_assert_uint_eq(args[k].first_id[1], last[k]);
+    for (int q = 0; q < 4; q++)
+      ck_assert_uint_eq(args[k].rank_records[q], want[q]);
+  }
+  /* other files on one node: another fingerprint */
+  const char *const swapped[4] = {pb, pb, pa, pa};
+  run_node_ranks(args, swapped);
+  ck_assert_int_eq(args[0].st, DPT_OK);
+  const uint64_t fp = args[0].fingerprint;
+  run_node_ranks(args, seen);
+  ck_assert_uint_ne(fp, args[0].fingerprint);
+  /* rank 3 sees no file: it says why, the others name it, nobody waits */
+  char pn[512];
+  snprintf(pn, sizeof pn, "%s", tpath("none-*.bin"));
+  const char *const missing[4] = {pa, pa, pb, pn};
+  run_node_ranks(args, missing);
+  ck_assert_int_eq(args[3].st, DPT_ERR_INVALID_ARG);
+  ck_assert_msg(strstr(args[3].msg, "no shard file matches"), "%s", args[3].msg);
+  for (int k = 0; k < 3; k++) {
+    ck_assert_int_eq(args[k].st, DPT_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(args[k].msg, "rank 3 could not read its shards"), "%s", args[k].msg);
+  }
+  /* three ranks seeing directory a's 3 files is fine; four seeing b's 4 too; five would not */
+  const char *const crowd[4] = {pa, pa, pa, pb};
+  run_node_ranks(args, crowd);
+  for (int k = 0; k < 4; k++)
+    ck_assert_msg(args[k].st == DPT_OK, "rank %d: %s", k, args[k].msg);
+  ck_assert_uint_eq(args[3].local, 4 + 5 + 6 + 7);
+  const char *const two_files[4] = {pb, pb, pb, tpath("a/part-0[01].bin")};
+  run_node_ranks(args, two_files);
+  ck_assert_int_eq(args[3].st, DPT_OK);
+  write_shard("a/part-09.bin", 9, 3); /* a's 4th file; now ranks 0-3 all see 4 files of a... */
+  const char *const all_a[4] = {pa, pa, pa, pa};
+  run_node_ranks(args, all_a);
+  for (int k = 0; k < 4; k++)
+    ck_assert_msg(args[k].st == DPT_OK, "rank %d: %s", k, args[k].msg);
+  ck_assert_uint_eq(args[0].total, 1 + 2 + 3 + 3);
+  remove(tpath("a/part-09.bin"));
+  run_node_ranks(args, all_a); /* ...and with 3 files, every rank stops naming the crowd */
+  for (int k = 0; k < 4; k++) {
+    ck_assert_int_eq(args[k].st, DPT_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(args[k].msg, "rank 0 and 3 other ranks see the same 3 shard files"), "%s",
+                  args[k].msg);
+  }
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("interactions");
   TCase *shards = tcase_create("shards");
@@ -576,6 +695,7 @@ static Suite *suite(void) {
   tcase_add_test(shards, fixed_length_epoch);
   tcase_add_test(shards, truncated_and_corrupt_refused);
   tcase_add_test(shards, patterns_refused);
+  tcase_add_test(shards, node_shards);
   suite_add_tcase(s, shards);
   TCase *criteo = tcase_create("criteo");
   tcase_add_checked_fixture(criteo, setup, teardown);

@@ -53,6 +53,7 @@ typedef struct cli {
   size_t bottom[16], top[16]; /* the hidden sizes dlo points at */
   size_t table_rows[DPT_SHARD_MAX_SPARSE];
   const char *val_data;      /* --val-data pattern, or NULL */
+  int node_shards;           /* --node-shards: each node's ranks see their own shard files */
   int nreaders;              /* readers in this process: --replicas, or 1 per rank */
   dpt_interactions **rtrain; /* [nreaders] this process's training readers */
   dpt_interactions **rval;   /* [nreaders] validation readers, or NULL */
@@ -308,6 +309,11 @@ static const option options[] = {
      "validation shards: each rank scores its own; AUC, logloss\n"
      "and accuracy over all of them every epoch (default: none)",
      STRING(val_data)},
+    {"--node-shards", NULL,
+     "each node holds its own shard files (the patterns expanded\n"
+     "on every node); ranks that see the same files share them\n"
+     "(docs/recommendation.md, \"Shards on each node\")",
+     FLAG(node_shards, 1)},
     {"--embedding-dim", "N", "embedding dimension (default 16)", SIZE(dlo.dim, 1)},
     {"--bottom", "LIST", "bottom MLP hidden sizes, then the dimension (default 64,32)",
      CUSTOM(parse_bottom)},
@@ -828,9 +834,15 @@ static void set_defaults(cli *c) {
  * SGD lr 0.1 without momentum when --optimizer sgd; constant, global
  * batch 2048), and the options that do not apply to shards refused. KEEP_GOING or 2. */
 static int dlrm_options(cli *c) {
-  static const char *const dlrm_only[] = {
-      "--val-data",      "--embedding-dim",      "--bottom",         "--top", "--interaction",
-      "--sparse-tables", "--sparse-dense-above", "--table-optimizer"};
+  static const char *const dlrm_only[] = {"--val-data",
+                                          "--embedding-dim",
+                                          "--bottom",
+                                          "--top",
+                                          "--interaction",
+                                          "--sparse-tables",
+                                          "--sparse-dense-above",
+                                          "--table-optimizer",
+                                          "--node-shards"};
   if (!c->dlrm) {
     for (size_t i = 0; i < sizeof dlrm_only / sizeof dlrm_only[0]; ++i)
       if (given(c, dlrm_only[i])) return usage_error("%s is for --model dlrm", dlrm_only[i]);
@@ -1058,7 +1070,13 @@ static dpt_status open_shards(cli *c, dpt_comm *comm) {
     return DPT_ERR_OUT_OF_MEMORY;
   }
   dpt_status st = DPT_OK;
-  for (int i = 0; i < c->nreaders && st == DPT_OK; ++i) {
+  /* Node-local files under MPI; the replicas of one process see the same files anyway. */
+  if (comm && c->node_shards) {
+    st = dpt_interactions_open_node(c->data_dir, comm, &c->rtrain[0]);
+    if (st == DPT_OK && c->val_data)
+      st = dpt_interactions_open_node(c->val_data, comm, &c->rval[0]);
+  }
+  for (int i = 0; i < c->nreaders && st == DPT_OK && !(comm && c->node_shards); ++i) {
     const int rank = comm ? c->rank : i;
     st = dpt_interactions_open(c->data_dir, rank, world, &c->rtrain[i]);
     if (st == DPT_OK && c->val_data)
@@ -1295,9 +1313,10 @@ static void announce(const cli *c, dpt_comm *comm) {
   }
   if (c->rank == 0 && !c->json && c->dlrm) {
     const dpt_interactions *d = c->rtrain[0];
-    printf("shards: %zu training, %llu records, %llu steps per epoch (floor(records / global "
+    printf("shards: %zu training%s, %llu records, %llu steps per epoch (floor(records / global "
            "batch))",
-           dpt_interactions_num_shards(d), (unsigned long long)dpt_interactions_total_records(d),
+           dpt_interactions_num_shards(d), c->node_shards ? " on rank 0's node" : "",
+           (unsigned long long)dpt_interactions_total_records(d),
            (unsigned long long)dpt_interactions_steps(d, c->cfg.global_batch));
     if (c->rval)
       printf("; %zu validation (%s), %llu records", dpt_interactions_num_shards(c->rval[0]),

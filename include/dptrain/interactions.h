@@ -101,6 +101,7 @@ DPT_API void dpt_shard_writer_abort(dpt_shard_writer *w);
 /* ---- reading this rank's shards ------------------------------------------------------------- */
 
 typedef struct dpt_interactions dpt_interactions;
+struct dpt_comm; /* dptrain/comm.h */
 
 /* Expands the pattern, reads every shard's header (all must agree on num_dense, num_sparse and
  * the table sizes), and loads the records of rank `rank`'s shards (of `world` ranks, see the
@@ -110,6 +111,18 @@ typedef struct dpt_interactions dpt_interactions;
  * file), DPT_ERR_OUT_OF_MEMORY. *out is NULL on failure. */
 DPT_API dpt_status dpt_interactions_open(const char *pattern, int rank, int world,
                                          dpt_interactions **out);
+
+/* Node-local shards: each rank sees only its own node's shard files (the pattern is expanded
+ * on each rank; docs/recommendation.md, "Shards on each node"). Collective over comm: ranks
+ * that see the same files (the same headers: counts and CRCs) share them, the k-th such rank
+ * taking the k-th, (k + n)-th, ... of them (n ranks share); the epoch's total is the sum over
+ * ranks, and the fingerprint covers every rank's shards in rank order. The rank and world are
+ * comm's. A rank that cannot read or load its shards makes every rank fail (its own message
+ * there, the others naming it); so do layouts that differ and fewer files than ranks sharing
+ * them. dpt_interactions_num_shards, _shard_path and _shard_records then describe the files
+ * this rank sees, and dpt_interactions_local_shard indexes among them. */
+DPT_API dpt_status dpt_interactions_open_node(const char *pattern, struct dpt_comm *comm,
+                                              dpt_interactions **out);
 
 /* Frees; NULL does nothing. */
 DPT_API void dpt_interactions_destroy(dpt_interactions *d);
@@ -125,7 +138,8 @@ DPT_API size_t dpt_interactions_local_shards(const dpt_interactions *d);
 /* The path of shard s (0 <= s < num_shards; NULL otherwise) and its record count. */
 DPT_API const char *dpt_interactions_shard_path(const dpt_interactions *d, size_t s);
 DPT_API uint64_t dpt_interactions_shard_records(const dpt_interactions *d, size_t s);
-/* The global index of this rank's local shard i (rank + i * world). */
+/* The index of this rank's local shard i (rank + i * world; dpt_interactions_open_node: among
+ * the files this rank sees). */
 DPT_API size_t dpt_interactions_local_shard(const dpt_interactions *d, size_t i);
 
 /* The rank and world the reader was opened with (-1 and 0 for NULL). */
@@ -136,6 +150,9 @@ DPT_API int dpt_interactions_world(const dpt_interactions *d);
  * payload CRC32 in shard order): the same on every rank, without reading a payload, and
  * different for other data (dpt_train's run terms: a resume on other shards is refused). */
 DPT_API uint64_t dpt_interactions_fingerprint(const dpt_interactions *d);
+
+/* Records rank `rank` holds (its shards'); 0 out of range. */
+DPT_API uint64_t dpt_interactions_rank_records(const dpt_interactions *d, int rank);
 
 /* Records of every shard (from the headers) and of this rank's shards. */
 DPT_API uint64_t dpt_interactions_total_records(const dpt_interactions *d);
