@@ -206,8 +206,11 @@ DPT_API dpt_status dpt_allreduce_buffer(dpt_comm *comm, dpt_buffer *buf, size_t 
  * 1/N of the parameters, then the parameters are all-gathered). The ring runs block by block
  * (block_bytes) and cuts each block into `size` segments (lengths differ by at most one);
  * rank r's shard is segment (r + 1) mod size of every block: a list of ranges, the same on
- * every rank for the same count, dtype and options (the desync check compares them). With
- * one rank the shard is the whole vector and both calls do nothing. */
+ * every rank for the same count, dtype and options (the desync check compares them). Where
+ * the hierarchical all-reduce applies (several nodes of equal size, algorithm AUTO or HIER)
+ * the two halves are its halves and each block's shard is a sub-segment of a segment
+ * (docs/collectives.md); dpt_comm_shard lists whichever layout the calls use. With one rank
+ * the shard is the whole vector and both calls do nothing. */
 
 /* The shard of `rank` for `count` elements of `dtype`: returns how many ranges it has (one
  * per block, empty ones left out) and stores the first `max` of them in `out` (element
@@ -216,7 +219,8 @@ DPT_API size_t dpt_comm_shard(const dpt_comm *comm, size_t count, dpt_comm_dtype
                               dpt_range *out, size_t max);
 
 /* In-place reduce-scatter of `count` elements: afterwards this rank's shard holds the sum
- * over all ranks (bit-identical to what dpt_allreduce_* with the ring computes there); the
+ * over all ranks (bit-identical to what dpt_allreduce_* with the ring, or the hierarchical
+ * algorithm where the shards are its, computes there); the
  * elements outside it hold partial sums. Host data, or a range of a buffer of any backend
  * (staged as for the all-reduce). */
 DPT_API dpt_status dpt_reduce_scatter_host(dpt_comm *comm, void *data, size_t count,
