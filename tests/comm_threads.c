@@ -504,6 +504,47 @@ static void hier_order(dpt_comm *c, const team *t, member_out *out) {
   }
 }
 
+/* The trainer's buckets: a reduce-scatter cut into block-aligned ranges leaves the whole
+ * vector's shard with the same bits as one reduce-scatter of all of it. */
+static void hier_buckets(dpt_comm *c, const team *t, member_out *out) {
+  const size_t count = 10007, block = t->opt.block_bytes / sizeof(float), cut = 37 * block;
+  const int rank = dpt_comm_rank(c);
+  float *x = malloc(count * sizeof *x), *y = malloc(count * sizeof *y);
+  dpt_range *rg = malloc(count * sizeof *rg);
+  ck_assert(x && y && rg);
+  for (size_t i = 0; i < count; ++i)
+    x[i] = y[i] = comm_case_inexact_input(rank, i);
+  dpt_status st = dpt_reduce_scatter_host(c, x, count, DPT_COMM_F32);
+  if (st == DPT_OK) st = dpt_reduce_scatter_host(c, y + cut, count - cut, DPT_COMM_F32);
+  if (st == DPT_OK) st = dpt_reduce_scatter_host(c, y, cut, DPT_COMM_F32);
+  if (st != DPT_OK) {
+    out->rc = -1;
+    snprintf(out->err, sizeof out->err, "reduce-scatter: %s", dpt_last_error());
+  }
+  const size_t n = dpt_comm_shard(c, count, DPT_COMM_F32, rank, rg, count);
+  for (size_t i = 0; i < n && out->rc == 0; ++i)
+    if (memcmp(x + rg[i].offset, y + rg[i].offset, rg[i].count * sizeof *x) != 0) {
+      out->rc = -1;
+      snprintf(out->err, sizeof out->err, "rank %d: shard range %zu differs when bucketed", rank,
+               i);
+    }
+  free(x);
+  free(y);
+  free(rg);
+}
+
+START_TEST(hier_bucketed_reduce_scatter) {
+  for (int g = 0; g < N_EVEN; ++g) {
+    team t;
+    team_init(&t, even_groupings[g].size, hier_buckets, NULL);
+    t.nodes = even_groupings[g].node;
+    t.opt.piece_bytes = 128;
+    t.opt.block_bytes = 256;
+    run_team(&t);
+  }
+}
+END_TEST
+
 START_TEST(hier_sum_order) {
   for (int g = 0; g < N_EVEN; ++g)
     for (int tiny = 0; tiny < 2; ++tiny) {
@@ -1266,6 +1307,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, hier_sharded_closed_form);
     tcase_add_test(tc, hier_buffers);
     tcase_add_test(tc, hier_sum_order);
+    tcase_add_test(tc, hier_bucketed_reduce_scatter);
     tcase_add_test(tc, hier_fallback);
     suite_add_tcase(s, tc);
     tc = tcase_create("requests");
