@@ -11,7 +11,13 @@
  * busbw = algbw * 2(N-1)/N (nccl-tests' definition: comparable with the link bandwidth).
  * ratio = mpi time / dpt time (> 1: dptrain is faster). The single-core memcpy bandwidth of
  * the machine is printed first as the physical reference.
+ *
+ * With --threads N (no mpirun) the ranks are threads of this process (the threads transport),
+ * grouped into --nodes M fake nodes, and the reference column is dptrain's flat ring forced:
+ * a quick look at the hierarchical all-reduce without a cluster (in-process copies, so every
+ * "link" is the same memory: it shows the schedule's cost, not a network's).
  */
+#include <pthread.h>
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <stdio.h>
@@ -21,6 +27,7 @@
 #include "base/clock.h"
 #include "base/parse.h"
 #include "bench/bench.h"
+#include "collectives/comm_impl.h"
 #include "dptrain/backend.h"
 #include "dptrain/comm.h"
 
@@ -36,12 +43,17 @@ static void usage(FILE *f) {
           "  --factor F         size step factor (default 4)\n"
           "  --buffer B         host | cpu | opencl | vulkan: where the data lives (default host)\n"
           "  --dtype T          f32 | f16 (default f32)\n"
-          "  --algo A           auto | ring | rd | direct | mpi (default auto)\n"
+          "  --algo A           auto | ring | rd | direct | mpi | hier (default auto; auto and\n"
+          "                     hier run hier where the ranks span nodes of equal size)\n"
           "  --piece BYTES      ring message size; --block BYTES: ring block / staging chunk\n"
           "  --staging S        auto (zero-copy where the device memory is the host's, else\n"
           "                     staged) | inline | thread (always staged; device buffers)\n"
           "  --repeat N         timed calls per figure (default: enough for ~0.25 s, 5..1000)\n"
           "  --no-check         skip the correctness check before timing\n"
+          "  --threads N        no mpirun: N members of the threads transport in this process,\n"
+          "                     timed against the flat ring forced (instead of MPI_Allreduce)\n"
+          "  --nodes M          with --threads: rank r on fake node r*M/N (default 1), so that\n"
+          "                     auto / hier run the hierarchical all-reduce\n"
           "  --json             one JSON object per size: bytes, ranks, buffer, dpt_us,\n"
           "                     dpt_busbw_gbs, mpi_us, mpi_busbw_gbs, ratio (+ nocheck_us,\n"
           "                     algo, dtype)\n");
@@ -66,6 +78,7 @@ typedef struct config {
   const char *buffer_name;
   dpt_comm_dtype dtype;
   int repeat, check, json;
+  int threads, nodes; /* --threads, --nodes (0: MPI) */
   dpt_comm_options opt;
 } config;
 
@@ -132,6 +145,14 @@ static int parse_args(int argc, char **argv, config *cfg, int rank) {
       else
         bad = 1;
       ++i;
+    } else if (!strcmp(a, "--threads")) {
+      cfg->threads = atoi(v);
+      bad = cfg->threads < 2 || cfg->threads > 4096;
+      ++i;
+    } else if (!strcmp(a, "--nodes")) {
+      cfg->nodes = atoi(v);
+      bad = cfg->nodes < 1 || cfg->nodes > 4096;
+      ++i;
     } else if (!strcmp(a, "--repeat")) {
       cfg->repeat = atoi(v);
       bad = cfg->repeat < 1 || cfg->repeat > MAX_REPEAT;
@@ -146,6 +167,14 @@ static int parse_args(int argc, char **argv, config *cfg, int rank) {
       }
       return 2;
     }
+  }
+  if (cfg->nodes > 0 && (!cfg->threads || cfg->nodes > cfg->threads)) {
+    if (rank == 0) fprintf(stderr, "bench allreduce: --nodes needs --threads N >= the nodes\n");
+    return 2;
+  }
+  if (cfg->threads && (cfg->have_buffer || cfg->json)) {
+    if (rank == 0) fprintf(stderr, "bench allreduce: --threads: host data, a table only\n");
+    return 2;
   }
   return 0;
 }
@@ -180,15 +209,35 @@ typedef struct run {
   size_t count, bytes;
 } run;
 
-static void fill(run *r) {
-  const size_t es = r->cfg->dtype == DPT_COMM_F16 ? 2 : 4;
-  for (size_t i = 0; i < r->count; ++i) {
-    float v = (float)((i % 5) + 1) * (float)(r->rank + 1);
-    if (es == 2)
-      ((uint16_t *)r->host)[i] = dpt_f32_to_f16_scalar(v);
+/* Rank `rank`'s closed-form input: element i is ((i%5)+1) * (rank+1). */
+static void fill_values(void *host, size_t count, dpt_comm_dtype dtype, int rank) {
+  for (size_t i = 0; i < count; ++i) {
+    float v = (float)((i % 5) + 1) * (float)(rank + 1);
+    if (dtype == DPT_COMM_F16)
+      ((uint16_t *)host)[i] = dpt_f32_to_f16_scalar(v);
     else
-      ((float *)r->host)[i] = v;
+      ((float *)host)[i] = v;
   }
+}
+
+/* 0 when the sums over `size` ranks are right; else prints the first wrong element. */
+static int verify(const void *host, size_t count, dpt_comm_dtype dtype, int size, int rank) {
+  const float w = (float)(size * (size + 1) / 2);
+  for (size_t i = 0; i < count; ++i) {
+    float want = (float)((i % 5) + 1) * w;
+    float got = dtype == DPT_COMM_F16 ? dpt_f16_to_f32_scalar(((const uint16_t *)host)[i])
+                                      : ((const float *)host)[i];
+    if (got != want) {
+      fprintf(stderr, "rank %d: %zu elements: element %zu is %g, expected %g\n", rank, count, i,
+              got, want);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+static void fill(run *r) {
+  fill_values(r->host, r->count, r->cfg->dtype, r->rank);
 }
 
 /* One timed call of method m (0 dpt, 1 dpt without the check, 2 MPI). The data is written
@@ -234,17 +283,7 @@ static int check(run *r) {
                 : dpt_allreduce_host(r->comm, r->host, r->count, r->cfg->dtype);
   if (st == DPT_OK && r->buf) st = dpt_buffer_download(r->buf, 0, r->host, r->bytes);
   int bad = st != DPT_OK;
-  const float w = (float)(r->size * (r->size + 1) / 2);
-  for (size_t i = 0; i < r->count && !bad; ++i) {
-    float want = (float)((i % 5) + 1) * w;
-    float got = r->cfg->dtype == DPT_COMM_F16 ? dpt_f16_to_f32_scalar(((uint16_t *)r->host)[i])
-                                              : ((float *)r->host)[i];
-    if (got != want) {
-      fprintf(stderr, "rank %d: %zu bytes: element %zu is %g, expected %g\n", r->rank, r->bytes, i,
-              got, want);
-      bad = 1;
-    }
-  }
+  if (!bad) bad = verify(r->host, r->count, r->cfg->dtype, r->size, r->rank) != 0;
   if (st != DPT_OK) fprintf(stderr, "rank %d: %s\n", r->rank, dpt_last_error());
   int any = 0;
   MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
@@ -359,7 +398,136 @@ static int bench(const config *cfg, int rank, int size) {
   return rc;
 }
 
+/* ---- --threads N: the threads transport, fake nodes -------------------------------------- */
+
+typedef struct th_shared {
+  const config *cfg;
+  dpt_comm_group *group;
+  int size, reps;
+  size_t count;
+  double *t;      /* [2][reps][size]: seconds of method m (0 dpt, 1 ring), repeat k, rank r */
+  atomic_int bad; /* a rank failed */
+  dpt_allreduce_algo pick; /* what the dpt column ran (rank 0's pick) */
+} th_shared;
+
+typedef struct th_arg {
+  th_shared *sh;
+  int rank;
+} th_arg;
+
+/* One member: a checked all-reduce, then warm-up and `reps` timed calls of each method, a
+ * barrier before each. */
+static void *th_rank(void *p) {
+  const th_arg *a = p;
+  th_shared *sh = a->sh;
+  const config *cfg = sh->cfg;
+  const size_t es = cfg->dtype == DPT_COMM_F16 ? 2 : 4;
+  void *host = malloc(sh->count * es);
+  dpt_comm *c = NULL;
+  dpt_status st = host ? dpt_comm_group_member(sh->group, a->rank, &c) : DPT_ERR_OUT_OF_MEMORY;
+  if (st == DPT_OK) st = dpt_comm_set_options(c, &cfg->opt);
+  if (st == DPT_OK && cfg->check) {
+    fill_values(host, sh->count, cfg->dtype, a->rank);
+    st = dpt_allreduce_host(c, host, sh->count, cfg->dtype);
+    if (st == DPT_OK && verify(host, sh->count, cfg->dtype, sh->size, a->rank))
+      st = DPT_ERR_MISMATCH;
+  }
+  if (st == DPT_OK && a->rank == 0) sh->pick = dpt_comm_pick_algo(c, sh->count, cfg->dtype);
+  for (int k = -1; k < sh->reps && st == DPT_OK; ++k) { /* k = -1: warm-up */
+    for (int m = 0; m < 2 && st == DPT_OK; ++m) {
+      st = dpt_comm_set_algo(c, m ? DPT_ALLREDUCE_RING : cfg->opt.algo);
+      fill_values(host, sh->count, cfg->dtype, a->rank);
+      if (st == DPT_OK) st = dpt_barrier(c);
+      const double t0 = dpt_now();
+      if (st == DPT_OK) st = dpt_allreduce_host(c, host, sh->count, cfg->dtype);
+      if (k >= 0)
+        sh->t[((size_t)m * (size_t)sh->reps + (size_t)k) * (size_t)sh->size + (size_t)a->rank] =
+            dpt_now() - t0;
+    }
+  }
+  if (st != DPT_OK) {
+    fprintf(stderr, "bench allreduce: rank %d: %s\n", a->rank, dpt_last_error());
+    atomic_store(&sh->bad, 1);
+  }
+  dpt_comm_destroy(c);
+  free(host);
+  return NULL;
+}
+
+static int bench_threads(const config *cfg) {
+  const int n = cfg->threads, nodes = cfg->nodes ? cfg->nodes : 1;
+  const int reps = cfg->repeat ? cfg->repeat : 20;
+  const size_t es = cfg->dtype == DPT_COMM_F16 ? 2 : 4;
+  int *node = malloc((size_t)n * sizeof *node);
+  pthread_t *th = malloc((size_t)n * sizeof *th);
+  th_arg *args = malloc((size_t)n * sizeof *args);
+  double *t = malloc(2 * (size_t)reps * (size_t)n * sizeof *t), slow[2][MAX_REPEAT];
+  int rc = node && th && args && t ? 0 : 1;
+  for (int r = 0; r < n && !rc; ++r)
+    node[r] = (int)((long long)r * nodes / n);
+  if (!rc) {
+    printf("# dptrain bench allreduce: %d ranks (threads), %d fake node%s, %s, algo %s\n", n, nodes,
+           nodes > 1 ? "s" : "", cfg->dtype == DPT_COMM_F16 ? "float16" : "float32",
+           dpt_allreduce_algo_name(cfg->opt.algo));
+    printf("# times: median of the slowest rank, us; busbw = algbw * 2(N-1)/N, GB/s;\n"
+           "# ring = the flat ring forced; ratio = ring_us / dpt_us\n");
+    printf("%12s %7s %11s %10s %11s %10s %7s\n", "bytes", "algo", "dpt_us", "dpt_busbw", "ring_us",
+           "ring_busbw", "ratio");
+  }
+  for (size_t bytes = cfg->min; !rc && bytes <= cfg->max; bytes *= cfg->factor) {
+    th_shared sh = {.cfg = cfg, .size = n, .reps = reps, .count = bytes / es, .t = t};
+    atomic_init(&sh.bad, 0);
+    if (dpt_comm_group_create(n, &sh.group) != DPT_OK ||
+        (nodes > 1 && dpt_comm_group_set_nodes(sh.group, node) != DPT_OK)) {
+      fprintf(stderr, "bench allreduce: %s\n", dpt_last_error());
+      dpt_comm_group_destroy(sh.group);
+      rc = 1;
+      break;
+    }
+    int started = 0;
+    for (; started < n; ++started) {
+      args[started] = (th_arg){&sh, started};
+      if (pthread_create(&th[started], NULL, th_rank, &args[started]) != 0) break;
+    }
+    for (int r = 0; r < started; ++r)
+      pthread_join(th[r], NULL);
+    dpt_comm_group_destroy(sh.group);
+    if (started < n || atomic_load(&sh.bad)) {
+      rc = 1;
+      break;
+    }
+    double us[2];
+    for (int m = 0; m < 2; ++m) {
+      for (int k = 0; k < reps; ++k) {
+        slow[m][k] = 0;
+        for (int r = 0; r < n; ++r) {
+          const double v = t[((size_t)m * (size_t)reps + (size_t)k) * (size_t)n + (size_t)r];
+          if (v > slow[m][k]) slow[m][k] = v;
+        }
+      }
+      us[m] = dpt_bench_median(slow[m], reps) * 1e6;
+    }
+    const double f = 2.0 * (n - 1) / n, b = (double)(sh.count * es);
+    printf("%12.0f %7s %11.1f %10.2f %11.1f %10.2f %7.2f\n", b, dpt_allreduce_algo_name(sh.pick),
+           us[0], b / (us[0] * 1e-6) * f * 1e-9, us[1], b / (us[1] * 1e-6) * f * 1e-9,
+           us[1] / us[0]);
+    fflush(stdout);
+  }
+  free(node);
+  free(th);
+  free(args);
+  free(t);
+  return rc;
+}
+
 int dpt_bench_allreduce(int argc, char **argv) {
+  for (int i = 1; i < argc; ++i) /* --threads: no MPI at all */
+    if (!strcmp(argv[i], "--threads")) {
+      config cfg;
+      memset(&cfg, 0, sizeof cfg);
+      const int rc = parse_args(argc, argv, &cfg, 0);
+      return rc == 1 ? 0 : rc ? rc : bench_threads(&cfg);
+    }
   int init = 0, provided = 0;
   MPI_Initialized(&init);
   if (!init && MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {

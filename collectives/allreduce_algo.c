@@ -20,8 +20,10 @@ dpt_allreduce_algo dpt_comm_pick_algo(const dpt_comm *c, size_t count, dpt_comm_
       return DPT_ALLREDUCE_DIRECT;
     if (c->tp->native_allreduce && bytes <= c->opt.mpi_max_bytes) return DPT_ALLREDUCE_MPI;
     if (bytes <= c->opt.rd_max_bytes) return DPT_ALLREDUCE_RD;
-    return DPT_ALLREDUCE_RING;
+    return dpt_hier_applies(c) ? DPT_ALLREDUCE_HIER : DPT_ALLREDUCE_RING;
   }
+  /* `hier` on one node, or on nodes of unequal sizes: the flat ring. */
+  if (a == DPT_ALLREDUCE_HIER && !dpt_hier_applies(c)) return DPT_ALLREDUCE_RING;
   /* `direct` carries the vector in the hello message: larger ones use rd. */
   if (a == DPT_ALLREDUCE_DIRECT && bytes > cap) return DPT_ALLREDUCE_RD;
   return a;
@@ -33,6 +35,11 @@ dpt_status dpt_allreduce_algo_check(const dpt_comm *c, dpt_allreduce_algo algo, 
                          "%s: algorithm 'mpi' needs the MPI transport (this one is %s)", fn,
                          c ? c->tp->name : "?");
   return DPT_OK;
+}
+
+int dpt_comm_hier_sharded(const dpt_comm *c) {
+  return (c->opt.algo == DPT_ALLREDUCE_AUTO || c->opt.algo == DPT_ALLREDUCE_HIER) &&
+         dpt_hier_applies(c);
 }
 
 int dpt_allreduce_algo_inline(dpt_allreduce_algo algo) {
@@ -54,6 +61,10 @@ dpt_status dpt_allreduce_algo_run(dpt_comm *c, dpt_allreduce_algo algo, void *da
     dpt_status st = c->tp->native_allreduce(c, data, count, dtype, c->opt.desync_check,
                                             dpt_now() + c->opt.timeout_s);
     return st == DPT_OK ? st : dpt_error_context(st, "%s", dpt_what_str(what));
+  }
+  case DPT_ALLREDUCE_HIER: {
+    dpt_ring_args a = {data, NULL, count, dtype, DPT_RING_BOTH};
+    return dpt_hier_allreduce(c, &a, NULL, tag, what);
   }
   default: {
     dpt_ring_args a = {data, NULL, count, dtype, DPT_RING_BOTH};

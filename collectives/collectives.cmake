@@ -9,6 +9,7 @@ list(APPEND DPT_SOURCES
      collectives/hello.c
      collectives/engine.c
      collectives/ring_allreduce.c
+     collectives/hier_allreduce.c
      collectives/rd_allreduce.c
      collectives/chain.c
      collectives/staging.c

@@ -30,6 +30,7 @@ dpt_status dpt_comm_init(dpt_comm *c, const dpt_transport *tp, void *impl, int r
   atomic_init(&c->pending, 0);
   c->nnodes = 1;
   c->node = NULL;
+  atomic_init(&c->node_ranks, 0);
   c->payload = calloc((size_t)size, sizeof *c->payload);
   if (!c->payload)
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "communicator: %d payload pointers", size);
@@ -137,6 +138,13 @@ static dpt_status check_elems(const dpt_buffer *buf, size_t offset, size_t count
 
 /* ---- all-reduce ------------------------------------------------------------------------------ */
 
+/* The block-wise algorithms, the one the collective picked (its hello header's). */
+static dpt_status ring_or_hier(dpt_comm *c, dpt_coll *k, const dpt_ring_args *a,
+                               const dpt_sched *hooks) {
+  if (k->h.algo == DPT_ALLREDUCE_HIER) return dpt_hier_allreduce(c, a, hooks, k->tag, &k->w);
+  return dpt_ring_allreduce(c, a, hooks, k->tag, &k->w);
+}
+
 /* The hello round opens the collective when the desync check is on, and carries the vector
  * for an algorithm that reduces the inline payloads. */
 static dpt_status allreduce_hello(dpt_comm *c, dpt_coll *k, const dpt_ring_args *a, int *done) {
@@ -147,10 +155,10 @@ static dpt_status allreduce_hello(dpt_comm *c, dpt_coll *k, const dpt_ring_args 
   return dpt_coll_hello(c, k, a->data, inl, inl, -1);
 }
 
-/* Staged blocks: only the ring runs on them (dpt_allreduce_buffer's `copy`). */
+/* Staged blocks: only the block-wise algorithms run on them (dpt_allreduce_buffer's `copy`). */
 static dpt_status allreduce_move(dpt_comm *c, dpt_coll *k, const dpt_ring_args *a,
                                  const dpt_sched *hooks) {
-  if (hooks) return dpt_ring_allreduce(c, a, hooks, k->tag, &k->w);
+  if (hooks) return ring_or_hier(c, k, a, hooks);
   return dpt_allreduce_algo_run(c, (dpt_allreduce_algo)k->h.algo, a->data, a->count, a->dtype,
                                 k->tag, &k->w);
 }
@@ -203,14 +211,14 @@ dpt_status dpt_allreduce_buffer(dpt_comm *c, dpt_buffer *buf, size_t offset, siz
                            .download = 1,
                            .upload = 1,
                            .map = 1,
-                           .copy = k.h.algo != DPT_ALLREDUCE_RING,
+                           .copy = k.h.algo != DPT_ALLREDUCE_RING && k.h.algo != DPT_ALLREDUCE_HIER,
                            .args = {NULL, NULL, count, dtype, DPT_RING_BOTH},
                            .hello = allreduce_hello,
                            .move = allreduce_move};
   return dpt_coll_run(c, &k, &d);
 }
 
-/* ---- reduce-scatter, all-gather of shards: the ring's halves --------------------------------- */
+/* ---- reduce-scatter, all-gather of shards: the ring's (or the hierarchical) halves ---------- */
 
 static dpt_status ring_phase_hello(dpt_comm *c, dpt_coll *k, const dpt_ring_args *a, int *done) {
   *done = c->size == 1 || a->count == 0;
@@ -220,7 +228,7 @@ static dpt_status ring_phase_hello(dpt_comm *c, dpt_coll *k, const dpt_ring_args
 
 static dpt_status ring_phase_move(dpt_comm *c, dpt_coll *k, const dpt_ring_args *a,
                                   const dpt_sched *hooks) {
-  return dpt_ring_allreduce(c, a, hooks, k->tag, &k->w);
+  return ring_or_hier(c, k, a, hooks);
 }
 
 /* One phase of the ring on host data, or on a buffer range when on_buf. */
@@ -232,7 +240,7 @@ static dpt_status ring_phase(dpt_comm *c, void *data, int on_buf, dpt_buffer *bu
   dpt_coll k;
   dpt_coll_begin(
       c, &k, phase == DPT_RING_REDUCE_SCATTER ? DPT_COLL_REDUCE_SCATTER : DPT_COLL_ALLGATHER_SHARDS,
-      count, dtype, DPT_ALLREDUCE_RING, 0);
+      count, dtype, dpt_comm_hier_sharded(c) ? DPT_ALLREDUCE_HIER : DPT_ALLREDUCE_RING, 0);
   st = check_dtype(dtype, fn);
   size_t bytes = 0, off_bytes = 0;
   if (st == DPT_OK && on_buf)

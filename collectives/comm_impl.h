@@ -8,7 +8,8 @@
  *   coll.c            one collective: hello, failure, where its data lives (mapped, one host
  *                     copy, staged)                     -> hello.h, staging.h, algorithms.h
  *   hello.c           the hello round (desync check, arrival, inline payloads)
- *   ring_allreduce.c, rd_allreduce.c, chain.c, reduce.c: the algorithms -> engine.h
+ *   ring_allreduce.c, hier_allreduce.c, rd_allreduce.c, chain.c, reduce.c: the algorithms
+ *                     -> engine.h
  *   engine.c          the message engine: windows of nonblocking sends/receives, dependencies
  *                     between them, deadline, staging hooks
  *   staging.c         device buffers through host memory in blocks -> engine.h
@@ -159,6 +160,9 @@ struct dpt_comm {
    * Set by the transport after dpt_comm_init (owner: this struct). */
   int nnodes;
   int *node;
+  /* Ranks per node when every node has as many, -1 when they differ, 0 until first asked
+   * (hier_allreduce.c computes it from node[] on first use). */
+  atomic_int node_ranks;
 };
 
 /* ---- nonblocking collectives (request.c) ------------------------------------------------ */
@@ -275,5 +279,11 @@ void dpt_shm_cancel(dpt_shm *s, dpt_req *r);
 
 dpt_status dpt_comm_init(dpt_comm *c, const dpt_transport *tp, void *impl, int rank, int size,
                          int tag_ub);
+
+/* Threads transport, for tests of the hierarchical collectives: the members obtained from g
+ * afterwards see `node` (size entries: node[r] is rank r's node, any ids >= 0) as their nodes,
+ * renumbered 0 .. nnodes-1 in order of first appearance. NULL: one node (the default).
+ * DPT_ERR_INVALID_ARG once a member was obtained or for a negative id. */
+dpt_status dpt_comm_group_set_nodes(dpt_comm_group *g, const int *node);
 
 #endif

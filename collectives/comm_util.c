@@ -55,6 +55,12 @@ size_t dpt_block_elems(const dpt_comm *c, size_t esize) {
   return b ? b : 1;
 }
 
+void dpt_split(size_t len, size_t n, size_t i, size_t *off, size_t *part) {
+  const size_t base = len / n, extra = len % n;
+  *off = i * base + (i < extra ? i : extra);
+  *part = base + (i < extra);
+}
+
 void dpt_what_describe(char *out, size_t n, const dpt_what *h) {
   if (h->op == DPT_COLL_ALLREDUCE) {
     const char *algo = dpt_allreduce_algo_name((dpt_allreduce_algo)h->algo);

@@ -51,6 +51,9 @@ size_t dpt_comm_inline_cap(int size);
 /* Block geometry shared by the ring, the broadcast chain and staging: the data is cut into
  * blocks of this many elements of `esize` bytes (the last one shorter). */
 size_t dpt_block_elems(const dpt_comm *c, size_t esize);
+/* Balanced split of `len` elements into n parts (lengths differ by at most one, the leftover
+ * len % n one element each to the first parts): part i starts at *off and has *part elements. */
+void dpt_split(size_t len, size_t n, size_t i, size_t *off, size_t *part);
 
 /* ---- sums (reduce.c) ------------------------------------------------------------------- */
 

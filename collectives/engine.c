@@ -94,12 +94,14 @@ static dpt_status post_sends(engine *e, int *progress) {
     const size_t k = e->s_post % DPT_WINDOW;
     dpt_xfer *x = &e->sx[k];
     s->send_at(s->ctx, e->s_post, x);
+    /* Even an empty send waits for its receive: a later message may depend on it as on a
+     * sign that the receive was processed (hier_allreduce.c's dep2). */
+    if (x->dep != DPT_NO_DEP && x->dep >= e->r_proc) break;
     dpt_req *r = &e->sreq[k];
     memset(r, 0, sizeof *r);
     if (x->bytes == 0) {
       r->done = 1;
     } else {
-      if (x->dep != DPT_NO_DEP && x->dep >= e->r_proc) break;
       int ok;
       dpt_status st = staged(e, x->block, &ok);
       if (st != DPT_OK) return st;

@@ -16,7 +16,8 @@
 /* One message of a schedule as this rank sees it. */
 typedef struct dpt_xfer {
   int peer;
-  size_t bytes; /* 0: nothing is sent/received (both sides know it), counts as done */
+  size_t bytes; /* 0: nothing is sent/received (both sides know it), counts as done (a
+                   send once its dep is met) */
   void *ptr;    /* send: source; recv: destination, or NULL to receive into a slot and add
                    the slot into `reduce_dst` (elements of the schedule's dtype) */
   void *reduce_dst;

@@ -61,13 +61,6 @@ static size_t pieces_for(const ring *g, size_t len) {
   return c ? c : 1;
 }
 
-/* Balanced split: part i of n over `len` elements. */
-static void split(size_t len, size_t n, size_t i, size_t *off, size_t *part) {
-  size_t base = len / n, extra = len % n;
-  *off = i * base + (i < extra ? i : extra);
-  *part = base + (i < extra);
-}
-
 typedef struct where {
   size_t b, s, c, chunks; /* block, step, piece, pieces per segment */
 } where;
@@ -102,8 +95,8 @@ static size_t mod(long long a, int n) {
 static void piece_of(const ring *g, where w, size_t k, dpt_xfer *x) {
   size_t len = w.b < g->nfull ? g->block : g->count - g->nfull * g->block;
   size_t seg_off, seg_len, off, part;
-  split(len, (size_t)g->size, k, &seg_off, &seg_len);
-  split(seg_len, w.chunks, w.c, &off, &part);
+  dpt_split(len, (size_t)g->size, k, &seg_off, &seg_len);
+  dpt_split(seg_len, w.chunks, w.c, &off, &part);
   unsigned char *base =
       g->block_ptr ? g->block_ptr(g->st, w.b) : g->data + w.b * g->block * g->esize;
   x->ptr = base + (seg_off + off) * g->esize;
@@ -153,12 +146,13 @@ size_t dpt_comm_shard(const dpt_comm *c, size_t count, dpt_comm_dtype dtype, int
     if (count > 0 && max > 0) out[0] = (dpt_range){0, count};
     return count > 0;
   }
+  if (dpt_comm_hier_sharded(c)) return dpt_hier_shard(c, count, dtype, rank, out, max);
   const size_t block = dpt_block_elems(c, dpt_dtype_size(dtype));
   const size_t k = (size_t)(rank + 1) % (size_t)c->size;
   size_t n = 0;
   for (size_t start = 0; start < count; start += block) {
     size_t len = count - start < block ? count - start : block, off, part;
-    split(len, (size_t)c->size, k, &off, &part);
+    dpt_split(len, (size_t)c->size, k, &off, &part);
     if (part == 0) continue;
     if (n < max) out[n] = (dpt_range){start + off, part};
     ++n;

@@ -44,6 +44,8 @@ struct dpt_comm_group {
   int refs; /* the creator's handle + members alive */
   int spin; /* members spin a while before sleeping: no more members than cores */
   member *m;
+  int nnodes, *node; /* [size]: the nodes members see, renumbered (NULL: one node) */
+  int obtained;      /* a member was obtained: the nodes are fixed */
   /* channels [src * size + dst]: FIFO lists linked through dpt_req.next */
   dpt_req **send_head, **send_tail, **recv_head, **recv_tail;
 };
@@ -60,6 +62,7 @@ static void group_free(dpt_comm_group *g, int initialized) {
     pthread_mutex_destroy(&g->lock);
   }
   free(g->m);
+  free(g->node);
   free(g->send_head);
   free(g->send_tail);
   free(g->recv_head);
@@ -300,9 +303,20 @@ dpt_status dpt_comm_group_member(dpt_comm_group *g, int rank, dpt_comm **out) {
   }
   g->m[rank].joined = 1;
   g->refs++;
+  g->obtained = 1;
   pthread_mutex_unlock(&g->lock);
   dpt_status st = dpt_comm_init(c, &threads_transport, g, rank, g->size, INT_MAX);
   c->recv_reduce = 1;
+  if (st == DPT_OK && g->node) { /* fixed since the first member: read without the lock */
+    c->node = malloc((size_t)g->size * sizeof *c->node);
+    if (!c->node) {
+      st = dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_comm_group_member: no memory");
+      free(c->payload);
+    } else {
+      memcpy(c->node, g->node, (size_t)g->size * sizeof *c->node);
+      c->nnodes = g->nnodes;
+    }
+  }
   if (st != DPT_OK) {
     pthread_mutex_lock(&g->lock);
     g->m[rank].joined = 0;
@@ -311,6 +325,41 @@ dpt_status dpt_comm_group_member(dpt_comm_group *g, int rank, dpt_comm **out) {
     return st;
   }
   *out = c;
+  return DPT_OK;
+}
+
+dpt_status dpt_comm_group_set_nodes(dpt_comm_group *g, const int *node) {
+  const char *fn = "dpt_comm_group_set_nodes";
+  if (!g) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: group is NULL", fn);
+  int *ids = NULL, n = 1;
+  if (node) {
+    ids = malloc((size_t)g->size * sizeof *ids);
+    if (!ids) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: no memory", fn);
+    /* Renumbered in order of first appearance: ids[r] is the renumbered id of node[r]. */
+    n = 0;
+    for (int r = 0; r < g->size; ++r) {
+      if (node[r] < 0) {
+        free(ids);
+        return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: rank %d's node %d is negative", fn, r,
+                             node[r]);
+      }
+      int q = 0;
+      while (q < r && node[q] != node[r])
+        ++q;
+      ids[r] = q < r ? ids[q] : n++;
+    }
+  }
+  pthread_mutex_lock(&g->lock);
+  if (g->obtained) {
+    pthread_mutex_unlock(&g->lock);
+    free(ids);
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: members were already obtained", fn);
+  }
+  free(g->node);
+  g->node = n > 1 ? ids : NULL;
+  g->nnodes = n;
+  pthread_mutex_unlock(&g->lock);
+  if (n <= 1) free(ids);
   return DPT_OK;
 }
 

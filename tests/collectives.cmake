@@ -57,3 +57,12 @@ if(DPT_WITH_MPI)
                      LAUNCHER ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2
                      ENVIRONMENT ${_dpt_mpi_env})
 endif()
+
+# bench allreduce's threads mode on 2 fake nodes x 2: it runs, checks its sums, and the rows
+# read `hier` (the auto choice across nodes).
+if(DPT_BUILD_TOOLS AND DPT_WITH_MPI)
+  add_test(NAME bench_allreduce_threads
+           COMMAND sh -c "\"$1\" --threads 4 --nodes 2 --sizes 64K:1M --repeat 3 > \"$2\" && cat \"$2\" && grep -q '^ *262144 *hier ' \"$2\""
+                   sh $<TARGET_FILE:bench_allreduce> "${CMAKE_CURRENT_BINARY_DIR}/bench_allreduce_threads.txt")
+  set_tests_properties(bench_allreduce_threads PROPERTIES TIMEOUT 120 LABELS "comm;bench")
+endif()

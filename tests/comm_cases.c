@@ -214,7 +214,8 @@ int comm_case_sharded(dpt_comm *c, dpt_backend *be, size_t count, dpt_comm_dtype
   return rc;
 }
 
-int comm_case_sharded_inexact(dpt_comm *c, size_t count, char *err, size_t errlen) {
+int comm_case_sharded_inexact(dpt_comm *c, size_t count, dpt_allreduce_algo algo, char *err,
+                              size_t errlen) {
   const int rank = dpt_comm_rank(c);
   float *x = malloc((count ? count : 1) * sizeof *x), *y = malloc((count ? count : 1) * sizeof *y);
   dpt_comm_options keep;
@@ -228,7 +229,7 @@ int comm_case_sharded_inexact(dpt_comm *c, size_t count, char *err, size_t errle
     x[i] = y[i] = (float)sin((double)(i + 1) * 0.41 + rank * 0.7) * (float)(1 + rank) * 1e-3f +
                   (float)(i % 5) * 1e2f;
   dpt_status st = DPT_OK;
-  if (rc == 0) st = dpt_comm_set_algo(c, DPT_ALLREDUCE_RING);
+  if (rc == 0) st = dpt_comm_set_algo(c, algo);
   if (rc == 0 && st == DPT_OK) st = dpt_allreduce_host(c, x, count, DPT_COMM_F32);
   if (rc == 0 && st == DPT_OK) st = dpt_reduce_scatter_host(c, y, count, DPT_COMM_F32);
   if (rc == 0 && st == DPT_OK) st = dpt_allgather_shards_host(c, y, count, DPT_COMM_F32);
@@ -246,6 +247,11 @@ int comm_case_sharded_inexact(dpt_comm *c, size_t count, char *err, size_t errle
   return rc;
 }
 
+float comm_case_inexact_input(int rank, size_t i) {
+  return (float)sin((double)(i + 1) * 0.37 + rank * 1.3) * (float)(1 + rank) * 1e-3f +
+         (float)(i % 3) * 1e3f;
+}
+
 int comm_case_inexact(dpt_comm *c, size_t count, uint64_t *hash, char *err, size_t errlen) {
   const int rank = dpt_comm_rank(c);
   float *x = malloc((count ? count : 1) * sizeof *x);
@@ -254,8 +260,7 @@ int comm_case_inexact(dpt_comm *c, size_t count, uint64_t *hash, char *err, size
     return -1;
   }
   for (size_t i = 0; i < count; ++i)
-    x[i] = (float)sin((double)(i + 1) * 0.37 + rank * 1.3) * (float)(1 + rank) * 1e-3f +
-           (float)(i % 3) * 1e3f;
+    x[i] = comm_case_inexact_input(rank, i);
   dpt_status st = dpt_allreduce_host(c, x, count, DPT_COMM_F32);
   int rc = st == DPT_OK ? 0 : fail(err, errlen, "all-reduce", st);
   *hash = comm_case_hash(x, count * sizeof *x);

@@ -43,8 +43,10 @@ int comm_case_allreduce(dpt_comm *c, dpt_backend *be, size_t count, dpt_comm_dty
 int comm_case_sharded(dpt_comm *c, dpt_backend *be, size_t count, dpt_comm_dtype dtype,
                       uint64_t *hash, char *err, size_t errlen);
 
-/* Reduce-scatter + all-gather of order-dependent sums gives the ring all-reduce's bits. */
-int comm_case_sharded_inexact(dpt_comm *c, size_t count, char *err, size_t errlen);
+/* Reduce-scatter + all-gather of order-dependent sums gives the bits of the all-reduce with
+ * `algo` (RING, or HIER on a communicator that spans nodes); the algorithm stays set. */
+int comm_case_sharded_inexact(dpt_comm *c, size_t count, dpt_allreduce_algo algo, char *err,
+                              size_t errlen);
 
 /* The signature both comm_case_allreduce and comm_case_sharded have. */
 typedef int (*comm_count_case)(dpt_comm *c, dpt_backend *be, size_t count, dpt_comm_dtype dtype,
@@ -57,6 +59,8 @@ int comm_case_broadcast(dpt_comm *c, dpt_backend *be, size_t bytes, int root, ch
 /* One allgather of `bytes` per rank, checked. */
 int comm_case_allgather(dpt_comm *c, size_t bytes, char *err, size_t errlen);
 
+/* Rank r's element i of the order-dependent case. */
+float comm_case_inexact_input(int rank, size_t i);
 /* An all-reduce of values whose sum is not exact (order matters); *hash fingerprints it. */
 int comm_case_inexact(dpt_comm *c, size_t count, uint64_t *hash, char *err, size_t errlen);
 

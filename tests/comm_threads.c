@@ -50,6 +50,7 @@ struct team {
   int mixed;       /* odd ranks use host data, even ranks buffers */
   int fn_destroys; /* fn destroys its member itself */
   const void *arg;
+  const int *nodes; /* [size]: fake nodes of the ranks (dpt_comm_group_set_nodes), or NULL */
   rank_fn fn;
   dpt_comm_group *group;
   member_out out[MAX_RANKS];
@@ -86,6 +87,7 @@ static void run_team(team *t) {
   thread_arg args[MAX_RANKS];
   memset(t->out, 0, sizeof t->out);
   ck_assert_int_eq(dpt_comm_group_create(t->size, &t->group), DPT_OK);
+  if (t->nodes) ck_assert_int_eq(dpt_comm_group_set_nodes(t->group, t->nodes), DPT_OK);
   for (int r = 0; r < t->size; ++r) {
     args[r].t = t;
     args[r].rank = r;
@@ -309,7 +311,8 @@ static void sharded_inexact(dpt_comm *c, const team *t, member_out *out) {
   (void)t;
   const size_t counts[] = {3, 1000, 10007, 70001};
   for (int i = 0; i < 4 && out->rc == 0; ++i)
-    out->rc = comm_case_sharded_inexact(c, counts[i], out->err, sizeof out->err);
+    out->rc =
+        comm_case_sharded_inexact(c, counts[i], DPT_ALLREDUCE_RING, out->err, sizeof out->err);
 }
 
 START_TEST(sharded_equals_ring) {
@@ -323,6 +326,289 @@ START_TEST(sharded_equals_ring) {
       }
       run_team(&t);
     }
+}
+END_TEST
+
+/* ---- hierarchical all-reduce over fake nodes ---------------------------------------------- */
+
+typedef struct grouping {
+  int size;
+  int node[MAX_RANKS]; /* rank r's node (any ids) */
+  const char *name;
+} grouping;
+
+/* Every node the same number of ranks: the hierarchical path applies. */
+static const grouping even_groupings[] = {
+    {4, {0, 0, 1, 1}, "2x2"},
+    {6, {0, 0, 0, 1, 1, 1}, "2 nodes x 3"},
+    {6, {0, 0, 1, 1, 2, 2}, "3 nodes x 2"},
+    {8, {0, 0, 1, 1, 2, 2, 3, 3}, "4 nodes x 2"},
+    {6, {7, 3, 7, 3, 3, 7}, "2 nodes x 3, interleaved"},
+    {8, {0, 1, 2, 3, 3, 2, 1, 0}, "4 nodes x 2, mirrored"},
+};
+enum { N_EVEN = sizeof even_groupings / sizeof *even_groupings };
+
+/* The algorithm a large all-reduce must pick: HIER where it applies and is allowed. */
+static dpt_allreduce_algo large_pick(const team *t, int applies) {
+  return applies && (t->opt.algo == DPT_ALLREDUCE_AUTO || t->opt.algo == DPT_ALLREDUCE_HIER)
+             ? DPT_ALLREDUCE_HIER
+             : DPT_ALLREDUCE_RING;
+}
+
+static void check_pick(dpt_comm *c, const team *t, member_out *out) {
+  const int applies = *(const int *)t->arg;
+  const dpt_allreduce_algo want = large_pick(t, applies),
+                           got = dpt_comm_pick_algo(c, (size_t)1 << 24, DPT_COMM_F32);
+  if (got != want) {
+    out->rc = -1;
+    snprintf(out->err, sizeof out->err, "rank %d: a 64 MiB all-reduce picks %s, expected %s",
+             dpt_comm_rank(c), dpt_allreduce_algo_name(got), dpt_allreduce_algo_name(want));
+  }
+}
+
+static void hier_allreduce_counts(dpt_comm *c, const team *t, member_out *out) {
+  check_pick(c, t, out);
+  if (out->rc == 0) allreduce_counts(c, t, out);
+}
+
+static void hier_sharded_counts(dpt_comm *c, const team *t, member_out *out) {
+  check_pick(c, t, out);
+  if (out->rc == 0) sharded_counts(c, t, out);
+}
+
+static const int applies_yes = 1, applies_no = 0;
+
+START_TEST(hier_host_closed_form) {
+  const dpt_allreduce_algo algos[] = {DPT_ALLREDUCE_HIER, DPT_ALLREDUCE_AUTO, DPT_ALLREDUCE_RING};
+  for (int g = 0; g < N_EVEN; ++g)
+    for (int a = 0; a < 3; ++a)
+      for (int tiny = 0; tiny < 2; ++tiny) {
+        team t;
+        team_init(&t, even_groupings[g].size, hier_allreduce_counts, &applies_yes);
+        t.nodes = even_groupings[g].node;
+        t.opt.algo = algos[a];
+        if (tiny) comm_case_tiny(&t.opt);
+        t.opt.desync_check = g != 1; /* also without the hello round */
+        run_team(&t);
+      }
+}
+END_TEST
+
+START_TEST(hier_sharded_closed_form) {
+  for (int g = 0; g < N_EVEN; ++g)
+    for (int tiny = 0; tiny < 2; ++tiny) {
+      team t;
+      team_init(&t, even_groupings[g].size, hier_sharded_counts, &applies_yes);
+      t.nodes = even_groupings[g].node;
+      if (tiny) comm_case_tiny(&t.opt);
+      run_team(&t);
+    }
+}
+END_TEST
+
+/* Host data on some ranks, CPU-backend buffers on others, every staging mode. */
+START_TEST(hier_buffers) {
+  const int pick[] = {0, 4, 3}; /* 2x2, 2 x 3 interleaved, 4 x 2 */
+  for (int p = 0; p < 3; ++p)
+    for (int mode = 0; mode < COMM_CASE_STAGINGS; ++mode)
+      for (int sharded = 0; sharded < 2; ++sharded) {
+        const grouping *gr = &even_groupings[pick[p]];
+        team t;
+        team_init(&t, gr->size, sharded ? hier_sharded_counts : hier_allreduce_counts,
+                  &applies_yes);
+        t.nodes = gr->node;
+        t.use_backend = 1;
+        t.mixed = p == 1;
+        t.backend = DPT_BACKEND_CPU;
+        t.opt.algo = DPT_ALLREDUCE_HIER;
+        t.opt.staging = comm_case_staging(mode);
+        comm_case_tiny(&t.opt);
+        run_team(&t);
+      }
+}
+END_TEST
+
+/* Part i of a balanced split of len into n (the split the algorithms use, rewritten). */
+static void test_split(size_t len, size_t n, size_t i, size_t *off, size_t *part) {
+  *off = 0;
+  for (size_t q = 0; q < i; ++q)
+    *off += len / n + (q < len % n);
+  *part = len / n + (i < len % n);
+}
+
+/* Element i of the hierarchical all-reduce of comm_case_inexact_input, in the order
+ * docs/collectives.md states: in each node from local index k (the element's segment), then
+ * across the nodes from node j (its sub-segment). */
+static float hier_order_sum(const int *node, int size, size_t block, size_t count, size_t i) {
+  int id[MAX_RANKS], nn = 0, members[MAX_RANKS][MAX_RANKS], nmem[MAX_RANKS] = {0};
+  for (int r = 0; r < size; ++r) {
+    int q = 0;
+    while (q < r && node[q] != node[r])
+      ++q;
+    id[r] = q < r ? id[q] : nn++;
+    members[id[r]][nmem[id[r]]++] = r;
+  }
+  const size_t M = (size_t)nn, L = (size_t)size / M;
+  const size_t start = i / block * block, len = count - start < block ? count - start : block;
+  const size_t pos = i - start;
+  size_t k = 0, j = 0, off = 0, part = 0, sub_off = 0, sub = 0;
+  for (k = 0; k < L; ++k) {
+    test_split(len, L, k, &off, &part);
+    if (pos < off + part) break;
+  }
+  for (j = 0; j < M; ++j) {
+    test_split(part, M, j, &sub_off, &sub);
+    if (pos - off < sub_off + sub) break;
+  }
+  float total = 0.0f;
+  for (size_t q = 0; q < M; ++q) {
+    const size_t n = (j + q) % M;
+    float p = comm_case_inexact_input(members[n][k], i);
+    for (size_t u = 1; u < L; ++u)
+      p = p + comm_case_inexact_input(members[n][(k + u) % L], i);
+    total = q ? total + p : p;
+  }
+  return total;
+}
+
+/* Order-dependent sums: the stated order bit for bit, and reduce-scatter + all-gather give
+ * the all-reduce's bits. */
+static void hier_order(dpt_comm *c, const team *t, member_out *out) {
+  const size_t counts[] = {3, 1000, 10007, 70001};
+  const int rank = dpt_comm_rank(c);
+  const size_t block = t->opt.block_bytes / sizeof(float);
+  for (int n = 0; n < 4 && out->rc == 0; ++n) {
+    const size_t count = counts[n];
+    float *x = malloc(count * sizeof *x);
+    ck_assert_ptr_nonnull(x);
+    for (size_t i = 0; i < count; ++i)
+      x[i] = comm_case_inexact_input(rank, i);
+    dpt_status st = dpt_allreduce_host(c, x, count, DPT_COMM_F32);
+    if (st != DPT_OK) {
+      out->rc = -1;
+      snprintf(out->err, sizeof out->err, "all-reduce: %s", dpt_last_error());
+    }
+    for (size_t i = 0; i < count && out->rc == 0; ++i) {
+      const float want = hier_order_sum(t->nodes, t->size, block, count, i);
+      if (memcmp(&want, &x[i], sizeof want) != 0) {
+        out->rc = -1;
+        snprintf(out->err, sizeof out->err,
+                 "rank %d: element %zu of %zu is %.9g, the stated order gives %.9g", rank, i, count,
+                 (double)x[i], (double)want);
+      }
+    }
+    out->hash[out->nhash++] = comm_case_hash(x, count * sizeof *x);
+    free(x);
+    if (out->rc == 0)
+      out->rc = comm_case_sharded_inexact(c, count, DPT_ALLREDUCE_HIER, out->err, sizeof out->err);
+  }
+}
+
+/* The trainer's buckets: a reduce-scatter cut into block-aligned ranges leaves the whole
+ * vector's shard with the same bits as one reduce-scatter of all of it. */
+static void hier_buckets(dpt_comm *c, const team *t, member_out *out) {
+  const size_t count = 10007, block = t->opt.block_bytes / sizeof(float), cut = 37 * block;
+  const int rank = dpt_comm_rank(c);
+  float *x = malloc(count * sizeof *x), *y = malloc(count * sizeof *y);
+  dpt_range *rg = malloc(count * sizeof *rg);
+  ck_assert(x && y && rg);
+  for (size_t i = 0; i < count; ++i)
+    x[i] = y[i] = comm_case_inexact_input(rank, i);
+  dpt_status st = dpt_reduce_scatter_host(c, x, count, DPT_COMM_F32);
+  if (st == DPT_OK) st = dpt_reduce_scatter_host(c, y + cut, count - cut, DPT_COMM_F32);
+  if (st == DPT_OK) st = dpt_reduce_scatter_host(c, y, cut, DPT_COMM_F32);
+  if (st != DPT_OK) {
+    out->rc = -1;
+    snprintf(out->err, sizeof out->err, "reduce-scatter: %s", dpt_last_error());
+  }
+  const size_t n = dpt_comm_shard(c, count, DPT_COMM_F32, rank, rg, count);
+  for (size_t i = 0; i < n && out->rc == 0; ++i)
+    if (memcmp(x + rg[i].offset, y + rg[i].offset, rg[i].count * sizeof *x) != 0) {
+      out->rc = -1;
+      snprintf(out->err, sizeof out->err, "rank %d: shard range %zu differs when bucketed", rank,
+               i);
+    }
+  free(x);
+  free(y);
+  free(rg);
+}
+
+START_TEST(hier_bucketed_reduce_scatter) {
+  for (int g = 0; g < N_EVEN; ++g) {
+    team t;
+    team_init(&t, even_groupings[g].size, hier_buckets, NULL);
+    t.nodes = even_groupings[g].node;
+    t.opt.piece_bytes = 128;
+    t.opt.block_bytes = 256;
+    run_team(&t);
+  }
+}
+END_TEST
+
+START_TEST(hier_sum_order) {
+  for (int g = 0; g < N_EVEN; ++g)
+    for (int tiny = 0; tiny < 2; ++tiny) {
+      team t;
+      team_init(&t, even_groupings[g].size, hier_order, NULL);
+      t.nodes = even_groupings[g].node;
+      t.opt.algo = DPT_ALLREDUCE_HIER;
+      if (tiny) {
+        t.opt.piece_bytes = 256;
+        t.opt.block_bytes = 4096;
+      }
+      run_team(&t);
+    }
+}
+END_TEST
+
+/* Nodes of unequal sizes, or of one rank each: the flat ring, with its shards. */
+START_TEST(hier_fallback) {
+  const grouping uneven[] = {
+      {5, {0, 0, 1, 1, 2}, "2 + 2 + 1"},
+      {3, {0, 1, 2}, "3 nodes x 1"},
+      {5, {4, 4, 4, 4, 4}, "one node"},
+  };
+  for (int g = 0; g < 3; ++g)
+    for (int a = 0; a < 2; ++a)
+      for (int sharded = 0; sharded < 2; ++sharded) {
+        team t;
+        team_init(&t, uneven[g].size, sharded ? hier_sharded_counts : hier_allreduce_counts,
+                  &applies_no);
+        t.nodes = uneven[g].node;
+        t.opt.algo = a ? DPT_ALLREDUCE_AUTO : DPT_ALLREDUCE_HIER;
+        comm_case_tiny(&t.opt);
+        run_team(&t);
+      }
+}
+END_TEST
+
+/* The shard layout on 2 nodes x 2 (8 elements, one block): rank (node m, local l) owns
+ * sub-segment (m + 1) mod 2 of segment (l + 1) mod 2; with the ring forced, the ring's. Node
+ * ids are fixed before the first member is obtained. */
+START_TEST(hier_shard_layout) {
+  dpt_comm_group *g = NULL;
+  ck_assert_int_eq(dpt_comm_group_create(4, &g), DPT_OK);
+  const int bad[] = {0, -1, 1, 1}, nodes[] = {0, 0, 1, 1};
+  ck_assert_int_eq(dpt_comm_group_set_nodes(g, bad), DPT_ERR_INVALID_ARG);
+  ck_assert_int_eq(dpt_comm_group_set_nodes(g, nodes), DPT_OK);
+  dpt_comm *c[4];
+  for (int r = 0; r < 4; ++r)
+    ck_assert_int_eq(dpt_comm_group_member(g, r, &c[r]), DPT_OK);
+  ck_assert_int_eq(dpt_comm_group_set_nodes(g, NULL), DPT_ERR_INVALID_ARG);
+  for (int r = 0; r < 4; ++r) {
+    const size_t m = (size_t)r / 2, l = (size_t)r % 2;
+    dpt_range rg[2];
+    ck_assert_uint_eq(dpt_comm_shard(c[0], 8, DPT_COMM_F32, r, rg, 2), 1);
+    ck_assert_uint_eq(rg[0].offset, 4 * ((l + 1) % 2) + 2 * ((m + 1) % 2));
+    ck_assert_uint_eq(rg[0].count, 2);
+  }
+  ck_assert_int_eq(dpt_comm_set_algo(c[0], DPT_ALLREDUCE_RING), DPT_OK);
+  dpt_range rg;
+  ck_assert_uint_eq(dpt_comm_shard(c[0], 8, DPT_COMM_F32, 0, &rg, 1), 1);
+  ck_assert_uint_eq(rg.offset, 2);
+  for (int r = 0; r < 4; ++r)
+    dpt_comm_destroy(c[r]);
+  dpt_comm_group_destroy(g);
 }
 END_TEST
 
@@ -1013,6 +1299,16 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, sharded_host_closed_form);
     tcase_add_test(tc, sharded_buffers);
     tcase_add_test(tc, sharded_equals_ring);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("hier");
+    tcase_set_timeout(tc, 200);
+    tcase_add_test(tc, hier_shard_layout);
+    tcase_add_test(tc, hier_host_closed_form);
+    tcase_add_test(tc, hier_sharded_closed_form);
+    tcase_add_test(tc, hier_buffers);
+    tcase_add_test(tc, hier_sum_order);
+    tcase_add_test(tc, hier_bucketed_reduce_scatter);
+    tcase_add_test(tc, hier_fallback);
     suite_add_tcase(s, tc);
     tc = tcase_create("requests");
     tcase_set_timeout(tc, 120);

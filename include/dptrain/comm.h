@@ -25,7 +25,7 @@
  * override them afterwards); an invalid value makes the creation fail with a message naming
  * the variable. Under MPI every rank must have the same values (DPT_COMM_STAGING and
  * DPT_COMM_SHM_COPY excepted), else creation fails with DPT_ERR_MISMATCH on every rank:
- *   DPT_ALLREDUCE_ALGO        auto | ring | rd | direct | mpi
+ *   DPT_ALLREDUCE_ALGO        auto | ring | rd | direct | mpi | hier
  *   DPT_ALLREDUCE_DIRECT_MAX  bytes: auto uses `direct` while (size - 1) * payload <= this
  *   DPT_ALLREDUCE_MPI_MAX     bytes: then MPI_Allreduce up to this (MPI transport only)
  *   DPT_ALLREDUCE_RD_MAX      bytes: then recursive doubling up to this, the ring above
@@ -67,13 +67,17 @@ typedef enum dpt_comm_dtype { DPT_COMM_F32 = 0, DPT_COMM_F16 = 1 } dpt_comm_dtyp
  *   RD      recursive doubling, log2(N) steps of the whole vector
  *   DIRECT  one round: every rank sends its vector to every other rank; payloads up to the
  *           inline limit (64 KiB for up to 17 ranks)
- *   MPI     the MPI library's own (MPI transport only) */
+ *   MPI     the MPI library's own (MPI transport only)
+ *   HIER    hierarchical, for ranks on several nodes: reduce-scatter inside each node, ring
+ *           all-reduce of each shard across the nodes, all-gather inside each node; where
+ *           the nodes do not all hold the same number (> 1) of ranks, the ring runs instead */
 #define DPT_ALLREDUCE_ALGO_MAP(X)                                                                  \
   X(AUTO, 0, "auto")                                                                               \
   X(RING, 1, "ring")                                                                               \
   X(RD, 2, "rd")                                                                                   \
   X(DIRECT, 3, "direct")                                                                           \
-  X(MPI, 4, "mpi")
+  X(MPI, 4, "mpi")                                                                                 \
+  X(HIER, 5, "hier")
 
 typedef enum dpt_allreduce_algo {
 #define DPT_ALLREDUCE_ALGO_ENUM_(name, value, text) DPT_ALLREDUCE_##name = value,
@@ -173,7 +177,7 @@ DPT_API dpt_status dpt_comm_set_desync_check(dpt_comm *comm, int on);
 /* DPT_ERR_UNSUPPORTED for DPT_ALLREDUCE_MPI on the threads transport. */
 DPT_API dpt_status dpt_comm_set_algo(dpt_comm *comm, dpt_allreduce_algo algo);
 
-/* "auto", "ring", "rd", "direct", "mpi"; NULL outside the list. */
+/* "auto", "ring", "rd", "direct", "mpi", "hier"; NULL outside the list. */
 DPT_API const char *dpt_allreduce_algo_name(dpt_allreduce_algo algo);
 DPT_API dpt_status dpt_allreduce_algo_parse(const char *name, dpt_allreduce_algo *out);
 /* The algorithm AUTO (or the forced one) uses for `count` elements of `dtype` on this member. */
@@ -202,8 +206,11 @@ DPT_API dpt_status dpt_allreduce_buffer(dpt_comm *comm, dpt_buffer *buf, size_t 
  * 1/N of the parameters, then the parameters are all-gathered). The ring runs block by block
  * (block_bytes) and cuts each block into `size` segments (lengths differ by at most one);
  * rank r's shard is segment (r + 1) mod size of every block: a list of ranges, the same on
- * every rank for the same count, dtype and options (the desync check compares them). With
- * one rank the shard is the whole vector and both calls do nothing. */
+ * every rank for the same count, dtype and options (the desync check compares them). Where
+ * the hierarchical all-reduce applies (several nodes of equal size, algorithm AUTO or HIER)
+ * the two halves are its halves and each block's shard is a sub-segment of a segment
+ * (docs/collectives.md); dpt_comm_shard lists whichever layout the calls use. With one rank
+ * the shard is the whole vector and both calls do nothing. */
 
 /* The shard of `rank` for `count` elements of `dtype`: returns how many ranges it has (one
  * per block, empty ones left out) and stores the first `max` of them in `out` (element
@@ -212,7 +219,8 @@ DPT_API size_t dpt_comm_shard(const dpt_comm *comm, size_t count, dpt_comm_dtype
                               dpt_range *out, size_t max);
 
 /* In-place reduce-scatter of `count` elements: afterwards this rank's shard holds the sum
- * over all ranks (bit-identical to what dpt_allreduce_* with the ring computes there); the
+ * over all ranks (bit-identical to what dpt_allreduce_* with the ring, or the hierarchical
+ * algorithm where the shards are its, computes there); the
  * elements outside it hold partial sums. Host data, or a range of a buffer of any backend
  * (staged as for the all-reduce). */
 DPT_API dpt_status dpt_reduce_scatter_host(dpt_comm *comm, void *data, size_t count,
