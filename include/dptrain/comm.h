@@ -34,11 +34,13 @@
  *   DPT_COMM_PIECE            bytes of one ring message (K, M, G suffixes allowed)
  *   DPT_COMM_BLOCK            bytes of one ring block / staging chunk (K, M, G suffixes)
  *   DPT_COMM_STAGING          auto | inline | thread
- *   DPT_COMM_SHM              0: MPI point-to-point even when every rank is on one node
- *                             (default: shared-memory channels between the ranks of
-                             each node, MPI point-to-point between nodes)
+ *   DPT_COMM_SHM              0: MPI point-to-point for every message (default: shared-
+ *                             memory channels between the ranks of each node, MPI
+ *                             point-to-point between nodes)
  *   DPT_COMM_SHM_COPY         auto | cached | streaming: how shared-memory slots are written
  *                             (auto: measured per channel; docs/collectives.md)
+ *   DPT_COMM_FAKE_NODES       K (testing): every K consecutive ranks of a node count as a
+ *                             node of their own, so one machine runs the paths across nodes
  * See docs/collectives.md for the algorithms, their costs and the measured thresholds.
  */
 #ifndef DPTRAIN_COMM_H
