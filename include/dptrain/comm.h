@@ -177,7 +177,8 @@ typedef struct dpt_comm_paths {
   uint64_t shm_bytes; /* sent through the shared-memory channels */
   uint64_t p2p_bytes; /* sent through MPI point-to-point (other nodes, or no channels) */
 } dpt_comm_paths;
-/* DPT_ERR_INVALID_ARG for NULL arguments. */
+/* Call it while none of the member's nonblocking collectives is pending (its progress thread
+ * updates the counts meanwhile). DPT_ERR_INVALID_ARG for NULL arguments. */
 DPT_API dpt_status dpt_comm_get_paths(const dpt_comm *comm, dpt_comm_paths *out);
 
 /* ---- options (per member; the desync check verifies that all ranks use the same) -------- */
