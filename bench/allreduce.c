@@ -9,17 +9,19 @@
  * Each figure is the median over repeats of the slowest rank's time (barrier before each, the
  * data rewritten before each call).
  * busbw = algbw * 2(N-1)/N (nccl-tests' definition: comparable with the link bandwidth).
- * ratio = mpi time / dpt time (> 1: dptrain is faster). The single-core memcpy bandwidth of
- * the machine is printed first as the physical reference.
+ * ratio = mpi time / dpt time (> 1: dptrain is faster). shm% = the share of the bytes the dpt
+ * column's calls sent (all ranks) that went through the shared-memory channels, the rest through
+ * MPI point-to-point (the header says how many nodes and whether channels are in use). The
+ * single-core memcpy bandwidth of the machine is printed first as the physical reference.
  *
  * With --threads N (no mpirun) the ranks are threads of this process (the threads transport),
  * grouped into --nodes M fake nodes, and the reference column is dptrain's flat ring forced:
  * a quick look at the hierarchical all-reduce without a cluster (in-process copies, so every
  * "link" is the same memory: it shows the schedule's cost, not a network's).
  */
-#include <pthread.h>
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,7 +58,8 @@ static void usage(FILE *f) {
           "                     auto / hier run the hierarchical all-reduce\n"
           "  --json             one JSON object per size: bytes, ranks, buffer, dpt_us,\n"
           "                     dpt_busbw_gbs, mpi_us, mpi_busbw_gbs, ratio (+ nocheck_us,\n"
-          "                     algo, dtype)\n");
+          "                     algo, dtype, shm_share); first line: memcpy_gbs, ranks,\n"
+          "                     nodes, shm\n");
 }
 
 #ifndef DPT_HAVE_MPI
@@ -321,18 +324,24 @@ static int bench(const config *cfg, int rank, int size) {
     if (rank == 0) mc = memcpy_gbs();
     dpt_bench_sleeping_barrier();
   }
+  dpt_comm_paths paths = {0};
+  if (!rc) dpt_comm_get_paths(r.comm, &paths);
   if (!rc && rank == 0) {
     if (cfg->json) {
-      printf("{\"memcpy_gbs\": %.2f, \"ranks\": %d}\n", mc, size);
+      printf("{\"memcpy_gbs\": %.2f, \"ranks\": %d, \"nodes\": %d, \"shm\": %d}\n", mc, size,
+             paths.nodes, paths.shm);
     } else {
-      printf("# dptrain bench allreduce: %d ranks (MPI), buffer %s, %s, algo %s\n", size,
+      printf("# dptrain bench allreduce: %d ranks (MPI) on %d node%s, shared memory inside "
+             "nodes: %s, buffer %s, %s, algo %s\n",
+             size, paths.nodes, paths.nodes == 1 ? "" : "s", paths.shm ? "yes" : "no",
              cfg->buffer_name, cfg->dtype == DPT_COMM_F16 ? "float16" : "float32",
              dpt_allreduce_algo_name(cfg->opt.algo));
       printf("# memcpy, one core, 64 MiB: %.2f GB/s (the physical reference)\n", mc);
       printf("# times: median of the slowest rank, us; busbw = algbw * 2(N-1)/N, GB/s;\n"
-             "# nocheck = dptrain without the desync check; ratio = mpi_us / dpt_us\n");
-      printf("%12s %7s %11s %10s %11s %11s %10s %7s\n", "bytes", "algo", "dpt_us", "dpt_busbw",
-             "nocheck_us", "mpi_us", "mpi_busbw", "ratio");
+             "# nocheck = dptrain without the desync check; ratio = mpi_us / dpt_us;\n"
+             "# shm%% = share of dpt's bytes sent through shared memory (the rest: MPI p2p)\n");
+      printf("%12s %7s %11s %10s %11s %11s %10s %7s %5s\n", "bytes", "algo", "dpt_us", "dpt_busbw",
+             "nocheck_us", "mpi_us", "mpi_busbw", "ratio", "shm%");
     }
     fflush(stdout);
   }
@@ -363,10 +372,17 @@ static int bench(const config *cfg, int rank, int size) {
       if (reps < 5) reps = 5;
       if (reps > MAX_REPEAT) reps = MAX_REPEAT;
     }
+    dpt_comm_paths p0, p1;
+    dpt_comm_get_paths(r.comm, &p0);
     for (int k = 0; k < reps && !rc; ++k)
       for (int m = 0; m < 3 && !rc; ++m)
         if (call(&r, m, &t[m][k])) rc = 1;
     if (rc) break;
+    dpt_comm_get_paths(r.comm, &p1);
+    /* Bytes sent by every rank: through shared memory, through MPI point-to-point. */
+    uint64_t sent[2] = {p1.shm_bytes - p0.shm_bytes, p1.p2p_bytes - p0.p2p_bytes}, all[2];
+    MPI_Allreduce(sent, all, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    const double shm_share = all[0] + all[1] ? (double)all[0] / (double)(all[0] + all[1]) : 0.0;
     double us[3];
     for (int m = 0; m < 3; ++m)
       us[m] = dpt_bench_median(t[m], reps) * 1e6;
@@ -379,12 +395,12 @@ static int bench(const config *cfg, int rank, int size) {
         printf("{\"bytes\": %zu, \"ranks\": %d, \"buffer\": \"%s\", \"dtype\": \"%s\", "
                "\"algo\": \"%s\", \"dpt_us\": %.2f, \"dpt_busbw_gbs\": %.3f, "
                "\"nocheck_us\": %.2f, \"mpi_us\": %.2f, \"mpi_busbw_gbs\": %.3f, "
-               "\"ratio\": %.3f, \"repeats\": %d}\n",
+               "\"ratio\": %.3f, \"shm_share\": %.3f, \"repeats\": %d}\n",
                r.bytes, size, cfg->buffer_name, cfg->dtype == DPT_COMM_F16 ? "f16" : "f32", algo,
-               us[0], dpt_bw, us[1], us[2], mpi_bw, us[2] / us[0], reps);
+               us[0], dpt_bw, us[1], us[2], mpi_bw, us[2] / us[0], shm_share, reps);
       else
-        printf("%12zu %7s %11.1f %10.2f %11.1f %11.1f %10.2f %7.2f\n", r.bytes, algo, us[0], dpt_bw,
-               us[1], us[2], mpi_bw, us[2] / us[0]);
+        printf("%12zu %7s %11.1f %10.2f %11.1f %11.1f %10.2f %7.2f %5.0f\n", r.bytes, algo, us[0],
+               dpt_bw, us[1], us[2], mpi_bw, us[2] / us[0], 100.0 * shm_share);
       fflush(stdout);
     }
   }

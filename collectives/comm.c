@@ -80,6 +80,18 @@ const char *dpt_comm_transport(const dpt_comm *c) {
   return c ? c->tp->name : "";
 }
 
+int dpt_comm_nodes(const dpt_comm *c) {
+  return c ? c->nnodes : 0;
+}
+
+dpt_status dpt_comm_get_paths(const dpt_comm *c, dpt_comm_paths *out) {
+  if (!c || !out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_comm_get_paths: NULL argument");
+  memset(out, 0, sizeof *out);
+  out->nodes = c->nnodes;
+  if (c->tp->paths) c->tp->paths(c, out);
+  return DPT_OK;
+}
+
 int dpt_comm_mpi_launched(void) {
   return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
 }

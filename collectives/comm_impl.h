@@ -123,6 +123,9 @@ typedef struct dpt_transport {
   /* Optional: DPT_OK if a progress thread may drive this communicator (MPI: the thread level
    * is at least MPI_THREAD_SERIALIZED), else the reason. */
   dpt_status (*async_ok)(dpt_comm *c);
+  /* Optional: fills the shm flag and the byte counts of dpt_comm_get_paths (default: none,
+   * zeros). */
+  void (*paths)(const dpt_comm *c, dpt_comm_paths *out);
 } dpt_transport;
 
 struct dpt_comm {
@@ -224,7 +227,7 @@ int dpt_backoff_pause(dpt_backoff *b, double deadline);
  * r->reduce (transports with recv_reduce). */
 void dpt_req_deliver(dpt_req *r, size_t at, const void *src, size_t bytes);
 
-/* ---- shared-memory channels (shm.c), the MPI transport's path inside one node ---------- */
+/* ---- shared-memory channels (shm.c), the MPI transport's path inside a node ------------- */
 
 typedef struct dpt_shm dpt_shm;
 /* How senders write large slots (DPT_COMM_SHM_COPY): chosen per channel from what each way
@@ -250,10 +253,18 @@ typedef struct dpt_copy_choice {
  * summed over the kinds where both modes have samples. */
 int dpt_copy_choice_add(dpt_copy_choice *c, int kind, int mode, double ns_per_kib);
 /* Maps the segment `name` (creating it when `create`) holding the channels of `size` ranks;
- * this process is `rank`. Slot count and size derive from `size`. */
+ * this process is `rank`. Slot count and size derive from `size`. The requests' peers are these
+ * numbers unless dpt_shm_map_ranks says otherwise. */
 dpt_status dpt_shm_open(const char *name, int create, int rank, int size, dpt_shm_copy copy,
                         dpt_shm **out);
 void dpt_shm_unlink(const char *name);
+/* The segment holds the ranks global[0 .. size) of a communicator of `world` ranks (global[i]:
+ * the communicator's rank of the segment's rank i): requests name their peer by that rank. */
+dpt_status dpt_shm_map_ranks(dpt_shm *s, const int *global, int world);
+/* 1 when the communicator's rank `peer` is in the segment (on this node). */
+int dpt_shm_reaches(const dpt_shm *s, int peer);
+/* Bytes of the sends posted on the channels by this process. */
+uint64_t dpt_shm_sent_bytes(const dpt_shm *s);
 /* Once every rank has mapped the segment: when this process can see every peer's process (the
  * same process-id namespace), a wait that sleeps looks every 0.25 s whether the peers it waits
  * for still exist, and fails naming a vanished one (DPT_ERR_COMM) instead of waiting for the
@@ -273,6 +284,13 @@ dpt_status dpt_shm_irecv(dpt_shm *s, dpt_req *r);
  * (older data messages are dropped), `yield` gives the core away while spinning. */
 dpt_status dpt_shm_poll(dpt_shm *s, dpt_req **reqs, int n, int block, double deadline, double since,
                         int *ndone, uint64_t current, int yield);
+/* One pass of poll over every channel, for a caller that waits on other requests too (the
+ * MPI transport across nodes): the requests it completes are marked done. */
+void dpt_shm_progress(dpt_shm *s, uint64_t current);
+/* A sleeping wait's look at the peers (dpt_shm_watch_peers), at most every 0.25 s: a failure
+ * naming the first of this node's peers that reqs wait for whose process is gone. Requests
+ * to ranks on other nodes are skipped. */
+dpt_status dpt_shm_watch_check(dpt_shm *s, dpt_req **reqs, int n);
 void dpt_shm_cancel(dpt_shm *s, dpt_req *r);
 
 /* ---- transports ------------------------------------------------------------------------- */

@@ -1,14 +1,17 @@
-/* Shared-memory channels: the MPI transport's data path when every rank runs on one node.
+/* Shared-memory channels: the MPI transport's data path between the ranks of one node (all of
+ * them when every rank runs there; the node's own ranks when the communicator spans nodes).
  *
  * Why not MPI's own shared-memory path: for large messages Open MPI copies with CMA
  * (process_vm_readv), which pins the pages of the other process on every call and runs far
  * below memcpy speed on data that is not in cache. Copying through a small shared ring keeps
  * every copy a plain memcpy on cache-resident slots.
  *
- * One POSIX shared-memory segment (created by rank 0, mapped by all, unlinked once mapped)
- * holds a channel per ordered pair (src, dst): a ring of `slots` slots of `slot` bytes with
- * a header each, a head counter (slots published, written only by src) and a tail counter
- * (slots consumed, written only by dst): single producer, single consumer, acquire/release.
+ * One POSIX shared-memory segment per node (created by the node's first rank, mapped by the
+ * node's ranks, unlinked once mapped) holds a channel per ordered pair (src, dst) of the node's
+ * ranks, numbered 0 .. size-1 inside the node (dpt_shm_map_ranks: the communicator's ranks): a ring
+ * of `slots` slots of `slot` bytes with a header each, a head counter (slots published, written
+ * only by src) and a tail counter (slots consumed, written only by dst): single producer, single
+ * consumer, acquire/release.
  *
  *   src: isend queues the request; progress copies it slot by slot while head - tail < slots
  *        and publishes each slot (head + 1); the send completes when its last slot is in.
@@ -120,7 +123,11 @@ typedef struct peer {
 struct dpt_shm {
   unsigned char *base; /* the mapped segment (owner: this) */
   size_t bytes, chan_bytes, slot;
-  int rank, size;
+  int rank, size; /* this process and the ranks in the segment, numbered inside the node */
+  int grank;      /* this process's rank in the communicator */
+  int *local;     /* [world]: the segment's number of each rank of the communicator, -1 for
+                     ranks on other nodes; NULL: the same numbers (owner: this) */
+  uint64_t sent;  /* bytes of the sends posted here */
   dpt_shm_copy copy;
   uint64_t large[2]; /* slots of SHM_MEASURE_MIN bytes or more written: cached, streaming */
   peer *peers;       /* [size] */
@@ -163,6 +170,7 @@ dpt_status dpt_shm_open(const char *name, int create, int rank, int size, dpt_sh
   dpt_shm *s = calloc(1, sizeof *s);
   if (!s) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "shared memory: no memory");
   s->rank = rank;
+  s->grank = rank;
   s->size = size;
   s->copy = SHM_HAVE_STREAM ? copy : DPT_SHM_COPY_CACHED;
   geometry(size, &s->slot, &s->chan_bytes, &s->bytes);
@@ -212,24 +220,60 @@ static int gone(pid_t pid) {
   return kill(pid, 0) != 0 && errno == ESRCH;
 }
 
+dpt_status dpt_shm_map_ranks(dpt_shm *s, const int *global, int world) {
+  int *local = malloc((size_t)world * sizeof *local);
+  if (!local) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "shared memory: %d rank numbers", world);
+  for (int r = 0; r < world; ++r)
+    local[r] = -1;
+  for (int i = 0; i < s->size; ++i)
+    local[global[i]] = i;
+  free(s->local);
+  s->local = local;
+  s->grank = global[s->rank];
+  return DPT_OK;
+}
+
+/* The segment's number of the communicator's rank `peer`; -1 when it is on another node. */
+static int local_of(const dpt_shm *s, int peer) {
+  return s->local ? s->local[peer] : peer;
+}
+
+int dpt_shm_reaches(const dpt_shm *s, int peer) {
+  return local_of(s, peer) >= 0;
+}
+
+uint64_t dpt_shm_sent_bytes(const dpt_shm *s) {
+  return s->sent;
+}
+
 void dpt_shm_watch_peers(dpt_shm *s) {
   s->watch = 1;
   for (int p = 0; p < s->size; ++p)
     if (p != s->rank && (pid_of(s, p) <= 0 || gone(pid_of(s, p)))) s->watch = 0;
 }
 
-/* A peer that one of reqs waits for and whose process is gone: a failure naming it. */
+/* A peer of this node that one of reqs waits for and whose process is gone: a failure naming
+ * it (its rank in the communicator). */
 static dpt_status check_peers(dpt_shm *s, dpt_req **reqs, int n) {
   for (int i = 0; i < n; ++i) {
-    if (!reqs[i]->active) continue;
-    const pid_t pid = pid_of(s, reqs[i]->peer);
+    const int p = reqs[i]->active ? local_of(s, reqs[i]->peer) : -1;
+    if (p < 0) continue;
+    const pid_t pid = pid_of(s, p);
     if (gone(pid))
       return dpt_set_error(DPT_ERR_COMM,
                            "rank %d (process %ld) is gone: it exited or was killed while rank %d "
                            "waited for it",
-                           reqs[i]->peer, (long)pid, s->rank);
+                           reqs[i]->peer, (long)pid, s->grank);
   }
   return DPT_OK;
+}
+
+dpt_status dpt_shm_watch_check(dpt_shm *s, dpt_req **reqs, int n) {
+  if (!s->watch) return DPT_OK;
+  const double now = dpt_now();
+  if (now - s->watched < SHM_WATCH_SECONDS) return DPT_OK;
+  s->watched = now;
+  return check_peers(s, reqs, n);
 }
 
 void dpt_shm_unlink(const char *name) {
@@ -240,6 +284,7 @@ void dpt_shm_close(dpt_shm *s) {
   if (!s) return;
   munmap(s->base, s->bytes);
   free(s->peers);
+  free(s->local);
   free(s);
 }
 
@@ -442,9 +487,11 @@ dpt_status dpt_shm_isend(dpt_shm *s, dpt_req *r) {
   r->done = 0;
   r->off = 0;
   r->err = DPT_OK;
-  peer *pe = &s->peers[r->peer];
+  const int p = local_of(s, r->peer);
+  peer *pe = &s->peers[p];
   dpt_req_push(&pe->sq_head, &pe->sq_tail, r);
-  progress_send(s, r->peer); /* most sends are done right here */
+  s->sent += r->bytes;
+  progress_send(s, p); /* most sends are done right here */
   return DPT_OK;
 }
 
@@ -454,9 +501,17 @@ dpt_status dpt_shm_irecv(dpt_shm *s, dpt_req *r) {
   r->off = 0;
   r->got = 0;
   r->err = DPT_OK;
-  peer *pe = &s->peers[r->peer];
+  peer *pe = &s->peers[local_of(s, r->peer)];
   dpt_req_push(&pe->rq_head, &pe->rq_tail, r);
   return DPT_OK;
+}
+
+void dpt_shm_progress(dpt_shm *s, uint64_t current) {
+  for (int p = 0; p < s->size; ++p) {
+    if (p == s->rank) continue;
+    if (s->peers[p].sq_head) progress_send(s, p);
+    progress_recv(s, p, current);
+  }
 }
 
 dpt_status dpt_shm_poll(dpt_shm *s, dpt_req **reqs, int n, int block, double deadline, double since,
@@ -468,11 +523,7 @@ dpt_status dpt_shm_poll(dpt_shm *s, dpt_req **reqs, int n, int block, double dea
   dpt_backoff b;
   dpt_backoff_start(&b, since, yield);
   for (;;) {
-    for (int p = 0; p < s->size; ++p) {
-      if (p == s->rank) continue;
-      if (s->peers[p].sq_head) progress_send(s, p);
-      progress_recv(s, p, current);
-    }
+    dpt_shm_progress(s, current);
     for (int i = 0; i < n; ++i)
       if (was[i] && !reqs[i]->active) {
         was[i] = 0;
@@ -481,20 +532,14 @@ dpt_status dpt_shm_poll(dpt_shm *s, dpt_req **reqs, int n, int block, double dea
     if (*ndone > 0 || !block) return DPT_OK;
     /* Sleeping (the peer is late by more than the spin): a peer that died would otherwise be
      * waited for until the deadline. */
-    if (s->watch && b.nap > 0) {
-      const double now = dpt_now();
-      if (now - s->watched >= SHM_WATCH_SECONDS) {
-        s->watched = now;
-        DPT_TRY(check_peers(s, reqs, n));
-      }
-    }
+    if (b.nap > 0) DPT_TRY(dpt_shm_watch_check(s, reqs, n));
     if (dpt_backoff_pause(&b, deadline)) return DPT_OK;
   }
 }
 
 void dpt_shm_cancel(dpt_shm *s, dpt_req *r) {
   if (!r->active) return;
-  peer *pe = &s->peers[r->peer];
+  peer *pe = &s->peers[local_of(s, r->peer)];
   if (r->is_recv) {
     if (pe->cur == r) {
       pe->cur = NULL;

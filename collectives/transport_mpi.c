@@ -8,6 +8,11 @@
  * standard guarantees); a send is cancelled if MPI can, else released with MPI_Request_free
  * (MPI may still read the caller's buffer to deliver it: it never writes it).
  *
+ * Inside a node, ranks exchange through shared-memory channels (shm.c) when they can: a
+ * communicator on one node uses them for every message, one that spans nodes for the
+ * messages between ranks of the same node (each node has its own segment) and MPI for the
+ * others; isend/irecv route by peer, poll progresses both kinds in one wait.
+ *
  * MPI ownership: if the application has not initialized MPI, the first communicator does
  * (MPI_Init_thread, SERIALIZED requested: the library never calls MPI from two threads at
  * once, staging threads make no MPI calls, and a communicator's progress thread runs only
@@ -15,6 +20,7 @@
  * destroyed finalizes it.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <limits.h>
 #include <mpi.h>
 #include <pthread.h>
@@ -34,7 +40,10 @@ typedef struct mpi_state {
   MPI_Comm comm;
   MPI_Op f16_sum;
   int oversubscribed; /* more ranks on this node than cores: yield while waiting */
-  dpt_shm *shm;       /* data path when every rank is on this node, else NULL (owner: this) */
+  dpt_shm *shm;       /* channels to the ranks of this node, NULL without (owner: this) */
+  int all_shm;        /* every rank is reached through shm */
+  int any_shm;        /* some node's ranks use channels (this one's, or another's) */
+  uint64_t p2p_sent;  /* bytes of the MPI sends posted */
 } mpi_state;
 
 static pthread_mutex_t g_mpi_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -59,14 +68,20 @@ static void set_req(dpt_req *r, MPI_Request q) {
   memcpy(r->mpi, &q, sizeof q);
 }
 
+/* The request goes through the shared-memory channels (its peer is on this node). */
+static int on_shm(const mpi_state *s, const dpt_req *r) {
+  return s->shm && (s->all_shm || dpt_shm_reaches(s->shm, r->peer));
+}
+
 static dpt_status mpi_isend(dpt_comm *c, dpt_req *r) {
   mpi_state *s = c->impl;
-  if (s->shm) return dpt_shm_isend(s->shm, r);
+  if (on_shm(s, r)) return dpt_shm_isend(s->shm, r);
   if (r->bytes > INT_MAX)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "MPI_Isend: %zu bytes exceed INT_MAX", r->bytes);
   MPI_Request q;
   int rc = MPI_Isend(r->buf, (int)r->bytes, MPI_BYTE, r->peer, r->tag, s->comm, &q);
   if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Isend", r->peer);
+  s->p2p_sent += r->bytes;
   set_req(r, q);
   r->active = 1;
   r->done = 0;
@@ -76,7 +91,7 @@ static dpt_status mpi_isend(dpt_comm *c, dpt_req *r) {
 
 static dpt_status mpi_irecv(dpt_comm *c, dpt_req *r) {
   mpi_state *s = c->impl;
-  if (s->shm) return dpt_shm_irecv(s->shm, r);
+  if (on_shm(s, r)) return dpt_shm_irecv(s->shm, r);
   if (r->bytes > INT_MAX)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "MPI_Irecv: %zu bytes exceed INT_MAX", r->bytes);
   MPI_Request q;
@@ -90,14 +105,15 @@ static dpt_status mpi_irecv(dpt_comm *c, dpt_req *r) {
   return DPT_OK;
 }
 
-/* One MPI_Testsome over the active requests; marks the completed ones. */
-static dpt_status test_some(dpt_req **reqs, int n, int *ndone) {
+/* One MPI_Testsome over the active MPI requests (those through the shared-memory channels
+ * are skipped); marks the completed ones. */
+static dpt_status test_some(const mpi_state *s, dpt_req **reqs, int n, int *ndone) {
   MPI_Request q[DPT_POLL_MAX];
   MPI_Status stat[DPT_POLL_MAX];
   int idx[DPT_POLL_MAX], map[DPT_POLL_MAX];
   int m = 0;
   for (int i = 0; i < n && m < DPT_POLL_MAX; ++i) {
-    if (!reqs[i]->active) continue;
+    if (!reqs[i]->active || on_shm(s, reqs[i])) continue;
     q[m] = get_req(reqs[i]);
     map[m++] = i;
   }
@@ -134,9 +150,14 @@ static dpt_status test_some(dpt_req **reqs, int n, int *ndone) {
 static dpt_status mpi_poll(dpt_comm *c, dpt_req **reqs, int n, int block, double deadline,
                            double since, int *ndone) {
   mpi_state *s = c->impl;
-  if (s->shm)
-    return dpt_shm_poll(s->shm, reqs, n, block, deadline, since, ndone, c->seq ? c->seq - 1 : 0,
-                        s->oversubscribed);
+  const uint64_t current = c->seq ? c->seq - 1 : 0;
+  if (s->all_shm)
+    return dpt_shm_poll(s->shm, reqs, n, block, deadline, since, ndone, current, s->oversubscribed);
+  /* Both kinds: the channels' requests complete inside dpt_shm_progress (counted by their
+   * change of state), MPI's in MPI_Testsome. */
+  unsigned char was[DPT_POLL_MAX];
+  for (int i = 0; i < n; ++i)
+    was[i] = reqs[i]->active && on_shm(s, reqs[i]);
   *ndone = 0;
   /* Spin (the peers are usually microseconds away), yielding the core when there are more
    * ranks than cores here (a spinning rank would keep the one it waits for off the CPU),
@@ -144,15 +165,25 @@ static dpt_status mpi_poll(dpt_comm *c, dpt_req **reqs, int n, int block, double
   dpt_backoff b;
   dpt_backoff_start(&b, since, s->oversubscribed);
   for (;;) {
-    dpt_status st = test_some(reqs, n, ndone);
+    if (s->shm) {
+      dpt_shm_progress(s->shm, current);
+      for (int i = 0; i < n; ++i)
+        if (was[i] && !reqs[i]->active) {
+          was[i] = 0;
+          ++*ndone;
+        }
+    }
+    dpt_status st = test_some(s, reqs, n, ndone);
     if (st != DPT_OK || *ndone > 0 || !block) return st;
+    /* Sleeping: a node peer that died is named instead of waited for until the deadline. */
+    if (s->shm && b.nap > 0) DPT_TRY(dpt_shm_watch_check(s->shm, reqs, n));
     if (dpt_backoff_pause(&b, deadline)) return DPT_OK;
   }
 }
 
 static void mpi_cancel(dpt_comm *c, dpt_req *r) {
   mpi_state *s = c->impl;
-  if (s->shm) {
+  if (on_shm(s, r)) {
     dpt_shm_cancel(s->shm, r);
     return;
   }
@@ -261,6 +292,13 @@ static dpt_status mpi_async_ok(dpt_comm *c) {
   return DPT_OK;
 }
 
+static void mpi_paths(const dpt_comm *c, dpt_comm_paths *out) {
+  const mpi_state *s = c->impl;
+  out->shm = s->any_shm;
+  out->shm_bytes = s->shm ? dpt_shm_sent_bytes(s->shm) : 0;
+  out->p2p_bytes = s->p2p_sent;
+}
+
 static const dpt_transport mpi_transport = {
     .name = "mpi",
     .isend = mpi_isend,
@@ -272,6 +310,7 @@ static const dpt_transport mpi_transport = {
     .native_allreduce = mpi_native_allreduce,
     .serialized = 1,
     .async_ok = mpi_async_ok,
+    .paths = mpi_paths,
 };
 
 int dpt_comm_mpi_compiled(void) {
@@ -295,15 +334,46 @@ static dpt_status mpi_ensure_init(void) {
   return DPT_OK;
 }
 
-/* Whether every rank of `comm` runs on this node (collective). */
-static int single_node(MPI_Comm comm, int size) {
+/* Each rank's node, as the lowest rank of `comm` on it: leader[0 .. size) (collective, the
+ * same array on every rank). MPI_COMM_TYPE_SHARED says which ranks share this node (a rank
+ * where that fails counts as a node of its own). `fake` > 0 (DPT_COMM_FAKE_NODES, tests):
+ * every `fake` consecutive ranks of one node are a node of their own. */
+static dpt_status find_leaders(MPI_Comm comm, int rank, int size, int fake, int *leader) {
   MPI_Comm node;
+  int mine = rank;
+  if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+    int low = rank;
+    if (MPI_Allreduce(&rank, &low, 1, MPI_INT, MPI_MIN, node) == MPI_SUCCESS) mine = low;
+    MPI_Comm_free(&node);
+  }
+  int rc = MPI_Allgather(&mine, 1, MPI_INT, leader, 1, MPI_INT, comm);
+  if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Allgather", -1);
+  /* The lowest rank of r's block on r's node; from the last rank down, so that leader[] of
+   * the lower ranks is still MPI's. */
+  for (int r = size - 1; fake > 0 && r >= 0; --r) {
+    int q = r / fake * fake;
+    while (leader[q] != leader[r])
+      ++q;
+    leader[r] = q;
+  }
+  return DPT_OK;
+}
+
+/* c->nnodes and c->node from the leaders: nodes numbered by first appearance in rank order
+ * (a node's leader is its lowest rank); node stays NULL on one node. */
+static dpt_status number_nodes(dpt_comm *c, const int *leader) {
+  int *node = malloc((size_t)c->size * sizeof *node);
+  if (!node) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_comm_create_mpi: no memory");
   int n = 0;
-  if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS)
-    return 0;
-  MPI_Comm_size(node, &n);
-  MPI_Comm_free(&node);
-  return n == size;
+  for (int r = 0; r < c->size; ++r)
+    node[r] = leader[r] == r ? n++ : node[leader[r]];
+  c->nnodes = n;
+  if (n > 1) {
+    c->node = node;
+  } else {
+    free(node);
+  }
+  return DPT_OK;
 }
 
 /* The settings every rank must share, one record per rank: whatever changes the algorithm
@@ -322,6 +392,7 @@ enum {
   OPT_PIECE,
   OPT_BLOCK,
   OPT_SHM,
+  OPT_FAKE,
   OPT_N
 };
 static const char *const opt_vars[OPT_N] = {
@@ -329,7 +400,7 @@ static const char *const opt_vars[OPT_N] = {
     [OPT_ALGO] = "DPT_ALLREDUCE_ALGO",   [OPT_DIRECT] = "DPT_ALLREDUCE_DIRECT_MAX",
     [OPT_MPI] = "DPT_ALLREDUCE_MPI_MAX", [OPT_RD] = "DPT_ALLREDUCE_RD_MAX",
     [OPT_PIECE] = "DPT_COMM_PIECE",      [OPT_BLOCK] = "DPT_COMM_BLOCK",
-    [OPT_SHM] = "DPT_COMM_SHM"};
+    [OPT_SHM] = "DPT_COMM_SHM",          [OPT_FAKE] = "DPT_COMM_FAKE_NODES"};
 
 /* Formats field f of a record as its variable would say it. */
 static const char *opt_text(char *out, size_t n, int f, const int64_t *rec) {
@@ -350,7 +421,7 @@ static const char *opt_text(char *out, size_t n, int f, const int64_t *rec) {
  * valid), DPT_ERR_MISMATCH on every rank, naming each variable and the ranks whose value
  * differs from rank 0's. Before any collective of ours: a rank without the desync check
  * would otherwise skip the hello round that the others wait in. */
-static dpt_status agree_options(dpt_comm *c, MPI_Comm comm, int ok, int shm) {
+static dpt_status agree_options(dpt_comm *c, MPI_Comm comm, int ok, int shm, int fake) {
   int64_t mine[OPT_N];
   memset(mine, 0, sizeof mine);
   const dpt_comm_options *o = &c->opt;
@@ -365,6 +436,7 @@ static dpt_status agree_options(dpt_comm *c, MPI_Comm comm, int ok, int shm) {
     mine[OPT_PIECE] = (int64_t)o->piece_bytes;
     mine[OPT_BLOCK] = (int64_t)o->block_bytes;
     mine[OPT_SHM] = shm;
+    mine[OPT_FAKE] = fake;
   }
   int64_t *all = malloc((size_t)c->size * sizeof mine);
   if (!all) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_comm_create_mpi: no memory");
@@ -409,8 +481,7 @@ static dpt_status agree_options(dpt_comm *c, MPI_Comm comm, int ok, int shm) {
 /* What rank 0 tells the others at creation. */
 typedef struct setup {
   unsigned uid;
-  int shm;       /* rank 0 created the segment */
-  char name[56]; /* its name */
+  char name[48]; /* the segments' names begin with it (each node appends its number) */
 } setup;
 
 /* Says once per process, from rank 0, that the shared-memory channels could not be set up:
@@ -424,43 +495,81 @@ static void say_no_shm(const char *reason) {
           reason);
 }
 
-/* The collective part of creation: the communicator's id, the shared-memory segment when
- * every rank is on this node (and DPT_COMM_SHM is not 0), and agreement that every rank
- * succeeded, so that a failure on one rank fails the creation everywhere instead of leaving
- * the others waiting. `ok`: this rank's own setup succeeded; `copy`: how its slots are written;
- * `shm`: DPT_COMM_SHM allows the segment (the same on every rank: agree_options). Every rank
- * uses the segment or none does: rank 0 creates it and says whether it could, each other rank
- * maps it, and one that cannot makes all of them drop it. */
-static dpt_status agree_setup(dpt_comm *c, mpi_state *s, int ok, dpt_shm_copy copy, int shm) {
+/* The collective part of creation: the communicator's id, each rank's node, the
+ * shared-memory segment of each node with two ranks or more (unless DPT_COMM_SHM is 0), and
+ * agreement that every rank succeeded, so that a failure on one rank fails the creation
+ * everywhere instead of leaving the others waiting. `ok`: this rank's own setup succeeded;
+ * `copy`: how its slots are written; `shm`: DPT_COMM_SHM allows the segments and `fake`:
+ * DPT_COMM_FAKE_NODES (both the same on every rank: agree_options). Every node uses its
+ * segment or none does: the lowest rank of each node creates it, says whether it could (an
+ * allgather), the node's other ranks map it, and a rank that cannot create or map makes all of
+ * them drop theirs. */
+static dpt_status agree_setup(dpt_comm *c, mpi_state *s, int ok, dpt_shm_copy copy, int shm,
+                              int fake) {
   setup su;
   memset(&su, 0, sizeof su);
   char why[256] = ""; /* why this rank could not create or map the segment */
-  /* Collective: every rank asks, whatever its environment says. */
-  const int node = c->size > 1 && single_node(s->comm, c->size);
-  const int want = node && shm;
+  int *leader = malloc((size_t)c->size * 3 * sizeof *leader);
+  if (!leader) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_comm_create_mpi: no memory");
+  int *made = leader + c->size, *members = made + c->size;
   if (c->rank == 0) {
     uint64_t x = (uint64_t)(dpt_now() * 1e9) ^ (uint64_t)(uintptr_t)c ^ ((uint64_t)getpid() << 32);
     x *= 0x9E3779B97F4A7C15ull;
     su.uid = (unsigned)(x >> 32);
     snprintf(su.name, sizeof su.name, "/dptrain-%d-%08x", (int)getpid(), su.uid);
-    su.shm = ok && want && dpt_shm_open(su.name, 1, 0, c->size, copy, &s->shm) == DPT_OK;
-    if (ok && want && !su.shm) snprintf(why, sizeof why, "%s", dpt_last_error());
   }
   int rc = MPI_Bcast(&su, (int)sizeof su, MPI_BYTE, 0, s->comm);
-  if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Bcast", -1);
+  dpt_status st = rc == MPI_SUCCESS ? DPT_OK : mpi_fail(rc, "MPI_Bcast", -1);
   c->uid = su.uid;
-  if (c->rank != 0 && su.shm &&
-      dpt_shm_open(su.name, 0, c->rank, c->size, copy, &s->shm) != DPT_OK) {
+  /* Collective: every rank asks, whatever its environment says. */
+  if (st == DPT_OK) st = find_leaders(s->comm, c->rank, c->size, fake, leader);
+  if (st == DPT_OK) st = number_nodes(c, leader);
+  if (st != DPT_OK) {
+    free(leader);
+    return st;
+  }
+  /* This node's ranks (members[0 .. local)), this rank's place among them, and whether any
+   * node has two ranks or more. */
+  int local = 0, me = 0, shared = 0;
+  for (int r = 0; r < c->size; ++r) {
+    shared |= leader[r] != r;
+    if (r == c->rank) me = local;
+    if (leader[r] == leader[c->rank]) members[local++] = r;
+  }
+  const int want = shm && local > 1;
+  char name[80];
+  snprintf(name, sizeof name, "%s-%d", su.name, c->node ? c->node[c->rank] : 0);
+  int created = 0;
+  if (me == 0 && ok && want) {
+    created = dpt_shm_open(name, 1, 0, local, copy, &s->shm) == DPT_OK;
+    if (!created) snprintf(why, sizeof why, "rank %d: %s", c->rank, dpt_last_error());
+  }
+  rc = MPI_Allgather(&created, 1, MPI_INT, made, 1, MPI_INT, s->comm);
+  if (rc != MPI_SUCCESS) {
+    free(leader);
+    return mpi_fail(rc, "MPI_Allgather", -1);
+  }
+  const int segment = made[leader[c->rank]]; /* this node's segment exists */
+  if (me != 0 && segment && dpt_shm_open(name, 0, me, local, copy, &s->shm) != DPT_OK) {
     snprintf(why, sizeof why, "rank %d: %s", c->rank, dpt_last_error());
     s->shm = NULL;
   }
-  /* Every rank ok, every rank mapped (or no segment), the first rank that could not map. */
-  int mine[3] = {ok, s->shm != NULL || !su.shm, s->shm != NULL || !su.shm ? INT_MAX : c->rank};
+  if (s->shm && dpt_shm_map_ranks(s->shm, members, c->size) != DPT_OK) {
+    snprintf(why, sizeof why, "rank %d: %s", c->rank, dpt_last_error());
+    dpt_shm_close(s->shm);
+    s->shm = NULL;
+  }
+  /* This rank should have channels and has none (a node's first rank that could not create
+   * the segment: its node's other ranks just see no segment). */
+  const int failed = (me == 0 ? want && ok : segment) && !s->shm;
+  /* Every rank ok, none failed, the first rank that failed. */
+  int mine[3] = {ok, !failed, failed ? c->rank : INT_MAX};
   int all[3] = {0, 0, 0};
   rc = MPI_Allreduce(mine, all, 3, MPI_INT, MPI_MIN, s->comm);
-  if (c->rank == 0 && su.shm) dpt_shm_unlink(su.name); /* every rank has mapped it, or failed */
+  if (created) dpt_shm_unlink(name); /* the node's ranks have mapped it, or failed */
+  free(leader);
   if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Allreduce", -1);
-  if (!all[1] || !su.shm) { /* some rank could not map it: MPI's own path for all */
+  if (!all[1]) { /* some rank could not create or map its segment: MPI's own path for all */
     dpt_shm_close(s->shm);
     s->shm = NULL;
   }
@@ -469,14 +578,34 @@ static dpt_status agree_setup(dpt_comm *c, mpi_state *s, int ok, dpt_shm_copy co
     return ok ? dpt_set_error(DPT_ERR_COMM, "dpt_comm_create_mpi: another rank failed to create "
                                             "its communicator (its error says why)")
               : DPT_ERR_INVALID_ARG;
-  if (!all[1]) { /* rank 0 reports the reason of the first rank that could not map it */
+  if (!all[1]) { /* rank 0 reports the reason of the first rank that could not */
     rc = MPI_Bcast(why, (int)sizeof why, MPI_CHAR, all[2], s->comm);
     if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Bcast", -1);
     why[sizeof why - 1] = '\0';
   }
-  if (c->rank == 0 && want && !s->shm) say_no_shm(why);
-  c->eager_bytes = s->shm ? dpt_shm_slot_bytes(s->shm) : 4000;
-  c->recv_reduce = s->shm != NULL;
+  const int wanted = shm && shared; /* some node wanted channels */
+  if (c->rank == 0 && wanted && !all[1]) say_no_shm(why);
+  s->any_shm = wanted && all[1];
+  s->all_shm = s->shm && local == c->size;
+  /* The hello round cuts its messages in pieces of eager_bytes, the same on every rank. */
+  c->eager_bytes = s->all_shm ? dpt_shm_slot_bytes(s->shm) : 4000;
+  /* MPI copies what arrives: adding on arrival only when every message uses the channels. */
+  c->recv_reduce = s->all_shm;
+  return DPT_OK;
+}
+
+/* DPT_COMM_FAKE_NODES (a testing knob): a positive count of ranks per node, 0 when unset. */
+static dpt_status fake_nodes(int *out) {
+  const char *v = getenv("DPT_COMM_FAKE_NODES");
+  *out = 0;
+  if (!v) return DPT_OK;
+  char *end = NULL;
+  errno = 0;
+  long k = strtol(v, &end, 10);
+  if (end == v || *end || errno || k < 1 || k > INT_MAX)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "DPT_COMM_FAKE_NODES='%s' is not a positive count of ranks per node", v);
+  *out = (int)k;
   return DPT_OK;
 }
 
@@ -537,12 +666,15 @@ dpt_status dpt_comm_create_mpi(const void *mpi_comm, dpt_comm **out) {
   const int shm = !shm_env || strcmp(shm_env, "0");
   if (st == DPT_OK && shm_env && strcmp(shm_env, "0") && strcmp(shm_env, "1"))
     st = dpt_set_error(DPT_ERR_INVALID_ARG, "DPT_COMM_SHM='%s' is not 0 or 1", shm_env);
+  int fake = 0;
+  if (st == DPT_OK) st = fake_nodes(&fake);
   /* Both steps are collective, and every rank reaches the same verdict on the first. */
-  dpt_status agreed = agree_options(c, s->comm, st == DPT_OK, shm);
-  if (agreed == DPT_OK) agreed = agree_setup(c, s, st == DPT_OK, copy, shm);
+  dpt_status agreed = agree_options(c, s->comm, st == DPT_OK, shm, fake);
+  if (agreed == DPT_OK) agreed = agree_setup(c, s, st == DPT_OK, copy, shm, fake);
   if (st == DPT_OK) st = agreed;
   if (st != DPT_OK) {
     free(c->payload);
+    free(c->node);
     goto fail;
   }
   *out = c;

@@ -96,12 +96,14 @@ if(DPT_BUILD_TOOLS)
 endif()
 
 # tools/cluster.sh: 2 nodes as network namespaces on this machine; 2 nodes x 2 ranks are 2 nodes
-# to MPI and train to the param_hash of 4 ranks on one node; up and down leave nothing behind.
+# to MPI and train to the param_hash of 4 ranks on one node, and comm_mpi's nodes case there
+# (shared memory inside each node, MPI between); up and down leave nothing behind.
 # Skipped (77) without root or network namespaces.
 if(DPT_BUILD_TOOLS AND DPT_WITH_MPI)
   add_test(NAME cluster
            COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cluster_test.sh" $<TARGET_FILE:dptrain_cli>
-                   "${CMAKE_CURRENT_BINARY_DIR}/cluster-scratch" "${_dpt_cli_mpi}")
+                   "${CMAKE_CURRENT_BINARY_DIR}/cluster-scratch" "${_dpt_cli_mpi}"
+                   $<TARGET_FILE:comm_mpi>)
   set_tests_properties(cluster PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "mpi;cluster"
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endif()

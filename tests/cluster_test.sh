@@ -2,15 +2,21 @@
 # tools/cluster.sh: a cluster of 2 nodes (network namespaces) on this machine. A failed `up`
 # leaves nothing behind, a second `up` is refused; 2 nodes x 2 ranks are 2 nodes to MPI (two
 # hostnames, 2 local ranks each); `dptrain train` on them ends with the param_hash of 4 ranks on
-# one node; a failing run leaves no process in the nodes; `down` removes every namespace.
+# one node; comm_mpi's nodes case there: each rank sees 2 nodes, its node peer through shared
+# memory, the other node through MPI, sums right; a failing run leaves no process in the nodes;
+# `down` removes every namespace.
 # Skipped (77) without root, network namespaces, unshare or Open MPI.
-# Usage: cluster_test.sh <dptrain> <scratch dir> [mpiexec]
+# Usage: cluster_test.sh <dptrain> <scratch dir> [mpiexec] [comm_mpi]
+# DPT_CLUSTER_TEST_PREFIX / DPT_CLUSTER_TEST_SUBNET (default dptt- / 10.232.0) rename the test's
+# cluster, for a run by hand next to someone else's.
 set -uo pipefail
-dptrain=$1 dir=$2 mpiexec=${3:-mpiexec --oversubscribe}
+dptrain=$1 dir=$2 mpiexec=${3:-mpiexec --oversubscribe} comm_mpi=${4:-}
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cluster=$src/tools/cluster.sh
 # The test's own names and state, apart from a cluster a user may have up.
-export DPT_CLUSTER_PREFIX=dptt- DPT_CLUSTER_SUBNET=10.232.0 DPT_CLUSTER_STATE=$2/state
+p=${DPT_CLUSTER_TEST_PREFIX:-dptt-}
+export DPT_CLUSTER_PREFIX=$p DPT_CLUSTER_SUBNET=${DPT_CLUSTER_TEST_SUBNET:-10.232.0}
+export DPT_CLUSTER_STATE=$2/state
 export OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 [ "$(id -u)" -eq 0 ] || { echo "SKIP: not root"; exit 77; }
@@ -18,23 +24,23 @@ for t in ip unshare mpirun; do
   command -v $t >/dev/null || { echo "SKIP: no $t"; exit 77; }
 done
 mpirun --version 2>/dev/null | grep -q "Open MPI" || { echo "SKIP: mpirun is not Open MPI"; exit 77; }
-ip netns add dptt-probe 2>/dev/null && ip netns del dptt-probe ||
+ip netns add "${p}probe" 2>/dev/null && ip netns del "${p}probe" ||
   { echo "SKIP: no network namespaces here"; exit 77; }
 unshare --uts true 2>/dev/null || { echo "SKIP: no UTS namespaces here"; exit 77; }
 
-# A run of this test killed midway may have left its cluster: ours (prefix dptt-) to remove.
+# A run of this test killed midway may have left its cluster: ours (prefix $p) to remove.
 "$cluster" down
 rm -rf "$dir" && mkdir -p "$dir" || exit 1
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-ours() { ip netns list | awk '{print $1}' | grep '^dptt-' | sort | tr '\n' ' '; }
+ours() { ip netns list | awk '{print $1}' | grep "^$p" | sort | tr '\n' ' '; }
 trap '"$cluster" down' EXIT
 
 # 1. A failing `up` (a subnet that is no address) removes what it made.
-DPT_CLUSTER_SUBNET=10.232.999 "$cluster" up 2 >"$dir/badup.log" 2>&1 &&
+DPT_CLUSTER_SUBNET=${DPT_CLUSTER_SUBNET%.*}.999 "$cluster" up 2 >"$dir/badup.log" 2>&1 &&
   fail "up with a bad subnet succeeded"
-if [ -n "$(ours)" ] || [ -e "$DPT_CLUSTER_STATE" ] || ls -d /etc/netns/dptt-* >/dev/null 2>&1; then
-  fail "a failed up left: $(ours) $(ls -d "$DPT_CLUSTER_STATE" /etc/netns/dptt-* 2>/dev/null)"
+if [ -n "$(ours)" ] || [ -e "$DPT_CLUSTER_STATE" ] || ls -d /etc/netns/$p* >/dev/null 2>&1; then
+  fail "a failed up left: $(ours) $(ls -d "$DPT_CLUSTER_STATE" /etc/netns/$p* 2>/dev/null)"
 else
   echo "ok: failed up cleaned up ($(grep -c . "$dir/badup.log") lines: $(tail -1 "$dir/badup.log"))"
 fi
@@ -47,13 +53,13 @@ else
   grep -q "exist" "$dir/again.err" && echo "ok: second up refused: $(cat "$dir/again.err")" ||
     fail "second up: $(cat "$dir/again.err")"
 fi
-[ "$(ours)" = "dptt-br dptt-n1 dptt-n2 " ] || fail "namespaces after up: '$(ours)'"
+[ "$(ours)" = "${p}br ${p}n1 ${p}n2 " ] || fail "namespaces after up: '$(ours)'"
 
 # 3. MPI's locality: two hostnames, 2 ranks local to each.
 loc=$(timeout 120 "$cluster" run -- sh -c \
   'echo "$(hostname) rank $OMPI_COMM_WORLD_RANK local_size $OMPI_COMM_WORLD_LOCAL_SIZE"' | sort)
 echo "$loc"
-[ "$(awk '{print $1}' <<<"$loc" | sort -u | tr '\n' ' ')" = "dptt-n1 dptt-n2 " ] ||
+[ "$(awk '{print $1}' <<<"$loc" | sort -u | tr '\n' ' ')" = "${p}n1 ${p}n2 " ] ||
   fail "hostnames: $loc"
 [ "$(grep -c 'local_size 2$' <<<"$loc")" -eq 4 ] || fail "expected 4 ranks with 2 local: $loc"
 
@@ -81,16 +87,32 @@ else
   fail "param_hash '$on_cluster' on the cluster, '$on_one' on one node"
 fi
 
-# 5. A failing run: non-zero, and no process left in the nodes.
+# 5. One communicator over both nodes (comm_mpi's nodes case, every rank asserting): 2 nodes,
+# ids the same on every rank, a direct all-reduce sending to the node peer through the
+# shared-memory channels and to the other node through MPI, and closed-form sums (direct and
+# ring).
+if [ -n "$comm_mpi" ]; then
+  t0=$(date +%s.%N)
+  if CK_RUN_CASE=nodes DPT_TEST_NODES=2 timeout 120 "$cluster" run -x CK_RUN_CASE \
+    -x DPT_TEST_NODES -- "$comm_mpi" >"$dir/nodes.out" 2>&1 &&
+    grep -q "^100%: Checks: 1, Failures: 0, Errors: 0" "$dir/nodes.out"; then
+    echo "ok: $(grep -o 'nodes_and_paths: .*' "$dir/nodes.out")" \
+      "($(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s)"
+  else
+    fail "comm_mpi nodes case on the cluster: $(tail -5 "$dir/nodes.out")"
+  fi
+fi
+
+# 6. A failing run: non-zero, and no process left in the nodes.
 timeout 120 "$cluster" run -- "$dptrain" train --no-such-flag >"$dir/bad.out" 2>"$dir/bad.err" &&
   fail "a failing run exited 0"
 left=$(for ns in $(ours); do ip netns pids "$ns"; done | tr '\n' ' ')
 [ -z "$left" ] && echo "ok: failing run left no process" || fail "processes left in the nodes: $left"
 
-# 6. Down: every namespace, the state and the hosts files gone.
+# 7. Down: every namespace, the state and the hosts files gone.
 "$cluster" down
-if [ -n "$(ours)" ] || [ -e "$DPT_CLUSTER_STATE" ] || ls -d /etc/netns/dptt-* >/dev/null 2>&1; then
-  fail "after down: $(ours) $(ls -d "$DPT_CLUSTER_STATE" /etc/netns/dptt-* 2>/dev/null)"
+if [ -n "$(ours)" ] || [ -e "$DPT_CLUSTER_STATE" ] || ls -d /etc/netns/$p* >/dev/null 2>&1; then
+  fail "after down: $(ours) $(ls -d "$DPT_CLUSTER_STATE" /etc/netns/$p* 2>/dev/null)"
 else
   echo "ok: down removed every namespace"
 fi

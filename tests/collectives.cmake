@@ -39,6 +39,11 @@ if(DPT_WITH_MPI)
   dpt_add_check_test(NAME comm_mpi_3_p2p TARGET comm_mpi LABELS comm mpi TIMEOUT 240
                      LAUNCHER ${MPIEXEC_EXECUTABLE} --oversubscribe ${MPIEXEC_NUMPROC_FLAG} 3
                      ENVIRONMENT ${_dpt_mpi_env} DPT_COMM_SHM=0)
+  # 4 ranks as 2 nodes of 2 (DPT_COMM_FAKE_NODES=2): shared-memory channels inside each node,
+  # MPI point-to-point between them, in one communicator.
+  dpt_add_check_test(NAME comm_mpi_4_nodes TARGET comm_mpi LABELS comm mpi TIMEOUT 300
+                     LAUNCHER ${MPIEXEC_EXECUTABLE} --oversubscribe ${MPIEXEC_NUMPROC_FLAG} 4
+                     ENVIRONMENT ${_dpt_mpi_env} DPT_COMM_FAKE_NODES=2)
   # Buffers of the GPU backends present (OpenCL, Vulkan) under MPI, 2 ranks.
   dpt_add_check_test(NAME comm_mpi_gpu_2 TARGET comm_mpi ARGS gpu LABELS comm mpi opencl vulkan
                      TIMEOUT 300

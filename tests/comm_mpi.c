@@ -549,9 +549,12 @@ START_TEST(shm_copy_modes) {
       }
     }
     /* The slots this rank wrote went the way the mode says (x86-64: streaming stores exist):
-     * auto measured and tried both. */
+     * auto measured and tried both. Across nodes a rank whose ring successor is on another
+     * node writes no slot: nothing to check there. */
     uint64_t large[2];
-    if (dpt_comm_mpi_large_slots(c, large) && o.rc == 0) {
+    const int next = (world_rank + 1) % world_size;
+    const int next_here = !c->node || c->node[next] == c->node[world_rank];
+    if (dpt_comm_mpi_large_slots(c, large) && o.rc == 0 && next_here) {
       const int want_cached = m != 1, want_stream = m != 0;
       const int ok = SHM_STREAMS ? (large[0] > 0) == want_cached && (large[1] > 0) == want_stream
                                  : large[0] > 0 && large[1] == 0;
@@ -731,6 +734,82 @@ START_TEST(shm_fallback_said_once) {
 }
 END_TEST
 
+/* Node ids as the library numbers them: node[0] is 0 and each rank's is at most one more than
+ * the largest before it (first appearance), all below nnodes, and every id used. */
+static int nodes_numbered(const int *node, int size, int nnodes) {
+  int top = -1;
+  for (int r = 0; r < size; ++r) {
+    if (node[r] < 0 || node[r] > top + 1) return 0;
+    if (node[r] > top) top = node[r];
+  }
+  return top == nnodes - 1;
+}
+
+/* Each rank's node: every rank sees the same count and ids, numbered by first appearance;
+ * the count is DPT_TEST_NODES when set (the cluster test), else ceil(size / K) under
+ * DPT_COMM_FAKE_NODES=K (rank r on node r / K), else 1. A direct all-reduce (every rank sends
+ * to every other) then sends bytes through the shared-memory channels exactly when this rank
+ * has a peer on its node (and DPT_COMM_SHM is not 0), through MPI exactly when there are other
+ * nodes (or no channels), and sums right. */
+START_TEST(nodes_and_paths) {
+  const char *fake = getenv("DPT_COMM_FAKE_NODES"), *want_env = getenv("DPT_TEST_NODES");
+  const char *shm_env = getenv("DPT_COMM_SHM");
+  const int k = fake ? atoi(fake) : 0, shm = !shm_env || strcmp(shm_env, "0");
+  const int want = want_env ? atoi(want_env) : k > 0 ? (world_size + k - 1) / k : 1;
+  outcome o = {0};
+  dpt_comm *c = make_comm(NULL);
+  const int nodes = dpt_comm_nodes(c);
+  int *node = calloc((size_t)world_size, sizeof *node);
+  ck_assert_ptr_nonnull(node);
+  if (c->node) memcpy(node, c->node, (size_t)world_size * sizeof *node);
+  int peers = 0, multi = 0; /* ranks on this rank's node; some node has two ranks or more */
+  for (int r = 0; r < world_size; ++r) {
+    peers += r != world_rank && node[r] == node[world_rank];
+    for (int q = 0; q < r; ++q)
+      multi |= node[q] == node[r];
+  }
+  if (nodes != want || (c->node == NULL) != (nodes == 1) ||
+      !nodes_numbered(node, world_size, nodes))
+    snprintf(o.err, sizeof o.err, "%d nodes (expected %d), node[] %s", nodes, want,
+             c->node ? "set" : "NULL");
+  for (int r = 0; r < world_size && !o.err[0] && k > 0 && !want_env; ++r)
+    if (node[r] != r / k)
+      snprintf(o.err, sizeof o.err, "DPT_COMM_FAKE_NODES=%d: rank %d on node %d", k, r, node[r]);
+  if (o.err[0]) o.rc = -1;
+  o.hash[o.nhash++] = comm_case_hash(node, (size_t)world_size * sizeof *node);
+  dpt_comm_paths before, after;
+  ck_assert_int_eq(dpt_comm_get_paths(c, &before), DPT_OK);
+  ck_assert_int_eq(dpt_comm_set_algo(c, DPT_ALLREDUCE_DIRECT), DPT_OK);
+  if (o.rc == 0)
+    o.rc =
+        comm_case_allreduce(c, NULL, 1003, DPT_COMM_F32, &o.hash[o.nhash++], o.err, sizeof o.err);
+  ck_assert_int_eq(dpt_comm_get_paths(c, &after), DPT_OK);
+  const uint64_t via_shm = after.shm_bytes - before.shm_bytes;
+  const uint64_t via_mpi = after.p2p_bytes - before.p2p_bytes;
+  if (o.rc == 0 && (after.nodes != nodes || after.shm != (shm && multi) ||
+                    (via_shm > 0) != (shm && peers > 0) || (via_mpi > 0) != (nodes > 1 || !shm))) {
+    o.rc = -1;
+    snprintf(o.err, sizeof o.err,
+             "paths: %d nodes, shm %d, %llu bytes through shared memory, %llu through MPI "
+             "(%d peers on this node, DPT_COMM_SHM %d)",
+             after.nodes, after.shm, (unsigned long long)via_shm, (unsigned long long)via_mpi,
+             peers, shm);
+  }
+  /* And a ring all-reduce over several blocks through both paths. */
+  ck_assert_int_eq(dpt_comm_set_algo(c, DPT_ALLREDUCE_RING), DPT_OK);
+  if (o.rc == 0)
+    o.rc = comm_case_allreduce(c, NULL, ((size_t)1 << 20) + 3, DPT_COMM_F32, &o.hash[o.nhash++],
+                               o.err, sizeof o.err);
+  if (world_rank == 0)
+    printf("nodes_and_paths: %d nodes, rank 0: %llu bytes through shared memory, %llu through "
+           "MPI (direct all-reduce)\n",
+           nodes, (unsigned long long)via_shm, (unsigned long long)via_mpi);
+  free(node);
+  dpt_comm_destroy(c);
+  agree(&o, "nodes and paths");
+}
+END_TEST
+
 int main(int argc, char **argv) {
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
@@ -760,6 +839,11 @@ int main(int argc, char **argv) {
   tcase_set_timeout(tc, 0);
   tcase_add_test(tc, requests);
   tcase_add_test(tc, requests_one_mpi_comm_at_a_time);
+  suite_add_tcase(s, tc);
+  /* Alone (CK_RUN_CASE=nodes) in the cluster test. */
+  tc = tcase_create("nodes");
+  tcase_set_timeout(tc, 0);
+  tcase_add_test(tc, nodes_and_paths);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK);

@@ -1078,6 +1078,14 @@ START_TEST(options_and_environment) {
   setenv("DPT_COMM_TIMEOUT", "2.5", 1);
   setenv("DPT_COMM_DESYNC_CHECK", "0", 1);
   ck_assert_int_eq(dpt_comm_group_member(g, 0, &c), DPT_OK);
+  /* One process: one node, no shared-memory channels, nothing counted. */
+  dpt_comm_paths paths;
+  ck_assert_int_eq(dpt_comm_nodes(c), 1);
+  ck_assert_int_eq(dpt_comm_nodes(NULL), 0);
+  ck_assert_int_eq(dpt_comm_get_paths(c, &paths), DPT_OK);
+  ck_assert(paths.nodes == 1 && !paths.shm && !paths.shm_bytes && !paths.p2p_bytes);
+  ck_assert_int_eq(dpt_comm_get_paths(NULL, &paths), DPT_ERR_INVALID_ARG);
+  ck_assert_int_eq(dpt_comm_get_paths(c, NULL), DPT_ERR_INVALID_ARG);
   dpt_comm_options o;
   ck_assert_int_eq(dpt_comm_get_options(c, &o), DPT_OK);
   ck_assert_int_eq(o.algo, DPT_ALLREDUCE_RD);

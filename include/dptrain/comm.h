@@ -34,10 +34,13 @@
  *   DPT_COMM_PIECE            bytes of one ring message (K, M, G suffixes allowed)
  *   DPT_COMM_BLOCK            bytes of one ring block / staging chunk (K, M, G suffixes)
  *   DPT_COMM_STAGING          auto | inline | thread
- *   DPT_COMM_SHM              0: MPI point-to-point even when every rank is on one node
- *                             (default: shared-memory channels there)
+ *   DPT_COMM_SHM              0: MPI point-to-point for every message (default: shared-
+ *                             memory channels between the ranks of each node, MPI
+ *                             point-to-point between nodes)
  *   DPT_COMM_SHM_COPY         auto | cached | streaming: how shared-memory slots are written
  *                             (auto: measured per channel; docs/collectives.md)
+ *   DPT_COMM_FAKE_NODES       K (testing): every K consecutive ranks of a node count as a
+ *                             node of their own, so one machine runs the paths across nodes
  * See docs/collectives.md for the algorithms, their costs and the measured thresholds.
  */
 #ifndef DPTRAIN_COMM_H
@@ -164,6 +167,23 @@ DPT_API int dpt_comm_rank(const dpt_comm *comm);
 DPT_API int dpt_comm_size(const dpt_comm *comm);
 /* "mpi" or "threads". */
 DPT_API const char *dpt_comm_transport(const dpt_comm *comm);
+
+/* Nodes (machines) the ranks run on: 1 for a threads communicator, or when every MPI rank
+ * shares this one; 0 for NULL. */
+DPT_API int dpt_comm_nodes(const dpt_comm *comm);
+
+/* Which ways this rank's messages go, and how many bytes went each way: for benchmarks and
+ * checks. Counts the point-to-point messages this rank has posted (sends), not the
+ * MPI_Allreduce of the `mpi` algorithm. */
+typedef struct dpt_comm_paths {
+  int nodes;          /* as dpt_comm_nodes */
+  int shm;            /* 1: ranks of one node exchange through shared-memory channels (MPI) */
+  uint64_t shm_bytes; /* sent through the shared-memory channels */
+  uint64_t p2p_bytes; /* sent through MPI point-to-point (other nodes, or no channels) */
+} dpt_comm_paths;
+/* Call it while none of the member's nonblocking collectives is pending (its progress thread
+ * updates the counts meanwhile). DPT_ERR_INVALID_ARG for NULL arguments. */
+DPT_API dpt_status dpt_comm_get_paths(const dpt_comm *comm, dpt_comm_paths *out);
 
 /* ---- options (per member; the desync check verifies that all ranks use the same) -------- */
 
