@@ -77,14 +77,54 @@ final_hash() {
     sed 's/.*"\([0-9a-f]*\)"$/\1/' | tr '\n' ' ' | sed 's/ $//'
 }
 timeout 200 "$cluster" run -x OPENBLAS_NUM_THREADS -- "$dptrain" "${args[@]}" \
-  >"$dir/cluster.json" 2>"$dir/cluster.err" || fail "train on the cluster: $(tail -3 "$dir/cluster.err")"
-timeout 200 $mpiexec -np 4 "$dptrain" "${args[@]}" >"$dir/one.json" 2>"$dir/one.err" ||
-  fail "train on one node: $(tail -3 "$dir/one.err")"
+  --save-weights "$dir/cluster.st" >"$dir/cluster.json" 2>"$dir/cluster.err" ||
+  fail "train on the cluster: $(tail -3 "$dir/cluster.err")"
+# The same grouping on one node (DPT_COMM_FAKE_NODES=2: 2 "nodes" of 2 ranks), so the same
+# hierarchical sums: the same bits. The flat ring of 4 ranks on one node adds in another order.
+DPT_COMM_FAKE_NODES=2 timeout 200 $mpiexec -x DPT_COMM_FAKE_NODES -np 4 "$dptrain" "${args[@]}" \
+  >"$dir/one.json" 2>"$dir/one.err" || fail "train on one node: $(tail -3 "$dir/one.err")"
+timeout 200 $mpiexec -np 4 "$dptrain" "${args[@]}" --save-weights "$dir/flat.st" \
+  >"$dir/flat.json" 2>"$dir/flat.err" || fail "train on one node, flat: $(tail -3 "$dir/flat.err")"
 on_cluster=$(final_hash "$dir/cluster.json") on_one=$(final_hash "$dir/one.json")
 if [ -n "$on_cluster" ] && [ "$on_cluster" = "$on_one" ] && [[ $on_one != *" "* ]]; then
-  echo "ok: param_hash $on_cluster on 2 nodes x 2 ranks and on 1 node x 4 ranks"
+  echo "ok: param_hash $on_cluster on 2 nodes x 2 ranks and on 1 node x 4 ranks as 2 x 2"
 else
-  fail "param_hash '$on_cluster' on the cluster, '$on_one' on one node"
+  fail "param_hash '$on_cluster' on the cluster, '$on_one' on one node as 2 x 2"
+fi
+# The largest difference between two weight files of one model (the same header), as floats.
+max_diff() {
+  local h
+  h=$(od -A n -t u8 -N 8 "$1" | tr -d ' ')
+  paste <(od -A n -v -t f4 -w4 -j $((8 + h)) "$1") <(od -A n -v -t f4 -w4 -j $((8 + h)) "$2") |
+    awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; n++ }
+         END { if (n == 0) print "none"; else printf "%.3g over %d\n", m, n }'
+}
+diff_flat=$(max_diff "$dir/cluster.st" "$dir/flat.st")
+if awk -v d="${diff_flat%% *}" 'BEGIN { exit !(d != "none" && d + 0 <= 1e-5) }'; then
+  echo "ok: the cluster's weights within 1e-5 of one node's flat ring: largest difference $diff_flat"
+else
+  fail "the cluster's weights against one node's flat ring: largest difference $diff_flat"
+fi
+
+# 4b. --model dlrm with each node's own shard files (--node-shards): node n1 holds shards 0
+# and 2, node n2 shards 1 and 3; 2 nodes x 1 rank train to the same parameters as 2 ranks on one
+# node reading all four (rank r takes shards r and r + 2 there).
+"$dptrain" data synth --out "$dir/all" --samples 4000 --shards 4 --rows 500 --tables 4 \
+  >/dev/null || fail "data synth"
+mkdir -p "$dir/${p}n1" "$dir/${p}n2"
+cp "$dir"/all/synth-0000[02].bin "$dir/${p}n1/" && cp "$dir"/all/synth-0000[13].bin "$dir/${p}n2/"
+dlrm=(train --model dlrm --backend cpu --global-batch 256 --epochs 1 --seed 3 --json --quiet)
+timeout 200 "$cluster" run -np 2 --map-by node -x OPENBLAS_NUM_THREADS -- sh -c \
+  'exec "$@" --node-shards --data "$0/$(hostname)/synth-*.bin"' "$dir" "$dptrain" "${dlrm[@]}" \
+  >"$dir/dlrm-cluster.json" 2>"$dir/dlrm-cluster.err" ||
+  fail "dlrm on the cluster: $(tail -3 "$dir/dlrm-cluster.err")"
+timeout 200 $mpiexec -np 2 "$dptrain" "${dlrm[@]}" --data "$dir/all/synth-*.bin" \
+  >"$dir/dlrm-one.json" 2>"$dir/dlrm-one.err" || fail "dlrm on one node: $(tail -3 "$dir/dlrm-one.err")"
+on_cluster=$(final_hash "$dir/dlrm-cluster.json") on_one=$(final_hash "$dir/dlrm-one.json")
+if [ -n "$on_cluster" ] && [ "$on_cluster" = "$on_one" ]; then
+  echo "ok: dlrm with each node's own shards: param_hash $on_cluster, as on one node"
+else
+  fail "dlrm: param_hash '$on_cluster' on the cluster (own shards), '$on_one' on one node"
 fi
 
 # 5. One communicator over both nodes (comm_mpi's nodes case, every rank asserting): 2 nodes,
