@@ -8,6 +8,9 @@ dpt_add_check_test(NAME comm_threads_opencl TARGET comm_threads ARGS opencl
                    LABELS comm opencl TIMEOUT 300 ENVIRONMENT POCL_MAX_PTHREAD_COUNT=1)
 dpt_add_check_test(NAME comm_threads_vulkan TARGET comm_threads ARGS vulkan
                    LABELS comm vulkan TIMEOUT 300)
+# The hello round in groups of 64 and 256 threads (dissemination): results, failures, the
+# messages each member sends.
+dpt_add_check_test(NAME comm_hello SOURCES comm_hello.c LABELS unit comm cpu TIMEOUT 120)
 # Sparse table gradients: the (id, row) exchange against the dense all-reduce (threads, 2-4
 # replicas), the row-wise SGD and Adagrad updates.
 dpt_add_check_test(NAME test_sparse SOURCES test_sparse.c LABELS unit comm cpu TIMEOUT 240)
