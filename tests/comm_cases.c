@@ -33,6 +33,25 @@ float comm_case_expected(int ranks, size_t i) {
   return (float)((i * 7 + 3) % 13 + 1) * (float)w;
 }
 
+int comm_case_names_rank(const char *msg, int m) {
+  char want[64];
+  snprintf(want, sizeof want, "rank %d did not enter", m);
+  if (strstr(msg, want)) return 1;
+  const char *p = strstr(msg, "no header from");
+  p = p ? strchr(p, '(') : NULL;
+  while (p && *p && *p != ')') {
+    char *end;
+    const long a = strtol(p + 1, &end, 10);
+    long b = a;
+    if (end == p + 1) return 0;
+    if (*end == '-') b = strtol(end + 1, &end, 10);
+    if (a <= m && m <= b) return 1;
+    p = end; /* at ", " or ")" */
+    if (*p == ',') ++p;
+  }
+  return 0;
+}
+
 uint64_t comm_case_hash(const void *p, size_t bytes) {
   const unsigned char *b = p;
   uint64_t h = 1469598103934665603ull;
