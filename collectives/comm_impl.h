@@ -33,7 +33,8 @@
 
 /* Tag of the hello round (fixed, so that a rank a collective ahead or behind is matched and
  * seen as a mismatch); data messages use 1 + (seq + uid) % (tag_ub - 1) so that messages left
- * over from a failed collective never match a later one. */
+ * over from a failed collective never match a later one; tag_ub itself carries the notes a
+ * rank sends after its hello round timed out (hello.c). */
 #define DPT_TAG_HELLO 0
 
 /* Most requests one poll call handles (window sizes are bounded by what callers pass; the

@@ -40,9 +40,11 @@
  *   largest message (N/2) entries. Messages longer than the transport's eager size go in
  *   pieces of that size.
  *
- * A rank that does not enter holds up the ranks that relay its header, so on a timeout a rank
- * names every rank it has not heard from, the missing one among them, and the partner it
- * waited for.
+ * A rank that does not enter holds up the ranks that relay its header, so the ranks a rank
+ * has no header from at its deadline are a superset of the missing ones. To tell them apart,
+ * a rank that times out sends every other rank a note and collects theirs for a grace period
+ * (failure path only: N-1 small messages each way): those it has no header from but a note
+ * from entered; the others are named as not having entered.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -577,12 +579,90 @@ static diss_phase diss_headers(const diss_layout *L, int set, uint64_t seq) {
   return P;
 }
 
-/* Names the ranks this rank has heard nothing from (headers), or what is still pending
- * (payloads). Entry j came in round floor(log2 j), so the missing ranks are those of the
- * rounds not yet received; the first of those rounds' partner is the one waited for. */
-static dpt_status diss_timeout(const dpt_comm *c, const diss_layout *L, const diss_phase *P,
-                               int headers, dpt_what *wt) {
-  int waited = -1, wait_round = -1, count = 0, last = -1;
+/* How long a rank that timed out collects the other ranks' notes: a quarter of the timeout,
+ * at most 1 s. */
+static double diss_grace(const dpt_comm *c) {
+  const double t = c->opt.timeout_s / 4;
+  return t < 1.0 ? t : 1.0;
+}
+
+/* After a header phase timed out: sends every other rank a note (this collective's number,
+ * on the tag no collective uses, tag_ub) and collects theirs for a grace period of a quarter
+ * of the timeout (at most 1 s), so that among the ranks not heard from, those that entered
+ * (and wait, held up like this one) can be told from those that did not. Ranks that time out
+ * about together exchange notes; a rank that entered much later sends its note too late and
+ * is named with the missing. Sets note[r] = 1 for every rank whose note came; 0 when the
+ * notes cannot be sent (no memory, transport error: the caller names all it lacks). */
+static int diss_notes(dpt_comm *c, uint64_t seq, unsigned char *note) {
+  const size_t n = (size_t)c->size;
+  dpt_req *q = calloc(2 * n, sizeof *q);
+  dpt_req **list = malloc(2 * n * sizeof *list);
+  uint64_t *got = calloc(n + 1, sizeof *got);
+  int ok = q && list && got;
+  if (ok) got[n] = seq;
+  size_t m = 0;
+  for (size_t r = 0; r < n && ok; ++r) {
+    if (r == (size_t)c->rank) continue;
+    for (int send = 0; send < 2 && ok; ++send) {
+      dpt_req *x = &q[2 * r + (size_t)send];
+      x->is_recv = !send;
+      x->peer = (int)r;
+      x->tag = c->tag_ub;
+      x->seq = seq;
+      x->buf = send ? (void *)&got[n] : (void *)&got[r];
+      x->bytes = sizeof *got;
+      ok = (send ? c->tp->isend(c, x) : c->tp->irecv(c, x)) == DPT_OK;
+      if (ok) list[m++] = x;
+    }
+  }
+  double until = dpt_now() + diss_grace(c), since = 0.0;
+  size_t at = 0;
+  int expired = 0;
+  while (ok && m > 0 && !expired)
+    ok = poll_pass(c, list, &m, &at, &since, &until, &expired) == DPT_OK;
+  for (size_t r = 0; r < n; ++r) {
+    note[r] =
+        ok && r != (size_t)c->rank && q[2 * r].done && q[2 * r].got == sizeof *got && got[r] == seq;
+    for (size_t k = 2 * r; q && k < 2 * r + 2; ++k)
+      if (q[k].active) c->tp->cancel(c, &q[k]);
+  }
+  free(q);
+  free(list);
+  free(got);
+  return ok;
+}
+
+/* Appends the ranks r with set[r] as runs "a-b" in rank order (a round's entries are
+ * consecutive ranks, so there are few runs); returns how many. */
+static int rank_runs(char *out, size_t size, const unsigned char *set, int n) {
+  size_t len = 0;
+  int count = 0, run = -1;
+  out[0] = '\0';
+  for (int r = 0; r <= n; ++r) {
+    if (r < n && set[r]) {
+      ++count;
+      if (run < 0) run = r;
+      continue;
+    }
+    if (run < 0) continue;
+    const char *sep = len ? ", " : "";
+    if (len < size - 32)
+      len += (size_t)(run == r - 1 ? snprintf(out + len, size - len, "%s%d", sep, run)
+                                   : snprintf(out + len, size - len, "%s%d-%d", sep, run, r - 1));
+    else if (len < size - 6)
+      len += (size_t)snprintf(out + len, size - len, ", ...");
+    run = -1;
+  }
+  return count;
+}
+
+/* Names the ranks that did not enter (headers), or what is still pending (payloads). Entry j
+ * came in round floor(log2 j), so the ranks not heard from are those of the rounds not yet
+ * received; the notes (diss_notes) tell which of them entered; the first round not received
+ * is the partner waited for. */
+static dpt_status diss_timeout(dpt_comm *c, const diss_layout *L, const diss_phase *P, int headers,
+                               dpt_what *wt) {
+  int waited = -1, wait_round = -1;
   int got[DISS_MAX_ROUNDS];
   for (int k = 0; k < L->rounds; ++k) {
     got[k] = diss_received(c, L, P, k);
@@ -601,50 +681,48 @@ static dpt_status diss_timeout(const dpt_comm *c, const diss_layout *L, const di
                          "%s: timed out after %.3g s: every header arrived but not all of the "
                          "data (waiting for rank %d, round %d of %d)",
                          dpt_what_str(wt), c->opt.timeout_s, waited, wait_round + 1, L->rounds);
-  /* The ranks not heard from, as runs "a-b" in rank order (a round's entries are
-   * consecutive ranks, so there are few runs). */
-  char missing[512];
-  size_t len = 0;
-  missing[0] = '\0';
-  int run = -1; /* first rank of the run in progress */
-  for (int r = 0; r <= c->size; ++r) {
-    int miss = 0;
-    if (r < c->size) {
-      const size_t j = ((size_t)c->rank + (size_t)c->size - (size_t)r) % (size_t)c->size;
-      int k = 0;
-      while (j >> (k + 1))
-        ++k;
-      miss = j != 0 && !got[k];
-    }
-    if (miss) {
-      ++count;
-      last = r;
-      if (run < 0) run = r;
-      continue;
-    }
-    if (run < 0) continue;
-    if (len < sizeof missing - 32) {
-      const char *sep = len ? ", " : "";
-      len += (size_t)(last == run ? snprintf(missing + len, sizeof missing - len, "%s%d", sep, run)
-                                  : snprintf(missing + len, sizeof missing - len, "%s%d-%d", sep,
-                                             run, last));
-    } else if (len < sizeof missing - 6) {
-      len += (size_t)snprintf(missing + len, sizeof missing - len, ", ...");
-    }
-    run = -1;
-  }
-  if (count == 1 && last == waited)
-    return dpt_set_error(DPT_ERR_TIMEOUT,
-                         "%s: timed out after %.3g s: rank %d did not enter the collective",
+  const size_t n = (size_t)c->size;
+  unsigned char *lack = calloc(3 * n, 1), *note = lack + n, *absent = lack + 2 * n;
+  if (!lack)
+    return dpt_set_error(DPT_ERR_TIMEOUT, "%s: timed out after %.3g s waiting for rank %d",
                          dpt_what_str(wt), c->opt.timeout_s, waited);
-  /* A rank that did not enter also holds up the ranks that relay its header, so the ranks
-   * named are a superset: the one missing is among them. */
-  return dpt_set_error(DPT_ERR_TIMEOUT,
-                       "%s: timed out after %.3g s: no header from %d rank%s (%s): at least one "
-                       "of them did not enter the collective, the others may be waiting for it "
-                       "(this rank waited for rank %d, round %d of %d)",
-                       dpt_what_str(wt), c->opt.timeout_s, count, count == 1 ? "" : "s", missing,
+  for (size_t r = 0; r < n; ++r) {
+    const size_t j = ((size_t)c->rank + n - r) % n;
+    int k = 0;
+    while (j >> (k + 1))
+      ++k;
+    lack[r] = j != 0 && !got[k];
+  }
+  const int noted = diss_notes(c, P->seq, note);
+  for (size_t r = 0; r < n; ++r)
+    absent[r] = lack[r] && !note[r];
+  char who[256], held[256];
+  const int nabsent = rank_runs(who, sizeof who, absent, c->size);
+  const int nlack = rank_runs(held, sizeof held, lack, c->size);
+  dpt_status st;
+  const double grace = diss_grace(c);
+  if (noted && nabsent > 0 && nabsent == nlack)
+    st = dpt_set_error(DPT_ERR_TIMEOUT,
+                       "%s: timed out after %.3g s: rank%s %s did not enter the collective",
+                       dpt_what_str(wt), c->opt.timeout_s, nabsent == 1 ? "" : "s", who);
+  else if (noted && nabsent > 0)
+    st = dpt_set_error(DPT_ERR_TIMEOUT,
+                       "%s: timed out after %.3g s: rank%s %s did not enter the collective, or "
+                       "entered over %.2g s after this rank (no header from %d ranks, %s: the "
+                       "others entered and wait; this rank waited for rank %d, round %d of %d)",
+                       dpt_what_str(wt), c->opt.timeout_s, nabsent == 1 ? "" : "s", who, grace,
+                       nlack, held, waited, wait_round + 1, L->rounds);
+  else
+    /* Every rank not heard from answered (it entered, late), or the notes could not be sent:
+     * name them all. */
+    st = dpt_set_error(DPT_ERR_TIMEOUT,
+                       "%s: timed out after %.3g s: no header from %d rank%s (%s): at least "
+                       "one of them entered late or not at all (this rank waited for rank %d, "
+                       "round %d of %d)",
+                       dpt_what_str(wt), c->opt.timeout_s, nlack, nlack == 1 ? "" : "s", held,
                        waited, wait_round + 1, L->rounds);
+  free(lack);
+  return st;
 }
 
 /* Runs one phase: the receives of every round are up from the start (posted here unless
