@@ -26,6 +26,8 @@ dpt_status dpt_comm_init(dpt_comm *c, const dpt_transport *tp, void *impl, int r
   c->uid = 0;
   c->eager_bytes = SIZE_MAX; /* the transport lowers it */
   c->recv_reduce = 0;        /* the transport raises it */
+  c->hello_flat_max = DPT_HELLO_FLAT_MAX;
+  c->hello_msgs = 0;
   c->progress = NULL;
   atomic_init(&c->pending, 0);
   c->nnodes = 1;
@@ -35,6 +37,7 @@ dpt_status dpt_comm_init(dpt_comm *c, const dpt_transport *tp, void *impl, int r
   if (!c->payload)
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "communicator: %d payload pointers", size);
   dpt_status st = dpt_comm_options_init(c, &c->opt);
+  if (st == DPT_OK) st = dpt_comm_hello_flat_env(&c->hello_flat_max);
   if (st != DPT_OK) {
     free(c->payload);
     c->payload = NULL;

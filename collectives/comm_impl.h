@@ -34,11 +34,12 @@
 
 /* Tag of the hello round (fixed, so that a rank a collective ahead or behind is matched and
  * seen as a mismatch); data messages use 1 + (seq + uid) % (tag_ub - 1) so that messages left
- * over from a failed collective never match a later one. */
+ * over from a failed collective never match a later one; tag_ub itself carries the notes a
+ * rank sends after its hello round timed out (hello.c). */
 #define DPT_TAG_HELLO 0
 
-/* Most requests one poll call handles (window sizes and 2 * (size - 1) for the hello round
- * are bounded by what callers pass; larger sets are polled in slices). */
+/* Most requests one poll call handles (window sizes are bounded by what callers pass; the
+ * hello round's larger sets are polled in slices). */
 #define DPT_POLL_MAX 64
 
 /* One nonblocking send or receive. Posted by the transport's isend/irecv, completed by poll
@@ -149,6 +150,11 @@ struct dpt_comm {
   size_t hello_bytes;
   int hello_set;    /* which of the two hello slot sets the next round uses */
   int hello_posted; /* its receives are already posted */
+  /* Groups of up to this many members say hello all-to-all (one round of N-1 messages each
+   * way), larger ones by dissemination (ceil(log2 N) rounds per phase, hello.c). Fixed before
+   * the first collective (tests lower it). */
+  int hello_flat_max;
+  uint64_t hello_msgs; /* messages (not fragments) this member sent in its last hello round */
   unsigned char *slot_buf;
   size_t slot_bytes;
   const void **payload; /* [size]: each rank's inline payload after a hello round (owner:

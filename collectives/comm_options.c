@@ -200,6 +200,17 @@ static dpt_status options_from_env(dpt_comm_options *o) {
   return env_staging(o);
 }
 
+dpt_status dpt_comm_hello_flat_env(int *flat_max) {
+  const char *v = getenv("DPT_COMM_HELLO_FLAT_MAX");
+  size_t n = 0;
+  if (!v) return DPT_OK;
+  if (!parse_bytes(v, &n) || n > 1u << 20)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "DPT_COMM_HELLO_FLAT_MAX='%s' is not a group size (0 .. 1048576)", v);
+  *flat_max = (int)n;
+  return DPT_OK;
+}
+
 dpt_status dpt_comm_options_init(const dpt_comm *c, dpt_comm_options *o) {
   dpt_comm_options_default(o);
   dpt_status st = options_from_env(o);

@@ -8,4 +8,8 @@
  * an invalid value is DPT_ERR_INVALID_ARG naming the variable. */
 dpt_status dpt_comm_options_init(const dpt_comm *c, dpt_comm_options *o);
 
+/* DPT_COMM_HELLO_FLAT_MAX over *flat_max (dpt_comm.hello_flat_max: the largest group that
+ * says hello all-to-all); unchanged when unset. */
+dpt_status dpt_comm_hello_flat_env(int *flat_max);
+
 #endif

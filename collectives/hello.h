@@ -1,6 +1,7 @@
 /* Internal: the hello round (hello.c), which opens a collective when the desync check is on
- * and is the whole of the small ones: every rank sends every other rank a header describing
- * its call, plus an inline payload when the collective is small enough, and receives theirs. */
+ * and is the whole of the small ones: every rank gathers every rank's header describing its
+ * call, plus the inline payloads it needs when the collective is small enough (all-to-all in
+ * small groups, by dissemination in ceil(log2 N) rounds in larger ones). */
 #ifndef DPTRAIN_COLLECTIVES_HELLO_H
 #define DPTRAIN_COLLECTIVES_HELLO_H
 
@@ -11,6 +12,9 @@
 #include "dptrain/comm.h"
 
 #define DPT_HELLO_MAGIC 0x48545044u /* "DPTH" */
+/* Largest group that says hello all-to-all (dpt_comm.hello_flat_max's default): below it the
+ * one round of N-1 messages is faster than ceil(log2 N) rounds (docs/collectives.md). */
+#define DPT_HELLO_FLAT_MAX 4
 /* dpt_hello.flags: the sender failed before the collective (bad arguments). */
 #define DPT_HELLO_FAILED 1u
 

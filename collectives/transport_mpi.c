@@ -393,14 +393,20 @@ enum {
   OPT_BLOCK,
   OPT_SHM,
   OPT_FAKE,
+  OPT_HELLO,
   OPT_N
 };
-static const char *const opt_vars[OPT_N] = {
-    [OPT_TIMEOUT] = "DPT_COMM_TIMEOUT",  [OPT_DESYNC] = "DPT_COMM_DESYNC_CHECK",
-    [OPT_ALGO] = "DPT_ALLREDUCE_ALGO",   [OPT_DIRECT] = "DPT_ALLREDUCE_DIRECT_MAX",
-    [OPT_MPI] = "DPT_ALLREDUCE_MPI_MAX", [OPT_RD] = "DPT_ALLREDUCE_RD_MAX",
-    [OPT_PIECE] = "DPT_COMM_PIECE",      [OPT_BLOCK] = "DPT_COMM_BLOCK",
-    [OPT_SHM] = "DPT_COMM_SHM",          [OPT_FAKE] = "DPT_COMM_FAKE_NODES"};
+static const char *const opt_vars[OPT_N] = {[OPT_TIMEOUT] = "DPT_COMM_TIMEOUT",
+                                            [OPT_DESYNC] = "DPT_COMM_DESYNC_CHECK",
+                                            [OPT_ALGO] = "DPT_ALLREDUCE_ALGO",
+                                            [OPT_DIRECT] = "DPT_ALLREDUCE_DIRECT_MAX",
+                                            [OPT_MPI] = "DPT_ALLREDUCE_MPI_MAX",
+                                            [OPT_RD] = "DPT_ALLREDUCE_RD_MAX",
+                                            [OPT_PIECE] = "DPT_COMM_PIECE",
+                                            [OPT_BLOCK] = "DPT_COMM_BLOCK",
+                                            [OPT_SHM] = "DPT_COMM_SHM",
+                                            [OPT_FAKE] = "DPT_COMM_FAKE_NODES",
+                                            [OPT_HELLO] = "DPT_COMM_HELLO_FLAT_MAX"};
 
 /* Formats field f of a record as its variable would say it. */
 static const char *opt_text(char *out, size_t n, int f, const int64_t *rec) {
@@ -437,6 +443,7 @@ static dpt_status agree_options(dpt_comm *c, MPI_Comm comm, int ok, int shm, int
     mine[OPT_BLOCK] = (int64_t)o->block_bytes;
     mine[OPT_SHM] = shm;
     mine[OPT_FAKE] = fake;
+    mine[OPT_HELLO] = c->hello_flat_max;
   }
   int64_t *all = malloc((size_t)c->size * sizeof mine);
   if (!all) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_comm_create_mpi: no memory");

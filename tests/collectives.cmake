@@ -8,6 +8,9 @@ dpt_add_check_test(NAME comm_threads_opencl TARGET comm_threads ARGS opencl
                    LABELS comm opencl TIMEOUT 300 ENVIRONMENT POCL_MAX_PTHREAD_COUNT=1)
 dpt_add_check_test(NAME comm_threads_vulkan TARGET comm_threads ARGS vulkan
                    LABELS comm vulkan TIMEOUT 300)
+# The hello round in groups of 64 and 256 threads (dissemination): results, failures, the
+# messages each member sends.
+dpt_add_check_test(NAME comm_hello SOURCES comm_hello.c comm_cases.c LABELS unit comm cpu TIMEOUT 120)
 # Sparse table gradients: the (id, row) exchange against the dense all-reduce (threads, 2-4
 # replicas), the row-wise SGD and Adagrad updates.
 dpt_add_check_test(NAME test_sparse SOURCES test_sparse.c LABELS unit comm cpu TIMEOUT 240)
@@ -44,6 +47,14 @@ if(DPT_WITH_MPI)
   dpt_add_check_test(NAME comm_mpi_4_nodes TARGET comm_mpi LABELS comm mpi TIMEOUT 300
                      LAUNCHER ${MPIEXEC_EXECUTABLE} --oversubscribe ${MPIEXEC_NUMPROC_FLAG} 4
                      ENVIRONMENT ${_dpt_mpi_env} DPT_COMM_FAKE_NODES=2)
+  # The hello round by dissemination (all-to-all is the default up to 4 ranks), over the
+  # shared-memory channels and over MPI point-to-point (payloads in eager-size pieces).
+  dpt_add_check_test(NAME comm_mpi_4_dissem TARGET comm_mpi LABELS comm mpi TIMEOUT 300
+                     LAUNCHER ${MPIEXEC_EXECUTABLE} --oversubscribe ${MPIEXEC_NUMPROC_FLAG} 4
+                     ENVIRONMENT ${_dpt_mpi_env} DPT_COMM_HELLO_FLAT_MAX=0)
+  dpt_add_check_test(NAME comm_mpi_3_p2p_dissem TARGET comm_mpi LABELS comm mpi TIMEOUT 240
+                     LAUNCHER ${MPIEXEC_EXECUTABLE} --oversubscribe ${MPIEXEC_NUMPROC_FLAG} 3
+                     ENVIRONMENT ${_dpt_mpi_env} DPT_COMM_SHM=0 DPT_COMM_HELLO_FLAT_MAX=0)
   # Buffers of the GPU backends present (OpenCL, Vulkan) under MPI, 2 ranks.
   dpt_add_check_test(NAME comm_mpi_gpu_2 TARGET comm_mpi ARGS gpu LABELS comm mpi opencl vulkan
                      TIMEOUT 300

@@ -33,6 +33,36 @@ float comm_case_expected(int ranks, size_t i) {
   return (float)((i * 7 + 3) % 13 + 1) * (float)w;
 }
 
+/* 1 when the list of rank runs at p ("3, 5-7, 9") holds m. */
+static int runs_hold(const char *p, int m) {
+  for (;;) {
+    char *end;
+    const long a = strtol(p, &end, 10);
+    long b = a;
+    if (end == p) return 0;
+    if (*end == '-') b = strtol(end + 1, &end, 10);
+    if (a <= m && m <= b) return 1;
+    if (end[0] != ',' || end[1] != ' ') return 0;
+    p = end + 2;
+  }
+}
+
+int comm_case_names_rank(const char *msg, int m) {
+  /* "rank 5 did not enter", "ranks 3-6, 9 did not enter ..." */
+  const char *p = strstr(msg, "rank");
+  const char *stop = strstr(msg, " did not enter");
+  while (p && stop && p < stop) {
+    const char *q = p + 4 + (p[4] == 's');
+    if (*q == ' ' && runs_hold(q + 1, m)) return 1;
+    p = strstr(p + 4, "rank");
+  }
+  /* "no header from 16 ranks (33-48)", "(no header from 16 ranks, 33-48: ..." */
+  p = strstr(msg, "no header from ");
+  if (p) p = strstr(p, " rank");
+  if (p) p = strpbrk(p, "(,");
+  return p && p[1] == ' ' ? runs_hold(p + 2, m) : p ? runs_hold(p + 1, m) : 0;
+}
+
 uint64_t comm_case_hash(const void *p, size_t bytes) {
   const unsigned char *b = p;
   uint64_t h = 1469598103934665603ull;

@@ -10,6 +10,10 @@
 
 #include "dptrain/comm.h"
 
+/* 1 when a hello-round timeout message names rank m: alone ("rank m did not enter"), or in
+ * the list of ranks not heard from ("no header from 5 ranks (3-6, 9)"). */
+int comm_case_names_rank(const char *msg, int m);
+
 /* Where the data of a case lives. */
 typedef struct comm_place {
   int device; /* 0: host memory, 1: a buffer of `backend` */

@@ -99,7 +99,9 @@ def load(path):
         for line in f:
             line = line.strip()
             if line.startswith("{"):
-                rows.append(json.loads(line))
+                row = json.loads(line)
+                if "bytes" in row:  # not the header line
+                    rows.append(row)
     if not rows:
         sys.exit("allreduce_model.py: %s has no JSON row (bench allreduce --json)" % path)
     return rows

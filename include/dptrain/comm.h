@@ -41,6 +41,8 @@
  *                             (auto: measured per channel; docs/collectives.md)
  *   DPT_COMM_FAKE_NODES       K (testing): every K consecutive ranks of a node count as a
  *                             node of their own, so one machine runs the paths across nodes
+ *   DPT_COMM_HELLO_FLAT_MAX   ranks: groups up to this size say hello all-to-all, larger ones
+ *                             by dissemination (default 4; docs/collectives.md)
  * See docs/collectives.md for the algorithms, their costs and the measured thresholds.
  */
 #ifndef DPTRAIN_COMM_H
@@ -68,8 +70,9 @@ typedef enum dpt_comm_dtype { DPT_COMM_F32 = 0, DPT_COMM_F16 = 1 } dpt_comm_dtyp
  * size from the thresholds below.
  *   RING    reduce-scatter + all-gather, 2(N-1) steps: large payloads
  *   RD      recursive doubling, log2(N) steps of the whole vector
- *   DIRECT  one round: every rank sends its vector to every other rank; payloads up to the
- *           inline limit (64 KiB for up to 17 ranks)
+ *   DIRECT  the vectors ride in the hello round (every rank to every other in groups of up
+ *           to 4, else gathered in ceil(log2 N) rounds) and every rank sums them in rank
+ *           order; payloads up to the inline limit (64 KiB for up to 17 ranks)
  *   MPI     the MPI library's own (MPI transport only)
  *   HIER    hierarchical, for ranks on several nodes: reduce-scatter inside each node, ring
  *           all-reduce of each shard across the nodes, all-gather inside each node; where
