@@ -14,7 +14,8 @@ Model, n bytes per rank, N ranks (L per node on M nodes for the hierarchical alg
 seconds per message step, beta seconds per byte (the reduction's memory traffic folded in):
   ring    2(N-1) alpha + 2(N-1)/N n beta
   rd      ceil(log2 N) (alpha + n beta), + 2 (alpha + n beta) when N is not a power of two
-  direct  ceil(log2 N) alpha + (N-1) n beta        (the hello round carries every payload)
+  direct  (N-1) alpha + (N-1) n beta up to 4 ranks (all-to-all hello round), above that
+          2 ceil(log2 N) alpha + (N-1) n beta (dissemination: headers, then payloads)
   hier    2(L-1) (alpha_l + n/L beta_l) + 2(M-1) (alpha + n/M beta)
           (in the cross-node phase the node's L rings share its link: n/M bytes per step)
 Only the Python standard library is used.
@@ -58,7 +59,9 @@ def rd(n, N, a, b):
 
 
 def direct(n, N, a, b):
-    return math.ceil(math.log2(N)) * a + (N - 1) * n * b
+    if N <= 4:
+        return (N - 1) * a + (N - 1) * n * b
+    return 2 * math.ceil(math.log2(N)) * a + (N - 1) * n * b
 
 
 def hier(n, N, L, a, b, al, bl):
