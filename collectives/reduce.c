@@ -1,7 +1,7 @@
-/* The sums the collectives apply to received data: float32 and binary16 (summed in float32,
- * rounded to binary16 after every addition). Every rank applies the same additions in the
- * same order, so results are bit-identical; a + b == b + a exactly in IEEE arithmetic, which
- * lets a rank add a partner's vector to its own in either order. */
+/* The sums the collectives apply to received data: float32, binary16 and bfloat16 (both
+ * summed in float32, rounded to the 16-bit type after every addition). Every rank applies the same
+ * additions in the same order, so results are bit-identical; a + b == b + a exactly in IEEE
+ * arithmetic, which lets a rank add a partner's vector to its own in either order. */
 #include <string.h>
 
 #include "base/half.h"
@@ -35,9 +35,16 @@ static void sum_f16(uint16_t *dst, const uint16_t *a, const uint16_t *b, size_t 
     dst[i] = dpt_half_from_f32(dpt_half_to_f32(a[i]) + dpt_half_to_f32(b[i]));
 }
 
+static void sum_bf16(uint16_t *dst, const uint16_t *a, const uint16_t *b, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    dst[i] = dpt_bfloat_from_f32(dpt_bfloat_to_f32(a[i]) + dpt_bfloat_to_f32(b[i]));
+}
+
 void dpt_sum_to(void *dst, const void *a, const void *b, size_t n, dpt_comm_dtype dtype) {
   if (dtype == DPT_COMM_F16)
     sum_f16(dst, a, b, n);
+  else if (dtype == DPT_COMM_BF16)
+    sum_bf16(dst, a, b, n);
   else
     sum_f32(dst, a, b, n);
 }

@@ -135,14 +135,15 @@ static void counts_with(dpt_comm *c, const team *t, member_out *out, comm_count_
   if (out->rc) return;
   size_t counts[32];
   int n = comm_case_counts(dpt_comm_size(c), counts, 32);
-  for (int d = 0; d < 2 && out->rc == 0; ++d) {
+  static const dpt_comm_dtype dts[] = {DPT_COMM_F32, DPT_COMM_F16, DPT_COMM_BF16};
+  static const char *const names[] = {"f32", "f16", "bf16"};
+  for (int d = 0; d < 3 && out->rc == 0; ++d) {
     for (int i = 0; i < n && out->rc == 0 && out->nhash < 64; ++i) {
-      dpt_comm_dtype dt = d ? DPT_COMM_F16 : DPT_COMM_F32;
-      out->rc = fn(c, be, counts[i], dt, &out->hash[out->nhash++], out->err, sizeof out->err);
+      out->rc = fn(c, be, counts[i], dts[d], &out->hash[out->nhash++], out->err, sizeof out->err);
       if (out->rc) {
         size_t len = strlen(out->err);
-        snprintf(out->err + len, sizeof out->err - len, " [count %zu %s %s]", counts[i],
-                 d ? "f16" : "f32", label);
+        snprintf(out->err + len, sizeof out->err - len, " [count %zu %s %s]", counts[i], names[d],
+                 label);
       }
     }
   }
@@ -252,6 +253,9 @@ static void inexact(dpt_comm *c, const team *t, member_out *out) {
   const size_t counts[] = {3, 1000, 10007, 70001};
   for (int i = 0; i < 4 && out->rc == 0; ++i)
     out->rc = comm_case_inexact(c, counts[i], &out->hash[out->nhash++], out->err, sizeof out->err);
+  for (int i = 0; i < 4 && out->rc == 0; ++i)
+    out->rc =
+        comm_case_inexact_bf16(c, counts[i], &out->hash[out->nhash++], out->err, sizeof out->err);
 }
 
 START_TEST(allreduce_bit_identical) {
@@ -481,7 +485,7 @@ typedef struct mismatch_case {
   const char *name;
   int kind; /* 0: rank 1's count, 1: dtype, 2: op, 3: broadcast root, 4: piece option,
                5: rank 1 reduce-scatters where the others all-reduce, 6: rank 1's count in an
-               all-gather of shards */
+               all-gather of shards, 7: rank 1 sums bfloat16 where the others sum float16 */
   size_t count1;
 } mismatch_case;
 
@@ -495,6 +499,8 @@ static void mismatch_rank(dpt_comm *c, const team *t, member_out *out) {
     st = dpt_allreduce_host(c, x, rank == 1 ? m->count1 : count, DPT_COMM_F32);
   } else if (m->kind == 1) {
     st = dpt_allreduce_host(c, x, count, rank == 1 ? DPT_COMM_F16 : DPT_COMM_F32);
+  } else if (m->kind == 7) {
+    st = dpt_allreduce_host(c, x, count, rank == 1 ? DPT_COMM_BF16 : DPT_COMM_F16);
   } else if (m->kind == 2) {
     st = rank == 1 ? dpt_barrier(c) : dpt_allreduce_host(c, x, count, DPT_COMM_F32);
   } else if (m->kind == 3) {
@@ -530,6 +536,7 @@ START_TEST(mismatch_reported_everywhere) {
       {"piece size", 4, 0},
       {"reduce-scatter vs all-reduce", 5, 0},
       {"shards count +1", 6, 1001},
+      {"bfloat16 vs float16", 7, 0},
   };
   for (unsigned i = 0; i < sizeof cases / sizeof *cases; ++i) {
     for (int desync_algo = 0; desync_algo < 2; ++desync_algo) {
@@ -559,6 +566,12 @@ START_TEST(mismatch_reported_everywhere) {
       if (cases[i].kind == 6)
         ck_assert_msg(strstr(t.out[2].err, "rank 1: allgather of shards #0 (1001 x float32)"), "%s",
                       t.out[2].err);
+      if (cases[i].kind == 7) {
+        ck_assert_msg(strstr(t.out[0].err, "rank 1: allreduce #0 (1000 x bfloat16"), "%s",
+                      t.out[0].err);
+        ck_assert_msg(strstr(t.out[2].err, "rank 0: allreduce #0 (1000 x float16"), "%s",
+                      t.out[2].err);
+      }
       if (cases[i].kind == 0) {
         char want[64];
         snprintf(want, sizeof want, "rank 1: allreduce #0 (%zu x float32", cases[i].count1);
