@@ -35,7 +35,7 @@ static void usage(FILE *f) {
           "  --sizes MIN:MAX    byte range (default 1K:256M; K, M, G suffixes)\n"
           "  --factor F         size step factor (default 4)\n"
           "  --buffer B         host | cpu | opencl | vulkan: where the data lives (default host)\n"
-          "  --dtype T          f32 | f16 (default f32)\n"
+          "  --dtype T          f32 | f16 | bf16 (default f32)\n"
           "  --algo A           auto | ring | rd | direct | mpi (default auto)\n"
           "  --piece BYTES      ring message size; --block BYTES: ring block / staging chunk\n"
           "  --staging S        auto (zero-copy where the device memory is the host's, else\n"
@@ -110,8 +110,10 @@ static int parse_args(int argc, char **argv, config *cfg, int rank) {
       bad = cfg->have_buffer && dpt_backend_kind_parse(v, &cfg->backend) != DPT_OK;
       ++i;
     } else if (!strcmp(a, "--dtype")) {
-      bad = strcmp(v, "f32") && strcmp(v, "f16");
-      cfg->dtype = !strcmp(v, "f16") ? DPT_COMM_F16 : DPT_COMM_F32;
+      bad = strcmp(v, "f32") && strcmp(v, "f16") && strcmp(v, "bf16");
+      cfg->dtype = !strcmp(v, "f16")    ? DPT_COMM_F16
+                   : !strcmp(v, "bf16") ? DPT_COMM_BF16
+                                        : DPT_COMM_F32;
       ++i;
     } else if (!strcmp(a, "--algo")) {
       bad = dpt_allreduce_algo_parse(v, &cfg->opt.algo) != DPT_OK;
@@ -180,12 +182,18 @@ typedef struct run {
   size_t count, bytes;
 } run;
 
+/* "f32", "f16", "bf16" */
+static const char *dtype_flag(dpt_comm_dtype dt) {
+  return dt == DPT_COMM_F16 ? "f16" : dt == DPT_COMM_BF16 ? "bf16" : "f32";
+}
+
 static void fill(run *r) {
-  const size_t es = r->cfg->dtype == DPT_COMM_F16 ? 2 : 4;
   for (size_t i = 0; i < r->count; ++i) {
     float v = (float)((i % 5) + 1) * (float)(r->rank + 1);
-    if (es == 2)
+    if (r->cfg->dtype == DPT_COMM_F16)
       ((uint16_t *)r->host)[i] = dpt_f32_to_f16_scalar(v);
+    else if (r->cfg->dtype == DPT_COMM_BF16)
+      ((uint16_t *)r->host)[i] = dpt_f32_to_bf16_scalar(v);
     else
       ((float *)r->host)[i] = v;
   }
@@ -209,9 +217,10 @@ static int call(run *r, int m, double *seconds) {
     st = r->buf ? dpt_allreduce_buffer(c, r->buf, 0, r->count, cfg->dtype)
                 : dpt_allreduce_host(c, r->host, r->count, cfg->dtype);
   } else {
-    MPI_Datatype type = cfg->dtype == DPT_COMM_F16 ? MPI_UINT16_T : MPI_FLOAT;
+    MPI_Datatype type = cfg->dtype == DPT_COMM_F32 ? MPI_FLOAT : MPI_UINT16_T;
     if (r->buf) st = dpt_buffer_download(r->buf, 0, r->host, r->bytes);
-    /* MPI has no binary16 sum: for f16 it reduces the same bytes as uint16 (same traffic). */
+    /* MPI has no 16-bit float sum: for f16 and bf16 it reduces the same bytes as uint16
+     * (same traffic). */
     int rc = MPI_Allreduce(MPI_IN_PLACE, r->host, (int)r->count, type, MPI_SUM, MPI_COMM_WORLD);
     if (rc != MPI_SUCCESS) st = DPT_ERR_COMM;
     if (st == DPT_OK && r->buf) st = dpt_buffer_upload(r->buf, 0, r->host, r->bytes);
@@ -237,8 +246,10 @@ static int check(run *r) {
   const float w = (float)(r->size * (r->size + 1) / 2);
   for (size_t i = 0; i < r->count && !bad; ++i) {
     float want = (float)((i % 5) + 1) * w;
-    float got = r->cfg->dtype == DPT_COMM_F16 ? dpt_f16_to_f32_scalar(((uint16_t *)r->host)[i])
-                                              : ((float *)r->host)[i];
+    const uint16_t h = r->cfg->dtype == DPT_COMM_F32 ? 0 : ((uint16_t *)r->host)[i];
+    float got = r->cfg->dtype == DPT_COMM_F16    ? dpt_f16_to_f32_scalar(h)
+                : r->cfg->dtype == DPT_COMM_BF16 ? dpt_bf16_to_f32_scalar(h)
+                                                 : ((float *)r->host)[i];
     if (got != want) {
       fprintf(stderr, "rank %d: %zu bytes: element %zu is %g, expected %g\n", r->rank, r->bytes, i,
               got, want);
@@ -264,7 +275,7 @@ static int bench(const config *cfg, int rank, int size) {
   if (st == DPT_OK) st = dpt_comm_set_options(r.nocheck, &cfg->opt);
   if (st == DPT_OK) st = dpt_comm_set_desync_check(r.nocheck, 0);
   if (st == DPT_OK && cfg->have_buffer) st = dpt_backend_create(cfg->backend, 0, &be);
-  const size_t es = cfg->dtype == DPT_COMM_F16 ? 2 : 4;
+  const size_t es = cfg->dtype == DPT_COMM_F32 ? 4 : 2;
   if (st == DPT_OK) {
     r.host = malloc(cfg->max);
     if (!r.host) st = DPT_ERR_OUT_OF_MEMORY;
@@ -287,7 +298,10 @@ static int bench(const config *cfg, int rank, int size) {
       printf("{\"memcpy_gbs\": %.2f, \"ranks\": %d}\n", mc, size);
     } else {
       printf("# dptrain bench allreduce: %d ranks (MPI), buffer %s, %s, algo %s\n", size,
-             cfg->buffer_name, cfg->dtype == DPT_COMM_F16 ? "float16" : "float32",
+             cfg->buffer_name,
+             cfg->dtype == DPT_COMM_F16    ? "float16"
+             : cfg->dtype == DPT_COMM_BF16 ? "bfloat16"
+                                           : "float32",
              dpt_allreduce_algo_name(cfg->opt.algo));
       printf("# memcpy, one core, 64 MiB: %.2f GB/s (the physical reference)\n", mc);
       printf("# times: median of the slowest rank, us; busbw = algbw * 2(N-1)/N, GB/s;\n"
@@ -341,8 +355,8 @@ static int bench(const config *cfg, int rank, int size) {
                "\"algo\": \"%s\", \"dpt_us\": %.2f, \"dpt_busbw_gbs\": %.3f, "
                "\"nocheck_us\": %.2f, \"mpi_us\": %.2f, \"mpi_busbw_gbs\": %.3f, "
                "\"ratio\": %.3f, \"repeats\": %d}\n",
-               r.bytes, size, cfg->buffer_name, cfg->dtype == DPT_COMM_F16 ? "f16" : "f32", algo,
-               us[0], dpt_bw, us[1], us[2], mpi_bw, us[2] / us[0], reps);
+               r.bytes, size, cfg->buffer_name, dtype_flag(cfg->dtype), algo, us[0], dpt_bw, us[1],
+               us[2], mpi_bw, us[2] / us[0], reps);
       else
         printf("%12zu %7s %11.1f %10.2f %11.1f %11.1f %10.2f %7.2f\n", r.bytes, algo, us[0], dpt_bw,
                us[1], us[2], mpi_bw, us[2] / us[0]);
