@@ -737,21 +737,26 @@ static void init_all_f16(const conf_case *c, int t, void *elems, conf_rng *rng) 
     h[i] = (uint16_t)i;
 }
 
-static void gen_f16_to_f32(conf_list *l) {
+/* 16-bit patterns (src_dtype) to float32 by `run`: random ones and every one. */
+static void gen_16_to_f32(conf_list *l, conf_dtype src_dtype, conf_run_fn run) {
   static const size_t sizes[] = {1, 7, 1000, 4099, 65536, 0};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     n_p p = {sizes[i], 0.0f};
     int all = p.n == 65536;
     conf_case *c = conf_new_case(l, "n=%zu %s", p.n, all ? "every bit pattern" : "random bits");
     CONF_SET_PARAMS(c, p);
-    conf_tensor *src = conf_add_tensor(c, "src", CONF_F16, CONF_IN, 1, p.n);
+    conf_tensor *src = conf_add_tensor(c, "src", src_dtype, CONF_IN, 1, p.n);
     if (all) src->init = CONF_INIT_CUSTOM;
     conf_tensor *dst = conf_add_tensor(c, "dst", CONF_F32, CONF_OUT, 1, p.n);
     dst->cmp = CONF_CMP_EXACT;
     dst->finite = 0; /* inf and NaN patterns convert to inf and NaN */
     c->init = init_all_f16;
-    c->run = run_f16_to_f32;
+    c->run = run;
   }
+}
+
+static void gen_f16_to_f32(conf_list *l) {
+  gen_16_to_f32(l, CONF_F16, run_f16_to_f32);
 }
 
 /* ---- bfloat16 conversion: exact on every backend ---------------------------------------- */
@@ -828,20 +833,7 @@ static dpt_status run_bf16_to_f32(dpt_backend *be, const conf_case *c, dpt_buffe
 }
 
 static void gen_bf16_to_f32(conf_list *l) {
-  static const size_t sizes[] = {1, 7, 1000, 4099, 65536, 0};
-  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-    n_p p = {sizes[i], 0.0f};
-    int all = p.n == 65536;
-    conf_case *c = conf_new_case(l, "n=%zu %s", p.n, all ? "every bit pattern" : "random bits");
-    CONF_SET_PARAMS(c, p);
-    conf_tensor *src = conf_add_tensor(c, "src", CONF_BF16, CONF_IN, 1, p.n);
-    if (all) src->init = CONF_INIT_CUSTOM;
-    conf_tensor *dst = conf_add_tensor(c, "dst", CONF_F32, CONF_OUT, 1, p.n);
-    dst->cmp = CONF_CMP_EXACT;
-    dst->finite = 0; /* inf and NaN patterns convert to inf and NaN */
-    c->init = init_all_f16;
-    c->run = run_bf16_to_f32;
-  }
+  gen_16_to_f32(l, CONF_BF16, run_bf16_to_f32);
 }
 
 /* ---- gemm_batched --------------------------------------------------------------------------
