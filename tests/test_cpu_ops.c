@@ -701,9 +701,12 @@ START_TEST(bf16_values) {
 }
 END_TEST
 
-/* Every bfloat16 pattern converts to float and back to itself (a signaling NaN comes back
- * quieted), with the ops and with the host scalars; odd element offsets. */
-START_TEST(bf16_round_trip_all) {
+typedef dpt_status (*convert_op)(dpt_backend *, size_t, const dpt_buffer *, size_t, dpt_buffer *,
+                                 size_t);
+
+/* Every 16-bit pattern through widen then narrow, at odd element offsets of the uint16
+ * buffers: back[i] is what pattern i came back as (65536 entries, the caller frees). */
+static uint16_t *round_trip_all(convert_op widen, convert_op narrow) {
   enum { N = 65536 };
   uint16_t *h = malloc(N * 2 + 2), *back = malloc(N * 2 + 2);
   ck_assert_ptr_nonnull(h);
@@ -713,40 +716,36 @@ START_TEST(bf16_round_trip_all) {
     h[i + 1] = (uint16_t)i;
   dpt_buffer *hs = tu_buf(be, h, N * 2 + 2), *f = tu_buf(be, NULL, N * 4);
   dpt_buffer *hd = tu_buf(be, NULL, N * 2 + 2);
-  TU_OK(dpt_bf16_to_f32(be, N, hs, 1, f, 0));
-  TU_OK(dpt_f32_to_bf16(be, N, f, 0, hd, 1));
+  TU_OK(widen(be, N, hs, 1, f, 0));
+  TU_OK(narrow(be, N, f, 0, hd, 1));
   TU_OK(dpt_buffer_download(hd, 2, back, N * 2));
-  for (uint32_t i = 0; i < N; i++) {
+  free(h);
+  dpt_buffer_free(hs);
+  dpt_buffer_free(f);
+  dpt_buffer_free(hd);
+  return back;
+}
+
+/* Every bfloat16 pattern converts to float and back to itself (a signaling NaN comes back
+ * quieted), with the ops and with the host scalars. */
+START_TEST(bf16_round_trip_all) {
+  uint16_t *back = round_trip_all(dpt_bf16_to_f32, dpt_f32_to_bf16);
+  for (uint32_t i = 0; i < 65536; i++) {
     const uint16_t x = (uint16_t)i;
     const uint16_t want = (x & 0x7fffu) > 0x7f80u ? (uint16_t)(x | 0x0040u) : x;
     ck_assert_msg(back[i] == want, "0x%04x came back as 0x%04x", x, back[i]);
     ck_assert_msg(dpt_f32_to_bf16_scalar(dpt_bf16_to_f32_scalar(x)) == want,
                   "scalar round trip of 0x%04x", x);
   }
-  free(h);
   free(back);
-  dpt_buffer_free(hs);
-  dpt_buffer_free(f);
-  dpt_buffer_free(hd);
 }
 END_TEST
 
 /* Every binary16 pattern converts to float and back to itself (NaN stays NaN), with the ops
- * and with the host scalars; odd element offsets of the uint16 buffers. */
+ * and with the host scalars. */
 START_TEST(f16_round_trip_all) {
-  enum { N = 65536 };
-  uint16_t *h = malloc(N * 2 + 2), *back = malloc(N * 2 + 2);
-  ck_assert_ptr_nonnull(h);
-  ck_assert_ptr_nonnull(back);
-  h[0] = 0;
-  for (uint32_t i = 0; i < N; i++)
-    h[i + 1] = (uint16_t)i;
-  dpt_buffer *hs = tu_buf(be, h, N * 2 + 2), *f = tu_buf(be, NULL, N * 4);
-  dpt_buffer *hd = tu_buf(be, NULL, N * 2 + 2);
-  TU_OK(dpt_f16_to_f32(be, N, hs, 1, f, 0));
-  TU_OK(dpt_f32_to_f16(be, N, f, 0, hd, 1));
-  TU_OK(dpt_buffer_download(hd, 2, back, N * 2));
-  for (uint32_t i = 0; i < N; i++) {
+  uint16_t *back = round_trip_all(dpt_f16_to_f32, dpt_f32_to_f16);
+  for (uint32_t i = 0; i < 65536; i++) {
     uint16_t x = (uint16_t)i;
     if (f16_nan(x)) {
       ck_assert_msg(f16_nan(back[i]), "0x%04x came back as 0x%04x", x, back[i]);
@@ -757,11 +756,7 @@ START_TEST(f16_round_trip_all) {
                     "scalar round trip of 0x%04x", x);
     }
   }
-  free(h);
   free(back);
-  dpt_buffer_free(hs);
-  dpt_buffer_free(f);
-  dpt_buffer_free(hd);
 }
 END_TEST
 
