@@ -903,3 +903,27 @@ dpt_status dpt_f16_to_f32(dpt_backend *be, size_t n, const dpt_buffer *src, size
   dpt_f16_to_f32_args args = {n, dpt_op_ref(src, src_off), dpt_op_ref(dst, dst_off)};
   return DPT_BE_CALL(be, be->vt->f16_to_f32(be, &args));
 }
+
+dpt_status dpt_f32_to_bf16(dpt_backend *be, size_t n, const dpt_buffer *src, size_t src_off,
+                           dpt_buffer *dst, size_t dst_off) {
+  dpt_op_check ck;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_f32_to_bf16", be, be && be->vt->f32_to_bf16));
+  DPT_TRY(dpt_op_tensor(&ck, "src", src, src_off, n, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "dst", dst, dst_off, n, F16));
+  DPT_TRY(dpt_op_alias(&ck, "dst", dst, dst_off, n, F16, "src", src, src_off, n, F32, 0));
+  if (n == 0) return DPT_OK;
+  dpt_f32_to_bf16_args args = {n, dpt_op_ref(src, src_off), dpt_op_ref(dst, dst_off)};
+  return DPT_BE_CALL(be, be->vt->f32_to_bf16(be, &args));
+}
+
+dpt_status dpt_bf16_to_f32(dpt_backend *be, size_t n, const dpt_buffer *src, size_t src_off,
+                           dpt_buffer *dst, size_t dst_off) {
+  dpt_op_check ck;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_bf16_to_f32", be, be && be->vt->bf16_to_f32));
+  DPT_TRY(dpt_op_tensor(&ck, "src", src, src_off, n, F16));
+  DPT_TRY(dpt_op_tensor(&ck, "dst", dst, dst_off, n, F32));
+  DPT_TRY(dpt_op_alias(&ck, "dst", dst, dst_off, n, F32, "src", src, src_off, n, F16, 0));
+  if (n == 0) return DPT_OK;
+  dpt_bf16_to_f32_args args = {n, dpt_op_ref(src, src_off), dpt_op_ref(dst, dst_off)};
+  return DPT_BE_CALL(be, be->vt->bf16_to_f32(be, &args));
+}

@@ -176,13 +176,15 @@ static inline dpt_adamw_scalars dpt_adamw_scalars_of(const dpt_adamw_params *p) 
   return s;
 }
 
-/* f32_to_f16, f16_to_f32 */
+/* f32_to_f16, f16_to_f32, f32_to_bf16, bf16_to_f32 */
 typedef struct dpt_convert_args {
   size_t n;
   dpt_ref src, dst;
 } dpt_convert_args;
 typedef dpt_convert_args dpt_f32_to_f16_args;
 typedef dpt_convert_args dpt_f16_to_f32_args;
+typedef dpt_convert_args dpt_f32_to_bf16_args;
+typedef dpt_convert_args dpt_bf16_to_f32_args;
 
 typedef struct dpt_gemm_batched_args {
   dpt_gemm_args g; /* the shape; a, b, c are the first matrices (m, n, k, batch > 0 and

@@ -1,10 +1,13 @@
-/* IEEE 754 binary32 <-> binary16 conversion in integer arithmetic (no _Float16, no F16C), inline
- * for the loops that convert element by element (the all-reduce's binary16 sums); the
- * reference every backend's f32_to_f16 / f16_to_f32 op is compared with bit for bit
- * (dpt_f32_to_f16_scalar, dpt_f16_to_f32_scalar in backends/half.c).
+/* IEEE 754 binary32 <-> binary16 and binary32 <-> bfloat16 conversion in integer arithmetic
+ * (no _Float16, no F16C), inline for the loops that convert element by element (the
+ * all-reduce's 16-bit sums); the reference every backend's f32_to_f16 / f16_to_f32 and
+ * f32_to_bf16 / bf16_to_f32 ops are compared with bit for bit (dpt_f32_to_f16_scalar,
+ * dpt_f32_to_bf16_scalar, ... in backends/half.c).
  *
  * binary16: sign 1 | exponent 5 (bias 15) | mantissa 10. Largest finite 65504, smallest
  * normal 2^-14, smallest subnormal 2^-24. binary32: 1 | 8 (bias 127) | 23.
+ * bfloat16: the top 16 bits of a binary32, 1 | 8 (bias 127) | 7: the same range (largest
+ * finite 0x1.fep127, subnormals down to 2^-133), 8 significant bits.
  */
 #ifndef DPTRAIN_BASE_HALF_H
 #define DPTRAIN_BASE_HALF_H
@@ -76,6 +79,23 @@ static inline float dpt_half_to_f32(uint16_t h) {
   /* Subnormal: man * 2^-24 is exact in binary32 (a normal number there). */
   const float mag = (float)man * 0x1p-24f;
   return dpt_bits_f32(sign | dpt_f32_bits(mag));
+}
+
+/* Round to nearest even by adding just under half an ulp plus the kept part's low bit; a
+ * carry moves into the exponent, so subnormals become normals and the largest finite
+ * value's upper half (>= 0x1.fefp127) becomes infinity, as IEEE rounding does. */
+static inline uint16_t dpt_bfloat_from_f32(float x) {
+  const uint32_t u = dpt_f32_bits(x);
+  /* NaN: keep the sign and top payload bits and force the quiet bit, so a payload only in
+   * the dropped bits never turns into infinity. */
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* Exact; a NaN keeps its payload and gets the quiet bit (as hardware converts). */
+static inline float dpt_bfloat_to_f32(uint16_t h) {
+  const uint32_t u = (uint32_t)h << 16;
+  return dpt_bits_f32((u & 0x7fffffffu) > 0x7f800000u ? u | 0x00400000u : u);
 }
 
 #endif

@@ -44,7 +44,7 @@ static void usage(FILE *f) {
           "  --sizes MIN:MAX    byte range (default 1K:256M; K, M, G suffixes)\n"
           "  --factor F         size step factor (default 4)\n"
           "  --buffer B         host | cpu | opencl | vulkan: where the data lives (default host)\n"
-          "  --dtype T          f32 | f16 (default f32)\n"
+          "  --dtype T          f32 | f16 | bf16 (default f32)\n"
           "  --algo A           auto | ring | rd | direct | mpi | hier (default auto; auto and\n"
           "                     hier run hier where the ranks span nodes of equal size)\n"
           "  --piece BYTES      ring message size; --block BYTES: ring block / staging chunk\n"
@@ -126,8 +126,10 @@ static int parse_args(int argc, char **argv, config *cfg, int rank) {
       bad = cfg->have_buffer && dpt_backend_kind_parse(v, &cfg->backend) != DPT_OK;
       ++i;
     } else if (!strcmp(a, "--dtype")) {
-      bad = strcmp(v, "f32") && strcmp(v, "f16");
-      cfg->dtype = !strcmp(v, "f16") ? DPT_COMM_F16 : DPT_COMM_F32;
+      bad = strcmp(v, "f32") && strcmp(v, "f16") && strcmp(v, "bf16");
+      cfg->dtype = !strcmp(v, "f16")    ? DPT_COMM_F16
+                   : !strcmp(v, "bf16") ? DPT_COMM_BF16
+                                        : DPT_COMM_F32;
       ++i;
     } else if (!strcmp(a, "--algo")) {
       bad = dpt_allreduce_algo_parse(v, &cfg->opt.algo) != DPT_OK;
@@ -212,12 +214,22 @@ typedef struct run {
   size_t count, bytes;
 } run;
 
+/* "f32", "f16", "bf16" and "float32", "float16", "bfloat16" */
+static const char *dtype_flag(dpt_comm_dtype dt) {
+  return dt == DPT_COMM_F16 ? "f16" : dt == DPT_COMM_BF16 ? "bf16" : "f32";
+}
+static const char *dtype_name(dpt_comm_dtype dt) {
+  return dt == DPT_COMM_F16 ? "float16" : dt == DPT_COMM_BF16 ? "bfloat16" : "float32";
+}
+
 /* Rank `rank`'s closed-form input: element i is ((i%5)+1) * (rank+1). */
 static void fill_values(void *host, size_t count, dpt_comm_dtype dtype, int rank) {
   for (size_t i = 0; i < count; ++i) {
     float v = (float)((i % 5) + 1) * (float)(rank + 1);
     if (dtype == DPT_COMM_F16)
       ((uint16_t *)host)[i] = dpt_f32_to_f16_scalar(v);
+    else if (dtype == DPT_COMM_BF16)
+      ((uint16_t *)host)[i] = dpt_f32_to_bf16_scalar(v);
     else
       ((float *)host)[i] = v;
   }
@@ -228,8 +240,10 @@ static int verify(const void *host, size_t count, dpt_comm_dtype dtype, int size
   const float w = (float)(size * (size + 1) / 2);
   for (size_t i = 0; i < count; ++i) {
     float want = (float)((i % 5) + 1) * w;
-    float got = dtype == DPT_COMM_F16 ? dpt_f16_to_f32_scalar(((const uint16_t *)host)[i])
-                                      : ((const float *)host)[i];
+    const uint16_t h = dtype == DPT_COMM_F32 ? 0 : ((const uint16_t *)host)[i];
+    float got = dtype == DPT_COMM_F16    ? dpt_f16_to_f32_scalar(h)
+                : dtype == DPT_COMM_BF16 ? dpt_bf16_to_f32_scalar(h)
+                                         : ((const float *)host)[i];
     if (got != want) {
       fprintf(stderr, "rank %d: %zu elements: element %zu is %g, expected %g\n", rank, count, i,
               got, want);
@@ -261,9 +275,10 @@ static int call(run *r, int m, double *seconds) {
     st = r->buf ? dpt_allreduce_buffer(c, r->buf, 0, r->count, cfg->dtype)
                 : dpt_allreduce_host(c, r->host, r->count, cfg->dtype);
   } else {
-    MPI_Datatype type = cfg->dtype == DPT_COMM_F16 ? MPI_UINT16_T : MPI_FLOAT;
+    MPI_Datatype type = cfg->dtype == DPT_COMM_F32 ? MPI_FLOAT : MPI_UINT16_T;
     if (r->buf) st = dpt_buffer_download(r->buf, 0, r->host, r->bytes);
-    /* MPI has no binary16 sum: for f16 it reduces the same bytes as uint16 (same traffic). */
+    /* MPI has no 16-bit float sum: for f16 and bf16 it reduces the same bytes as uint16
+     * (same traffic). */
     int rc = MPI_Allreduce(MPI_IN_PLACE, r->host, (int)r->count, type, MPI_SUM, MPI_COMM_WORLD);
     if (rc != MPI_SUCCESS) st = DPT_ERR_COMM;
     if (st == DPT_OK && r->buf) st = dpt_buffer_upload(r->buf, 0, r->host, r->bytes);
@@ -306,7 +321,7 @@ static int bench(const config *cfg, int rank, int size) {
   if (st == DPT_OK) st = dpt_comm_set_options(r.nocheck, &cfg->opt);
   if (st == DPT_OK) st = dpt_comm_set_desync_check(r.nocheck, 0);
   if (st == DPT_OK && cfg->have_buffer) st = dpt_backend_create(cfg->backend, 0, &be);
-  const size_t es = cfg->dtype == DPT_COMM_F16 ? 2 : 4;
+  const size_t es = cfg->dtype == DPT_COMM_F32 ? 4 : 2;
   if (st == DPT_OK) {
     r.host = malloc(cfg->max);
     if (!r.host) st = DPT_ERR_OUT_OF_MEMORY;
@@ -334,8 +349,7 @@ static int bench(const config *cfg, int rank, int size) {
       printf("# dptrain bench allreduce: %d ranks (MPI) on %d node%s, shared memory inside "
              "nodes: %s, buffer %s, %s, algo %s\n",
              size, paths.nodes, paths.nodes == 1 ? "" : "s", paths.shm ? "yes" : "no",
-             cfg->buffer_name, cfg->dtype == DPT_COMM_F16 ? "float16" : "float32",
-             dpt_allreduce_algo_name(cfg->opt.algo));
+             cfg->buffer_name, dtype_name(cfg->dtype), dpt_allreduce_algo_name(cfg->opt.algo));
       printf("# memcpy, one core, 64 MiB: %.2f GB/s (the physical reference)\n", mc);
       printf("# times: median of the slowest rank, us; busbw = algbw * 2(N-1)/N, GB/s;\n"
              "# nocheck = dptrain without the desync check; ratio = mpi_us / dpt_us;\n"
@@ -396,8 +410,8 @@ static int bench(const config *cfg, int rank, int size) {
                "\"algo\": \"%s\", \"dpt_us\": %.2f, \"dpt_busbw_gbs\": %.3f, "
                "\"nocheck_us\": %.2f, \"mpi_us\": %.2f, \"mpi_busbw_gbs\": %.3f, "
                "\"ratio\": %.3f, \"shm_share\": %.3f, \"repeats\": %d}\n",
-               r.bytes, size, cfg->buffer_name, cfg->dtype == DPT_COMM_F16 ? "f16" : "f32", algo,
-               us[0], dpt_bw, us[1], us[2], mpi_bw, us[2] / us[0], shm_share, reps);
+               r.bytes, size, cfg->buffer_name, dtype_flag(cfg->dtype), algo, us[0], dpt_bw, us[1],
+               us[2], mpi_bw, us[2] / us[0], shm_share, reps);
       else
         printf("%12zu %7s %11.1f %10.2f %11.1f %11.1f %10.2f %7.2f %5.0f\n", r.bytes, algo, us[0],
                dpt_bw, us[1], us[2], mpi_bw, us[2] / us[0], 100.0 * shm_share);
@@ -437,7 +451,7 @@ static void *th_rank(void *p) {
   const th_arg *a = p;
   th_shared *sh = a->sh;
   const config *cfg = sh->cfg;
-  const size_t es = cfg->dtype == DPT_COMM_F16 ? 2 : 4;
+  const size_t es = cfg->dtype != DPT_COMM_F32 ? 2 : 4;
   void *host = malloc(sh->count * es);
   dpt_comm *c = NULL;
   dpt_status st = host ? dpt_comm_group_member(sh->group, a->rank, &c) : DPT_ERR_OUT_OF_MEMORY;
@@ -473,7 +487,7 @@ static void *th_rank(void *p) {
 static int bench_threads(const config *cfg) {
   const int n = cfg->threads, nodes = cfg->nodes ? cfg->nodes : 1;
   const int reps = cfg->repeat ? cfg->repeat : 20;
-  const size_t es = cfg->dtype == DPT_COMM_F16 ? 2 : 4;
+  const size_t es = cfg->dtype != DPT_COMM_F32 ? 2 : 4;
   int *node = malloc((size_t)n * sizeof *node);
   pthread_t *th = malloc((size_t)n * sizeof *th);
   th_arg *args = malloc((size_t)n * sizeof *args);
@@ -483,8 +497,7 @@ static int bench_threads(const config *cfg) {
     node[r] = (int)((long long)r * nodes / n);
   if (!rc) {
     printf("# dptrain bench allreduce: %d ranks (threads), %d fake node%s, %s, algo %s\n", n, nodes,
-           nodes > 1 ? "s" : "", cfg->dtype == DPT_COMM_F16 ? "float16" : "float32",
-           dpt_allreduce_algo_name(cfg->opt.algo));
+           nodes > 1 ? "s" : "", dtype_name(cfg->dtype), dpt_allreduce_algo_name(cfg->opt.algo));
     printf("# times: median of the slowest rank, us; busbw = algbw * 2(N-1)/N, GB/s;\n"
            "# ring = the flat ring forced; ratio = ring_us / dpt_us\n");
     printf("%12s %7s %11s %10s %11s %10s %7s\n", "bytes", "algo", "dpt_us", "dpt_busbw", "ring_us",

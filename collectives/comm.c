@@ -123,7 +123,7 @@ static dpt_status check_comm(const dpt_comm *c, const char *fn) {
 }
 
 static dpt_status check_dtype(dpt_comm_dtype dtype, const char *fn) {
-  if (dtype != DPT_COMM_F32 && dtype != DPT_COMM_F16)
+  if (!dpt_dtype_ok(dtype))
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: dtype %d is not a dpt_comm_dtype", fn,
                          (int)dtype);
   return DPT_OK;

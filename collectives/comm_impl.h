@@ -246,8 +246,8 @@ typedef enum dpt_shm_copy {
 /* "auto" | "cached" | "streaming"; anything else is DPT_ERR_INVALID_ARG naming the variable. */
 dpt_status dpt_shm_copy_parse(const char *v, dpt_shm_copy *out);
 /* A receiver's record of what one channel's slots cost in each mode, by kind of delivery:
- * 0 copy, 1 float32 sum, 2 float16 sum (their costs per KiB differ). */
-enum { DPT_COPY_KINDS = 3 };
+ * 0 copy, 1 float32 sum, 2 float16 sum, 3 bfloat16 sum (their costs per KiB differ). */
+enum { DPT_COPY_KINDS = 4 };
 typedef struct dpt_copy_choice {
   float est[DPT_COPY_KINDS][2]; /* [kind][cached 0, streaming 1]: ns per KiB, sender +
                                    receiver; 0 until a first sample */

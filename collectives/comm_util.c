@@ -29,12 +29,24 @@ int dpt_comm_data_tag(const dpt_comm *c, uint64_t seq) {
   return 1 + (int)((seq + c->uid) % (uint64_t)(c->tag_ub - 1));
 }
 
+int dpt_dtype_ok(dpt_comm_dtype dtype) {
+  return dtype == DPT_COMM_F32 || dtype == DPT_COMM_F16 || dtype == DPT_COMM_BF16;
+}
+
 size_t dpt_dtype_size(dpt_comm_dtype dtype) {
-  return dtype == DPT_COMM_F16 ? 2 : 4;
+  return dtype == DPT_COMM_F16 || dtype == DPT_COMM_BF16 ? 2 : 4;
 }
 
 const char *dpt_dtype_name(dpt_comm_dtype dtype) {
-  return dtype == DPT_COMM_F16 ? "float16" : dtype == DPT_COMM_F32 ? "float32" : "?";
+  switch (dtype) {
+  case DPT_COMM_F32:
+    return "float32";
+  case DPT_COMM_F16:
+    return "float16";
+  case DPT_COMM_BF16:
+    return "bfloat16";
+  }
+  return "?";
 }
 
 size_t dpt_comm_inline_cap(int size) {

@@ -39,6 +39,8 @@ void dpt_what_describe(char *out, size_t n, const dpt_what *w);
 dpt_status dpt_comm_scratch(unsigned char **buf, size_t *have, size_t bytes, dpt_what *what);
 /* The tag of data messages of collective `seq`. */
 int dpt_comm_data_tag(const dpt_comm *c, uint64_t seq);
+/* 1 for a member of dpt_comm_dtype, else 0. */
+int dpt_dtype_ok(dpt_comm_dtype dtype);
 size_t dpt_dtype_size(dpt_comm_dtype dtype);
 const char *dpt_dtype_name(dpt_comm_dtype dtype);
 /* count elements of dtype in bytes; SIZE_MAX when that overflows. */

@@ -140,8 +140,7 @@ static void recv_at(const void *ctx, size_t i, dpt_xfer *x) {
 
 size_t dpt_comm_shard(const dpt_comm *c, size_t count, dpt_comm_dtype dtype, int rank,
                       dpt_range *out, size_t max) {
-  if (!c || rank < 0 || rank >= c->size || (dtype != DPT_COMM_F32 && dtype != DPT_COMM_F16))
-    return 0;
+  if (!c || rank < 0 || rank >= c->size || !dpt_dtype_ok(dtype)) return 0;
   if (c->size == 1) {
     if (count > 0 && max > 0) out[0] = (dpt_range){0, count};
     return count > 0;

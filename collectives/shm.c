@@ -462,7 +462,10 @@ static void progress_recv(dpt_shm *s, int p, uint64_t current) {
       dpt_req_deliver(r, h.offset, slot_data(s, c, tail), h.bytes);
       if (h.send_ns) { /* a timed slot: add both copies' cost to the choice */
         const double ns = (dpt_now() - t0) * 1e9 + h.send_ns;
-        const int kind = r->reduce ? (r->dtype == DPT_COMM_F16 ? 2 : 1) : 0;
+        const int kind = !r->reduce                  ? 0
+                         : r->dtype == DPT_COMM_F16  ? 2
+                         : r->dtype == DPT_COMM_BF16 ? 3
+                                                     : 1;
         const int mode =
             dpt_copy_choice_add(&pe->choice, kind, (int)h.mode, ns * 1024.0 / (double)h.bytes);
         const float g = pe->choice.gap < 1 ? 1 : pe->choice.gap > 8 ? 8 : pe->choice.gap;

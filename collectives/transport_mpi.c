@@ -39,6 +39,7 @@ _Static_assert(sizeof(MPI_Request) <= sizeof(((dpt_req *)0)->mpi), "MPI_Request 
 typedef struct mpi_state {
   MPI_Comm comm;
   MPI_Op f16_sum;
+  MPI_Op bf16_sum;
   int oversubscribed; /* more ranks on this node than cores: yield while waiting */
   dpt_shm *shm;       /* channels to the ranks of this node, NULL without (owner: this) */
   int all_shm;        /* every rank is reached through shm */
@@ -206,12 +207,17 @@ static void f16_sum_op(void *in, void *inout, int *len, MPI_Datatype *type) {
   dpt_sum_into(inout, in, (size_t)*len, DPT_COMM_F16);
 }
 
+static void bf16_sum_op(void *in, void *inout, int *len, MPI_Datatype *type) {
+  (void)type;
+  dpt_sum_into(inout, in, (size_t)*len, DPT_COMM_BF16);
+}
+
 static dpt_status mpi_native_allreduce(dpt_comm *c, void *data, size_t count, dpt_comm_dtype dtype,
                                        int arrived, double deadline) {
   mpi_state *s = c->impl;
   const size_t es = dpt_dtype_size(dtype);
-  MPI_Datatype type = dtype == DPT_COMM_F16 ? MPI_UINT16_T : MPI_FLOAT;
-  MPI_Op op = dtype == DPT_COMM_F16 ? s->f16_sum : MPI_SUM;
+  MPI_Datatype type = dtype == DPT_COMM_F32 ? MPI_FLOAT : MPI_UINT16_T;
+  MPI_Op op = dtype == DPT_COMM_F16 ? s->f16_sum : dtype == DPT_COMM_BF16 ? s->bf16_sum : MPI_SUM;
   /* In parts of at most INT_MAX elements. When the hello round has just seen every rank
    * arrive, the blocking call (the library's fastest); otherwise the nonblocking one, polled
    * against the deadline (Open MPI's nonblocking collectives are several times slower). */
@@ -252,6 +258,7 @@ static void mpi_destroy(dpt_comm *c) {
   MPI_Finalized(&finalized);
   if (!finalized) {
     if (s->f16_sum != MPI_OP_NULL) MPI_Op_free(&s->f16_sum);
+    if (s->bf16_sum != MPI_OP_NULL) MPI_Op_free(&s->bf16_sum);
     /* Local in Open MPI and MPICH (the context id is released lazily): never waits. */
     MPI_Comm_free(&s->comm);
   }
@@ -643,6 +650,7 @@ dpt_status dpt_comm_create_mpi(const void *mpi_comm, dpt_comm **out) {
   }
   s->comm = MPI_COMM_NULL;
   s->f16_sum = MPI_OP_NULL;
+  s->bf16_sum = MPI_OP_NULL;
   MPI_Comm parent = mpi_comm ? *(const MPI_Comm *)mpi_comm : MPI_COMM_WORLD;
   if ((rc = MPI_Comm_dup(parent, &s->comm)) != MPI_SUCCESS)
     call = "MPI_Comm_dup";
@@ -655,6 +663,8 @@ dpt_status dpt_comm_create_mpi(const void *mpi_comm, dpt_comm **out) {
   else if ((rc = MPI_Comm_get_attr(s->comm, MPI_TAG_UB, &tag_ub, &flag)) != MPI_SUCCESS)
     call = "MPI_Comm_get_attr(MPI_TAG_UB)";
   else if ((rc = MPI_Op_create(f16_sum_op, 1, &s->f16_sum)) != MPI_SUCCESS)
+    call = "MPI_Op_create";
+  else if ((rc = MPI_Op_create(bf16_sum_op, 1, &s->bf16_sum)) != MPI_SUCCESS)
     call = "MPI_Op_create";
   if (rc != MPI_SUCCESS) {
     st = mpi_fail(rc, call, -1);
@@ -690,6 +700,7 @@ dpt_status dpt_comm_create_mpi(const void *mpi_comm, dpt_comm **out) {
 fail:
   if (s) dpt_shm_close(s->shm);
   if (s && s->f16_sum != MPI_OP_NULL) MPI_Op_free(&s->f16_sum);
+  if (s && s->bf16_sum != MPI_OP_NULL) MPI_Op_free(&s->bf16_sum);
   if (s && s->comm != MPI_COMM_NULL) MPI_Comm_free(&s->comm);
   free(s);
   free(c);

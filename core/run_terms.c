@@ -58,7 +58,9 @@ typedef enum term_kind { TERM_INT, TERM_FLOAT, TERM_HASH } term_kind;
     TERM_INT)                                                                                      \
   X(ACCUMULATE, "the micro-batches per slice (accumulate)", TERM_INT)                              \
   X(BUCKET_BYTES, "the gradient buckets' size (bucket_bytes)", TERM_INT)                           \
-  X(GRAD_DTYPE, "the gradient exchange's type (grad_dtype: 0 f32, 1 f16; 2 with error feedback)",  \
+  X(GRAD_DTYPE,                                                                                    \
+    "the gradient exchange's type (grad_dtype: 0 f32, 1 f16, 2 f16 with error feedback, 3 bf16, "  \
+    "4 bf16 with error feedback)",                                                                 \
     TERM_INT)
 
 enum {
@@ -205,7 +207,9 @@ void dpt_run_terms(const dpt_train_config *cfg, uint64_t *w) {
   w[TERM_SPARSE_DENSE_ABOVE] = float_word(cfg->sparse_dense_above);
   w[TERM_TABLE_OPTIMIZER] = int_word(cfg->table_optimizer);
   w[TERM_BUCKET_BYTES] = int_word((int64_t)cfg->bucket_bytes);
-  w[TERM_GRAD_DTYPE] = int_word((int64_t)cfg->grad_dtype + (cfg->grad_error_feedback ? 1 : 0));
+  /* f32 0, f16 1 (2 with error feedback), bf16 3 (4): the f16 words predate bf16. */
+  const int64_t dtype_word = cfg->grad_dtype == DPT_COMM_BF16 ? 3 : (int64_t)cfg->grad_dtype;
+  w[TERM_GRAD_DTYPE] = int_word(dtype_word + (cfg->grad_error_feedback ? 1 : 0));
   w[TERM_ACCUMULATE] = int_word(cfg->accumulate > 1 ? (int64_t)cfg->accumulate : 0);
   transform_words(&cfg->transform, w);
 }

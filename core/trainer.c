@@ -47,7 +47,7 @@ void dpt_train_config_default(dpt_train_config *cfg) {
 static step_mode step_mode_of(const dpt_train_config *cfg, int replicas) {
   if (cfg->skip_allreduce) return STEP_LOCAL;
   if (cfg->sparse_tables) return STEP_FULL; /* the dense ranges all-reduced, see train.h */
-  if (cfg->grad_dtype == DPT_COMM_F16) return STEP_FULL; /* shards are cut for float32 */
+  if (cfg->grad_dtype != DPT_COMM_F32) return STEP_FULL; /* shards are cut for float32 */
   /* Every element is updated by one replica from the same sum the ring all-reduce gives, so
    * the parameters are bit for bit those of the full step, with 1/R of the optimizer's work
    * and state per replica. */
@@ -418,7 +418,7 @@ static dpt_status create_backend_and_model(replica *r, replica_state *s) {
   DPT_TRY(dpt_model_create(s->be, &cfg->model, s->max_micro, &s->model));
   const size_t np = dpt_model_num_params(s->model);
   if (K > 1) DPT_TRY(dpt_buffer_alloc(s->be, np * sizeof(float), &s->acc));
-  if (cfg->grad_dtype == DPT_COMM_F16 && r->count > 1 && !cfg->skip_allreduce) {
+  if (cfg->grad_dtype != DPT_COMM_F32 && r->count > 1 && !cfg->skip_allreduce) {
     DPT_TRY(dpt_buffer_alloc(s->be, np * sizeof(uint16_t), &s->gh));
     if (cfg->grad_error_feedback) {
       DPT_TRY(dpt_buffer_alloc(s->be, np * sizeof(float), &s->resid));
@@ -746,24 +746,29 @@ static int needs_norm(const replica *r, const replica_state *s) {
   return s->mode == STEP_SHARDED || (cfg->on_nonfinite != DPT_NONFINITE_STOP && r->count > 1);
 }
 
-/* The binary16 exchange (grad_dtype F16): the gradient (plus the kept rounding error) to
- * binary16, the new rounding error kept, the all-reduce, the sum back to float32. A local
- * failure is kept and the all-reduce joined regardless. */
-static dpt_status exchange_f16(replica *r, replica_state *s) {
+/* The 16-bit exchange (grad_dtype F16 or BF16): the gradient (plus the kept rounding error)
+ * to the 16-bit type, the new rounding error kept, the all-reduce, the sum back to float32.
+ * A local failure is kept and the all-reduce joined regardless. */
+static dpt_status exchange_16(replica *r, replica_state *s) {
+  typedef dpt_status (*convert_fn)(dpt_backend *, size_t, const dpt_buffer *, size_t, dpt_buffer *,
+                                   size_t);
+  const dpt_comm_dtype dt = r->cfg->grad_dtype;
+  const convert_fn narrow = dt == DPT_COMM_BF16 ? dpt_f32_to_bf16 : dpt_f32_to_f16;
+  const convert_fn widen = dt == DPT_COMM_BF16 ? dpt_bf16_to_f32 : dpt_f16_to_f32;
   dpt_buffer *g = dpt_model_grads(s->model);
   const size_t np = dpt_model_num_params(s->model);
   dpt_status st = s->pending;
   if (st == DPT_OK && s->resid) st = dpt_axpy(s->be, np, 1.0f, s->resid, 0, g, 0);
-  if (st == DPT_OK) st = dpt_f32_to_f16(s->be, np, g, 0, s->gh, 0);
-  if (st == DPT_OK && s->resid) { /* resid = g - f32(f16(g)) */
-    st = dpt_f16_to_f32(s->be, np, s->gh, 0, s->resid, 0);
+  if (st == DPT_OK) st = narrow(s->be, np, g, 0, s->gh, 0);
+  if (st == DPT_OK && s->resid) { /* resid = g - f32(narrow(g)) */
+    st = widen(s->be, np, s->gh, 0, s->resid, 0);
     if (st == DPT_OK) st = dpt_axpy(s->be, np, -1.0f, g, 0, s->resid, 0);
     if (st == DPT_OK) st = dpt_scale(s->be, np, -1.0f, s->resid, 0);
   }
   dpt_train_keep_failure(s, st);
-  st = dpt_allreduce_buffer(r->comm, s->gh, 0, np, DPT_COMM_F16);
+  st = dpt_allreduce_buffer(r->comm, s->gh, 0, np, dt);
   if (st != DPT_OK) return st;
-  if (s->pending == DPT_OK) dpt_train_keep_failure(s, dpt_f16_to_f32(s->be, np, s->gh, 0, g, 0));
+  if (s->pending == DPT_OK) dpt_train_keep_failure(s, widen(s->be, np, s->gh, 0, g, 0));
   return DPT_OK;
 }
 
@@ -781,9 +786,12 @@ static dpt_status reduce_gradients(replica *r, replica_state *s, dpt_status loca
     if (s->buckets) {
       st = dpt_train_buckets_finish(s, &exposed, &busy);
     } else if (s->gh) {
-      st = exchange_f16(r, s);
+      st = exchange_16(r, s);
       exposed = busy = dpt_now() - t0;
-      trace_since(s, DPT_TRACE_EXCHANGE, "all-reduce (binary16)", t0);
+      trace_since(s, DPT_TRACE_EXCHANGE,
+                  r->cfg->grad_dtype == DPT_COMM_BF16 ? "all-reduce (bfloat16)"
+                                                      : "all-reduce (binary16)",
+                  t0);
     } else {
       st = s->sparse ? dpt_train_sparse_reduce(r, s)
            : s->mode == STEP_SHARDED
@@ -1251,17 +1259,21 @@ static dpt_status check_config(const dpt_train_config *cfg, dpt_comm *comm) {
   if (cfg->table_optimizer != DPT_TABLE_SGD && !cfg->sparse_tables)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "%s: table_optimizer (row-wise adagrad) needs sparse_tables", fn);
-  if (cfg->grad_dtype != DPT_COMM_F32 && cfg->grad_dtype != DPT_COMM_F16)
-    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: grad_dtype %d is not F32 or F16", fn,
+  if (cfg->grad_dtype != DPT_COMM_F32 && cfg->grad_dtype != DPT_COMM_F16 &&
+      cfg->grad_dtype != DPT_COMM_BF16)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: grad_dtype %d is not F32, F16 or BF16", fn,
                          (int)cfg->grad_dtype);
-  if (cfg->grad_dtype == DPT_COMM_F16 && (cfg->bucket_bytes || cfg->sparse_tables))
+  if (cfg->grad_dtype != DPT_COMM_F32 && (cfg->bucket_bytes || cfg->sparse_tables))
     return dpt_set_error(DPT_ERR_INVALID_ARG,
-                         "%s: the binary16 gradient exchange (grad_dtype F16) does not combine "
+                         "%s: the %s gradient exchange (grad_dtype %s) does not combine "
                          "with %s",
-                         fn, cfg->sparse_tables ? "sparse_tables" : "bucket_bytes");
-  if (cfg->grad_error_feedback && cfg->grad_dtype != DPT_COMM_F16)
+                         fn, cfg->grad_dtype == DPT_COMM_F16 ? "binary16" : "bfloat16",
+                         cfg->grad_dtype == DPT_COMM_F16 ? "F16" : "BF16",
+                         cfg->sparse_tables ? "sparse_tables" : "bucket_bytes");
+  if (cfg->grad_error_feedback && cfg->grad_dtype == DPT_COMM_F32)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
-                         "%s: grad_error_feedback needs the binary16 exchange (grad_dtype F16)",
+                         "%s: grad_error_feedback needs a 16-bit exchange (grad_dtype F16 or "
+                         "BF16)",
                          fn);
   if (cfg->accumulate > 1 && (cfg->sparse_tables || cfg->sync_bn))
     return dpt_set_error(DPT_ERR_INVALID_ARG,

@@ -103,7 +103,7 @@ typedef struct replica_state {
   size_t max_slice;   /* largest slice of a global batch; evaluation reuses the batch buffers */
   size_t max_micro;   /* the model's batch: the largest of a slice's accumulate micro-batches */
   dpt_buffer *acc;    /* accumulate > 1: the micro-batches' gradient sum so far [num params] */
-  dpt_buffer *gh;     /* grad_dtype F16: the gradient in binary16 [num params] */
+  dpt_buffer *gh;     /* grad_dtype F16 / BF16: the gradient in 16 bits [num params] */
   dpt_buffer *resid;  /* grad_error_feedback: this replica's rounding error [num params] */
   size_t batches;     /* global batches per epoch */
   step_stats *gather; /* [count]: gather_small, or allocated for more replicas */

@@ -358,6 +358,20 @@ for bad in "--bucket-mb -1" "--bucket-mb lots"; do
   [ $? -eq 2 ] && grep -q "bad value '$2' for --bucket-mb" "$scratch/err" ||
     fail "$bad: $(cat "$scratch/err")"
 done
+# --grad-dtype bf16: the rounding moves the parameters off float32's, error feedback moves them
+# again; buckets and unknown types are refused.
+hb=$("$dptrain" train "${mlp2[@]}" --grad-dtype bf16 2>"$scratch/err" | tail -n 1 |
+  grep -o '"param_hash": "[0-9a-f]*"')
+he=$("$dptrain" train "${mlp2[@]}" --grad-dtype bf16 --error-feedback 2>>"$scratch/err" |
+  tail -n 1 | grep -o '"param_hash": "[0-9a-f]*"')
+[ -n "$hb" ] && [ -n "$he" ] && [ "$hb" != "$h0" ] && [ "$he" != "$hb" ] ||
+  fail "--grad-dtype bf16: '$hb', with feedback '$he', f32 '$h0': $(cat "$scratch/err")"
+"$dptrain" train "${mlp2[@]}" --grad-dtype bf16 --bucket-mb 1 >/dev/null 2>"$scratch/err"
+[ $? -eq 1 ] && grep -q "bfloat16 gradient exchange (grad_dtype BF16) does not combine" "$scratch/err" ||
+  fail "--grad-dtype bf16 --bucket-mb 1: $(cat "$scratch/err")"
+"$dptrain" train "${mlp2[@]}" --grad-dtype f64 >/dev/null 2>"$scratch/err"
+[ $? -eq 2 ] && grep -q "bad value 'f64' for --grad-dtype" "$scratch/err" ||
+  fail "--grad-dtype f64: $(cat "$scratch/err")"
 "$dptrain" train "${resnet[@]}" --accumulate 2 --sync-bn --replicas 2 >/dev/null 2>"$scratch/err"
 [ $? -eq 1 ] && grep -q "does not combine with sync_bn" "$scratch/err" ||
   fail "--accumulate with --sync-bn: $(cat "$scratch/err")"

@@ -6,8 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GUARD    5       /* elements before and after the range in device buffers */
-#define SENTINEL 1234.0f /* guard value (exact in binary16): survives every collective */
+#define GUARD 5 /* elements before and after the range in device buffers */
+#define SENTINEL                                                                                   \
+  1232.0f /* guard value (exact in binary16 and bfloat16): survives every collective */
 
 int comm_case_counts(int ranks, size_t *out, int max) {
   const size_t counts[] = {0, 1, 2, 3, 5, 7, 64, 1000, 1003, 4099, 10007};
@@ -71,15 +72,30 @@ uint64_t comm_case_hash(const void *p, size_t bytes) {
   return h;
 }
 
+/* bfloat16 holds integers exactly only up to 256: its inputs are weighted 1 or 2 by rank
+ * parity, so every partial sum stays an integer <= 13 * 1.5 * ranks (exact up to 13 ranks). */
+static float input_of(int rank, size_t i, dpt_comm_dtype dtype) {
+  if (dtype != DPT_COMM_BF16) return comm_case_input(rank, i);
+  return (float)((i * 7 + 3) % 13 + 1) * (float)(1 + rank % 2);
+}
+
+static float expected_of(int ranks, size_t i, dpt_comm_dtype dtype) {
+  if (dtype != DPT_COMM_BF16) return comm_case_expected(ranks, i);
+  return (float)((i * 7 + 3) % 13 + 1) * (float)(ranks + ranks / 2);
+}
+
 static void put(void *data, size_t i, float v, dpt_comm_dtype dtype) {
   if (dtype == DPT_COMM_F16)
     ((uint16_t *)data)[i] = dpt_f32_to_f16_scalar(v);
+  else if (dtype == DPT_COMM_BF16)
+    ((uint16_t *)data)[i] = dpt_f32_to_bf16_scalar(v);
   else
     ((float *)data)[i] = v;
 }
 
 static float get(const void *data, size_t i, dpt_comm_dtype dtype) {
   if (dtype == DPT_COMM_F16) return dpt_f16_to_f32_scalar(((const uint16_t *)data)[i]);
+  if (dtype == DPT_COMM_BF16) return dpt_bf16_to_f32_scalar(((const uint16_t *)data)[i]);
   return ((const float *)data)[i];
 }
 
@@ -91,7 +107,7 @@ static int fail(char *err, size_t errlen, const char *what, dpt_status st) {
 int comm_case_allreduce(dpt_comm *c, dpt_backend *be, size_t count, dpt_comm_dtype dtype,
                         uint64_t *hash, char *err, size_t errlen) {
   const int rank = dpt_comm_rank(c), size = dpt_comm_size(c);
-  const size_t es = dtype == DPT_COMM_F16 ? 2 : 4;
+  const size_t es = dtype == DPT_COMM_F32 ? 4 : 2;
   const size_t total = count + 2 * GUARD;
   unsigned char *host = malloc(total * es);
   if (!host) {
@@ -100,7 +116,7 @@ int comm_case_allreduce(dpt_comm *c, dpt_backend *be, size_t count, dpt_comm_dty
   }
   for (size_t i = 0; i < total; ++i) {
     int inside = i >= GUARD && i < GUARD + count;
-    put(host, i, inside ? comm_case_input(rank, i - GUARD) : SENTINEL, dtype);
+    put(host, i, inside ? input_of(rank, i - GUARD, dtype) : SENTINEL, dtype);
   }
   dpt_status st;
   dpt_buffer *buf = NULL;
@@ -121,7 +137,7 @@ int comm_case_allreduce(dpt_comm *c, dpt_backend *be, size_t count, dpt_comm_dty
   } else {
     for (size_t i = 0; i < total && rc == 0; ++i) {
       int inside = i >= GUARD && i < GUARD + count;
-      float want = inside ? comm_case_expected(size, i - GUARD) : SENTINEL;
+      float want = inside ? expected_of(size, i - GUARD, dtype) : SENTINEL;
       float got = get(host, i, dtype);
       if (got != want) {
         snprintf(err, errlen, "rank %d: element %zd of %zu is %g, expected %g%s", rank,
@@ -182,7 +198,7 @@ static int shard_cover(dpt_comm *c, size_t count, dpt_comm_dtype dtype, dpt_rang
 int comm_case_sharded(dpt_comm *c, dpt_backend *be, size_t count, dpt_comm_dtype dtype,
                       uint64_t *hash, char *err, size_t errlen) {
   const int rank = dpt_comm_rank(c), size = dpt_comm_size(c);
-  const size_t es = dtype == DPT_COMM_F16 ? 2 : 4, total = count + 2 * GUARD;
+  const size_t es = dtype == DPT_COMM_F32 ? 4 : 2, total = count + 2 * GUARD;
   dpt_range *shard = NULL;
   size_t nshard = 0;
   if (shard_cover(c, count, dtype, &shard, &nshard, err, errlen)) return -1;
@@ -199,7 +215,7 @@ int comm_case_sharded(dpt_comm *c, dpt_backend *be, size_t count, dpt_comm_dtype
     memset(mine + GUARD + shard[i].offset, 1, shard[i].count);
   for (size_t i = 0; i < total; ++i) {
     int inside = i >= GUARD && i < GUARD + count;
-    put(host, i, inside ? comm_case_input(rank, i - GUARD) : SENTINEL, dtype);
+    put(host, i, inside ? input_of(rank, i - GUARD, dtype) : SENTINEL, dtype);
   }
   dpt_buffer *buf = NULL;
   int rc = 0;
@@ -223,7 +239,7 @@ int comm_case_sharded(dpt_comm *c, dpt_backend *be, size_t count, dpt_comm_dtype
     for (size_t i = 0; i < total && rc == 0; ++i) {
       int inside = i >= GUARD && i < GUARD + count;
       if (phase == 0 && inside && !mine[i]) continue; /* partial sums: unspecified */
-      float want = inside ? comm_case_expected(size, i - GUARD) : SENTINEL;
+      float want = inside ? expected_of(size, i - GUARD, dtype) : SENTINEL;
       float got = get(host, i, dtype);
       if (got != want) {
         snprintf(err, errlen, "rank %d: after the %s element %zd of %zu is %g, expected %g%s", rank,
@@ -293,6 +309,50 @@ int comm_case_inexact(dpt_comm *c, size_t count, uint64_t *hash, char *err, size
     x[i] = comm_case_inexact_input(rank, i);
   dpt_status st = dpt_allreduce_host(c, x, count, DPT_COMM_F32);
   int rc = st == DPT_OK ? 0 : fail(err, errlen, "all-reduce", st);
+  *hash = comm_case_hash(x, count * sizeof *x);
+  free(x);
+  return rc;
+}
+
+static float inexact_bf16_input(int rank, size_t i) {
+  return dpt_bf16_to_f32_scalar(dpt_f32_to_bf16_scalar(
+      (float)sin((double)(i + 1) * 0.37 + rank * 1.3) * (float)(1 + rank) + (float)(i % 3) * 4.0f));
+}
+
+int comm_case_inexact_bf16(dpt_comm *c, size_t count, uint64_t *hash, char *err, size_t errlen) {
+  const int rank = dpt_comm_rank(c), size = dpt_comm_size(c);
+  dpt_comm_options o;
+  dpt_status got_opt = dpt_comm_get_options(c, &o);
+  if (got_opt != DPT_OK) return fail(err, errlen, "dpt_comm_get_options", got_opt);
+  uint16_t *x = malloc((count ? count : 1) * sizeof *x);
+  if (!x) {
+    snprintf(err, errlen, "no memory");
+    return -1;
+  }
+  for (size_t i = 0; i < count; ++i)
+    x[i] = dpt_f32_to_bf16_scalar(inexact_bf16_input(rank, i));
+  /* A forced `direct` runs `rd` beyond the inline limit (64 KiB up to 17 ranks). */
+  const int in_order = o.algo == DPT_ALLREDUCE_DIRECT && size <= 17 && count * 2 <= 16384;
+  dpt_status st = dpt_allreduce_host(c, x, count, DPT_COMM_BF16);
+  int rc = st == DPT_OK ? 0 : fail(err, errlen, "all-reduce", st);
+  for (size_t i = 0; i < count && rc == 0; ++i) {
+    /* Each addition rounds by at most half an ulp (2^-8 relative) of a partial sum, which is
+     * at most the sum of magnitudes; `direct` adds in rank order, so its bits are known. */
+    double exact = 0, mag = 0;
+    uint16_t seq = dpt_f32_to_bf16_scalar(inexact_bf16_input(0, i));
+    for (int r = 0; r < size; ++r) {
+      const float v = inexact_bf16_input(r, i);
+      exact += v;
+      mag += fabs(v);
+      if (r > 0) seq = dpt_f32_to_bf16_scalar(dpt_bf16_to_f32_scalar(seq) + v);
+    }
+    const double got = dpt_bf16_to_f32_scalar(x[i]);
+    if (fabs(got - exact) > (double)size * 0x1p-8 * mag || (in_order && x[i] != seq)) {
+      snprintf(err, errlen, "rank %d: bfloat16 element %zu of %zu is %.9g, exact sum %.9g%s", rank,
+               i, count, got, exact, in_order ? " (direct: rounded in rank order)" : "");
+      rc = -1;
+    }
+  }
   *hash = comm_case_hash(x, count * sizeof *x);
   free(x);
   return rc;

@@ -29,7 +29,7 @@ int comm_case_counts(int ranks, size_t *out, int max);
 void comm_case_tiny(dpt_comm_options *o);
 
 /* Rank r's input element i, and the expected sum over `ranks` ranks (exact in float32 and
- * binary16: small integers). */
+ * binary16: small integers; bfloat16 cases use smaller ones, see comm_cases.c). */
 float comm_case_input(int rank, size_t i);
 float comm_case_expected(int ranks, size_t i);
 
@@ -67,6 +67,9 @@ int comm_case_allgather(dpt_comm *c, size_t bytes, char *err, size_t errlen);
 float comm_case_inexact_input(int rank, size_t i);
 /* An all-reduce of values whose sum is not exact (order matters); *hash fingerprints it. */
 int comm_case_inexact(dpt_comm *c, size_t count, uint64_t *hash, char *err, size_t errlen);
+/* The same in bfloat16 (rounded after every addition): within the rounding's bound of the
+ * exact sum, and with `direct` exactly the sum rounded in rank order. */
+int comm_case_inexact_bf16(dpt_comm *c, size_t count, uint64_t *hash, char *err, size_t errlen);
 
 /* The backends compiled in and present, as a list (cpu first); returns how many. */
 int comm_case_backends(dpt_backend_kind *out, int max);

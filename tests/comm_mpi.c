@@ -83,14 +83,15 @@ static void counts_with(dpt_comm *c, dpt_backend *be, outcome *o, comm_count_cas
                         const char *label) {
   size_t counts[32];
   int n = comm_case_counts(world_size, counts, 32);
-  for (int d = 0; d < 2 && o->rc == 0; ++d) {
+  static const dpt_comm_dtype dts[] = {DPT_COMM_F32, DPT_COMM_F16, DPT_COMM_BF16};
+  static const char *const names[] = {"f32", "f16", "bf16"};
+  for (int d = 0; d < 3 && o->rc == 0; ++d) {
     for (int i = 0; i < n && o->rc == 0 && o->nhash < MAX_HASH; ++i) {
-      o->rc = fn(c, be, counts[i], d ? DPT_COMM_F16 : DPT_COMM_F32, &o->hash[o->nhash++], o->err,
-                 sizeof o->err);
+      o->rc = fn(c, be, counts[i], dts[d], &o->hash[o->nhash++], o->err, sizeof o->err);
       if (o->rc) {
         size_t len = strlen(o->err);
         snprintf(o->err + len, sizeof o->err - len, " [%s count %zu %s]", label, counts[i],
-                 d ? "f16" : "f32");
+                 names[d]);
       }
     }
   }
@@ -192,6 +193,8 @@ START_TEST(allreduce_bit_identical) {
     const size_t counts[] = {3, 1000, 10007, 70001};
     for (int i = 0; i < 4 && o.rc == 0; ++i)
       o.rc = comm_case_inexact(c, counts[i], &o.hash[o.nhash++], o.err, sizeof o.err);
+    for (int i = 0; i < 4 && o.rc == 0; ++i)
+      o.rc = comm_case_inexact_bf16(c, counts[i], &o.hash[o.nhash++], o.err, sizeof o.err);
     dpt_comm_destroy(c);
     agree(&o, dpt_allreduce_algo_name(algos[a]));
   }

@@ -89,7 +89,7 @@ conf_tensor *conf_add_tensor(conf_case *c, const char *name, conf_dtype dtype, c
   t->hi = 1.0;
   if (role == CONF_OUT && dtype != CONF_I32) {
     t->init = CONF_INIT_NAN;
-  } else if (dtype == CONF_F16) {
+  } else if (dtype == CONF_F16 || dtype == CONF_BF16) {
     t->init = CONF_INIT_F16_BITS;
   } else if (dtype == CONF_I32) {
     t->init = CONF_INIT_INT;
@@ -116,7 +116,7 @@ conf_scalar *conf_add_scalar(conf_case *c, const char *name, double abs_tol, dou
 /* ---- tensor layout ------------------------------------------------------------------------ */
 
 static size_t esize(conf_dtype d) {
-  return d == CONF_F16 ? 2 : 4;
+  return d == CONF_F16 || d == CONF_BF16 ? 2 : 4;
 }
 
 static size_t extent(const conf_tensor *t) {
@@ -138,7 +138,7 @@ static size_t elem_pos(const conf_tensor *t, size_t pre, size_t i) {
 }
 
 static void put_sentinel(unsigned char *buf, conf_dtype d, size_t p) {
-  if (d == CONF_F16) {
+  if (esize(d) == 2) {
     memcpy(buf + 2 * p, &sentinel16, 2);
   } else {
     memcpy(buf + 4 * p, &sentinel32, 4);
@@ -146,7 +146,7 @@ static void put_sentinel(unsigned char *buf, conf_dtype d, size_t p) {
 }
 
 static int is_sentinel(const unsigned char *buf, conf_dtype d, size_t p) {
-  if (d == CONF_F16) return memcmp(buf + 2 * p, &sentinel16, 2) == 0;
+  if (esize(d) == 2) return memcmp(buf + 2 * p, &sentinel16, 2) == 0;
   return memcmp(buf + 4 * p, &sentinel32, 4) == 0;
 }
 
@@ -233,7 +233,7 @@ static void init_values(const conf_case *c, int ti, void *vals, conf_rng *r) {
       } else if (t->dtype == CONF_I32) {
         s[i] = -777;
       } else {
-        h[i] = 0x7E00u;
+        h[i] = t->dtype == CONF_BF16 ? 0x7FC0u : 0x7E00u;
       }
       break;
     case CONF_INIT_SPECIAL_F32:
@@ -241,7 +241,7 @@ static void init_values(const conf_case *c, int ti, void *vals, conf_rng *r) {
       f[i] = special_f32(r);
       break;
     case CONF_INIT_F16_BITS:
-      ck_assert_msg(t->dtype == CONF_F16, "%s: f16 bits init needs F16", c->label);
+      ck_assert_msg(esize(t->dtype) == 2, "%s: f16 bits init needs F16 or BF16", c->label);
       h[i] = (uint16_t)conf_rng_next(r);
       break;
     case CONF_INIT_CUSTOM:
@@ -367,6 +367,10 @@ static int f16_is_nan(uint16_t h) {
   return (h & 0x7C00u) == 0x7C00u && (h & 0x3FFu) != 0;
 }
 
+static int bf16_is_nan(uint16_t h) {
+  return (h & 0x7FFFu) > 0x7F80u;
+}
+
 /* Compares the outputs of the tested backend with the reference. Returns the worst
  * normalized error over CONF_CMP_NORM outputs (for the report). */
 static double compare(const conf_case *c, const layout *lay, unsigned char *const *ref,
@@ -419,11 +423,12 @@ static double compare(const conf_case *c, const layout *lay, unsigned char *cons
       int same = memcmp(ref[i] + p * es, res[i] + p * es, es) == 0;
       if (!same && t->dtype == CONF_F32) {
         same = isnan(get_f(ref[i], p)) && isnan(get_f(res[i], p));
-      } else if (!same && t->dtype == CONF_F16) {
+      } else if (!same && es == 2) {
         uint16_t a, b;
         memcpy(&a, ref[i] + p * es, 2);
         memcpy(&b, res[i] + p * es, 2);
-        same = f16_is_nan(a) && f16_is_nan(b);
+        same = t->dtype == CONF_F16 ? f16_is_nan(a) && f16_is_nan(b)
+                                    : bf16_is_nan(a) && bf16_is_nan(b);
       }
       if (!same && !bad++) first = j;
     }

@@ -35,7 +35,8 @@
 typedef enum conf_dtype {
   CONF_F32, /* float */
   CONF_I32, /* int32_t */
-  CONF_F16  /* IEEE binary16 bits in uint16_t */
+  CONF_F16, /* IEEE binary16 bits in uint16_t */
+  CONF_BF16 /* bfloat16 bits in uint16_t */
 } conf_dtype;
 
 typedef enum conf_role {
@@ -49,18 +50,18 @@ typedef enum conf_init {
   CONF_INIT_INT,         /* integers uniform in [lo, hi] (F32 holds them as floats); with
                             probability p_bad an out-of-range value instead (lo-1, hi+1,
                             INT32_MIN, INT32_MAX) */
-  CONF_INIT_NAN,         /* F32 / F16: quiet NaN (outputs, inputs that must not be read) */
+  CONF_INIT_NAN,         /* F32 / F16 / BF16: quiet NaN (outputs, inputs that must not be read) */
   CONF_INIT_SPECIAL_F32, /* F32 values that stress float16 conversion: f16 ties, subnormals,
                             overflow edges, inf, NaN, -0, random bit patterns */
-  CONF_INIT_F16_BITS,    /* F16: uniformly random 16-bit patterns (NaN and inf included) */
+  CONF_INIT_F16_BITS,    /* F16, BF16: uniformly random 16-bit patterns (NaN and inf included) */
   CONF_INIT_CUSTOM       /* the case's init() callback fills the elements */
 } conf_init;
 
 typedef enum conf_cmp {
   CONF_CMP_NORM, /* max|test - ref| / max(1e-30, max|ref|) <= tol over finite ref values;
                     NaN and infinities of the reference must be matched exactly */
-  CONF_CMP_EXACT /* identical values (F32: identical bits, any NaN matches any NaN; F16 bits:
-                    likewise for NaN patterns) */
+  CONF_CMP_EXACT /* identical values (F32: identical bits, any NaN matches any NaN; F16 and
+                    BF16 bits: likewise for NaN patterns) */
 } conf_cmp;
 
 typedef struct conf_tensor {

@@ -737,21 +737,103 @@ static void init_all_f16(const conf_case *c, int t, void *elems, conf_rng *rng) 
     h[i] = (uint16_t)i;
 }
 
-static void gen_f16_to_f32(conf_list *l) {
+/* 16-bit patterns (src_dtype) to float32 by `run`: random ones and every one. */
+static void gen_16_to_f32(conf_list *l, conf_dtype src_dtype, conf_run_fn run) {
   static const size_t sizes[] = {1, 7, 1000, 4099, 65536, 0};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     n_p p = {sizes[i], 0.0f};
     int all = p.n == 65536;
     conf_case *c = conf_new_case(l, "n=%zu %s", p.n, all ? "every bit pattern" : "random bits");
     CONF_SET_PARAMS(c, p);
-    conf_tensor *src = conf_add_tensor(c, "src", CONF_F16, CONF_IN, 1, p.n);
+    conf_tensor *src = conf_add_tensor(c, "src", src_dtype, CONF_IN, 1, p.n);
     if (all) src->init = CONF_INIT_CUSTOM;
     conf_tensor *dst = conf_add_tensor(c, "dst", CONF_F32, CONF_OUT, 1, p.n);
     dst->cmp = CONF_CMP_EXACT;
     dst->finite = 0; /* inf and NaN patterns convert to inf and NaN */
     c->init = init_all_f16;
-    c->run = run_f16_to_f32;
+    c->run = run;
   }
+}
+
+static void gen_f16_to_f32(conf_list *l) {
+  gen_16_to_f32(l, CONF_F16, run_f16_to_f32);
+}
+
+/* ---- bfloat16 conversion: exact on every backend ---------------------------------------- */
+
+static dpt_status run_f32_to_bf16(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                  const size_t *off, double *scalars) {
+  (void)scalars;
+  return dpt_f32_to_bf16(be, CONF_PARAMS(c, n_p)->n, buf[0], off[0], buf[1], off[1]);
+}
+
+/* float32 bit patterns that stress the rounding to bfloat16: exact ties (low half 0x8000)
+ * over odd and even kept halves, one off a tie, float32 subnormals, the overflow edge, NaNs
+ * whose payload lies only in the dropped bits, infinities, large values, random bits. */
+static void init_special_bf16(const conf_case *c, int t, void *elems, conf_rng *rng) {
+  static const uint32_t edges[] = {0x7f7f7fffu, 0x7f7f8000u, 0x7f7f8001u, 0x7f7fffffu, 0xff7f8000u,
+                                   0x7f800000u, 0xff800000u, 0x7f800001u, 0xff800001u, 0x7fc00000u,
+                                   0x7f810000u, 0x00000000u, 0x80000000u, 0x00008000u, 0x00018000u,
+                                   0x007fffffu, 0x007f8000u, 0x00800000u};
+  uint32_t *u = elems;
+  (void)t;
+  for (size_t i = 0; i < c->t[0].cols; i++) {
+    const uint32_t r = (uint32_t)conf_rng_next(rng), hi = r & 0xffff0000u;
+    switch (conf_rng_int(rng, 0, 7)) {
+    case 0: /* a tie */
+      u[i] = hi | 0x8000u;
+      break;
+    case 1: /* just below or above a tie */
+      u[i] = hi | (r & 1u ? 0x7fffu : 0x8001u);
+      break;
+    case 2: /* float32 subnormal */
+      u[i] = (r & 0x807fffffu);
+      break;
+    case 3:
+      u[i] = edges[conf_rng_int(rng, 0, (int64_t)(sizeof edges / sizeof *edges) - 1)];
+      break;
+    case 4: { /* large: 2^100 .. 2^128 */
+      const float f = (float)ldexp(1.0 + conf_rng_unit(rng), (int)conf_rng_int(rng, 100, 127));
+      memcpy(&u[i], &f, 4);
+      u[i] |= r & 0x80000000u;
+      break;
+    }
+    case 5: { /* ordinary values */
+      const float f = (float)(4.0 * conf_rng_unit(rng) - 2.0);
+      memcpy(&u[i], &f, 4);
+      break;
+    }
+    case 6: /* exactly representable */
+      u[i] = hi;
+      break;
+    default: /* any bit pattern */
+      u[i] = r ^ (uint32_t)(conf_rng_next(rng) >> 17);
+      break;
+    }
+  }
+}
+
+static void gen_f32_to_bf16(conf_list *l) {
+  static const size_t sizes[] = {1, 7, 1000, 4099, 20000, 0};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    n_p p = {sizes[i], 0.0f};
+    conf_case *c = conf_new_case(l, "n=%zu (ties, subnormals, overflow, NaN, inf, large, -0)", p.n);
+    CONF_SET_PARAMS(c, p);
+    conf_add_tensor(c, "src", CONF_F32, CONF_IN, 1, p.n)->init = CONF_INIT_CUSTOM;
+    conf_add_tensor(c, "dst", CONF_BF16, CONF_OUT, 1, p.n);
+    c->init = init_special_bf16;
+    c->run = run_f32_to_bf16;
+  }
+}
+
+static dpt_status run_bf16_to_f32(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                  const size_t *off, double *scalars) {
+  (void)scalars;
+  return dpt_bf16_to_f32(be, CONF_PARAMS(c, n_p)->n, buf[0], off[0], buf[1], off[1]);
+}
+
+static void gen_bf16_to_f32(conf_list *l) {
+  gen_16_to_f32(l, CONF_BF16, run_bf16_to_f32);
 }
 
 /* ---- gemm_batched --------------------------------------------------------------------------
@@ -1684,6 +1766,8 @@ const conf_generator conf_generators[] = {
     {DPT_OP_ADAMW_UPDATE, gen_adamw_update},
     {DPT_OP_F32_TO_F16, gen_f32_to_f16},
     {DPT_OP_F16_TO_F32, gen_f16_to_f32},
+    {DPT_OP_F32_TO_BF16, gen_f32_to_bf16},
+    {DPT_OP_BF16_TO_F32, gen_bf16_to_f32},
     {DPT_OP_GEMM_BATCHED, gen_gemm_batched},
     {DPT_OP_BN_STATS, gen_bn_stats},
     {DPT_OP_BN_FWD, gen_bn_fwd},

@@ -145,6 +145,7 @@ START_TEST(op_names) {
   ck_assert_ptr_null(dpt_op_name((dpt_op)-1));
   ck_assert_str_eq(dpt_op_name(DPT_OP_GEMM), "gemm");
   ck_assert_str_eq(dpt_op_name(DPT_OP_F16_TO_F32), "f16_to_f32");
+  ck_assert_str_eq(dpt_op_name(DPT_OP_BF16_TO_F32), "bf16_to_f32");
 }
 END_TEST
 
@@ -478,6 +479,8 @@ START_TEST(ops_null_backend) {
   EXPECT_INVALID(dpt_adamw_update(NULL, 4, &ap, y, 0, x, 0, y, 8, y, 16), "backend");
   EXPECT_INVALID(dpt_f32_to_f16(NULL, 4, x, 0, y, 0), "backend");
   EXPECT_INVALID(dpt_f16_to_f32(NULL, 4, x, 0, y, 0), "backend");
+  EXPECT_INVALID(dpt_f32_to_bf16(NULL, 4, x, 0, y, 0), "backend");
+  EXPECT_INVALID(dpt_bf16_to_f32(NULL, 4, x, 0, y, 0), "backend");
   const dpt_gemm_batch gb = {2, 4, 4, 4};
   const dpt_bn_geom bg = {2, 2, 2, 1e-5f};
   const dpt_dropout_params dp = {0.5f, 1, 1, 0};
@@ -739,6 +742,12 @@ START_TEST(optimizers_and_f16_bad) {
   EXPECT_INVALID(dpt_f32_to_f16(be, 5, NULL, 0, h, 0), "src");
   EXPECT_INVALID(dpt_f16_to_f32(be, 6, h, 0, m, 0), "src");
   EXPECT_INVALID(dpt_f16_to_f32(be, 5, h, 0, m, 4), "dst");
+  EXPECT_INVALID(dpt_f32_to_bf16(be, 6, w, 0, h, 0), "dst");
+  EXPECT_INVALID(dpt_f32_to_bf16(be, 5, w, 0, h, 1), "dst");
+  EXPECT_INVALID(dpt_bf16_to_f32(be, 6, h, 0, m, 0), "src");
+  EXPECT_INVALID(dpt_bf16_to_f32(be, 5, h, 0, m, 4), "dst");
+  TU_OK(dpt_f32_to_bf16(be, 5, w, 0, h, 0));
+  TU_OK(dpt_bf16_to_f32(be, 5, h, 0, m, 3));
   TU_OK(dpt_f32_to_f16(be, 5, w, 0, h, 0));
   TU_OK(dpt_f16_to_f32(be, 5, h, 0, m, 3));
   const double want[8] = {0, 0, 0, 1, 1, 1, 1, 1};

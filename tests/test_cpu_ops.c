@@ -615,9 +615,98 @@ START_TEST(f16_values) {
 }
 END_TEST
 
-/* Every binary16 pattern converts to float and back to itself (NaN stays NaN), with the ops
- * and with the host scalars; odd element offsets of the uint16 buffers. */
-START_TEST(f16_round_trip_all) {
+/* ---- bfloat16 --------------------------------------------------------------------------- */
+
+static float f32_of_bits(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static uint32_t bits_of_f32(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+
+/* float32 bit patterns and their bfloat16, by hand: ties to even, the overflow edge, float32
+ * subnormals, NaNs (quiet, top payload kept, never infinity), with the op and the scalar. */
+START_TEST(bf16_values) {
+  static const struct {
+    uint32_t f;
+    uint16_t h;
+    const char *why;
+  } cases[] = {
+      {0x3f800000u, 0x3f80, "one"},
+      {0xc0000000u, 0xc000, "minus two"},
+      {0x3f808000u, 0x3f80, "tie above 1: even (1)"},
+      {0x3f818000u, 0x3f82, "tie above 1+2^-7: even (1+2^-6)"},
+      {0x3f807fffu, 0x3f80, "just below a tie"},
+      {0x3f808001u, 0x3f81, "just above a tie"},
+      {0x7f7f0000u, 0x7f7f, "largest finite"},
+      {0x7f7f7fffu, 0x7f7f, "below the overflow midpoint"},
+      {0x7f7f8000u, 0x7f80, "the overflow midpoint rounds to even: infinity"},
+      {0x7f7fffffu, 0x7f80, "FLT_MAX overflows"},
+      {0xff7fffffu, 0xff80, "-FLT_MAX overflows"},
+      {0x7f800000u, 0x7f80, "infinity"},
+      {0xff800000u, 0xff80, "-infinity"},
+      {0x00000001u, 0x0000, "smallest float32 subnormal: zero"},
+      {0x00008000u, 0x0000, "half the smallest bfloat16 subnormal: tie to even (0)"},
+      {0x00018000u, 0x0002, "1.5 x smallest subnormal: tie to even (2)"},
+      {0x00010000u, 0x0001, "smallest subnormal 2^-133"},
+      {0x007f7fffu, 0x007f, "largest subnormal, rounded down"},
+      {0x007fffffu, 0x0080, "largest float32 subnormal rounds up to the smallest normal"},
+      {0x80000000u, 0x8000, "negative zero"},
+      {0x00000000u, 0x0000, "zero"},
+      {0x7fc00000u, 0x7fc0, "quiet NaN"},
+      {0x7f800001u, 0x7fc0, "NaN with its payload in the dropped bits: stays NaN"},
+      {0xff800001u, 0xffc0, "negative such NaN"},
+      {0x7f810000u, 0x7fc1, "signaling NaN: quieted, payload kept"},
+  };
+  enum { N = sizeof cases / sizeof cases[0] };
+  float src[N];
+  for (int i = 0; i < N; i++)
+    src[i] = f32_of_bits(cases[i].f);
+  dpt_buffer *s = tu_f32(be, src, N), *d = tu_buf(be, NULL, N * 2);
+  TU_OK(dpt_f32_to_bf16(be, N, s, 0, d, 0));
+  uint16_t h[N];
+  TU_OK(dpt_buffer_download(d, 0, h, sizeof h));
+  for (int i = 0; i < N; i++) {
+    ck_assert_msg(h[i] == cases[i].h, "f32_to_bf16(0x%08x) = 0x%04x, want 0x%04x (%s)", cases[i].f,
+                  h[i], cases[i].h, cases[i].why);
+    ck_assert_msg(dpt_f32_to_bf16_scalar(src[i]) == cases[i].h,
+                  "dpt_f32_to_bf16_scalar(0x%08x) = 0x%04x, want 0x%04x (%s)", cases[i].f,
+                  dpt_f32_to_bf16_scalar(src[i]), cases[i].h, cases[i].why);
+  }
+
+  /* back: exact, a NaN quieted */
+  const uint16_t hb[8] = {0x0001, 0x007f, 0x3f80, 0x7f7f, 0x8000, 0x7f80, 0x7f81, 0xffc0};
+  const uint32_t fb[8] = {0x00010000u, 0x007f0000u, 0x3f800000u, 0x7f7f0000u,
+                          0x80000000u, 0x7f800000u, 0x7fc10000u, 0xffc00000u};
+  dpt_buffer *hs = tu_buf(be, hb, sizeof hb), *fd = tu_f32_fill(be, 8, 0.0f);
+  TU_OK(dpt_bf16_to_f32(be, 8, hs, 0, fd, 0));
+  float got[8];
+  tu_get(fd, 0, got, 8);
+  for (int i = 0; i < 8; i++) {
+    ck_assert_msg(bits_of_f32(got[i]) == fb[i], "bf16_to_f32(0x%04x) = 0x%08x, want 0x%08x", hb[i],
+                  bits_of_f32(got[i]), fb[i]);
+    ck_assert_msg(bits_of_f32(dpt_bf16_to_f32_scalar(hb[i])) == fb[i],
+                  "dpt_bf16_to_f32_scalar(0x%04x) = 0x%08x, want 0x%08x", hb[i],
+                  bits_of_f32(dpt_bf16_to_f32_scalar(hb[i])), fb[i]);
+  }
+  dpt_buffer_free(s);
+  dpt_buffer_free(d);
+  dpt_buffer_free(hs);
+  dpt_buffer_free(fd);
+}
+END_TEST
+
+typedef dpt_status (*convert_op)(dpt_backend *, size_t, const dpt_buffer *, size_t, dpt_buffer *,
+                                 size_t);
+
+/* Every 16-bit pattern through widen then narrow, at odd element offsets of the uint16
+ * buffers: back[i] is what pattern i came back as (65536 entries, the caller frees). */
+static uint16_t *round_trip_all(convert_op widen, convert_op narrow) {
   enum { N = 65536 };
   uint16_t *h = malloc(N * 2 + 2), *back = malloc(N * 2 + 2);
   ck_assert_ptr_nonnull(h);
@@ -627,10 +716,36 @@ START_TEST(f16_round_trip_all) {
     h[i + 1] = (uint16_t)i;
   dpt_buffer *hs = tu_buf(be, h, N * 2 + 2), *f = tu_buf(be, NULL, N * 4);
   dpt_buffer *hd = tu_buf(be, NULL, N * 2 + 2);
-  TU_OK(dpt_f16_to_f32(be, N, hs, 1, f, 0));
-  TU_OK(dpt_f32_to_f16(be, N, f, 0, hd, 1));
+  TU_OK(widen(be, N, hs, 1, f, 0));
+  TU_OK(narrow(be, N, f, 0, hd, 1));
   TU_OK(dpt_buffer_download(hd, 2, back, N * 2));
-  for (uint32_t i = 0; i < N; i++) {
+  free(h);
+  dpt_buffer_free(hs);
+  dpt_buffer_free(f);
+  dpt_buffer_free(hd);
+  return back;
+}
+
+/* Every bfloat16 pattern converts to float and back to itself (a signaling NaN comes back
+ * quieted), with the ops and with the host scalars. */
+START_TEST(bf16_round_trip_all) {
+  uint16_t *back = round_trip_all(dpt_bf16_to_f32, dpt_f32_to_bf16);
+  for (uint32_t i = 0; i < 65536; i++) {
+    const uint16_t x = (uint16_t)i;
+    const uint16_t want = (x & 0x7fffu) > 0x7f80u ? (uint16_t)(x | 0x0040u) : x;
+    ck_assert_msg(back[i] == want, "0x%04x came back as 0x%04x", x, back[i]);
+    ck_assert_msg(dpt_f32_to_bf16_scalar(dpt_bf16_to_f32_scalar(x)) == want,
+                  "scalar round trip of 0x%04x", x);
+  }
+  free(back);
+}
+END_TEST
+
+/* Every binary16 pattern converts to float and back to itself (NaN stays NaN), with the ops
+ * and with the host scalars. */
+START_TEST(f16_round_trip_all) {
+  uint16_t *back = round_trip_all(dpt_f16_to_f32, dpt_f32_to_f16);
+  for (uint32_t i = 0; i < 65536; i++) {
     uint16_t x = (uint16_t)i;
     if (f16_nan(x)) {
       ck_assert_msg(f16_nan(back[i]), "0x%04x came back as 0x%04x", x, back[i]);
@@ -641,11 +756,7 @@ START_TEST(f16_round_trip_all) {
                     "scalar round trip of 0x%04x", x);
     }
   }
-  free(h);
   free(back);
-  dpt_buffer_free(hs);
-  dpt_buffer_free(f);
-  dpt_buffer_free(hd);
 }
 END_TEST
 
@@ -1625,6 +1736,8 @@ static Suite *cpu_ops_suite(void) {
   tcase_add_test(hand, adamw_two_steps);
   tcase_add_test(hand, f16_values);
   tcase_add_test(hand, f16_round_trip_all);
+  tcase_add_test(hand, bf16_values);
+  tcase_add_test(hand, bf16_round_trip_all);
   tcase_add_test(hand, bn_values);
   tcase_add_test(hand, avgpool_values);
   tcase_add_test(hand, gemm_batched_is_gemm_loop);

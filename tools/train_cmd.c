@@ -150,6 +150,8 @@ static int parse_grad_dtype(cli *c, const char *v) {
     c->cfg.grad_dtype = DPT_COMM_F32;
   else if (!strcmp(v, "f16"))
     c->cfg.grad_dtype = DPT_COMM_F16;
+  else if (!strcmp(v, "bf16"))
+    c->cfg.grad_dtype = DPT_COMM_BF16;
   else
     return -1;
   return 0;
@@ -385,13 +387,14 @@ static const option options[] = {
      "backward goes on; auto: sized by a measurement at start-up\n"
      "(default 0: one exchange after backward)",
      CUSTOM(parse_bucket_mb)},
-    {"--grad-dtype", "f32|f16",
-     "the gradient exchange's type: f16 halves its bytes (summed\n"
-     "in float32, rounded after every addition; the full step)",
+    {"--grad-dtype", "f32|f16|bf16",
+     "the gradient exchange's type: f16 or bf16 halves its bytes\n"
+     "(summed in float32, rounded after every addition; the full\n"
+     "step)",
      CUSTOM(parse_grad_dtype)},
     {"--error-feedback", NULL,
-     "with --grad-dtype f16: each replica adds its last rounding\n"
-     "error to the next step's gradient",
+     "with --grad-dtype f16 or bf16: each replica adds its last\n"
+     "rounding error to the next step's gradient",
      FLAG(cfg.grad_error_feedback, 1)},
     {"--trace", "FILE",
      "write a timeline of the run (Chrome trace JSON: Perfetto,\n"

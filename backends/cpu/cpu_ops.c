@@ -448,3 +448,21 @@ dpt_status dpt_cpu_f16_to_f32(dpt_backend *be, const dpt_f16_to_f32_args *a) {
     dst[i] = dpt_half_to_f32(src[i]);
   return DPT_OK;
 }
+
+dpt_status dpt_cpu_f32_to_bf16(dpt_backend *be, const dpt_f32_to_bf16_args *a) {
+  (void)be;
+  const float *src = dpt_cpu_f32(a->src);
+  uint16_t *dst = dpt_cpu_u16(a->dst);
+  for (size_t i = 0; i < a->n; ++i)
+    dst[i] = dpt_bfloat_from_f32(src[i]);
+  return DPT_OK;
+}
+
+dpt_status dpt_cpu_bf16_to_f32(dpt_backend *be, const dpt_bf16_to_f32_args *a) {
+  (void)be;
+  const uint16_t *src = dpt_cpu_u16(a->src);
+  float *dst = dpt_cpu_f32(a->dst);
+  for (size_t i = 0; i < a->n; ++i)
+    dst[i] = dpt_bfloat_to_f32(src[i]);
+  return DPT_OK;
+}

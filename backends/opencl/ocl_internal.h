@@ -39,6 +39,8 @@
   X(adamw_update)                                                                                  \
   X(f32_to_f16)                                                                                    \
   X(f16_to_f32)                                                                                    \
+  X(f32_to_bf16)                                                                                   \
+  X(bf16_to_f32)                                                                                   \
   X(gemm_batch_sum)                                                                                \
   X(bn_stats)                                                                                      \
   X(bn_fwd)                                                                                        \

@@ -323,7 +323,7 @@ dpt_status dpt_ocl_adamw_update(dpt_backend *be, const dpt_adamw_update_args *a)
   return dpt_ocl_launch_flat(be, DPT_OCL_K_adamw_update, a->n, 0, NULL, 8, scalars, 4, refs);
 }
 
-/* ---- float16 ------------------------------------------------------------------------------- */
+/* ---- float16, bfloat16 ---------------------------------------------------------------------- */
 
 dpt_status dpt_ocl_f32_to_f16(dpt_backend *be, const dpt_f32_to_f16_args *a) {
   const dpt_ref refs[] = {a->src, a->dst};
@@ -333,4 +333,14 @@ dpt_status dpt_ocl_f32_to_f16(dpt_backend *be, const dpt_f32_to_f16_args *a) {
 dpt_status dpt_ocl_f16_to_f32(dpt_backend *be, const dpt_f16_to_f32_args *a) {
   const dpt_ref refs[] = {a->src, a->dst};
   return dpt_ocl_launch_flat(be, DPT_OCL_K_f16_to_f32, a->n, 0, NULL, 0, NULL, 2, refs);
+}
+
+dpt_status dpt_ocl_f32_to_bf16(dpt_backend *be, const dpt_f32_to_bf16_args *a) {
+  const dpt_ref refs[] = {a->src, a->dst};
+  return dpt_ocl_launch_flat(be, DPT_OCL_K_f32_to_bf16, a->n, 0, NULL, 0, NULL, 2, refs);
+}
+
+dpt_status dpt_ocl_bf16_to_f32(dpt_backend *be, const dpt_bf16_to_f32_args *a) {
+  const dpt_ref refs[] = {a->src, a->dst};
+  return dpt_ocl_launch_flat(be, DPT_OCL_K_bf16_to_f32, a->n, 0, NULL, 0, NULL, 2, refs);
 }

@@ -174,6 +174,8 @@ enum {
   X(ADAMW_UPDATE, "adamw_update.spv", 4, 0, 0, 0, 0)                                               \
   X(F32_TO_F16, "f32_to_f16.spv", 2, 0, 0, 0, 0)                                                   \
   X(F16_TO_F32, "f16_to_f32.spv", 2, 0, 0, 0, 0)                                                   \
+  X(F32_TO_BF16, "f32_to_bf16.spv", 2, 0, 0, 0, 0)                                                 \
+  X(BF16_TO_F32, "bf16_to_f32.spv", 2, 0, 0, 0, 0)                                                 \
   X(GEMM_SMALL_0, "gemm_small.spv", 3, 0, 0, 0, 0)                                                 \
   X(GEMM_SMALL_1, "gemm_small.spv", 3, 1, 0, 0, 0)                                                 \
   X(GEMM_SMALL_2, "gemm_small.spv", 3, 0, 1, 0, 0)                                                 \

@@ -172,6 +172,22 @@ dpt_status dpt_vk_f16_to_f32(dpt_backend *be, const dpt_f16_to_f32_args *a) {
   return dpt_vk_leave(be, vk_elementwise(ctx, DPT_VK_PIPE_F16_TO_F32, a->n, t, 2, push, 3));
 }
 
+dpt_status dpt_vk_f32_to_bf16(dpt_backend *be, const dpt_f32_to_bf16_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
+  vk_tensor t[2] = {{vk_al(&a->src), a->src.off, 4}, {vk_al(&a->dst), a->dst.off, 2}};
+  uint32_t push[3];
+  return dpt_vk_leave(be, vk_elementwise(ctx, DPT_VK_PIPE_F32_TO_BF16, a->n, t, 2, push, 3));
+}
+
+dpt_status dpt_vk_bf16_to_f32(dpt_backend *be, const dpt_bf16_to_f32_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
+  vk_tensor t[2] = {{vk_al(&a->src), a->src.off, 2}, {vk_al(&a->dst), a->dst.off, 4}};
+  uint32_t push[3];
+  return dpt_vk_leave(be, vk_elementwise(ctx, DPT_VK_PIPE_BF16_TO_F32, a->n, t, 2, push, 3));
+}
+
 dpt_status dpt_vk_bias_add(dpt_backend *be, const dpt_bias_add_args *a) {
   DPT_TRY(dpt_vk_enter(be));
   dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);

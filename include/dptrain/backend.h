@@ -151,6 +151,8 @@ DPT_API dpt_status dpt_buffer_fill_f32(dpt_buffer *dst, size_t offset, size_t co
   X(ADAMW_UPDATE, adamw_update)                                                                    \
   X(F32_TO_F16, f32_to_f16)                                                                        \
   X(F16_TO_F32, f16_to_f32)                                                                        \
+  X(F32_TO_BF16, f32_to_bf16)                                                                      \
+  X(BF16_TO_F32, bf16_to_f32)                                                                      \
   X(GEMM_BATCHED, gemm_batched)                                                                    \
   X(BN_STATS, bn_stats)                                                                            \
   X(BN_FWD, bn_fwd)                                                                                \
@@ -337,6 +339,13 @@ DPT_API dpt_status dpt_f32_to_f16(dpt_backend *be, size_t n, const dpt_buffer *s
 /* IEEE binary16 -> float32 (exact). src offsets count uint16 elements. */
 DPT_API dpt_status dpt_f16_to_f32(dpt_backend *be, size_t n, const dpt_buffer *src, size_t src_off,
                                   dpt_buffer *dst, size_t dst_off);
+/* float32 -> bfloat16 (the top 16 bits, rounded to nearest even; overflow to infinity; NaN
+ * stays NaN, quiet) over n elements; dst offsets count uint16 elements. */
+DPT_API dpt_status dpt_f32_to_bf16(dpt_backend *be, size_t n, const dpt_buffer *src, size_t src_off,
+                                   dpt_buffer *dst, size_t dst_off);
+/* bfloat16 -> float32 (exact; NaN gets the quiet bit). src offsets count uint16 elements. */
+DPT_API dpt_status dpt_bf16_to_f32(dpt_backend *be, size_t n, const dpt_buffer *src, size_t src_off,
+                                   dpt_buffer *dst, size_t dst_off);
 
 /* Strided-batched gemm: for i in [0, batch), C_i = alpha * op(A_i) * op(B_i) + beta * C_i, where
  * X_i is the matrix at element offset x_off + i * stride_x, each shaped as in dpt_gemm.
@@ -534,6 +543,8 @@ DPT_API dpt_status dpt_bce_logits(dpt_backend *be, size_t n, const dpt_buffer *l
 
 DPT_API uint16_t dpt_f32_to_f16_scalar(float x);
 DPT_API float dpt_f16_to_f32_scalar(uint16_t h);
+DPT_API uint16_t dpt_f32_to_bf16_scalar(float x);
+DPT_API float dpt_bf16_to_f32_scalar(uint16_t h);
 
 #ifdef __cplusplus
 }

@@ -61,9 +61,14 @@ extern "C" {
 typedef struct dpt_comm dpt_comm;
 typedef struct dpt_comm_group dpt_comm_group;
 
-/* Element types of reductions. F16 is IEEE binary16 stored as uint16_t; sums of F16 are
- * computed in float32 and rounded to binary16 after every addition. */
-typedef enum dpt_comm_dtype { DPT_COMM_F32 = 0, DPT_COMM_F16 = 1 } dpt_comm_dtype;
+/* Element types of reductions. F16 is IEEE binary16 and BF16 bfloat16 (a float32's top 16
+ * bits), both stored as uint16_t; their sums are computed in float32 and rounded to the
+ * 16-bit type after every addition. The values travel in hello headers: never renumber. */
+typedef enum dpt_comm_dtype {
+  DPT_COMM_F32 = 0,
+  DPT_COMM_F16 = 1,
+  DPT_COMM_BF16 = 2
+} dpt_comm_dtype;
 
 /* All-reduce algorithms, the one list: X(ENUM_SUFFIX, value, "name"); the name is what
  * DPT_ALLREDUCE_ALGO accepts and dpt_allreduce_algo_name() returns. AUTO picks by payload

@@ -188,12 +188,13 @@ typedef struct dpt_train_config {
    * sync_bn the buckets start after backward. */
   size_t bucket_bytes;
 #define DPT_BUCKET_AUTO ((size_t)-1) /* bucket_bytes: measured at start-up (see above) */
-  /* The gradient exchange's element type: DPT_COMM_F32 (default), or DPT_COMM_F16: each
-   * replica converts its gradient to binary16 on the device, the all-reduce sums in float32
-   * and rounds to binary16 after every addition (dptrain/comm.h), and the sum is converted
-   * back: half the bytes. With it the step is the full step (the sharded step's shards are cut
-   * for float32) and buckets are not used. grad_error_feedback 1: each replica keeps the
-   * rounding error of its conversion and adds it to the next step's gradient. */
+  /* The gradient exchange's element type: DPT_COMM_F32 (default), DPT_COMM_F16 or
+   * DPT_COMM_BF16: each replica converts its gradient to binary16 (bfloat16) on the device,
+   * the all-reduce sums in float32 and rounds to the 16-bit type after every addition
+   * (dptrain/comm.h), and the sum is converted back: half the bytes. With it the step is the full
+   * step (the sharded step's shards are cut for float32) and buckets are not used.
+   * grad_error_feedback 1: each replica keeps the rounding error of its conversion and adds it to
+   * the next step's gradient. */
   dpt_comm_dtype grad_dtype;
   int grad_error_feedback;
   /* A timeline of the run: a Chrome trace-event JSON file (Perfetto, chrome://tracing) that

@@ -1,5 +1,6 @@
-/* float32 <-> IEEE binary16 by bit manipulation (no cl_khr_fp16), bit-exact with
- * dpt_f32_to_f16_scalar / dpt_f16_to_f32_scalar. Both sides are read and written as integers,
+/* float32 <-> IEEE binary16 and float32 <-> bfloat16 by bit manipulation (no cl_khr_fp16),
+ * bit-exact with dpt_f32_to_f16_scalar / dpt_f16_to_f32_scalar / dpt_f32_to_bf16_scalar /
+ * dpt_bf16_to_f32_scalar. Both sides are read and written as integers,
  * so no float operation can flush subnormals or quiet NaN payloads on the way. */
 
 inline ushort dpt_f32_bits_to_f16(uint x) {
@@ -54,4 +55,25 @@ __kernel void f16_to_f32(ulong n, __global const ushort *src, ulong src_off, __g
   size_t i = get_global_id(0);
   if (i >= n) return;
   dst[dst_off + i] = dpt_f16_to_f32_bits((uint)src[src_off + i]);
+}
+
+/* bfloat16 is the top half of a float32: round to nearest even (a carry moves into the
+ * exponent, up to infinity); NaN keeps its top payload bits and gets the quiet bit. */
+__kernel void f32_to_bf16(ulong n, __global const uint *src, ulong src_off, __global ushort *dst,
+                          ulong dst_off) {
+  size_t i = get_global_id(0);
+  if (i >= n) return;
+  uint x = src[src_off + i];
+  if ((x & 0x7fffffffu) > 0x7f800000u)
+    dst[dst_off + i] = (ushort)((x >> 16) | 0x40u);
+  else
+    dst[dst_off + i] = (ushort)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+__kernel void bf16_to_f32(ulong n, __global const ushort *src, ulong src_off, __global uint *dst,
+                          ulong dst_off) {
+  size_t i = get_global_id(0);
+  if (i >= n) return;
+  uint x = (uint)src[src_off + i] << 16;
+  dst[dst_off + i] = (x & 0x7fffffffu) > 0x7f800000u ? x | 0x00400000u : x;
 }
