@@ -12,6 +12,7 @@
 #ifndef DPTRAIN_BASE_HALF_H
 #define DPTRAIN_BASE_HALF_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -97,5 +98,12 @@ static inline float dpt_bfloat_to_f32(uint16_t h) {
   const uint32_t u = (uint32_t)h << 16;
   return dpt_bits_f32((u & 0x7fffffffu) > 0x7f800000u ? u | 0x00400000u : u);
 }
+
+/* n values at a time (base/half.c): F16C where the CPU has it, with the same bits as the
+ * functions above (round to nearest even, subnormals kept, NaN payloads kept, quiet). */
+void dpt_half_from_f32_n(uint16_t *dst, const float *src, size_t n);
+void dpt_half_to_f32_n(float *dst, const uint16_t *src, size_t n);
+/* dst[i] = a[i] + b[i] in float32, rounded to binary16; dst may equal a or b. */
+void dpt_half_sum_n(uint16_t *dst, const uint16_t *a, const uint16_t *b, size_t n);
 
 #endif

@@ -31,8 +31,7 @@ static void sum_f32(float *dst, const float *a, const float *b, size_t n) {
 }
 
 static void sum_f16(uint16_t *dst, const uint16_t *a, const uint16_t *b, size_t n) {
-  for (size_t i = 0; i < n; ++i)
-    dst[i] = dpt_half_from_f32(dpt_half_to_f32(a[i]) + dpt_half_to_f32(b[i]));
+  dpt_half_sum_n(dst, a, b, n); /* F16C where the CPU has it */
 }
 
 #if defined(DPT_V8)

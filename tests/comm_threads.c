@@ -1232,12 +1232,14 @@ START_TEST(mpi_launched_from_environment) {
 }
 END_TEST
 
-/* The bfloat16 sum (reduce.c, 8 lanes at a time where the compiler allows) gives the bits of
- * the scalar conversions around one float32 addition, for every bfloat16 a against random b
- * (NaN, infinities, subnormals and overflow included), at odd lengths and offsets; NaN
- * results only have to be NaN. */
-START_TEST(bf16_sum_bits) {
+/* The 16-bit sums (reduce.c: bfloat16 8 lanes at a time where the compiler allows, binary16
+ * through F16C where the CPU has it) give the bits of the scalar conversions around one float32
+ * addition, for every 16-bit a against random b (NaN, infinities, subnormals and overflow
+ * included), at odd lengths and offsets; NaN results only have to be NaN. */
+static void check_sum_bits(dpt_comm_dtype dtype) {
   enum { N = 65536 + 3 };
+  const int bf = dtype == DPT_COMM_BF16;
+  const uint16_t exp_mask = bf ? 0x7f80u : 0x7c00u;
   uint16_t *a = malloc(N * 2), *b = malloc(N * 2), *d = malloc(N * 2);
   ck_assert(a && b && d);
   uint64_t x = 88172645463325252ull;
@@ -1248,20 +1250,30 @@ START_TEST(bf16_sum_bits) {
       b[i] = (uint16_t)(round == 0 ? x : round == 1 ? (x & 0x80ffu) : (x >> 20));
     }
     const size_t off = (size_t)round % 3, n = N - off - (size_t)round;
-    dpt_sum_to(d + off, a + off, b + off, n, DPT_COMM_BF16);
+    dpt_sum_to(d + off, a + off, b + off, n, dtype);
     for (size_t i = off; i < off + n; ++i) {
       const uint16_t want =
-          dpt_f32_to_bf16_scalar(dpt_bf16_to_f32_scalar(a[i]) + dpt_bf16_to_f32_scalar(b[i]));
+          bf ? dpt_f32_to_bf16_scalar(dpt_bf16_to_f32_scalar(a[i]) + dpt_bf16_to_f32_scalar(b[i]))
+             : dpt_f32_to_f16_scalar(dpt_f16_to_f32_scalar(a[i]) + dpt_f16_to_f32_scalar(b[i]));
       /* Which NaN operand's payload an addition keeps is the compiler's choice (a + b may be
        * emitted as b + a): a NaN only has to stay a NaN. */
-      const int both_nan = (d[i] & 0x7fffu) > 0x7f80u && (want & 0x7fffu) > 0x7f80u;
-      ck_assert_msg(d[i] == want || both_nan, "0x%04x + 0x%04x = 0x%04x, want 0x%04x", a[i], b[i],
-                    d[i], want);
+      const int both_nan = (d[i] & 0x7fffu) > exp_mask && (want & 0x7fffu) > exp_mask;
+      ck_assert_msg(d[i] == want || both_nan, "%s: 0x%04x + 0x%04x = 0x%04x, want 0x%04x",
+                    bf ? "bf16" : "f16", a[i], b[i], d[i], want);
     }
   }
   free(a);
   free(b);
   free(d);
+}
+
+START_TEST(bf16_sum_bits) {
+  check_sum_bits(DPT_COMM_BF16);
+}
+END_TEST
+
+START_TEST(f16_sum_bits) {
+  check_sum_bits(DPT_COMM_F16);
 }
 END_TEST
 
@@ -1380,6 +1392,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, mpi_launched_from_environment);
     tcase_add_test(tc, shm_copy_choice);
     tcase_add_test(tc, bf16_sum_bits);
+    tcase_add_test(tc, f16_sum_bits);
     suite_add_tcase(s, tc);
     tc = tcase_create("failures");
     tcase_set_timeout(tc, 60);

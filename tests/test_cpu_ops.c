@@ -615,6 +615,55 @@ START_TEST(f16_values) {
 }
 END_TEST
 
+/* The CPU ops convert whole arrays (8 at a time through F16C where the CPU has it): every
+ * binary16 pattern back to float32, and float32 patterns (random, plus each binary16 value and
+ * the midpoints above it: ties, subnormals, overflow, NaN payloads) to binary16, give the
+ * scalar conversions' bits, at a length that is not a multiple of 8. */
+START_TEST(f16_arrays_match_scalar) {
+  enum { H = 65536, F = 3 * 65536 + 5 };
+  uint16_t *h = malloc(H * 2), *hd = malloc(F * 2);
+  float *f = malloc(F * 4), *fd = malloc(H * 4);
+  ck_assert(h && hd && f && fd);
+  for (int i = 0; i < H; i++)
+    h[i] = (uint16_t)i;
+  dpt_buffer *hs = tu_buf(be, h, H * 2), *fo = tu_f32_fill(be, H, 0.0f);
+  TU_OK(dpt_f16_to_f32(be, H, hs, 0, fo, 0));
+  tu_get(fo, 0, fd, H);
+  for (int i = 0; i < H; i++) {
+    const float want = dpt_f16_to_f32_scalar(h[i]);
+    ck_assert_msg(memcmp(&fd[i], &want, 4) == 0, "f16_to_f32(0x%04x) = %a, want %a", h[i],
+                  (double)fd[i], (double)want);
+  }
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (int i = 0; i < F; i++) {
+    uint32_t u;
+    if (i < 2 * H) { /* a binary16 value, then the midpoint to the next one up */
+      const float v = dpt_f16_to_f32_scalar((uint16_t)(i / 2));
+      memcpy(&u, &v, 4);
+      if (i % 2) u += 1u << 12;
+    } else {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      u = (uint32_t)x;
+    }
+    memcpy(&f[i], &u, 4);
+  }
+  dpt_buffer *fs = tu_f32(be, f, F), *ho = tu_buf(be, NULL, F * 2);
+  TU_OK(dpt_f32_to_f16(be, F, fs, 0, ho, 0));
+  TU_OK(dpt_buffer_download(ho, 0, hd, F * 2));
+  for (int i = 0; i < F; i++)
+    ck_assert_msg(hd[i] == dpt_f32_to_f16_scalar(f[i]), "f32_to_f16(%a) = 0x%04x, want 0x%04x",
+                  (double)f[i], hd[i], dpt_f32_to_f16_scalar(f[i]));
+  dpt_buffer_free(hs);
+  dpt_buffer_free(fo);
+  dpt_buffer_free(fs);
+  dpt_buffer_free(ho);
+  free(h);
+  free(hd);
+  free(f);
+  free(fd);
+}
+END_TEST
+
 /* ---- bfloat16 --------------------------------------------------------------------------- */
 
 static float f32_of_bits(uint32_t u) {
@@ -1735,6 +1784,7 @@ static Suite *cpu_ops_suite(void) {
   tcase_add_test(hand, sgd_two_steps);
   tcase_add_test(hand, adamw_two_steps);
   tcase_add_test(hand, f16_values);
+  tcase_add_test(hand, f16_arrays_match_scalar);
   tcase_add_test(hand, f16_round_trip_all);
   tcase_add_test(hand, bf16_values);
   tcase_add_test(hand, bf16_round_trip_all);

@@ -435,8 +435,7 @@ dpt_status dpt_cpu_f32_to_f16(dpt_backend *be, const dpt_f32_to_f16_args *a) {
   (void)be;
   const float *src = dpt_cpu_f32(a->src);
   uint16_t *dst = dpt_cpu_u16(a->dst);
-  for (size_t i = 0; i < a->n; ++i)
-    dst[i] = dpt_half_from_f32(src[i]);
+  dpt_half_from_f32_n(dst, src, a->n);
   return DPT_OK;
 }
 
@@ -444,8 +443,7 @@ dpt_status dpt_cpu_f16_to_f32(dpt_backend *be, const dpt_f16_to_f32_args *a) {
   (void)be;
   const uint16_t *src = dpt_cpu_u16(a->src);
   float *dst = dpt_cpu_f32(a->dst);
-  for (size_t i = 0; i < a->n; ++i)
-    dst[i] = dpt_half_to_f32(src[i]);
+  dpt_half_to_f32_n(dst, src, a->n);
   return DPT_OK;
 }
 
