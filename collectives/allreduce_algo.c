@@ -65,6 +65,11 @@ dpt_status dpt_allreduce_algo_run(dpt_comm *c, dpt_allreduce_algo algo, void *da
      * transport may use its blocking call. */
     dpt_status st = c->tp->native_allreduce(c, data, count, dtype, c->opt.desync_check,
                                             dpt_now() + c->opt.timeout_s);
+    if (st == DPT_ERR_TIMEOUT)
+      return dpt_error_context(st,
+                               "%s: waiting for ranks that did not enter MPI_Iallreduce (without "
+                               "the desync check, which ones is not known)",
+                               dpt_what_str(what));
     return st == DPT_OK ? st : dpt_error_context(st, "%s", dpt_what_str(what));
   }
   case DPT_ALLREDUCE_HIER: {
