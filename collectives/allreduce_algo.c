@@ -18,13 +18,13 @@ dpt_allreduce_algo dpt_comm_pick_algo(const dpt_comm *c, size_t count, dpt_comm_
     if (bytes <= cap && dpt_mul_ok(bytes, (size_t)(c->size > 1 ? c->size - 1 : 1), &sent) &&
         sent <= c->opt.direct_max_bytes)
       return DPT_ALLREDUCE_DIRECT;
-    /* Across nodes MPI's own all-reduce next (direct takes one round, this one two), and at
-     * every size where hier does not apply: it beats the flat ring over MPI point-to-point. */
+    if (c->tp->native_allreduce && bytes <= c->opt.mpi_max_bytes) return DPT_ALLREDUCE_MPI;
+    if (bytes <= c->opt.rd_max_bytes) return DPT_ALLREDUCE_RD;
+    /* Across nodes MPI's own all-reduce next, and at every size where hier does not apply: it
+     * beats the flat ring over MPI point-to-point (docs/collectives.md). */
     if (c->nnodes > 1 && c->tp->native_allreduce &&
         (bytes <= c->opt.mpi_nodes_max_bytes || !dpt_hier_applies(c)))
       return DPT_ALLREDUCE_MPI;
-    if (c->tp->native_allreduce && bytes <= c->opt.mpi_max_bytes) return DPT_ALLREDUCE_MPI;
-    if (bytes <= c->opt.rd_max_bytes) return DPT_ALLREDUCE_RD;
     return dpt_hier_applies(c) ? DPT_ALLREDUCE_HIER : DPT_ALLREDUCE_RING;
   }
   /* `hier` on one node, or on nodes of unequal sizes: the flat ring. */
