@@ -715,6 +715,9 @@ START_TEST(options_must_agree) {
                   "DPT_ALLREDUCE_ALGO differs across ranks: rank 1 has ring, rank 0 has auto");
   expect_mismatch(&o, "DPT_COMM_TIMEOUT", "7.5", 1,
                   "DPT_COMM_TIMEOUT differs across ranks: rank 1 has 7.5, rank 0 has 300");
+  expect_mismatch(&o, "DPT_ALLREDUCE_MPI_NODES_MAX", "0", 1,
+                  "DPT_ALLREDUCE_MPI_NODES_MAX differs across ranks: rank 1 has 0, rank 0 has "
+                  "1048576");
   /* Per-rank settings: accepted, and the collectives agree. */
   char *staging = env_save("DPT_COMM_STAGING"), *copy = env_save("DPT_COMM_SHM_COPY");
   if (world_rank == 1) {
