@@ -47,12 +47,12 @@
  * member the same bits (Open MPI's reductions do); for M = 2 it is P_0 + P_1 in either order,
  * so for L = M = 2 (two addends per sum) both variants give the halves' bits.
  */
+#include <stdio.h>
+
 #include "collectives/algorithms.h"
 #include "base/clock.h"
 #include "base/error.h"
 #include "collectives/comm_impl.h"
-
-#include <stdio.h>
 
 enum { FULL, LAST }; /* kinds of block: full ones, and the last, partial one */
 
