@@ -20,6 +20,11 @@ dpt_allreduce_algo dpt_comm_pick_algo(const dpt_comm *c, size_t count, dpt_comm_
       return DPT_ALLREDUCE_DIRECT;
     if (c->tp->native_allreduce && bytes <= c->opt.mpi_max_bytes) return DPT_ALLREDUCE_MPI;
     if (bytes <= c->opt.rd_max_bytes) return DPT_ALLREDUCE_RD;
+    /* Across nodes MPI's own all-reduce next, and at every size where hier does not apply: it
+     * was level with or faster than the flat ring over MPI point-to-point (docs/collectives.md). */
+    if (c->nnodes > 1 && c->tp->native_allreduce &&
+        (bytes <= c->opt.mpi_nodes_max_bytes || !dpt_hier_applies(c)))
+      return DPT_ALLREDUCE_MPI;
     return dpt_hier_applies(c) ? DPT_ALLREDUCE_HIER : DPT_ALLREDUCE_RING;
   }
   /* `hier` on one node, or on nodes of unequal sizes: the flat ring. */
@@ -60,6 +65,11 @@ dpt_status dpt_allreduce_algo_run(dpt_comm *c, dpt_allreduce_algo algo, void *da
      * transport may use its blocking call. */
     dpt_status st = c->tp->native_allreduce(c, data, count, dtype, c->opt.desync_check,
                                             dpt_now() + c->opt.timeout_s);
+    if (st == DPT_ERR_TIMEOUT)
+      return dpt_error_context(st,
+                               "%s: waiting for ranks that did not enter MPI_Iallreduce (without "
+                               "the desync check, which ones is not known)",
+                               dpt_what_str(what));
     return st == DPT_OK ? st : dpt_error_context(st, "%s", dpt_what_str(what));
   }
   case DPT_ALLREDUCE_HIER: {

@@ -117,6 +117,11 @@ typedef struct dpt_transport {
    * hello round has just seen every rank enter the collective. */
   dpt_status (*native_allreduce)(dpt_comm *c, void *data, size_t count, dpt_comm_dtype dtype,
                                  int arrived, double deadline);
+  /* Optional, where dpt_comm.cross_native: the same over the ranks of this rank's local index
+   * on every node (the hierarchical all-reduce's cross-node phase), the same result bits on
+   * each of them; `arrived`: they have all entered the collective. */
+  dpt_status (*cross_allreduce)(dpt_comm *c, void *data, size_t count, dpt_comm_dtype dtype,
+                                int arrived, double deadline);
   /* 1: the library may call this transport from one thread at a time in the whole process
    * (MPI, initialized MPI_THREAD_SERIALIZED): at most one such communicator may have
    * nonblocking requests pending, and nothing else calls it meanwhile (request.c). */
@@ -172,6 +177,8 @@ struct dpt_comm {
   /* Ranks per node when every node has as many, -1 when they differ, 0 until first asked
    * (hier_allreduce.c computes it from node[] on first use). */
   atomic_int node_ranks;
+  /* The transport built the group of each local index across nodes: cross_allreduce serves. */
+  int cross_native;
 };
 
 /* ---- nonblocking collectives (request.c) ------------------------------------------------ */

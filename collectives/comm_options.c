@@ -77,6 +77,9 @@ void dpt_comm_options_default(dpt_comm_options *o) {
    * never by default. The figures behind these limits: docs/performance.md. */
   o->direct_max_bytes = (size_t)16 << 10;
   o->mpi_max_bytes = 0;
+  /* Across nodes, after rd: MPI_Allreduce beat the hierarchical all-reduce up to this size on
+   * the namespace cluster (TCP between nodes): docs/collectives.md, "Hierarchical all-reduce". */
+  o->mpi_nodes_max_bytes = (size_t)1 << 20;
   o->rd_max_bytes = (size_t)16 << 10;
   /* Blocks small enough that the all-gather re-reads a block, and the staging slots of device
    * buffers, from cache; pieces a quarter of a block, so transfers overlap sums. */
@@ -187,6 +190,7 @@ static dpt_status options_from_env(dpt_comm_options *o) {
   }
   if ((st = env_bytes("DPT_ALLREDUCE_DIRECT_MAX", &o->direct_max_bytes)) != DPT_OK ||
       (st = env_bytes("DPT_ALLREDUCE_MPI_MAX", &o->mpi_max_bytes)) != DPT_OK ||
+      (st = env_bytes("DPT_ALLREDUCE_MPI_NODES_MAX", &o->mpi_nodes_max_bytes)) != DPT_OK ||
       (st = env_bytes("DPT_ALLREDUCE_RD_MAX", &o->rd_max_bytes)) != DPT_OK ||
       (st = env_bytes("DPT_COMM_PIECE", &o->piece_bytes)) != DPT_OK ||
       (st = env_bytes("DPT_COMM_BLOCK", &o->block_bytes)) != DPT_OK ||

@@ -35,8 +35,23 @@
  * the flat ring puts 2(N-1)/N V on each of its node-crossing links. Pieces (piece_bytes) and
  * blocks (block_bytes) as for the ring, so device buffers are staged the same way. The
  * halves (dpt_ring_phase) run steps 1 + 2's reduce-scatter, and 2's all-gather + 3.
+ *
+ * Native variant: a whole all-reduce of host data on a transport with cross_allreduce (MPI,
+ * where the nodes are equal: an MPI communicator per local index, in node order) runs step 1
+ * over the whole vector as one block, then the transport's MPI_Allreduce of this rank's
+ * segment (l + 1) mod L among the ranks of local index l, then step 3. Across nodes that is
+ * MPI's own algorithm (measured faster than the p2p ring over TCP: docs/collectives.md); no
+ * blocks, so device buffers that are staged block by block keep the p2p schedule, as do the
+ * halves (their shard layout is the p2p one). Sum order: the node sums as above, segment k
+ * over the whole vector; the cross-node sum in MPI_Allreduce's order, assumed to give every
+ * member the same bits (Open MPI's reductions do); for M = 2 it is P_0 + P_1 in either order,
+ * so for L = M = 2 (two addends per sum) both variants give the halves' bits.
  */
+#include <stdio.h>
+
 #include "collectives/algorithms.h"
+#include "base/clock.h"
+#include "base/error.h"
 #include "collectives/comm_impl.h"
 
 enum { FULL, LAST }; /* kinds of block: full ones, and the last, partial one */
@@ -290,14 +305,14 @@ static void recv_at(const void *ctx, size_t i, dpt_xfer *x) {
   }
 }
 
-dpt_status dpt_hier_allreduce(dpt_comm *c, const dpt_ring_args *a, const dpt_sched *hooks, int tag,
-                              dpt_what *what) {
-  if (a->count == 0) return DPT_OK;
+/* Steps [s0, s1) of the schedule over blocks of `block` elements. */
+static dpt_status run_steps(dpt_comm *c, const dpt_ring_args *a, const dpt_sched *hooks, int tag,
+                            dpt_what *what, size_t block, size_t s0, size_t s1) {
   hier g = {0};
   layout(c, c->rank, &g);
   g.esize = dpt_dtype_size(a->dtype);
   g.count = a->count;
-  g.block = dpt_block_elems(c, g.esize);
+  g.block = block;
   g.piece = c->opt.piece_bytes / g.esize ? c->opt.piece_bytes / g.esize : 1;
   g.nfull = a->count / g.block;
   const size_t lens[2] = {g.block, a->count % g.block};
@@ -306,8 +321,8 @@ dpt_status dpt_hier_allreduce(dpt_comm *c, const dpt_ring_args *a, const dpt_sch
     g.c_in[k] = seg > g.piece ? div_up(seg, g.piece) : 1;
     g.c_x[k] = sub > g.piece ? div_up(sub, g.piece) : 1;
   }
-  g.s0 = a->phase == DPT_RING_ALLGATHER ? g.a + g.b : 0;
-  g.s1 = a->phase == DPT_RING_REDUCE_SCATTER ? g.a + g.b : 2 * (g.a + g.b);
+  g.s0 = s0;
+  g.s1 = s1;
   for (int k = 0; k < 2; ++k)
     g.msgs[k] = before(&g, k, g.s1);
   g.data = a->data;
@@ -329,4 +344,59 @@ dpt_status dpt_hier_allreduce(dpt_comm *c, const dpt_ring_args *a, const dpt_sch
   s.dtype = a->dtype;
   s.slot_bytes = slot * g.esize;
   return dpt_engine_run(c, &s, tag, what);
+}
+
+/* A failed cross-node call, named with the ranks it waited for (the other nodes' ranks of
+ * local index l: one of them did not arrive, or failed). */
+static dpt_status cross_failed(const dpt_comm *c, const hier *g, dpt_status st, dpt_what *what) {
+  char peers[128] = "";
+  size_t len = 0;
+  for (int n = 0, k = 0; n < g->M && len < sizeof peers - 16; ++n) {
+    if (n == g->m) continue;
+    if (k++ == 8) {
+      len += (size_t)snprintf(peers + len, sizeof peers - len, ", ...");
+      break;
+    }
+    len += (size_t)snprintf(peers + len, sizeof peers - len, "%s%d", k > 1 ? ", " : "",
+                            rank_at(c, n, g->l));
+  }
+  return dpt_error_context(st, "%s: across nodes, %s rank%s %s", dpt_what_str(what),
+                           st == DPT_ERR_TIMEOUT ? "waiting for" : "with", g->M > 2 ? "s" : "",
+                           peers);
+}
+
+/* The native variant: the intra reduce-scatter over the whole vector as one block, the
+ * transport's all-reduce of this rank's segment across nodes, the intra all-gather. */
+static dpt_status run_native(dpt_comm *c, const dpt_ring_args *a, int tag, dpt_what *what) {
+  hier g;
+  layout(c, c->rank, &g);
+  const size_t n = a->count, steps = 2 * (g.a + g.b);
+  DPT_TRY(run_steps(c, a, NULL, tag, what, n, 0, g.a));
+  size_t off, len;
+  dpt_split(n, (size_t)g.L, (size_t)(g.l + 1) % (size_t)g.L, &off, &len);
+  if (len > 0) {
+    /* With the desync check the hello round has seen every rank arrive: the blocking call,
+     * as for the `mpi` algorithm. */
+    unsigned char *seg = (unsigned char *)a->data + off * dpt_dtype_size(a->dtype);
+    dpt_status st = c->tp->cross_allreduce(c, seg, len, a->dtype, c->opt.desync_check,
+                                           dpt_now() + c->opt.timeout_s);
+    if (st != DPT_OK) return cross_failed(c, &g, st, what);
+  }
+  return run_steps(c, a, NULL, tag, what, n, g.a + 2 * g.b, steps);
+}
+
+static int native_applies(const dpt_comm *c, const dpt_ring_args *a, const dpt_sched *hooks) {
+  return a->phase == DPT_RING_BOTH && !hooks && a->data && c->cross_native &&
+         c->tp->cross_allreduce;
+}
+
+dpt_status dpt_hier_allreduce(dpt_comm *c, const dpt_ring_args *a, const dpt_sched *hooks, int tag,
+                              dpt_what *what) {
+  if (a->count == 0) return DPT_OK;
+  if (native_applies(c, a, hooks)) return run_native(c, a, tag, what);
+  hier g;
+  layout(c, c->rank, &g);
+  const size_t s0 = a->phase == DPT_RING_ALLGATHER ? g.a + g.b : 0;
+  const size_t s1 = a->phase == DPT_RING_REDUCE_SCATTER ? g.a + g.b : 2 * (g.a + g.b);
+  return run_steps(c, a, hooks, tag, what, dpt_block_elems(c, dpt_dtype_size(a->dtype)), s0, s1);
 }

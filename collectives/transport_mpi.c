@@ -38,6 +38,10 @@ _Static_assert(sizeof(MPI_Request) <= sizeof(((dpt_req *)0)->mpi), "MPI_Request 
 
 typedef struct mpi_state {
   MPI_Comm comm;
+  /* The ranks of this rank's local index on every node, in node order (the hierarchical
+   * all-reduce's cross-node phase: mpi_cross_allreduce); MPI_COMM_NULL unless the nodes hold
+   * the same number (> 1) of ranks each. */
+  MPI_Comm cross;
   MPI_Op f16_sum;
   MPI_Op bf16_sum;
   int oversubscribed; /* more ranks on this node than cores: yield while waiting */
@@ -212,27 +216,27 @@ static void bf16_sum_op(void *in, void *inout, int *len, MPI_Datatype *type) {
   dpt_sum_into(inout, in, (size_t)*len, DPT_COMM_BF16);
 }
 
-static dpt_status mpi_native_allreduce(dpt_comm *c, void *data, size_t count, dpt_comm_dtype dtype,
-                                       int arrived, double deadline) {
-  mpi_state *s = c->impl;
+/* In-place sum over `comm` in parts of at most INT_MAX elements. `arrived`: every rank of
+ * comm is known to be in this collective, so the blocking call (the library's fastest);
+ * otherwise the nonblocking one, polled against the deadline (Open MPI's nonblocking
+ * collectives are several times slower). */
+static dpt_status allreduce_on(mpi_state *s, MPI_Comm comm, void *data, size_t count,
+                               dpt_comm_dtype dtype, int arrived, double deadline) {
   const size_t es = dpt_dtype_size(dtype);
   MPI_Datatype type = dtype == DPT_COMM_F32 ? MPI_FLOAT : MPI_UINT16_T;
   MPI_Op op = dtype == DPT_COMM_F16 ? s->f16_sum : dtype == DPT_COMM_BF16 ? s->bf16_sum : MPI_SUM;
-  /* In parts of at most INT_MAX elements. When the hello round has just seen every rank
-   * arrive, the blocking call (the library's fastest); otherwise the nonblocking one, polled
-   * against the deadline (Open MPI's nonblocking collectives are several times slower). */
   for (size_t done = 0; done < count;) {
     size_t n = count - done < (size_t)INT_MAX ? count - done : (size_t)INT_MAX;
     void *p = (unsigned char *)data + done * es;
     int rc;
     if (arrived) {
-      rc = MPI_Allreduce(MPI_IN_PLACE, p, (int)n, type, op, s->comm);
+      rc = MPI_Allreduce(MPI_IN_PLACE, p, (int)n, type, op, comm);
       if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Allreduce", -1);
       done += n;
       continue;
     }
     MPI_Request q;
-    rc = MPI_Iallreduce(MPI_IN_PLACE, p, (int)n, type, op, s->comm, &q);
+    rc = MPI_Iallreduce(MPI_IN_PLACE, p, (int)n, type, op, comm, &q);
     if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Iallreduce", -1);
     dpt_backoff b;
     dpt_backoff_start(&b, dpt_now(), s->oversubscribed);
@@ -251,6 +255,53 @@ static dpt_status mpi_native_allreduce(dpt_comm *c, void *data, size_t count, dp
   return DPT_OK;
 }
 
+static dpt_status mpi_native_allreduce(dpt_comm *c, void *data, size_t count, dpt_comm_dtype dtype,
+                                       int arrived, double deadline) {
+  mpi_state *s = c->impl;
+  return allreduce_on(s, s->comm, data, count, dtype, arrived, deadline);
+}
+
+static dpt_status mpi_cross_allreduce(dpt_comm *c, void *data, size_t count, dpt_comm_dtype dtype,
+                                      int arrived, double deadline) {
+  mpi_state *s = c->impl;
+  if (s->cross == MPI_COMM_NULL)
+    return dpt_set_error(DPT_ERR_UNSUPPORTED, "no cross-node communicator (unequal nodes)");
+  return allreduce_on(s, s->cross, data, count, dtype, arrived, deadline);
+}
+
+/* Whether c's nodes each hold the same number (> 1) of ranks, as dpt_hier_applies says. */
+static int equal_nodes(const dpt_comm *c) {
+  if (c->nnodes < 2 || !c->node || c->size % c->nnodes) return 0;
+  const int per = c->size / c->nnodes;
+  for (int n = 0; n < c->nnodes; ++n) {
+    int k = 0;
+    for (int r = 0; r < c->size; ++r)
+      k += c->node[r] == n;
+    if (k != per) return 0;
+  }
+  return per > 1;
+}
+
+/* Collective: s->cross, the ranks sharing this rank's local index (its place among its node's
+ * ranks, by rank), ordered by node, when the nodes are equal; built from c->node, so that fake
+ * nodes (DPT_COMM_FAKE_NODES) group the ranks as real ones would. Every rank sees the same
+ * node[] and makes the same decision. */
+static dpt_status make_cross(dpt_comm *c, mpi_state *s) {
+  if (!equal_nodes(c)) return DPT_OK;
+  int local = 0;
+  for (int q = 0; q < c->rank; ++q)
+    local += c->node[q] == c->node[c->rank];
+  int rc = MPI_Comm_split(s->comm, local, c->node[c->rank], &s->cross);
+  if (rc != MPI_SUCCESS) {
+    s->cross = MPI_COMM_NULL;
+    return mpi_fail(rc, "MPI_Comm_split", -1);
+  }
+  rc = MPI_Comm_set_errhandler(s->cross, MPI_ERRORS_RETURN);
+  if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Comm_set_errhandler", -1);
+  c->cross_native = 1;
+  return DPT_OK;
+}
+
 static void mpi_destroy(dpt_comm *c) {
   mpi_state *s = c->impl;
   dpt_shm_close(s->shm);
@@ -259,6 +310,7 @@ static void mpi_destroy(dpt_comm *c) {
   if (!finalized) {
     if (s->f16_sum != MPI_OP_NULL) MPI_Op_free(&s->f16_sum);
     if (s->bf16_sum != MPI_OP_NULL) MPI_Op_free(&s->bf16_sum);
+    if (s->cross != MPI_COMM_NULL) MPI_Comm_free(&s->cross);
     /* Local in Open MPI and MPICH (the context id is released lazily): never waits. */
     MPI_Comm_free(&s->comm);
   }
@@ -315,6 +367,7 @@ static const dpt_transport mpi_transport = {
     .destroy = mpi_destroy,
     .abort = mpi_abort,
     .native_allreduce = mpi_native_allreduce,
+    .cross_allreduce = mpi_cross_allreduce,
     .serialized = 1,
     .async_ok = mpi_async_ok,
     .paths = mpi_paths,
@@ -395,6 +448,7 @@ enum {
   OPT_ALGO,
   OPT_DIRECT,
   OPT_MPI,
+  OPT_MPI_NODES,
   OPT_RD,
   OPT_PIECE,
   OPT_BLOCK,
@@ -409,6 +463,7 @@ static const char *const opt_vars[OPT_N] = {[OPT_TIMEOUT] = "DPT_COMM_TIMEOUT",
                                             [OPT_DIRECT] = "DPT_ALLREDUCE_DIRECT_MAX",
                                             [OPT_MPI] = "DPT_ALLREDUCE_MPI_MAX",
                                             [OPT_RD] = "DPT_ALLREDUCE_RD_MAX",
+                                            [OPT_MPI_NODES] = "DPT_ALLREDUCE_MPI_NODES_MAX",
                                             [OPT_PIECE] = "DPT_COMM_PIECE",
                                             [OPT_BLOCK] = "DPT_COMM_BLOCK",
                                             [OPT_SHM] = "DPT_COMM_SHM",
@@ -445,6 +500,7 @@ static dpt_status agree_options(dpt_comm *c, MPI_Comm comm, int ok, int shm, int
     mine[OPT_ALGO] = o->algo;
     mine[OPT_DIRECT] = (int64_t)o->direct_max_bytes;
     mine[OPT_MPI] = (int64_t)o->mpi_max_bytes;
+    mine[OPT_MPI_NODES] = (int64_t)o->mpi_nodes_max_bytes;
     mine[OPT_RD] = (int64_t)o->rd_max_bytes;
     mine[OPT_PIECE] = (int64_t)o->piece_bytes;
     mine[OPT_BLOCK] = (int64_t)o->block_bytes;
@@ -649,6 +705,7 @@ dpt_status dpt_comm_create_mpi(const void *mpi_comm, dpt_comm **out) {
     goto fail;
   }
   s->comm = MPI_COMM_NULL;
+  s->cross = MPI_COMM_NULL;
   s->f16_sum = MPI_OP_NULL;
   s->bf16_sum = MPI_OP_NULL;
   MPI_Comm parent = mpi_comm ? *(const MPI_Comm *)mpi_comm : MPI_COMM_WORLD;
@@ -688,6 +745,7 @@ dpt_status dpt_comm_create_mpi(const void *mpi_comm, dpt_comm **out) {
   /* Both steps are collective, and every rank reaches the same verdict on the first. */
   dpt_status agreed = agree_options(c, s->comm, st == DPT_OK, shm, fake);
   if (agreed == DPT_OK) agreed = agree_setup(c, s, st == DPT_OK, copy, shm, fake);
+  if (agreed == DPT_OK) agreed = make_cross(c, s);
   if (st == DPT_OK) st = agreed;
   if (st != DPT_OK) {
     free(c->payload);
@@ -701,6 +759,7 @@ fail:
   if (s) dpt_shm_close(s->shm);
   if (s && s->f16_sum != MPI_OP_NULL) MPI_Op_free(&s->f16_sum);
   if (s && s->bf16_sum != MPI_OP_NULL) MPI_Op_free(&s->bf16_sum);
+  if (s && s->cross != MPI_COMM_NULL) MPI_Comm_free(&s->cross);
   if (s && s->comm != MPI_COMM_NULL) MPI_Comm_free(&s->comm);
   free(s);
   free(c);

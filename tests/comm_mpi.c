@@ -229,6 +229,77 @@ START_TEST(sharded_closed_form) {
 }
 END_TEST
 
+/* Nodes of equal size (> 1 rank), as the hierarchical all-reduce needs; *per: ranks per node. */
+static int equal_nodes(const dpt_comm *c, int *per) {
+  *per = 0;
+  if (c->nnodes < 2 || !c->node || world_size % c->nnodes) return 0;
+  *per = world_size / c->nnodes;
+  for (int n = 0; n < c->nnodes; ++n) {
+    int k = 0;
+    for (int r = 0; r < world_size; ++r)
+      k += c->node[r] == n;
+    if (k != *per) return 0;
+  }
+  return *per > 1;
+}
+
+/* On nodes of equal size (comm_mpi_4_nodes: 2 x 2 fake nodes) the hierarchical all-reduce of
+ * host data crosses nodes through MPI_Allreduce over each local index's ranks: sums exact in
+ * closed form, bit-identical on every rank, no MPI point-to-point bytes (desync check off: no
+ * hello round either); the halves keep the point-to-point ring and their shard layout, and on
+ * 2 x 2 (every sum has two addends, the same bits in either order) the all-reduce's bits. */
+START_TEST(hier_native_cross) {
+  dpt_comm *probe = make_comm(NULL);
+  int per = 0;
+  const int equal = equal_nodes(probe, &per), nodes = probe->nnodes;
+  const int cross = probe->cross_native;
+  dpt_comm_destroy(probe);
+  ck_assert_int_eq(cross, equal);
+  if (!equal) return;
+  size_t big[] = {((size_t)1 << 20) + 3, ((size_t)3 << 20) + 7};
+  for (int variant = 0; variant < 3; ++variant) {
+    dpt_comm_options opt;
+    base_options(&opt);
+    opt.algo = DPT_ALLREDUCE_HIER;
+    if (variant == 1) comm_case_tiny(&opt);
+    if (variant == 2) opt.desync_check = 0;
+    dpt_comm *c = make_comm(&opt);
+    outcome o = {0};
+    char label[64];
+    snprintf(label, sizeof label, "hier native variant %d", variant);
+    dpt_comm_paths p0, p1, p2;
+    ck_assert_int_eq(dpt_comm_get_paths(c, &p0), DPT_OK);
+    counts_with(c, NULL, &o, comm_case_allreduce, label);
+    for (int i = 0; i < 2 && o.rc == 0; ++i)
+      o.rc = comm_case_allreduce(c, NULL, big[i], i ? DPT_COMM_F16 : DPT_COMM_F32,
+                                 &o.hash[o.nhash++], o.err, sizeof o.err);
+    for (int i = 0; i < 2 && o.rc == 0; ++i)
+      o.rc = comm_case_inexact(c, big[i] - 2, &o.hash[o.nhash++], o.err, sizeof o.err);
+    ck_assert_int_eq(dpt_comm_get_paths(c, &p1), DPT_OK);
+    if (o.rc == 0 && variant == 2 && p1.p2p_bytes != p0.p2p_bytes) {
+      o.rc = -1;
+      snprintf(o.err, sizeof o.err, "%s: %llu bytes through MPI point-to-point (expected none)",
+               label, (unsigned long long)(p1.p2p_bytes - p0.p2p_bytes));
+    }
+    /* The halves: the ring across nodes, point-to-point. */
+    const int before = o.nhash;
+    counts_with(c, NULL, &o, comm_case_sharded, label);
+    if (o.rc == 0) o.nhash = before; /* their hashes: the all-reduce's, checked above */
+    ck_assert_int_eq(dpt_comm_get_paths(c, &p2), DPT_OK);
+    if (o.rc == 0 && p2.p2p_bytes == p1.p2p_bytes) {
+      o.rc = -1;
+      snprintf(o.err, sizeof o.err, "%s: the halves sent nothing through MPI point-to-point",
+               label);
+    }
+    const size_t inexact[] = {3, 1000, 70001, ((size_t)1 << 20) + 5};
+    for (int i = 0; i < 4 && o.rc == 0 && per == 2 && nodes == 2; ++i)
+      o.rc = comm_case_sharded_inexact(c, inexact[i], DPT_ALLREDUCE_HIER, o.err, sizeof o.err);
+    dpt_comm_destroy(c);
+    agree(&o, label);
+  }
+}
+END_TEST
+
 START_TEST(broadcast_allgather_barrier) {
   for (int variant = 0; variant < 3; ++variant) {
     dpt_comm_options opt;
@@ -650,6 +721,9 @@ START_TEST(options_must_agree) {
                   "DPT_ALLREDUCE_ALGO differs across ranks: rank 1 has ring, rank 0 has auto");
   expect_mismatch(&o, "DPT_COMM_TIMEOUT", "7.5", 1,
                   "DPT_COMM_TIMEOUT differs across ranks: rank 1 has 7.5, rank 0 has 300");
+  expect_mismatch(&o, "DPT_ALLREDUCE_MPI_NODES_MAX", "0", 1,
+                  "DPT_ALLREDUCE_MPI_NODES_MAX differs across ranks: rank 1 has 0, rank 0 has "
+                  "1048576");
   /* Per-rank settings: accepted, and the collectives agree. */
   char *staging = env_save("DPT_COMM_STAGING"), *copy = env_save("DPT_COMM_SHM_COPY");
   if (world_rank == 1) {
@@ -831,6 +905,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, allreduce_large_buffers);
   tcase_add_test(tc, allreduce_bit_identical);
   tcase_add_test(tc, sharded_closed_form);
+  tcase_add_test(tc, hier_native_cross);
   tcase_add_test(tc, broadcast_allgather_barrier);
   tcase_add_test(tc, mismatch_reported_everywhere);
   tcase_add_test(tc, stall_gives_timeout);

@@ -117,16 +117,18 @@ typedef enum dpt_staging_mode {
 } dpt_staging_mode;
 
 typedef struct dpt_comm_options {
-  double timeout_s;         /* deadline of a collective, seconds (> 0); default 300 */
-  int desync_check;         /* 1: agree on the call before each collective (default 1) */
-  dpt_allreduce_algo algo;  /* default AUTO */
-  size_t direct_max_bytes;  /* AUTO: `direct` while (size - 1) * payload is at most this */
-  size_t mpi_max_bytes;     /* AUTO: then MPI_Allreduce up to this (0: never) */
-  size_t rd_max_bytes;      /* AUTO: then recursive doubling up to this (0: never), else ring */
-  size_t piece_bytes;       /* largest message of the ring / rd / broadcast (>= 64, <= 1 GiB) */
-  size_t block_bytes;       /* the ring runs block by block (cache-sized), and device buffers
-                               are staged in blocks of this many bytes (>= piece_bytes) */
-  dpt_staging_mode staging; /* default AUTO */
+  double timeout_s;           /* deadline of a collective, seconds (> 0); default 300 */
+  int desync_check;           /* 1: agree on the call before each collective (default 1) */
+  dpt_allreduce_algo algo;    /* default AUTO */
+  size_t direct_max_bytes;    /* AUTO: `direct` while (size - 1) * payload is at most this */
+  size_t mpi_max_bytes;       /* AUTO: then MPI_Allreduce up to this (0: never) */
+  size_t mpi_nodes_max_bytes; /* AUTO on a communicator that spans nodes: after rd, MPI_Allreduce
+                                 up to this (0: only where hier does not apply) */
+  size_t rd_max_bytes;        /* AUTO: then recursive doubling up to this (0: never), else ring */
+  size_t piece_bytes;         /* largest message of the ring / rd / broadcast (>= 64, <= 1 GiB) */
+  size_t block_bytes;         /* the ring runs block by block (cache-sized), and device buffers
+                                 are staged in blocks of this many bytes (>= piece_bytes) */
+  dpt_staging_mode staging;   /* default AUTO */
 } dpt_comm_options;
 
 /* ---- creation ------------------------------------------------------------------------------ */
