@@ -6,9 +6,11 @@ model"): predictions for a stated network, and a check against `dptrain bench al
                              [--per-node 8] [--ranks 8,64,512,4096] [--sizes 1K,1M,64M,256M]
       the predicted time of each algorithm at each rank count and size
 
-  allreduce_model.py check FIT.json OTHER.json ...
-      fits alpha and beta of the ring to FIT.json (one bench run, --algo ring, every size),
-      then prints each OTHER run's measured time next to the prediction at its rank count
+  allreduce_model.py check [--local LOCAL.json --per-node L] FIT.json OTHER.json ...
+      fits the ring's alpha (sizes <= 16 KiB) and beta (sizes >= 4 MiB, out of cache) to
+      FIT.json (one `bench allreduce --algo ring --json` run; LOCAL.json: one inside a node, for
+      hier's alpha_l and beta_l), then prints every run's measured time next to the
+      prediction at its rank count (hier rows by the hier formula, L ranks per node)
 
 Model, n bytes per rank, N ranks (L per node on M nodes for the hierarchical algorithm), alpha
 seconds per message step, beta seconds per byte (the reduction's memory traffic folded in):
@@ -110,33 +112,50 @@ def load(path):
     return rows
 
 
-def check(paths):
-    fit = load(paths[0])
-    N = fit[0]["ranks"]
-    # least squares of t = c0 + c1 n, then alpha = c0 / 2(N-1), beta = c1 N / 2(N-1)
-    xs = [r["bytes"] for r in fit]
-    ys = [r["dpt_us"] * 1e-6 for r in fit]
-    # weight each size by 1/t so that small and large sizes count alike
-    w = [1 / (y * y) for y in ys]
-    sw = sum(w)
-    sx = sum(wi * x for wi, x in zip(w, xs))
-    sy = sum(wi * y for wi, y in zip(w, ys))
-    sxx = sum(wi * x * x for wi, x in zip(w, xs))
-    sxy = sum(wi * x * y for wi, x, y in zip(w, xs, ys))
-    c1 = (sw * sxy - sx * sy) / (sw * sxx - sx * sx)
-    c0 = (sy - c1 * sx) / sw
-    a = max(c0, 0) / (2 * (N - 1))
-    b = c1 * N / (2 * (N - 1))
-    print("fit on %d ranks (%s): alpha %.2f us, beta %.3f ns/B (%.2f GB/s)"
-          % (N, paths[0], a * 1e6, b * 1e9, 1 / b / 1e9))
-    print("| ranks | size | measured | ring model | model / measured |")
-    print("| ---: | ---: | ---: | ---: | ---: |")
-    for p in paths:
+def median(v):
+    v = sorted(v)
+    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+
+
+def fit_ring(path):
+    """alpha from the sizes <= 16 KiB, beta from those >= 4 MiB (out of cache) of a ring run."""
+    rows = load(path)
+    N = rows[0]["ranks"]
+    big = [r["dpt_us"] * 1e-6 / (2 * (N - 1) / N * r["bytes"]) for r in rows
+           if r["bytes"] >= 4 << 20]
+    if not big:
+        sys.exit("allreduce_model.py: %s has no size >= 4 MiB to fit beta on" % path)
+    b = median(big)
+    small = [(r["dpt_us"] * 1e-6 - 2 * (N - 1) / N * r["bytes"] * b) / (2 * (N - 1))
+             for r in rows if r["bytes"] <= 16 << 10]
+    a = max(median(small), 0) if small else 0
+    print("fit on %d ranks (%s): alpha %.2f us (sizes <= 16 KiB), beta %.3f ns/B (%.2f GB/s, "
+          "sizes >= 4 MiB)" % (N, path, a * 1e6, b * 1e9, 1 / b / 1e9))
+    return a, b
+
+
+def check(args):
+    local = None
+    per_node = 0
+    if args[:1] == ["--local"]:
+        local, args = args[1], args[2:]
+    if args[:1] == ["--per-node"]:
+        per_node, args = int(args[1]), args[2:]
+    a, b = fit_ring(args[0])
+    al, bl = fit_ring(local) if local else (a, b)
+    print("| ranks | algo | size | measured | model | model / measured |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: |")
+    for p in args:
         for r in load(p):
             t = r["dpt_us"] * 1e-6
-            m = ring(r["bytes"], r["ranks"], a, b)
-            print("| %d | %s | %s | %s | %.2f |" % (r["ranks"], show_size(r["bytes"]),
-                                                     show_time(t), show_time(m), m / t))
+            N = r["ranks"]
+            if r.get("algo") == "hier" and per_node > 1 and N % per_node == 0:
+                m = hier(r["bytes"], N, per_node, a, b, al, bl)
+            else:
+                m = ring(r["bytes"], N, a, b)
+            print("| %d | %s | %s | %s | %s | %.2f |" % (N, r.get("algo", "?"),
+                                                          show_size(r["bytes"]), show_time(t),
+                                                          show_time(m), m / t))
 
 
 def main():
