@@ -24,7 +24,14 @@ typedef struct seen {
   char backend[64]; /* the final report's backend */
   size_t batch;     /* the global batch the shares must sum to */
   int bad;          /* a callback saw shares that do not sum to it, or no shares */
+  char log[2048];   /* the on_log lines */
 } seen;
+
+static void on_log(const char *line, void *user) {
+  seen *w = user;
+  const size_t len = strlen(w->log);
+  snprintf(w->log + len, sizeof w->log - len, "%s\n", line);
+}
 
 static void on_split(int64_t step, const size_t *shares, const double *per, int replicas,
                      void *user) {
@@ -87,6 +94,7 @@ static void config(dpt_train_config *cfg, dpt_dataset *train, size_t batch, seen
   cfg->optim.momentum = 0.9f;
   cfg->on_split = on_split;
   cfg->on_report = on_report;
+  cfg->on_log = on_log;
   cfg->user = w;
   w->batch = batch;
 }
@@ -236,6 +244,49 @@ START_TEST(slowed_accumulate) {
 }
 END_TEST
 
+/* The split is a run term a resume may change: even for 10 steps with a checkpoint, then resumed
+ * with the proportional split (one replica slowed) to step 20, against 20 even steps. */
+START_TEST(resume_changes_split) {
+  char dir[64];
+  snprintf(dir, sizeof dir, "/tmp/dpt_split_XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  dpt_dataset *ds = make_data(640, 19);
+  seen w;
+  memset(&w, 0, sizeof w);
+  dpt_train_config cfg;
+  config(&cfg, ds, 64, &w);
+  cfg.max_steps = 20;
+  const size_t np = state_size(&cfg.model);
+  dpt_train_report rep;
+  float *ref = train(cfg, 2, &rep);
+  cfg.checkpoint_dir = dir;
+  cfg.checkpoint_every = 10;
+  cfg.max_steps = 10;
+  free(train(cfg, 2, &rep));
+  cfg.max_steps = 20;
+  cfg.resume = 1;
+  cfg.split = DPT_SPLIT_PROPORTIONAL;
+  cfg.split_every = 2;
+  memset(&w, 0, sizeof w);
+  w.batch = 64;
+  setenv("DPT_TEST_SLOW_REPLICA", "1:4", 1);
+  float *got = train(cfg, 2, &rep);
+  unsetenv("DPT_TEST_SLOW_REPLICA");
+  ck_assert_msg(strstr(w.log, "resumed from") && strstr(w.log, "the batch split"), "log: %s",
+                w.log);
+  ck_assert_int_eq(rep.steps, 20);
+  ck_assert_int_ge(w.changes, 1);
+  const double d = max_rel_diff(got, ref, np);
+  ck_assert_msg(d <= 1e-5, "resumed with the proportional split: %g (rel) from even", d);
+  free(ref);
+  free(got);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  ck_assert_int_eq(system(cmd), 0);
+  dpt_dataset_destroy(ds);
+}
+END_TEST
+
 START_TEST(bad_settings) {
   dpt_dataset *ds = make_data(64, 1);
   seen w;
@@ -335,6 +386,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, slowed_three_keep_last);
   tcase_add_test(tc, slowed_accumulate);
   tcase_add_test(tc, equal_speed_stays_even);
+  tcase_add_test(tc, resume_changes_split);
   tcase_add_test(tc, bad_settings);
   suite_add_tcase(s, tc);
   return run(s);
