@@ -112,6 +112,10 @@ void dpt_train_split_free(replica_state *s) {
   s->split = NULL;
 }
 
+int dpt_train_split_measures(const replica_state *s) {
+  return s->split && s->split->proportional;
+}
+
 const size_t *dpt_train_split_shares(const replica_state *s) {
   return s->split ? s->split->shares : NULL;
 }

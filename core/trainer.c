@@ -1040,6 +1040,9 @@ static dpt_status train_step(replica *r, replica_state *s, int64_t epoch, size_t
   dpt_train_keep_failure(s, keep_buffers(s, 0));
   const double t0 = dpt_now();
   dpt_status st = forward_backward(r, s, epoch, k, bstart, bcount, &mine);
+  /* The proportional split needs the device's work timed, not its submission: a GPU backend
+   * returns from backward with kernels still queued. */
+  if (st == DPT_OK && dpt_train_split_measures(s)) st = dpt_backend_synchronize(s->be);
   dpt_train_split_slow_down(s, dpt_now() - t0);
   mine.compute = dpt_now() - t0;
   s->t.compute += mine.compute;

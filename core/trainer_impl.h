@@ -150,6 +150,8 @@ dpt_status dpt_train_split_slice(const replica *r, const replica_state *s, size_
 /* After a step's exchange (s->gather holds every replica's stats): the window's times, and at
  * its end new shares, the same on every replica; cfg->on_split when they change. */
 void dpt_train_split_after_step(replica *r, replica_state *s);
+/* Whether the split measures the replicas' compute times (proportional, several replicas). */
+int dpt_train_split_measures(const replica_state *s);
 /* [count] samples per replica of a full global batch; NULL before the set-up. */
 const size_t *dpt_train_split_shares(const replica_state *s);
 /* The testing knob: sleeps (factor - 1) x seconds on the replica it names. */

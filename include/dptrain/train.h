@@ -201,7 +201,8 @@ typedef struct dpt_train_config {
   size_t accumulate;
   /* The split of every global batch into slices. DPT_SPLIT_EVEN (default): dpt_batch_split.
    * DPT_SPLIT_PROPORTIONAL: each replica's forward+backward time (batch loading included, the
-   * exchange not) is gathered with every step's stats; after 3 warm-up steps, then every
+   * exchange not; the backend synchronized, so a GPU's queued kernels count) is gathered with
+   * every step's stats; after 3 warm-up steps, then every
    * split_every steps (the first measurement after min(split_every, 5) steps), the shares are
    * recomputed from those gathered times, alike on every replica (unless every replica's time
    * is within 10 % of the slowest's: nothing to gain): each replica's samples per
