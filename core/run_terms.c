@@ -61,6 +61,8 @@ typedef enum term_kind { TERM_INT, TERM_FLOAT, TERM_HASH } term_kind;
   X(GRAD_DTYPE,                                                                                    \
     "the gradient exchange's type (grad_dtype: 0 f32, 1 f16, 2 f16 with error feedback, 3 bf16, "  \
     "4 bf16 with error feedback)",                                                                 \
+    TERM_INT)                                                                                      \
+  X(SPLIT, "the batch split (split, split_every: 0 even, else the proportional split's period)",   \
     TERM_INT)
 
 enum {
@@ -210,6 +212,9 @@ void dpt_run_terms(const dpt_train_config *cfg, uint64_t *w) {
   /* f32 0, f16 1 (2 with error feedback), bf16 3 (4): the f16 words predate bf16. */
   const int64_t dtype_word = cfg->grad_dtype == DPT_COMM_BF16 ? 3 : (int64_t)cfg->grad_dtype;
   w[TERM_GRAD_DTYPE] = int_word(dtype_word + (cfg->grad_error_feedback ? 1 : 0));
+  w[TERM_SPLIT] = int_word(cfg->split != DPT_SPLIT_PROPORTIONAL ? 0
+                           : cfg->split_every > 0               ? cfg->split_every
+                                                                : DPT_SPLIT_EVERY_DEFAULT);
   w[TERM_ACCUMULATE] = int_word(cfg->accumulate > 1 ? (int64_t)cfg->accumulate : 0);
   transform_words(&cfg->transform, w);
 }
@@ -318,10 +323,10 @@ static int json_word(int t, const json_t *v, uint64_t *w) {
   return 0;
 }
 
-/* Fields a resumed run may change: the rate, the run's length (and the cosine length that
- * follows it), the checks, the non-finite policy, the test set. */
+/* Fields a resumed run may change: the rate, the batch split, the run's length (and the cosine
+ * length that follows it), the checks, the non-finite policy, the test set. */
 static int may_change(int t) {
-  return t == TERM_LR || t == TERM_SPARSE_DENSE_ABOVE || t == TERM_ACCUMULATE ||
+  return t == TERM_LR || t == TERM_SPARSE_DENSE_ABOVE || t == TERM_ACCUMULATE || t == TERM_SPLIT ||
          t == TERM_BUCKET_BYTES || t == TERM_EPOCHS || t == TERM_MAX_STEPS ||
          t == TERM_TOTAL_STEPS || t == TERM_CHECK_EVERY || t == TERM_MAX_SKIPPED ||
          t == TERM_NONFINITE || t == TERM_TEST_SAMPLES || t == TERM_TEST_DATA;

@@ -60,6 +60,7 @@ static void state_free(replica_state *s) {
   dpt_train_buckets_free(s); /* waits for requests still running */
   dpt_trace_destroy(s->trace);
   dpt_train_sparse_free(s);
+  dpt_train_split_free(s);
   dpt_buffer_free(s->x);
   dpt_buffer_free(s->acc);
   dpt_buffer_free(s->gh);
@@ -400,19 +401,45 @@ static dpt_status check_records_model(const dpt_train_config *cfg, replica_state
   return DPT_OK;
 }
 
+/* This replica's backend: its entry of replica_backends, else cfg->backend. */
+static dpt_backend_kind backend_of(const replica *r) {
+  const dpt_train_config *cfg = r->cfg;
+  return cfg->replica_backends && !r->over_mpi ? cfg->replica_backends[r->index] : cfg->backend;
+}
+
+/* The reports' backend name: cfg->backend's, or the replicas' list with replica_backends. */
+static void name_backends(const replica *r, replica_state *s) {
+  const dpt_train_config *cfg = r->cfg;
+  snprintf(s->backend_names, sizeof s->backend_names, "%s", dpt_backend_kind_name(backend_of(r)));
+  if (!cfg->replica_backends || r->over_mpi) return;
+  size_t len = 0;
+  for (int i = 0; i < r->count && len < sizeof s->backend_names; ++i)
+    len += (size_t)snprintf(s->backend_names + len, sizeof s->backend_names - len, "%s%s",
+                            i ? "," : "", dpt_backend_kind_name(cfg->replica_backends[i]));
+}
+
 static dpt_status create_backend_and_model(replica *r, replica_state *s) {
   const dpt_train_config *cfg = r->cfg;
+  const dpt_backend_kind kind = backend_of(r);
   int devices = 0;
-  DPT_TRY(dpt_device_count(cfg->backend, &devices));
+  DPT_TRY(dpt_device_count(kind, &devices));
   if (devices == 0)
-    return dpt_error_context(DPT_ERR_UNSUPPORTED, "no %s device",
-                             dpt_backend_kind_name(cfg->backend));
-  int device = cfg->device >= 0 ? cfg->device : r->local_index % devices;
-  DPT_TRY(dpt_backend_create(cfg->backend, device, &s->be));
+    return dpt_error_context(DPT_ERR_UNSUPPORTED, "no %s device", dpt_backend_kind_name(kind));
+  /* With mixed backends, the replica's place among those of its own backend. */
+  int nth = r->local_index;
+  if (cfg->replica_backends && !r->over_mpi) {
+    nth = 0;
+    for (int i = 0; i < r->index; ++i)
+      nth += cfg->replica_backends[i] == kind;
+  }
+  int device = cfg->device >= 0 ? cfg->device : nth % devices;
+  DPT_TRY(dpt_backend_create(kind, device, &s->be));
+  name_backends(r, s);
   /* No batch holds more samples than the training set. */
   const size_t n = s->ltrain ? cfg->global_batch : dpt_dataset_count(cfg->train);
   const size_t batch = cfg->global_batch < n ? cfg->global_batch : n;
-  s->max_slice = (batch + (size_t)r->count - 1) / (size_t)r->count;
+  s->max_slice = dpt_train_split_cap(cfg, r->count, cfg->global_batch);
+  if (s->max_slice > batch) s->max_slice = batch;
   const size_t K = cfg->accumulate > 1 ? cfg->accumulate : 1;
   s->max_micro = (s->max_slice + K - 1) / K;
   DPT_TRY(dpt_model_create(s->be, &cfg->model, s->max_micro, &s->model));
@@ -562,6 +589,7 @@ static void trace_since(replica_state *s, dpt_trace_track track, const char *nam
 static dpt_status replica_setup(replica *r, replica_state *s) {
   s->mode = step_mode_of(r->cfg, r->count);
   DPT_TRY(create_backend_and_model(r, s));
+  DPT_TRY(dpt_train_split_setup(r, s));
   DPT_TRY(alloc_batch(r, s));
   DPT_TRY(dpt_train_sparse_setup(r, s));
   DPT_TRY(create_optimizer(r, s));
@@ -571,7 +599,7 @@ static dpt_status replica_setup(replica *r, replica_state *s) {
   if (r->cfg->trace) {
     char who[64];
     snprintf(who, sizeof who, "rank %d, %s", r->over_mpi ? r->index : 0,
-             dpt_backend_kind_name(r->cfg->backend));
+             dpt_backend_kind_name(backend_of(r)));
     DPT_TRY(dpt_trace_create(r->index, who, &s->trace));
   }
   if (r->cfg->bucket_bytes || s->trace) DPT_TRY(dpt_model_set_layer_hook(s->model, on_layer, s));
@@ -645,7 +673,7 @@ static dpt_status global_targets(const replica *r, replica_state *s, int64_t epo
 static dpt_status forward_backward(replica *r, replica_state *s, int64_t epoch, size_t k,
                                    size_t bstart, size_t bcount, step_stats *mine) {
   size_t start, count;
-  dpt_status st = dpt_batch_split(bcount, r->count, r->index, &start, &count);
+  dpt_status st = dpt_train_split_slice(r, s, bcount, &start, &count);
   if (st != DPT_OK) return st;
   mine->samples = (int64_t)count;
   s->slice = 0;
@@ -1020,6 +1048,10 @@ static dpt_status train_step(replica *r, replica_state *s, int64_t epoch, size_t
   dpt_train_keep_failure(s, keep_buffers(s, 0));
   const double t0 = dpt_now();
   dpt_status st = forward_backward(r, s, epoch, k, bstart, bcount, &mine);
+  /* The proportional split needs the device's work timed, not its submission: a GPU backend
+   * returns from backward with kernels still queued. */
+  if (st == DPT_OK && dpt_train_split_measures(s)) st = dpt_backend_synchronize(s->be);
+  dpt_train_split_slow_down(s, dpt_now() - t0);
   mine.compute = dpt_now() - t0;
   s->t.compute += mine.compute;
   st = reduce_gradients(r, s, st, &mine);
@@ -1029,6 +1061,7 @@ static dpt_status train_step(replica *r, replica_state *s, int64_t epoch, size_t
   step_requests(r, s, &mine); /* as late as can be: a request during this step ends it */
   DPT_TRY(exchange(r, s, &mine, &sum, st, what));
   s->t.imbalance += train_imbalance(s->gather, r->count);
+  dpt_train_split_after_step(r, s);
   out->stop = sum.stop;
   out->ckpt_due = sum.ckpt_due > 0;
   ++s->t.step;
@@ -1089,7 +1122,8 @@ static dpt_status report_epoch(replica *r, replica_state *s, int64_t epoch, doub
   rep.activation_bytes = dpt_model_activation_bytes(s->model);
   rep.sparse_sent_bytes = s->t.sparse_sent;
   rep.sparse_dense_bytes = s->t.sparse_dense;
-  rep.backend = dpt_backend_kind_name(cfg->backend);
+  rep.backend = s->backend_names;
+  rep.shares = dpt_train_split_shares(s);
   rep.compute_seconds = s->t.compute;
   rep.allreduce_seconds = s->t.comm;
   rep.exchange_seconds = s->t.exchange;
@@ -1246,6 +1280,24 @@ static dpt_status check_config(const dpt_train_config *cfg, dpt_comm *comm) {
                          "%s: global batch %zu is smaller than the %d replicas (each needs at "
                          "least one sample)",
                          fn, cfg->global_batch, total);
+  if ((unsigned)cfg->split > DPT_SPLIT_PROPORTIONAL || cfg->split_every < 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: split %d is not 0 (even) or 1 (proportional), or split_every "
+                         "%lld is negative",
+                         fn, (int)cfg->split, (long long)cfg->split_every);
+  if (cfg->split == DPT_SPLIT_PROPORTIONAL && cfg->local_train)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: the proportional split needs a data set: with per-replica records "
+                         "(local_train) each replica's slice is the shards' rule",
+                         fn);
+  if (cfg->split == DPT_SPLIT_PROPORTIONAL && cfg->global_batch > UINT32_MAX)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: the proportional split takes a global batch below 2^32", fn);
+  if (comm && cfg->replica_backends)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: replica_backends is for replicas as threads; under MPI each rank "
+                         "picks its own backend",
+                         fn);
   if (cfg->sparse_tables && !cfg->local_train)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "%s: sparse_tables needs per-replica records (local_train)", fn);
@@ -1382,7 +1434,9 @@ static dpt_status replica_run(replica *r, replica_state *s) {
   st = DPT_OK;
   if (cfg->final_params && r->index == 0) st = dpt_model_get_state(s->model, cfg->final_params);
   if (r->index == 0 && cfg->on_report) cfg->on_report(&r->final, cfg->user);
-  r->final.checkpoint = NULL; /* the path lives as long as the replica's state */
+  r->final.checkpoint = NULL; /* the path and the shares live as long as the replica's state */
+  r->final.backend = dpt_backend_kind_name(backend_of(r));
+  r->final.shares = NULL;
   return st;
 }
 

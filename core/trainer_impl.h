@@ -79,6 +79,7 @@ enum { GATHER_INLINE = 64 };
 
 typedef struct train_sparse train_sparse;   /* sparse_tables (train_sparse.c) */
 typedef struct train_buckets train_buckets; /* bucket_bytes (train_buckets.c) */
+typedef struct train_split train_split;     /* the batch split's shares (train_split.c) */
 
 typedef struct replica_state {
   dpt_backend *be;
@@ -116,6 +117,8 @@ typedef struct replica_state {
   run_totals t;
   train_sparse *sparse;    /* sparse_tables: the tables and their exchanges; NULL otherwise */
   train_buckets *buckets;  /* bucket_bytes: the gradient's buckets; NULL otherwise */
+  train_split *split;      /* the shares of the batch split */
+  char backend_names[64];  /* the reports' backend: this process's replicas' backends */
   struct dpt_trace *trace; /* cfg->trace: this replica's timeline; NULL otherwise */
   double trace_t;          /* the timeline: when the layer being timed began */
   int in_step;             /* forward_backward is running (the layer hook times its layers) */
@@ -132,6 +135,27 @@ int dpt_train_out_of_step(dpt_status st);
 dpt_status dpt_train_stop_after(replica_state *s, dpt_status st);
 /* A line of news for cfg->on_log, from replica 0 only. */
 void dpt_train_log(const replica *r, const char *fmt, ...);
+
+/* ---- the batch split (train_split.c), cfg->split ---- */
+
+/* The largest slice of a batch of `batch` samples over `count` replicas: the even slice, or
+ * with the proportional split twice that (at most batch - count + 1). */
+size_t dpt_train_split_cap(const dpt_train_config *cfg, int count, size_t batch);
+/* The shares, even at first; reads the DPT_TEST_SLOW_REPLICA testing knob. */
+dpt_status dpt_train_split_setup(replica *r, replica_state *s);
+void dpt_train_split_free(replica_state *s);
+/* This replica's slice of a batch of bcount samples (<= the global batch). */
+dpt_status dpt_train_split_slice(const replica *r, const replica_state *s, size_t bcount,
+                                 size_t *start, size_t *count);
+/* After a step's exchange (s->gather holds every replica's stats): the window's times, and at
+ * its end new shares, the same on every replica; cfg->on_split when they change. */
+void dpt_train_split_after_step(replica *r, replica_state *s);
+/* Whether the split measures the replicas' compute times (proportional, several replicas). */
+int dpt_train_split_measures(const replica_state *s);
+/* [count] samples per replica of a full global batch; NULL before the set-up. */
+const size_t *dpt_train_split_shares(const replica_state *s);
+/* The testing knob: sleeps (factor - 1) x seconds on the replica it names. */
+void dpt_train_split_slow_down(const replica_state *s, double seconds);
 
 /* ---- sparse table gradients (train_sparse.c), cfg->sparse_tables ---- */
 

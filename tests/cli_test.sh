@@ -55,7 +55,8 @@ done < <(sed -n 's/^  \(--[a-z-]*\)\( [^ ]*\)\{0,1\}  .*/\1\2/p' "$scratch/help"
 # Bad values exit 2 with one line naming the value and the option, then the usage text.
 for args in "--epochs 0" "--device 1025" "--replicas 0" "--lr nan" "--seed -1" "--model rnn" \
   "--channels 8" "--hidden 0" "--schedule exponential" "--optimizer adam" "--warmup x" \
-  "--on-nonfinite maybe" "--keep-checkpoints 0" "--checkpoint-every 0" "--max-rollbacks -1"; do
+  "--on-nonfinite maybe" "--keep-checkpoints 0" "--checkpoint-every 0" "--max-rollbacks -1" \
+  "--split foo" "--split-every 0"; do
   set -- $args
   "$dptrain" train "$@" >/dev/null 2>"$scratch/err"; rc=$?
   [ $rc -eq 2 ] && [ "$(head -n 1 "$scratch/err")" = "dptrain train: bad value '$2' for $1" ] &&
@@ -163,6 +164,15 @@ EOF
     --epochs 1 --backend cpu --json 2>"$scratch/err")
   [ $? -eq 0 ] || fail "mpi good run failed: $(cat "$scratch/err")"
   echo "$out" | tail -n 1 | grep -q '"ranks": 2' || fail "mpi run does not report 2 ranks: $out"
+  # The proportional split over ranks: every rank computes the same shares from the gathered
+  # times (the closing drift check would stop ranks that disagree); rank 1 slowed 3x.
+  out=$(DPT_TEST_SLOW_REPLICA=1:3 timeout 120 $mpiexec -n 2 "$dptrain" train --data "$good" \
+    --hidden 16 --global-batch 32 --epochs 1 --backend cpu --split proportional \
+    --split-every 2 --json 2>"$scratch/err")
+  shares=$(tail -n 1 <<<"$out" | sed -n 's/.*"shares": \[\([0-9]*\), \([0-9]*\)\].*/\1 \2/p')
+  read -r s0 s1 <<<"$shares"
+  [ -n "$s0" ] && [ $((s0 + s1)) -eq 32 ] && [ "$s1" -lt "$s0" ] ||
+    fail "mpi --split proportional: shares '$shares': $out $(cat "$scratch/err")"
 fi
 
 # 7. bench train: a few steps on random data (no data set there), in threads and under MPI;
@@ -372,6 +382,33 @@ he=$("$dptrain" train "${mlp2[@]}" --grad-dtype bf16 --error-feedback 2>>"$scrat
 "$dptrain" train "${mlp2[@]}" --grad-dtype f64 >/dev/null 2>"$scratch/err"
 [ $? -eq 2 ] && grep -q "bad value 'f64' for --grad-dtype" "$scratch/err" ||
   fail "--grad-dtype f64: $(cat "$scratch/err")"
+# --split proportional: replica 1 slowed 3x (the testing knob) gets the smaller share, printed
+# when it changes (not with --quiet) and in the JSON objects; the options it needs, refused.
+out=$(DPT_TEST_SLOW_REPLICA=1:3 "$dptrain" train "${mlp2[@]}" --max-steps 9 --split proportional \
+  --split-every 2 2>"$scratch/err")
+shares=$(tail -n 1 <<<"$out" | sed -n 's/.*"shares": \[\([0-9]*\), \([0-9]*\)\].*/\1 \2/p')
+read -r s0 s1 <<<"$shares"
+[ -n "$s0" ] && [ $((s0 + s1)) -eq 32 ] && [ "$s1" -lt "$s0" ] &&
+  grep -q "^dptrain: split after step [0-9]*: shares [0-9]* [0-9]* (ms/sample: " "$scratch/err" ||
+  fail "--split proportional: shares '$shares': $(cat "$scratch/err")"
+DPT_TEST_SLOW_REPLICA=1:3 "$dptrain" train "${mlp2[@]}" --max-steps 9 --split proportional \
+  --split-every 2 --quiet >/dev/null 2>"$scratch/err"
+[ $? -eq 0 ] && ! grep -q "split after" "$scratch/err" ||
+  fail "--split proportional --quiet: $(cat "$scratch/err")"
+# --replicas with a --backend list: one process drives a replica on each backend.
+if "$dptrain" devices 2>/dev/null | grep -q "^opencl:0"; then
+  out=$("$dptrain" train "${mlp2[@]}" --backend cpu,opencl 2>"$scratch/err")
+  [ $? -eq 0 ] && tail -n 1 <<<"$out" | grep -q '"replicas": 2, "backend": "cpu,opencl"' ||
+    fail "--replicas 2 --backend cpu,opencl: $out $(cat "$scratch/err")"
+fi
+"$dptrain" train "${mlp2[@]}" --split-every 5 >/dev/null 2>"$scratch/err"
+[ $? -eq 2 ] &&
+  [ "$(head -n 1 "$scratch/err")" = "dptrain train: --split-every needs --split proportional" ] ||
+  fail "--split-every without --split proportional: $(head -n 1 "$scratch/err")"
+"$dptrain" train --model dlrm --split proportional >/dev/null 2>"$scratch/err"
+[ $? -eq 2 ] && head -n 1 "$scratch/err" |
+  grep -q "^dptrain train: --split proportional does not apply to --model dlrm" ||
+  fail "--split proportional with dlrm: $(head -n 1 "$scratch/err")"
 "$dptrain" train "${resnet[@]}" --accumulate 2 --sync-bn --replicas 2 >/dev/null 2>"$scratch/err"
 [ $? -eq 1 ] && grep -q "does not combine with sync_bn" "$scratch/err" ||
   fail "--accumulate with --sync-bn: $(cat "$scratch/err")"

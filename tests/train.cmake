@@ -1,6 +1,14 @@
 # The training core: equivalence of R replicas and one, gradients, weights files, bad input.
 dpt_add_check_test(NAME test_train SOURCES test_train.c LIBS PkgConfig::DPT_JANSSON
                    LABELS unit train TIMEOUT 300)
+# The batch split: proportional with a slowed replica equals even within 1e-5, its shares.
+dpt_add_check_test(NAME test_train_split SOURCES test_train_split.c LABELS unit train TIMEOUT 300
+                   ENVIRONMENT OPENBLAS_NUM_THREADS=1)
+# Replicas on two backends in one process (threads): the same parameters as two CPU replicas.
+dpt_add_check_test(NAME test_train_mixed_opencl TARGET test_train_split ARGS mixed opencl
+                   LABELS train opencl TIMEOUT 300 ENVIRONMENT POCL_MAX_PTHREAD_COUNT=1)
+dpt_add_check_test(NAME test_train_mixed_vulkan TARGET test_train_split ARGS mixed vulkan
+                   LABELS train vulkan TIMEOUT 300 ENVIRONMENT DPT_VULKAN_VALIDATION=1)
 # Checkpoints in training: resume bit for bit, at other world sizes, rollback, stop requests.
 dpt_add_check_test(NAME test_resume SOURCES test_resume.c LABELS unit train TIMEOUT 300)
 # Layer graphs: gradients of every layer kind, model files, batch norm buffers, sync-bn.

@@ -58,6 +58,7 @@ typedef struct cli {
   dpt_interactions **rtrain; /* [nreaders] this process's training readers */
   dpt_interactions **rval;   /* [nreaders] validation readers, or NULL */
   unsigned char given[128];  /* given[i]: options[i] was on the command line */
+  dpt_backend_kind replica_kinds[256]; /* --replicas with a --backend list: replica i's */
 } cli;
 
 /* The first stop request (signal) received, for cfg.stop_request. */
@@ -152,6 +153,16 @@ static int parse_grad_dtype(cli *c, const char *v) {
     c->cfg.grad_dtype = DPT_COMM_F16;
   else if (!strcmp(v, "bf16"))
     c->cfg.grad_dtype = DPT_COMM_BF16;
+  else
+    return -1;
+  return 0;
+}
+
+static int parse_split(cli *c, const char *v) {
+  if (!strcmp(v, "even"))
+    c->cfg.split = DPT_SPLIT_EVEN;
+  else if (!strcmp(v, "proportional"))
+    c->cfg.split = DPT_SPLIT_PROPORTIONAL;
   else
     return -1;
   return 0;
@@ -366,12 +377,22 @@ static const option options[] = {
     {"--backend", "B",
      "auto|cpu|opencl|vulkan (default auto: a GPU if one\n"
      "exists, else cpu); a comma-separated list gives one\n"
-     "backend per rank (rank i takes entry i mod length)",
+     "backend per rank, or per replica with --replicas\n"
+     "(rank or replica i takes entry i mod length)",
      STRING(backend)},
     {"--device", "N", "device index (default: the local rank / replica index)",
      INT(cfg.device, 0, 1024)},
     {"--replicas", "K", "replicas as threads of this process (no MPI; default 1)",
      INT(cfg.replicas, 1, 256)},
+    {"--split", "even|proportional",
+     "how a global batch is cut among the replicas: even\n"
+     "(default), or in proportion to each replica's measured\n"
+     "forward+backward speed (at most twice the even slice)",
+     CUSTOM(parse_split)},
+    {"--split-every", "N",
+     "proportional: recompute the shares every N steps\n"
+     "(default 50; the first after 3 + min(N, 5) steps)",
+     I64(cfg.split_every, 1)},
     {.help = "schedule:"},
     {"--global-batch", "B",
      "samples per step over all replicas (default 256; bert 32;\n"
@@ -665,7 +686,7 @@ static void json_number(const char *key, double v, const char *fmt) {
   printf(", ");
 }
 
-static void json_report(const dpt_train_report *r, int dlrm) {
+static void json_report(const dpt_train_report *r, int dlrm, int split) {
   printf("{");
   if (r->final)
     printf("\"final\": true, ");
@@ -698,6 +719,12 @@ static void json_report(const dpt_train_report *r, int dlrm) {
       printf("\"sparse_sent_bytes\": %llu, \"sparse_dense_bytes\": %llu, ",
              (unsigned long long)r->sparse_sent_bytes, (unsigned long long)r->sparse_dense_bytes);
   }
+  if (r->shares && split) {
+    printf("\"shares\": [");
+    for (int i = 0; i < r->replicas; ++i)
+      printf("%s%zu", i ? ", " : "", r->shares[i]);
+    printf("], ");
+  }
   printf("\"ranks\": %d, \"replicas\": %d, \"backend\": \"%s\", \"param_hash\": \"%016llx\"}\n",
          r->ranks, r->replicas, r->backend, (unsigned long long)r->param_hash);
   fflush(stdout);
@@ -707,7 +734,7 @@ static void on_report(const dpt_train_report *r, void *user) {
   cli *c = user;
   if (c->tty && !c->quiet && !c->json) fprintf(stderr, "\r\033[K");
   if (c->json) {
-    json_report(r, c->dlrm);
+    json_report(r, c->dlrm, c->cfg.split == DPT_SPLIT_PROPORTIONAL);
     return;
   }
   if (r->final) {
@@ -804,6 +831,23 @@ static int fail(const cli *c, dpt_status st, const char *msg) {
   return st == DPT_ERR_INTERRUPTED ? EXIT_STOPPED : 1;
 }
 
+/* The proportional split's new shares, with the per-sample times they come from. */
+static void on_split(int64_t step, const size_t *shares, const double *per, int replicas,
+                     void *user) {
+  cli *c = user;
+  if (c->quiet) return;
+  if (c->tty && !c->json) fprintf(stderr, "\r\033[K");
+  char line[1024];
+  size_t len =
+      (size_t)snprintf(line, sizeof line, "split after step %lld: shares", (long long)step);
+  for (int i = 0; i < replicas && len < sizeof line; ++i)
+    len += (size_t)snprintf(line + len, sizeof line - len, " %zu", shares[i]);
+  for (int i = 0; i < replicas && len < sizeof line; ++i)
+    len += (size_t)snprintf(line + len, sizeof line - len, "%s%.3g",
+                            i ? " " : " (ms/sample: ", per[i] * 1e3);
+  fprintf(stderr, "dptrain: %s)\n", line);
+}
+
 static void on_log(const char *line, void *user) {
   cli *c = user;
   if (c->tty && !c->quiet && !c->json) fprintf(stderr, "\r\033[K");
@@ -846,6 +890,9 @@ static int dlrm_options(cli *c) {
                                           "--sparse-dense-above",
                                           "--table-optimizer",
                                           "--node-shards"};
+  if (c->dlrm && c->cfg.split == DPT_SPLIT_PROPORTIONAL)
+    return usage_error("--split proportional does not apply to --model dlrm: each rank's slice "
+                       "comes from its own interaction shards");
   if (!c->dlrm) {
     for (size_t i = 0; i < sizeof dlrm_only / sizeof dlrm_only[0]; ++i)
       if (given(c, dlrm_only[i])) return usage_error("%s is for --model dlrm", dlrm_only[i]);
@@ -985,6 +1032,8 @@ static int check_options(cli *c) {
   }
   if (c->cfg.checkpoint_dir)
     c->cfg.checkpoint_minutes = isnan(c->ckpt_minutes) ? 10 : c->ckpt_minutes;
+  if (given(c, "--split-every") && c->cfg.split != DPT_SPLIT_PROPORTIONAL)
+    return usage_error("--split-every needs --split proportional");
   if (check_backend_list(c->backend) != 0) {
     fprintf(stderr,
             "dptrain train: bad --backend '%s' (auto, cpu, opencl, vulkan or a "
@@ -1009,6 +1058,13 @@ static int open_comm(cli *c, dpt_comm **comm) {
     c->rank = dpt_comm_rank(*comm);
   }
   pick_backend(c->backend, c->rank, &c->cfg.backend);
+  /* Replicas as threads with a backend list: one backend per replica, in one process. */
+  int mixed = 0;
+  for (int i = 0; !*comm && i < c->cfg.replicas && i < 256; ++i) {
+    pick_backend(c->backend, i, &c->replica_kinds[i]);
+    mixed |= c->replica_kinds[i] != c->cfg.backend;
+  }
+  if (mixed) c->cfg.replica_backends = c->replica_kinds;
   return KEEP_GOING;
 }
 
@@ -1377,6 +1433,7 @@ int dpt_cmd_train(int argc, char **argv) {
     c.cfg.on_report = on_report;
     c.cfg.on_progress = on_progress;
     c.cfg.on_log = on_log;
+    c.cfg.on_split = on_split;
     c.cfg.user = &c;
     announce(&c, comm);
     st = dpt_train(&c.cfg, comm, NULL);

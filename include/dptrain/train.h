@@ -67,7 +67,12 @@ typedef struct dpt_train_report {
   int ranks;                /* MPI ranks (1 without MPI) */
   int replicas;             /* replicas in all */
   uint64_t param_hash;      /* fingerprint of the parameters, the same on every replica */
-  const char *backend;      /* backend of this process's first replica */
+  const char *backend;      /* backend of this process's first replica; in the callbacks with
+                               replica_backends, the comma-separated list of every replica's */
+  /* [replicas]: each replica's samples of a full global batch under the split in force
+   * (split proportional: the measured one; otherwise dpt_batch_split's). Valid during the
+   * callback; NULL in the report dpt_train returns. */
+  const size_t *shares;
   /* Where the training time went so far, seconds, on the reporting replica: batch loading,
    * forward and backward; the step's communication (the gradient all-reduce, or the
    * reduce-scatter and the parameter all-gather; waiting for the slowest replica included);
@@ -119,6 +124,19 @@ typedef enum dpt_nonfinite_policy {
  * rollback, a checkpoint passed over, a setting changed since the checkpoint. */
 typedef void (*dpt_train_log_fn)(const char *line, void *user);
 
+/* How a global batch is cut into the replicas' slices (dpt_train_config.split). */
+typedef enum dpt_split_mode {
+  DPT_SPLIT_EVEN = 0,        /* dpt_batch_split: slices differ by at most one sample */
+  DPT_SPLIT_PROPORTIONAL = 1 /* slices in proportion to each replica's measured speed */
+} dpt_split_mode;
+#define DPT_SPLIT_EVERY_DEFAULT 50 /* dpt_train_config.split_every when 0 */
+
+/* Called on replica 0 of rank 0 when the proportional split changes, after step `step`:
+ * shares[replicas] are the samples each replica takes of a full global batch from the next
+ * step on, seconds_per_sample[replicas] the measurement they come from. */
+typedef void (*dpt_train_split_fn)(int64_t step, const size_t *shares,
+                                   const double *seconds_per_sample, int replicas, void *user);
+
 /* The update of the embedding tables under sparse_tables (dpt_train_config.table_optimizer). */
 typedef enum dpt_table_optimizer {
   DPT_TABLE_SGD = 0,
@@ -129,7 +147,12 @@ typedef enum dpt_table_optimizer {
 typedef struct dpt_train_config {
   dpt_model_spec model;
   dpt_optim_config optim;
-  dpt_backend_kind backend; /* backend of every replica */
+  dpt_backend_kind backend; /* backend of every replica (but see replica_backends) */
+  /* Threads transport: [replicas] replica i's backend (mixed vendors in one process; the
+   * exchange stages every replica's data through host memory), or NULL: backend for all. The
+   * device of a replica is its index among the replicas of its backend, modulo the devices
+   * (cfg->device -1). */
+  const dpt_backend_kind *replica_backends;
   int device;               /* device index; -1: replica/local-rank index modulo devices */
   int replicas;             /* threads transport: replicas in this process (>= 1); must be
                                1 with an MPI communicator */
@@ -176,6 +199,27 @@ typedef struct dpt_train_config {
    * batch's within float rounding. 0 or 1: none (the step as without). Refused with
    * sparse_tables and sync_bn. */
   size_t accumulate;
+  /* The split of every global batch into slices. DPT_SPLIT_EVEN (default): dpt_batch_split.
+   * DPT_SPLIT_PROPORTIONAL: each replica's forward+backward time (batch loading included, the
+   * exchange not; the backend synchronized, so a GPU's queued kernels count) is gathered with
+   * every step's stats; after 3 warm-up steps, then every
+   * split_every steps (the first measurement after min(split_every, 5) steps), the shares are
+   * recomputed from those gathered times, alike on every replica (unless every replica's time
+   * is within 10 % of the slowest's: nothing to gain): each replica's samples per
+   * second over the window, the global batch cut in proportion, halfway from the old shares to
+   * that (one noisy window moves the split only half as far), in whole samples, each >= 1 and
+   * at most twice the even slice (the model's activations are sized for that), summing to the
+   * batch; a change smaller than max(1, B/50) samples is not made. The gradient stays the
+   * batch's mean (the loss is scaled by 1/targets of the whole batch) and dropout is keyed by
+   * each sample's place in the batch, so the parameters equal the even split's within float
+   * rounding; without sync_bn, batch norm's statistics are per slice and follow the split. A
+   * kept last partial batch is cut in proportion to the shares. Refused with per-replica
+   * records (local_train: each replica's slice is the shards' rule). A term of the run
+   * (replicas must agree on it) that a resume may change; a resume starts from the even split
+   * and measures again. */
+  dpt_split_mode split;
+  int64_t split_every;         /* >= 0; 0: DPT_SPLIT_EVERY_DEFAULT */
+  dpt_train_split_fn on_split; /* may be NULL */
   /* Gradient buckets: > 0 cuts the flat gradient into ranges of about this many bytes (whole
    * blocks of the ring, comm block_bytes; the first one, the gradient backward completes first,
    * is a single block) exchanged by nonblocking collectives as soon as backward has completed
