@@ -84,15 +84,9 @@ dpt_status dpt_chain_broadcast(dpt_comm *c, const dpt_ring_args *a, const dpt_sc
   g.block_ptr = a->block_ptr;
   g.st = hooks ? hooks->st : NULL;
   const size_t n = g.nfull * g.c_full + g.c_last;
-  dpt_sched s = {0};
-  if (hooks) s = *hooks;
-  s.nsend = g.pos == c->size - 1 ? 0 : n;
-  s.nrecv = g.pos == 0 ? 0 : n;
-  s.send_at = bcast_send_at;
-  s.recv_at = bcast_recv_at;
-  s.ctx = &g;
-  s.dtype = DPT_COMM_F32; /* no sums: receives go into place */
-  s.slot_bytes = 0;
+  /* no sums: receives go into place */
+  const dpt_sched s = dpt_sched_of(hooks, g.pos == c->size - 1 ? 0 : n, g.pos == 0 ? 0 : n,
+                                   bcast_send_at, bcast_recv_at, &g, DPT_COMM_F32, 0);
   return dpt_engine_run(c, &s, tag, what);
 }
 
@@ -140,12 +134,7 @@ dpt_status dpt_ring_allgather(dpt_comm *c, void *recv, size_t bytes, int tag, dp
   g.piece = c->opt.piece_bytes;
   g.pieces = div_up(bytes, g.piece);
   g.recv = recv;
-  dpt_sched s = {0};
-  s.nsend = (size_t)(c->size - 1) * g.pieces;
-  s.nrecv = s.nsend;
-  s.send_at = gather_send_at;
-  s.recv_at = gather_recv_at;
-  s.ctx = &g;
-  s.dtype = DPT_COMM_F32;
+  const size_t n = (size_t)(c->size - 1) * g.pieces;
+  const dpt_sched s = dpt_sched_of(NULL, n, n, gather_send_at, gather_recv_at, &g, DPT_COMM_F32, 0);
   return dpt_engine_run(c, &s, tag, what);
 }

@@ -43,6 +43,24 @@ typedef struct dpt_sched {
   void *st;
 } dpt_sched;
 
+/* A schedule of nsend sends and nrecv receives (send_at / recv_at on ctx), over the staging
+ * hooks of `hooks` (NULL: host data). */
+static inline dpt_sched dpt_sched_of(const dpt_sched *hooks, size_t nsend, size_t nrecv,
+                                     void (*send_at)(const void *, size_t, dpt_xfer *),
+                                     void (*recv_at)(const void *, size_t, dpt_xfer *),
+                                     const void *ctx, dpt_comm_dtype dtype, size_t slot_bytes) {
+  dpt_sched s = {0};
+  if (hooks) s = *hooks;
+  s.nsend = nsend;
+  s.nrecv = nrecv;
+  s.send_at = send_at;
+  s.recv_at = recv_at;
+  s.ctx = ctx;
+  s.dtype = dtype;
+  s.slot_bytes = slot_bytes;
+  return s;
+}
+
 /* Runs a schedule to completion: receives posted ahead of sends (a window of a few), sends
  * in order, slot receives summed in order. `what` names the collective in messages ("allreduce
  * #12 (ring)"). DPT_ERR_TIMEOUT when nothing progresses for the comm's timeout. On failure

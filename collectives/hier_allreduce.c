@@ -334,15 +334,8 @@ static dpt_status run_steps(dpt_comm *c, const dpt_ring_args *a, const dpt_sched
   size_t slot = div_up(first, (size_t)g.L);
   if (slot > g.piece) slot = g.piece;
 
-  dpt_sched s = {0};
-  if (hooks) s = *hooks;
-  s.nsend = nmsg;
-  s.nrecv = nmsg;
-  s.send_at = send_at;
-  s.recv_at = recv_at;
-  s.ctx = &g;
-  s.dtype = a->dtype;
-  s.slot_bytes = slot * g.esize;
+  const dpt_sched s =
+      dpt_sched_of(hooks, nmsg, nmsg, send_at, recv_at, &g, a->dtype, slot * g.esize);
   return dpt_engine_run(c, &s, tag, what);
 }
 

@@ -111,18 +111,8 @@ dpt_status dpt_rd_allreduce(dpt_comm *c, void *data, size_t count, dpt_comm_dtyp
     g.role = 2;
     g.vrank = c->rank - g.extra;
   }
-  dpt_sched s = {0};
-  if (g.role == 0) {
-    s.nsend = g.pieces;
-    s.nrecv = g.pieces;
-  } else {
-    s.nsend = ((size_t)g.rounds + (g.role == 1)) * g.pieces;
-    s.nrecv = s.nsend;
-  }
-  s.send_at = send_at;
-  s.recv_at = recv_at;
-  s.ctx = &g;
-  s.dtype = dtype;
-  s.slot_bytes = (count < g.piece ? count : g.piece) * g.esize;
+  const size_t n = g.role == 0 ? g.pieces : ((size_t)g.rounds + (g.role == 1)) * g.pieces;
+  const dpt_sched s = dpt_sched_of(NULL, n, n, send_at, recv_at, &g, dtype,
+                                   (count < g.piece ? count : g.piece) * g.esize);
   return dpt_engine_run(c, &s, tag, what);
 }

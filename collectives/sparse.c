@@ -90,72 +90,13 @@ static dpt_status check_ids(size_t rows, size_t dim, const int32_t *ids, const f
   return DPT_OK;
 }
 
-dpt_status dpt_sparse_allreduce(dpt_sparse_exchange *x, dpt_comm *comm, size_t rows, size_t dim,
-                                const int32_t *ids, const float *grad, size_t k) {
-  const char *fn = "dpt_sparse_allreduce";
-  if (!x || !comm) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: x or comm is NULL", fn);
-  const int size = dpt_comm_size(comm);
-  if (size < 1) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: bad communicator", fn);
-  x->count = 0;
-  memset(&x->stats, 0, sizeof(x->stats));
-
-  /* Round one: (k, dim, rows, bad) of every member, so that every member takes the same
-   * decision (fail alike, or the same padded size). */
-  dpt_status local = check_ids(rows, dim, ids, grad, k);
-  uint64_t hdr[HDR_WORDS] = {k, dim, rows, local != DPT_OK};
-  if (!grow((void **)&x->hdr, &x->hdr_cap, (size_t)size * HDR_WORDS, sizeof(uint64_t)))
-    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: %d headers", fn, size);
-  dpt_status st = dpt_allgather_host(comm, hdr, sizeof(hdr), x->hdr);
-  if (st != DPT_OK) return st;
-  if (local != DPT_OK) return local;
-  size_t max_k = 0, total = 0;
-  for (int r = 0; r < size; ++r) {
-    const uint64_t *h = x->hdr + (size_t)r * HDR_WORDS;
-    if (h[HDR_BAD])
-      return dpt_set_error(DPT_ERR_PEER, "%s: replica %d passed bad ids or sizes", fn, r);
-    if (h[HDR_DIM] != dim || h[HDR_ROWS] != rows)
-      return dpt_set_error(DPT_ERR_MISMATCH,
-                           "%s: a table of %zu rows of %zu here, of %llu rows of %llu on "
-                           "replica %d",
-                           fn, rows, dim, (unsigned long long)h[HDR_ROWS],
-                           (unsigned long long)h[HDR_DIM], r);
-    if (h[HDR_K] > max_k) max_k = (size_t)h[HDR_K];
-    total += (size_t)h[HDR_K]; /* each k <= rows <= 2^31 */
-  }
-
-  /* Round two: every member's ids and rows, padded to max_k. */
+/* The merge of one table's payloads in recv (member r's at r * stride, per bytes each: max_k
+ * ids, then max_k rows): the smallest id under the members' cursors; its rows summed in member
+ * order (the first member's row copied, the others' added). hdr: every member's header of this
+ * table (k at HDR_K, `step` words apart). */
+static void merge_rows(dpt_sparse_exchange *x, int size, const unsigned char *recv, size_t stride,
+                       size_t max_k, size_t dim, const uint64_t *hdr, size_t step) {
   const size_t row_bytes = dim * sizeof(float);
-  size_t per = 0, union_max = total < rows ? total : rows, rows_n = 0, recv_bytes = 0;
-  if (!dpt_mul_ok(max_k, sizeof(int32_t) + row_bytes, &per) ||
-      !dpt_mul_ok(union_max, dim, &rows_n) || !dpt_mul_ok(per, (size_t)size, &recv_bytes))
-    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %zu rows of %zu x %d overflow", fn, max_k, dim,
-                         size);
-  x->stats.max_count = max_k;
-  x->stats.sent_bytes = (size_t)(size - 1) * (sizeof(hdr) + per);
-  x->stats.dense_bytes =
-      (size_t)((2.0 * (size - 1) / size) * (double)rows * (double)dim * sizeof(float));
-  if (max_k == 0) return DPT_OK;
-  if ((double)(per * (size_t)(size - 1)) > x->dense_above * (double)x->stats.dense_bytes) {
-    x->stats.dense = 1;
-    x->stats.sent_bytes = (size_t)(size - 1) * sizeof(hdr);
-    return DPT_OK;
-  }
-  if (!grow((void **)&x->send, &x->send_cap, per, 1) ||
-      !grow((void **)&x->recv, &x->recv_cap, recv_bytes, 1) ||
-      !grow((void **)&x->ids, &x->ids_cap, union_max, sizeof(int32_t)) ||
-      !grow((void **)&x->rows, &x->rows_cap, rows_n, sizeof(float)) ||
-      !grow((void **)&x->cursor, &x->cursor_cap, (size_t)size, sizeof(size_t)))
-    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: %zu bytes", fn, recv_bytes);
-  memset(x->send, 0, per);
-  if (k > 0) {
-    memcpy(x->send, ids, k * sizeof(int32_t));
-    memcpy(x->send + max_k * sizeof(int32_t), grad, k * row_bytes);
-  }
-  st = dpt_allgather_host(comm, x->send, per, x->recv);
-  if (st != DPT_OK) return st;
-
-  /* The merge: the smallest id under the members' cursors; its rows summed in member order
-   * (the first member's row copied, the others' added). */
   size_t n = 0;
   for (int r = 0; r < size; ++r)
     x->cursor[r] = 0;
@@ -163,9 +104,9 @@ dpt_status dpt_sparse_allreduce(dpt_sparse_exchange *x, dpt_comm *comm, size_t r
     int32_t next = -1;
     for (int r = 0; r < size; ++r) {
       const size_t c = x->cursor[r];
-      if (c >= (size_t)x->hdr[(size_t)r * HDR_WORDS + HDR_K]) continue;
+      if (c >= (size_t)hdr[(size_t)r * step + HDR_K]) continue;
       int32_t id;
-      memcpy(&id, x->recv + (size_t)r * per + c * sizeof(int32_t), sizeof(id));
+      memcpy(&id, recv + (size_t)r * stride + c * sizeof(int32_t), sizeof(id));
       if (next < 0 || id < next) next = id;
     }
     if (next < 0) break;
@@ -173,8 +114,8 @@ dpt_status dpt_sparse_allreduce(dpt_sparse_exchange *x, dpt_comm *comm, size_t r
     int first = 1;
     for (int r = 0; r < size; ++r) {
       const size_t c = x->cursor[r];
-      if (c >= (size_t)x->hdr[(size_t)r * HDR_WORDS + HDR_K]) continue;
-      const unsigned char *base = x->recv + (size_t)r * per;
+      if (c >= (size_t)hdr[(size_t)r * step + HDR_K]) continue;
+      const unsigned char *base = recv + (size_t)r * stride;
       int32_t id;
       memcpy(&id, base + c * sizeof(int32_t), sizeof(id));
       if (id != next) continue;
@@ -195,7 +136,140 @@ dpt_status dpt_sparse_allreduce(dpt_sparse_exchange *x, dpt_comm *comm, size_t r
   }
   x->count = n;
   x->stats.union_count = n;
-  return DPT_OK;
+}
+
+dpt_status dpt_sparse_allreduce_tables(dpt_sparse_exchange *const *x, dpt_comm *comm, size_t n,
+                                       const size_t *rows, const size_t *dim,
+                                       const int32_t *const *ids, const float *const *grad,
+                                       const size_t *k) {
+  const char *fn = "dpt_sparse_allreduce";
+  if (!x || !comm || (n && (!rows || !dim || !ids || !grad || !k)))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: NULL argument", fn);
+  for (size_t t = 0; t < n; ++t)
+    if (!x[t]) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: exchange %zu is NULL", fn, t);
+  const int size = dpt_comm_size(comm);
+  if (size < 1) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: bad communicator", fn);
+  if (n == 0) return DPT_OK;
+  for (size_t t = 0; t < n; ++t) {
+    x[t]->count = 0;
+    memset(&x[t]->stats, 0, sizeof(x[t]->stats));
+  }
+  /* x[0] holds the shared buffers: the headers, the payloads, the cursors. */
+  dpt_sparse_exchange *h = x[0];
+  const size_t words = n * HDR_WORDS;
+
+  /* Round one: every table's (k, dim, rows, bad) from every member, so that every member takes
+   * the same decisions (fail alike, the same padded sizes, dense or not). */
+  dpt_status local = DPT_OK;
+  uint64_t *mine = malloc(words * sizeof *mine);
+  if (!mine || !grow((void **)&h->hdr, &h->hdr_cap, (size_t)size * words, sizeof(uint64_t))) {
+    free(mine);
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: %d x %zu headers", fn, size, n);
+  }
+  for (size_t t = 0; t < n; ++t) {
+    const dpt_status st = check_ids(rows[t], dim[t], ids[t], grad[t], k[t]);
+    if (st != DPT_OK && local == DPT_OK) local = st;
+    const uint64_t hw[HDR_WORDS] = {k[t], dim[t], rows[t], st != DPT_OK};
+    memcpy(mine + t * HDR_WORDS, hw, sizeof hw);
+  }
+  dpt_status st = dpt_allgather_host(comm, mine, words * sizeof *mine, h->hdr);
+  free(mine);
+  if (st != DPT_OK) return st;
+  if (local != DPT_OK) return local;
+  const size_t hdr_bytes = HDR_WORDS * sizeof(uint64_t);
+  size_t *max_k = calloc(n, sizeof *max_k), *per = calloc(n, sizeof *per);
+  if (!max_k || !per) {
+    free(max_k);
+    free(per);
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: %zu tables", fn, n);
+  }
+  size_t stride = 0; /* one member's payload of every table that goes as rows */
+  for (size_t t = 0; t < n && st == DPT_OK; ++t) {
+    size_t total = 0;
+    for (int r = 0; r < size; ++r) {
+      const uint64_t *hr = h->hdr + (size_t)r * words + t * HDR_WORDS;
+      if (hr[HDR_BAD]) {
+        st = dpt_set_error(DPT_ERR_PEER, "%s: replica %d passed bad ids or sizes", fn, r);
+        break;
+      }
+      if (hr[HDR_DIM] != dim[t] || hr[HDR_ROWS] != rows[t]) {
+        st = dpt_set_error(DPT_ERR_MISMATCH,
+                           "%s: a table of %zu rows of %zu here, of %llu rows of %llu on "
+                           "replica %d",
+                           fn, rows[t], dim[t], (unsigned long long)hr[HDR_ROWS],
+                           (unsigned long long)hr[HDR_DIM], r);
+        break;
+      }
+      if (hr[HDR_K] > max_k[t]) max_k[t] = (size_t)hr[HDR_K];
+      total += (size_t)hr[HDR_K]; /* each k <= rows <= 2^31 */
+    }
+    if (st != DPT_OK) break;
+    dpt_sparse_exchange *xt = x[t];
+    const size_t row_bytes = dim[t] * sizeof(float);
+    size_t union_max = total < rows[t] ? total : rows[t], rows_n = 0, all = 0, next = 0;
+    if (!dpt_mul_ok(max_k[t], sizeof(int32_t) + row_bytes, &per[t]) ||
+        !dpt_mul_ok(union_max, dim[t], &rows_n) || !dpt_mul_ok(per[t], (size_t)size, &all)) {
+      st = dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %zu rows of %zu x %d overflow", fn, max_k[t],
+                         dim[t], size);
+      break;
+    }
+    xt->stats.max_count = max_k[t];
+    xt->stats.sent_bytes = (size_t)(size - 1) * (hdr_bytes + per[t]);
+    xt->stats.dense_bytes =
+        (size_t)((2.0 * (size - 1) / size) * (double)rows[t] * (double)dim[t] * sizeof(float));
+    if (max_k[t] > 0 &&
+        (double)(per[t] * (size_t)(size - 1)) > xt->dense_above * (double)xt->stats.dense_bytes) {
+      xt->stats.dense = 1;
+      xt->stats.sent_bytes = (size_t)(size - 1) * hdr_bytes;
+    }
+    if (max_k[t] == 0 || xt->stats.dense) {
+      per[t] = 0; /* nothing of this table in round two */
+      continue;
+    }
+    if (!grow((void **)&xt->ids, &xt->ids_cap, union_max, sizeof(int32_t)) ||
+        !grow((void **)&xt->rows, &xt->rows_cap, rows_n, sizeof(float)) ||
+        !grow((void **)&xt->cursor, &xt->cursor_cap, (size_t)size, sizeof(size_t)) ||
+        !dpt_add_ok(stride, per[t], &next)) {
+      st = dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: %zu rows of table %zu", fn, union_max, t);
+      break;
+    }
+    stride = next;
+  }
+  /* Round two: every member's ids and rows of every such table, each padded to its max_k. */
+  size_t recv_bytes = 0;
+  if (st == DPT_OK && stride > 0) {
+    if (!dpt_mul_ok(stride, (size_t)size, &recv_bytes) ||
+        !grow((void **)&h->send, &h->send_cap, stride, 1) ||
+        !grow((void **)&h->recv, &h->recv_cap, recv_bytes, 1))
+      st = dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: %zu bytes", fn, recv_bytes);
+  }
+  if (st == DPT_OK && stride > 0) {
+    memset(h->send, 0, stride);
+    size_t at = 0;
+    for (size_t t = 0; t < n; ++t) {
+      if (!per[t]) continue;
+      if (k[t] > 0) {
+        memcpy(h->send + at, ids[t], k[t] * sizeof(int32_t));
+        memcpy(h->send + at + max_k[t] * sizeof(int32_t), grad[t], k[t] * dim[t] * sizeof(float));
+      }
+      at += per[t];
+    }
+    st = dpt_allgather_host(comm, h->send, stride, h->recv);
+    at = 0;
+    for (size_t t = 0; st == DPT_OK && t < n; ++t) {
+      if (!per[t]) continue;
+      merge_rows(x[t], size, h->recv + at, stride, max_k[t], dim[t], h->hdr + t * HDR_WORDS, words);
+      at += per[t];
+    }
+  }
+  free(max_k);
+  free(per);
+  return st;
+}
+
+dpt_status dpt_sparse_allreduce(dpt_sparse_exchange *x, dpt_comm *comm, size_t rows, size_t dim,
+                                const int32_t *ids, const float *grad, size_t k) {
+  return dpt_sparse_allreduce_tables(&x, comm, 1, &rows, &dim, &ids, &grad, &k);
 }
 
 size_t dpt_sparse_exchange_result(const dpt_sparse_exchange *x, const int32_t **ids,

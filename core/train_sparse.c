@@ -1,5 +1,6 @@
 /* The trainer's sparse table gradients (dpt_train_config.sparse_tables): the embedding_bag
- * tables' gradients travel as (row id, row) through dpt_sparse_allreduce, the rest of the
+ * tables' gradients travel as (row id, row) through dpt_sparse_allreduce_tables (one exchange
+ * for every table), the rest of the
  * flat gradient through the all-reduce range by range; the tables' touched rows take plain
  * SGD on every replica, the rest the configured optimizer. The model adds the tables' gradients
  * into ranges kept zero (dpt_model_set_sparse_table_grads): a step reads and clears the rows it
@@ -26,10 +27,16 @@ struct train_sparse {
   } * tables;
   dpt_range *dense; /* the flat buffer minus the tables, increasing */
   size_t num_dense;
-  int32_t *ids;   /* this step's touched ids of one table [max_slice * bag] */
+  int32_t *ids;   /* this step's touched ids, table t's from t * ids_cap [num_tables * ids_cap] */
   uint64_t *seen; /* a bit per row of the largest table, zero between calls (touched_ids) */
-  float *rows;    /* their gradient rows, then a table's updated rows */
+  float *rows;    /* their gradient rows (table after table), then a table's updated rows */
   size_t ids_cap, rows_cap;
+  /* One exchange for every table [num_tables]: each table's count, first row in `rows`, and
+   * the arguments of dpt_sparse_allreduce_tables. */
+  size_t *k, *row_at, *rows_of, *dim_of;
+  const int32_t **ids_of;
+  const float **grad_of;
+  dpt_sparse_exchange **x_of;
 };
 
 static int cmp_range(const void *a, const void *b) {
@@ -54,6 +61,13 @@ void dpt_train_sparse_free(replica_state *s) {
   free(p->ids);
   free(p->seen);
   free(p->rows);
+  free(p->k);
+  free(p->row_at);
+  free(p->rows_of);
+  free(p->dim_of);
+  free(p->ids_of);
+  free(p->grad_of);
+  free(p->x_of);
   free(p);
   s->sparse = NULL;
 }
@@ -130,10 +144,24 @@ dpt_status dpt_train_sparse_setup(replica *r, replica_state *s) {
   free(tab);
   DPT_TRY(dpt_model_set_sparse_table_grads(s->model, 1));
   p->ids_cap = s->max_slice * max_bag;
-  p->ids = malloc((p->ids_cap ? p->ids_cap : 1) * sizeof *p->ids);
+  const size_t ntab = p->num_tables ? p->num_tables : 1;
+  p->ids = malloc(ntab * (p->ids_cap ? p->ids_cap : 1) * sizeof *p->ids);
   p->seen = calloc((max_rows + 63) / 64, sizeof *p->seen);
-  if (!p->ids || !p->seen)
+  p->k = calloc(ntab, sizeof *p->k);
+  p->row_at = calloc(ntab, sizeof *p->row_at);
+  p->rows_of = calloc(ntab, sizeof *p->rows_of);
+  p->dim_of = calloc(ntab, sizeof *p->dim_of);
+  p->ids_of = calloc(ntab, sizeof *p->ids_of);
+  p->grad_of = calloc(ntab, sizeof *p->grad_of);
+  p->x_of = calloc(ntab, sizeof *p->x_of);
+  if (!p->ids || !p->seen || !p->k || !p->row_at || !p->rows_of || !p->dim_of || !p->ids_of ||
+      !p->grad_of || !p->x_of)
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+  for (size_t t = 0; t < p->num_tables; ++t) {
+    p->rows_of[t] = p->tables[t].rows;
+    p->dim_of[t] = p->tables[t].dim;
+    p->x_of[t] = p->tables[t].x;
+  }
   return DPT_OK;
 }
 
@@ -199,17 +227,18 @@ static size_t id_run(const int32_t *ids, size_t i, size_t k) {
   return n;
 }
 
-/* This replica's touched rows of table t: ids into p->ids, their gradient rows into p->rows,
- * one download per run of consecutive rows. */
-static dpt_status local_rows(replica_state *s, const struct sparse_table *t, size_t *k) {
+/* This replica's touched rows of table t: ids into `ids`, their gradient rows into p->rows
+ * from float `at` on, one download per run of consecutive rows. */
+static dpt_status local_rows(replica_state *s, const struct sparse_table *t, int32_t *ids,
+                             size_t at, size_t *k) {
   train_sparse *p = s->sparse;
-  *k = touched_ids(s, t, p->ids);
-  DPT_TRY(rows_room(p, *k * t->dim));
+  *k = touched_ids(s, t, ids);
+  DPT_TRY(rows_room(p, at + *k * t->dim));
   const dpt_buffer *g = dpt_model_grads(s->model);
   for (size_t i = 0, n; i < *k; i += n) {
-    n = id_run(p->ids, i, *k);
-    DPT_TRY(dpt_buffer_download(g, (t->offset + (size_t)p->ids[i] * t->dim) * sizeof(float),
-                                p->rows + i * t->dim, n * t->dim * sizeof(float)));
+    n = id_run(ids, i, *k);
+    DPT_TRY(dpt_buffer_download(g, (t->offset + (size_t)ids[i] * t->dim) * sizeof(float),
+                                p->rows + at + i * t->dim, n * t->dim * sizeof(float)));
   }
   return DPT_OK;
 }
@@ -249,26 +278,39 @@ dpt_status dpt_train_sparse_reduce(replica *r, replica_state *s) {
         dpt_allreduce_buffer(r->comm, grads, p->dense[i].offset, p->dense[i].count, DPT_COMM_F32);
     if (st != DPT_OK) return st;
   }
+  /* Every table's touched rows, table after table, then one exchange for all of them. */
+  size_t at = 0;
   for (size_t i = 0; i < p->num_tables; ++i) {
     struct sparse_table *t = &p->tables[i];
-    size_t k = 0;
+    int32_t *ids = p->ids + i * p->ids_cap;
+    p->k[i] = 0;
+    p->row_at[i] = at;
     /* A replica that failed joins with nothing (the step's exchange then stops everyone). */
-    if (s->pending == DPT_OK) dpt_train_keep_failure(s, local_rows(s, t, &k));
-    if (s->pending != DPT_OK) k = 0;
-    dpt_status st = dpt_sparse_allreduce(t->x, r->comm, t->rows, t->dim, p->ids, p->rows, k);
+    if (s->pending == DPT_OK) dpt_train_keep_failure(s, local_rows(s, t, ids, at, &p->k[i]));
+    if (s->pending != DPT_OK) p->k[i] = 0;
+    p->ids_of[i] = ids;
+    at += p->k[i] * t->dim;
     t->dirty = 1; /* until the rows read are cleared below */
-    if (dpt_train_out_of_step(st) || st == DPT_ERR_COMM) return st;
-    dpt_train_keep_failure(s, st);
+  }
+  for (size_t i = 0; i < p->num_tables; ++i) /* p->rows is final now */
+    p->grad_of[i] = p->rows + p->row_at[i];
+  const dpt_status st = dpt_sparse_allreduce_tables(p->x_of, r->comm, p->num_tables, p->rows_of,
+                                                    p->dim_of, p->ids_of, p->grad_of, p->k);
+  if (dpt_train_out_of_step(st) || st == DPT_ERR_COMM) return st;
+  dpt_train_keep_failure(s, st);
+  for (size_t i = 0; i < p->num_tables; ++i) {
+    struct sparse_table *t = &p->tables[i];
     dpt_sparse_stats ss;
     dpt_sparse_exchange_stats(t->x, &ss);
-    t->dense = ss.dense;
+    t->dense = st == DPT_OK && ss.dense;
     if (st == DPT_OK && s->pending == DPT_OK && !t->dense) {
-      dpt_train_keep_failure(s, clear_rows(s, t, p->ids, k));
+      dpt_train_keep_failure(s, clear_rows(s, t, p->ids_of[i], p->k[i]));
       t->dirty = s->pending != DPT_OK;
     }
     if (t->dense) { /* the same choice on every replica */
-      st = dpt_allreduce_buffer(r->comm, grads, t->offset, t->rows * t->dim, DPT_COMM_F32);
-      if (st != DPT_OK) return st;
+      const dpt_status dst =
+          dpt_allreduce_buffer(r->comm, grads, t->offset, t->rows * t->dim, DPT_COMM_F32);
+      if (dst != DPT_OK) return dst;
       ss.sent_bytes += ss.dense_bytes;
     }
     s->t.sparse_sent += ss.sent_bytes;

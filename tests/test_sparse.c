@@ -254,6 +254,95 @@ START_TEST(exchange_errors_agree) {
 }
 END_TEST
 
+/* dpt_sparse_allreduce_tables: 3 ranks, 5 tables of other sizes (one nobody touches, one a
+ * rank leaves alone, one that goes dense, dims 1-8) in one call give every table's result,
+ * stats and choice bit for bit as one dpt_sparse_allreduce per table. */
+enum { MT = 5 };
+static const size_t mt_rows[MT] = {50, 1000, 7, 300, 64}, mt_dim[MT] = {4, 8, 1, 3, 2};
+static const size_t mt_k[3][MT] = {{5, 0, 3, 40, 60}, {9, 0, 7, 0, 50}, {1, 0, 2, 17, 64}};
+
+typedef struct mt_arg {
+  dpt_comm_group *group;
+  int rank;
+  int same; /* every table equal to its own call */
+  dpt_status st;
+} mt_arg;
+
+static void *mt_rank(void *p) {
+  mt_arg *a = p;
+  dpt_comm *comm = NULL;
+  TU_OK(dpt_comm_group_member(a->group, a->rank, &comm));
+  TU_OK(dpt_comm_set_timeout(comm, 20.0));
+  uint32_t s = 1234u + 77u * (uint32_t)a->rank;
+  int32_t *ids[MT];
+  float *grad[MT];
+  dpt_sparse_exchange *one[MT], *all[MT];
+  for (int t = 0; t < MT; ++t) {
+    const size_t k = mt_k[a->rank][t];
+    ids[t] = malloc((k + 1) * sizeof(int32_t));
+    grad[t] = malloc((k * mt_dim[t] + 1) * sizeof(float));
+    ck_assert(ids[t] && grad[t]);
+    pick_ids(&s, mt_rows[t], k, ids[t]);
+    for (size_t i = 0; i < k * mt_dim[t]; ++i)
+      grad[t][i] = (float)((int)(lcg(&s) % 2001) - 1000) / 997.0f;
+    TU_OK(dpt_sparse_exchange_create(&one[t]));
+    TU_OK(dpt_sparse_exchange_create(&all[t]));
+    TU_OK(dpt_sparse_exchange_set_dense_above(one[t], t == 4 ? 0.5 : 2.0));
+    TU_OK(dpt_sparse_exchange_set_dense_above(all[t], t == 4 ? 0.5 : 2.0));
+  }
+  for (int t = 0; t < MT; ++t)
+    TU_OK(dpt_sparse_allreduce(one[t], comm, mt_rows[t], mt_dim[t], ids[t], grad[t],
+                               mt_k[a->rank][t]));
+  const int32_t *cids[MT];
+  const float *cgrad[MT];
+  for (int t = 0; t < MT; ++t)
+    cids[t] = ids[t], cgrad[t] = grad[t];
+  a->st = dpt_sparse_allreduce_tables(all, comm, MT, mt_rows, mt_dim, cids, cgrad, mt_k[a->rank]);
+  a->same = a->st == DPT_OK;
+  for (int t = 0; t < MT && a->same; ++t) {
+    const int32_t *i1, *i2;
+    const float *g1, *g2;
+    const size_t n1 = dpt_sparse_exchange_result(one[t], &i1, &g1);
+    const size_t n2 = dpt_sparse_exchange_result(all[t], &i2, &g2);
+    dpt_sparse_stats s1, s2;
+    dpt_sparse_exchange_stats(one[t], &s1);
+    dpt_sparse_exchange_stats(all[t], &s2);
+    a->same = n1 == n2 && memcmp(&s1, &s2, sizeof s1) == 0 &&
+              (n1 == 0 || (memcmp(i1, i2, n1 * sizeof *i1) == 0 &&
+                           memcmp(g1, g2, n1 * mt_dim[t] * sizeof *g1) == 0));
+    if (t == 1) a->same = a->same && n2 == 0;       /* nobody touched it */
+    if (t == 4) a->same = a->same && s2.dense == 1; /* 64 of 64 rows: dense */
+    if (t == 0) a->same = a->same && s2.dense == 0 && n2 > 0;
+  }
+  for (int t = 0; t < MT; ++t) {
+    free(ids[t]);
+    free(grad[t]);
+    dpt_sparse_exchange_destroy(one[t]);
+    dpt_sparse_exchange_destroy(all[t]);
+  }
+  dpt_comm_destroy(comm);
+  return NULL;
+}
+
+START_TEST(exchange_tables_at_once) {
+  dpt_comm_group *group = NULL;
+  TU_OK(dpt_comm_group_create(3, &group));
+  mt_arg args[3];
+  pthread_t th[3];
+  for (int r = 0; r < 3; ++r) {
+    args[r] = (mt_arg){.group = group, .rank = r};
+    ck_assert_int_eq(pthread_create(&th[r], NULL, mt_rank, &args[r]), 0);
+  }
+  for (int r = 0; r < 3; ++r)
+    pthread_join(th[r], NULL);
+  dpt_comm_group_destroy(group);
+  for (int r = 0; r < 3; ++r) {
+    ck_assert_int_eq(args[r].st, DPT_OK);
+    ck_assert_msg(args[r].same, "rank %d: a table differs from its own exchange", r);
+  }
+}
+END_TEST
+
 START_TEST(sgd_rows_by_hand) {
   float t[4 * 2] = {1, 2, 3, 4, 5, 6, 7, 8};
   const int32_t ids[2] = {3, 1};
@@ -301,6 +390,7 @@ static Suite *sparse_suite(void) {
   tcase_add_test(tc, exchange_bytes);
   tcase_add_test(tc, exchange_errors_agree);
   tcase_add_test(tc, exchange_dense_above);
+  tcase_add_test(tc, exchange_tables_at_once);
   suite_add_tcase(s, tc);
   TCase *up = tcase_create("updates");
   tcase_add_test(up, sgd_rows_by_hand);

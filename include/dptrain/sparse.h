@@ -79,6 +79,17 @@ DPT_API dpt_status dpt_sparse_allreduce(dpt_sparse_exchange *x, dpt_comm *comm, 
                                         size_t dim, const int32_t *ids, const float *grad,
                                         size_t k);
 
+/* dpt_sparse_allreduce for n tables at once, in two dpt_allgather_host calls in all (every
+ * table's header, then every table's padded ids and rows in one payload) instead of two per
+ * table: x[t] (distinct exchanges) receives table t's result and stats, bit for bit what
+ * dpt_sparse_allreduce gives for it alone (each table's choice of the dense exchange included).
+ * Table t: rows[t], dim[t], this member's k[t] ids[t] and grad[t]. A member with bad ids in any
+ * table makes the whole call fail, as for one table. */
+DPT_API dpt_status dpt_sparse_allreduce_tables(dpt_sparse_exchange *const *x, dpt_comm *comm,
+                                               size_t n, const size_t *rows, const size_t *dim,
+                                               const int32_t *const *ids, const float *const *grad,
+                                               const size_t *k);
+
 /* The last call's result: returns the number of rows n; *ids receives [n] sorted ids, *grad
  * [n * dim] summed rows (both owned by x, valid until the next call; NULL when n is 0). */
 DPT_API size_t dpt_sparse_exchange_result(const dpt_sparse_exchange *x, const int32_t **ids,
