@@ -473,7 +473,7 @@ static dpt_status diss_scratch(dpt_comm *c, dpt_what *wt, diss_layout *L) {
   size_t hdr, pay, pos, reqs, need = 0;
   if (!ok || !dpt_mul_ok(n, sizeof(dpt_hello), &hdr) || !dpt_mul_ok(n, L->cap, &pay) ||
       !dpt_mul_ok(n + 1, sizeof(size_t), &pos) || !dpt_mul_ok(nreq, sizeof(dpt_req), &reqs) ||
-      !dpt_add_ok(align64(reqs), nlist * sizeof(dpt_req *), &need) ||
+      !dpt_add_ok(align64(reqs), align64(nlist * sizeof(dpt_req *)), &need) ||
       !dpt_add_ok(need, 2 * align64(hdr) + align64(pay) + 2 * align64(pos), &need))
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: hello buffers overflow", dpt_what_str(wt));
   /* The size depends only on the group size: allocated once, never moved (requests live in
