@@ -998,11 +998,9 @@ static dpt_status alloc_layer(dpt_model *m, size_t i, shared_sizes *sh) {
   case DPT_LAYER_SLICE: /* map: iota from offset */
     if (L->in_size > sh->iota) sh->iota = L->in_size;
     return DPT_OK;
-  case DPT_LAYER_CONCAT: { /* maps: iota, for each input's columns */
-    size_t a = L->ishape.c, c = L->out_size - a, wide = a > c ? a : c;
-    if (wide > sh->iota) sh->iota = wide;
+  case DPT_LAYER_CONCAT: /* maps: iota, from 0 (forward) or from an input's first column */
+    if (L->out_size > sh->iota) sh->iota = L->out_size;
     return DPT_OK;
-  }
   case DPT_LAYER_INTERACTION:
     return alloc_interaction(m, i, sh);
   case DPT_LAYER_CONV2D: {

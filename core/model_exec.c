@@ -439,9 +439,9 @@ static dpt_status concat_backward(dpt_model *m, const dpt_node *L, size_t b) {
     int add = 0;
     dpt_buffer *din = grad_target(m, L, j, &add);
     if (!din) continue;
-    DPT_TRY(dpt_buffer_fill_f32(din, 0, b * width[j], 0.0f));
-    DPT_TRY(dpt_scatter_cols_add(m->be, b, width[j], L->dout, first[j], L->out_size, m->iota, 0,
-                                 din, 0, width[j]));
+    /* din is written whole: a copy of its columns of dout */
+    DPT_TRY(dpt_gather_cols(m->be, b, width[j], L->dout, 0, L->out_size, m->iota, first[j], din, 0,
+                            width[j]));
     if (add) DPT_TRY(add_gradient(m, L, j, b));
   }
   return DPT_OK;
