@@ -3,7 +3,7 @@
  * the even split within float rounding, its shares really are unequal and stay within their
  * bounds, replicas of equal speed keep about even shares, and bad settings are refused. Also
  * replicas on different backends in one process (replica_backends). */
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* tmp_dir.h: mkdtemp, nftw */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "dptrain/dptrain.h"
+#include "tmp_dir.h"
 #include "train_data.h"
 
 /* What the callbacks saw: every split change, and the final report's shares. */
@@ -81,7 +82,9 @@ static void model(dpt_model_spec *s) {
     ck_assert_int_eq(dpt_model_spec_add(s, &layers[i], NULL), DPT_OK);
 }
 
+/* The test's configuration, with what the callbacks see (*w) cleared. */
 static void config(dpt_train_config *cfg, dpt_dataset *train, size_t batch, seen *w) {
+  memset(w, 0, sizeof *w);
   dpt_train_config_default(cfg);
   model(&cfg->model);
   cfg->train = train;
@@ -136,7 +139,6 @@ static double max_rel_diff(const float *a, const float *b, size_t n) {
 static void check_slowed(int R, size_t n, size_t B, int keep_last) {
   dpt_dataset *ds = make_data(n, 13);
   seen w;
-  memset(&w, 0, sizeof w);
   dpt_train_config cfg;
   config(&cfg, ds, B, &w);
   cfg.keep_last = keep_last;
@@ -196,7 +198,6 @@ END_TEST
 START_TEST(equal_speed_stays_even) {
   dpt_dataset *ds = make_data(640, 5);
   seen w;
-  memset(&w, 0, sizeof w);
   dpt_train_config cfg;
   config(&cfg, ds, 64, &w);
   cfg.split = DPT_SPLIT_PROPORTIONAL;
@@ -221,7 +222,6 @@ END_TEST
 START_TEST(slowed_accumulate) {
   dpt_dataset *ds = make_data(640, 17);
   seen w;
-  memset(&w, 0, sizeof w);
   dpt_train_config cfg;
   config(&cfg, ds, 64, &w);
   cfg.accumulate = 3;
@@ -247,19 +247,16 @@ END_TEST
 /* The split is a run term a resume may change: even for 10 steps with a checkpoint, then resumed
  * with the proportional split (one replica slowed) to step 20, against 20 even steps. */
 START_TEST(resume_changes_split) {
-  char dir[64];
-  snprintf(dir, sizeof dir, "/tmp/dpt_split_XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(dir));
+  tu_tmp_make("split");
   dpt_dataset *ds = make_data(640, 19);
   seen w;
-  memset(&w, 0, sizeof w);
   dpt_train_config cfg;
   config(&cfg, ds, 64, &w);
   cfg.max_steps = 20;
   const size_t np = state_size(&cfg.model);
   dpt_train_report rep;
   float *ref = train(cfg, 2, &rep);
-  cfg.checkpoint_dir = dir;
+  cfg.checkpoint_dir = tmp_dir;
   cfg.checkpoint_every = 10;
   cfg.max_steps = 10;
   free(train(cfg, 2, &rep));
@@ -280,9 +277,7 @@ START_TEST(resume_changes_split) {
   ck_assert_msg(d <= 1e-5, "resumed with the proportional split: %g (rel) from even", d);
   free(ref);
   free(got);
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  ck_assert_int_eq(system(cmd), 0);
+  tu_tmp_remove();
   dpt_dataset_destroy(ds);
 }
 END_TEST
@@ -290,7 +285,6 @@ END_TEST
 START_TEST(bad_settings) {
   dpt_dataset *ds = make_data(64, 1);
   seen w;
-  memset(&w, 0, sizeof w);
   dpt_train_config cfg;
   config(&cfg, ds, 32, &w);
   cfg.replicas = 2;
@@ -319,7 +313,6 @@ static dpt_backend_kind g_other; /* the second replica's backend */
 START_TEST(mixed_backends) {
   dpt_dataset *ds = make_data(640, 11);
   seen w;
-  memset(&w, 0, sizeof w);
   dpt_train_config cfg;
   config(&cfg, ds, 64, &w);
   cfg.max_steps = 20;
