@@ -1250,8 +1250,8 @@ static dpt_status check_local_data(const dpt_train_config *cfg, dpt_comm *comm, 
   for (int q = 0; q < total; ++q) {
     if (dpt_interactions_rank_records(d0, q) == 0)
       return dpt_set_error(DPT_ERR_INVALID_ARG,
-                           "%s: replica %d's training shards hold no record (shard s goes to "
-                           "replica s mod %d)",
+                           "%s: replica %d's training shards hold no record (each of the %d "
+                           "replicas needs a shard with records)",
                            fn, q, total);
   }
   if (dpt_interactions_steps(cfg->local_train[0], cfg->global_batch) == 0)
