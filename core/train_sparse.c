@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/backend_impl.h"
 #include "base/error.h"
 #include "core/trainer_impl.h"
 #include "dptrain/sparse.h"
@@ -227,6 +228,16 @@ static size_t id_run(const int32_t *ids, size_t i, size_t k) {
   return n;
 }
 
+/* Table t's rows of buf (its parameters or gradients) in host memory without a copy, or NULL
+ * where the backend's memory is not host-addressable: then rows move by download / upload. */
+static dpt_status map_table(dpt_buffer *buf, const struct sparse_table *t, float **table) {
+  void *p = NULL;
+  DPT_TRY(
+      dpt_buffer_map_host(buf, t->offset * sizeof(float), t->rows * t->dim * sizeof(float), &p));
+  *table = p;
+  return DPT_OK;
+}
+
 /* This replica's touched rows of table t: ids into `ids`, their gradient rows into p->rows
  * from float `at` on, one download per run of consecutive rows. */
 static dpt_status local_rows(replica_state *s, const struct sparse_table *t, int32_t *ids,
@@ -234,24 +245,35 @@ static dpt_status local_rows(replica_state *s, const struct sparse_table *t, int
   train_sparse *p = s->sparse;
   *k = touched_ids(s, t, ids);
   DPT_TRY(rows_room(p, at + *k * t->dim));
-  const dpt_buffer *g = dpt_model_grads(s->model);
+  dpt_buffer *g = dpt_model_grads(s->model);
+  float *table = NULL;
+  DPT_TRY(map_table(g, t, &table));
   for (size_t i = 0, n; i < *k; i += n) {
     n = id_run(ids, i, *k);
-    DPT_TRY(dpt_buffer_download(g, (t->offset + (size_t)ids[i] * t->dim) * sizeof(float),
-                                p->rows + at + i * t->dim, n * t->dim * sizeof(float)));
+    float *to = p->rows + at + i * t->dim;
+    if (table)
+      memcpy(to, table + (size_t)ids[i] * t->dim, n * t->dim * sizeof(float));
+    else
+      DPT_TRY(dpt_buffer_download(g, (t->offset + (size_t)ids[i] * t->dim) * sizeof(float), to,
+                                  n * t->dim * sizeof(float)));
   }
-  return DPT_OK;
+  return dpt_buffer_unmap_host(g, table);
 }
 
 /* Zeroes the gradient rows ids[0..k) of table t, one fill per run of consecutive rows. */
 static dpt_status clear_rows(replica_state *s, const struct sparse_table *t, const int32_t *ids,
                              size_t k) {
   dpt_buffer *g = dpt_model_grads(s->model);
+  float *table = NULL;
+  DPT_TRY(map_table(g, t, &table));
   for (size_t i = 0, n; i < k; i += n) {
     n = id_run(ids, i, k);
-    DPT_TRY(dpt_buffer_fill_f32(g, t->offset + (size_t)ids[i] * t->dim, n * t->dim, 0.0f));
+    if (table)
+      memset(table + (size_t)ids[i] * t->dim, 0, n * t->dim * sizeof(float));
+    else
+      DPT_TRY(dpt_buffer_fill_f32(g, t->offset + (size_t)ids[i] * t->dim, n * t->dim, 0.0f));
   }
-  return DPT_OK;
+  return dpt_buffer_unmap_host(g, table);
 }
 
 const dpt_range *dpt_train_sparse_dense_ranges(const replica_state *s, size_t *n) {
@@ -368,6 +390,15 @@ static dpt_status step_rows(replica_state *s, const struct sparse_table *t, floa
   const float *g = NULL;
   const size_t n = dpt_sparse_exchange_result(t->x, &ids, &g);
   dpt_buffer *params = dpt_model_params(s->model);
+  float *table = NULL;
+  DPT_TRY(map_table(params, t, &table));
+  if (table) { /* every row in place, in one call */
+    const dpt_status st = t->acc ? dpt_sparse_adagrad_rows(table, t->acc, t->rows, t->dim, ids, g,
+                                                           n, lr, DPT_TABLE_ADAGRAD_EPS)
+                                 : dpt_sparse_sgd_rows(table, t->rows, t->dim, ids, g, n, lr);
+    const dpt_status su = dpt_buffer_unmap_host(params, table);
+    return st != DPT_OK ? st : su;
+  }
   for (size_t i = 0, m; i < n; i += m) {
     m = id_run(ids, i, n);
     const size_t at = (t->offset + (size_t)ids[i] * t->dim) * sizeof(float);
