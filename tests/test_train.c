@@ -1521,6 +1521,33 @@ START_TEST(backend_matches_cpu) {
 }
 END_TEST
 
+/* On the device: gradient buckets with the bfloat16 exchange and error feedback (the
+ * conversions at the buckets' offsets in device buffers, their staged nonblocking all-reduces)
+ * give the unbucketed exchange's parameters bit for bit, 3 replicas, the ring forced. */
+START_TEST(backend_buckets_16bit) {
+  setenv("DPT_COMM_BLOCK", "1024", 1);
+  setenv("DPT_COMM_PIECE", "256", 1);
+  setenv("DPT_ALLREDUCE_ALGO", "ring", 1);
+  dpt_dataset *ds = make_data(640, 11);
+  dpt_train_config cfg;
+  mlp_config(&cfg, ds, 64);
+  const size_t n = num_params(&cfg.model);
+  cfg.backend = g_backend;
+  cfg.grad_dtype = DPT_COMM_BF16;
+  cfg.grad_error_feedback = 1;
+  float *ref = train_threads(cfg, 3, NULL);
+  cfg.bucket_bytes = 1024;
+  float *got = train_threads(cfg, 3, NULL);
+  ck_assert_msg(memcmp(got, ref, n * sizeof(float)) == 0, "buckets differ from one exchange");
+  free(ref);
+  free(got);
+  unsetenv("DPT_COMM_BLOCK");
+  unsetenv("DPT_COMM_PIECE");
+  unsetenv("DPT_ALLREDUCE_ALGO");
+  dpt_dataset_destroy(ds);
+}
+END_TEST
+
 static int backend_main(const char *name) {
   if (parse_kinds(name, &g_backend, 1) != 1) return 2;
   if (!present(g_backend)) {
@@ -1531,6 +1558,7 @@ static int backend_main(const char *name) {
   TCase *tc = tcase_create(name);
   tcase_set_timeout(tc, 240);
   tcase_add_test(tc, backend_matches_cpu);
+  tcase_add_test(tc, backend_buckets_16bit);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK); /* drivers' threads do not survive a fork */
