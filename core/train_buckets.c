@@ -5,7 +5,9 @@
  * communication. Each bucket starts on a block boundary of the ring (block_bytes), so the ring
  * cuts it as it cuts the whole buffer: every element is summed in the same order and the
  * reduce-scatter's shards are the same ranges (the parameters equal the unbucketed step's bit
- * for bit). */
+ * for bit). With a 16-bit exchange (grad_dtype) each bucket narrows its range into s->gh when it
+ * starts and widens it back when the step waits for it; its blocks are those of the 16-bit
+ * buffer (block_bytes / 2 elements), which the unbucketed 16-bit all-reduce cuts. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,7 @@ struct train_buckets {
                              unused. Descending: bucket 0 ends the buffer, the first backward fills */
   dpt_request **req;      /* [n]: started this step, not yet waited for */
   dpt_request_info *info; /* [n]: the last step's */
+  dpt_comm_dtype dtype;   /* the exchange's: F32, or grad_dtype's 16 bits (into s->gh) */
   size_t next;            /* the next bucket to start */
   int armed;              /* the hook starts buckets (the step's last backward) */
   dpt_status start_failed;
@@ -47,13 +50,20 @@ static void bucket_range(const train_buckets *b, size_t np, size_t j, size_t *of
 }
 
 static void start_bucket(train_buckets *b, size_t j) {
-  dpt_buffer *g = dpt_model_grads(b->s->model);
+  replica_state *s = b->s;
   size_t off = 0, n = 0;
-  bucket_range(b, dpt_model_num_params(b->s->model), j, &off, &n);
-  dpt_status st =
-      b->s->mode == STEP_SHARDED
-          ? dpt_reduce_scatter_buffer_start(b->r->comm, g, off, n, DPT_COMM_F32, &b->req[j])
-          : dpt_allreduce_buffer_start(b->r->comm, g, off, n, DPT_COMM_F32, &b->req[j]);
+  bucket_range(b, dpt_model_num_params(s->model), j, &off, &n);
+  dpt_status st;
+  if (b->dtype != DPT_COMM_F32) { /* always the full step */
+    /* A replica that failed joins with whatever s->gh holds; its step fails anyway. */
+    if (s->pending == DPT_OK) dpt_train_keep_failure(s, dpt_train_narrow_16(s, b->dtype, off, n));
+    st = dpt_allreduce_buffer_start(b->r->comm, s->gh, off, n, b->dtype, &b->req[j]);
+  } else {
+    dpt_buffer *g = dpt_model_grads(s->model);
+    st = s->mode == STEP_SHARDED
+             ? dpt_reduce_scatter_buffer_start(b->r->comm, g, off, n, DPT_COMM_F32, &b->req[j])
+             : dpt_allreduce_buffer_start(b->r->comm, g, off, n, DPT_COMM_F32, &b->req[j]);
+  }
   if (st != DPT_OK && b->start_failed == DPT_OK) b->start_failed = st;
 }
 
@@ -69,8 +79,11 @@ dpt_status dpt_train_buckets_setup(replica *r, replica_state *s, size_t bucket_b
   dpt_comm_options o;
   DPT_TRY(dpt_comm_get_options(r->comm, &o));
   const size_t np = dpt_model_num_params(s->model);
-  const size_t block = o.block_bytes / sizeof(float) ? o.block_bytes / sizeof(float) : 1;
-  size_t per = bucket_bytes / o.block_bytes; /* blocks per bucket */
+  /* The 16-bit exchange's buffer s->gh exists with more than one replica (else float32). */
+  const dpt_comm_dtype dtype = s->gh ? r->cfg->grad_dtype : DPT_COMM_F32;
+  const size_t esize = dtype == DPT_COMM_F32 ? sizeof(float) : sizeof(uint16_t);
+  const size_t block = o.block_bytes / esize ? o.block_bytes / esize : 1; /* ring block, elements */
+  size_t per = bucket_bytes / o.block_bytes;                              /* blocks per bucket */
   if (per == 0) per = 1;
   const size_t nblocks = (np + block - 1) / block;
   train_buckets *b = calloc(1, sizeof *b);
@@ -78,6 +91,7 @@ dpt_status dpt_train_buckets_setup(replica *r, replica_state *s, size_t bucket_b
   s->buckets = b;
   b->r = r;
   b->s = s;
+  b->dtype = dtype;
   b->lo = malloc((nblocks + 1) * sizeof *b->lo);
   b->req = calloc(nblocks + 1, sizeof *b->req);
   b->info = calloc(nblocks + 1, sizeof *b->info);
@@ -111,6 +125,11 @@ dpt_status dpt_train_buckets_finish(replica_state *s, double *exposed, double *b
     b->req[j] = NULL;
     if (b->info[j].finished > b->info[j].started) work += b->info[j].finished - b->info[j].started;
     if (st != DPT_OK && first == DPT_OK) first = st;
+    if (b->dtype != DPT_COMM_F32 && first == DPT_OK && s->pending == DPT_OK) {
+      size_t off = 0, n = 0;
+      bucket_range(b, dpt_model_num_params(s->model), j, &off, &n);
+      dpt_train_keep_failure(s, dpt_train_widen_16(s, b->dtype, off, n));
+    }
   }
   *exposed = dpt_now() - t0;
   *busy = work;
@@ -130,10 +149,12 @@ static double bus_bandwidth(int R, size_t n, double seconds) {
   return seconds > 0 ? 2.0 * (R - 1) / R * (double)n / seconds : 0;
 }
 
-dpt_status dpt_train_buckets_measure(replica *r, size_t *bytes, char *table, size_t cap) {
+dpt_status dpt_train_buckets_measure(replica *r, dpt_comm_dtype dtype, size_t *bytes, char *table,
+                                     size_t cap) {
   dpt_comm_options o;
   DPT_TRY(dpt_comm_get_options(r->comm, &o));
   const int R = dpt_comm_size(r->comm);
+  const size_t esize = dtype == DPT_COMM_F32 ? sizeof(float) : sizeof(uint16_t);
   enum { SIZES = 7, REPEAT = 3 }; /* 1 to 64 blocks */
   const size_t largest = o.block_bytes << (SIZES - 1);
   float *buf = calloc(largest / sizeof(float), sizeof(float));
@@ -147,7 +168,7 @@ dpt_status dpt_train_buckets_measure(replica *r, size_t *bytes, char *table, siz
     double best = 0;
     for (int i = 0; i < REPEAT && st == DPT_OK; ++i) {
       const double t0 = dpt_now();
-      st = dpt_allreduce_host(r->comm, buf, n / sizeof(float), DPT_COMM_F32);
+      st = dpt_allreduce_host(r->comm, buf, n / esize, dtype);
       const double b = bus_bandwidth(R, n, dpt_now() - t0);
       best = b > best ? b : best;
     }

@@ -774,29 +774,41 @@ static int needs_norm(const replica *r, const replica_state *s) {
   return s->mode == STEP_SHARDED || (cfg->on_nonfinite != DPT_NONFINITE_STOP && r->count > 1);
 }
 
-/* The 16-bit exchange (grad_dtype F16 or BF16): the gradient (plus the kept rounding error)
- * to the 16-bit type, the new rounding error kept, the all-reduce, the sum back to float32.
- * A local failure is kept and the all-reduce joined regardless. */
-static dpt_status exchange_16(replica *r, replica_state *s) {
-  typedef dpt_status (*convert_fn)(dpt_backend *, size_t, const dpt_buffer *, size_t, dpt_buffer *,
-                                   size_t);
-  const dpt_comm_dtype dt = r->cfg->grad_dtype;
+typedef dpt_status (*convert_fn)(dpt_backend *, size_t, const dpt_buffer *, size_t, dpt_buffer *,
+                                 size_t);
+
+dpt_status dpt_train_narrow_16(replica_state *s, dpt_comm_dtype dt, size_t off, size_t n) {
   const convert_fn narrow = dt == DPT_COMM_BF16 ? dpt_f32_to_bf16 : dpt_f32_to_f16;
   const convert_fn widen = dt == DPT_COMM_BF16 ? dpt_bf16_to_f32 : dpt_f16_to_f32;
   dpt_buffer *g = dpt_model_grads(s->model);
+  dpt_status st = DPT_OK;
+  if (s->resid) st = dpt_axpy(s->be, n, 1.0f, s->resid, off, g, off);
+  if (st == DPT_OK) st = narrow(s->be, n, g, off, s->gh, off);
+  if (st == DPT_OK && s->resid) { /* resid = g - f32(narrow(g)) */
+    st = widen(s->be, n, s->gh, off, s->resid, off);
+    if (st == DPT_OK) st = dpt_axpy(s->be, n, -1.0f, g, off, s->resid, off);
+    if (st == DPT_OK) st = dpt_scale(s->be, n, -1.0f, s->resid, off);
+  }
+  return st;
+}
+
+dpt_status dpt_train_widen_16(replica_state *s, dpt_comm_dtype dt, size_t off, size_t n) {
+  const convert_fn widen = dt == DPT_COMM_BF16 ? dpt_bf16_to_f32 : dpt_f16_to_f32;
+  return widen(s->be, n, s->gh, off, dpt_model_grads(s->model), off);
+}
+
+/* The 16-bit exchange (grad_dtype F16 or BF16) of the whole gradient after backward: narrowed
+ * (dpt_train_narrow_16), all-reduced, widened back. A local failure is kept and the all-reduce
+ * joined regardless. */
+static dpt_status exchange_16(replica *r, replica_state *s) {
+  const dpt_comm_dtype dt = r->cfg->grad_dtype;
   const size_t np = dpt_model_num_params(s->model);
   dpt_status st = s->pending;
-  if (st == DPT_OK && s->resid) st = dpt_axpy(s->be, np, 1.0f, s->resid, 0, g, 0);
-  if (st == DPT_OK) st = narrow(s->be, np, g, 0, s->gh, 0);
-  if (st == DPT_OK && s->resid) { /* resid = g - f32(narrow(g)) */
-    st = widen(s->be, np, s->gh, 0, s->resid, 0);
-    if (st == DPT_OK) st = dpt_axpy(s->be, np, -1.0f, g, 0, s->resid, 0);
-    if (st == DPT_OK) st = dpt_scale(s->be, np, -1.0f, s->resid, 0);
-  }
+  if (st == DPT_OK) st = dpt_train_narrow_16(s, dt, 0, np);
   dpt_train_keep_failure(s, st);
   st = dpt_allreduce_buffer(r->comm, s->gh, 0, np, dt);
   if (st != DPT_OK) return st;
-  if (s->pending == DPT_OK) dpt_train_keep_failure(s, widen(s->be, np, s->gh, 0, g, 0));
+  if (s->pending == DPT_OK) dpt_train_keep_failure(s, dpt_train_widen_16(s, dt, 0, np));
   return DPT_OK;
 }
 
@@ -1315,13 +1327,12 @@ static dpt_status check_config(const dpt_train_config *cfg, dpt_comm *comm) {
       cfg->grad_dtype != DPT_COMM_BF16)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: grad_dtype %d is not F32, F16 or BF16", fn,
                          (int)cfg->grad_dtype);
-  if (cfg->grad_dtype != DPT_COMM_F32 && (cfg->bucket_bytes || cfg->sparse_tables))
+  if (cfg->grad_dtype != DPT_COMM_F32 && cfg->sparse_tables)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "%s: the %s gradient exchange (grad_dtype %s) does not combine "
-                         "with %s",
+                         "with sparse_tables",
                          fn, cfg->grad_dtype == DPT_COMM_F16 ? "binary16" : "bfloat16",
-                         cfg->grad_dtype == DPT_COMM_F16 ? "F16" : "BF16",
-                         cfg->sparse_tables ? "sparse_tables" : "bucket_bytes");
+                         cfg->grad_dtype == DPT_COMM_F16 ? "F16" : "BF16");
   if (cfg->grad_error_feedback && cfg->grad_dtype == DPT_COMM_F32)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "%s: grad_error_feedback needs a 16-bit exchange (grad_dtype F16 or "
@@ -1394,7 +1405,8 @@ static dpt_status replica_run(replica *r, replica_state *s) {
   if (cfg->bucket_bytes == DPT_BUCKET_AUTO && s->mode != STEP_LOCAL && !s->sparse) {
     size_t bytes = 0;
     char table[512] = "";
-    DPT_TRY(dpt_train_buckets_measure(r, &bytes, table, sizeof table));
+    DPT_TRY(dpt_train_buckets_measure(r, s->gh ? cfg->grad_dtype : DPT_COMM_F32, &bytes, table,
+                                      sizeof table));
     dpt_train_log(r, "gradient buckets of %zu KiB (all-reduce bus bandwidth: %s)", bytes >> 10,
                   table);
     const dpt_status bs = dpt_train_buckets_setup(r, s, bytes);

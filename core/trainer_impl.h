@@ -136,6 +136,13 @@ dpt_status dpt_train_stop_after(replica_state *s, dpt_status st);
 /* A line of news for cfg->on_log, from replica 0 only. */
 void dpt_train_log(const replica *r, const char *fmt, ...);
 
+/* grad_dtype F16 / BF16 (dt), elements [off, off + n): the gradient, plus the kept rounding
+ * error with grad_error_feedback, converted into s->gh at the same offsets, and the new rounding
+ * error kept in s->resid. */
+dpt_status dpt_train_narrow_16(replica_state *s, dpt_comm_dtype dt, size_t off, size_t n);
+/* The summed s->gh's [off, off + n) back into the float32 gradient. */
+dpt_status dpt_train_widen_16(replica_state *s, dpt_comm_dtype dt, size_t off, size_t n);
+
 /* ---- the batch split (train_split.c), cfg->split ---- */
 
 /* The largest slice of a batch of `batch` samples over `count` replicas: the even slice, or
@@ -186,8 +193,8 @@ float *dpt_train_sparse_acc(const replica_state *s, size_t i, const char **name,
 
 /* ---- gradient buckets (train_buckets.c), cfg->bucket_bytes ---- */
 
-/* The buckets over the flat gradient; a no-op without bucket_bytes, with one replica or with
- * sparse_tables. */
+/* The buckets over the flat gradient, exchanged in float32 or, with s->gh, in grad_dtype; a
+ * no-op without bucket_bytes, with one replica or with sparse_tables. */
 dpt_status dpt_train_buckets_setup(replica *r, replica_state *s, size_t bucket_bytes);
 void dpt_train_buckets_free(replica_state *s);
 /* Whether the layer hook starts buckets during the next backward (the step's last one). */
@@ -199,9 +206,10 @@ void dpt_train_buckets_on_layer(replica_state *s, int backward, size_t ready_fro
  * Returns the first failure. */
 dpt_status dpt_train_buckets_finish(replica_state *s, double *exposed, double *busy);
 /* Collective: the bucket size for bucket_bytes DPT_BUCKET_AUTO, the smallest all-reduce (1 to
- * 64 ring blocks) whose bus bandwidth is within 80 % of the largest measured, replica 0's
- * choice for all; table (may be NULL) receives the measurements as text. */
-dpt_status dpt_train_buckets_measure(replica *r, size_t *bytes, char *table, size_t cap);
+ * 64 ring blocks) of the exchange's dtype whose bus bandwidth is within 80 % of the largest
+ * measured, replica 0's choice for all; table (may be NULL) receives the measurements as text. */
+dpt_status dpt_train_buckets_measure(replica *r, dpt_comm_dtype dtype, size_t *bytes, char *table,
+                                     size_t cap);
 /* The last step's request times, [*n] (for the timeline). */
 const dpt_request_info *dpt_train_buckets_info(const replica_state *s, size_t *n);
 

@@ -369,16 +369,26 @@ for bad in "--bucket-mb -1" "--bucket-mb lots"; do
     fail "$bad: $(cat "$scratch/err")"
 done
 # --grad-dtype bf16: the rounding moves the parameters off float32's, error feedback moves them
-# again; buckets and unknown types are refused.
+# again; with --bucket-mb (64 KiB ring blocks: 6 of the 16-bit gradient, buckets of 2, or auto)
+# the same parameters as one bfloat16 exchange; unknown types are refused.
 hb=$("$dptrain" train "${mlp2[@]}" --grad-dtype bf16 2>"$scratch/err" | tail -n 1 |
   grep -o '"param_hash": "[0-9a-f]*"')
 he=$("$dptrain" train "${mlp2[@]}" --grad-dtype bf16 --error-feedback 2>>"$scratch/err" |
   tail -n 1 | grep -o '"param_hash": "[0-9a-f]*"')
 [ -n "$hb" ] && [ -n "$he" ] && [ "$hb" != "$h0" ] && [ "$he" != "$hb" ] ||
   fail "--grad-dtype bf16: '$hb', with feedback '$he', f32 '$h0': $(cat "$scratch/err")"
-"$dptrain" train "${mlp2[@]}" --grad-dtype bf16 --bucket-mb 1 >/dev/null 2>"$scratch/err"
-[ $? -eq 1 ] && grep -q "bfloat16 gradient exchange (grad_dtype BF16) does not combine" "$scratch/err" ||
-  fail "--grad-dtype bf16 --bucket-mb 1: $(cat "$scratch/err")"
+bf16=("${mlp2[@]}" --grad-dtype bf16 --error-feedback)
+h1=$(DPT_COMM_BLOCK=65536 DPT_COMM_PIECE=16384 "$dptrain" train "${bf16[@]}" 2>"$scratch/err" |
+  tail -n 1 | grep -o '"param_hash": "[0-9a-f]*"')
+hbk=$(DPT_COMM_BLOCK=65536 DPT_COMM_PIECE=16384 "$dptrain" train "${bf16[@]}" --bucket-mb 0.125 \
+  2>>"$scratch/err" | tail -n 1 | grep -o '"param_hash": "[0-9a-f]*"')
+[ -n "$h1" ] && [ "$h1" = "$hbk" ] ||
+  fail "--grad-dtype bf16 --bucket-mb 0.125: '$hbk' against '$h1': $(cat "$scratch/err")"
+out=$(DPT_COMM_BLOCK=65536 DPT_COMM_PIECE=16384 "$dptrain" train "${bf16[@]}" --bucket-mb auto \
+  2>"$scratch/err")
+[ "$(tail -n 1 <<<"$out" | grep -o '"param_hash": "[0-9a-f]*"')" = "$h1" ] &&
+  grep -q "gradient buckets of [0-9]* KiB" "$scratch/err" ||
+  fail "--grad-dtype bf16 --bucket-mb auto: $out: $(cat "$scratch/err")"
 "$dptrain" train "${mlp2[@]}" --grad-dtype f64 >/dev/null 2>"$scratch/err"
 [ $? -eq 2 ] && grep -q "bad value 'f64' for --grad-dtype" "$scratch/err" ||
   fail "--grad-dtype f64: $(cat "$scratch/err")"

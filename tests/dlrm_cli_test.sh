@@ -36,6 +36,8 @@ refused "--table-optimizer without --sparse-tables" "--table-optimizer needs --s
 refused "bad --table-optimizer" "bad value 'adam' for --table-optimizer" "${base[@]}" \
   --sparse-tables --table-optimizer adam
 refused "bad --interaction" "bad value 'sum' for --interaction" "${base[@]}" --interaction sum
+refused "--grad-dtype with --sparse-tables" "does not combine with sparse_tables" "${base[@]}" \
+  --replicas 2 --sparse-tables --grad-dtype bf16
 # A payload byte flipped in a copy of shard 2: the rank that owns it names the file.
 mkdir -p "$dir/bad" && cp "$dir"/s/synth-0000[0-3].bin "$dir/bad/"
 printf '\x07' | dd of="$dir/bad/synth-00002.bin" bs=1 seek=300 conv=notrunc status=none

@@ -229,14 +229,18 @@ typedef struct dpt_train_config {
    * backward. DPT_BUCKET_AUTO: the smallest size (1 to 64 blocks) at which a short
    * measurement at start-up finds the communicator's all-reduce within 80 % of its peak bus
    * bandwidth. Not with one replica or sparse_tables; with micro-batches (accumulate > 1) or
-   * sync_bn the buckets start after backward. */
+   * sync_bn the buckets start after backward. With grad_dtype F16 / BF16 each bucket is
+   * converted and all-reduced in 16 bits (the full step; the size counts 16-bit bytes, the
+   * measurement runs in that type); bit for bit the unbucketed 16-bit exchange's when both
+   * pick the ring. */
   size_t bucket_bytes;
 #define DPT_BUCKET_AUTO ((size_t)-1) /* bucket_bytes: measured at start-up (see above) */
   /* The gradient exchange's element type: DPT_COMM_F32 (default), DPT_COMM_F16 or
    * DPT_COMM_BF16: each replica converts its gradient to binary16 (bfloat16) on the device,
    * the all-reduce sums in float32 and rounds to the 16-bit type after every addition
    * (dptrain/comm.h), and the sum is converted back: half the bytes. With it the step is the full
-   * step (the sharded step's shards are cut for float32) and buckets are not used.
+   * step (the sharded step's shards are cut for float32); with bucket_bytes the buckets are
+   * exchanged this way during backward. Not with sparse_tables.
    * grad_error_feedback 1: each replica keeps the rounding error of its conversion and adds it to
    * the next step's gradient. */
   dpt_comm_dtype grad_dtype;
