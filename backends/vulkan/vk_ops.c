@@ -544,12 +544,6 @@ static int vk_vec_level(uint32_t elem, uint32_t ld, size_t contiguous) {
   return 0;
 }
 
-/* Whether a window can be bound as a texel view of 4-byte texels (gemm_tex.spv). */
-static int vk_tex_ok(const dpt_vk_ctx *ctx, const dpt_vk_win *w) {
-  return w->offset % ctx->props.limits.minTexelBufferOffsetAlignment == 0 &&
-         w->range / 4 <= ctx->props.limits.maxTexelBufferElements;
-}
-
 /* A batch as the gemm kernels see it: `items` matrices per operand, stride_x elements apart
  * (0: shared); with `sum` set, one C receives the sum of the items (stride_c is then 0). */
 typedef struct vk_gemm_batch {
@@ -636,7 +630,7 @@ static dpt_status vk_gemm_dispatch(dpt_vk_ctx *ctx, const dpt_gemm_args *a, cons
   /* gemm_tex.spv (16 x 64 tiles) wherever both operands can be texel views (vec4 texels
    * where vec loads are allowed, else single floats) and its k loop stays within lavapipe's
    * loop budget */
-  if (ctx->gemm_tex && vk_tex_ok(ctx, &w[0]) && vk_tex_ok(ctx, &w[1]) &&
+  if (ctx->gemm_tex && dpt_vk_tex_ok(ctx, &w[0]) && dpt_vk_tex_ok(ctx, &w[1]) &&
       vk_div_up(a->k, 4) + 1 <= DPT_VK_LOOP_LIMIT) {
     int ta = va > 0 && w[0].range % 16 == 0, tb = vb > 0 && w[1].range % 16 == 0;
     pipe = (dpt_vk_pipe)(DPT_VK_PIPE_GEMM_TEX_0 + trans + 4 * ta + 8 * tb);
