@@ -5,7 +5,8 @@
  * that takes it as input: the first overwrites it, each later one is written to the scratch
  * buffer and added. A convolution goes through im2col over the whole batch and strided-batched
  * gemms: y_i[cout, oh*ow] = W[cout, cin*k*k] * col_i[cin*k*k, oh*ow], the bias added with a
- * rank-1 gemm against a vector of ones; its columns are recomputed in backward, so one column
+ * rank-1 gemm against a vector of ones; its columns are recomputed in backward (except where the
+ * column buffer still holds them: the forward's last convolution on devices), so one column
  * buffer serves every convolution. */
 #include <math.h>
 #include <stdlib.h>
