@@ -5,7 +5,8 @@
  * that takes it as input: the first overwrites it, each later one is written to the scratch
  * buffer and added. A convolution goes through im2col over the whole batch and strided-batched
  * gemms: y_i[cout, oh*ow] = W[cout, cin*k*k] * col_i[cin*k*k, oh*ow], the bias added with a
- * rank-1 gemm against a vector of ones; its columns are recomputed in backward, so one column
+ * rank-1 gemm against a vector of ones; its columns are recomputed in backward (except where the
+ * column buffer still holds them: the forward's last convolution on devices), so one column
  * buffer serves every convolution. */
 #include <math.h>
 #include <stdlib.h>
@@ -106,6 +107,20 @@ size_t dpt_model_conv_chunk(const dpt_model *m, const dpt_node *L, size_t b) {
   return n < 1 ? 1 : n < b ? n : b;
 }
 
+/* The columns of L's input for images [n0, n0 + g->n) into col, unless col holds them already
+ * (the backward of the forward's last convolution). */
+static dpt_status conv_columns(dpt_model *m, const dpt_node *L, const dpt_conv_geom *g,
+                               const dpt_buffer *in, size_t n0) {
+  if (m->col_layer == L && m->col_in == in && m->col_n0 == n0 && m->col_nb == g->n) return DPT_OK;
+  m->col_layer = NULL;
+  DPT_TRY(dpt_im2col(m->be, g, in, n0 * L->in_size, m->col, 0));
+  m->col_layer = L;
+  m->col_in = in;
+  m->col_n0 = n0;
+  m->col_nb = g->n;
+  return DPT_OK;
+}
+
 static dpt_status conv2d_forward(dpt_model *m, const dpt_node *L, const dpt_buffer *in, size_t b) {
   dpt_backend *be = m->be;
   const dpt_tensor_info *W = &m->tensors[L->w_index];
@@ -114,7 +129,7 @@ static dpt_status conv2d_forward(dpt_model *m, const dpt_node *L, const dpt_buff
   for (size_t n0 = 0; n0 < b; n0 += chunk) {
     size_t nb = b - n0 < chunk ? b - n0 : chunk;
     dpt_conv_geom g = conv_geom(L, nb);
-    DPT_TRY(dpt_im2col(be, &g, in, n0 * L->in_size, m->col, 0));
+    DPT_TRY(conv_columns(m, L, &g, in, n0));
     /* y_i[co, P] = W[co, K] * col_i[K, P] (+ bias[co] * ones[1, P]) */
     dpt_gemm_batch y = {nb, 0, K * P, co * P};
     DPT_TRY(dpt_gemm_batched(be, &y, 0, 0, co, P, K, 1.0f, m->params, W->offset, K, m->col, 0, P,
@@ -525,6 +540,7 @@ static dpt_status forward_layer(dpt_model *m, const dpt_node *L, const dpt_buffe
 }
 
 dpt_status dpt_model_forward(dpt_model *m, const dpt_buffer *x, size_t b) {
+  m->col_layer = NULL; /* new inputs: columns of an earlier forward are stale */
   for (size_t i = 0; i < m->num_layers; ++i) {
     DPT_TRY(forward_layer(m, &m->layers[i], x, b));
     if (m->hook) m->hook(m->hook_ctx, i, 0, m->num_params);
@@ -560,7 +576,7 @@ static dpt_status conv2d_backward_chunk(dpt_model *m, const dpt_node *L, const d
          co = L->oshape.c, dy = n0 * co * P;
   float beta = n0 == 0 ? 0.0f : 1.0f;
   dpt_conv_geom g = conv_geom(L, nb);
-  DPT_TRY(dpt_im2col(be, &g, in, n0 * L->in_size, m->col, 0));
+  DPT_TRY(conv_columns(m, L, &g, in, n0));
   /* dW[co, K] += sum_i dy_i[co, P] * col_i[K, P]^T;  db[co] += sum_i dy_i[co, P] * ones[P] */
   dpt_gemm_batch dw = {nb, co * P, K * P, 0};
   DPT_TRY(dpt_gemm_batched(be, &dw, 0, 1, co, K, P, 1.0f, L->dout, dy, P, m->col, 0, P, beta,

@@ -54,12 +54,18 @@ struct dpt_model {
   dpt_tensor_info *buffers;               /* [num_buffers]: buffers, state_dict order */
   char (*names)[DPT_LAYER_NAME_MAX + 24]; /* backing store of the names, tensors then buffers */
   size_t num_params, num_buffer_floats;
-  dpt_buffer *params;  /* [num_params] */
-  dpt_buffer *grads;   /* [num_params] */
-  dpt_buffer *bufs;    /* [num_buffer_floats], NULL when none */
-  dpt_buffer *ones;    /* [max(conv output plane, 1)] of 1.0f, for conv bias; [0] counts BN */
-  dpt_buffer *col;     /* im2col columns [chunk, cin*k*k, oh*ow] of the largest pass */
-  dpt_buffer *dcol;    /* their gradient, same size */
+  dpt_buffer *params; /* [num_params] */
+  dpt_buffer *grads;  /* [num_params] */
+  dpt_buffer *bufs;   /* [num_buffer_floats], NULL when none */
+  dpt_buffer *ones;   /* [max(conv output plane, 1)] of 1.0f, for conv bias; [0] counts BN */
+  dpt_buffer *col;    /* im2col columns [chunk, cin*k*k, oh*ow] of the largest pass */
+  dpt_buffer *dcol;   /* their gradient, same size */
+  /* What col holds: the columns of conv layer col_layer's input `col_in` for images [col_n0,
+   * col_n0 + col_nb) of the current forward (col_layer NULL: nothing known). The last
+   * convolution of the forward finds its columns there in backward. */
+  const dpt_node *col_layer;
+  const dpt_buffer *col_in;
+  size_t col_n0, col_nb;
   dpt_buffer *scratch; /* [max_batch, largest out_size]: a second consumer's input gradient */
   dpt_buffer *dqkv, *dprobs, *dctx; /* attention's gradients, shared by every attention layer */
   dpt_buffer *iota; /* int32 0, 1, 2, ...: the column maps of slice (from its offset), concat and

@@ -534,6 +534,9 @@ static dpt_status vk_device_create(dpt_vk_ctx *ctx) {
     vkGetPhysicalDeviceFormatProperties(ctx->phys, VK_FORMAT_R32G32B32A32_SFLOAT, &f4);
     ctx->gemm_tex = !ctx->no_tex && (f1.bufferFeatures & f4.bufferFeatures &
                                      VK_FORMAT_FEATURE_UNIFORM_TEXEL_BUFFER_BIT) != 0;
+    VkFormatProperties fi;
+    vkGetPhysicalDeviceFormatProperties(ctx->phys, VK_FORMAT_R32_SINT, &fi);
+    ctx->tex_sint = (fi.bufferFeatures & VK_FORMAT_FEATURE_UNIFORM_TEXEL_BUFFER_BIT) != 0;
   }
   /* A driver layered over another API (MoltenVK over Metal) lists VK_KHR_portability_subset,
    * and the spec then requires it enabled. */

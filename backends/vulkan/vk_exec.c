@@ -49,6 +49,39 @@ static dpt_status vk_frame_init(dpt_vk_ctx *ctx, dpt_vk_frame *f) {
                       "vkCreateDescriptorPool", 0);
 }
 
+/* The binding layouts with uniform texel buffers: nbind bindings, those in mask texel buffers,
+ * the others storage buffers. At most 2 texel buffers per dispatch (the frame's views). */
+static const struct {
+  uint32_t nbind, mask;
+} vk_tex_layouts[DPT_VK_TEX_LAYOUTS] = {{3, 3u}, {2, 1u}, {3, 1u}};
+
+/* Pipelines with a *_tex.spv variant, which CPU drivers run where every texel binding's window
+ * can be a view (same bindings and push constants; R32F views, R32I where sint has the bit). */
+static const struct {
+  dpt_vk_pipe base, tex;
+  int layout;
+  uint32_t sint;
+} vk_tex_variants[] = {
+    {DPT_VK_PIPE_RELU_FWD, DPT_VK_PIPE_RELU_FWD_TEX, 1, 0},
+    {DPT_VK_PIPE_RELU_BWD, DPT_VK_PIPE_RELU_BWD_TEX, 0, 0},
+    {DPT_VK_PIPE_IM2COL, DPT_VK_PIPE_IM2COL_TEX, 1, 0},
+    {DPT_VK_PIPE_COL2IM, DPT_VK_PIPE_COL2IM_TEX, 1, 0},
+    {DPT_VK_PIPE_MAXPOOL_FWD, DPT_VK_PIPE_MAXPOOL_FWD_TEX, 2, 0},
+    {DPT_VK_PIPE_MAXPOOL_BWD, DPT_VK_PIPE_MAXPOOL_BWD_TEX, 0, 2u},
+};
+
+static int vk_pipe_gemm_tex(dpt_vk_pipe id) {
+  return id >= DPT_VK_PIPE_GEMM_TEX_0 && id <= DPT_VK_PIPE_GEMM_TEX_15;
+}
+
+/* The texel layout of a pipeline (index into vk_tex_layouts), -1 for storage buffers only. */
+static int vk_pipe_tex(dpt_vk_pipe id) {
+  if (vk_pipe_gemm_tex(id)) return 0;
+  for (size_t i = 0; i < sizeof vk_tex_variants / sizeof vk_tex_variants[0]; ++i)
+    if (vk_tex_variants[i].tex == id) return vk_tex_variants[i].layout;
+  return -1;
+}
+
 /* A descriptor set layout and a pipeline layout per binding count 1..DPT_VK_MAX_BINDINGS, all
  * with the same push-constant range. */
 static dpt_status vk_layouts_init(dpt_vk_ctx *ctx) {
@@ -85,25 +118,31 @@ static dpt_status vk_layouts_init(dpt_vk_ctx *ctx) {
                          "vkCreatePipelineLayout", 0));
   }
   if (!ctx->gemm_tex) return DPT_OK;
-  /* gemm_tex.spv: A and B as uniform texel buffers, C as a storage buffer */
-  bindings[0].descriptorType = bindings[1].descriptorType = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER;
-  VkDescriptorSetLayoutCreateInfo li = {.sType =
-                                            VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
-                                        .bindingCount = 3,
-                                        .pBindings = bindings};
-  DPT_TRY(dpt_vk_check(ctx,
-                       vkCreateDescriptorSetLayout(ctx->device, &li, NULL, &ctx->tex_set_layout),
-                       "vkCreateDescriptorSetLayout", 0));
-  VkPipelineLayoutCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
-                                   .setLayoutCount = 1,
-                                   .pSetLayouts = &ctx->tex_set_layout,
-                                   .pushConstantRangeCount = 1,
-                                   .pPushConstantRanges = &push};
-  return dpt_vk_check(ctx, vkCreatePipelineLayout(ctx->device, &pi, NULL, &ctx->tex_pipe_layout),
-                      "vkCreatePipelineLayout", 0);
+  for (int l = 0; l < DPT_VK_TEX_LAYOUTS; ++l) {
+    for (uint32_t i = 0; i < vk_tex_layouts[l].nbind; ++i)
+      bindings[i].descriptorType = vk_tex_layouts[l].mask >> i & 1u
+                                       ? VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER
+                                       : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    VkDescriptorSetLayoutCreateInfo li = {.sType =
+                                              VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
+                                          .bindingCount = vk_tex_layouts[l].nbind,
+                                          .pBindings = bindings};
+    DPT_TRY(dpt_vk_check(
+        ctx, vkCreateDescriptorSetLayout(ctx->device, &li, NULL, &ctx->tex_set_layout[l]),
+        "vkCreateDescriptorSetLayout", 0));
+    VkPipelineLayoutCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
+                                     .setLayoutCount = 1,
+                                     .pSetLayouts = &ctx->tex_set_layout[l],
+                                     .pushConstantRangeCount = 1,
+                                     .pPushConstantRanges = &push};
+    DPT_TRY(dpt_vk_check(ctx,
+                         vkCreatePipelineLayout(ctx->device, &pi, NULL, &ctx->tex_pipe_layout[l]),
+                         "vkCreatePipelineLayout", 0));
+  }
+  return DPT_OK;
 }
 
-/* The texel views a batch's gemm_tex dispatches created: released once it has completed. */
+/* The texel views a batch's dispatches created: released once it has completed. */
 static void vk_frame_views_free(dpt_vk_ctx *ctx, dpt_vk_frame *f) {
   for (uint32_t i = 0; i < f->nviews; ++i)
     vkDestroyBufferView(ctx->device, f->views[i], NULL);
@@ -127,8 +166,10 @@ void dpt_vk_exec_destroy(dpt_vk_ctx *ctx) {
     if (ctx->pipe_layout[n]) vkDestroyPipelineLayout(d, ctx->pipe_layout[n], NULL);
     if (ctx->set_layout[n]) vkDestroyDescriptorSetLayout(d, ctx->set_layout[n], NULL);
   }
-  if (ctx->tex_pipe_layout) vkDestroyPipelineLayout(d, ctx->tex_pipe_layout, NULL);
-  if (ctx->tex_set_layout) vkDestroyDescriptorSetLayout(d, ctx->tex_set_layout, NULL);
+  for (int l = 0; l < DPT_VK_TEX_LAYOUTS; ++l) {
+    if (ctx->tex_pipe_layout[l]) vkDestroyPipelineLayout(d, ctx->tex_pipe_layout[l], NULL);
+    if (ctx->tex_set_layout[l]) vkDestroyDescriptorSetLayout(d, ctx->tex_set_layout[l], NULL);
+  }
   if (ctx->cache) vkDestroyPipelineCache(d, ctx->cache, NULL);
   for (int i = 0; i < DPT_VK_FRAMES; ++i) {
     dpt_vk_frame *f = &ctx->frames[i];
@@ -290,12 +331,9 @@ dpt_status dpt_vk_cmd(dpt_vk_ctx *ctx, VkCommandBuffer *out) {
 
 /* ---- pipelines and dispatches ------------------------------------------------------------ */
 
-static int vk_pipe_tex(dpt_vk_pipe id) {
-  return id >= DPT_VK_PIPE_GEMM_TEX_0 && id <= DPT_VK_PIPE_GEMM_TEX_15;
-}
-
 static VkPipelineLayout vk_pipe_layout(const dpt_vk_ctx *ctx, dpt_vk_pipe id) {
-  return vk_pipe_tex(id) ? ctx->tex_pipe_layout : ctx->pipe_layout[vk_pipe_info[id].nbind];
+  int l = vk_pipe_tex(id);
+  return l >= 0 ? ctx->tex_pipe_layout[l] : ctx->pipe_layout[vk_pipe_info[id].nbind];
 }
 
 static dpt_status vk_pipeline(dpt_vk_ctx *ctx, dpt_vk_pipe id, VkPipeline *out) {
@@ -347,6 +385,11 @@ static dpt_status vk_pipeline(dpt_vk_ctx *ctx, dpt_vk_pipe id, VkPipeline *out) 
   return DPT_OK;
 }
 
+int dpt_vk_tex_ok(const dpt_vk_ctx *ctx, const dpt_vk_win *w) {
+  return w->offset % ctx->props.limits.minTexelBufferOffsetAlignment == 0 &&
+         w->range / 4 <= ctx->props.limits.maxTexelBufferElements;
+}
+
 dpt_status dpt_vk_window(dpt_vk_ctx *ctx, dpt_vk_alloc *al, size_t off, size_t count, size_t esize,
                          dpt_vk_win *out) {
   VkDeviceSize start = (VkDeviceSize)off * esize;
@@ -389,8 +432,20 @@ dpt_status dpt_vk_dispatch_z(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, const dpt_vk_win
   if (nwin != vk_pipe_info[pipe].nbind)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "vulkan: %s takes %u buffers, %u given",
                          vk_pipe_info[pipe].file, vk_pipe_info[pipe].nbind, nwin);
-  int tex = vk_pipe_tex(pipe);
-  if (tex && !ctx->tex_set_layout)
+  uint32_t sint = 0;
+  for (size_t i = 0; ctx->gemm_tex && i < sizeof vk_tex_variants / sizeof vk_tex_variants[0]; ++i) {
+    if (vk_tex_variants[i].base != pipe) continue;
+    const uint32_t mask = vk_tex_layouts[vk_tex_variants[i].layout].mask;
+    int ok = !vk_tex_variants[i].sint || ctx->tex_sint;
+    for (uint32_t b = 0; b < nwin; ++b)
+      if (mask >> b & 1u) ok = ok && dpt_vk_tex_ok(ctx, &wins[b]);
+    if (ok) {
+      pipe = vk_tex_variants[i].tex;
+      sint = vk_tex_variants[i].sint;
+    }
+  }
+  const int tex = vk_pipe_tex(pipe);
+  if (tex >= 0 && !ctx->tex_set_layout[tex])
     return dpt_set_error(DPT_ERR_UNSUPPORTED, "vulkan: %s needs texel buffers",
                          vk_pipe_info[pipe].file);
   if (!ctx->set_layout[nwin])
@@ -414,8 +469,8 @@ dpt_status dpt_vk_dispatch_z(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, const dpt_vk_win
   VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
                                     .descriptorPool = f->descriptors,
                                     .descriptorSetCount = 1,
-                                    .pSetLayouts =
-                                        tex ? &ctx->tex_set_layout : &ctx->set_layout[nwin]};
+                                    .pSetLayouts = tex >= 0 ? &ctx->tex_set_layout[tex]
+                                                            : &ctx->set_layout[nwin]};
   VkDescriptorSet set;
   st = dpt_vk_check(ctx, vkAllocateDescriptorSets(ctx->device, &ai, &set),
                     "vkAllocateDescriptorSets", 0);
@@ -432,14 +487,16 @@ dpt_status dpt_vk_dispatch_z(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, const dpt_vk_win
                                        .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                        .pBufferInfo = &infos[i]};
   }
-  /* gemm_tex: bindings 0 and 1 as texel views, RGBA32F where the pipeline reads vec4 texels
-   * (specialization constants 2 and 3), else R32F */
-  for (uint32_t i = 0; tex && i < 2; ++i) {
+  /* texel bindings as views: gemm_tex RGBA32F where the pipeline reads vec4 texels
+   * (specialization constants 2 and 3), else R32F; R32I where sint says */
+  for (uint32_t i = 0; tex >= 0 && i < nwin; ++i) {
+    if (!(vk_tex_layouts[tex].mask >> i & 1u)) continue;
+    VkFormat fmt = sint >> i & 1u ? VK_FORMAT_R32_SINT : VK_FORMAT_R32_SFLOAT;
+    if (vk_pipe_gemm_tex(pipe) && vk_pipe_info[pipe].spec[2 + i])
+      fmt = VK_FORMAT_R32G32B32A32_SFLOAT;
     VkBufferViewCreateInfo vi = {.sType = VK_STRUCTURE_TYPE_BUFFER_VIEW_CREATE_INFO,
                                  .buffer = wins[i].alloc->block->buffer,
-                                 .format = vk_pipe_info[pipe].spec[2 + i]
-                                               ? VK_FORMAT_R32G32B32A32_SFLOAT
-                                               : VK_FORMAT_R32_SFLOAT,
+                                 .format = fmt,
                                  .offset = wins[i].offset,
                                  .range = wins[i].range};
     st = dpt_vk_check(ctx, vkCreateBufferView(ctx->device, &vi, NULL, &f->views[f->nviews]),

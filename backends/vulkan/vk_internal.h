@@ -55,7 +55,8 @@ enum {
   /* Loop iterations one invocation may run in all: llvmpipe (lavapipe) counts the iterations
    * of every loop of an invocation against one budget of 65535 and silently leaves loops once
    * it is spent, so long-running shaders split their work into several dispatches. */
-  DPT_VK_LOOP_LIMIT = 32768
+  DPT_VK_LOOP_LIMIT = 32768,
+  DPT_VK_TEX_LAYOUTS = 3 /* binding layouts with uniform texel buffers (vk_exec.c) */
 };
 
 /* The pipelines: X(ID, spv file, storage buffer bindings, specialization constants 0..3).
@@ -215,7 +216,13 @@ enum {
   X(EMBED_BAG_GATHER, "embed_bag_gather.spv", 3, 0, 0, 0, 0)                                       \
   X(GATHER_COLS, "gather_cols.spv", 3, 0, 0, 0, 0)                                                 \
   X(SCATTER_COLS_ADD, "gather_cols.spv", 3, 1, 0, 0, 0)                                            \
-  X(BCE_LOGITS, "bce_logits.spv", 4, 0, 0, 0, 0)
+  X(BCE_LOGITS, "bce_logits.spv", 4, 0, 0, 0, 0)                                                   \
+  X(RELU_FWD_TEX, "relu_fwd_tex.spv", 2, 0, 0, 0, 0)                                               \
+  X(RELU_BWD_TEX, "relu_bwd_tex.spv", 3, 0, 0, 0, 0)                                               \
+  X(IM2COL_TEX, "im2col_tex.spv", 2, 0, 0, 0, 0)                                                   \
+  X(COL2IM_TEX, "col2im_tex.spv", 2, 0, 0, 0, 0)                                                   \
+  X(MAXPOOL_FWD_TEX, "maxpool_fwd_tex.spv", 3, 0, 0, 0, 0)                                         \
+  X(MAXPOOL_BWD_TEX, "maxpool_bwd_tex.spv", 3, 0, 0, 0, 0)
 
 typedef enum dpt_vk_pipe {
 #define DPT_VK_PIPE_ENUM_(id, file, nbind, s0, s1, s2, s3) DPT_VK_PIPE_##id,
@@ -275,7 +282,7 @@ typedef struct dpt_vk_frame {
   uint64_t serial;              /* batch recorded or running in this frame */
   dpt_vk_frame_state state;
   uint32_t ncmds;                                  /* commands recorded into the current batch */
-  VkBufferView views[2 * DPT_VK_BATCH_DISPATCHES]; /* texel views of the batch's gemms */
+  VkBufferView views[2 * DPT_VK_BATCH_DISPATCHES]; /* texel views of the batch's dispatches */
   uint32_t nviews;
 } dpt_vk_frame;
 
@@ -308,12 +315,14 @@ typedef struct dpt_vk_ctx {
   uint32_t queue_family;
 
   int gemm_cpu; /* gemm_cpu.spv (CPU driver with shaderFloat64) instead of gemm.spv */
-  int gemm_tex; /* gemm_tex.spv where operands allow (CPU driver, texel buffers usable) */
+  int gemm_tex; /* gemm_tex.spv and the *_tex.spv variants where operands allow (CPU driver,
+                 * texel buffers usable) */
+  int tex_sint; /* R32_SINT uniform texel buffers usable (maxpool_bwd_tex.spv's argmax) */
 
   /* test knobs from the environment (vulkan_debug.h), read once at creation */
-  int force_staging;       /* DPT_VULKAN_FORCE_STAGING=1: no direct mode */
-  int portable;            /* DPT_VULKAN_PORTABLE=1: gemm.spv even on a CPU driver */
-  int no_tex;              /* DPT_VULKAN_NO_TEX=1: the CPU-driver gemms without gemm_tex.spv */
+  int force_staging; /* DPT_VULKAN_FORCE_STAGING=1: no direct mode */
+  int portable;      /* DPT_VULKAN_PORTABLE=1: gemm.spv even on a CPU driver */
+  int no_tex;        /* DPT_VULKAN_NO_TEX=1: the CPU-driver ops without gemm_tex.spv, *_tex.spv */
   uint32_t test_max_range; /* DPT_VULKAN_TEST_MAX_RANGE in bytes; 0 when unset */
 
   /* memory */
@@ -342,8 +351,10 @@ typedef struct dpt_vk_ctx {
   VkPipelineCache cache;
   VkDescriptorSetLayout set_layout[DPT_VK_MAX_BINDINGS + 1]; /* by binding count */
   VkPipelineLayout pipe_layout[DPT_VK_MAX_BINDINGS + 1];
-  VkDescriptorSetLayout tex_set_layout; /* gemm_tex.spv: 2 uniform texel buffers, 1 storage */
-  VkPipelineLayout tex_pipe_layout;
+  /* pipelines reading some bindings as uniform texel buffers (gemm_tex.spv, the *_tex.spv
+   * variants), one layout per combination (vk_exec.c) */
+  VkDescriptorSetLayout tex_set_layout[DPT_VK_TEX_LAYOUTS];
+  VkPipelineLayout tex_pipe_layout[DPT_VK_TEX_LAYOUTS];
   VkPipeline pipes[DPT_VK_PIPE_COUNT]; /* created on first use */
 } dpt_vk_ctx;
 
@@ -413,6 +424,8 @@ dpt_status dpt_vk_finish(dpt_vk_ctx *ctx);
 /* Serial of the batch being recorded, or of the next one. */
 uint64_t dpt_vk_current_serial(const dpt_vk_ctx *ctx);
 
+/* Whether a window can be bound as a texel view of 4-byte texels (gemm_tex.spv, *_tex.spv). */
+int dpt_vk_tex_ok(const dpt_vk_ctx *ctx, const dpt_vk_win *w);
 /* Window over `count` elements of `esize` bytes at element `off` of `al`. DPT_ERR_UNSUPPORTED
  * when it exceeds maxStorageBufferRange. */
 dpt_status dpt_vk_window(dpt_vk_ctx *ctx, dpt_vk_alloc *al, size_t off, size_t count, size_t esize,

@@ -410,8 +410,8 @@ dpt_status dpt_vk_col2im(dpt_backend *be, const dpt_col2im_args *a) {
 }
 
 /* maxpool_fwd (x, y, argmax; one invocation per output) and maxpool_bwd (dy, argmax, dx; one
- * per dx element): t[] are the three bound tensors, `planar` says which of them has the input
- * plane size (the others have the pooled size). */
+ * per dx element, or per output where windows do not overlap): t[] are the three bound tensors,
+ * `planar` says which of them has the input plane size (the others have the pooled size). */
 static dpt_status vk_pool(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, const char *op, const dpt_pool_geom *g,
                           size_t out_h, size_t out_w, const dpt_ref *t, const int *planar,
                           size_t threads_planar) {
@@ -424,8 +424,10 @@ static dpt_status vk_pool(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, const char *op, con
     dpt_status st = dpt_vk_window(ctx, vk_al(&t[i]), t[i].off, planar[i] ? xn : yn, 4, &w[i]);
     if (st != DPT_OK) return st;
   }
-  size_t n = threads_planar ? xn : yn;
-  uint32_t push[12] = {(uint32_t)n,
+  /* maxpool_bwd over windows that do not overlap: one invocation per output writes its block */
+  const int blocks = threads_planar && g->kh <= g->stride_h && g->kw <= g->stride_w;
+  size_t n = threads_planar && !blocks ? xn : yn;
+  uint32_t push[13] = {(uint32_t)n,
                        w[0].elem,
                        w[1].elem,
                        w[2].elem,
@@ -436,7 +438,8 @@ static dpt_status vk_pool(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, const char *op, con
                        (uint32_t)g->stride_h,
                        (uint32_t)g->stride_w,
                        (uint32_t)out_h,
-                       (uint32_t)out_w};
+                       (uint32_t)out_w,
+                       (uint32_t)blocks};
   return dpt_vk_dispatch(ctx, pipe, w, 3, push, sizeof push, vk_div_up(n, DPT_VK_WG));
 }
 
@@ -544,12 +547,6 @@ static int vk_vec_level(uint32_t elem, uint32_t ld, size_t contiguous) {
   return 0;
 }
 
-/* Whether a window can be bound as a texel view of 4-byte texels (gemm_tex.spv). */
-static int vk_tex_ok(const dpt_vk_ctx *ctx, const dpt_vk_win *w) {
-  return w->offset % ctx->props.limits.minTexelBufferOffsetAlignment == 0 &&
-         w->range / 4 <= ctx->props.limits.maxTexelBufferElements;
-}
-
 /* A batch as the gemm kernels see it: `items` matrices per operand, stride_x elements apart
  * (0: shared); with `sum` set, one C receives the sum of the items (stride_c is then 0). */
 typedef struct vk_gemm_batch {
@@ -636,7 +633,7 @@ static dpt_status vk_gemm_dispatch(dpt_vk_ctx *ctx, const dpt_gemm_args *a, cons
   /* gemm_tex.spv (16 x 64 tiles) wherever both operands can be texel views (vec4 texels
    * where vec loads are allowed, else single floats) and its k loop stays within lavapipe's
    * loop budget */
-  if (ctx->gemm_tex && vk_tex_ok(ctx, &w[0]) && vk_tex_ok(ctx, &w[1]) &&
+  if (ctx->gemm_tex && dpt_vk_tex_ok(ctx, &w[0]) && dpt_vk_tex_ok(ctx, &w[1]) &&
       vk_div_up(a->k, 4) + 1 <= DPT_VK_LOOP_LIMIT) {
     int ta = va > 0 && w[0].range % 16 == 0, tb = vb > 0 && w[1].range % 16 == 0;
     pipe = (dpt_vk_pipe)(DPT_VK_PIPE_GEMM_TEX_0 + trans + 4 * ta + 8 * tb);

@@ -1,36 +1,3 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// dx[p, iy, ix] = sum of dy over the windows whose argmax is (iy, ix), as a gather: one
-// invocation per dx element (n = planes * h * w) visits the windows covering it in (oy, ox)
-// order, so overlapping windows need no atomics.
-layout(local_size_x = 256) in;
-#include "common.glsl"
-layout(std430, set = 0, binding = 0) readonly buffer DY { float dy[]; };
-layout(std430, set = 0, binding = 1) readonly buffer A { int argmax[]; };
-layout(std430, set = 0, binding = 2) writeonly buffer DX { float dx[]; };
-layout(push_constant) uniform P {
-  uint n, dy_off, a_off, dx_off, h, w, kh, kw, sh, sw, oh, ow;
-} pc;
-
-void main() {
-  uint t = dpt_gid();
-  if (t >= pc.n) return;
-  uint ix = t % pc.w;
-  uint iy = (t / pc.w) % pc.h;
-  uint plane = t / (pc.w * pc.h);
-  int self = int(iy * pc.w + ix);
-  // windows oy with oy*sh <= iy < oy*sh + kh
-  uint oy0 = iy + 1u > pc.kh ? (iy + 1u - pc.kh + pc.sh - 1u) / pc.sh : 0u;
-  uint oy1 = min(iy / pc.sh, pc.oh - 1u);
-  uint ox0 = ix + 1u > pc.kw ? (ix + 1u - pc.kw + pc.sw - 1u) / pc.sw : 0u;
-  uint ox1 = min(ix / pc.sw, pc.ow - 1u);
-  uint obase = plane * pc.oh * pc.ow;
-  float acc = 0.0;
-  for (uint oy = oy0; oy <= oy1; ++oy) {
-    for (uint ox = ox0; ox <= ox1; ++ox) {
-      uint o = obase + oy * pc.ow + ox;
-      if (argmax[pc.a_off + o] == self) acc += dy[pc.dy_off + o];
-    }
-  }
-  dx[pc.dx_off + t] = acc;
-}
+#include "maxpool_bwd.glsl"
