@@ -85,6 +85,12 @@ done
 echo "$out" | tail -n 1 | grep -q '"steps": 12,' || fail "expected 12 steps (2 epochs x 6): $out"
 [ -s "$scratch/w.safetensors" ] || fail "--save-weights wrote nothing"
 [ ! -e "$scratch/w.safetensors.tmp" ] || fail "temporary weights file left behind"
+echo "$out" | tail -n 1 | grep -q '"test_accuracy": [0-9]' || fail "no test accuracy: $out"
+# --test-data none: no evaluation, though the directory has a test split.
+out2=$("$dptrain" train --data "$good" --hidden 16 --global-batch 50 --epochs 1 --backend cpu \
+  --json --test-data none 2>"$scratch/err")
+[ $? -eq 0 ] || fail "--test-data none failed: $(cat "$scratch/err")"
+echo "$out2" | tail -n 1 | grep -q '"test_accuracy": null' || fail "--test-data none evaluated: $out2"
 
 # 4. The saved weights load back: zero learning steps reproduce the saved fingerprint.
 hash1=$(echo "$out" | tail -n 1 | sed 's/.*"param_hash": "\([0-9a-f]*\)".*/\1/')

@@ -1107,7 +1107,9 @@ static dpt_status load_data(cli *c, dpt_dataset **train, dpt_dataset **test, cha
   }
   dpt_status st = load_one(c->data_dir, "train", 0, 0, train);
   const int classes = st == DPT_OK ? dpt_dataset_num_classes(*train) : 0;
-  if (st == DPT_OK && c->test_data)
+  if (st == DPT_OK && c->test_data && strcmp(c->test_data, "none") == 0)
+    *test = NULL; /* no test evaluation, even where the directory has a test split */
+  else if (st == DPT_OK && c->test_data)
     st = load_one(c->test_data, "test", classes, 0, test);
   else if (st == DPT_OK)
     st = load_one(c->data_dir, "test", classes, 1, test);
