@@ -6,13 +6,8 @@
 // (x + pw) / sw advance incrementally, so the loop over x has no division.
 layout(local_size_x = 256) in;
 #include "common.glsl"
-#ifdef DPT_TEX
-layout(set = 0, binding = 0) uniform samplerBuffer col_tex;
-#define LOAD_COL(i) texelFetch(col_tex, int(i)).x
-#else
-layout(std430, set = 0, binding = 0) readonly buffer C { float col[]; };
-#define LOAD_COL(i) col[i]
-#endif
+DPT_INPUT_F32(0, col);
+#define LOAD_COL(i) DPT_LOAD(col, i)
 layout(std430, set = 0, binding = 1) writeonly buffer X { float dx[]; };
 layout(push_constant) uniform P {
   uint n, col_off, dx_off, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow;

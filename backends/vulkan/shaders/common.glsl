@@ -21,3 +21,18 @@ bool dpt_nonfinite(float v) {
 }
 
 #define DPT_NAN uintBitsToFloat(0x7fc00000u)
+
+// A read-only input: a texel buffer where the shader is built with DPT_TEX (a texel fetch is one
+// gather on CPU drivers, a storage-buffer load a loop over the SIMD lanes), else a storage buffer.
+// Read it with DPT_LOAD(name, i).
+#ifdef DPT_TEX
+#define DPT_INPUT_F32(b, name) layout(set = 0, binding = b) uniform samplerBuffer name##_tex
+#define DPT_INPUT_I32(b, name) layout(set = 0, binding = b) uniform isamplerBuffer name##_tex
+#define DPT_LOAD(name, i) texelFetch(name##_tex, int(i)).x
+#else
+#define DPT_INPUT_F32(b, name) \
+  layout(std430, set = 0, binding = b) readonly buffer name##_in { float name[]; }
+#define DPT_INPUT_I32(b, name) \
+  layout(std430, set = 0, binding = b) readonly buffer name##_in { int name[]; }
+#define DPT_LOAD(name, i) name[i]
+#endif

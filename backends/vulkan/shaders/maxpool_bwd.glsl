@@ -6,20 +6,10 @@
 // and 0 elsewhere, the values of the gather with one division per output instead of per input.
 layout(local_size_x = 256) in;
 #include "common.glsl"
-#ifdef DPT_TEX
-layout(set = 0, binding = 0) uniform samplerBuffer dy_tex;
-#define LOAD_DY(i) texelFetch(dy_tex, int(i)).x
-#else
-layout(std430, set = 0, binding = 0) readonly buffer DY { float dy[]; };
-#define LOAD_DY(i) dy[i]
-#endif
-#ifdef DPT_TEX
-layout(set = 0, binding = 1) uniform isamplerBuffer argmax_tex;
-#define LOAD_A(i) texelFetch(argmax_tex, int(i)).x
-#else
-layout(std430, set = 0, binding = 1) readonly buffer A { int argmax[]; };
-#define LOAD_A(i) argmax[i]
-#endif
+DPT_INPUT_F32(0, dy);
+#define LOAD_DY(i) DPT_LOAD(dy, i)
+DPT_INPUT_I32(1, argmax);
+#define LOAD_A(i) DPT_LOAD(argmax, i)
 layout(std430, set = 0, binding = 2) writeonly buffer DX { float dx[]; };
 layout(push_constant) uniform P {
   uint n, dy_off, a_off, dx_off, h, w, kh, kw, sh, sw, oh, ow, blocks;

@@ -2,13 +2,8 @@
 // row-major order (the first NaN wins and propagates); one invocation per output (n = planes * oh * ow).
 layout(local_size_x = 256) in;
 #include "common.glsl"
-#ifdef DPT_TEX
-layout(set = 0, binding = 0) uniform samplerBuffer x_tex;
-#define LOAD_X(i) texelFetch(x_tex, int(i)).x
-#else
-layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
-#define LOAD_X(i) x[i]
-#endif
+DPT_INPUT_F32(0, x);
+#define LOAD_X(i) DPT_LOAD(x, i)
 layout(std430, set = 0, binding = 1) writeonly buffer Y { float y[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer A { int argmax[]; };
 layout(push_constant) uniform P {

@@ -1,13 +1,8 @@
 // y = max(x, 0), NaN propagates (as PyTorch); y may alias x.
 layout(local_size_x = 256) in;
 #include "common.glsl"
-#ifdef DPT_TEX
-layout(set = 0, binding = 0) uniform samplerBuffer x_tex;
-#define LOAD_X(i) texelFetch(x_tex, int(i)).x
-#else
-layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
-#define LOAD_X(i) x[i]
-#endif
+DPT_INPUT_F32(0, x);
+#define LOAD_X(i) DPT_LOAD(x, i)
 layout(std430, set = 0, binding = 1) buffer Y { float y[]; };
 layout(push_constant) uniform P { uint n, x_off, y_off; } pc;
 
