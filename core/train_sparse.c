@@ -239,7 +239,7 @@ static dpt_status map_table(dpt_buffer *buf, const struct sparse_table *t, float
 }
 
 /* This replica's touched rows of table t: ids into `ids`, their gradient rows into p->rows
- * from float `at` on, one download per run of consecutive rows. */
+ * from float `at` on (copied from the mapped table, else one download per run of ids). */
 static dpt_status local_rows(replica_state *s, const struct sparse_table *t, int32_t *ids,
                              size_t at, size_t *k) {
   train_sparse *p = s->sparse;

@@ -82,8 +82,29 @@ static int vk_pipe_tex(dpt_vk_pipe id) {
   return -1;
 }
 
-/* A descriptor set layout and a pipeline layout per binding count 1..DPT_VK_MAX_BINDINGS, all
- * with the same push-constant range. */
+/* A descriptor set layout of the first n of `bindings` and a pipeline layout over it with the
+ * push-constant range every pipeline shares. */
+static dpt_status vk_layout_pair(dpt_vk_ctx *ctx, const VkDescriptorSetLayoutBinding *bindings,
+                                 uint32_t n, VkDescriptorSetLayout *set, VkPipelineLayout *pipe) {
+  const VkPushConstantRange push = {
+      .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .offset = 0, .size = DPT_VK_PUSH_BYTES};
+  VkDescriptorSetLayoutCreateInfo li = {.sType =
+                                            VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
+                                        .bindingCount = n,
+                                        .pBindings = bindings};
+  DPT_TRY(dpt_vk_check(ctx, vkCreateDescriptorSetLayout(ctx->device, &li, NULL, set),
+                       "vkCreateDescriptorSetLayout", 0));
+  VkPipelineLayoutCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
+                                   .setLayoutCount = 1,
+                                   .pSetLayouts = set,
+                                   .pushConstantRangeCount = 1,
+                                   .pPushConstantRanges = &push};
+  return dpt_vk_check(ctx, vkCreatePipelineLayout(ctx->device, &pi, NULL, pipe),
+                      "vkCreatePipelineLayout", 0);
+}
+
+/* A descriptor set layout and a pipeline layout per binding count 1..DPT_VK_MAX_BINDINGS, and
+ * per texel-buffer layout where the texel variants run. */
 static dpt_status vk_layouts_init(dpt_vk_ctx *ctx) {
   /* Only as many bindings as the device allows a compute stage (at least 4 by the spec; a
    * pipeline needing more is unsupported there). */
@@ -99,45 +120,16 @@ static dpt_status vk_layouts_init(dpt_vk_ctx *ctx) {
                                        .descriptorCount = 1,
                                        .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
   }
-  VkPushConstantRange push = {
-      .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .offset = 0, .size = DPT_VK_PUSH_BYTES};
-  for (uint32_t n = 1; n <= maxb; ++n) {
-    VkDescriptorSetLayoutCreateInfo li = {.sType =
-                                              VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
-                                          .bindingCount = n,
-                                          .pBindings = bindings};
-    DPT_TRY(dpt_vk_check(ctx,
-                         vkCreateDescriptorSetLayout(ctx->device, &li, NULL, &ctx->set_layout[n]),
-                         "vkCreateDescriptorSetLayout", 0));
-    VkPipelineLayoutCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
-                                     .setLayoutCount = 1,
-                                     .pSetLayouts = &ctx->set_layout[n],
-                                     .pushConstantRangeCount = 1,
-                                     .pPushConstantRanges = &push};
-    DPT_TRY(dpt_vk_check(ctx, vkCreatePipelineLayout(ctx->device, &pi, NULL, &ctx->pipe_layout[n]),
-                         "vkCreatePipelineLayout", 0));
-  }
+  for (uint32_t n = 1; n <= maxb; ++n)
+    DPT_TRY(vk_layout_pair(ctx, bindings, n, &ctx->set_layout[n], &ctx->pipe_layout[n]));
   if (!ctx->gemm_tex) return DPT_OK;
   for (int l = 0; l < DPT_VK_TEX_LAYOUTS; ++l) {
     for (uint32_t i = 0; i < vk_tex_layouts[l].nbind; ++i)
       bindings[i].descriptorType = vk_tex_layouts[l].mask >> i & 1u
                                        ? VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER
                                        : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-    VkDescriptorSetLayoutCreateInfo li = {.sType =
-                                              VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
-                                          .bindingCount = vk_tex_layouts[l].nbind,
-                                          .pBindings = bindings};
-    DPT_TRY(dpt_vk_check(
-        ctx, vkCreateDescriptorSetLayout(ctx->device, &li, NULL, &ctx->tex_set_layout[l]),
-        "vkCreateDescriptorSetLayout", 0));
-    VkPipelineLayoutCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
-                                     .setLayoutCount = 1,
-                                     .pSetLayouts = &ctx->tex_set_layout[l],
-                                     .pushConstantRangeCount = 1,
-                                     .pPushConstantRanges = &push};
-    DPT_TRY(dpt_vk_check(ctx,
-                         vkCreatePipelineLayout(ctx->device, &pi, NULL, &ctx->tex_pipe_layout[l]),
-                         "vkCreatePipelineLayout", 0));
+    DPT_TRY(vk_layout_pair(ctx, bindings, vk_tex_layouts[l].nbind, &ctx->tex_set_layout[l],
+                           &ctx->tex_pipe_layout[l]));
   }
   return DPT_OK;
 }
@@ -443,6 +435,7 @@ dpt_status dpt_vk_dispatch_z(dpt_vk_ctx *ctx, dpt_vk_pipe pipe, const dpt_vk_win
       pipe = vk_tex_variants[i].tex;
       sint = vk_tex_variants[i].sint;
     }
+    break;
   }
   const int tex = vk_pipe_tex(pipe);
   if (tex >= 0 && !ctx->tex_set_layout[tex])
