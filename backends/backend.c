@@ -296,6 +296,75 @@ dpt_status dpt_buffer_unmap_host(dpt_buffer *buf, void *ptr) {
   return DPT_BE_CALL(be, be->vt->unmap(be, buf, ptr));
 }
 
+static dpt_fence *make_fence(dpt_backend *be, const dpt_buffer *buf, size_t offset, size_t bytes) {
+  if (!be || be->lost || !be->vt->fence) return NULL;
+  dpt_fence *f = calloc(1, sizeof *f);
+  if (!f) return NULL;
+  f->backend = be;
+  f->buf = buf;
+  f->offset = offset;
+  f->bytes = bytes;
+  pthread_mutex_lock(&be->lock);
+  const int made = be->vt->fence(be, f);
+  pthread_mutex_unlock(&be->lock);
+  if (made) return f;
+  free(f);
+  return NULL;
+}
+
+dpt_fence *dpt_buffer_fence(dpt_buffer *buf, size_t offset, size_t bytes) {
+  if (!buf || bytes == 0 || offset > buf->size || bytes > buf->size - offset) return NULL;
+  return make_fence(buf->backend, buf, offset, bytes);
+}
+
+dpt_fence *dpt_backend_fence(dpt_backend *be) {
+  return make_fence(be, NULL, 0, 0);
+}
+
+void dpt_fence_free(dpt_fence *f) {
+  if (!f) return;
+  f->backend->vt->fence_free(f->backend, f);
+  free(f);
+}
+
+dpt_status dpt_fence_wait(const dpt_fence *f) {
+  if (!f) return DPT_OK;
+  dpt_status st = check_backend("dpt_fence_wait", f->backend);
+  return st == DPT_OK ? f->backend->vt->fence_wait(f->backend, f) : st;
+}
+
+/* The checks of the fenced transfers; 1 when the transfer goes beside the stream. */
+static int check_fenced(const char *fn, const dpt_buffer *buf, size_t offset, size_t bytes,
+                        const void *host, const dpt_fence *f, dpt_status *st) {
+  *st = check_bytes(fn, "buffer", buf, offset, bytes);
+  if (*st == DPT_OK) *st = check_backend(fn, buf->backend);
+  if (*st == DPT_OK && bytes > 0 && !host)
+    *st = dpt_set_error(DPT_ERR_INVALID_ARG, "%s: host pointer is NULL", fn);
+  if (*st == DPT_OK && f && f->buf != buf)
+    *st = dpt_set_error(DPT_ERR_INVALID_ARG, "%s: the fence is of another buffer", fn);
+  if (*st == DPT_OK && f && (offset < f->offset || offset + bytes > f->offset + f->bytes))
+    *st = dpt_set_error(DPT_ERR_INVALID_ARG,
+                        "%s: range [%zu, +%zu bytes) is outside the fence's [%zu, +%zu bytes)", fn,
+                        offset, bytes, f->offset, f->bytes);
+  return *st == DPT_OK && bytes > 0 && f;
+}
+
+dpt_status dpt_buffer_download_fenced(const dpt_buffer *src, size_t offset, void *dst, size_t bytes,
+                                      const dpt_fence *f) {
+  dpt_status st;
+  if (!check_fenced("dpt_buffer_download_fenced", src, offset, bytes, dst, f, &st))
+    return st == DPT_OK ? dpt_buffer_download(src, offset, dst, bytes) : st;
+  return src->backend->vt->download_after(src->backend, f, offset, dst, bytes);
+}
+
+dpt_status dpt_buffer_upload_fenced(dpt_buffer *dst, size_t offset, const void *src, size_t bytes,
+                                    const dpt_fence *f) {
+  dpt_status st;
+  if (!check_fenced("dpt_buffer_upload_fenced", dst, offset, bytes, src, f, &st))
+    return st == DPT_OK ? dpt_buffer_upload(dst, offset, src, bytes) : st;
+  return dst->backend->vt->upload_after(dst->backend, f, offset, src, bytes);
+}
+
 /* Copies through a bounded host bounce buffer for backends without a device copy. */
 static dpt_status copy_via_host(dpt_backend *be, dpt_buffer *dst, size_t dst_off,
                                 const dpt_buffer *src, size_t src_off, size_t bytes) {

@@ -27,6 +27,8 @@
 
 #include "dptrain/backend.h"
 
+typedef struct dpt_fence dpt_fence;
+
 /* A tensor argument: buffer + offset in elements of the tensor's type. */
 typedef struct dpt_ref {
   dpt_buffer *buf;
@@ -297,6 +299,16 @@ typedef struct dpt_bce_logits_args {
 
 /* ---- the vtable --------------------------------------------------------------------------- */
 
+/* A point in a backend's stream of submitted work, and the byte range [offset, offset + bytes)
+ * of buf as that work leaves it (bytes 0: no range; backend_impl.h, the fenced transfers). */
+struct dpt_fence {
+  dpt_backend *backend;
+  const dpt_buffer *buf;
+  size_t offset, bytes;
+  uint64_t serial; /* Vulkan: the batch */
+  void *handle;    /* OpenCL: the range's host copy and its events */
+};
+
 typedef struct dpt_backend_vtable {
   dpt_backend_kind kind;
 
@@ -329,6 +341,22 @@ typedef struct dpt_backend_vtable {
    * Until unmap the caller submits no work to the backend. */
   dpt_status (*map)(dpt_backend *be, dpt_buffer *buf, size_t offset, size_t bytes, void **ptr);
   dpt_status (*unmap)(dpt_backend *be, dpt_buffer *buf, void *ptr); /* optional */
+  /* Transfers beside the stream of work (optional, all five or none), for a nonblocking
+   * collective's progress thread while the caller's thread goes on submitting work that leaves
+   * the fence's range alone. fence (under the lock) marks the work submitted so far in *f,
+   * with f->buf, offset and bytes set, and starts it on the device; it returns 0 where it
+   * cannot (then the transfers stay ordered behind all submitted work). fence_wait waits for
+   * that work; download_after reads part of the range as that work left it, without waiting
+   * for the work submitted after f; upload_after writes part of the range so that the work
+   * submitted after the call sees it. These three run WITHOUT the backend's lock and take what
+   * they need of it; fence_free may defer releasing what pending work still uses. */
+  int (*fence)(dpt_backend *be, dpt_fence *f);
+  void (*fence_free)(dpt_backend *be, dpt_fence *f);
+  dpt_status (*fence_wait)(dpt_backend *be, const dpt_fence *f);
+  dpt_status (*download_after)(dpt_backend *be, const dpt_fence *f, size_t offset, void *dst,
+                               size_t bytes);
+  dpt_status (*upload_after)(dpt_backend *be, const dpt_fence *f, size_t offset, const void *src,
+                             size_t bytes);
 
   /* One entry per op of DPT_OP_MAP: dpt_status (*gemm)(dpt_backend *, const dpt_gemm_args *);
    * NULL = unsupported. */
@@ -342,6 +370,23 @@ typedef struct dpt_backend_vtable {
  * *ptr = NULL with DPT_OK when the backend has no zero-copy host access. */
 dpt_status dpt_buffer_map_host(dpt_buffer *buf, size_t offset, size_t bytes, void **ptr);
 dpt_status dpt_buffer_unmap_host(dpt_buffer *buf, void *ptr);
+
+/* The vtable's transfers beside the stream of work, for the library's own modules (a
+ * nonblocking collective fences its range when it starts; its progress thread moves the range
+ * with the fence while the caller's thread goes on submitting work that leaves the range alone).
+ * dpt_buffer_fence returns NULL where the backend has no such transfers (CPU: its work is done
+ * when submitted; a discrete Vulkan device) or making one failed: a NULL fence makes the fenced
+ * transfers dpt_buffer_download / dpt_buffer_upload, ordered after all submitted work. A fenced
+ * transfer must lie in the fence's range. dpt_backend_fence: a fence without a range, to wait
+ * for the work submitted so far with dpt_fence_wait, which holds no lock (NULL: returns). */
+dpt_fence *dpt_buffer_fence(dpt_buffer *buf, size_t offset, size_t bytes);
+dpt_fence *dpt_backend_fence(dpt_backend *be);
+void dpt_fence_free(dpt_fence *f);
+dpt_status dpt_fence_wait(const dpt_fence *f);
+dpt_status dpt_buffer_download_fenced(const dpt_buffer *src, size_t offset, void *dst, size_t bytes,
+                                      const dpt_fence *f);
+dpt_status dpt_buffer_upload_fenced(dpt_buffer *dst, size_t offset, const void *src, size_t bytes,
+                                    const dpt_fence *f);
 
 struct dpt_backend {
   const dpt_backend_vtable *vt;

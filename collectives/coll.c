@@ -65,14 +65,14 @@ static dpt_status map_range(const dpt_comm *c, const dpt_coll_data *d, void **pt
 }
 
 /* One host copy of the device range, filled when this rank reads it. */
-static dpt_status copy_range(const dpt_coll_data *d, dpt_coll *k, void **out) {
+static dpt_status copy_range(const dpt_comm *c, const dpt_coll_data *d, dpt_coll *k, void **out) {
   void *tmp = malloc(d->bytes);
   dpt_status st = DPT_OK;
   if (!tmp)
     st = dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: cannot allocate %zu host bytes",
                        dpt_what_str(&k->w), d->bytes);
   else if (d->download)
-    st = dpt_buffer_download(d->buf, d->offset, tmp, d->bytes);
+    st = dpt_buffer_download_fenced(d->buf, d->offset, tmp, d->bytes, dpt_request_fence(c));
   if (st != DPT_OK) {
     free(tmp);
     tmp = NULL;
@@ -105,7 +105,7 @@ dpt_status dpt_coll_run(dpt_comm *c, dpt_coll *k, const dpt_coll_data *d) {
   dpt_status st = DPT_OK;
   const int device = d->buf && d->bytes > 0; /* an empty range needs no host memory */
   if (device && d->map && (st = map_range(c, d, &mapped)) != DPT_OK) return dpt_coll_fail(c, k, st);
-  if (device && !mapped && d->copy && (st = copy_range(d, k, &copy)) != DPT_OK)
+  if (device && !mapped && d->copy && (st = copy_range(c, d, k, &copy)) != DPT_OK)
     return dpt_coll_fail(c, k, st);
   dpt_ring_args a = d->args;
   a.data = device ? (mapped ? mapped : copy) : d->data;
@@ -115,7 +115,8 @@ dpt_status dpt_coll_run(dpt_comm *c, dpt_coll *k, const dpt_coll_data *d) {
   if (st == DPT_OK && !done)
     st = device && !a.data ? move_staged(c, k, d, &a) : d->move(c, k, &a, NULL);
   if (copy) {
-    if (st == DPT_OK && d->upload) st = dpt_buffer_upload(d->buf, d->offset, copy, d->bytes);
+    if (st == DPT_OK && d->upload)
+      st = dpt_buffer_upload_fenced(d->buf, d->offset, copy, d->bytes, dpt_request_fence(c));
     free(copy);
   }
   if (mapped) {

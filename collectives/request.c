@@ -21,8 +21,10 @@
  *     failure happened, so only "all of them" is the same set on every rank.
  * The progress thread maps a buffer for zero-copy host access only on the CPU backend (plain
  * host memory); on OpenCL and Vulkan a mapped buffer must not be used by kernels, which the
- * caller's thread may launch meanwhile, so those are staged (download/upload under the
- * backend's lock, backends/backend_impl.h).
+ * caller's thread may launch meanwhile, so those are staged. A request takes a fence of the
+ * buffer's backend when it starts (backends/backend_impl.h): its transfers then wait for the
+ * work the caller submitted before the start, not for the work submitted since (the rest of a
+ * backward pass, which leaves the range alone).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -32,6 +34,8 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "base/size.h"
+#include "backends/backend_impl.h"
 #include "collectives/comm_impl.h"
 
 typedef enum req_kind { REQ_ALLREDUCE, REQ_REDUCE_SCATTER } req_kind;
@@ -46,6 +50,7 @@ struct dpt_request {
   dpt_buffer *buf;
   size_t offset, count;
   dpt_comm_dtype dtype;
+  dpt_fence *fence;           /* the buffer's backend's work when the request started, or NULL */
   uint64_t id;                /* 1, 2, ... per communicator: the name in messages */
   struct dpt_request *next;   /* the queue (under the progress lock) */
   struct dpt_request *o_prev; /* the list of requests not yet waited for (caller's thread) */
@@ -78,6 +83,7 @@ static const dpt_comm *g_serial_owner; /* the serialized comm with requests pend
 static pthread_mutex_t g_owner_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t g_serial_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local const dpt_comm *tl_progress; /* the comm whose progress thread this is */
+static _Thread_local const dpt_fence *tl_fence;   /* the running request's */
 
 void dpt_serial_lock(void) {
   pthread_mutex_lock(&g_serial_lock);
@@ -89,6 +95,10 @@ void dpt_serial_unlock(void) {
 
 int dpt_request_running(const dpt_comm *c) {
   return c && tl_progress == c;
+}
+
+const dpt_fence *dpt_request_fence(const dpt_comm *c) {
+  return c && tl_progress == c ? tl_fence : NULL;
 }
 
 dpt_status dpt_comm_check_idle_slow(const dpt_comm *c, int serialized, const char *fn) {
@@ -166,12 +176,21 @@ static void *progress_main(void *arg) {
     pthread_mutex_unlock(&p->lock);
 
     const double started = dpt_now();
+    /* The device work before the start first (a failure shows again in the collective's own
+     * transfers, which tell the other ranks). */
+    (void)dpt_fence_wait(r->fence);
+    const double ready = dpt_now();
+    tl_fence = r->fence;
     const dpt_status st = run_request(c, p, r);
+    tl_fence = NULL;
+    dpt_fence_free(r->fence);
+    r->fence = NULL;
     const double finished = dpt_now();
 
     pthread_mutex_lock(&p->lock);
     r->info.started = started;
     r->info.finished = finished;
+    r->info.ready = ready;
     r->st = st;
     if (st != DPT_OK) {
       snprintf(r->msg, sizeof r->msg, "%s", dpt_last_error());
@@ -237,6 +256,11 @@ static dpt_status start(dpt_comm *c, req_kind kind, dpt_buffer *buf, size_t offs
   r->offset = offset;
   r->count = count;
   r->dtype = dtype;
+  /* The range as the work submitted so far leaves it: the progress thread's transfers wait for
+   * that work only, not for what this thread submits meanwhile (which leaves the range alone). */
+  size_t esize = dpt_dtype_size(dtype), off_bytes = 0, bytes = 0;
+  if (buf && esize && dpt_mul_ok(offset, esize, &off_bytes) && dpt_mul_ok(count, esize, &bytes))
+    r->fence = dpt_buffer_fence(buf, off_bytes, bytes);
   r->st = DPT_OK;
   r->id = ++p->next_id;
   r->info.queued = dpt_now();
@@ -297,6 +321,7 @@ static void release(dpt_request *r) {
     atomic_fetch_sub(&dpt_serial_pending, 1);
     pthread_mutex_unlock(&g_owner_lock);
   }
+  dpt_fence_free(r->fence); /* NULL once run */
   free(r);
 }
 

@@ -30,6 +30,7 @@
 
 #include "collectives/staging.h"
 #include "base/error.h"
+#include "backends/backend_impl.h"
 #include "collectives/comm_impl.h"
 
 #define DPT_STAGE_SLOTS 3
@@ -41,6 +42,7 @@ struct dpt_stage {
   size_t offset;   /* byte offset of the data in buf */
   size_t bytes, block, nblocks, job;
   int download, upload, threaded;
+  const dpt_fence *fence;               /* the running request's, or NULL (dpt_request_fence) */
   unsigned char *slot[DPT_STAGE_SLOTS]; /* host copies, `block` bytes each (owner: this) */
   pthread_mutex_t lock;
   pthread_cond_t cond;
@@ -98,8 +100,9 @@ static job next_job(const dpt_stage *s) {
 static dpt_status run_job(dpt_stage *s, job j) {
   size_t b = j.from / s->block;
   unsigned char *host = s->slot[b % DPT_STAGE_SLOTS] + (j.from - b * s->block);
-  if (j.kind == 1) return dpt_buffer_download(s->buf, s->offset + j.from, host, j.len);
-  return dpt_buffer_upload(s->buf, s->offset + j.from, host, j.len);
+  if (j.kind == 1)
+    return dpt_buffer_download_fenced(s->buf, s->offset + j.from, host, j.len, s->fence);
+  return dpt_buffer_upload_fenced(s->buf, s->offset + j.from, host, j.len, s->fence);
 }
 
 /* Records the outcome of a job (lock held). */
@@ -225,6 +228,7 @@ dpt_status dpt_stage_create(dpt_comm *c, dpt_buffer *buf, size_t offset, size_t 
   s->download = download;
   s->upload = upload;
   s->threaded = want_thread(c, buf);
+  s->fence = dpt_request_fence(c);
   s->err = DPT_OK;
   pthread_mutex_init(&s->lock, NULL);
   pthread_cond_init(&s->cond, NULL);

@@ -14,6 +14,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "backends/backend_impl.h"
 #include "core/trainer_impl.h"
 
 struct train_buckets {
@@ -116,14 +117,26 @@ dpt_status dpt_train_buckets_finish(replica_state *s, double *exposed, double *b
   /* Every replica starts every bucket, in the same order, whatever its backward did. */
   while (b->next < b->n)
     start_bucket(b, b->next++);
-  const double t0 = dpt_now();
-  dpt_status first = b->start_failed;
+  /* Where the device runs behind the host (OpenCL, Vulkan), the step first waits for the end of
+   * backward on the device, without the backend's lock (the exchanges' transfers go on): the
+   * time after that is the exposed communication, and each bucket's exchange counts from when
+   * its range was ready on the host (dpt_request_info.ready), not from when it started waiting
+   * for the device. */
+  double t0 = dpt_now();
+  dpt_fence *end = dpt_backend_fence(s->be);
+  dpt_status first = dpt_fence_wait(end);
+  dpt_fence_free(end);
+  if (first != DPT_OK) dpt_train_keep_failure(s, first);
+  first = b->start_failed;
+  t0 = dpt_now();
   double work = 0;
   for (size_t j = 0; j < b->n; ++j) {
     memset(&b->info[j], 0, sizeof b->info[j]);
     dpt_status st = dpt_request_wait(b->req[j], &b->info[j]);
     b->req[j] = NULL;
-    if (b->info[j].finished > b->info[j].started) work += b->info[j].finished - b->info[j].started;
+    const double from =
+        b->info[j].ready > b->info[j].started ? b->info[j].ready : b->info[j].started;
+    if (b->info[j].finished > from) work += b->info[j].finished - from;
     if (st != DPT_OK && first == DPT_OK) first = st;
     if (b->dtype != DPT_COMM_F32 && first == DPT_OK && s->pending == DPT_OK) {
       size_t off = 0, n = 0;

@@ -1061,8 +1061,12 @@ static dpt_status train_step(replica *r, replica_state *s, int64_t epoch, size_t
   const double t0 = dpt_now();
   dpt_status st = forward_backward(r, s, epoch, k, bstart, bcount, &mine);
   /* The proportional split needs the device's work timed, not its submission: a GPU backend
-   * returns from backward with kernels still queued. */
-  if (st == DPT_OK && dpt_train_split_measures(s)) st = dpt_backend_synchronize(s->be);
+   * returns from backward with kernels still queued. So does an exchange after backward, which
+   * would wait for them anyway: its time is then the communication alone. */
+  const int device_behind = dpt_backend_get_kind(s->be) != DPT_BACKEND_CPU;
+  if (st == DPT_OK &&
+      (dpt_train_split_measures(s) || (device_behind && s->mode != STEP_LOCAL && !s->buckets)))
+    st = dpt_backend_synchronize(s->be);
   dpt_train_split_slow_down(s, dpt_now() - t0);
   mine.compute = dpt_now() - t0;
   s->t.compute += mine.compute;

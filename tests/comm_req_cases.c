@@ -86,9 +86,10 @@ int comm_case_requests(dpt_comm *c, dpt_backend *be, char *err, size_t errlen) {
     if (st != DPT_OK) FAIL("wait %d: %s", k, dpt_last_error());
   }
   for (int k = 0; k < NREQ; ++k) {
-    if (!(info[k].queued <= info[k].started && info[k].started <= info[k].finished))
-      FAIL("request %d: times out of order (queued %.9f started %.9f finished %.9f)", k,
-           info[k].queued, info[k].started, info[k].finished);
+    if (!(info[k].queued <= info[k].started && info[k].started <= info[k].ready &&
+          info[k].ready <= info[k].finished))
+      FAIL("request %d: times out of order (queued %.9f started %.9f ready %.9f finished %.9f)", k,
+           info[k].queued, info[k].started, info[k].ready, info[k].finished);
     if (k > 0 && info[k].started < info[k - 1].finished)
       FAIL("request %d started at %.9f before request %d finished at %.9f (not FIFO)", k,
            info[k].started, k - 1, info[k - 1].finished);

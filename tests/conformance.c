@@ -779,6 +779,70 @@ START_TEST(test_host_map) {
 }
 END_TEST
 
+/* Transfers beside the stream of work (a nonblocking collective's): a fence marks the work
+ * submitted so far and a range; a fenced download of the range sees that work's results
+ * although work submitted after the fence (on another range) may still be pending, a fenced
+ * upload is seen by the work submitted after it. OpenCL and host-visible Vulkan make a fence,
+ * the CPU and a forced-staging Vulkan none (NULL: the ordinary transfers). */
+START_TEST(test_fenced_transfers) {
+  enum { N = 4096 };
+  static float host[2 * N], got[N];
+  dpt_buffer *b = NULL;
+  ck_assert_int_eq(dpt_buffer_alloc(g_test, sizeof host, &b), DPT_OK);
+  for (int i = 0; i < 2 * N; ++i)
+    host[i] = (float)(i % 1000);
+  ck_assert_int_eq(dpt_buffer_upload(b, 0, host, sizeof host), DPT_OK);
+  ck_assert_int_eq(dpt_scale(g_test, N, 2.0f, b, 0), DPT_OK); /* before the fence: range X */
+  dpt_fence *f = dpt_buffer_fence(b, 0, N * sizeof(float));
+  const dpt_backend_kind kind = dpt_backend_get_kind(g_test);
+  const char *force = getenv("DPT_VULKAN_FORCE_STAGING");
+  const int forced = kind == DPT_BACKEND_VULKAN && force && strcmp(force, "1") == 0;
+  if (kind == DPT_BACKEND_OPENCL) ck_assert_msg(f != NULL, "OpenCL made no fence");
+  if (kind == DPT_BACKEND_CPU || forced) ck_assert_msg(f == NULL, "a fence where none is needed");
+  printf("fence: %s\n", f ? "fenced transfers" : "none (ordered transfers)");
+  for (int k = 0; k < 20; ++k) /* after the fence: range Y only */
+    ck_assert_int_eq(dpt_scale(g_test, N, k % 2 ? 0.5f : 4.0f, b, N), DPT_OK);
+  ck_assert_int_eq(dpt_buffer_download_fenced(b, 0, got, N / 2 * sizeof(float), f), DPT_OK);
+  ck_assert_int_eq(
+      dpt_buffer_download_fenced(b, N / 2 * sizeof(float), got + N / 2, N / 2 * sizeof(float), f),
+      DPT_OK);
+  for (int i = 0; i < N; ++i)
+    ck_assert_msg(got[i] == 2.0f * host[i], "fenced download: element %d is %g, expected %g", i,
+                  (double)got[i], 2.0 * host[i]);
+  for (int i = 0; i < N; ++i)
+    got[i] = -(float)i;
+  ck_assert_int_eq(dpt_buffer_upload_fenced(b, 0, got, sizeof got, f), DPT_OK);
+  ck_assert_int_eq(dpt_scale(g_test, N, 3.0f, b, 0), DPT_OK); /* sees the upload */
+  /* Bad arguments: a range past the end, no host pointer, outside the fence's range, a fence
+   * of another buffer; a fence of a range past the end is none. */
+  ck_assert_int_eq(dpt_buffer_download_fenced(b, sizeof host - 4, got, 8, f), DPT_ERR_INVALID_ARG);
+  ck_assert_int_eq(dpt_buffer_upload_fenced(b, 0, NULL, 8, f), DPT_ERR_INVALID_ARG);
+  ck_assert_ptr_null(dpt_buffer_fence(b, sizeof host - 4, 8));
+  if (f) {
+    ck_assert_int_eq(dpt_buffer_download_fenced(b, N * sizeof(float) - 4, got, 8, f),
+                     DPT_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(dpt_last_error(), "outside the fence"), "message: %s", dpt_last_error());
+    dpt_buffer *other = NULL;
+    ck_assert_int_eq(dpt_buffer_alloc(g_ref, 16, &other), DPT_OK);
+    ck_assert_int_eq(dpt_buffer_download_fenced(other, 0, got, 16, f), DPT_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(dpt_last_error(), "another buffer"), "message: %s", dpt_last_error());
+    dpt_buffer_free(other);
+  }
+  dpt_fence_free(f);
+  /* A fence without a range: dpt_fence_wait returns once the work before it has run. */
+  dpt_fence *all = dpt_backend_fence(g_test);
+  ck_assert_int_eq(dpt_fence_wait(all), DPT_OK);
+  dpt_fence_free(all);
+  ck_assert_int_eq(dpt_buffer_download(b, 0, host, sizeof host), DPT_OK);
+  for (int i = 0; i < 2 * N; ++i) {
+    const float want = i < N ? -3.0f * (float)i : (float)(i % 1000) * 1024.0f;
+    ck_assert_msg(host[i] == want, "element %d is %g, expected %g", i, (double)host[i],
+                  (double)want);
+  }
+  dpt_buffer_free(b);
+}
+END_TEST
+
 int main(int argc, char **argv) {
   dpt_backend_kind kind;
   int count = 0, device = 0;
@@ -833,6 +897,7 @@ int main(int argc, char **argv) {
   suite_add_tcase(s, reg);
   TCase *mem = tcase_create("memory");
   tcase_add_test(mem, test_host_map);
+  tcase_add_test(mem, test_fenced_transfers);
   suite_add_tcase(s, mem);
   for (int op = 0; op < DPT_OP_COUNT; op++) {
     const char *name = dpt_op_name((dpt_op)op);

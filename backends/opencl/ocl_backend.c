@@ -279,10 +279,13 @@ static dpt_status read_limits(dpt_ocl_ctx *c) {
   return DPT_OK;
 }
 
+static void ocl_reap(dpt_ocl_ctx *c, int all);
+
 static void dpt_ocl_destroy(dpt_backend *be) {
   dpt_ocl_ctx *c = dpt_ocl_ctx_of(be);
   if (!c) return;
   if (c->queue) clFinish(c->queue);
+  ocl_reap(c, 1);
   if (c->scratch) clReleaseMemObject(c->scratch);
   if (c->gemm_scratch) clReleaseMemObject(c->gemm_scratch);
   dpt_ocl_release_program(c);
@@ -381,6 +384,124 @@ static dpt_status dpt_ocl_download(dpt_backend *be, const dpt_buffer *src, size_
   return DPT_OK;
 }
 
+/* Fenced transfers, all on the one in-order queue (OpenCL leaves a memory object that two
+ * queues use at once undefined): the fence enqueues a nonblocking read of its range into a host
+ * copy (or a marker, without a range) and flushes, so the read runs right after the work before
+ * it; download_after waits for that read and copies from the host copy; upload_after puts the
+ * data into the host copy and enqueues a nonblocking write from it, which the work submitted
+ * later sees. A copy is freed once its last write has run: at the fence's free, or later (the
+ * retired list, looked at by the next fence and at destroy). */
+typedef struct ocl_snapshot {
+  unsigned char *host; /* the range's bytes, NULL for a marker */
+  cl_event done;       /* the read or the marker */
+  cl_event written;    /* the last write, or NULL */
+  struct ocl_snapshot *next;
+} ocl_snapshot;
+
+static int ocl_event_pending(cl_event ev) {
+  cl_int status = CL_COMPLETE;
+  if (ev && clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL) !=
+                CL_SUCCESS)
+    return 0; /* an error status counts as finished: nothing will run any more */
+  return status > CL_COMPLETE;
+}
+
+static void ocl_snapshot_free(ocl_snapshot *s) {
+  if (s->done) clReleaseEvent(s->done);
+  if (s->written) clReleaseEvent(s->written);
+  free(s->host);
+  free(s);
+}
+
+/* Frees the retired copies whose writes have run (lock held); all of them with `all`. */
+static void ocl_reap(dpt_ocl_ctx *c, int all) {
+  for (ocl_snapshot **p = &c->retired; *p;) {
+    ocl_snapshot *s = *p;
+    if (!all && ocl_event_pending(s->written)) {
+      p = &s->next;
+      continue;
+    }
+    *p = s->next;
+    ocl_snapshot_free(s);
+  }
+}
+
+static int dpt_ocl_fence(dpt_backend *be, dpt_fence *f) {
+  dpt_ocl_ctx *c = dpt_ocl_ctx_of(be);
+  ocl_reap(c, 0);
+  ocl_snapshot *s = calloc(1, sizeof *s);
+  if (!s) return 0;
+  if (f->bytes > 0 && !(s->host = malloc(f->bytes))) {
+    free(s);
+    return 0;
+  }
+  cl_int err = f->bytes > 0 ? clEnqueueReadBuffer(c->queue, dpt_ocl_mem(f->buf), CL_FALSE,
+                                                  f->offset, f->bytes, s->host, 0, NULL, &s->done)
+                            : clEnqueueMarkerWithWaitList(c->queue, 0, NULL, &s->done);
+  if (err != CL_SUCCESS) {
+    s->done = NULL;
+    ocl_snapshot_free(s);
+    return 0;
+  }
+  (void)clFlush(c->queue);
+  f->handle = s;
+  return 1;
+}
+
+static void dpt_ocl_fence_free(dpt_backend *be, dpt_fence *f) {
+  ocl_snapshot *s = f->handle;
+  if (!ocl_event_pending(s->written)) {
+    ocl_snapshot_free(s);
+    return;
+  }
+  dpt_ocl_ctx *c = dpt_ocl_ctx_of(be);
+  pthread_mutex_lock(&be->lock);
+  s->next = c->retired;
+  c->retired = s;
+  pthread_mutex_unlock(&be->lock);
+}
+
+static dpt_status dpt_ocl_fence_wait(dpt_backend *be, const dpt_fence *f) {
+  const ocl_snapshot *s = f->handle;
+  cl_int err = clWaitForEvents(1, &s->done);
+  if (err != CL_SUCCESS) {
+    check_lost(be, err);
+    return dpt_ocl_fail(err, "clWaitForEvents", "fenced read", f->bytes);
+  }
+  return DPT_OK;
+}
+
+static dpt_status dpt_ocl_download_after(dpt_backend *be, const dpt_fence *f, size_t offset,
+                                         void *dst, size_t bytes) {
+  DPT_TRY(dpt_ocl_fence_wait(be, f));
+  const ocl_snapshot *s = f->handle;
+  memcpy(dst, s->host + (offset - f->offset), bytes);
+  return DPT_OK;
+}
+
+static dpt_status dpt_ocl_upload_after(dpt_backend *be, const dpt_fence *f, size_t offset,
+                                       const void *src, size_t bytes) {
+  DPT_TRY(dpt_ocl_fence_wait(be, f)); /* the read has left the host copy */
+  ocl_snapshot *s = f->handle;
+  unsigned char *at = s->host + (offset - f->offset);
+  memcpy(at, src, bytes);
+  cl_event ev = NULL;
+  pthread_mutex_lock(&be->lock);
+  cl_int err = clEnqueueWriteBuffer(dpt_ocl_ctx_of(be)->queue, dpt_ocl_mem(f->buf), CL_FALSE,
+                                    offset, bytes, at, 0, NULL, &ev);
+  if (err == CL_SUCCESS) {
+    (void)clFlush(dpt_ocl_ctx_of(be)->queue);
+    if (s->written) clReleaseEvent(s->written);
+    s->written = ev;
+  }
+  pthread_mutex_unlock(&be->lock);
+  if (err != CL_SUCCESS) {
+    check_lost(be, err);
+    return dpt_ocl_fail(err, "clEnqueueWriteBuffer", "fenced write", bytes);
+  }
+  return DPT_OK;
+}
+
 /* Zero-copy host access where the device works in host memory (a CPU device, or a GPU that
  * shares it): a blocking map, which waits for the commands before it. A discrete GPU's map
  * would be a hidden copy, so it reports none and the caller stages. */
@@ -442,6 +563,11 @@ const dpt_backend_vtable dpt_opencl_vtable = {.kind = DPT_BACKEND_OPENCL,
                                               .fill_f32 = dpt_ocl_fill_f32,
                                               .map = dpt_ocl_map,
                                               .unmap = dpt_ocl_unmap,
+                                              .fence = dpt_ocl_fence,
+                                              .fence_free = dpt_ocl_fence_free,
+                                              .fence_wait = dpt_ocl_fence_wait,
+                                              .download_after = dpt_ocl_download_after,
+                                              .upload_after = dpt_ocl_upload_after,
 #define DPT_OCL_OP_ENTRY_(NAME, name) .name = dpt_ocl_##name,
                                               DPT_OP_MAP(DPT_OCL_OP_ENTRY_)
 #undef DPT_OCL_OP_ENTRY_

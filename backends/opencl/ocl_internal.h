@@ -96,8 +96,10 @@ static inline size_t dpt_ocl_acc_bytes(const dpt_ocl_limits *lim) {
 typedef struct dpt_ocl_ctx {
   cl_platform_id platform;
   cl_device_id device;
-  cl_context context;     /* owned */
-  cl_command_queue queue; /* owned, in-order: every command runs after the previous one */
+  cl_context context;           /* owned */
+  cl_command_queue queue;       /* owned, in-order: every command runs after the previous one */
+  struct ocl_snapshot *retired; /* fenced copies whose writes were still pending at their
+                                   fence's free (backend_impl.h, the fenced transfers) */
   dpt_ocl_limits lim;
   char device_name[128]; /* for messages */
 

@@ -619,6 +619,11 @@ const dpt_backend_vtable dpt_vulkan_vtable = {.kind = DPT_BACKEND_VULKAN,
                                               .copy = dpt_vk_copy,
                                               .fill_f32 = dpt_vk_fill_f32,
                                               .map = dpt_vk_map,
+                                              .fence = dpt_vk_fence,
+                                              .fence_free = dpt_vk_fence_free,
+                                              .fence_wait = dpt_vk_fence_wait,
+                                              .download_after = dpt_vk_download_after,
+                                              .upload_after = dpt_vk_upload_after,
 #define DPT_VK_OP_ENTRY_(NAME, name) .name = dpt_vk_##name,
                                               DPT_OP_MAP(DPT_VK_OP_ENTRY_)
 #undef DPT_VK_OP_ENTRY_

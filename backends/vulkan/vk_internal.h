@@ -398,6 +398,14 @@ void dpt_vk_buffer_free(dpt_backend *be, dpt_buffer *buf);
 dpt_status dpt_vk_upload(dpt_backend *be, dpt_buffer *dst, size_t offset, const void *src,
                          size_t bytes);
 dpt_status dpt_vk_map(dpt_backend *be, dpt_buffer *buf, size_t offset, size_t bytes, void **ptr);
+/* The fenced transfers (backend_impl.h): in direct mode only. */
+int dpt_vk_fence(dpt_backend *be, dpt_fence *f);
+void dpt_vk_fence_free(dpt_backend *be, dpt_fence *f);
+dpt_status dpt_vk_fence_wait(dpt_backend *be, const dpt_fence *f);
+dpt_status dpt_vk_download_after(dpt_backend *be, const dpt_fence *f, size_t offset, void *dst,
+                                 size_t bytes);
+dpt_status dpt_vk_upload_after(dpt_backend *be, const dpt_fence *f, size_t offset, const void *src,
+                               size_t bytes);
 dpt_status dpt_vk_download(dpt_backend *be, const dpt_buffer *src, size_t offset, void *dst,
                            size_t bytes);
 dpt_status dpt_vk_copy(dpt_backend *be, dpt_buffer *dst, size_t dst_offset, const dpt_buffer *src,

@@ -5,9 +5,12 @@
  *
  * DPT_VULKAN_FORCE_STAGING=1 in the environment disables direct mode, so the staging paths a
  * discrete GPU takes can be tested on a driver with host-visible device memory. */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backends/vulkan/vk_internal.h"
 #include "base/error.h"
@@ -480,6 +483,57 @@ dpt_status dpt_vk_download(dpt_backend *be, const dpt_buffer *src, size_t offset
     bytes -= (size_t)chunk;
   }
   return dpt_vk_leave(be, DPT_OK);
+}
+
+/* Fenced transfers (direct mode only: a discrete device's copy would be recorded behind the
+ * work after the fence on the one queue): the fence is the batch being recorded, submitted now
+ * so that it runs; the transfer polls for that batch under the lock, then copies without it. */
+int dpt_vk_fence(dpt_backend *be, dpt_fence *f) {
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
+  if (!ctx->direct) return 0;
+  f->serial = ctx->recording >= 0 ? ctx->frames[ctx->recording].serial : ctx->next_serial - 1;
+  return dpt_vk_submit(ctx) == DPT_OK;
+}
+
+dpt_status dpt_vk_fence_wait(dpt_backend *be, const dpt_fence *f) {
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
+  for (long pause_ns = 10000;; pause_ns = pause_ns < 200000 ? 2 * pause_ns : pause_ns) {
+    pthread_mutex_lock(&be->lock);
+    dpt_status st = dpt_vk_enter(be);
+    if (st == DPT_OK && f->serial > ctx->completed) st = dpt_vk_poll(ctx);
+    const int done = f->serial <= ctx->completed;
+    pthread_mutex_unlock(&be->lock);
+    if (st != DPT_OK) return st;
+    if (done) break;
+    struct timespec ts = {0, pause_ns};
+    nanosleep(&ts, NULL);
+  }
+  return DPT_OK;
+}
+
+void dpt_vk_fence_free(dpt_backend *be, dpt_fence *f) {
+  (void)be;
+  (void)f;
+}
+
+/* The host address of a fenced range's byte `offset` of the buffer (mapped in direct mode). */
+static uint8_t *vk_fenced_at(const dpt_fence *f, size_t offset) {
+  const dpt_vk_alloc *al = f->buf->handle;
+  return al->block->map + al->offset + offset;
+}
+
+dpt_status dpt_vk_download_after(dpt_backend *be, const dpt_fence *f, size_t offset, void *dst,
+                                 size_t bytes) {
+  DPT_TRY(dpt_vk_fence_wait(be, f));
+  memcpy(dst, vk_fenced_at(f, offset), bytes);
+  return DPT_OK;
+}
+
+dpt_status dpt_vk_upload_after(dpt_backend *be, const dpt_fence *f, size_t offset, const void *src,
+                               size_t bytes) {
+  DPT_TRY(dpt_vk_fence_wait(be, f));
+  memcpy(vk_fenced_at(f, offset), src, bytes);
+  return DPT_OK;
 }
 
 dpt_status dpt_vk_map(dpt_backend *be, dpt_buffer *buf, size_t offset, size_t bytes, void **ptr) {

@@ -308,9 +308,13 @@ DPT_API dpt_status dpt_barrier(dpt_comm *comm);
 typedef struct dpt_request dpt_request;
 
 /* When a request's collective ran, on dpt_now()'s clock (base/clock.h): queued by the start
- * call, started and finished by the progress thread. */
+ * call, started and finished by the progress thread; ready once the device work submitted
+ * before the start call had finished (the progress thread waits for it before it communicates;
+ * = started on the CPU backend and for host memory), so finished - ready is the communication
+ * without the wait for the device. */
 typedef struct dpt_request_info {
   double queued, started, finished;
+  double ready;
 } dpt_request_info;
 
 /* The start calls check only comm and out (DPT_ERR_INVALID_ARG) and the MPI rule above; the
