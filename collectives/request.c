@@ -259,7 +259,8 @@ static dpt_status start(dpt_comm *c, req_kind kind, dpt_buffer *buf, size_t offs
   /* The range as the work submitted so far leaves it: the progress thread's transfers wait for
    * that work only, not for what this thread submits meanwhile (which leaves the range alone). */
   size_t esize = dpt_dtype_size(dtype), off_bytes = 0, bytes = 0;
-  if (buf && esize && dpt_mul_ok(offset, esize, &off_bytes) && dpt_mul_ok(count, esize, &bytes))
+  if (buf && c->size > 1 && esize && dpt_mul_ok(offset, esize, &off_bytes) &&
+      dpt_mul_ok(count, esize, &bytes))
     r->fence = dpt_buffer_fence(buf, off_bytes, bytes);
   r->st = DPT_OK;
   r->id = ++p->next_id;

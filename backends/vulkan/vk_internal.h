@@ -337,6 +337,10 @@ typedef struct dpt_vk_ctx {
   dpt_vk_deferred *deferred; /* frees waiting for their batch; owned */
   size_t ndeferred, capdeferred;
   dpt_vk_alloc *staging; /* host memory for transfers, NULL until needed */
+  /* Host copies of fenced ranges without direct mode (vk_memory.c, the fenced transfers),
+   * kept for reuse once their fence is freed. */
+  dpt_vk_alloc *snapshots[4];
+  int nsnapshots;
   VkDeviceSize staging_cursor;
   uint64_t staging_serial; /* last batch reading/writing the staging buffer */
   dpt_vk_alloc *partials;  /* host memory for per-workgroup partial results */

@@ -327,6 +327,8 @@ void dpt_vk_memory_destroy(dpt_vk_ctx *ctx) {
   free(ctx->deferred);
   ctx->deferred = NULL;
   ctx->ndeferred = ctx->capdeferred = 0;
+  while (ctx->nsnapshots > 0)
+    dpt_vk_alloc_release(ctx, ctx->snapshots[--ctx->nsnapshots]);
   dpt_vk_alloc_release(ctx, ctx->staging);
   dpt_vk_alloc_release(ctx, ctx->partials);
   dpt_vk_alloc_release(ctx, ctx->scratch);
@@ -485,14 +487,47 @@ dpt_status dpt_vk_download(dpt_backend *be, const dpt_buffer *src, size_t offset
   return dpt_vk_leave(be, DPT_OK);
 }
 
-/* Fenced transfers (direct mode only: a discrete device's copy would be recorded behind the
- * work after the fence on the one queue): the fence is the batch being recorded, submitted now
- * so that it runs; the transfer polls for that batch under the lock, then copies without it. */
+/* Fenced transfers. The fence is the batch being recorded, submitted now so that it runs, and
+ * the transfers poll for that batch under the lock, then copy without it. In direct mode they
+ * copy the mapped range itself (the device works on other ranges meanwhile). Otherwise the
+ * fence records a copy of the range into a host-visible snapshot first; download_after reads
+ * the snapshot, upload_after writes it and records its copy back into the command stream,
+ * which the work recorded later sees. A freed fence's snapshot is kept for the next one: work
+ * still reading it is ordered before the next fence's copy into it by the one queue, and the
+ * host writes it only after that copy. */
 int dpt_vk_fence(dpt_backend *be, dpt_fence *f) {
   dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
-  if (!ctx->direct) return 0;
+  if (!ctx->direct && f->bytes > 0) {
+    dpt_vk_alloc *snap = NULL;
+    for (int i = 0; i < ctx->nsnapshots && !snap; ++i)
+      if (ctx->snapshots[i]->size >= f->bytes) {
+        snap = ctx->snapshots[i];
+        ctx->snapshots[i] = ctx->snapshots[--ctx->nsnapshots];
+      }
+    if (!snap && dpt_vk_alloc_create(ctx, f->bytes, DPT_VK_MEM_HOST, &snap) != DPT_OK) return 0;
+    if (vk_record_copy(ctx, f->buf->handle, f->offset, snap, 0, f->bytes) != DPT_OK) {
+      dpt_vk_alloc_release(ctx, snap);
+      return 0;
+    }
+    f->handle = snap;
+  }
   f->serial = ctx->recording >= 0 ? ctx->frames[ctx->recording].serial : ctx->next_serial - 1;
-  return dpt_vk_submit(ctx) == DPT_OK;
+  if (dpt_vk_submit(ctx) == DPT_OK) return 1;
+  dpt_vk_fence_free(be, f);
+  return 0;
+}
+
+void dpt_vk_fence_free(dpt_backend *be, dpt_fence *f) {
+  dpt_vk_alloc *snap = f->handle;
+  if (!snap) return;
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
+  pthread_mutex_lock(&be->lock);
+  if (ctx->nsnapshots < (int)(sizeof ctx->snapshots / sizeof *ctx->snapshots))
+    ctx->snapshots[ctx->nsnapshots++] = snap;
+  else
+    dpt_vk_alloc_release(ctx, snap);
+  pthread_mutex_unlock(&be->lock);
+  f->handle = NULL;
 }
 
 dpt_status dpt_vk_fence_wait(dpt_backend *be, const dpt_fence *f) {
@@ -511,13 +546,11 @@ dpt_status dpt_vk_fence_wait(dpt_backend *be, const dpt_fence *f) {
   return DPT_OK;
 }
 
-void dpt_vk_fence_free(dpt_backend *be, dpt_fence *f) {
-  (void)be;
-  (void)f;
-}
-
-/* The host address of a fenced range's byte `offset` of the buffer (mapped in direct mode). */
+/* The host address of the buffer's byte `offset` in a fenced range: the mapped buffer in
+ * direct mode, else the snapshot. */
 static uint8_t *vk_fenced_at(const dpt_fence *f, size_t offset) {
+  const dpt_vk_alloc *snap = f->handle;
+  if (snap) return snap->block->map + snap->offset + (offset - f->offset);
   const dpt_vk_alloc *al = f->buf->handle;
   return al->block->map + al->offset + offset;
 }
@@ -533,7 +566,14 @@ dpt_status dpt_vk_upload_after(dpt_backend *be, const dpt_fence *f, size_t offse
                                size_t bytes) {
   DPT_TRY(dpt_vk_fence_wait(be, f));
   memcpy(vk_fenced_at(f, offset), src, bytes);
-  return DPT_OK;
+  dpt_vk_alloc *snap = f->handle;
+  if (!snap) return DPT_OK;
+  pthread_mutex_lock(&be->lock);
+  dpt_status st = dpt_vk_enter(be);
+  if (st == DPT_OK)
+    st = vk_record_copy(dpt_vk_ctx_of(be), snap, offset - f->offset, f->buf->handle, offset, bytes);
+  pthread_mutex_unlock(&be->lock);
+  return st;
 }
 
 dpt_status dpt_vk_map(dpt_backend *be, dpt_buffer *buf, size_t offset, size_t bytes, void **ptr) {
