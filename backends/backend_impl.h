@@ -375,7 +375,7 @@ dpt_status dpt_buffer_unmap_host(dpt_buffer *buf, void *ptr);
  * nonblocking collective fences its range when it starts; its progress thread moves the range
  * with the fence while the caller's thread goes on submitting work that leaves the range alone).
  * dpt_buffer_fence returns NULL where the backend has no such transfers (CPU: its work is done
- * when submitted; a discrete Vulkan device) or making one failed: a NULL fence makes the fenced
+ * when submitted) or making one failed: a NULL fence makes the fenced
  * transfers dpt_buffer_download / dpt_buffer_upload, ordered after all submitted work. A fenced
  * transfer must lie in the fence's range. dpt_backend_fence: a fence without a range, to wait
  * for the work submitted so far with dpt_fence_wait, which holds no lock (NULL: returns). */

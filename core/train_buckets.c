@@ -122,13 +122,11 @@ dpt_status dpt_train_buckets_finish(replica_state *s, double *exposed, double *b
    * time after that is the exposed communication, and each bucket's exchange counts from when
    * its range was ready on the host (dpt_request_info.ready), not from when it started waiting
    * for the device. */
-  double t0 = dpt_now();
   dpt_fence *end = dpt_backend_fence(s->be);
-  dpt_status first = dpt_fence_wait(end);
+  dpt_train_keep_failure(s, dpt_fence_wait(end));
   dpt_fence_free(end);
-  if (first != DPT_OK) dpt_train_keep_failure(s, first);
-  first = b->start_failed;
-  t0 = dpt_now();
+  dpt_status first = b->start_failed;
+  const double t0 = dpt_now();
   double work = 0;
   for (size_t j = 0; j < b->n; ++j) {
     memset(&b->info[j], 0, sizeof b->info[j]);

@@ -8,12 +8,11 @@
  * several threads are serialized, not concurrent: what a nonblocking collective needs (its
  * progress thread downloads and uploads while the caller runs ops, comm.h). How much then
  * truly overlaps: CPU ops run on the calling thread, and a collective works on the other
- * ranges in place; on OpenCL, and on Vulkan where device memory is host-visible, a nonblocking
- * collective's transfers wait only for the work submitted before it started (OpenCL: a
- * nonblocking read enqueued by the start call; Vulkan: for that batch, then a copy without the
- * lock), so the device goes on with the work submitted after it; on a discrete Vulkan device
- * they are recorded into the one queue behind that work. A thread still must not free a buffer
- * another thread uses. Different backends never wait for each other.
+ * ranges in place; on OpenCL and Vulkan a nonblocking collective's transfers wait only for the
+ * work submitted before it started (OpenCL: a nonblocking read enqueued by the start call;
+ * Vulkan: for that batch, then a copy without the lock), so the device goes on with the work
+ * submitted after it (docs/collectives.md). A thread still must not free a buffer another
+ * thread uses. Different backends never wait for each other.
  *
  * Conventions of the op set:
  *   - tensors are float32, row-major, unless said (labels and indices are int32, half
