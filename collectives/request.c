@@ -233,6 +233,20 @@ static dpt_status progress_start(dpt_comm *c, const char *fn) {
   return DPT_OK;
 }
 
+/* Whether a request not yet waited for works on bytes of [off, off + bytes) of buf: a fence
+ * would read the range before that request's results are written back, so the new request
+ * transfers in order behind it instead (caller's thread: p->out is its own list). */
+static int overlaps_pending(const dpt_progress *p, const dpt_buffer *buf, size_t off,
+                            size_t bytes) {
+  for (const dpt_request *q = p->out; q; q = q->o_next) {
+    const size_t esize = dpt_dtype_size(q->dtype);
+    if (q->buf != buf || !esize) continue;
+    const size_t lo = q->offset * esize, hi = lo + q->count * esize; /* checked at its start */
+    if (lo < off + bytes && off < hi) return 1;
+  }
+  return 0;
+}
+
 static dpt_status start(dpt_comm *c, req_kind kind, dpt_buffer *buf, size_t offset, size_t count,
                         dpt_comm_dtype dtype, dpt_request **out) {
   const char *fn = kind_name(kind);
@@ -260,7 +274,7 @@ static dpt_status start(dpt_comm *c, req_kind kind, dpt_buffer *buf, size_t offs
    * that work only, not for what this thread submits meanwhile (which leaves the range alone). */
   size_t esize = dpt_dtype_size(dtype), off_bytes = 0, bytes = 0;
   if (buf && c->size > 1 && esize && dpt_mul_ok(offset, esize, &off_bytes) &&
-      dpt_mul_ok(count, esize, &bytes))
+      dpt_mul_ok(count, esize, &bytes) && !overlaps_pending(p, buf, off_bytes, bytes))
     r->fence = dpt_buffer_fence(buf, off_bytes, bytes);
   r->st = DPT_OK;
   r->id = ++p->next_id;

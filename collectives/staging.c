@@ -18,8 +18,9 @@
  *     nothing from a second thread on the same cores, and a spinning communicator would
  *     compete with it.
  * Within one collective only one thread uses the backend at a time (the helper, or the
- * caller); in a nonblocking request the caller's own thread may run ops meanwhile, serialized
- * with these transfers by the backend's lock (backend.h).
+ * caller); in a nonblocking request the caller's own thread may run ops meanwhile, and the
+ * transfers are the fenced ones of the request's start (backends/backend_impl.h), which wait
+ * for the work before the start only.
  * Host memory: 3 slots of min(block_bytes, data size), whatever the buffer size.
  */
 #define _POSIX_C_SOURCE 200809L

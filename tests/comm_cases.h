@@ -82,6 +82,9 @@ uint64_t comm_case_hash(const void *p, size_t bytes);
  * back and waited out of order while this thread runs axpy on another range of the buffer:
  * results bit-identical to the blocking calls, times ordered, FIFO. */
 int comm_case_requests(dpt_comm *c, dpt_backend *be, char *err, size_t errlen);
+/* Two requests on overlapping ranges, started back to back: the second reduces the first's
+ * result, bit-identical to the blocking calls one after the other. */
+int comm_case_request_overlap(dpt_comm *c, dpt_backend *be, char *err, size_t errlen);
 /* A blocking collective and an option change with a request pending: DPT_ERR_INVALID_ARG
  * naming it; the request still completes. */
 int comm_case_request_pending(dpt_comm *c, dpt_backend *be, char *err, size_t errlen);

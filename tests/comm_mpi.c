@@ -415,8 +415,9 @@ typedef int (*request_case)(dpt_comm *c, dpt_backend *be, char *err, size_t errl
  * of the CPU backend, every staging mode. */
 START_TEST(requests) {
   const request_case cases[] = {comm_case_requests, comm_case_request_pending,
-                                comm_case_request_failure, comm_case_request_destroy};
-  const char *names[] = {"requests", "pending", "failure", "destroy"};
+                                comm_case_request_failure, comm_case_request_destroy,
+                                comm_case_request_overlap};
+  const char *names[] = {"requests", "pending", "failure", "destroy", "overlap"};
   dpt_backend_kind kinds[DPT_BACKEND_KIND_COUNT] = {DPT_BACKEND_CPU};
   int nk = g_gpu ? comm_case_backends(kinds, DPT_BACKEND_KIND_COUNT) : 1;
   for (int k = 0; k < nk; ++k) {

@@ -61,13 +61,13 @@ int comm_case_requests(dpt_comm *c, dpt_backend *be, char *err, size_t errlen) {
                           : dpt_allreduce_buffer_start(c, buf, k * n, n, DPT_COMM_F32, &req[k]);
     if (st != DPT_OK) FAIL("start %d: %s", k, dpt_last_error());
   }
-  /* Backend work on the other range while the requests run: y += x until all are done. Each
-   * step waits for its kernel, as a backward pass's work is finite: else a GPU queue would grow
-   * faster than it drains, and a staging download (in order behind it) would never come. */
+  /* Backend work on the other range while the requests run: y += x until all are done, in
+   * bursts of 64 kernels without waiting for them (the requests' transfers wait only for the
+   * work before their start); each burst is waited for, as a backward pass's work is finite. */
   long iters = 0;
   for (int done = 0; !done; ++iters) {
     if (dpt_axpy(be, w, 1.0f, buf, work, buf, work + w) != DPT_OK ||
-        dpt_backend_synchronize(be) != DPT_OK)
+        (iters % 64 == 63 && dpt_backend_synchronize(be) != DPT_OK))
       FAIL("axpy: %s", dpt_last_error());
     done = 1;
     for (int k = 0; k < NREQ; ++k) {
@@ -119,6 +119,42 @@ out:
 
 /* A blocking collective (and an option change) while a request is pending: refused, naming
  * it; the request still completes with the closed-form sum. */
+int comm_case_request_overlap(dpt_comm *c, dpt_backend *be, char *err, size_t errlen) {
+  const int rank = dpt_comm_rank(c);
+  const size_t n = 6000, half = n / 2;
+  float host[6000], ref[6000], got[6000];
+  dpt_buffer *buf = NULL;
+  dpt_request *a = NULL, *b = NULL;
+  int rc = 0;
+  for (size_t i = 0; i < n; ++i)
+    host[i] = inexact(rank, i);
+  if (dpt_buffer_alloc(be, sizeof host, &buf) != DPT_OK ||
+      dpt_buffer_upload(buf, 0, host, sizeof host) != DPT_OK)
+    FAIL("buffer: %s", dpt_last_error());
+  /* The reference: [0, n) all-reduced, then [half, n) all-reduced again. */
+  if (dpt_allreduce_buffer(c, buf, 0, n, DPT_COMM_F32) != DPT_OK ||
+      dpt_allreduce_buffer(c, buf, half, n - half, DPT_COMM_F32) != DPT_OK ||
+      dpt_buffer_download(buf, 0, ref, sizeof ref) != DPT_OK ||
+      dpt_buffer_upload(buf, 0, host, sizeof host) != DPT_OK)
+    FAIL("reference: %s", dpt_last_error());
+  if (dpt_allreduce_buffer_start(c, buf, 0, n, DPT_COMM_F32, &a) != DPT_OK ||
+      dpt_allreduce_buffer_start(c, buf, half, n - half, DPT_COMM_F32, &b) != DPT_OK)
+    FAIL("start: %s", dpt_last_error());
+  dpt_status sa = dpt_request_wait(a, NULL), sb = dpt_request_wait(b, NULL);
+  a = b = NULL;
+  if (sa != DPT_OK || sb != DPT_OK) FAIL("wait: %s", dpt_last_error());
+  if (dpt_buffer_download(buf, 0, got, sizeof got) != DPT_OK)
+    FAIL("download: %s", dpt_last_error());
+  for (size_t i = 0; i < n; ++i)
+    if (memcmp(&got[i], &ref[i], sizeof(float)))
+      FAIL("element %zu: %.9g, the blocking calls gave %.9g", i, (double)got[i], (double)ref[i]);
+out:
+  (void)dpt_request_wait(a, NULL);
+  (void)dpt_request_wait(b, NULL);
+  dpt_buffer_free(buf);
+  return rc;
+}
+
 int comm_case_request_pending(dpt_comm *c, dpt_backend *be, char *err, size_t errlen) {
   const int rank = dpt_comm_rank(c), size = dpt_comm_size(c);
   const size_t n = 5000;

@@ -1002,6 +1002,7 @@ START_TEST(requests_overlap) {
     for (int mode = 0; mode < COMM_CASE_STAGINGS; ++mode) {
       run_request_case(comm_case_requests, size, mode, 0);
       run_request_case(comm_case_request_pending, size, mode, 0);
+      run_request_case(comm_case_request_overlap, size, mode, 0);
     }
   }
 }

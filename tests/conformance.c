@@ -829,6 +829,14 @@ START_TEST(test_fenced_transfers) {
     dpt_buffer_free(other);
   }
   dpt_fence_free(f);
+  /* The same range fenced again at once (a Vulkan snapshot reused while the copy back of the
+   * upload above may still be pending): the work before it, the upload and the scale by 3. */
+  dpt_fence *again = dpt_buffer_fence(b, 0, N * sizeof(float));
+  ck_assert_int_eq(dpt_buffer_download_fenced(b, 0, got, sizeof got, again), DPT_OK);
+  for (int i = 0; i < N; ++i)
+    ck_assert_msg(got[i] == -3.0f * (float)i, "fenced again: element %d is %g, expected %g", i,
+                  (double)got[i], -3.0 * i);
+  dpt_fence_free(again);
   /* A fence without a range: dpt_fence_wait returns once the work before it has run. */
   dpt_fence *all = dpt_backend_fence(g_test);
   ck_assert_int_eq(dpt_fence_wait(all), DPT_OK);

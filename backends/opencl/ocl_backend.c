@@ -406,6 +406,11 @@ static int ocl_event_pending(cl_event ev) {
   return status > CL_COMPLETE;
 }
 
+/* Whether the device may still read or write the host copy. */
+static int ocl_snapshot_busy(const ocl_snapshot *s) {
+  return ocl_event_pending(s->done) || ocl_event_pending(s->written);
+}
+
 static void ocl_snapshot_free(ocl_snapshot *s) {
   if (s->done) clReleaseEvent(s->done);
   if (s->written) clReleaseEvent(s->written);
@@ -417,7 +422,7 @@ static void ocl_snapshot_free(ocl_snapshot *s) {
 static void ocl_reap(dpt_ocl_ctx *c, int all) {
   for (ocl_snapshot **p = &c->retired; *p;) {
     ocl_snapshot *s = *p;
-    if (!all && ocl_event_pending(s->written)) {
+    if (!all && ocl_snapshot_busy(s)) {
       p = &s->next;
       continue;
     }
@@ -450,14 +455,15 @@ static int dpt_ocl_fence(dpt_backend *be, dpt_fence *f) {
 
 static void dpt_ocl_fence_free(dpt_backend *be, dpt_fence *f) {
   ocl_snapshot *s = f->handle;
-  if (!ocl_event_pending(s->written)) {
-    ocl_snapshot_free(s);
-    return;
-  }
   dpt_ocl_ctx *c = dpt_ocl_ctx_of(be);
   pthread_mutex_lock(&be->lock);
-  s->next = c->retired;
-  c->retired = s;
+  ocl_reap(c, 0);
+  if (ocl_snapshot_busy(s)) {
+    s->next = c->retired;
+    c->retired = s;
+  } else {
+    ocl_snapshot_free(s);
+  }
   pthread_mutex_unlock(&be->lock);
 }
 

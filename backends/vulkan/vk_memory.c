@@ -530,11 +530,19 @@ void dpt_vk_fence_free(dpt_backend *be, dpt_fence *f) {
   f->handle = NULL;
 }
 
+/* The fenced transfers run on another thread than the caller's ops: they refuse a lost device
+ * but leave a validation error to the caller's next call (dpt_vk_enter), whose ops raised it. */
+static dpt_status vk_fenced_lost(const dpt_backend *be) {
+  return be->lost
+             ? dpt_set_error(DPT_ERR_DEVICE, "vulkan: the device was lost; destroy the backend")
+             : DPT_OK;
+}
+
 dpt_status dpt_vk_fence_wait(dpt_backend *be, const dpt_fence *f) {
   dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
   for (long pause_ns = 10000;; pause_ns = pause_ns < 200000 ? 2 * pause_ns : pause_ns) {
     pthread_mutex_lock(&be->lock);
-    dpt_status st = dpt_vk_enter(be);
+    dpt_status st = vk_fenced_lost(be);
     if (st == DPT_OK && f->serial > ctx->completed) st = dpt_vk_poll(ctx);
     const int done = f->serial <= ctx->completed;
     pthread_mutex_unlock(&be->lock);
@@ -569,7 +577,7 @@ dpt_status dpt_vk_upload_after(dpt_backend *be, const dpt_fence *f, size_t offse
   dpt_vk_alloc *snap = f->handle;
   if (!snap) return DPT_OK;
   pthread_mutex_lock(&be->lock);
-  dpt_status st = dpt_vk_enter(be);
+  dpt_status st = vk_fenced_lost(be);
   if (st == DPT_OK)
     st = vk_record_copy(dpt_vk_ctx_of(be), snap, offset - f->offset, f->buf->handle, offset, bytes);
   pthread_mutex_unlock(&be->lock);

@@ -10,7 +10,7 @@
  * truly overlaps: CPU ops run on the calling thread, and a collective works on the other
  * ranges in place; on OpenCL and Vulkan a nonblocking collective's transfers wait only for the
  * work submitted before it started (OpenCL: a nonblocking read enqueued by the start call;
- * Vulkan: for that batch, then a copy without the lock), so the device goes on with the work
+ * Vulkan: for that batch, then a copy), so the device goes on with the work
  * submitted after it (docs/collectives.md). A thread still must not free a buffer another
  * thread uses. Different backends never wait for each other.
  *
