@@ -654,6 +654,21 @@ START_TEST(accumulate_equivalence) {
 }
 END_TEST
 
+/* A bucketed run (cfg.bucket_bytes set) against the same run's one exchange (ref, and its
+ * report r0 or NULL): the same parameters bit for bit (and hash), and a report of how long the
+ * exchanges ran and the steps waited for them. */
+static void expect_bucketed_same(dpt_train_config cfg, int R, const float *ref,
+                                 const dpt_train_report *r0, size_t n, const char *what) {
+  dpt_train_report rb;
+  float *got = train_threads(cfg, R, &rb);
+  ck_assert_msg(memcmp(got, ref, n * sizeof(float)) == 0, "%s: parameters differ from one exchange",
+                what);
+  if (r0) ck_assert_uint_eq(rb.param_hash, r0->param_hash);
+  ck_assert(rb.exchange_seconds > 0);
+  ck_assert(rb.exposed_seconds >= 0 && rb.exposed_seconds <= rb.allreduce_seconds + 1e-9);
+  free(got);
+}
+
 /* Gradient buckets exchanged while backward goes on: the parameters are bit for bit those of
  * one exchange after backward, with the sharded step and with the full step (the ring forced,
  * as the unbucketed run picks it for large models), for buckets of 1 and 3 ring blocks (4 KiB
@@ -671,21 +686,16 @@ START_TEST(buckets_bit_for_bit) {
     for (int R = 2; R <= 3; ++R) {
       cfg.full_optimizer_step = full;
       cfg.bucket_bytes = 0;
-      dpt_train_report r0, rb;
+      dpt_train_report r0;
       float *ref = train_threads(cfg, R, &r0);
       ck_assert_double_eq(r0.exposed_seconds, r0.exchange_seconds);
       ck_assert(r0.exchange_seconds > 0);
       static const size_t sizes[2] = {4096, 3 * 4096};
       for (int k = 0; k < 2; ++k) {
         cfg.bucket_bytes = sizes[k];
-        float *got = train_threads(cfg, R, &rb);
-        ck_assert_msg(memcmp(got, ref, n * sizeof(float)) == 0,
-                      "R=%d full=%d bucket %zu: parameters differ from one exchange", R, full,
-                      sizes[k]);
-        ck_assert_uint_eq(rb.param_hash, r0.param_hash);
-        ck_assert(rb.exchange_seconds > 0);
-        ck_assert(rb.exposed_seconds >= 0 && rb.exposed_seconds <= rb.allreduce_seconds + 1e-9);
-        free(got);
+        char what[64];
+        snprintf(what, sizeof what, "R=%d full=%d bucket %zu", R, full, sizes[k]);
+        expect_bucketed_same(cfg, R, ref, &r0, n, what);
       }
       free(ref);
     }
@@ -695,9 +705,7 @@ START_TEST(buckets_bit_for_bit) {
   cfg.bucket_bytes = 0;
   float *ref = train_threads(cfg, 2, NULL);
   cfg.bucket_bytes = 4096;
-  float *got = train_threads(cfg, 2, NULL);
-  ck_assert_int_eq(memcmp(got, ref, n * sizeof(float)), 0);
-  free(got);
+  expect_bucketed_same(cfg, 2, ref, NULL, n, "accumulate 3");
   free(ref);
   unsetenv("DPT_COMM_BLOCK");
   unsetenv("DPT_COMM_PIECE");
@@ -736,20 +744,16 @@ START_TEST(buckets_16bit_bit_for_bit) {
         cfg.grad_dtype = dtypes[d];
         cfg.grad_error_feedback = ef;
         cfg.bucket_bytes = 0;
-        dpt_train_report r0, rb;
+        dpt_train_report r0;
         float *ref = train_threads(cfg, R, &r0);
         ck_assert_msg(memcmp(ref, f32, n * sizeof(float)) != 0, "dtype %d: float32's bits",
                       (int)dtypes[d]);
         for (int k = 0; k < 2; ++k) {
           cfg.bucket_bytes = sizes[k];
-          float *got = train_threads(cfg, R, &rb);
-          ck_assert_msg(memcmp(got, ref, n * sizeof(float)) == 0,
-                        "R=%d dtype %d feedback %d bucket %zu: parameters differ from one exchange",
-                        R, (int)dtypes[d], ef, sizes[k]);
-          ck_assert_uint_eq(rb.param_hash, r0.param_hash);
-          ck_assert(rb.exchange_seconds > 0);
-          ck_assert(rb.exposed_seconds >= 0 && rb.exposed_seconds <= rb.allreduce_seconds + 1e-9);
-          free(got);
+          char what[80];
+          snprintf(what, sizeof what, "R=%d dtype %d feedback %d bucket %zu", R, (int)dtypes[d], ef,
+                   sizes[k]);
+          expect_bucketed_same(cfg, R, ref, &r0, n, what);
         }
         free(ref);
       }
@@ -762,9 +766,7 @@ START_TEST(buckets_16bit_bit_for_bit) {
   cfg.bucket_bytes = 0;
   float *acc_ref = train_threads(cfg, 3, NULL);
   cfg.bucket_bytes = 1024;
-  float *acc_got = train_threads(cfg, 3, NULL);
-  ck_assert_int_eq(memcmp(acc_got, acc_ref, n * sizeof(float)), 0);
-  free(acc_got);
+  expect_bucketed_same(cfg, 3, acc_ref, NULL, n, "accumulate 3");
   free(acc_ref);
   cfg.accumulate = 1;
   unsetenv("DPT_ALLREDUCE_ALGO");
