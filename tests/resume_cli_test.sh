@@ -47,7 +47,9 @@ rank_pid() {
 # its start-up and its signal handlers are in place); empty after 60 s without.
 training_pid() {
   local dir=$1 r=$2 i=0
-  while ! ls "$dir"/ckpt-*.safetensors >/dev/null 2>&1 && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+  # compgen lists names without opening them: ls fails when the run deletes an old checkpoint
+  # between the glob and its stat
+  while ! compgen -G "$dir/ckpt-*.safetensors" >/dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
   rank_pid "$dir" "$r"
 }
 
