@@ -38,10 +38,12 @@
 #include "backends/backend_impl.h"
 #include "collectives/comm_impl.h"
 
-typedef enum req_kind { REQ_ALLREDUCE, REQ_REDUCE_SCATTER } req_kind;
+typedef enum req_kind { REQ_ALLREDUCE, REQ_REDUCE_SCATTER, REQ_ALLGATHER } req_kind;
 
 static const char *kind_name(req_kind k) {
-  return k == REQ_ALLREDUCE ? "dpt_allreduce_buffer_start" : "dpt_reduce_scatter_buffer_start";
+  return k == REQ_ALLREDUCE        ? "dpt_allreduce_buffer_start"
+         : k == REQ_REDUCE_SCATTER ? "dpt_reduce_scatter_buffer_start"
+                                   : "dpt_allgather_shards_buffer_start";
 }
 
 struct dpt_request {
@@ -153,7 +155,9 @@ static dpt_status run_request(dpt_comm *c, dpt_progress *p, const dpt_request *r
   if (c->tp->serialized) dpt_serial_lock();
   dpt_status st = r->kind == REQ_ALLREDUCE
                       ? dpt_allreduce_buffer(c, r->buf, r->offset, r->count, r->dtype)
-                      : dpt_reduce_scatter_buffer(c, r->buf, r->offset, r->count, r->dtype);
+                  : r->kind == REQ_REDUCE_SCATTER
+                      ? dpt_reduce_scatter_buffer(c, r->buf, r->offset, r->count, r->dtype)
+                      : dpt_allgather_shards_buffer(c, r->buf, r->offset, r->count, r->dtype);
   if (c->tp->serialized) dpt_serial_unlock();
   if (st != DPT_OK)
     st = dpt_error_context(st, "%s #%llu", kind_name(r->kind), (unsigned long long)r->id);
@@ -308,6 +312,12 @@ dpt_status dpt_allreduce_buffer_start(dpt_comm *c, dpt_buffer *buf, size_t offse
 dpt_status dpt_reduce_scatter_buffer_start(dpt_comm *c, dpt_buffer *buf, size_t offset,
                                            size_t count, dpt_comm_dtype dtype, dpt_request **out) {
   return start(c, REQ_REDUCE_SCATTER, buf, offset, count, dtype, out);
+}
+
+dpt_status dpt_allgather_shards_buffer_start(dpt_comm *c, dpt_buffer *buf, size_t offset,
+                                             size_t count, dpt_comm_dtype dtype,
+                                             dpt_request **out) {
+  return start(c, REQ_ALLGATHER, buf, offset, count, dtype, out);
 }
 
 dpt_status dpt_request_test(dpt_request *r, int *done) {

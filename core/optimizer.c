@@ -473,6 +473,46 @@ dpt_status dpt_optimizer_step_ranges(dpt_optimizer *o, const dpt_range *ranges, 
   return update(o, ranges, n, grad_sumsq, grad_norm);
 }
 
+int dpt_optimizer_steps_in_parts(const dpt_optimizer *o) {
+  return o && o->cfg.kind != DPT_OPTIM_LAMB && !(o->cfg.clip_norm > 0.0f);
+}
+
+dpt_status dpt_optimizer_step_part(dpt_optimizer *o, const dpt_range *parts, size_t n) {
+  const char *fn = "dpt_optimizer_step_part";
+  if (!o) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: optimizer is NULL", fn);
+  if (!dpt_optimizer_steps_in_parts(o))
+    return dpt_set_error(DPT_ERR_UNSUPPORTED, "%s: %s needs the whole gradient first", fn,
+                         o->cfg.kind == DPT_OPTIM_LAMB ? "LAMB" : "clipping (clip_norm)");
+  DPT_TRY(check_ranges(o->model, parts, n, fn));
+  /* Each part's state: at its own offset, or in the sharded optimizer's range that holds it. */
+  size_t at = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t off = parts[i].offset, cnt = parts[i].count;
+    size_t so = off;
+    if (o->shard) {
+      while (at < o->nshard && o->shard[at].offset + o->shard[at].count <= off)
+        ++at;
+      if (at == o->nshard || off < o->shard[at].offset ||
+          off + cnt > o->shard[at].offset + o->shard[at].count)
+        return dpt_set_error(DPT_ERR_INVALID_ARG,
+                             "%s: part %zu [%zu, +%zu) is not inside one of this optimizer's %zu "
+                             "shard ranges",
+                             fn, i, off, cnt, o->nshard);
+      so = o->state_off[at] + (off - o->shard[at].offset);
+    }
+    if (cnt > 0)
+      DPT_TRY(update_tensors(o, off, cnt, so,
+                             (float)(dpt_optim_lr_at(&o->cfg, o->steps) * o->lr_scale)));
+  }
+  return DPT_OK;
+}
+
+dpt_status dpt_optimizer_end_step(dpt_optimizer *o) {
+  if (!o) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_optimizer_end_step: optimizer is NULL");
+  ++o->steps;
+  return DPT_OK;
+}
+
 int dpt_optimizer_num_slots(const dpt_optimizer *o) {
   return !o ? 0 : o->state1 ? 2 : o->state0 ? 1 : 0;
 }

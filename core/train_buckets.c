@@ -7,7 +7,14 @@
  * reduce-scatter's shards are the same ranges (the parameters equal the unbucketed step's bit
  * for bit). With a 16-bit exchange (grad_dtype) each bucket narrows its range into s->gh when it
  * starts and widens it back when the step waits for it; its blocks are those of the 16-bit
- * buffer (block_bytes / 2 elements), which the unbucketed 16-bit all-reduce cuts. */
+ * buffer (block_bytes / 2 elements), which the unbucketed 16-bit all-reduce cuts.
+ *
+ * Where the optimizer can step in parts (no clipping, not LAMB) and a step that turns out not
+ * finite is not skipped (on_nonfinite stop or rollback: the run ends, or the checkpoint's state
+ * replaces everything), the step updates each bucket's part of this replica's ranges as soon as
+ * the bucket's exchange is done, while the later buckets are still exchanged; with the sharded
+ * step it then starts the all-gather of the bucket's parameters. Each element gets the same
+ * update as in the whole step, so the bits are the same. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +22,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "backends/backend_impl.h"
+#include "core/trace.h"
 #include "core/trainer_impl.h"
 
 struct train_buckets {
@@ -23,9 +31,17 @@ struct train_buckets {
                              unused. Descending: bucket 0 ends the buffer, the first backward fills */
   dpt_request **req;      /* [n]: started this step, not yet waited for */
   dpt_request_info *info; /* [n]: the last step's */
-  dpt_comm_dtype dtype;   /* the exchange's: F32, or grad_dtype's 16 bits (into s->gh) */
-  size_t next;            /* the next bucket to start */
-  int armed;              /* the hook starts buckets (the step's last backward) */
+  /* The update in parts (step_parts): bucket j's part of this replica's ranges is
+   * parts[part_lo[j] .. part_lo[j + 1]); gather[j]: its parameters' all-gather (sharded). */
+  int step_parts;
+  dpt_range *parts;
+  size_t *part_lo;       /* [n + 1] */
+  dpt_request **gather;  /* [n] */
+  int stepped;           /* this step's update was done in parts */
+  const char *whole_why; /* !step_parts: why the update waits for the last bucket */
+  dpt_comm_dtype dtype;  /* the exchange's: F32, or grad_dtype's 16 bits (into s->gh) */
+  size_t next;           /* the next bucket to start */
+  int armed;             /* the hook starts buckets (the step's last backward) */
   dpt_status start_failed;
   replica *r;
   replica_state *s;
@@ -34,11 +50,16 @@ struct train_buckets {
 void dpt_train_buckets_free(replica_state *s) {
   train_buckets *b = s->buckets;
   if (!b) return;
-  for (size_t j = 0; j < b->n; ++j)
+  for (size_t j = 0; j < b->n; ++j) {
     (void)dpt_request_wait(b->req[j], NULL);
+    if (b->gather) (void)dpt_request_wait(b->gather[j], NULL);
+  }
   free(b->lo);
   free(b->req);
   free(b->info);
+  free(b->parts);
+  free(b->part_lo);
+  free(b->gather);
   free(b);
   s->buckets = NULL;
 }
@@ -75,6 +96,60 @@ void dpt_train_buckets_on_layer(replica_state *s, int backward, size_t ready_fro
     start_bucket(b, b->next++);
 }
 
+/* The update in parts, when the run allows it: bucket j's part is where this replica's ranges
+ * (its shard, or everything) meet the bucket. With the sharded step these pieces must be the
+ * shards the bucket's own reduce-scatter completes (they are: both are cut on ring blocks); a
+ * layout where they are not would update sums that are not complete, so it fails the set-up. */
+static dpt_status setup_parts(train_buckets *b, const dpt_train_config *cfg) {
+  replica_state *s = b->s;
+  b->whole_why = cfg->optim.kind == DPT_OPTIM_LAMB ? "LAMB's trust ratios need whole tensors"
+                 : cfg->optim.clip_norm > 0.0f     ? "clipping needs the whole gradient's norm"
+                 : cfg->on_nonfinite == DPT_NONFINITE_SKIP
+                     ? "a skipped step must leave the parameters as they were"
+                     : NULL;
+  if (b->whole_why || !dpt_optimizer_steps_in_parts(s->opt)) return DPT_OK;
+  const size_t np = dpt_model_num_params(s->model);
+  const dpt_range whole = {0, np};
+  const dpt_range *own = s->mode == STEP_SHARDED ? s->shard : &whole;
+  const size_t nown = s->mode == STEP_SHARDED ? s->nshard : 1;
+  b->parts = malloc((nown + b->n) * sizeof *b->parts);
+  b->part_lo = malloc((b->n + 1) * sizeof *b->part_lo);
+  b->gather = calloc(b->n, sizeof *b->gather);
+  if (!b->parts || !b->part_lo || !b->gather)
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "buckets: out of host memory");
+  size_t m = 0;
+  for (size_t j = 0; j < b->n; ++j) {
+    size_t off = 0, n = 0;
+    bucket_range(b, np, j, &off, &n);
+    b->part_lo[j] = m;
+    for (size_t i = 0; i < nown; ++i) {
+      const size_t lo = own[i].offset > off ? own[i].offset : off;
+      const size_t hi =
+          own[i].offset + own[i].count < off + n ? own[i].offset + own[i].count : off + n;
+      if (lo < hi) b->parts[m++] = (dpt_range){lo, hi - lo};
+    }
+    if (s->mode == STEP_SHARDED) {
+      /* The bucket's reduce-scatter completes its own shards: they must be these parts. */
+      const size_t k = m - b->part_lo[j];
+      dpt_range *mine = malloc((k ? k : 1) * sizeof *mine);
+      if (!mine) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "buckets: out of host memory");
+      int same = dpt_comm_shard(b->r->comm, n, DPT_COMM_F32, b->r->index, mine, k) == k;
+      for (size_t i = 0; same && i < k; ++i)
+        same = mine[i].offset + off == b->parts[b->part_lo[j] + i].offset &&
+               mine[i].count == b->parts[b->part_lo[j] + i].count;
+      free(mine);
+      if (!same)
+        return dpt_set_error(DPT_ERR_UNSUPPORTED,
+                             "buckets: the reduce-scatter of bucket %zu (%zu elements) "
+                             "completes other ranges than this replica's shard holds there",
+                             j, n);
+    }
+  }
+  b->part_lo[b->n] = m;
+  b->step_parts = 1;
+  return DPT_OK;
+}
+
 dpt_status dpt_train_buckets_setup(replica *r, replica_state *s, size_t bucket_bytes) {
   if (!bucket_bytes || s->mode == STEP_LOCAL || s->sparse) return DPT_OK;
   dpt_comm_options o;
@@ -105,15 +180,32 @@ dpt_status dpt_train_buckets_setup(replica *r, replica_state *s, size_t bucket_b
     at = at > take ? at - take : 0;
     b->lo[b->n++] = at * block;
   }
-  return DPT_OK;
+  return setup_parts(b, r->cfg);
 }
 
 void dpt_train_buckets_arm(replica_state *s, int armed) {
   if (s->buckets) s->buckets->armed = armed;
 }
 
-dpt_status dpt_train_buckets_finish(replica_state *s, double *exposed, double *busy) {
+/* After bucket j's exchange (step_parts): its part of the update, then with the sharded step
+ * the start of its parameters' all-gather, which every replica joins whatever its outcome. */
+static void step_part(train_buckets *b, size_t j, dpt_status first) {
+  replica_state *s = b->s;
+  const size_t lo = b->part_lo[j], np = dpt_model_num_params(s->model);
+  if (first == DPT_OK && s->pending == DPT_OK)
+    dpt_train_keep_failure(s,
+                           dpt_optimizer_step_part(s->opt, b->parts + lo, b->part_lo[j + 1] - lo));
+  if (s->mode != STEP_SHARDED) return;
+  size_t off = 0, n = 0;
+  bucket_range(b, np, j, &off, &n);
+  const dpt_status st = dpt_allgather_shards_buffer_start(b->r->comm, dpt_model_params(s->model),
+                                                          off, n, DPT_COMM_F32, &b->gather[j]);
+  if (st != DPT_OK && b->start_failed == DPT_OK) b->start_failed = st;
+}
+
+dpt_status dpt_train_buckets_finish(replica_state *s, bucket_times *t) {
   train_buckets *b = s->buckets;
+  memset(t, 0, sizeof *t);
   /* Every replica starts every bucket, in the same order, whatever its backward did. */
   while (b->next < b->n)
     start_bucket(b, b->next++);
@@ -127,27 +219,84 @@ dpt_status dpt_train_buckets_finish(replica_state *s, double *exposed, double *b
   dpt_fence_free(end);
   dpt_status first = b->start_failed;
   const double t0 = dpt_now();
-  double work = 0;
+  const size_t np = dpt_model_num_params(s->model);
   for (size_t j = 0; j < b->n; ++j) {
     memset(&b->info[j], 0, sizeof b->info[j]);
     dpt_status st = dpt_request_wait(b->req[j], &b->info[j]);
     b->req[j] = NULL;
     const double from =
         b->info[j].ready > b->info[j].started ? b->info[j].ready : b->info[j].started;
-    if (b->info[j].finished > from) work += b->info[j].finished - from;
+    if (b->info[j].finished > from) t->busy += b->info[j].finished - from;
     if (st != DPT_OK && first == DPT_OK) first = st;
     if (b->dtype != DPT_COMM_F32 && first == DPT_OK && s->pending == DPT_OK) {
       size_t off = 0, n = 0;
-      bucket_range(b, dpt_model_num_params(s->model), j, &off, &n);
+      bucket_range(b, np, j, &off, &n);
       dpt_train_keep_failure(s, dpt_train_widen_16(s, b->dtype, off, n));
     }
+    if (b->step_parts) {
+      const double tu = dpt_now();
+      step_part(b, j, first);
+      const double tv = dpt_now();
+      t->optimizer += tv - tu;
+      char name[48];
+      snprintf(name, sizeof name, "optimizer, bucket %zu", j);
+      if (s->trace) dpt_trace_event(s->trace, DPT_TRACE_OPTIMIZER, name, tu, tv);
+    }
   }
-  *exposed = dpt_now() - t0;
-  *busy = work;
+  t->exposed = dpt_now() - t0 - t->optimizer;
+  if (b->step_parts && s->mode == STEP_SHARDED) {
+    const double tg = dpt_now();
+    if (b->start_failed != DPT_OK && first == DPT_OK) first = b->start_failed;
+    for (size_t j = 0; j < b->n; ++j) {
+      dpt_request_info in;
+      memset(&in, 0, sizeof in);
+      const dpt_status st = dpt_request_wait(b->gather[j], &in);
+      if (st != DPT_OK && first == DPT_OK) first = st;
+      char name[48];
+      snprintf(name, sizeof name, "all-gather %zu (parameters)", j);
+      if (s->trace && b->gather[j])
+        dpt_trace_event(s->trace, DPT_TRACE_EXCHANGE, name, in.queued, in.finished);
+      b->gather[j] = NULL;
+    }
+    t->gather = dpt_now() - tg;
+  }
+  b->stepped = b->step_parts;
   b->next = 0;
   b->armed = 0;
   b->start_failed = DPT_OK;
   return first;
+}
+
+int dpt_train_buckets_stepped(const replica_state *s) {
+  return s->buckets && s->buckets->stepped;
+}
+
+void dpt_train_buckets_describe(const replica_state *s, char *out, size_t cap) {
+  const train_buckets *b = s->buckets;
+  if (!b) {
+    snprintf(out, cap, "no gradient buckets");
+    return;
+  }
+  const size_t np = dpt_model_num_params(s->model);
+  const size_t esize = b->dtype == DPT_COMM_F32 ? sizeof(float) : sizeof(uint16_t);
+  size_t off = 0, first = 0, next = 0;
+  bucket_range(b, np, 0, &off, &first);
+  if (b->n > 1) bucket_range(b, np, 1, &off, &next);
+  const char *what = s->mode == STEP_SHARDED ? "reduce-scatter" : "all-reduce";
+  int len = snprintf(out, cap, "%zu gradient bucket%s (the first %zu KiB", b->n,
+                     b->n == 1 ? "" : "s", (first * esize + 1023) >> 10);
+  if (len >= 0 && (size_t)len < cap && b->n > 1)
+    len +=
+        snprintf(out + len, cap - (size_t)len, ", then up to %zu KiB", (next * esize + 1023) >> 10);
+  if (len < 0 || (size_t)len >= cap) return;
+  if (b->step_parts)
+    snprintf(out + len, cap - (size_t)len,
+             "); each bucket's %s of the update runs once its %s is done%s",
+             s->mode == STEP_SHARDED ? "shard" : "part", what,
+             s->mode == STEP_SHARDED ? ", then its parameters' all-gather" : "");
+  else
+    snprintf(out + len, cap - (size_t)len, "); the update waits for the last bucket: %s",
+             b->whole_why);
 }
 
 const dpt_request_info *dpt_train_buckets_info(const replica_state *s, size_t *n) {

@@ -822,9 +822,13 @@ static dpt_status reduce_gradients(replica *r, replica_state *s, dpt_status loca
   if (s->mode != STEP_LOCAL) {
     const double t0 = dpt_now();
     const size_t np = dpt_model_num_params(s->model);
-    double exposed = 0, busy = 0;
+    double exposed = 0, busy = 0, parts = 0;
     if (s->buckets) {
-      st = dpt_train_buckets_finish(s, &exposed, &busy);
+      bucket_times bt;
+      st = dpt_train_buckets_finish(s, &bt);
+      exposed = bt.exposed;
+      busy = bt.busy;
+      parts = bt.optimizer; /* the update in parts, counted as the optimizer's */
     } else if (s->gh) {
       st = exchange_16(r, s);
       exposed = busy = dpt_now() - t0;
@@ -853,7 +857,8 @@ static dpt_status reduce_gradients(replica *r, replica_state *s, dpt_status loca
         dpt_trace_event(s->trace, DPT_TRACE_EXCHANGE, name, in[j].queued, in[j].finished);
       }
     }
-    s->t.comm += dpt_now() - t0;
+    s->t.comm += dpt_now() - t0 - parts;
+    s->t.optimizer += parts;
     s->t.exchange += busy;
     s->t.exposed += exposed;
     if (dpt_train_out_of_step(st)) return dpt_train_stop_after(s, st);
@@ -907,10 +912,6 @@ static dpt_status agree_on_step(replica *r, replica_state *s, const step_stats *
   return DPT_OK;
 }
 
-/* The optimizer step: the shard's update and the parameter all-gather (sharded), or the whole
- * update. A local failure is kept for the next exchange and the all-gather is joined
- * regardless, so that no replica waits for one that gave up. *skipped: the optimizer found a
- * non-finite gradient norm and the policy does not stop (the same on every replica). */
 /* LAMB's sharded update: the per-tensor sums of this replica's pieces, summed over the replicas
  * in replica order (identical everywhere), then the update. Every replica joins the sum unless
  * the step is skipped, which the agreed gradient norm decides alike everywhere. */
@@ -936,7 +937,17 @@ static dpt_status two_phase_step(replica *r, replica_state *s, double sumsq) {
   return st;
 }
 
+/* The optimizer step: the shard's update and the parameter all-gather (sharded), or the whole
+ * update. A local failure is kept for the next exchange and the all-gather is joined
+ * regardless, so that no replica waits for one that gave up. *skipped: the optimizer found a
+ * non-finite gradient norm and the policy does not stop (the same on every replica). Where the
+ * gradient buckets did both in parts (dpt_train_buckets_stepped), the step is only counted. */
 static dpt_status optimizer_step(replica *r, replica_state *s, double sumsq, int *skipped) {
+  *skipped = 0;
+  if (dpt_train_buckets_stepped(s)) { /* updated and gathered bucket by bucket: count the step */
+    if (s->pending == DPT_OK) dpt_train_keep_failure(s, dpt_optimizer_end_step(s->opt));
+    return DPT_OK;
+  }
   const double t0 = dpt_now();
   dpt_status st = DPT_OK;
   if (s->mode == STEP_SHARDED && dpt_optimizer_num_sums(s->opt) > 0) {
@@ -1415,6 +1426,11 @@ static dpt_status replica_run(replica *r, replica_state *s) {
                   table);
     const dpt_status bs = dpt_train_buckets_setup(r, s, bytes);
     DPT_TRY(dpt_train_agree_ready(r->comm, bs, dpt_last_error(), "replica", NULL));
+  }
+  if (s->buckets) {
+    char line[256];
+    dpt_train_buckets_describe(s, line, sizeof line);
+    dpt_train_log(r, "%s", line);
   }
   s->t.run_start = s->t.last_ckpt = dpt_now();
   /* A rollback needs a checkpoint to go back to. */

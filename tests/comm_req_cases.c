@@ -24,8 +24,9 @@ static float inexact(int rank, size_t i) {
 
 enum { NREQ = 4 };
 
-/* Several requests back to back on disjoint ranges of one buffer, waited out of order, while
- * this thread runs axpy on another range of the same buffer until they are done. */
+/* Several requests back to back on disjoint ranges of one buffer (an all-reduce, a
+ * reduce-scatter, an all-gather of the shards, an all-reduce), waited out of order, while this
+ * thread runs axpy on another range of the same buffer until they are done. */
 int comm_case_requests(dpt_comm *c, dpt_backend *be, char *err, size_t errlen) {
   const int rank = dpt_comm_rank(c);
   const size_t n = 20000;       /* elements per request range */
@@ -46,10 +47,11 @@ int comm_case_requests(dpt_comm *c, dpt_backend *be, char *err, size_t errlen) {
   if (dpt_buffer_alloc(be, total * sizeof(float), &buf) != DPT_OK ||
       dpt_buffer_upload(buf, 0, host, total * sizeof(float)) != DPT_OK)
     FAIL("buffer: %s", dpt_last_error());
-  /* The reference: the blocking calls on the same data (requests 1 and 3 reduce-scatter). */
+  /* The reference: the blocking calls on the same data. */
   for (int k = 0; k < NREQ; ++k) {
-    dpt_status st = k % 2 ? dpt_reduce_scatter_buffer(c, buf, k * n, n, DPT_COMM_F32)
-                          : dpt_allreduce_buffer(c, buf, k * n, n, DPT_COMM_F32);
+    dpt_status st = k % 3 == 1   ? dpt_reduce_scatter_buffer(c, buf, k * n, n, DPT_COMM_F32)
+                    : k % 3 == 2 ? dpt_allgather_shards_buffer(c, buf, k * n, n, DPT_COMM_F32)
+                                 : dpt_allreduce_buffer(c, buf, k * n, n, DPT_COMM_F32);
     if (st != DPT_OK) FAIL("blocking %d: %s", k, dpt_last_error());
   }
   if (dpt_buffer_download(buf, 0, ref, NREQ * n * sizeof(float)) != DPT_OK ||
@@ -57,8 +59,10 @@ int comm_case_requests(dpt_comm *c, dpt_backend *be, char *err, size_t errlen) {
     FAIL("reference: %s", dpt_last_error());
 
   for (int k = 0; k < NREQ; ++k) {
-    dpt_status st = k % 2 ? dpt_reduce_scatter_buffer_start(c, buf, k * n, n, DPT_COMM_F32, &req[k])
-                          : dpt_allreduce_buffer_start(c, buf, k * n, n, DPT_COMM_F32, &req[k]);
+    dpt_status st =
+        k % 3 == 1   ? dpt_reduce_scatter_buffer_start(c, buf, k * n, n, DPT_COMM_F32, &req[k])
+        : k % 3 == 2 ? dpt_allgather_shards_buffer_start(c, buf, k * n, n, DPT_COMM_F32, &req[k])
+                     : dpt_allreduce_buffer_start(c, buf, k * n, n, DPT_COMM_F32, &req[k]);
     if (st != DPT_OK) FAIL("start %d: %s", k, dpt_last_error());
   }
   /* Backend work on the other range while the requests run: y += x until all are done, in

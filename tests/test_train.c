@@ -189,6 +189,93 @@ START_TEST(sharded_matches_full_step) {
 }
 END_TEST
 
+/* The step in parts (dpt_optimizer_step_part, then dpt_optimizer_end_step), in the buckets'
+ * order (the end of the parameters first), gives the bits of dpt_optimizer_step_ranges, on a
+ * full and on a sharded optimizer, for SGD with momentum and AdamW with weight decay on weights
+ * only (parts cut inside tensors); parts do not count as steps; a part across two shard ranges,
+ * clipping and LAMB are refused. */
+START_TEST(optimizer_step_in_parts) {
+  dpt_model_spec spec;
+  const size_t hidden[1] = {40};
+  ck_assert_int_eq(dpt_model_spec_mlp(&spec, 1, 8, 8, hidden, 1, 10), DPT_OK);
+  dpt_backend *be;
+  ck_assert_int_eq(dpt_backend_create(DPT_BACKEND_CPU, 0, &be), DPT_OK);
+  const dpt_range rg[3] = {{3, 100}, {500, 250}, {2000, 10}};
+  /* rg in two calls, the later ranges first: bucket 0 [450, end), bucket 1 [0, 450) */
+  const dpt_range late[3] = {{500, 120}, {620, 130}, {2000, 10}}, early[2] = {{3, 50}, {53, 50}};
+  for (int kind = 0; kind < 2; ++kind) {
+    dpt_optim_config oc;
+    dpt_optim_config_default(&oc, kind ? DPT_OPTIM_ADAMW : DPT_OPTIM_SGD);
+    oc.momentum = kind ? 0.0f : 0.9f;
+    oc.weight_decay = 0.01f;
+    oc.decay_weights_only = 1;
+    dpt_model *m[3];
+    dpt_optimizer *o[3];
+    for (int i = 0; i < 3; ++i) {
+      ck_assert_int_eq(dpt_model_create(be, &spec, 4, &m[i]), DPT_OK);
+      ck_assert_int_eq(dpt_model_init(m[i], 3), DPT_OK);
+    }
+    ck_assert_int_eq(dpt_optimizer_create(m[0], &oc, &o[0]), DPT_OK);
+    ck_assert_int_eq(dpt_optimizer_create(m[1], &oc, &o[1]), DPT_OK);
+    ck_assert_int_eq(dpt_optimizer_create_sharded(m[2], &oc, rg, 3, &o[2]), DPT_OK);
+    ck_assert(dpt_optimizer_steps_in_parts(o[2]));
+    const size_t n = dpt_model_num_params(m[0]);
+    float *g = malloc(n * sizeof *g), *w[3];
+    for (int step = 0; step < 3; ++step) {
+      for (size_t e = 0; e < n; ++e)
+        g[e] = (float)sin((double)e * 0.7 + step) * 0.01f;
+      for (int i = 0; i < 3; ++i)
+        ck_assert_int_eq(dpt_buffer_upload(dpt_model_grads(m[i]), 0, g, n * sizeof *g), DPT_OK);
+      ck_assert_int_eq(dpt_optimizer_step_ranges(o[0], rg, 3, 0.0, NULL), DPT_OK);
+      for (int i = 1; i < 3; ++i) {
+        ck_assert_msg(dpt_optimizer_step_part(o[i], late, 3) == DPT_OK, "%s", dpt_last_error());
+        ck_assert_int_eq(dpt_optimizer_step_part(o[i], early, 2), DPT_OK);
+        ck_assert_int_eq(dpt_optimizer_steps(o[i]), step);
+        ck_assert_int_eq(dpt_optimizer_end_step(o[i]), DPT_OK);
+      }
+    }
+    for (int i = 0; i < 3; ++i) {
+      w[i] = malloc(n * sizeof(float));
+      ck_assert_int_eq(dpt_model_get_params(m[i], w[i]), DPT_OK);
+      ck_assert_int_eq(dpt_optimizer_steps(o[i]), 3);
+    }
+    ck_assert_msg(memcmp(w[0], w[1], n * sizeof(float)) == 0, "kind %d: full, in parts", kind);
+    ck_assert_msg(memcmp(w[0], w[2], n * sizeof(float)) == 0, "kind %d: sharded, in parts", kind);
+    /* A part across two of the shard's ranges, or outside them: refused, nothing changed. */
+    const dpt_range across[1] = {{90, 500}}, outside[1] = {{200, 10}};
+    ck_assert_int_eq(dpt_optimizer_step_part(o[2], across, 1), DPT_ERR_INVALID_ARG);
+    ck_assert_int_eq(dpt_optimizer_step_part(o[2], outside, 1), DPT_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(dpt_last_error(), "shard ranges"));
+    ck_assert_int_eq(dpt_model_get_params(m[2], w[1]), DPT_OK);
+    ck_assert_int_eq(memcmp(w[0], w[1], n * sizeof(float)), 0);
+    for (int i = 0; i < 3; ++i) {
+      dpt_optimizer_destroy(o[i]);
+      dpt_model_destroy(m[i]);
+      free(w[i]);
+    }
+    free(g);
+  }
+  /* Clipping and LAMB need the whole gradient first. */
+  dpt_model *m;
+  ck_assert_int_eq(dpt_model_create(be, &spec, 4, &m), DPT_OK);
+  for (int k = 0; k < 2; ++k) {
+    dpt_optim_config oc;
+    dpt_optim_config_default(&oc, k ? DPT_OPTIM_LAMB : DPT_OPTIM_SGD);
+    oc.clip_norm = k ? 0.0f : 1.0f;
+    dpt_optimizer *o;
+    ck_assert_int_eq(dpt_optimizer_create(m, &oc, &o), DPT_OK);
+    ck_assert(!dpt_optimizer_steps_in_parts(o));
+    ck_assert_int_eq(dpt_optimizer_step_part(o, rg, 3), DPT_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(dpt_last_error(), k ? "LAMB" : "clip_norm"));
+    dpt_optimizer_destroy(o);
+  }
+  ck_assert_int_eq(dpt_optimizer_step_part(NULL, rg, 3), DPT_ERR_INVALID_ARG);
+  ck_assert_int_eq(dpt_optimizer_end_step(NULL), DPT_ERR_INVALID_ARG);
+  dpt_model_destroy(m);
+  dpt_backend_destroy(be);
+}
+END_TEST
+
 /* A sharded optimizer (state for its ranges only, packed) steps exactly like a full one
  * stepped on the same ranges; it refuses other ranges and the full step. */
 START_TEST(optimizer_sharded_state) {
@@ -654,6 +741,13 @@ START_TEST(accumulate_equivalence) {
 }
 END_TEST
 
+/* cfg.on_log: appends the line to the char[4096] at user. */
+static void keep_log(const char *line, void *user) {
+  char *log = user;
+  const size_t len = strlen(log);
+  snprintf(log + len, 4096 - len, "%s\n", line);
+}
+
 /* A bucketed run (cfg.bucket_bytes set) against the same run's one exchange (ref, and its
  * report r0 or NULL): the same parameters bit for bit (and hash), and a report of how long the
  * exchanges ran and the steps waited for them. */
@@ -699,6 +793,35 @@ START_TEST(buckets_bit_for_bit) {
       }
       free(ref);
     }
+  /* The update bucket by bucket (the runs above), and after the last bucket where clipping, a
+   * skipping policy or LAMB needs the whole gradient: the same bits, and the log says which. */
+  static const struct {
+    dpt_optim_kind kind;
+    float clip;
+    dpt_nonfinite_policy policy;
+    const char *says;
+  } variants[4] = {
+      {DPT_OPTIM_ADAMW, 0.0f, DPT_NONFINITE_STOP, "each bucket's shard of the update runs once"},
+      {DPT_OPTIM_SGD, 0.5f, DPT_NONFINITE_STOP, "waits for the last bucket: clipping"},
+      {DPT_OPTIM_SGD, 0.0f, DPT_NONFINITE_SKIP, "waits for the last bucket: a skipped step"},
+      {DPT_OPTIM_LAMB, 0.0f, DPT_NONFINITE_STOP, "waits for the last bucket: LAMB"}};
+  for (int v = 0; v < 4; ++v) {
+    dpt_train_config vc = cfg;
+    vc.full_optimizer_step = 0;
+    dpt_optim_config_default(&vc.optim, variants[v].kind);
+    vc.optim.lr = 0.01f;
+    vc.optim.clip_norm = variants[v].clip;
+    vc.on_nonfinite = variants[v].policy;
+    vc.bucket_bytes = 0;
+    float *ref = train_threads(vc, 2, NULL);
+    vc.bucket_bytes = 4096;
+    char log[4096] = "";
+    vc.on_log = keep_log;
+    vc.user = log;
+    expect_bucketed_same(vc, 2, ref, NULL, n, variants[v].says);
+    ck_assert_msg(strstr(log, variants[v].says), "log: %s", log);
+    free(ref);
+  }
   /* With micro-batches the buckets start after the last one: still the same bits. */
   cfg.full_optimizer_step = 0;
   cfg.accumulate = 3;
@@ -795,10 +918,10 @@ START_TEST(buckets_16bit_bit_for_bit) {
 END_TEST
 
 /* The timeline (trace): 2 replicas with gradient buckets write one file holding both replicas'
- * rows: a load per step, every layer's forward and backward per step, each bucket's exchange
- * per step, the optimizer and the parameter all-gather; the first bucket starts before the
- * step's backward ends (the exchange overlaps it); a path that cannot be written fails the
- * run naming it. */
+ * rows: a load per step, every layer's forward and backward per step, each bucket's exchange,
+ * its part of the update (after its exchange) and its parameters' all-gather per step; the
+ * first bucket starts before the step's backward ends (the exchange overlaps it); a path that
+ * cannot be written fails the run naming it. */
 START_TEST(trace_file) {
   setenv("DPT_COMM_BLOCK", "8192", 1);
   setenv("DPT_COMM_PIECE", "1024", 1);
@@ -820,8 +943,9 @@ START_TEST(trace_file) {
   ck_assert_msg(root != NULL, "%s: %s (line %d)", path, err.text, err.line);
   json_t *ev = json_object_get(root, "traceEvents");
   ck_assert(json_is_array(ev));
-  size_t count[2][6] = {{0}};
+  size_t count[2][6] = {{0}}, gathers[2] = {0, 0};
   double bwd_end[2] = {0, 0}, first_bucket[2] = {-1, -1}, bwd_first_start[2] = {-1, -1};
+  double bucket0_end[2] = {-1, -1}, part0_start[2] = {-1, -1};
   for (size_t i = 0; i < json_array_size(ev); ++i) {
     json_t *e = json_array_get(ev, i);
     if (strcmp(json_string_value(json_object_get(e, "ph")), "X") != 0) continue;
@@ -837,15 +961,25 @@ START_TEST(trace_file) {
       if (bwd_first_start[pid] < 0) bwd_first_start[pid] = ts;
       bwd_end[pid] = ts + dur;
     }
-    if (tid == 3 && !strcmp(name, "bucket 0") && first_bucket[pid] < 0) first_bucket[pid] = ts;
+    if (tid == 3 && !strcmp(name, "bucket 0") && first_bucket[pid] < 0) {
+      first_bucket[pid] = ts;
+      bucket0_end[pid] = ts + dur;
+    }
+    if (tid == 4 && !strcmp(name, "optimizer, bucket 0") && part0_start[pid] < 0)
+      part0_start[pid] = ts;
+    gathers[pid] += tid == 3 && !strncmp(name, "all-gather ", 11);
   }
   const size_t layers = cfg.model.num_layers, steps = 4;
   for (int pid = 0; pid < 2; ++pid) {
     ck_assert_uint_eq(count[pid][0], steps);          /* loads */
     ck_assert_uint_eq(count[pid][1], steps * layers); /* forward */
     ck_assert_uint_eq(count[pid][2], steps * layers); /* backward */
-    ck_assert_uint_eq(count[pid][4], steps);          /* optimizer */
-    ck_assert_uint_gt(count[pid][3], 2 * steps);      /* buckets and all-gathers */
+    /* 2778 parameters in blocks of 2048: 2 buckets, each updated and gathered on its own */
+    ck_assert_uint_eq(count[pid][4], 2 * steps); /* the optimizer's parts */
+    ck_assert_uint_eq(gathers[pid], 2 * steps);
+    ck_assert_uint_eq(count[pid][3], 4 * steps); /* buckets and all-gathers */
+    ck_assert_msg(part0_start[pid] >= bucket0_end[pid], "replica %d: bucket 0 updated at %g us, "
+                  "exchanged until %g", pid, part0_start[pid], bucket0_end[pid]);
     ck_assert_msg(first_bucket[pid] >= bwd_first_start[pid] && first_bucket[pid] < bwd_end[pid],
                   "replica %d: bucket 0 at %g us, backward %g..%g", pid, first_bucket[pid],
                   bwd_first_start[pid], bwd_end[pid]);
@@ -1277,6 +1411,7 @@ static Suite *threads_suite(void) {
   tcase_add_test(tc, cnn_equivalence);
   tcase_add_test(tc, sharded_matches_full_step);
   tcase_add_test(tc, optimizer_sharded_state);
+  tcase_add_test(tc, optimizer_step_in_parts);
   tcase_add_test(tc, weight_decay_scope);
   tcase_add_test(tc, lamb_by_hand);
   tcase_add_test(tc, lamb_equivalence);

@@ -326,6 +326,9 @@ DPT_API dpt_status dpt_allreduce_buffer_start(dpt_comm *comm, dpt_buffer *buf, s
 DPT_API dpt_status dpt_reduce_scatter_buffer_start(dpt_comm *comm, dpt_buffer *buf, size_t offset,
                                                    size_t count, dpt_comm_dtype dtype,
                                                    dpt_request **out);
+DPT_API dpt_status dpt_allgather_shards_buffer_start(dpt_comm *comm, dpt_buffer *buf, size_t offset,
+                                                     size_t count, dpt_comm_dtype dtype,
+                                                     dpt_request **out);
 /* *done: 1 once the collective has finished (successfully or not), else 0; never blocks. */
 DPT_API dpt_status dpt_request_test(dpt_request *req, int *done);
 /* Waits for the collective, returns its status (its message in dpt_last_error() on this

@@ -114,6 +114,17 @@ DPT_API dpt_status dpt_optimizer_create_sharded(dpt_model *model, const dpt_opti
  * everywhere); it is ignored without clipping. grad_norm as for dpt_optimizer_step. */
 DPT_API dpt_status dpt_optimizer_step_ranges(dpt_optimizer *opt, const dpt_range *ranges, size_t n,
                                              double grad_sumsq, double *grad_norm);
+/* The step in parts, for an update that follows the gradient's exchange range by range (the
+ * trainer's gradient buckets update each bucket's shard as soon as its reduce-scatter is done):
+ * dpt_optimizer_step_part updates `parts` (n ranges, increasing; on a sharded optimizer each
+ * inside one of its own ranges) at the step's learning rate and counts nothing;
+ * dpt_optimizer_end_step then counts the step. An element updated once between two
+ * dpt_optimizer_end_step calls gets the bits dpt_optimizer_step_ranges would give it. Clipping
+ * (clip_norm > 0) and LAMB need sums over the whole gradient first: DPT_ERR_UNSUPPORTED. */
+DPT_API dpt_status dpt_optimizer_step_part(dpt_optimizer *opt, const dpt_range *parts, size_t n);
+DPT_API dpt_status dpt_optimizer_end_step(dpt_optimizer *opt);
+/* Whether dpt_optimizer_step_part can step this optimizer (no clipping, not LAMB). */
+DPT_API int dpt_optimizer_steps_in_parts(const dpt_optimizer *opt);
 /* Sum of squares of the model's gradients over `ranges` (waits for the device). */
 DPT_API dpt_status dpt_optimizer_grad_sumsq(dpt_optimizer *opt, const dpt_range *ranges, size_t n,
                                             double *out);
