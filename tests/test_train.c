@@ -978,8 +978,10 @@ START_TEST(trace_file) {
     ck_assert_uint_eq(count[pid][4], 2 * steps); /* the optimizer's parts */
     ck_assert_uint_eq(gathers[pid], 2 * steps);
     ck_assert_uint_eq(count[pid][3], 4 * steps); /* buckets and all-gathers */
-    ck_assert_msg(part0_start[pid] >= bucket0_end[pid], "replica %d: bucket 0 updated at %g us, "
-                  "exchanged until %g", pid, part0_start[pid], bucket0_end[pid]);
+    ck_assert_msg(part0_start[pid] >= bucket0_end[pid],
+                  "replica %d: bucket 0 updated at %g us, "
+                  "exchanged until %g",
+                  pid, part0_start[pid], bucket0_end[pid]);
     ck_assert_msg(first_bucket[pid] >= bwd_first_start[pid] && first_bucket[pid] < bwd_end[pid],
                   "replica %d: bucket 0 at %g us, backward %g..%g", pid, first_bucket[pid],
                   bwd_first_start[pid], bwd_end[pid]);
@@ -1670,10 +1672,12 @@ START_TEST(backend_matches_cpu) {
 }
 END_TEST
 
-/* On the device: gradient buckets with the bfloat16 exchange and error feedback (the
- * conversions at the buckets' offsets in device buffers, their staged nonblocking all-reduces)
- * give the unbucketed exchange's parameters bit for bit, 3 replicas, the ring forced. */
-START_TEST(backend_buckets_16bit) {
+/* On the device, 3 replicas, the ring forced: gradient buckets with the bfloat16 exchange and
+ * error feedback (the conversions at the buckets' offsets in device buffers, their staged
+ * nonblocking all-reduces, each bucket's part of the full step's update), and with the sharded
+ * float32 step (each bucket's shard updated, its parameters all-gathered by a nonblocking
+ * request), give the unbucketed exchange's parameters bit for bit. */
+START_TEST(backend_buckets) {
   setenv("DPT_COMM_BLOCK", "1024", 1);
   setenv("DPT_COMM_PIECE", "256", 1);
   setenv("DPT_ALLREDUCE_ALGO", "ring", 1);
@@ -1687,7 +1691,16 @@ START_TEST(backend_buckets_16bit) {
   float *ref = train_threads(cfg, 3, NULL);
   cfg.bucket_bytes = 1024;
   float *got = train_threads(cfg, 3, NULL);
-  ck_assert_msg(memcmp(got, ref, n * sizeof(float)) == 0, "buckets differ from one exchange");
+  ck_assert_msg(memcmp(got, ref, n * sizeof(float)) == 0, "bfloat16: buckets differ");
+  free(ref);
+  free(got);
+  cfg.grad_dtype = DPT_COMM_F32;
+  cfg.grad_error_feedback = 0;
+  cfg.bucket_bytes = 0;
+  ref = train_threads(cfg, 3, NULL);
+  cfg.bucket_bytes = 2048;
+  got = train_threads(cfg, 3, NULL);
+  ck_assert_msg(memcmp(got, ref, n * sizeof(float)) == 0, "float32, sharded: buckets differ");
   free(ref);
   free(got);
   unsetenv("DPT_COMM_BLOCK");
@@ -1707,7 +1720,7 @@ static int backend_main(const char *name) {
   TCase *tc = tcase_create(name);
   tcase_set_timeout(tc, 240);
   tcase_add_test(tc, backend_matches_cpu);
-  tcase_add_test(tc, backend_buckets_16bit);
+  tcase_add_test(tc, backend_buckets);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK); /* drivers' threads do not survive a fork */
