@@ -49,8 +49,9 @@ static void usage(FILE *f) {
           "  --checkpoint-every N  also R replicas (sharded step) with a checkpoint every N\n"
           "                 steps: the cost next to the same run without (default: none)\n"
           "  --bucket-mb F|auto  also R replicas (sharded step) exchanging the gradient in\n"
-          "                 buckets of F MiB (auto: measured) during backward: step time and\n"
-          "                 exposed communication\n"
+          "                 buckets of F MiB (auto: measured) during backward, with each\n"
+          "                 bucket's update once its exchange is done and with the update\n"
+          "                 after the last bucket: step time and exposed communication\n"
           "                 next to one exchange after backward (default: none)\n"
           "  --json         one JSON object instead of the table\n");
 }
@@ -77,6 +78,7 @@ typedef struct variant {
   int replicas, skip_allreduce, full_step;
   const char *ckpt_dir; /* checkpoints into this directory (NULL: none) */
   size_t bucket_bytes;  /* gradient buckets (0: one exchange after backward) */
+  int whole_update;     /* with buckets: the update after the last one (bucket_whole_update) */
   dpt_comm *comm;       /* MPI mode: this rank's communicator, NULL when it sits this one out */
   int mpi;              /* MPI mode */
   double *sps;          /* samples/s of each repeat */
@@ -105,6 +107,7 @@ static int run_once(dpt_train_config cfg, variant *v, int rep) {
     cfg.full_optimizer_step = v->full_step;
     cfg.checkpoint_dir = v->ckpt_dir;
     cfg.bucket_bytes = v->bucket_bytes;
+    cfg.bucket_whole_update = v->whole_update;
     cfg.keep_checkpoints = 1;
     if (v->ckpt_dir)
       dpt_bench_remove_dir(v->ckpt_dir); /* a run refuses another run's checkpoints */
@@ -275,14 +278,15 @@ int dpt_bench_train(int argc, char **argv) {
   snprintf(ckpt_dir, sizeof ckpt_dir, "/tmp/dptrain-bench-ckpt-%ld", (long)getpid());
   const size_t bucket_bytes = bucket_mb < 0 ? DPT_BUCKET_AUTO : (size_t)(bucket_mb * 1048576.0);
   const int ckpt = cfg.checkpoint_every > 0, buckets = bucket_bytes > 0;
-  const int NV = 6;
-  variant v[6] = {{1, 1, 0, NULL, 0, solo, mpi, NULL, {0}},
-                  {1, 0, 0, NULL, 0, solo, mpi, NULL, {0}},
-                  {replicas, 0, 0, NULL, 0, world, mpi, NULL, {0}},
-                  {replicas, 0, 1, NULL, 0, world, mpi, NULL, {0}},
-                  {replicas, 0, 0, ckpt_dir, 0, world, mpi, NULL, {0}},
-                  {replicas, 0, 0, NULL, bucket_bytes, world, mpi, NULL, {0}}};
-  const int on[6] = {1, 1, 1, 1, ckpt, buckets};
+  const int NV = 7;
+  variant v[7] = {{1, 1, 0, NULL, 0, 0, solo, mpi, NULL, {0}},
+                  {1, 0, 0, NULL, 0, 0, solo, mpi, NULL, {0}},
+                  {replicas, 0, 0, NULL, 0, 0, world, mpi, NULL, {0}},
+                  {replicas, 0, 1, NULL, 0, 0, world, mpi, NULL, {0}},
+                  {replicas, 0, 0, ckpt_dir, 0, 0, world, mpi, NULL, {0}},
+                  {replicas, 0, 0, NULL, bucket_bytes, 0, world, mpi, NULL, {0}},
+                  {replicas, 0, 0, NULL, bucket_bytes, 1, world, mpi, NULL, {0}}};
+  const int on[7] = {1, 1, 1, 1, ckpt, buckets, buckets};
   for (int k = 0; k < NV; ++k)
     if (!(v[k].sps = calloc((size_t)repeat, sizeof(double)))) rc = 1;
   for (int r = 0; r < repeat && !rc; ++r)
@@ -292,7 +296,7 @@ int dpt_bench_train(int argc, char **argv) {
     dpt_text_run_free(&text); /* ds is the text's */
   else
     dpt_dataset_destroy(ds);
-  double sps[6] = {0};
+  double sps[7] = {0};
   for (int k = 0; k < NV; ++k) {
     if (!rc && on[k]) sps[k] = dpt_bench_median(v[k].sps, repeat);
     free(v[k].sps);
@@ -306,7 +310,7 @@ int dpt_bench_train(int argc, char **argv) {
   if (ckpt && rank == 0) dpt_bench_remove_dir(ckpt_dir);
   if (rc) return 1;
   if (rank != 0) return 0;
-  const dpt_train_report *o = &v[1].r, *m = &v[2].r, *f = &v[3].r, *bk = &v[5].r;
+  const dpt_train_report *o = &v[1].r, *m = &v[2].r, *f = &v[3].r, *bk = &v[5].r, *bw = &v[6].r;
   if (json) {
     printf("{\"model\": \"%s\", \"global_batch\": %zu, ", title, batch);
     printf("\"backend\": \"%s\", \"steps\": %ld, \"bare_samples_per_sec\": %.1f, "
@@ -327,10 +331,14 @@ int dpt_bench_train(int argc, char **argv) {
     if (buckets)
       printf(", \"bucket_mb\": %g, \"buckets_samples_per_sec\": %.1f, \"step_ms\": %.3f, "
              "\"buckets_step_ms\": %.3f, \"exchange_ms\": %.3f, \"exposed_ms\": %.3f, "
-             "\"buckets_exchange_ms\": %.3f, \"buckets_exposed_ms\": %.3f",
+             "\"buckets_exchange_ms\": %.3f, \"buckets_exposed_ms\": %.3f, "
+             "\"whole_update_step_ms\": %.3f, \"whole_update_exchange_ms\": %.3f, "
+             "\"whole_update_exposed_ms\": %.3f",
              bucket_mb, sps[5], 1e3 * (double)batch / many, 1e3 * (double)batch / sps[5],
              ms_per_step(m->exchange_seconds, m), ms_per_step(m->exposed_seconds, m),
-             ms_per_step(bk->exchange_seconds, bk), ms_per_step(bk->exposed_seconds, bk));
+             ms_per_step(bk->exchange_seconds, bk), ms_per_step(bk->exposed_seconds, bk),
+             1e3 * (double)batch / sps[6], ms_per_step(bw->exchange_seconds, bw),
+             ms_per_step(bw->exposed_seconds, bw));
     if (ckpt)
       printf(", \"checkpoint_every\": %lld, \"checkpoint_samples_per_sec\": %.1f, "
              "\"checkpoint_cost\": %.4f, \"checkpoint_pause_ms\": %.2f",
@@ -367,17 +375,24 @@ int dpt_bench_train(int argc, char **argv) {
       if (bucket_mb >= 0) snprintf(bm, sizeof bm, "%g", bucket_mb);
       printf("gradient buckets (--bucket-mb %s, %d replicas, sharded step), per step, ms:\n", bm,
              replicas);
-      printf("  %-28s %14s %14s\n", "", "one exchange", "buckets");
-      printf("  %-28s %14.2f %14.2f\n", "step", 1e3 * (double)batch / many,
-             1e3 * (double)batch / sps[5]);
-      printf("  %-28s %14.2f %14.2f\n", "gradient exchange (running)",
-             ms_per_step(m->exchange_seconds, m), ms_per_step(bk->exchange_seconds, bk));
-      printf("  %-28s %14.2f %14.2f\n", "exposed (step waited)", ms_per_step(m->exposed_seconds, m),
-             ms_per_step(bk->exposed_seconds, bk));
-      printf("  buckets: %.2fx the step time, exposed %.0f %% of the exchange (one exchange: "
-             "%.0f %%)\n",
+      printf("  %-28s %14s %14s %20s\n", "", "one exchange", "buckets", "buckets, update");
+      printf("  %-28s %14s %14s %20s\n", "", "", "", "after the last");
+      printf("  %-28s %14.2f %14.2f %20.2f\n", "step", 1e3 * (double)batch / many,
+             1e3 * (double)batch / sps[5], 1e3 * (double)batch / sps[6]);
+      printf("  %-28s %14.2f %14.2f %20.2f\n", "gradient exchange (running)",
+             ms_per_step(m->exchange_seconds, m), ms_per_step(bk->exchange_seconds, bk),
+             ms_per_step(bw->exchange_seconds, bw));
+      printf("  %-28s %14.2f %14.2f %20.2f\n", "exposed (step waited)",
+             ms_per_step(m->exposed_seconds, m), ms_per_step(bk->exposed_seconds, bk),
+             ms_per_step(bw->exposed_seconds, bw));
+      printf("  %-28s %14.2f %14.2f %20.2f\n", "optimizer", ms_per_step(m->optimizer_seconds, m),
+             ms_per_step(bk->optimizer_seconds, bk), ms_per_step(bw->optimizer_seconds, bw));
+      printf("  buckets: %.2fx the step time, exposed %.0f %% of the exchange (update after the "
+             "last: %.2fx, %.0f %%; one exchange: %.0f %%)\n",
              many / sps[5],
              bk->exchange_seconds > 0 ? 100 * bk->exposed_seconds / bk->exchange_seconds : 0,
+             many / sps[6],
+             bw->exchange_seconds > 0 ? 100 * bw->exposed_seconds / bw->exchange_seconds : 0,
              m->exchange_seconds > 0 ? 100 * m->exposed_seconds / m->exchange_seconds : 0);
     }
     if (ckpt)

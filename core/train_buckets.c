@@ -102,8 +102,9 @@ void dpt_train_buckets_on_layer(replica_state *s, int backward, size_t ready_fro
  * layout where they are not would update sums that are not complete, so it fails the set-up. */
 static dpt_status setup_parts(train_buckets *b, const dpt_train_config *cfg) {
   replica_state *s = b->s;
-  b->whole_why = cfg->optim.kind == DPT_OPTIM_LAMB ? "LAMB's trust ratios need whole tensors"
-                 : cfg->optim.clip_norm > 0.0f     ? "clipping needs the whole gradient's norm"
+  b->whole_why = cfg->bucket_whole_update            ? "asked for (bucket_whole_update)"
+                 : cfg->optim.kind == DPT_OPTIM_LAMB ? "LAMB's trust ratios need whole tensors"
+                 : cfg->optim.clip_norm > 0.0f       ? "clipping needs the whole gradient's norm"
                  : cfg->on_nonfinite == DPT_NONFINITE_SKIP
                      ? "a skipped step must leave the parameters as they were"
                      : NULL;

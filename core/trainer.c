@@ -1353,6 +1353,9 @@ static dpt_status check_config(const dpt_train_config *cfg, dpt_comm *comm) {
                          "%s: grad_error_feedback needs a 16-bit exchange (grad_dtype F16 or "
                          "BF16)",
                          fn);
+  if (cfg->bucket_whole_update && !cfg->bucket_bytes)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: bucket_whole_update needs gradient buckets (bucket_bytes)", fn);
   if (cfg->accumulate > 1 && (cfg->sparse_tables || cfg->sync_bn))
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "%s: accumulate (%zu micro-batches) does not combine with %s", fn,

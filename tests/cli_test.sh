@@ -368,6 +368,17 @@ h1=$(tail -n 1 <<<"$out" | grep -o '"param_hash": "[0-9a-f]*"')
 [ -n "$h0" ] && [ "$h0" = "$h1" ] && grep -q '"exposed_seconds": [0-9.]*' <<<"$out" &&
   grep -q "gradient buckets of [0-9]* KiB" "$scratch/err" && grep -q '"traceEvents"' "$scratch/trace.json" ||
   fail "--bucket-mb auto --trace: '$h1' against '$h0': $(cat "$scratch/err")"
+# each bucket's shard updated once it is reduced, or with --bucket-whole-update after the last
+grep -q "each bucket's shard of the update runs once its reduce-scatter is done" "$scratch/err" ||
+  fail "--bucket-mb auto: no line on the update: $(cat "$scratch/err")"
+out=$("$dptrain" train "${mlp2[@]}" --bucket-mb auto --bucket-whole-update 2>"$scratch/err")
+h2=$(tail -n 1 <<<"$out" | grep -o '"param_hash": "[0-9a-f]*"')
+[ "$h0" = "$h2" ] && grep -q "the update waits for the last bucket: asked for" "$scratch/err" ||
+  fail "--bucket-whole-update: '$h2' against '$h0': $(cat "$scratch/err")"
+"$dptrain" train "${mlp2[@]}" --bucket-whole-update >/dev/null 2>"$scratch/err" &&
+  fail "--bucket-whole-update without --bucket-mb ran"
+grep -q "bucket_whole_update needs gradient buckets" "$scratch/err" ||
+  fail "--bucket-whole-update without --bucket-mb: $(cat "$scratch/err")"
 for bad in "--bucket-mb -1" "--bucket-mb lots"; do
   set -- $bad
   "$dptrain" train "${mlp2[@]}" "$@" >/dev/null 2>"$scratch/err"

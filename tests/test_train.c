@@ -794,18 +794,21 @@ START_TEST(buckets_bit_for_bit) {
       free(ref);
     }
   /* The update bucket by bucket (the runs above), and after the last bucket where clipping, a
-   * skipping policy or LAMB needs the whole gradient: the same bits, and the log says which. */
+   * skipping policy or LAMB needs the whole gradient, or where bucket_whole_update asks for it:
+   * the same bits, and the log says which. */
   static const struct {
     dpt_optim_kind kind;
     float clip;
     dpt_nonfinite_policy policy;
     const char *says;
-  } variants[4] = {
-      {DPT_OPTIM_ADAMW, 0.0f, DPT_NONFINITE_STOP, "each bucket's shard of the update runs once"},
-      {DPT_OPTIM_SGD, 0.5f, DPT_NONFINITE_STOP, "waits for the last bucket: clipping"},
-      {DPT_OPTIM_SGD, 0.0f, DPT_NONFINITE_SKIP, "waits for the last bucket: a skipped step"},
-      {DPT_OPTIM_LAMB, 0.0f, DPT_NONFINITE_STOP, "waits for the last bucket: LAMB"}};
-  for (int v = 0; v < 4; ++v) {
+    int whole;
+  } variants[5] = {
+      {DPT_OPTIM_ADAMW, 0.0f, DPT_NONFINITE_STOP, "each bucket's shard of the update runs once", 0},
+      {DPT_OPTIM_SGD, 0.5f, DPT_NONFINITE_STOP, "waits for the last bucket: clipping", 0},
+      {DPT_OPTIM_SGD, 0.0f, DPT_NONFINITE_SKIP, "waits for the last bucket: a skipped step", 0},
+      {DPT_OPTIM_LAMB, 0.0f, DPT_NONFINITE_STOP, "waits for the last bucket: LAMB", 0},
+      {DPT_OPTIM_ADAMW, 0.0f, DPT_NONFINITE_STOP, "waits for the last bucket: asked for", 1}};
+  for (int v = 0; v < 5; ++v) {
     dpt_train_config vc = cfg;
     vc.full_optimizer_step = 0;
     dpt_optim_config_default(&vc.optim, variants[v].kind);
@@ -815,6 +818,7 @@ START_TEST(buckets_bit_for_bit) {
     vc.bucket_bytes = 0;
     float *ref = train_threads(vc, 2, NULL);
     vc.bucket_bytes = 4096;
+    vc.bucket_whole_update = variants[v].whole;
     char log[4096] = "";
     vc.on_log = keep_log;
     vc.user = log;
@@ -1089,6 +1093,11 @@ START_TEST(bad_config) {
   ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG);
   ck_assert_ptr_nonnull(strstr(dpt_last_error(), "global batch 100"));
   cfg.global_batch = 8;
+  cfg.bucket_whole_update = 1; /* without buckets */
+  ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG);
+  ck_assert_msg(strstr(dpt_last_error(), "bucket_whole_update needs gradient buckets"), "%s",
+                dpt_last_error());
+  cfg.bucket_whole_update = 0;
   cfg.train = NULL;
   ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG);
   /* A model whose input does not match the data. */

@@ -408,6 +408,10 @@ static const option options[] = {
      "backward goes on; auto: sized by a measurement at start-up\n"
      "(default 0: one exchange after backward)",
      CUSTOM(parse_bucket_mb)},
+    {"--bucket-whole-update", NULL,
+     "with --bucket-mb: update the parameters after the last\n"
+     "bucket (default: each bucket's part once its exchange is done)",
+     FLAG(cfg.bucket_whole_update, 1)},
     {"--grad-dtype", "f32|f16|bf16",
      "the gradient exchange's type: f16 or bf16 halves its bytes\n"
      "(summed in float32, rounded after every addition; the full\n"

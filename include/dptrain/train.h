@@ -235,6 +235,13 @@ typedef struct dpt_train_config {
    * pick the ring. */
   size_t bucket_bytes;
 #define DPT_BUCKET_AUTO ((size_t)-1) /* bucket_bytes: measured at start-up (see above) */
+  /* With bucket_bytes the step updates each bucket's part of the parameters (its shard, and
+   * starts its all-gather, with the sharded step) as soon as the bucket's exchange is done,
+   * where the update allows it: no clip_norm, not LAMB, on_nonfinite STOP or ROLLBACK (a step
+   * found not finite afterwards ends the run or is rolled back). 1: the update waits for the
+   * last bucket all the same (where the device is the host's CPU, its kernels compete with the
+   * exchange). The parameters are the same bits either way. */
+  int bucket_whole_update;
   /* The gradient exchange's element type: DPT_COMM_F32 (default), DPT_COMM_F16 or
    * DPT_COMM_BF16: each replica converts its gradient to binary16 (bfloat16) on the device,
    * the all-reduce sums in float32 and rounds to the 16-bit type after every addition
