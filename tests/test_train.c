@@ -189,12 +189,13 @@ START_TEST(sharded_matches_full_step) {
 }
 END_TEST
 
-/* The step in parts (dpt_optimizer_step_part, then dpt_optimizer_end_step), in the buckets'
- * order (the end of the parameters first), gives the bits of dpt_optimizer_step_ranges, on a
- * full and on a sharded optimizer, for SGD with momentum and AdamW with weight decay on weights
- * only (parts cut inside tensors); parts do not count as steps; a part across two shard ranges,
- * clipping and LAMB are refused. */
-START_TEST(optimizer_step_in_parts) {
+/* A sharded optimizer (state for its ranges only, packed) steps exactly like a full one
+ * stepped on the same ranges, and so do both stepped in parts (dpt_optimizer_step_part in the
+ * buckets' order, the end of the parameters first, then dpt_optimizer_end_step), for SGD with
+ * momentum and AdamW with weight decay on weights only (parts cut inside tensors); parts do
+ * not count as steps. A sharded optimizer refuses other ranges, parts across or outside its
+ * ranges, and the full step; clipping and LAMB refuse parts. */
+START_TEST(optimizer_sharded_state) {
   dpt_model_spec spec;
   const size_t hidden[1] = {40};
   ck_assert_int_eq(dpt_model_spec_mlp(&spec, 1, 8, 8, hidden, 1, 10), DPT_OK);
@@ -209,118 +210,55 @@ START_TEST(optimizer_step_in_parts) {
     oc.momentum = kind ? 0.0f : 0.9f;
     oc.weight_decay = 0.01f;
     oc.decay_weights_only = 1;
-    dpt_model *m[3];
-    dpt_optimizer *o[3];
-    for (int i = 0; i < 3; ++i) {
+    /* 0, 1: full and sharded, step_ranges; 2, 3: full and sharded, in parts */
+    dpt_model *m[4];
+    dpt_optimizer *o[4];
+    for (int i = 0; i < 4; ++i) {
       ck_assert_int_eq(dpt_model_create(be, &spec, 4, &m[i]), DPT_OK);
       ck_assert_int_eq(dpt_model_init(m[i], 3), DPT_OK);
+      ck_assert_int_eq(i % 2 ? dpt_optimizer_create_sharded(m[i], &oc, rg, 3, &o[i])
+                             : dpt_optimizer_create(m[i], &oc, &o[i]),
+                       DPT_OK);
     }
-    ck_assert_int_eq(dpt_optimizer_create(m[0], &oc, &o[0]), DPT_OK);
-    ck_assert_int_eq(dpt_optimizer_create(m[1], &oc, &o[1]), DPT_OK);
-    ck_assert_int_eq(dpt_optimizer_create_sharded(m[2], &oc, rg, 3, &o[2]), DPT_OK);
-    ck_assert(dpt_optimizer_steps_in_parts(o[2]));
-    const size_t n = dpt_model_num_params(m[0]);
-    float *g = malloc(n * sizeof *g), *w[3];
+    ck_assert(dpt_optimizer_steps_in_parts(o[3]));
+    size_t n = dpt_model_num_params(m[0]);
+    float *g = malloc(n * sizeof *g), *w[4];
     for (int step = 0; step < 3; ++step) {
       for (size_t e = 0; e < n; ++e)
         g[e] = (float)sin((double)e * 0.7 + step) * 0.01f;
-      for (int i = 0; i < 3; ++i)
+      for (int i = 0; i < 4; ++i)
         ck_assert_int_eq(dpt_buffer_upload(dpt_model_grads(m[i]), 0, g, n * sizeof *g), DPT_OK);
-      ck_assert_int_eq(dpt_optimizer_step_ranges(o[0], rg, 3, 0.0, NULL), DPT_OK);
-      for (int i = 1; i < 3; ++i) {
+      for (int i = 0; i < 2; ++i)
+        ck_assert_msg(dpt_optimizer_step_ranges(o[i], rg, 3, 0.0, NULL) == DPT_OK, "%s",
+                      dpt_last_error());
+      for (int i = 2; i < 4; ++i) {
         ck_assert_msg(dpt_optimizer_step_part(o[i], late, 3) == DPT_OK, "%s", dpt_last_error());
         ck_assert_int_eq(dpt_optimizer_step_part(o[i], early, 2), DPT_OK);
         ck_assert_int_eq(dpt_optimizer_steps(o[i]), step);
         ck_assert_int_eq(dpt_optimizer_end_step(o[i]), DPT_OK);
       }
     }
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < 4; ++i) {
       w[i] = malloc(n * sizeof(float));
       ck_assert_int_eq(dpt_model_get_params(m[i], w[i]), DPT_OK);
-      ck_assert_int_eq(dpt_optimizer_steps(o[i]), 3);
+      ck_assert_msg(memcmp(w[0], w[i], n * sizeof(float)) == 0, "kind %d: optimizer %d differs",
+                    kind, i);
     }
-    ck_assert_msg(memcmp(w[0], w[1], n * sizeof(float)) == 0, "kind %d: full, in parts", kind);
-    ck_assert_msg(memcmp(w[0], w[2], n * sizeof(float)) == 0, "kind %d: sharded, in parts", kind);
-    /* A part across two of the shard's ranges, or outside them: refused, nothing changed. */
-    const dpt_range across[1] = {{90, 500}}, outside[1] = {{200, 10}};
-    ck_assert_int_eq(dpt_optimizer_step_part(o[2], across, 1), DPT_ERR_INVALID_ARG);
-    ck_assert_int_eq(dpt_optimizer_step_part(o[2], outside, 1), DPT_ERR_INVALID_ARG);
-    ck_assert_ptr_nonnull(strstr(dpt_last_error(), "shard ranges"));
-    ck_assert_int_eq(dpt_model_get_params(m[2], w[1]), DPT_OK);
-    ck_assert_int_eq(memcmp(w[0], w[1], n * sizeof(float)), 0);
-    for (int i = 0; i < 3; ++i) {
-      dpt_optimizer_destroy(o[i]);
-      dpt_model_destroy(m[i]);
-      free(w[i]);
-    }
-    free(g);
-  }
-  /* Clipping and LAMB need the whole gradient first. */
-  dpt_model *m;
-  ck_assert_int_eq(dpt_model_create(be, &spec, 4, &m), DPT_OK);
-  for (int k = 0; k < 2; ++k) {
-    dpt_optim_config oc;
-    dpt_optim_config_default(&oc, k ? DPT_OPTIM_LAMB : DPT_OPTIM_SGD);
-    oc.clip_norm = k ? 0.0f : 1.0f;
-    dpt_optimizer *o;
-    ck_assert_int_eq(dpt_optimizer_create(m, &oc, &o), DPT_OK);
-    ck_assert(!dpt_optimizer_steps_in_parts(o));
-    ck_assert_int_eq(dpt_optimizer_step_part(o, rg, 3), DPT_ERR_UNSUPPORTED);
-    ck_assert_ptr_nonnull(strstr(dpt_last_error(), k ? "LAMB" : "clip_norm"));
-    dpt_optimizer_destroy(o);
-  }
-  ck_assert_int_eq(dpt_optimizer_step_part(NULL, rg, 3), DPT_ERR_INVALID_ARG);
-  ck_assert_int_eq(dpt_optimizer_end_step(NULL), DPT_ERR_INVALID_ARG);
-  dpt_model_destroy(m);
-  dpt_backend_destroy(be);
-}
-END_TEST
-
-/* A sharded optimizer (state for its ranges only, packed) steps exactly like a full one
- * stepped on the same ranges; it refuses other ranges and the full step. */
-START_TEST(optimizer_sharded_state) {
-  dpt_model_spec spec;
-  const size_t hidden[1] = {40};
-  ck_assert_int_eq(dpt_model_spec_mlp(&spec, 1, 8, 8, hidden, 1, 10), DPT_OK);
-  dpt_backend *be;
-  ck_assert_int_eq(dpt_backend_create(DPT_BACKEND_CPU, 0, &be), DPT_OK);
-  const dpt_range rg[3] = {{3, 100}, {500, 250}, {2000, 10}};
-  for (int kind = 0; kind < 2; ++kind) {
-    dpt_optim_config oc;
-    dpt_optim_config_default(&oc, kind ? DPT_OPTIM_ADAMW : DPT_OPTIM_SGD);
-    oc.momentum = kind ? 0.0f : 0.9f;
-    dpt_model *m[2];
-    dpt_optimizer *o[2];
-    for (int i = 0; i < 2; ++i) {
-      ck_assert_int_eq(dpt_model_create(be, &spec, 4, &m[i]), DPT_OK);
-      ck_assert_int_eq(dpt_model_init(m[i], 3), DPT_OK);
-    }
-    ck_assert_int_eq(dpt_optimizer_create(m[0], &oc, &o[0]), DPT_OK);
-    ck_assert_int_eq(dpt_optimizer_create_sharded(m[1], &oc, rg, 3, &o[1]), DPT_OK);
-    size_t n = dpt_model_num_params(m[0]);
-    float *g = malloc(n * sizeof *g),
-          *w[2] = {malloc(n * sizeof(float)), malloc(n * sizeof(float))};
-    for (int step = 0; step < 3; ++step) {
-      for (size_t e = 0; e < n; ++e)
-        g[e] = (float)sin((double)e * 0.7 + step) * 0.01f;
-      for (int i = 0; i < 2; ++i) {
-        ck_assert_int_eq(dpt_buffer_upload(dpt_model_grads(m[i]), 0, g, n * sizeof *g), DPT_OK);
-        ck_assert_msg(dpt_optimizer_step_ranges(o[i], rg, 3, 0.0, NULL) == DPT_OK, "%s",
-                      dpt_last_error());
-      }
-    }
-    for (int i = 0; i < 2; ++i)
-      ck_assert_int_eq(dpt_model_get_params(m[i], w[i]), DPT_OK);
-    ck_assert_msg(memcmp(w[0], w[1], n * sizeof(float)) == 0, "kind %d: sharded state differs",
-                  kind);
-    /* Not its shard, or the full step: refused, nothing changed. */
+    /* Not its shard, parts across or outside its ranges, or the full step: refused, nothing
+     * changed. */
     const dpt_range other[3] = {{3, 100}, {500, 250}, {2000, 11}};
+    const dpt_range across[1] = {{90, 500}}, outside[1] = {{200, 10}};
     ck_assert_int_eq(dpt_optimizer_step_ranges(o[1], other, 3, 0.0, NULL), DPT_ERR_INVALID_ARG);
     ck_assert_int_eq(dpt_optimizer_step_ranges(o[1], rg, 2, 0.0, NULL), DPT_ERR_INVALID_ARG);
+    ck_assert_int_eq(dpt_optimizer_step_part(o[1], across, 1), DPT_ERR_INVALID_ARG);
+    ck_assert_int_eq(dpt_optimizer_step_part(o[1], outside, 1), DPT_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(dpt_last_error(), "shard ranges"));
     ck_assert_int_eq(dpt_optimizer_step(o[1], NULL), DPT_ERR_INVALID_ARG);
     ck_assert_ptr_nonnull(strstr(dpt_last_error(), "sharded"));
     ck_assert_int_eq(dpt_optimizer_steps(o[1]), 3);
-    for (int i = 0; i < 2; ++i) {
+    ck_assert_int_eq(dpt_model_get_params(m[1], w[1]), DPT_OK);
+    ck_assert_int_eq(memcmp(w[0], w[1], n * sizeof(float)), 0);
+    for (int i = 0; i < 4; ++i) {
       dpt_optimizer_destroy(o[i]);
       dpt_model_destroy(m[i]);
       free(w[i]);
@@ -341,6 +279,18 @@ START_TEST(optimizer_sharded_state) {
   ck_assert_int_eq(dpt_optimizer_create_sharded(m, &oc, NULL, 0, &o), DPT_OK); /* empty shard */
   ck_assert_int_eq(dpt_optimizer_step_ranges(o, NULL, 0, 0.0, NULL), DPT_OK);
   dpt_optimizer_destroy(o);
+  /* Clipping and LAMB need the whole gradient first. */
+  for (int k = 0; k < 2; ++k) {
+    dpt_optim_config_default(&oc, k ? DPT_OPTIM_LAMB : DPT_OPTIM_SGD);
+    oc.clip_norm = k ? 0.0f : 1.0f;
+    ck_assert_int_eq(dpt_optimizer_create(m, &oc, &o), DPT_OK);
+    ck_assert(!dpt_optimizer_steps_in_parts(o));
+    ck_assert_int_eq(dpt_optimizer_step_part(o, rg, 3), DPT_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(dpt_last_error(), k ? "LAMB" : "clip_norm"));
+    dpt_optimizer_destroy(o);
+  }
+  ck_assert_int_eq(dpt_optimizer_step_part(NULL, rg, 3), DPT_ERR_INVALID_ARG);
+  ck_assert_int_eq(dpt_optimizer_end_step(NULL), DPT_ERR_INVALID_ARG);
   dpt_model_destroy(m);
   dpt_backend_destroy(be);
 }
@@ -1422,7 +1372,6 @@ static Suite *threads_suite(void) {
   tcase_add_test(tc, cnn_equivalence);
   tcase_add_test(tc, sharded_matches_full_step);
   tcase_add_test(tc, optimizer_sharded_state);
-  tcase_add_test(tc, optimizer_step_in_parts);
   tcase_add_test(tc, weight_decay_scope);
   tcase_add_test(tc, lamb_by_hand);
   tcase_add_test(tc, lamb_equivalence);
