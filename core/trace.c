@@ -45,7 +45,7 @@ typedef struct trace_word {
 struct dpt_trace {
   int replica;
   char process[96];
-  double offset;
+  double offset, offset_error; /* dpt_trace_align's */
   trace_rec *ev;
   size_t count, cap, limit;
   uint64_t dropped;
@@ -118,6 +118,10 @@ uint64_t dpt_trace_dropped(const dpt_trace *t) {
   return t ? t->dropped : 0;
 }
 
+double dpt_trace_offset_error(const dpt_trace *t) {
+  return t ? t->offset_error : 0.0;
+}
+
 double dpt_trace_offset(const dpt_trace *t) {
   return t ? t->offset : 0.0;
 }
@@ -130,9 +134,10 @@ static void sleep_us(long us) {
   }
 }
 
-dpt_status dpt_trace_measure_offset(dpt_comm *comm, double *offset) {
+dpt_status dpt_trace_measure_offset(dpt_comm *comm, double *offset, double *error) {
   if (!offset) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_trace_measure_offset: NULL");
   *offset = 0.0;
+  if (error) *error = 0.0;
   if (!comm || dpt_comm_size(comm) == 1) return DPT_OK;
   const int rank = dpt_comm_rank(comm), size = dpt_comm_size(comm);
   /* Per round: when this member entered the barrier and when it left it. Every member enters
@@ -177,8 +182,10 @@ dpt_status dpt_trace_measure_offset(dpt_comm *comm, double *offset) {
   if (rank == 0) return DPT_OK;
   if (lo <= hi) {
     *offset = 0.5 * (lo + hi);
+    if (error) *error = 0.5 * (hi - lo);
     return DPT_OK;
   }
+  if (error) *error = INFINITY;
   /* An empty intersection (a clock that jumped): the median of the exit differences. */
   for (int i = 1; i < rounds; ++i)
     for (int j = i; j > 0 && diff[j - 1] > diff[j]; --j) {
@@ -192,13 +199,14 @@ dpt_status dpt_trace_measure_offset(dpt_comm *comm, double *offset) {
 
 dpt_status dpt_trace_align(dpt_comm *comm, dpt_trace *t) {
   if (!t) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_trace_align: trace is NULL");
-  t->offset = 0.0;
+  t->offset = t->offset_error = 0.0;
   /* Threads of one process read the same clock: the offset is exactly 0, no estimate needed. */
   if (!comm || !strcmp(dpt_comm_transport(comm), "threads")) return DPT_OK;
-  double offset = 0.0;
-  const dpt_status st = dpt_trace_measure_offset(comm, &offset);
+  double offset = 0.0, error = 0.0;
+  const dpt_status st = dpt_trace_measure_offset(comm, &offset, &error);
   if (st != DPT_OK) return dpt_error_context(st, "dpt_trace_align");
   t->offset = offset;
+  t->offset_error = error;
   return DPT_OK;
 }
 

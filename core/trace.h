@@ -61,10 +61,15 @@ dpt_status dpt_trace_align(dpt_comm *comm, dpt_trace *t);
  * the offset by when member 0 and this member entered and left; the midpoint of the bounds of
  * all rounds is the estimate. Batches of 8 barriers run (at most 8) until every member's
  * bounds are 20 us apart, so the error is at most 10 us on a quiet host and about a
- * scheduler's wake-up latency on a busy one. dpt_trace_align uses it for MPI ranks. */
-dpt_status dpt_trace_measure_offset(dpt_comm *comm, double *offset);
-/* The offset dpt_trace_align found (seconds added to this trace's timestamps), 0 before. */
+ * scheduler's wake-up latency on a busy one. dpt_trace_align uses it for MPI ranks. *error
+ * (may be NULL): half the width of the final bounds, which hold the true offset (0 on member 0;
+ * infinite when the bounds do not meet, a clock that jumped, and the estimate is the median
+ * of the rounds' exit differences). */
+dpt_status dpt_trace_measure_offset(dpt_comm *comm, double *offset, double *error);
+/* The offset dpt_trace_align found (seconds added to this trace's timestamps), 0 before, and
+ * its error bound (as dpt_trace_measure_offset's; 0 where the offset is exact). */
 double dpt_trace_offset(const dpt_trace *t);
+double dpt_trace_offset_error(const dpt_trace *t);
 
 /* Collective: gathers every member's events to member 0, which writes one Chrome trace JSON
  * file at path: "X" complete events (ts and dur in microseconds, relative to the earliest

@@ -241,8 +241,8 @@ typedef enum member_mode { MODE_EVENTS, MODE_BAD_PATH, MODE_NO_TRACE, MODE_MANY 
 typedef struct member_out {
   int32_t status;
   int32_t rank;
-  double offset;   /* dpt_trace_align's */
-  double measured; /* dpt_trace_measure_offset's */
+  double offset, offset_err;     /* dpt_trace_align's, and its error bound */
+  double measured, measured_err; /* dpt_trace_measure_offset's */
   char err[240];
 } member_out;
 
@@ -257,12 +257,13 @@ static void member_run(dpt_comm *c, member_mode mode, const char *path, member_o
   snprintf(label, sizeof label, "rank %d, cpu", rank);
   dpt_status st = dpt_trace_create(rank, label, &t);
   if (st == DPT_OK) st = dpt_trace_align(c, t);
-  if (st == DPT_OK) st = dpt_trace_measure_offset(c, &out->measured);
+  if (st == DPT_OK) st = dpt_trace_measure_offset(c, &out->measured, &out->measured_err);
   /* Member 0's clock reading, the same interval recorded by every member. */
   double common = dpt_now();
   if (st == DPT_OK) st = dpt_broadcast_host(c, &common, sizeof common, 0);
   if (st == DPT_OK) {
     out->offset = dpt_trace_offset(t);
+    out->offset_err = dpt_trace_offset_error(t);
     dpt_trace_event(t, DPT_TRACE_EXCHANGE, "common", common, common + 0.001);
     for (int i = 0; i <= rank; ++i) {
       const double a = dpt_now();
@@ -286,14 +287,20 @@ static void check_members(const member_out *out, int size, member_mode mode, con
   for (int r = 0; r < size; ++r) {
     if (mode == MODE_EVENTS || mode == MODE_MANY) {
       ck_assert_msg(out[r].status == DPT_OK, "member %d: %s", r, out[r].err);
-      /* Every member reads the same monotonic clock: the offsets are ~0 (measured ones within
-       * the barrier's wake-up latency). */
-      printf("member %d: clock offset %.2f us, measured %.2f us\n", r, out[r].offset * 1e6,
-             out[r].measured * 1e6);
-      ck_assert_msg(fabs(out[r].offset) <= tol_us * 1e-6, "member %d: offset %.1f us", r,
-                    out[r].offset * 1e6);
-      ck_assert_msg(fabs(out[r].measured) < 1e-3, "member %d: measured offset %.1f us", r,
-                    out[r].measured * 1e6);
+      /* Every member reads the same monotonic clock: the true offset is 0, so each estimate
+       * lies within its own error bound of 0 (on a quiet host about 10 us; on a busy one up to
+       * a scheduler's wake-up latency), and the bounds narrowed below 0.1 s. */
+      printf("member %d: clock offset %.2f us (+- %.2f), measured %.2f us (+- %.2f)\n", r,
+             out[r].offset * 1e6, out[r].offset_err * 1e6, out[r].measured * 1e6,
+             out[r].measured_err * 1e6);
+      ck_assert_msg(fabs(out[r].offset) <= tol_us * 1e-6 + out[r].offset_err &&
+                        out[r].offset_err < 0.1,
+                    "member %d: offset %.1f us, error bound %.1f us", r, out[r].offset * 1e6,
+                    out[r].offset_err * 1e6);
+      ck_assert_msg(fabs(out[r].measured) <= 1e-6 + out[r].measured_err &&
+                        out[r].measured_err < 0.1,
+                    "member %d: measured offset %.1f us, error bound %.1f us", r,
+                    out[r].measured * 1e6, out[r].measured_err * 1e6);
       if (r == 0) ck_assert(out[r].offset == 0.0 && out[r].measured == 0.0);
     } else {
       const dpt_status want = mode == MODE_BAD_PATH ? DPT_ERR_IO : DPT_ERR_INVALID_ARG;
@@ -326,7 +333,7 @@ static void check_members(const member_out *out, int size, member_mode mode, con
   }
   /* The same interval lands at the same place for every member (the alignment's error). */
   for (int r = 1; r < size; ++r)
-    ck_assert_msg(fabs(common_ts[r] - common_ts[0]) <= tol_us,
+    ck_assert_msg(fabs(common_ts[r] - common_ts[0]) <= tol_us + out[r].offset_err * 1e6,
                   "member %d's common event at %.3f us, member 0's at %.3f us", r, common_ts[r],
                   common_ts[0]);
   ck_assert_uint_eq(count_x(root, -1, NULL),
@@ -418,8 +425,9 @@ static void run_mpi(member_mode mode, const char *name) {
   member_out mine, all[MAX_MEMBERS];
   member_run(world, mode, tpath(name), &mine);
   TU_OK(dpt_allgather_host(world, &mine, sizeof mine, all));
-  /* Ranks on one machine share the clock; the estimate's error is the barrier's latency. */
-  if (rank == 0) check_members(all, size, mode, tpath(name), 200.0);
+  /* Ranks on one machine share the clock: the estimate's error is its bound (timestamps in the
+   * file are rounded to 1 us). */
+  if (rank == 0) check_members(all, size, mode, tpath(name), 2.0);
 }
 
 START_TEST(mpi_events) {
