@@ -63,6 +63,8 @@ typedef enum term_kind { TERM_INT, TERM_FLOAT, TERM_HASH } term_kind;
     "4 bf16 with error feedback)",                                                                 \
     TERM_INT)                                                                                      \
   X(SPLIT, "the batch split (split, split_every: 0 even, else the proportional split's period)",   \
+    TERM_INT)                                                                                      \
+  X(BUCKET_WHOLE_UPDATE, "the update after the last gradient bucket (bucket_whole_update)",        \
     TERM_INT)
 
 enum {
@@ -216,6 +218,7 @@ void dpt_run_terms(const dpt_train_config *cfg, uint64_t *w) {
                            : cfg->split_every > 0               ? cfg->split_every
                                                                 : DPT_SPLIT_EVERY_DEFAULT);
   w[TERM_ACCUMULATE] = int_word(cfg->accumulate > 1 ? (int64_t)cfg->accumulate : 0);
+  w[TERM_BUCKET_WHOLE_UPDATE] = int_word(cfg->bucket_whole_update);
   transform_words(&cfg->transform, w);
 }
 
@@ -323,13 +326,15 @@ static int json_word(int t, const json_t *v, uint64_t *w) {
   return 0;
 }
 
-/* Fields a resumed run may change: the rate, the batch split, the run's length (and the cosine
- * length that follows it), the checks, the non-finite policy, the test set. */
+/* Fields a resumed run may change: the rate, the batch split, the micro-batches, the gradient
+ * buckets (size and update order), the run's length (and the cosine length that follows it),
+ * the checks, the non-finite policy, the test set. */
 static int may_change(int t) {
   return t == TERM_LR || t == TERM_SPARSE_DENSE_ABOVE || t == TERM_ACCUMULATE || t == TERM_SPLIT ||
-         t == TERM_BUCKET_BYTES || t == TERM_EPOCHS || t == TERM_MAX_STEPS ||
-         t == TERM_TOTAL_STEPS || t == TERM_CHECK_EVERY || t == TERM_MAX_SKIPPED ||
-         t == TERM_NONFINITE || t == TERM_TEST_SAMPLES || t == TERM_TEST_DATA;
+         t == TERM_BUCKET_BYTES || t == TERM_BUCKET_WHOLE_UPDATE || t == TERM_EPOCHS ||
+         t == TERM_MAX_STEPS || t == TERM_TOTAL_STEPS || t == TERM_CHECK_EVERY ||
+         t == TERM_MAX_SKIPPED || t == TERM_NONFINITE || t == TERM_TEST_SAMPLES ||
+         t == TERM_TEST_DATA;
 }
 
 /* One field of the resume check: equal, changed and allowed (logged), or refused. */

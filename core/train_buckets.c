@@ -98,8 +98,9 @@ void dpt_train_buckets_on_layer(replica_state *s, int backward, size_t ready_fro
 
 /* The update in parts, when the run allows it: bucket j's part is where this replica's ranges
  * (its shard, or everything) meet the bucket. With the sharded step these pieces must be the
- * shards the bucket's own reduce-scatter completes (they are: both are cut on ring blocks); a
- * layout where they are not would update sums that are not complete, so it fails the set-up. */
+ * shards the buckets' reduce-scatters complete, whether the update runs in parts or after the
+ * last bucket (they are: both are cut on ring blocks); a layout where they are not would
+ * update sums that are not complete, so it fails the set-up. */
 static dpt_status setup_parts(train_buckets *b, const dpt_train_config *cfg) {
   replica_state *s = b->s;
   b->whole_why = cfg->bucket_whole_update            ? "asked for (bucket_whole_update)"
@@ -108,7 +109,8 @@ static dpt_status setup_parts(train_buckets *b, const dpt_train_config *cfg) {
                  : cfg->on_nonfinite == DPT_NONFINITE_SKIP
                      ? "a skipped step must leave the parameters as they were"
                      : NULL;
-  if (b->whole_why || !dpt_optimizer_steps_in_parts(s->opt)) return DPT_OK;
+  const int parts = !b->whole_why && dpt_optimizer_steps_in_parts(s->opt);
+  if (!parts && s->mode != STEP_SHARDED) return DPT_OK;
   const size_t np = dpt_model_num_params(s->model);
   const dpt_range whole = {0, np};
   const dpt_range *own = s->mode == STEP_SHARDED ? s->shard : &whole;
@@ -147,7 +149,7 @@ static dpt_status setup_parts(train_buckets *b, const dpt_train_config *cfg) {
     }
   }
   b->part_lo[b->n] = m;
-  b->step_parts = 1;
+  b->step_parts = parts;
   return DPT_OK;
 }
 
@@ -246,7 +248,6 @@ dpt_status dpt_train_buckets_finish(replica_state *s, bucket_times *t) {
   }
   t->exposed = dpt_now() - t0 - t->optimizer;
   if (b->step_parts && s->mode == STEP_SHARDED) {
-    const double tg = dpt_now();
     if (b->start_failed != DPT_OK && first == DPT_OK) first = b->start_failed;
     for (size_t j = 0; j < b->n; ++j) {
       dpt_request_info in;
@@ -259,7 +260,6 @@ dpt_status dpt_train_buckets_finish(replica_state *s, bucket_times *t) {
         dpt_trace_event(s->trace, DPT_TRACE_EXCHANGE, name, in.queued, in.finished);
       b->gather[j] = NULL;
     }
-    t->gather = dpt_now() - tg;
   }
   b->stepped = b->step_parts;
   b->next = 0;
@@ -297,7 +297,7 @@ void dpt_train_buckets_describe(const replica_state *s, char *out, size_t cap) {
              s->mode == STEP_SHARDED ? ", then its parameters' all-gather" : "");
   else
     snprintf(out + len, cap - (size_t)len, "); the update waits for the last bucket: %s",
-             b->whole_why);
+             b->whole_why ? b->whole_why : "the optimizer needs the whole gradient");
 }
 
 const dpt_request_info *dpt_train_buckets_info(const replica_state *s, size_t *n) {

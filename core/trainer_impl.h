@@ -206,7 +206,6 @@ typedef struct bucket_times {
   double exposed;   /* waiting for the gradient's exchanges after backward */
   double busy;      /* the exchanges ran (each from when its range was ready) */
   double optimizer; /* the update in parts, between the waits */
-  double gather;    /* waiting for the parameters' all-gathers after the last part */
 } bucket_times;
 /* After backward: starts the buckets not started yet, waits for all (in order, every one, as
  * every replica does), with the update in parts after each where the run allows it (then with

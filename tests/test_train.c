@@ -1070,6 +1070,24 @@ START_TEST(nonfinite_loss) {
   dpt_status st = dpt_train(&cfg, NULL, NULL);
   ck_assert_int_eq(st, DPT_ERR_NONFINITE);
   ck_assert_ptr_nonnull(strstr(dpt_last_error(), "step"));
+  /* With gradient buckets each shard is updated before the replicas agree on the step: the run
+   * still stops at the same step with the same message, every request waited for (the
+   * sharded step and the full step). */
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s", dpt_last_error());
+  setenv("DPT_COMM_BLOCK", "4096", 1);
+  setenv("DPT_COMM_PIECE", "1024", 1);
+  cfg.bucket_bytes = 4096;
+  for (int full = 0; full <= 1; ++full) {
+    cfg.full_optimizer_step = full;
+    ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_NONFINITE);
+    ck_assert_msg(full || strcmp(dpt_last_error(), msg) == 0, "buckets: %s; without: %s",
+                  dpt_last_error(), msg);
+  }
+  cfg.full_optimizer_step = 0;
+  cfg.bucket_bytes = 0;
+  unsetenv("DPT_COMM_BLOCK");
+  unsetenv("DPT_COMM_PIECE");
   /* Skipping cannot hide the divergence: the run fails once too many steps were skipped (or
    * the parameters went non-finite), alike on every replica. */
   cfg.on_nonfinite = DPT_NONFINITE_SKIP;

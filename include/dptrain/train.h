@@ -81,8 +81,9 @@ typedef struct dpt_train_report {
   double compute_seconds, allreduce_seconds, optimizer_seconds;
   /* The gradient exchange alone (the all-reduce, or the reduce-scatter of the sharded step):
    * how long it ran, and how much of that the step waited for it after backward (exposed). With
-   * buckets (bucket_bytes) it runs during backward and exposed_seconds is the part backward did
-   * not hide; without, the two are equal. */
+   * buckets (bucket_bytes) it runs during backward and exposed_seconds is the part that
+   * backward and the update of the buckets done before did not hide (the update's own time is
+   * optimizer_seconds'); without, the two are equal. */
   double exchange_seconds, exposed_seconds;
   /* Uneven replicas, seconds so far, the same on every replica: the sum over steps of how much
    * longer the slowest replica's batch loading, forward and backward took than the replicas'
