@@ -484,6 +484,7 @@ dpt_status dpt_optimizer_step_part(dpt_optimizer *o, const dpt_range *parts, siz
     return dpt_set_error(DPT_ERR_UNSUPPORTED, "%s: %s needs the whole gradient first", fn,
                          o->cfg.kind == DPT_OPTIM_LAMB ? "LAMB" : "clipping (clip_norm)");
   DPT_TRY(check_ranges(o->model, parts, n, fn));
+  const float lr = dpt_optimizer_lr(o);
   /* Each part's state: at its own offset, or in the sharded optimizer's range that holds it. */
   size_t at = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -500,9 +501,7 @@ dpt_status dpt_optimizer_step_part(dpt_optimizer *o, const dpt_range *parts, siz
                              fn, i, off, cnt, o->nshard);
       so = o->state_off[at] + (off - o->shard[at].offset);
     }
-    if (cnt > 0)
-      DPT_TRY(update_tensors(o, off, cnt, so,
-                             (float)(dpt_optim_lr_at(&o->cfg, o->steps) * o->lr_scale)));
+    if (cnt > 0) DPT_TRY(update_tensors(o, off, cnt, so, lr));
   }
   return DPT_OK;
 }

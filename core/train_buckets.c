@@ -37,7 +37,6 @@ struct train_buckets {
   dpt_range *parts;
   size_t *part_lo;       /* [n + 1] */
   dpt_request **gather;  /* [n] */
-  int stepped;           /* this step's update was done in parts */
   const char *whole_why; /* !step_parts: why the update waits for the last bucket */
   dpt_comm_dtype dtype;  /* the exchange's: F32, or grad_dtype's 16 bits (into s->gh) */
   size_t next;           /* the next bucket to start */
@@ -103,13 +102,13 @@ void dpt_train_buckets_on_layer(replica_state *s, int backward, size_t ready_fro
  * update sums that are not complete, so it fails the set-up. */
 static dpt_status setup_parts(train_buckets *b, const dpt_train_config *cfg) {
   replica_state *s = b->s;
-  b->whole_why = cfg->bucket_whole_update            ? "asked for (bucket_whole_update)"
-                 : cfg->optim.kind == DPT_OPTIM_LAMB ? "LAMB's trust ratios need whole tensors"
-                 : cfg->optim.clip_norm > 0.0f       ? "clipping needs the whole gradient's norm"
+  b->whole_why = cfg->bucket_whole_update ? "asked for (bucket_whole_update)"
                  : cfg->on_nonfinite == DPT_NONFINITE_SKIP
                      ? "a skipped step must leave the parameters as they were"
-                     : NULL;
-  const int parts = !b->whole_why && dpt_optimizer_steps_in_parts(s->opt);
+                 : dpt_optimizer_steps_in_parts(s->opt) ? NULL
+                 : cfg->optim.kind == DPT_OPTIM_LAMB    ? "LAMB's trust ratios need whole tensors"
+                                                     : "clipping needs the whole gradient's norm";
+  const int parts = !b->whole_why;
   if (!parts && s->mode != STEP_SHARDED) return DPT_OK;
   const size_t np = dpt_model_num_params(s->model);
   const dpt_range whole = {0, np};
@@ -117,8 +116,8 @@ static dpt_status setup_parts(train_buckets *b, const dpt_train_config *cfg) {
   const size_t nown = s->mode == STEP_SHARDED ? s->nshard : 1;
   b->parts = malloc((nown + b->n) * sizeof *b->parts);
   b->part_lo = malloc((b->n + 1) * sizeof *b->part_lo);
-  b->gather = calloc(b->n, sizeof *b->gather);
-  if (!b->parts || !b->part_lo || !b->gather)
+  b->gather = parts && s->mode == STEP_SHARDED ? calloc(b->n, sizeof *b->gather) : NULL;
+  if (!b->parts || !b->part_lo || (parts && s->mode == STEP_SHARDED && !b->gather))
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "buckets: out of host memory");
   size_t m = 0;
   for (size_t j = 0; j < b->n; ++j) {
@@ -241,9 +240,11 @@ dpt_status dpt_train_buckets_finish(replica_state *s, bucket_times *t) {
       step_part(b, j, first);
       const double tv = dpt_now();
       t->optimizer += tv - tu;
-      char name[48];
-      snprintf(name, sizeof name, "optimizer, bucket %zu", j);
-      if (s->trace) dpt_trace_event(s->trace, DPT_TRACE_OPTIMIZER, name, tu, tv);
+      if (s->trace) {
+        char name[48];
+        snprintf(name, sizeof name, "optimizer, bucket %zu", j);
+        dpt_trace_event(s->trace, DPT_TRACE_OPTIMIZER, name, tu, tv);
+      }
     }
   }
   t->exposed = dpt_now() - t0 - t->optimizer;
@@ -254,14 +255,14 @@ dpt_status dpt_train_buckets_finish(replica_state *s, bucket_times *t) {
       memset(&in, 0, sizeof in);
       const dpt_status st = dpt_request_wait(b->gather[j], &in);
       if (st != DPT_OK && first == DPT_OK) first = st;
-      char name[48];
-      snprintf(name, sizeof name, "all-gather %zu (parameters)", j);
-      if (s->trace && b->gather[j])
+      if (s->trace && b->gather[j]) {
+        char name[48];
+        snprintf(name, sizeof name, "all-gather %zu (parameters)", j);
         dpt_trace_event(s->trace, DPT_TRACE_EXCHANGE, name, in.queued, in.finished);
+      }
       b->gather[j] = NULL;
     }
   }
-  b->stepped = b->step_parts;
   b->next = 0;
   b->armed = 0;
   b->start_failed = DPT_OK;
@@ -269,7 +270,7 @@ dpt_status dpt_train_buckets_finish(replica_state *s, bucket_times *t) {
 }
 
 int dpt_train_buckets_stepped(const replica_state *s) {
-  return s->buckets && s->buckets->stepped;
+  return s->buckets && s->buckets->step_parts;
 }
 
 void dpt_train_buckets_describe(const replica_state *s, char *out, size_t cap) {
@@ -297,7 +298,7 @@ void dpt_train_buckets_describe(const replica_state *s, char *out, size_t cap) {
              s->mode == STEP_SHARDED ? ", then its parameters' all-gather" : "");
   else
     snprintf(out + len, cap - (size_t)len, "); the update waits for the last bucket: %s",
-             b->whole_why ? b->whole_why : "the optimizer needs the whole gradient");
+             b->whole_why);
 }
 
 const dpt_request_info *dpt_train_buckets_info(const replica_state *s, size_t *n) {

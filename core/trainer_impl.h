@@ -211,7 +211,7 @@ typedef struct bucket_times {
  * every replica does), with the update in parts after each where the run allows it (then with
  * the sharded step the all-gathers too). Returns the first failure. */
 dpt_status dpt_train_buckets_finish(replica_state *s, bucket_times *t);
-/* Whether the last dpt_train_buckets_finish did the step's update (and all-gather): the
+/* Whether dpt_train_buckets_finish does the step's update (and all-gather) in parts: the
  * optimizer then only counts the step. */
 int dpt_train_buckets_stepped(const replica_state *s);
 /* Collective: the bucket size for bucket_bytes DPT_BUCKET_AUTO, the smallest all-reduce (1 to
