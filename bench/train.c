@@ -253,6 +253,10 @@ int dpt_bench_train(int argc, char **argv) {
    * rank for the last. */
   int mpi = 0, rank = 0, rc = 0;
   dpt_comm *world = NULL, *solo = NULL;
+  if (!dpt_comm_mpi_launched() && dpt_comm_check_launch(NULL) != DPT_OK) {
+    fprintf(stderr, "bench train: %s\n", dpt_last_error());
+    return 2;
+  }
 #ifdef DPT_HAVE_MPI
   MPI_Comm solo_mpi = MPI_COMM_NULL;
   if (dpt_comm_mpi_launched()) {

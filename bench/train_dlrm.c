@@ -232,6 +232,10 @@ int dpt_bench_train_dlrm(int argc, char **argv) {
   }
   int mpi = 0, rank = 0, rc = 0;
   dpt_comm *world = NULL;
+  if (!dpt_comm_mpi_launched() && dpt_comm_check_launch(NULL) != DPT_OK) {
+    fprintf(stderr, "bench train: %s\n", dpt_last_error());
+    return 2;
+  }
 #ifdef DPT_HAVE_MPI
   if (dpt_comm_mpi_launched()) {
     mpi = 1;

@@ -33,6 +33,7 @@ dpt_status dpt_comm_init(dpt_comm *c, const dpt_transport *tp, void *impl, int r
   c->nnodes = 1;
   c->node = NULL;
   atomic_init(&c->node_ranks, 0);
+  c->stranded = 0;
   c->payload = calloc((size_t)size, sizeof *c->payload);
   if (!c->payload)
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "communicator: %d payload pointers", size);
@@ -52,8 +53,10 @@ void dpt_comm_destroy(dpt_comm *c) {
   const int serialized = c->tp->serialized;
   if (serialized) dpt_serial_lock();
   dpt_hello_unpost(c);
-  free(c->hello_buf);
-  free(c->slot_buf);
+  if (!c->stranded) { /* else MPI may still write them */
+    free(c->hello_buf);
+    free(c->slot_buf);
+  }
   free(c->payload);
   free(c->node);
   c->tp->destroy(c);
@@ -99,6 +102,24 @@ int dpt_comm_mpi_launched(void) {
   return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
 }
 
+dpt_status dpt_comm_check_launch(const dpt_comm *comm) {
+  const char *v = getenv("SLURM_STEP_NUM_TASKS");
+  char *end = NULL;
+  const long tasks = v ? strtol(v, &end, 10) : 0;
+  if (!v || end == v || *end || tasks < 2) return DPT_OK;
+  if (comm && getenv("OMPI_COMM_WORLD_SIZE")) return DPT_OK; /* mpirun's ranks */
+  const int world = comm ? comm->size : 1;
+  if (tasks == world) return DPT_OK;
+  return dpt_set_error(DPT_ERR_MISMATCH,
+                       "Slurm started %ld tasks in this step (SLURM_STEP_NUM_TASKS) but MPI "
+                       "sees %d rank%s: %s. Start the tasks with MPI's process information "
+                       "(srun --mpi=pmix with Open MPI; srun --mpi=list shows what this Slurm "
+                       "offers) or with mpirun inside the allocation",
+                       tasks, world, world == 1 ? "" : "s",
+                       world == 1 ? "every task would train alone and write the same files"
+                                  : "the ranks do not match the tasks");
+}
+
 #ifndef DPT_HAVE_MPI
 int dpt_comm_mpi_compiled(void) {
   return 0;
@@ -119,6 +140,12 @@ dpt_status dpt_comm_create_mpi(const void *mpi_comm, dpt_comm **out) {
  * (request.c; two atomic loads when none are). */
 static dpt_status check_comm(const dpt_comm *c, const char *fn) {
   if (!c) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: comm is NULL", fn);
+  if (c->stranded)
+    return dpt_set_error(DPT_ERR_COMM,
+                         "%s: the communicator is unusable: a message of an earlier collective "
+                         "could not be taken back from an unreachable rank (end the job: "
+                         "dpt_comm_abort)",
+                         fn);
   return dpt_comm_check_idle(c, fn);
 }
 

@@ -108,7 +108,9 @@ typedef struct dpt_transport {
    * (the message names the peer). */
   dpt_status (*poll)(dpt_comm *c, dpt_req **reqs, int n, int block, double deadline, double since,
                      int *ndone);
-  /* Abandons a pending request: afterwards the transport no longer writes its buffer. */
+  /* Abandons a pending request: afterwards the transport no longer writes its buffer, unless
+   * it could not take the request back (a receive that MPI had begun to fill, from a peer now
+   * unreachable) and set dpt_comm.stranded instead. Returns within a bounded time. */
   void (*cancel)(dpt_comm *c, dpt_req *r);
   void (*destroy)(dpt_comm *c);
   /* Optional: ends every process of the job at once (dpt_comm_abort); returns only on failure. */
@@ -179,6 +181,11 @@ struct dpt_comm {
   atomic_int node_ranks;
   /* The transport built the group of each local index across nodes: cross_allreduce serves. */
   int cross_native;
+  /* A request could not be taken back (cancel, or a nonblocking MPI collective past its
+   * deadline): MPI may still write its buffer. Every later collective fails, and destroying
+   * the member frees neither its scratch buffers nor MPI (it leaves them to the process's
+   * end, which dpt_comm_abort brings). */
+  int stranded;
 };
 
 /* ---- nonblocking collectives (request.c) ------------------------------------------------ */

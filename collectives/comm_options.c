@@ -204,6 +204,13 @@ static dpt_status options_from_env(dpt_comm_options *o) {
   return env_staging(o);
 }
 
+double dpt_comm_env_timeout(void) {
+  dpt_comm_options o;
+  dpt_comm_options_default(&o);
+  const double fallback = o.timeout_s;
+  return env_timeout(&o) == DPT_OK ? o.timeout_s : fallback;
+}
+
 dpt_status dpt_comm_hello_flat_env(int *flat_max) {
   const char *v = getenv("DPT_COMM_HELLO_FLAT_MAX");
   size_t n = 0;

@@ -4,9 +4,15 @@
  *
  * Only nonblocking point-to-point calls move data (MPI_Isend / MPI_Irecv, completed by
  * MPI_Testsome polling against a deadline), so no collective can hang on a missing rank.
- * Abandoning a request after a timeout: a receive is cancelled and waited for (local, as the
- * standard guarantees); a send is cancelled if MPI can, else released with MPI_Request_free
- * (MPI may still read the caller's buffer to deliver it: it never writes it).
+ * Abandoning a request after a timeout: a receive is cancelled and polled for a moment; one
+ * that MPI had already matched (partly received, from a peer now unreachable) cannot be
+ * cancelled, so it is left pending and the communicator marked stranded (comm_impl.h) rather
+ * than waited for. A send is cancelled if MPI can, else released with MPI_Request_free (MPI
+ * may still read the caller's buffer to deliver it: it never writes it).
+ *
+ * The blocking MPI calls left (MPI_Init_thread, the set-up collectives, MPI_Allreduce once
+ * every rank has arrived, MPI_Abort) run under a watch (base/watchdog.h): past the deadline
+ * the process prints why and exits, since nothing can take such a call back.
  *
  * Inside a node, ranks exchange through shared-memory channels (shm.c) when they can: a
  * communicator on one node uses them for every message, one that spans nodes for the
@@ -28,11 +34,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "collectives/comm_impl.h"
 #include "base/clock.h"
 #include "base/error.h"
+#include "base/watchdog.h"
+#include "collectives/comm_options.h"
 
 _Static_assert(sizeof(MPI_Request) <= sizeof(((dpt_req *)0)->mpi), "MPI_Request too large");
 
@@ -186,6 +195,21 @@ static dpt_status mpi_poll(dpt_comm *c, dpt_req **reqs, int n, int block, double
   }
 }
 
+/* How long a cancelled receive may take to complete. An unmatched one completes at once; a
+ * matched one completes only when the rest of its message arrives. */
+#define CANCEL_GRACE_S 0.2
+
+/* Tests a cancelled receive until it completes or CANCEL_GRACE_S pass: 1 if it completed. */
+static int recv_cancelled(MPI_Request *q) {
+  const double until = dpt_now() + CANCEL_GRACE_S;
+  for (;;) {
+    int flag = 0;
+    if (MPI_Test(q, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || flag) return 1;
+    if (dpt_now() > until) return 0;
+    nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+  }
+}
+
 static void mpi_cancel(dpt_comm *c, dpt_req *r) {
   mpi_state *s = c->impl;
   if (on_shm(s, r)) {
@@ -196,7 +220,8 @@ static void mpi_cancel(dpt_comm *c, dpt_req *r) {
   MPI_Request q = get_req(r);
   MPI_Cancel(&q);
   if (r->is_recv) {
-    MPI_Wait(&q, MPI_STATUS_IGNORE); /* local for a cancelled receive */
+    /* Not waited for: MPI_Wait on a matched receive whose sender is cut off never returns. */
+    if (!recv_cancelled(&q)) c->stranded = 1;
   } else {
     int flag = 0;
     MPI_Test(&q, &flag, MPI_STATUS_IGNORE);
@@ -220,8 +245,9 @@ static void bf16_sum_op(void *in, void *inout, int *len, MPI_Datatype *type) {
  * comm is known to be in this collective, so the blocking call (the library's fastest);
  * otherwise the nonblocking one, polled against the deadline (Open MPI's nonblocking
  * collectives are several times slower). */
-static dpt_status allreduce_on(mpi_state *s, MPI_Comm comm, void *data, size_t count,
+static dpt_status allreduce_on(dpt_comm *c, MPI_Comm comm, void *data, size_t count,
                                dpt_comm_dtype dtype, int arrived, double deadline) {
+  mpi_state *s = c->impl;
   const size_t es = dpt_dtype_size(dtype);
   MPI_Datatype type = dtype == DPT_COMM_F32 ? MPI_FLOAT : MPI_UINT16_T;
   MPI_Op op = dtype == DPT_COMM_F16 ? s->f16_sum : dtype == DPT_COMM_BF16 ? s->bf16_sum : MPI_SUM;
@@ -230,7 +256,12 @@ static dpt_status allreduce_on(mpi_state *s, MPI_Comm comm, void *data, size_t c
     void *p = (unsigned char *)data + done * es;
     int rc;
     if (arrived) {
+      /* Every rank is in: only a stopped rank or a cut link keeps this from returning. */
+      dpt_watch w;
+      DPT_TRY(dpt_watch_arm(&w, c->opt.timeout_s, DPT_EXIT_STALLED, c->rank, "MPI_Allreduce",
+                            "a rank stopped, or a link to another node is down"));
       rc = MPI_Allreduce(MPI_IN_PLACE, p, (int)n, type, op, comm);
+      dpt_watch_disarm(&w);
       if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Allreduce", -1);
       done += n;
       continue;
@@ -245,10 +276,12 @@ static dpt_status allreduce_on(mpi_state *s, MPI_Comm comm, void *data, size_t c
       rc = MPI_Test(&q, &flag, MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Iallreduce", -1);
       if (flag) break;
-      if (dpt_backoff_pause(&b, deadline))
+      if (dpt_backoff_pause(&b, deadline)) {
         /* A nonblocking collective cannot be cancelled: the communicator is unusable. */
+        c->stranded = 1;
         return dpt_set_error(DPT_ERR_TIMEOUT,
                              "MPI_Iallreduce did not complete before the deadline");
+      }
     }
     done += n;
   }
@@ -258,7 +291,7 @@ static dpt_status allreduce_on(mpi_state *s, MPI_Comm comm, void *data, size_t c
 static dpt_status mpi_native_allreduce(dpt_comm *c, void *data, size_t count, dpt_comm_dtype dtype,
                                        int arrived, double deadline) {
   mpi_state *s = c->impl;
-  return allreduce_on(s, s->comm, data, count, dtype, arrived, deadline);
+  return allreduce_on(c, s->comm, data, count, dtype, arrived, deadline);
 }
 
 static dpt_status mpi_cross_allreduce(dpt_comm *c, void *data, size_t count, dpt_comm_dtype dtype,
@@ -266,7 +299,7 @@ static dpt_status mpi_cross_allreduce(dpt_comm *c, void *data, size_t count, dpt
   mpi_state *s = c->impl;
   if (s->cross == MPI_COMM_NULL)
     return dpt_set_error(DPT_ERR_UNSUPPORTED, "no cross-node communicator (unequal nodes)");
-  return allreduce_on(s, s->cross, data, count, dtype, arrived, deadline);
+  return allreduce_on(c, s->cross, data, count, dtype, arrived, deadline);
 }
 
 /* Whether c's nodes each hold the same number (> 1) of ranks, as dpt_hier_applies says. */
@@ -307,6 +340,8 @@ static void mpi_destroy(dpt_comm *c) {
   dpt_shm_close(s->shm);
   int finalized = 0;
   MPI_Finalized(&finalized);
+  /* Stranded: no MPI call that could wait, no MPI_Finalize (it would wait for the peer). */
+  if (c->stranded) finalized = 1;
   if (!finalized) {
     if (s->f16_sum != MPI_OP_NULL) MPI_Op_free(&s->f16_sum);
     if (s->bf16_sum != MPI_OP_NULL) MPI_Op_free(&s->bf16_sum);
@@ -323,6 +358,9 @@ static void mpi_destroy(dpt_comm *c) {
   pthread_mutex_unlock(&g_mpi_lock);
 }
 
+/* Seconds MPI_Abort may take before the process ends without it. */
+#define ABORT_GRACE_S 1.5
+
 /* MPI_Abort on the duplicate: the same processes as the application's communicator, and a
  * handle that stays valid while this communicator lives, whatever the application freed. */
 static dpt_status mpi_abort(dpt_comm *c, int code) {
@@ -331,7 +369,13 @@ static dpt_status mpi_abort(dpt_comm *c, int code) {
   MPI_Finalized(&finalized);
   if (finalized)
     return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_comm_abort: MPI is already finalized");
+  /* MPI_Abort asks the launcher to end the job; where it cannot reach it (a cut link) it may
+   * never return, so this process ends itself after ABORT_GRACE_S. */
+  dpt_watch w;
+  DPT_TRY(dpt_watch_arm(&w, ABORT_GRACE_S, code, c->rank, "MPI_Abort",
+                        "the launcher or other nodes are unreachable: this process ends alone"));
   int rc = MPI_Abort(s->comm, code);
+  dpt_watch_disarm(&w);
   return mpi_fail(rc, "MPI_Abort", -1);
 }
 
@@ -377,6 +421,24 @@ int dpt_comm_mpi_compiled(void) {
   return 1;
 }
 
+/* Why a start-up call may not return, for the watch's line. */
+#define SETUP_WHY                                                                                  \
+  "a rank of the job stopped, has not started or cannot be reached; DPT_COMM_TIMEOUT sets the "    \
+  "limit"
+
+/* This process's rank as the launcher says it (before MPI can), or -1. */
+static int launcher_rank(void) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK",
+                                     "SLURM_PROCID"};
+  for (size_t i = 0; i < sizeof vars / sizeof *vars; ++i) {
+    const char *v = getenv(vars[i]);
+    char *end = NULL;
+    long r = v ? strtol(v, &end, 10) : -1;
+    if (v && end != v && !*end && r >= 0 && r <= INT_MAX) return (int)r;
+  }
+  return -1;
+}
+
 /* Initializes MPI when nobody has (lock held). */
 static dpt_status mpi_ensure_init(void) {
   int init = 0, fin = 0;
@@ -388,7 +450,13 @@ static dpt_status mpi_ensure_init(void) {
                          "initialized twice)");
   if (init) return DPT_OK;
   int provided = 0;
+  /* MPI_Init_thread waits for every rank of the job: one stopped or unreachable would keep it
+   * from ever returning. */
+  dpt_watch w;
+  DPT_TRY(dpt_watch_arm(&w, dpt_comm_env_timeout(), DPT_EXIT_STALLED, launcher_rank(),
+                        "MPI_Init_thread", SETUP_WHY));
   int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+  dpt_watch_disarm(&w);
   if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Init_thread", -1);
   g_mpi_owned = 1;
   return DPT_OK;
@@ -696,10 +764,16 @@ dpt_status dpt_comm_create_mpi(const void *mpi_comm, dpt_comm **out) {
   pthread_mutex_unlock(&g_mpi_lock);
   if (st != DPT_OK) return st;
 
-  dpt_comm *c = calloc(1, sizeof *c);
-  mpi_state *s = calloc(1, sizeof *s);
+  /* The set-up's collectives (MPI_Comm_dup, MPI_Comm_split_type, the agreements) block until
+   * every rank takes part. */
+  dpt_watch setup_watch;
+  st = dpt_watch_arm(&setup_watch, dpt_comm_env_timeout(), DPT_EXIT_STALLED, launcher_rank(),
+                     "the communicator's set-up (dpt_comm_create_mpi)", SETUP_WHY);
+  dpt_comm *c = st == DPT_OK ? calloc(1, sizeof *c) : NULL;
+  mpi_state *s = st == DPT_OK ? calloc(1, sizeof *s) : NULL;
   int rc = MPI_SUCCESS, rank = 0, size = 0, *tag_ub = NULL, flag = 0;
   const char *call = "";
+  if (st != DPT_OK) goto fail;
   if (!c || !s) {
     st = dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_comm_create_mpi: no memory");
     goto fail;
@@ -752,10 +826,12 @@ dpt_status dpt_comm_create_mpi(const void *mpi_comm, dpt_comm **out) {
     free(c->node);
     goto fail;
   }
+  dpt_watch_disarm(&setup_watch);
   *out = c;
   return DPT_OK;
 
 fail:
+  dpt_watch_disarm(&setup_watch);
   if (s) dpt_shm_close(s->shm);
   if (s && s->f16_sum != MPI_OP_NULL) MPI_Op_free(&s->f16_sum);
   if (s && s->bf16_sum != MPI_OP_NULL) MPI_Op_free(&s->bf16_sum);

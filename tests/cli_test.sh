@@ -30,6 +30,14 @@ make_idx "$good" t10k 100
 [ $rc -eq 2 ] || fail "missing value exited $rc, expected 2"
 "$dptrain" no-such-command >/dev/null 2>&1; rc=$?
 [ $rc -eq 2 ] || fail "unknown command exited $rc, expected 2"
+# Slurm tasks without MPI's process information (srun --mpi=none): refused with exit 2 before
+# any training or output, naming both counts and srun --mpi=pmix.
+SLURM_STEP_NUM_TASKS=2 SLURM_NTASKS=2 SLURM_PROCID=1 "$dptrain" train --data "$good" \
+  --epochs 1 --max-steps 2 --save-weights "$scratch/dup.st" >"$scratch/out" 2>"$scratch/err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "Slurm started 2 tasks .* MPI sees 1 rank.*srun --mpi=pmix" "$scratch/err" &&
+  [ ! -e "$scratch/dup.st" ] && [ ! -s "$scratch/out" ] ||
+  fail "2 Slurm tasks without MPI: exit $rc, $(cat "$scratch/err")"
 help=$("$dptrain" train --help)
 grep -q -- "--global-batch" <<<"$help" || fail "--help does not document --global-batch"
 # Every option --help lists is one the parser knows, and takes a value exactly when the help

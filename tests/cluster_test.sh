@@ -4,7 +4,8 @@
 # hostnames, 2 local ranks each); `dptrain train` on them ends with the param_hash of 4 ranks on
 # one node; comm_mpi's nodes case there: each rank sees 2 nodes, its node peer through shared
 # memory, the other node through MPI, sums right; a failing run leaves no process in the nodes;
-# `down` removes every namespace.
+# a cut link between the nodes ends every rank within the deadline + 2 s; `down` removes every
+# namespace.
 # Skipped (77) without root, network namespaces, unshare or Open MPI.
 # Usage: cluster_test.sh <dptrain> <scratch dir> [mpiexec] [comm_mpi]
 # DPT_CLUSTER_TEST_PREFIX / DPT_CLUSTER_TEST_SUBNET (default dptt- / 10.232.0) rename the test's
@@ -149,7 +150,42 @@ timeout 120 "$cluster" run -- "$dptrain" train --no-such-flag >"$dir/bad.out" 2>
 left=$(for ns in $(ours); do ip netns pids "$ns"; done | tr '\n' ' ')
 [ -z "$left" ] && echo "ok: failing run left no process" || fail "processes left in the nodes: $left"
 
-# 7. Down: every namespace, the state and the hosts files gone.
+# 7. A cut link (n2's eth0 down) while 2 ranks train across the nodes: every rank on both
+# sides is gone within the deadline (DPT_COMM_TIMEOUT=3) + 2 s, each having said why (its
+# stderr goes to a file: n2's output cannot reach mpirun any more). mpirun itself waits for
+# the unreachable node's daemon (Open MPI's TCP channel), so the test ends it.
+ranks_left() {
+  for ns in ${p}n1 ${p}n2; do ip netns pids "$ns"; done | xargs -r ps -o comm= -p 2>/dev/null |
+    grep -c '^dptrain' || true
+}
+DPT_COMM_TIMEOUT=3 timeout 90 "$cluster" run -np 2 --map-by node -x DPT_COMM_TIMEOUT \
+  -x OPENBLAS_NUM_THREADS -- sh -c 'exec "$@" 2>"$0/cut-$OMPI_COMM_WORLD_RANK.err"' "$dir" \
+  "$dptrain" train --backend cpu --data "$dir/data" --hidden 8192 --global-batch 40 \
+  --epochs 100000 --seed 5 --quiet >"$dir/cut.out" 2>&1 &
+job=$!
+for ((i = 0; i < 100 && $(ranks_left) < 2; ++i)); do sleep 0.1; done
+sleep 3 # past the set-up, into the steps
+ip -n "${p}n2" link set eth0 down
+t0=$(date +%s.%N)
+while [ "$(ranks_left)" -gt 0 ] && awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { exit !(b - a < 30) }'; do
+  sleep 0.1
+done
+gone=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+ip -n "${p}n2" link set eth0 up
+kill "$job" 2>/dev/null
+wait "$job" 2>/dev/null
+if [ "$(ranks_left)" -eq 0 ] && awk -v g="$gone" 'BEGIN { exit !(g <= 3 + 2 + 1) }'; then
+  echo "ok: cut link: every rank gone $gone s after the cut (deadline 3 s)"
+else
+  fail "cut link: $(ranks_left) ranks left $gone s after the cut (deadline 3 s)"
+fi
+for r in 0 1; do
+  grep -q "timeout\|did not return within" "$dir/cut-$r.err" &&
+    echo "ok: cut link: rank $r said: $(grep -m1 "timeout\|did not return" "$dir/cut-$r.err")" ||
+    fail "cut link: rank $r said: $(tail -3 "$dir/cut-$r.err" 2>/dev/null)"
+done
+
+# 8. Down: every namespace, the state and the hosts files gone.
 "$cluster" down
 if [ -n "$(ours)" ] || [ -e "$DPT_CLUSTER_STATE" ] || ls -d /etc/netns/$p* >/dev/null 2>&1; then
   fail "after down: $(ours) $(ls -d "$DPT_CLUSTER_STATE" /etc/netns/$p* 2>/dev/null)"

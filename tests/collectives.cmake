@@ -8,6 +8,8 @@ dpt_add_check_test(NAME comm_threads_opencl TARGET comm_threads ARGS opencl
                    LABELS comm opencl TIMEOUT 300 ENVIRONMENT POCL_MAX_PTHREAD_COUNT=1)
 dpt_add_check_test(NAME comm_threads_vulkan TARGET comm_threads ARGS vulkan
                    LABELS comm vulkan TIMEOUT 300)
+# The watchdog of calls that cannot be bounded otherwise (base/watchdog.c).
+dpt_add_check_test(NAME test_watchdog SOURCES test_watchdog.c LABELS unit comm TIMEOUT 60)
 # The hello round in groups of 64 and 256 threads (dissemination): results, failures, the
 # messages each member sends.
 dpt_add_check_test(NAME comm_hello SOURCES comm_hello.c comm_cases.c LABELS unit comm cpu TIMEOUT 120)
@@ -65,6 +67,13 @@ if(DPT_WITH_MPI)
   dpt_add_check_test(NAME comm_mpi_abort SOURCES comm_mpi_abort.c LIBS MPI::MPI_C
                      LABELS comm mpi TIMEOUT 60
                      LAUNCHER sh ${CMAKE_CURRENT_LIST_DIR}/comm_mpi_abort_test.sh
+                              ${MPIEXEC_EXECUTABLE}
+                     ENVIRONMENT ${_dpt_mpi_env})
+  # A rank stopped before MPI_Init_thread, or before the communicator's set-up collectives:
+  # rank 0's watch ends the job with status 69 within a few seconds of the deadline.
+  dpt_add_check_test(NAME comm_mpi_stall SOURCES comm_mpi_stall.c LIBS MPI::MPI_C
+                     LABELS comm mpi TIMEOUT 90
+                     LAUNCHER sh ${CMAKE_CURRENT_LIST_DIR}/comm_mpi_stall_test.sh
                               ${MPIEXEC_EXECUTABLE}
                      ENVIRONMENT ${_dpt_mpi_env})
   # The library initializes and finalizes MPI itself when the program does not.

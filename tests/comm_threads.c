@@ -1233,6 +1233,67 @@ START_TEST(mpi_launched_from_environment) {
 }
 END_TEST
 
+/* The scheduler's task count against the world: SLURM_STEP_NUM_TASKS above 1 without an MPI
+ * world (comm NULL) is refused naming both numbers and srun --mpi=pmix; a world of that size
+ * passes; an unset, invalid or single-task value passes; ranks mpirun started are not compared
+ * (OMPI_COMM_WORLD_SIZE set). */
+START_TEST(launch_check_against_slurm) {
+  unsetenv("OMPI_COMM_WORLD_SIZE");
+  unsetenv("SLURM_STEP_NUM_TASKS");
+  ck_assert_int_eq(dpt_comm_check_launch(NULL), DPT_OK);
+  setenv("SLURM_STEP_NUM_TASKS", "1", 1);
+  ck_assert_int_eq(dpt_comm_check_launch(NULL), DPT_OK);
+  setenv("SLURM_STEP_NUM_TASKS", "x2", 1);
+  ck_assert_int_eq(dpt_comm_check_launch(NULL), DPT_OK);
+  setenv("SLURM_STEP_NUM_TASKS", "2", 1);
+  ck_assert_int_eq(dpt_comm_check_launch(NULL), DPT_ERR_MISMATCH);
+  const char *msg = dpt_last_error();
+  ck_assert_msg(strstr(msg, "Slurm started 2 tasks") && strstr(msg, "MPI sees 1 rank") &&
+                    strstr(msg, "srun --mpi=pmix"),
+                "%s", msg);
+  dpt_comm_group *g = NULL;
+  dpt_comm *c0 = NULL, *c1 = NULL;
+  ck_assert_int_eq(dpt_comm_group_create(2, &g), DPT_OK);
+  ck_assert_int_eq(dpt_comm_group_member(g, 0, &c0), DPT_OK);
+  ck_assert_int_eq(dpt_comm_group_member(g, 1, &c1), DPT_OK);
+  ck_assert_int_eq(dpt_comm_check_launch(c0), DPT_OK);
+  setenv("SLURM_STEP_NUM_TASKS", "4", 1);
+  ck_assert_int_eq(dpt_comm_check_launch(c0), DPT_ERR_MISMATCH);
+  ck_assert_msg(strstr(dpt_last_error(), "MPI sees 2 ranks"), "%s", dpt_last_error());
+  setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  ck_assert_int_eq(dpt_comm_check_launch(c0), DPT_OK);
+  unsetenv("OMPI_COMM_WORLD_SIZE");
+  unsetenv("SLURM_STEP_NUM_TASKS");
+  dpt_comm_destroy(c0);
+  dpt_comm_destroy(c1);
+  dpt_comm_group_destroy(g);
+}
+END_TEST
+
+/* A stranded member (a request its transport could not take back) refuses every collective
+ * with DPT_ERR_COMM saying why, and is destroyed without waiting. */
+START_TEST(stranded_refuses) {
+  dpt_comm_group *g = NULL;
+  dpt_comm *c = NULL;
+  ck_assert_int_eq(dpt_comm_group_create(1, &g), DPT_OK);
+  ck_assert_int_eq(dpt_comm_group_member(g, 0, &c), DPT_OK);
+  float x[4] = {1, 2, 3, 4};
+  ck_assert_int_eq(dpt_allreduce_host(c, x, 4, DPT_COMM_F32), DPT_OK);
+  free(c->hello_buf); /* what a stranded member leaks, freed here for the leak checker */
+  free(c->slot_buf);
+  c->hello_buf = NULL;
+  c->slot_buf = NULL;
+  c->stranded = 1;
+  ck_assert_int_eq(dpt_allreduce_host(c, x, 4, DPT_COMM_F32), DPT_ERR_COMM);
+  ck_assert_msg(strstr(dpt_last_error(), "unusable") && strstr(dpt_last_error(), "dpt_comm_abort"),
+                "%s", dpt_last_error());
+  ck_assert_int_eq(dpt_barrier(c), DPT_ERR_COMM);
+  ck_assert(x[0] == 1 && x[3] == 4);
+  dpt_comm_destroy(c);
+  dpt_comm_group_destroy(g);
+}
+END_TEST
+
 /* The 16-bit sums (reduce.c: bfloat16 8 lanes at a time where the compiler allows, binary16
  * through F16C where the CPU has it) give the bits of the scalar conversions around one float32
  * addition, for every 16-bit a against random b (NaN, infinities, subnormals and overflow
@@ -1391,6 +1452,8 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, wakeups_around_the_spin);
     tcase_add_test(tc, timeout_forever);
     tcase_add_test(tc, mpi_launched_from_environment);
+    tcase_add_test(tc, launch_check_against_slurm);
+    tcase_add_test(tc, stranded_refuses);
     tcase_add_test(tc, shm_copy_choice);
     tcase_add_test(tc, bf16_sum_bits);
     tcase_add_test(tc, f16_sum_bits);

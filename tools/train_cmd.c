@@ -1061,6 +1061,12 @@ static int open_comm(cli *c, dpt_comm **comm) {
     if (st != DPT_OK) return fail(c, st, NULL);
     c->rank = dpt_comm_rank(*comm);
   }
+  if (dpt_comm_check_launch(*comm) != DPT_OK) {
+    if (c->rank == 0) fprintf(stderr, "dptrain train: %s\n", dpt_last_error());
+    dpt_comm_destroy(*comm); /* every rank refuses alike */
+    *comm = NULL;
+    return 2;
+  }
   pick_backend(c->backend, c->rank, &c->cfg.backend);
   /* Replicas as threads with a backend list: one backend per replica, in one process. */
   int mixed = 0;

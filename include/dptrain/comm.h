@@ -19,6 +19,12 @@
  *     After DPT_ERR_TIMEOUT (or DPT_ERR_COMM) the communicator may hold messages of the
  *     failed collective: destroy it (local, see dpt_comm_destroy), or under MPI end the
  *     job with dpt_comm_abort when a peer may be stopped (MPI_Finalize would wait for it).
+ *     A receive MPI cannot take back (matched, its sender cut off) strands the communicator:
+ *     later collectives fail with DPT_ERR_COMM and destroying it leaks its buffers.
+ *   - Blocking MPI calls that cannot be taken back (MPI_Init_thread, the set-up collectives
+ *     of dpt_comm_create_mpi, MPI_Allreduce once every rank has arrived) that outlive the
+ *     deadline end the process: one line on stderr naming the call and the rank, then
+ *     _exit(69) (EX_UNAVAILABLE). This is the library's only exit; docs/collectives.md.
  *   - The sum is a sum: averaging (dividing by the number of ranks) is the caller's business.
  *
  * Environment variables, read when a communicator is created (the dpt_comm_set_* calls
@@ -146,6 +152,13 @@ DPT_API int dpt_comm_mpi_compiled(void);
 /* 1 if this process was started by an MPI launcher (mpirun, mpiexec, srun with PMI/PMIx),
  * from the environment it sets; whether or not MPI is compiled in. */
 DPT_API int dpt_comm_mpi_launched(void);
+/* DPT_OK unless a scheduler started more tasks than the MPI world holds, so that each task
+ * would train alone as a duplicate: Slurm's SLURM_STEP_NUM_TASKS (srun sets it in each task
+ * of a step) above 1 with `comm` NULL (the process was not started as an MPI rank), or above
+ * comm's size when srun started the ranks itself. Ranks that mpirun started are not compared
+ * (under Slurm its daemons are the step's tasks). DPT_ERR_MISMATCH names both numbers and
+ * the fix (srun --mpi=pmix). */
+DPT_API dpt_status dpt_comm_check_launch(const dpt_comm *comm);
 
 /* MPI transport: `mpi_comm` points to an MPI_Comm (the caller's variable: `MPI_Comm c; ...
  * dpt_comm_create_mpi(&c, &comm)`), or is NULL for MPI_COMM_WORLD. Collective over that
@@ -165,7 +178,8 @@ DPT_API dpt_status dpt_comm_create_mpi(const void *mpi_comm, dpt_comm **out);
 DPT_API void dpt_comm_destroy(dpt_comm *comm);
 
 /* Ends the whole job at once: MPI_Abort(comm's processes, code), which stops every rank
- * (the launcher usually exits with `code`) without waiting for any of them; for when a
+ * (the launcher usually exits with `code`) without waiting for any of them, and ends this
+ * process with _exit(code) 1.5 s later where MPI_Abort cannot reach the launcher; for when a
  * collective failed with DPT_ERR_TIMEOUT or DPT_ERR_COMM and MPI_Finalize could wait for a
  * stopped peer for ever. Returns only when it could not: DPT_ERR_UNSUPPORTED for a threads
  * communicator (nothing to end: its members are threads of this process; nothing is done) or

@@ -4,7 +4,7 @@
  * dpt_status_str() names a status; dpt_last_error() returns the detailed message of the
  * calling thread's most recent failure (the OpenCL build log, the byte offset of a corrupt
  * field, the argument that was rejected). The library never exits or aborts on a runtime
- * failure.
+ * failure, except dpt_comm_abort and a blocking MPI call past its deadline (comm.h).
  */
 #ifndef DPTRAIN_STATUS_H
 #define DPTRAIN_STATUS_H
