@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/checkpoint.h"
+#include "core/io/checkpoint.h"
 
 static int fail(const char *what) {
   fprintf(stderr, "ckpt_gen: %s: %s\n", what, dpt_last_error());

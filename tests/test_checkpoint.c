@@ -14,8 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/checkpoint.h"
-#include "core/run_terms.h"
+#include "core/io/checkpoint.h"
+#include "core/train/run_terms.h"
 #include "dptrain/dptrain.h"
 #include "test_util.h"
 #include "tmp_dir.h"

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/bpe_impl.h"
+#include "core/text/bpe_impl.h"
 #include "dptrain/dptrain.h"
 #include "test_util.h"
 #include "tmp_dir.h"

@@ -1,4 +1,4 @@
-/* The training timeline (core/trace.h): the Chrome trace JSON of one replica (parsed back with
+/* The training timeline (core/train/trace.h): the Chrome trace JSON of one replica (parsed back with
  * jansson: metadata names, events, microseconds, escaping), of 3 replicas on the threads
  * transport (clocks aligned, everyone's events in member 0's file), failures that end every
  * member's call alike (a path that cannot be created, a member without a trace), 30000
@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
-#include "core/trace.h"
+#include "core/train/trace.h"
 #include "dptrain/comm.h"
 #include "test_util.h"
 #include "tmp_dir.h"

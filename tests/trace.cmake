@@ -1,4 +1,4 @@
-# The training timeline (core/trace.c): one replica, 3 replicas on the threads transport and,
+# The training timeline (core/train/trace.c): one replica, 3 replicas on the threads transport and,
 # with MPI, the same multi-member cases over 2 ranks. jansson reads the files back (about a
 # minute in sanitizer builds, whose slow unwinder records every allocation; 5 s otherwise).
 dpt_add_check_test(NAME test_trace SOURCES test_trace.c LIBS PkgConfig::DPT_JANSSON

@@ -7,6 +7,7 @@
 #include "dptrain/comm.h"
 #include "dptrain/data.h"
 #include "dptrain/export.h"
+#include "dptrain/fingerprint.h"
 #include "dptrain/interactions.h"
 #include "dptrain/metrics.h"
 #include "dptrain/model.h"

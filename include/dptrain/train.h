@@ -36,6 +36,7 @@
 #include "dptrain/backend.h"
 #include "dptrain/comm.h"
 #include "dptrain/data.h"
+#include "dptrain/fingerprint.h"
 #include "dptrain/interactions.h"
 #include "dptrain/model.h"
 #include "dptrain/optim.h"
@@ -339,12 +340,6 @@ DPT_API dpt_status dpt_train(const dpt_train_config *cfg, dpt_comm *comm, dpt_tr
  * member 0's (status and message), which member 0 reports for all. comm NULL: returns `mine`. */
 DPT_API dpt_status dpt_train_agree_ready(dpt_comm *comm, dpt_status mine, const char *message,
                                          const char *member, int *same_as_first);
-
-/* 64-bit fingerprint of a byte range, as used for replica drift checks (and the reports'
- * param_hash): four lanes of 64-bit little-endian words, multiply-rotate mixed, then folded and
- * avalanched; the same bytes give the same value on any host and at any alignment. Not a
- * cryptographic hash. */
-DPT_API uint64_t dpt_fingerprint(const void *data, size_t bytes);
 
 #ifdef __cplusplus
 }
