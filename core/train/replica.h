@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "core/train/run_terms.h"
+#include "core/train/trace.h"
 #include "dptrain/train.h"
 
 /* What every replica contributes to a step's decision. */
@@ -143,5 +144,20 @@ void dpt_train_log(const replica *r, const char *fmt, ...);
 dpt_status dpt_train_narrow_16(replica_state *s, dpt_comm_dtype dt, size_t off, size_t n);
 /* The summed s->gh's [off, off + n) back into the float32 gradient. */
 dpt_status dpt_train_widen_16(replica_state *s, dpt_comm_dtype dt, size_t off, size_t n);
+
+/* Every exchange that decides control flow: this replica's stats and its failure flag (from
+ * `local`, its outcome since the last exchange, kept with its message) gathered from all
+ * replicas into s->gather and summed in replica order into *sum; every replica stops at the
+ * same exchange, the failed one with its own message, the others with DPT_ERR_PEER. */
+dpt_status dpt_train_exchange(replica *r, replica_state *s, step_stats *mine, step_stats *sum,
+                              dpt_status local, const char *what);
+/* Fingerprints the parameters on every replica and compares them (DPT_ERR_MISMATCH naming the
+ * replicas that drifted); keeps the fingerprint in s->t.hash for the reports. */
+dpt_status dpt_train_check_drift(replica *r, replica_state *s, int64_t step);
+/* Doubles summed over the replicas (ctx: the replica): gathered, then added in replica order,
+ * the same bits everywhere (sync-bn, LAMB's sharded sums). */
+dpt_status dpt_train_sum_over_replicas(void *ctx, double *data, size_t count);
+/* The timeline's event [t0, now] on `track`, when there is a timeline. */
+void dpt_train_trace_since(replica_state *s, dpt_trace_track track, const char *name, double t0);
 
 #endif

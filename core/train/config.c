@@ -1,0 +1,226 @@
+/* The training configuration: its defaults, and the checks that refuse a run before any
+ * replica starts (core/train/config.h). */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "core/train/config.h"
+#include "dptrain/train.h"
+
+void dpt_train_config_default(dpt_train_config *cfg) {
+  if (!cfg) return;
+  memset(cfg, 0, sizeof *cfg);
+  dpt_optim_config_default(&cfg->optim, DPT_OPTIM_SGD);
+  cfg->optim.lr = 0.05f;
+  cfg->optim.momentum = 0.9f;
+  cfg->backend = DPT_BACKEND_CPU;
+  cfg->device = -1;
+  cfg->replicas = 1;
+  cfg->global_batch = 256;
+  cfg->epochs = 10;
+  cfg->shuffle = 1;
+  cfg->check_every = 100;
+  cfg->max_skipped = 10;
+  cfg->keep_checkpoints = 3;
+  cfg->max_rollbacks = 3;
+  cfg->rollback_lr_scale = 1.0;
+}
+
+/* The checkpoint and non-finite settings. */
+static dpt_status check_checkpoints(const dpt_train_config *cfg) {
+  const char *fn = "dpt_train";
+  if ((unsigned)cfg->on_nonfinite > DPT_NONFINITE_ROLLBACK)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: unknown on_nonfinite %d", fn,
+                         (int)cfg->on_nonfinite);
+  if (!cfg->checkpoint_dir && (cfg->resume || cfg->on_nonfinite == DPT_NONFINITE_ROLLBACK))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %s needs a checkpoint directory", fn,
+                         cfg->resume ? "resuming" : "rolling back");
+  if (cfg->checkpoint_dir && !*cfg->checkpoint_dir)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: the checkpoint directory is empty", fn);
+  if (cfg->checkpoint_every < 0 || !(cfg->checkpoint_minutes >= 0) || cfg->keep_checkpoints < 1)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: checkpoint_every and checkpoint_minutes must be >= 0 and "
+                         "keep_checkpoints >= 1",
+                         fn);
+  if (cfg->max_rollbacks < 0 || !(cfg->rollback_lr_scale > 0 && cfg->rollback_lr_scale <= 1))
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: max_rollbacks must be >= 0 and rollback_lr_scale in (0, 1]", fn);
+  return DPT_OK;
+}
+
+/* The per-replica readers (cfg->local_train, local_test): one per replica of this process,
+ * each opened as its replica's rank of the `total` replicas, all over the same shards; and the
+ * settings that do not apply to them. */
+static dpt_status check_local_data(const dpt_train_config *cfg, dpt_comm *comm, int total) {
+  const char *fn = "dpt_train";
+  if (cfg->train || cfg->test)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: per-replica data (local_train) replaces the data sets: train and "
+                         "test must be NULL",
+                         fn);
+  if (!cfg->shuffle || cfg->keep_last || cfg->transform.mean || cfg->transform.crop_pad ||
+      cfg->transform.hflip)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: per-replica records are drawn by the shards' epoch rule: no "
+                         "--no-shuffle, --keep-last, normalization or augmentation",
+                         fn);
+  const int mine = comm ? 1 : cfg->replicas;
+  for (int k = 0; k < 2; ++k) {
+    dpt_interactions *const *set = k ? cfg->local_test : cfg->local_train;
+    const char *which = k ? "validation" : "training";
+    for (int i = 0; set && i < mine; ++i) {
+      const int rank = comm ? dpt_comm_rank(comm) : i;
+      if (!set[i])
+        return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: replica %d has no %s reader", fn, rank,
+                             which);
+      if (dpt_interactions_rank(set[i]) != rank || dpt_interactions_world(set[i]) != total)
+        return dpt_set_error(DPT_ERR_INVALID_ARG,
+                             "%s: replica %d's %s reader was opened as rank %d of %d, not %d of "
+                             "%d",
+                             fn, rank, which, dpt_interactions_rank(set[i]),
+                             dpt_interactions_world(set[i]), rank, total);
+      if (dpt_interactions_fingerprint(set[i]) != dpt_interactions_fingerprint(set[0]))
+        return dpt_set_error(DPT_ERR_INVALID_ARG,
+                             "%s: replica %d's %s shards differ from replica 0's", fn, rank, which);
+    }
+  }
+  /* Every replica's training records, which every reader knows: the same verdict on every
+   * rank, so a replica of empty shards stops all of them here, not one at its first step. */
+  const dpt_interactions *d0 = cfg->local_train[0];
+  for (int q = 0; q < total; ++q) {
+    if (dpt_interactions_rank_records(d0, q) == 0)
+      return dpt_set_error(DPT_ERR_INVALID_ARG,
+                           "%s: replica %d's training shards hold no record (each of the %d "
+                           "replicas needs a shard with records)",
+                           fn, q, total);
+  }
+  if (dpt_interactions_steps(cfg->local_train[0], cfg->global_batch) == 0)
+    return dpt_set_error(
+        DPT_ERR_INVALID_ARG, "global batch %zu is larger than the %llu training records",
+        cfg->global_batch, (unsigned long long)dpt_interactions_total_records(cfg->local_train[0]));
+  return DPT_OK;
+}
+
+dpt_status dpt_train_check_config(const dpt_train_config *cfg, dpt_comm *comm) {
+  const char *fn = "dpt_train";
+  if (!cfg) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: config is NULL", fn);
+  if (!cfg->train && !cfg->local_train)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: no training set", fn);
+  if (cfg->replicas < 1)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: replicas %d must be >= 1", fn, cfg->replicas);
+  if (comm && cfg->replicas != 1)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: with MPI every rank is one replica (replicas must be 1, got %d)", fn,
+                         cfg->replicas);
+  int total = comm ? dpt_comm_size(comm) : cfg->replicas;
+  if (cfg->global_batch == 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: global batch is 0", fn);
+  if (cfg->global_batch < (size_t)total)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: global batch %zu is smaller than the %d replicas (each needs at "
+                         "least one sample)",
+                         fn, cfg->global_batch, total);
+  if ((unsigned)cfg->split > DPT_SPLIT_PROPORTIONAL || cfg->split_every < 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: split %d is not 0 (even) or 1 (proportional), or split_every "
+                         "%lld is negative",
+                         fn, (int)cfg->split, (long long)cfg->split_every);
+  if (cfg->split == DPT_SPLIT_PROPORTIONAL && cfg->local_train)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: the proportional split needs a data set: with per-replica records "
+                         "(local_train) each replica's slice is the shards' rule",
+                         fn);
+  if (cfg->split == DPT_SPLIT_PROPORTIONAL && cfg->global_batch > UINT32_MAX)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: the proportional split takes a global batch below 2^32", fn);
+  if (comm && cfg->replica_backends)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: replica_backends is for replicas as threads; under MPI each rank "
+                         "picks its own backend",
+                         fn);
+  if (cfg->sparse_tables && !cfg->local_train)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: sparse_tables needs per-replica records (local_train)", fn);
+  if (cfg->sparse_tables && !(cfg->sparse_dense_above >= 0))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: sparse_dense_above must be >= 0", fn);
+  if (cfg->table_optimizer != DPT_TABLE_SGD && cfg->table_optimizer != DPT_TABLE_ROWWISE_ADAGRAD)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: table_optimizer %d is not 0 (sgd) or 1 "
+                         "(row-wise adagrad)",
+                         fn, cfg->table_optimizer);
+  if (cfg->table_optimizer != DPT_TABLE_SGD && !cfg->sparse_tables)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: table_optimizer (row-wise adagrad) needs sparse_tables", fn);
+  if (cfg->grad_dtype != DPT_COMM_F32 && cfg->grad_dtype != DPT_COMM_F16 &&
+      cfg->grad_dtype != DPT_COMM_BF16)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: grad_dtype %d is not F32, F16 or BF16", fn,
+                         (int)cfg->grad_dtype);
+  if (cfg->grad_dtype != DPT_COMM_F32 && cfg->sparse_tables)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: the %s gradient exchange (grad_dtype %s) does not combine "
+                         "with sparse_tables",
+                         fn, cfg->grad_dtype == DPT_COMM_F16 ? "binary16" : "bfloat16",
+                         cfg->grad_dtype == DPT_COMM_F16 ? "F16" : "BF16");
+  if (cfg->grad_error_feedback && cfg->grad_dtype == DPT_COMM_F32)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: grad_error_feedback needs a 16-bit exchange (grad_dtype F16 or "
+                         "BF16)",
+                         fn);
+  if (cfg->bucket_whole_update && !cfg->bucket_bytes)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: bucket_whole_update needs gradient buckets (bucket_bytes)", fn);
+  if (cfg->accumulate > 1 && (cfg->sparse_tables || cfg->sync_bn))
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: accumulate (%zu micro-batches) does not combine with %s", fn,
+                         cfg->accumulate, cfg->sparse_tables ? "sparse_tables" : "sync_bn");
+  if (cfg->accumulate > 1 && cfg->accumulate > cfg->global_batch)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: accumulate %zu is more micro-batches than the global batch's %zu "
+                         "samples",
+                         fn, cfg->accumulate, cfg->global_batch);
+  if (cfg->sparse_tables && cfg->skip_allreduce)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: sparse_tables exchanges the tables' rows; skip_allreduce exchanges "
+                         "nothing",
+                         fn);
+  if (cfg->sparse_tables && cfg->optim.clip_norm > 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: sparse_tables does not clip (clip_norm %g): the norm would need "
+                         "every table's rows",
+                         fn, (double)cfg->optim.clip_norm);
+  if (cfg->local_train) {
+    DPT_TRY(check_local_data(cfg, comm, total));
+    if (cfg->epochs < 1) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: epochs must be >= 1", fn);
+    if (cfg->max_steps < 0 || cfg->check_every < 0)
+      return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: max_steps/check_every must be >= 0", fn);
+    DPT_TRY(check_checkpoints(cfg));
+    return dpt_optim_config_check(&cfg->optim);
+  }
+  if (dpt_sampler_num_batches(dpt_dataset_count(cfg->train), cfg->global_batch, cfg->keep_last) ==
+      0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "global batch %zu is larger than the %zu training samples (and the last "
+                         "partial batch is dropped)",
+                         cfg->global_batch, dpt_dataset_count(cfg->train));
+  if (cfg->epochs < 1) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: epochs must be >= 1", fn);
+  if (cfg->max_steps < 0 || cfg->check_every < 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: max_steps/check_every must be >= 0", fn);
+  /* Sync-bn sums in the forward pass: a replica without a sample would not join. */
+  size_t last =
+      dpt_sampler_last_batch(dpt_dataset_count(cfg->train), cfg->global_batch, cfg->keep_last);
+  if (cfg->sync_bn && total > 1 && last < (size_t)total)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: sync-bn needs a sample on every replica in every step, but the "
+                         "kept last batch has %zu samples for %d replicas (drop it)",
+                         fn, last, total);
+  DPT_TRY(dpt_data_transform_check(&cfg->transform, cfg->train));
+  if (cfg->test) DPT_TRY(dpt_data_transform_check(&cfg->transform, cfg->test));
+  DPT_TRY(check_checkpoints(cfg));
+  return dpt_optim_config_check(&cfg->optim);
+}

@@ -1,0 +1,11 @@
+/* Internal: the checks of a training configuration (config.c). */
+#ifndef DPTRAIN_CORE_TRAIN_CONFIG_H
+#define DPTRAIN_CORE_TRAIN_CONFIG_H
+
+#include "core/train/replica.h"
+
+/* DPT_OK when cfg describes a run this library can train (under MPI with comm, else with
+ * cfg->replicas threads); else DPT_ERR_INVALID_ARG naming the setting. */
+dpt_status dpt_train_check_config(const dpt_train_config *cfg, dpt_comm *comm);
+
+#endif

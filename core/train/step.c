@@ -1,0 +1,467 @@
+/* One synchronized step (core/train/step.h, the contract in include/dptrain/train.h), one named
+ * function per stage: forward and backward over the replica's slice, the gradient exchange
+ * (full, sharded, 16-bit, buckets or sparse tables), the agreement on the step, the optimizer,
+ * the non-finite policy. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "base/error.h"
+#include "core/train/batch.h"
+#include "core/train/step.h"
+#include "core/train/train_buckets.h"
+#include "core/train/train_sparse.h"
+#include "core/train/train_split.h"
+#include "dptrain/train.h"
+
+/* How much longer the slowest replica's forward and backward took than the replicas' mean, from
+ * the gathered step stats (seconds). In replica order, so the same on every replica; 0 for
+ * one replica. The synchronized step runs at the slowest replica's pace: this is what uneven
+ * replicas (a slower device or core, a busier host) cost the step. */
+static double train_imbalance(const step_stats *gathered, int count) {
+  double slowest = 0, total = 0;
+  for (int i = 0; i < count; ++i) {
+    slowest = gathered[i].compute > slowest ? gathered[i].compute : slowest;
+    total += gathered[i].compute;
+  }
+  return count > 0 ? slowest - total / (double)count : 0;
+}
+
+/* The targets of the whole global batch at `bstart` (bcount samples): its samples for a
+ * classifier; for a token model its labelled positions, which every replica counts alike from
+ * the batch's labels (the masking is keyed by the seed, the epoch and the sequence alone), with
+ * no exchange before the backward pass. */
+static dpt_status global_targets(const replica *r, replica_state *s, int64_t epoch, size_t bstart,
+                                 size_t bcount, int64_t *targets) {
+  if (s->labels == 1) {
+    *targets = (int64_t)bcount;
+    return DPT_OK;
+  }
+  DPT_TRY(dpt_dataset_gather_transformed(r->cfg->train, s->perm + bstart, bcount,
+                                         &r->cfg->transform, (uint64_t)epoch, NULL, s->hbatch));
+  *targets = dpt_train_count_targets(s->hbatch, bcount * s->labels);
+  return DPT_OK;
+}
+
+/* Loads this replica's slice of the global batch at `bstart` (bcount samples) and runs forward
+ * and backward. Returns the local outcome, which the step's exchange announces. */
+static dpt_status forward_backward(replica *r, replica_state *s, int64_t epoch, size_t k,
+                                   size_t bstart, size_t bcount, step_stats *mine) {
+  size_t start, count;
+  dpt_status st = dpt_train_split_slice(r, s, bcount, &start, &count);
+  if (st != DPT_OK) return st;
+  mine->samples = (int64_t)count;
+  s->slice = 0;
+  if (s->pending != DPT_OK) return s->pending; /* failed since the last exchange */
+  if (count == 0)                              /* contributes nothing to the sum */
+    return dpt_buffer_fill_f32(dpt_model_grads(s->model), 0, dpt_model_num_params(s->model), 0.0f);
+  int64_t targets = 0;
+  st = global_targets(r, s, epoch, bstart, bcount, &targets);
+  /* Per-replica records: the replica's slice of step k by the epoch rule, from its own shards
+   * (its dpt_interactions_local_batch is this split's count). */
+  if (st == DPT_OK && s->ltrain)
+    st = dpt_interactions_step_indices(s->ltrain, r->cfg->seed, (uint64_t)epoch,
+                                       r->cfg->global_batch, (uint64_t)k, s->idx);
+  /* The loss gradient is scaled by 1/(targets in this global batch): the sum over replicas is
+   * the batch's mean over its targets, whatever the split (and for a kept, smaller last batch
+   * too). For a classifier that is 1/(samples), as before targets existed. A batch without a
+   * target has no loss and gets a zero gradient. */
+  const float scale = targets > 0 ? 1.0f / (float)targets : 0.0f;
+  if (st == DPT_OK && s->sparse) st = dpt_train_sparse_prepare(s);
+  /* The slice as micro-batches (one without accumulate), their gradients summed. */
+  const size_t K = s->acc ? r->cfg->accumulate : 1;
+  int summed = 0; /* micro-batches whose gradient acc holds */
+  /* Buckets start during backward when its gradient is the step's (no micro-batches to add). */
+  dpt_train_buckets_arm(s, K == 1 && !r->cfg->sync_bn); /* sync-bn sums in backward */
+  for (size_t j = 0; j < K && st == DPT_OK; ++j) {
+    size_t ms = 0, mc = count;
+    if (K > 1) st = dpt_batch_split(count, (int)K, (int)j, &ms, &mc);
+    if (st != DPT_OK || mc == 0) continue;
+    const double tl = dpt_now();
+    if (s->ltrain) {
+      st = dpt_train_load_records(s, s->ltrain, s->idx + ms, mc);
+      if (st == DPT_OK) s->slice = mc;
+    } else {
+      st = dpt_train_load_batch(s, r->cfg->train, s->perm + bstart + start + ms, mc,
+                                &r->cfg->transform, epoch);
+    }
+    dpt_train_trace_since(s, DPT_TRACE_DATA, "load", tl);
+    if (st == DPT_OK)
+      mine->targets +=
+          s->labels == 1 ? (int64_t)mc : dpt_train_count_targets(s->hy, mc * s->labels);
+    /* Dropout's mask is keyed by the sample's place in the global batch, not in the slice. */
+    if (st == DPT_OK)
+      st = dpt_model_set_step(s->model, r->cfg->seed, (uint64_t)s->t.step, (uint32_t)(start + ms));
+    double loss = 0;
+    int64_t correct = 0;
+    s->in_step = 1;
+    s->trace_t = dpt_now();
+    if (st == DPT_OK) st = dpt_model_train_step(s->model, s->x, s->y, mc, scale, &loss, &correct);
+    s->in_step = 0;
+    mine->loss_sum += loss;
+    mine->correct += correct;
+    if (st != DPT_OK || K == 1) continue;
+    dpt_buffer *g = dpt_model_grads(s->model);
+    const size_t np = dpt_model_num_params(s->model);
+    const int last = ms + mc == count;
+    st = last     ? (summed ? dpt_axpy(s->be, np, 1.0f, s->acc, 0, g, 0) : DPT_OK)
+         : summed ? dpt_axpy(s->be, np, 1.0f, g, 0, s->acc, 0)
+                  : dpt_buffer_copy(s->acc, 0, g, 0, np * sizeof(float));
+    summed = 1;
+  }
+  return st;
+}
+
+/* The parameter ranges this replica owns in the step: its shard (sharded step) or all of them.
+ * `whole` is storage for the latter. */
+static const dpt_range *own_ranges(const replica_state *s, dpt_range *whole, size_t *n) {
+  if (s->mode == STEP_SHARDED) {
+    *n = s->nshard;
+    return s->shard;
+  }
+  *whole = (dpt_range){0, dpt_model_num_params(s->model)};
+  *n = 1;
+  return whole;
+}
+
+/* Non-finite values in this replica's ranges of `buf` (gradients or parameters). */
+static dpt_status count_nonfinite_own(replica_state *s, const dpt_buffer *buf, int64_t *out) {
+  dpt_range whole;
+  size_t n = 0;
+  const dpt_range *rg = own_ranges(s, &whole, &n);
+  uint64_t total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t c = 0;
+    DPT_TRY(dpt_count_nonfinite(s->be, rg[i].count, buf, rg[i].offset, &c));
+    total += c;
+  }
+  *out = (int64_t)total;
+  return DPT_OK;
+}
+
+/* Whether the step needs the gradient norm agreed by every replica: the sharded step clips by
+ * the norm of the whole gradient, which no replica holds alone; with the full step each
+ * replica computes it on its own backend, and a float sum can overflow where a double sum
+ * does not, so when a non-finite step is skipped or rolled back they agree on its finiteness
+ * before anyone steps. */
+static int needs_norm(const replica *r, const replica_state *s) {
+  const dpt_train_config *cfg = r->cfg;
+  if (cfg->optim.clip_norm <= 0.0f) return 0;
+  return s->mode == STEP_SHARDED || (cfg->on_nonfinite != DPT_NONFINITE_STOP && r->count > 1);
+}
+
+/* The 16-bit exchange (grad_dtype F16 or BF16) of the whole gradient after backward: narrowed
+ * (dpt_train_narrow_16), all-reduced, widened back. A local failure is kept and the all-reduce
+ * joined regardless. */
+static dpt_status exchange_16(replica *r, replica_state *s) {
+  const dpt_comm_dtype dt = r->cfg->grad_dtype;
+  const size_t np = dpt_model_num_params(s->model);
+  dpt_status st = s->pending;
+  if (st == DPT_OK) st = dpt_train_narrow_16(s, dt, 0, np);
+  dpt_train_keep_failure(s, st);
+  st = dpt_allreduce_buffer(r->comm, s->gh, 0, np, dt);
+  if (st != DPT_OK) return st;
+  if (s->pending == DPT_OK) dpt_train_keep_failure(s, dpt_train_widen_16(s, dt, 0, np));
+  return DPT_OK;
+}
+
+/* Sums the gradients over the replicas: the complete sum of this replica's shard (sharded
+ * step) or of everything (full step). Every replica joins, whatever its local outcome. */
+static dpt_status reduce_gradients(replica *r, replica_state *s, dpt_status local,
+                                   step_stats *mine) {
+  dpt_train_keep_failure(s, local);
+  dpt_buffer *grads = dpt_model_grads(s->model);
+  dpt_status st = DPT_OK;
+  if (s->mode != STEP_LOCAL) {
+    const double t0 = dpt_now();
+    const size_t np = dpt_model_num_params(s->model);
+    double exposed = 0, busy = 0, parts = 0;
+    if (s->buckets) {
+      bucket_times bt;
+      st = dpt_train_buckets_finish(s, &bt);
+      exposed = bt.exposed;
+      busy = bt.busy;
+      parts = bt.optimizer; /* the update in parts, counted as the optimizer's */
+    } else if (s->gh) {
+      st = exchange_16(r, s);
+      exposed = busy = dpt_now() - t0;
+      dpt_train_trace_since(s, DPT_TRACE_EXCHANGE,
+                            r->cfg->grad_dtype == DPT_COMM_BF16 ? "all-reduce (bfloat16)"
+                                                                : "all-reduce (binary16)",
+                            t0);
+    } else {
+      st = s->sparse ? dpt_train_sparse_reduce(r, s)
+           : s->mode == STEP_SHARDED
+               ? dpt_reduce_scatter_buffer(r->comm, grads, 0, np, DPT_COMM_F32)
+               : dpt_allreduce_buffer(r->comm, grads, 0, np, DPT_COMM_F32);
+      exposed = busy = dpt_now() - t0;
+      dpt_train_trace_since(s, DPT_TRACE_EXCHANGE,
+                            s->sparse                 ? "exchange (sparse tables)"
+                            : s->mode == STEP_SHARDED ? "reduce-scatter"
+                                                      : "all-reduce",
+                            t0);
+    }
+    if (s->buckets && s->trace) {
+      size_t nb = 0;
+      const dpt_request_info *in = dpt_train_buckets_info(s, &nb);
+      for (size_t j = 0; j < nb; ++j) {
+        char name[32];
+        snprintf(name, sizeof name, "bucket %zu", j);
+        dpt_trace_event(s->trace, DPT_TRACE_EXCHANGE, name, in[j].queued, in[j].finished);
+      }
+    }
+    s->t.comm += dpt_now() - t0 - parts;
+    s->t.optimizer += parts;
+    s->t.exchange += busy;
+    s->t.exposed += exposed;
+    if (dpt_train_out_of_step(st)) return dpt_train_stop_after(s, st);
+  }
+  /* A non-finite value in the reduced gradient is caught whatever the loss said, alike on every
+   * replica. Where the step agrees on the gradient norm, it makes the norm non-finite: no
+   * count. */
+  if (st == DPT_OK && s->pending == DPT_OK && !needs_norm(r, s))
+    st = s->sparse ? dpt_train_sparse_count_nonfinite(s, &mine->bad_grads)
+                   : count_nonfinite_own(s, grads, &mine->bad_grads);
+  return st;
+}
+
+/* The squared gradient norm over this replica's range (its shard, or everything), summed over
+ * the replicas in replica order: the same on every replica. */
+static dpt_status agree_grad_norm(replica *r, replica_state *s, double *sumsq) {
+  step_stats mine, sum;
+  memset(&mine, 0, sizeof mine);
+  dpt_range whole;
+  size_t n = 0;
+  const dpt_range *rg = own_ranges(s, &whole, &n);
+  dpt_status local = DPT_OK;
+  if (s->pending == DPT_OK) local = dpt_optimizer_grad_sumsq(s->opt, rg, n, &mine.sumsq);
+  DPT_TRY(dpt_train_exchange(r, s, &mine, &sum, local, "the gradient norm"));
+  *sumsq = sum.sumsq;
+  return DPT_OK;
+}
+
+/* The step's decision, taken alike on every replica from the exchanged sums: step, give up on
+ * it (*bad: a non-finite loss, reduced gradient or gradient norm, which the policy skips or
+ * rolls back) or stop (the same under DPT_NONFINITE_STOP). */
+static dpt_status agree_on_step(replica *r, replica_state *s, const step_stats *sum, int64_t epoch,
+                                size_t k, int *bad, double *sumsq) {
+  const dpt_train_config *cfg = r->cfg;
+  *bad = 0;
+  *sumsq = 0;
+  const char *what = !isfinite(sum->loss_sum) ? "the loss is"
+                     : sum->bad_grads > 0     ? "the reduced gradient has values that are"
+                                              : NULL;
+  if (!what && needs_norm(r, s)) {
+    DPT_TRY(agree_grad_norm(r, s, sumsq));
+    if (!isfinite(*sumsq)) what = "the gradient norm is";
+  }
+  if (!what) return DPT_OK;
+  if (cfg->on_nonfinite == DPT_NONFINITE_STOP)
+    return dpt_set_error(DPT_ERR_NONFINITE,
+                         "%s not finite at step %lld (epoch %lld, batch %zu); lower the "
+                         "learning rate, or pass --on-nonfinite skip or rollback",
+                         what, (long long)s->t.step, (long long)epoch + 1, k + 1);
+  *bad = 1;
+  return DPT_OK;
+}
+
+/* LAMB's sharded update: the per-tensor sums of this replica's pieces, summed over the replicas
+ * in replica order (identical everywhere), then the update. Every replica joins the sum unless
+ * the step is skipped, which the agreed gradient norm decides alike everywhere. */
+static dpt_status two_phase_step(replica *r, replica_state *s, double sumsq) {
+  const size_t count = dpt_optimizer_num_sums(s->opt);
+  double *sums = calloc(count, sizeof *sums);
+  dpt_status st = sums ? DPT_OK : dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "LAMB: out of host memory");
+  if (st == DPT_OK && s->pending == DPT_OK)
+    st = dpt_optimizer_prepare_ranges(s->opt, s->shard, s->nshard, sumsq, sums);
+  if (st == DPT_ERR_NONFINITE) {
+    free(sums);
+    return st;
+  }
+  dpt_train_keep_failure(s, st);
+  st = sums ? dpt_train_sum_over_replicas(r, sums, count) : DPT_OK;
+  if (dpt_train_out_of_step(st)) {
+    free(sums);
+    return dpt_train_stop_after(s, st);
+  }
+  dpt_train_keep_failure(s, st);
+  if (s->pending == DPT_OK) st = dpt_optimizer_finish_ranges(s->opt, s->shard, s->nshard, sums);
+  free(sums);
+  return st;
+}
+
+/* The optimizer step: the shard's update and the parameter all-gather (sharded), or the whole
+ * update. A local failure is kept for the next exchange and the all-gather is joined
+ * regardless, so that no replica waits for one that gave up. *skipped: the optimizer found a
+ * non-finite gradient norm and the policy does not stop (the same on every replica). Where the
+ * gradient buckets did both in parts (dpt_train_buckets_stepped), the step is only counted. */
+static dpt_status optimizer_step(replica *r, replica_state *s, double sumsq, int *skipped) {
+  *skipped = 0;
+  if (dpt_train_buckets_stepped(s)) { /* updated and gathered bucket by bucket: count the step */
+    if (s->pending == DPT_OK) dpt_train_keep_failure(s, dpt_optimizer_end_step(s->opt));
+    return DPT_OK;
+  }
+  const double t0 = dpt_now();
+  dpt_status st = DPT_OK;
+  if (s->mode == STEP_SHARDED && dpt_optimizer_num_sums(s->opt) > 0) {
+    st = two_phase_step(r, s, sumsq);
+    if (dpt_train_out_of_step(st)) return st;
+  } else if (s->pending == DPT_OK)
+    st = s->mode == STEP_SHARDED
+             ? dpt_optimizer_step_ranges(s->opt, s->shard, s->nshard, sumsq, NULL)
+         : s->sparse ? dpt_train_sparse_step(s)
+                     : dpt_optimizer_step(s->opt, NULL);
+  *skipped = st == DPT_ERR_NONFINITE && r->cfg->on_nonfinite != DPT_NONFINITE_STOP;
+  if (!*skipped) dpt_train_keep_failure(s, st);
+  /* With DPT_NONFINITE_SKIP an update that made parameters non-finite stops the run at the next
+   * exchange: no later step can undo it, and skipping would hide it. */
+  int64_t bad = 0;
+  if (!*skipped && st == DPT_OK && r->cfg->on_nonfinite == DPT_NONFINITE_SKIP &&
+      s->pending == DPT_OK) {
+    dpt_train_keep_failure(s, count_nonfinite_own(s, dpt_model_params(s->model), &bad));
+    s->bad_params = bad > 0;
+  }
+  const double t1 = dpt_now();
+  s->t.optimizer += t1 - t0;
+  dpt_train_trace_since(s, DPT_TRACE_OPTIMIZER, "optimizer", t0);
+  if (s->mode != STEP_SHARDED) return DPT_OK;
+  st = dpt_allgather_shards_buffer(r->comm, dpt_model_params(s->model), 0,
+                                   dpt_model_num_params(s->model), DPT_COMM_F32);
+  s->t.comm += dpt_now() - t1;
+  dpt_train_trace_since(s, DPT_TRACE_EXCHANGE, "all-gather (parameters)", t1);
+  /* Out of step: stop now. Any other failure (DPT_ERR_COMM included) meets the others at the
+   * next exchange, where the replica that failed first reports why. */
+  if (dpt_train_out_of_step(st)) return dpt_train_stop_after(s, st);
+  dpt_train_keep_failure(s, st); /* local (staging, device): announced at the next exchange */
+  return DPT_OK;
+}
+
+/* Skipping cannot hide a diverged run: past the limit (max_skipped) the run fails. The counts
+ * are the same on every replica. */
+static dpt_status check_skipped(const replica *r, const replica_state *s) {
+  const int64_t limit = r->cfg->max_skipped, share = s->t.planned_steps / 100;
+  const int64_t total = share > limit ? share : limit;
+  if (limit < 0) return DPT_OK;
+  if (s->t.skipped_in_a_row > limit)
+    return dpt_set_error(DPT_ERR_NONFINITE,
+                         "%lld steps in a row were skipped for non-finite values, up to step "
+                         "%lld: the run diverged; lower the learning rate, or raise the limit "
+                         "(max_skipped, %lld)",
+                         (long long)s->t.skipped_in_a_row, (long long)s->t.step, (long long)limit);
+  if (s->t.skipped > total)
+    return dpt_set_error(DPT_ERR_NONFINITE,
+                         "%lld of the first %lld steps were skipped for non-finite values, more "
+                         "than %lld (max_skipped, or 1 %% of the run's %lld steps if larger)",
+                         (long long)s->t.skipped, (long long)s->t.step, (long long)total,
+                         (long long)s->t.planned_steps);
+  return DPT_OK;
+}
+
+/* With DPT_NONFINITE_SKIP: the buffers are kept before the step (restore 0) and put back when the
+ * step is skipped (restore 1), so a diverging batch leaves no non-finite running statistic. */
+static dpt_status keep_buffers(replica_state *s, int restore) {
+  if (!s->kept_buffers || s->pending != DPT_OK) return DPT_OK;
+  dpt_buffer *bufs = dpt_model_buffers(s->model);
+  size_t bytes = dpt_model_num_buffer_floats(s->model) * sizeof(float);
+  return restore ? dpt_buffer_copy(bufs, 0, s->kept_buffers, 0, bytes)
+                 : dpt_buffer_copy(s->kept_buffers, 0, bufs, 0, bytes);
+}
+
+/* Each replica's batch norm running statistics come from its own slice: replica 0's are given
+ * to every replica after each step, as PyTorch DDP broadcasts module buffers, so the replicas
+ * stay identical. With sync-bn they are identical already. */
+static dpt_status share_buffers(replica *r, replica_state *s) {
+  const size_t nb = dpt_model_num_buffer_floats(s->model);
+  if (nb == 0 || r->cfg->sync_bn || s->mode == STEP_LOCAL || r->count == 1) return DPT_OK;
+  dpt_status st =
+      dpt_broadcast_buffer(r->comm, dpt_model_buffers(s->model), 0, nb * sizeof(float), 0);
+  if (dpt_train_out_of_step(st)) return st;
+  dpt_train_keep_failure(s, st);
+  return DPT_OK;
+}
+
+/* The step's contribution to the exchange besides its sums: a stop request, and on replica 0
+ * whether checkpoint_minutes have passed since the last checkpoint. */
+static void step_requests(const replica *r, const replica_state *s, step_stats *mine) {
+  const dpt_train_config *cfg = r->cfg;
+  if (cfg->stop_request) mine->stop = *cfg->stop_request;
+  if (r->index == 0 && cfg->checkpoint_dir && cfg->checkpoint_minutes > 0)
+    mine->ckpt_due = dpt_now() - s->t.last_ckpt >= cfg->checkpoint_minutes * 60.0;
+}
+
+/* A step that was not finite under a policy other than stop: skipped, its buffers put back, or
+ * left for the caller to roll back. */
+static dpt_status give_up_step(replica *r, replica_state *s, step_outcome *out) {
+  if (r->cfg->on_nonfinite == DPT_NONFINITE_ROLLBACK) {
+    out->rollback = 1;
+    return DPT_OK;
+  }
+  ++s->t.skipped;
+  ++s->t.skipped_in_a_row;
+  dpt_train_keep_failure(s, keep_buffers(s, 1));
+  return check_skipped(r, s);
+}
+
+/* One synchronized step on global batch k of the epoch (see train.h). Adds the batch's loss
+ * and samples to *loss and *samples unless the step was given up. */
+dpt_status dpt_train_step(replica *r, replica_state *s, int64_t epoch, size_t k, double *loss,
+                          int64_t *samples, step_outcome *out) {
+  const dpt_train_config *cfg = r->cfg;
+  size_t bstart = 0, bcount = cfg->global_batch; /* per-replica records: every step whole */
+  if (!s->ltrain)
+    DPT_TRY(dpt_sampler_batch(dpt_dataset_count(cfg->train), cfg->global_batch, cfg->keep_last, k,
+                              &bstart, &bcount));
+  step_stats mine, sum;
+  memset(&mine, 0, sizeof mine);
+  memset(out, 0, sizeof *out);
+  dpt_train_keep_failure(s, keep_buffers(s, 0));
+  const double t0 = dpt_now();
+  dpt_status st = forward_backward(r, s, epoch, k, bstart, bcount, &mine);
+  /* The proportional split needs the device's work timed, not its submission: a GPU backend
+   * returns from backward with kernels still queued. So does an exchange after backward, which
+   * would wait for them anyway: its time is then the communication alone. */
+  const int device_behind = dpt_backend_get_kind(s->be) != DPT_BACKEND_CPU;
+  if (st == DPT_OK &&
+      (dpt_train_split_measures(s) || (device_behind && s->mode != STEP_LOCAL && !s->buckets)))
+    st = dpt_backend_synchronize(s->be);
+  dpt_train_split_slow_down(s, dpt_now() - t0);
+  mine.compute = dpt_now() - t0;
+  s->t.compute += mine.compute;
+  st = reduce_gradients(r, s, st, &mine);
+  if (dpt_train_out_of_step(st)) return st;
+  char what[64];
+  snprintf(what, sizeof what, "step %lld", (long long)s->t.step + 1);
+  step_requests(r, s, &mine); /* as late as can be: a request during this step ends it */
+  DPT_TRY(dpt_train_exchange(r, s, &mine, &sum, st, what));
+  s->t.imbalance += train_imbalance(s->gather, r->count);
+  dpt_train_split_after_step(r, s);
+  out->stop = sum.stop;
+  out->ckpt_due = sum.ckpt_due > 0;
+  ++s->t.step;
+  int bad = 0;
+  double sumsq = 0;
+  DPT_TRY(agree_on_step(r, s, &sum, epoch, k, &bad, &sumsq));
+  if (!bad) DPT_TRY(optimizer_step(r, s, sumsq, &bad));
+  if (bad) {
+    DPT_TRY(give_up_step(r, s, out));
+  } else {
+    s->t.skipped_in_a_row = 0;
+    *loss += sum.loss_sum;
+    *samples += sum.targets; /* the epoch's loss is a mean over targets */
+  }
+  s->t.trained_samples += sum.samples;
+  if (out->rollback) return DPT_OK; /* the checkpoint's state replaces everything */
+  DPT_TRY(share_buffers(r, s));
+  if (cfg->check_every > 0 && s->t.step % cfg->check_every == 0)
+    DPT_TRY(dpt_train_check_drift(r, s, s->t.step));
+  if (r->index == 0 && cfg->on_progress)
+    cfg->on_progress(epoch + 1, k + 1, s->batches,
+                     sum.targets ? sum.loss_sum / (double)sum.targets : NAN, cfg->user);
+  return DPT_OK;
+}
