@@ -107,18 +107,15 @@ static dpt_status check_local_data(const dpt_train_config *cfg, dpt_comm *comm, 
   return DPT_OK;
 }
 
-dpt_status dpt_train_check_config(const dpt_train_config *cfg, dpt_comm *comm) {
+/* The replicas against the world and the global batch, the split, the backends. */
+static dpt_status check_replicas(const dpt_train_config *cfg, dpt_comm *comm, int total) {
   const char *fn = "dpt_train";
-  if (!cfg) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: config is NULL", fn);
-  if (!cfg->train && !cfg->local_train)
-    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: no training set", fn);
   if (cfg->replicas < 1)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: replicas %d must be >= 1", fn, cfg->replicas);
   if (comm && cfg->replicas != 1)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "%s: with MPI every rank is one replica (replicas must be 1, got %d)", fn,
                          cfg->replicas);
-  int total = comm ? dpt_comm_size(comm) : cfg->replicas;
   if (cfg->global_batch == 0)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: global batch is 0", fn);
   if (cfg->global_batch < (size_t)total)
@@ -144,6 +141,12 @@ dpt_status dpt_train_check_config(const dpt_train_config *cfg, dpt_comm *comm) {
                          "%s: replica_backends is for replicas as threads; under MPI each rank "
                          "picks its own backend",
                          fn);
+  return DPT_OK;
+}
+
+/* The gradient exchange's settings and what they combine with. */
+static dpt_status check_exchange(const dpt_train_config *cfg) {
+  const char *fn = "dpt_train";
   if (cfg->sparse_tables && !cfg->local_train)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "%s: sparse_tables needs per-replica records (local_train)", fn);
@@ -194,23 +197,28 @@ dpt_status dpt_train_check_config(const dpt_train_config *cfg, dpt_comm *comm) {
                          "%s: sparse_tables does not clip (clip_norm %g): the norm would need "
                          "every table's rows",
                          fn, (double)cfg->optim.clip_norm);
-  if (cfg->local_train) {
-    DPT_TRY(check_local_data(cfg, comm, total));
-    if (cfg->epochs < 1) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: epochs must be >= 1", fn);
-    if (cfg->max_steps < 0 || cfg->check_every < 0)
-      return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: max_steps/check_every must be >= 0", fn);
-    DPT_TRY(check_checkpoints(cfg));
-    return dpt_optim_config_check(&cfg->optim);
-  }
+  return DPT_OK;
+}
+
+/* The run's length and the drift check's period. */
+static dpt_status check_length(const dpt_train_config *cfg) {
+  const char *fn = "dpt_train";
+  if (cfg->epochs < 1) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: epochs must be >= 1", fn);
+  if (cfg->max_steps < 0 || cfg->check_every < 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: max_steps/check_every must be >= 0", fn);
+  return DPT_OK;
+}
+
+/* A data set's batches against the global batch, sync-bn's last batch, the transforms. */
+static dpt_status check_data_set(const dpt_train_config *cfg, int total) {
+  const char *fn = "dpt_train";
   if (dpt_sampler_num_batches(dpt_dataset_count(cfg->train), cfg->global_batch, cfg->keep_last) ==
       0)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "global batch %zu is larger than the %zu training samples (and the last "
                          "partial batch is dropped)",
                          cfg->global_batch, dpt_dataset_count(cfg->train));
-  if (cfg->epochs < 1) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: epochs must be >= 1", fn);
-  if (cfg->max_steps < 0 || cfg->check_every < 0)
-    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: max_steps/check_every must be >= 0", fn);
+  DPT_TRY(check_length(cfg));
   /* Sync-bn sums in the forward pass: a replica without a sample would not join. */
   size_t last =
       dpt_sampler_last_batch(dpt_dataset_count(cfg->train), cfg->global_batch, cfg->keep_last);
@@ -221,6 +229,23 @@ dpt_status dpt_train_check_config(const dpt_train_config *cfg, dpt_comm *comm) {
                          fn, last, total);
   DPT_TRY(dpt_data_transform_check(&cfg->transform, cfg->train));
   if (cfg->test) DPT_TRY(dpt_data_transform_check(&cfg->transform, cfg->test));
+  return DPT_OK;
+}
+
+dpt_status dpt_train_check_config(const dpt_train_config *cfg, dpt_comm *comm) {
+  const char *fn = "dpt_train";
+  if (!cfg) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: config is NULL", fn);
+  if (!cfg->train && !cfg->local_train)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: no training set", fn);
+  const int total = comm ? dpt_comm_size(comm) : cfg->replicas;
+  DPT_TRY(check_replicas(cfg, comm, total));
+  DPT_TRY(check_exchange(cfg));
+  if (cfg->local_train) {
+    DPT_TRY(check_local_data(cfg, comm, total));
+    DPT_TRY(check_length(cfg));
+  } else {
+    DPT_TRY(check_data_set(cfg, total));
+  }
   DPT_TRY(check_checkpoints(cfg));
   return dpt_optim_config_check(&cfg->optim);
 }

@@ -123,10 +123,13 @@ static dpt_status train_epoch(replica *r, replica_state *s, int *stop) {
   return DPT_OK;
 }
 
-static dpt_status replica_run(replica *r, replica_state *s) {
+/* From nothing to the first step: the exchange arrays, the configuration and set-up agreed by
+ * every replica, the run's terms, the parameters, a resumed run's progress, the timeline's
+ * clocks, the gradient buckets. */
+static dpt_status start_run(replica *r, replica_state *s) {
   const dpt_train_config *cfg = r->cfg;
-  DPT_TRY(
-      dpt_train_alloc_exchange(r, s)); /* out of memory before anything else: the others time out */
+  /* Out of memory before anything else: the others time out. */
+  DPT_TRY(dpt_train_alloc_exchange(r, s));
   const int mine = r->over_mpi ? 0 : r->index; /* this replica's reader */
   s->ltrain = cfg->local_train ? cfg->local_train[mine] : NULL;
   s->ltest = cfg->local_train && cfg->local_test ? cfg->local_test[mine] : NULL;
@@ -153,13 +156,13 @@ static dpt_status replica_run(replica *r, replica_state *s) {
     dpt_train_buckets_describe(s, line, sizeof line);
     dpt_train_log(r, "%s", line);
   }
-  s->t.run_start = s->t.last_ckpt = dpt_now();
-  /* A rollback needs a checkpoint to go back to. */
-  if (cfg->on_nonfinite == DPT_NONFINITE_ROLLBACK && !dpt_train_ckpt_taken(s))
-    DPT_TRY(dpt_train_ckpt_save(r, s, 0));
-  int stop = cfg->max_steps > 0 && s->t.step >= cfg->max_steps;
-  while (s->at.epoch < cfg->epochs && !stop)
-    DPT_TRY(train_epoch(r, s, &stop));
+  return DPT_OK;
+}
+
+/* After the last epoch: the report (even of a run resumed at its end), the last checkpoint, the
+ * timeline, the final report and parameters. */
+static dpt_status finish_run(replica *r, replica_state *s) {
+  const dpt_train_config *cfg = r->cfg;
   if (r->final.epoch == 0) { /* resumed at the end: nothing left, the report still made */
     dpt_train_log(r, "nothing left to train: the run is complete at step %lld",
                   (long long)s->t.step);
@@ -184,13 +187,26 @@ static dpt_status replica_run(replica *r, replica_state *s) {
   r->final.checkpoints = s->t.checkpoints;
   r->final.checkpoint_seconds = s->t.ckpt_time;
   r->final.checkpoint = dpt_train_ckpt_path(s);
-  st = DPT_OK;
+  dpt_status st = DPT_OK;
   if (cfg->final_params && r->index == 0) st = dpt_model_get_state(s->model, cfg->final_params);
   if (r->index == 0 && cfg->on_report) cfg->on_report(&r->final, cfg->user);
   r->final.checkpoint = NULL; /* the path and the shares live as long as the replica's state */
   r->final.backend = dpt_backend_kind_name(dpt_train_backend_of(r));
   r->final.shares = NULL;
   return st;
+}
+
+static dpt_status replica_run(replica *r, replica_state *s) {
+  const dpt_train_config *cfg = r->cfg;
+  DPT_TRY(start_run(r, s));
+  s->t.run_start = s->t.last_ckpt = dpt_now();
+  /* A rollback needs a checkpoint to go back to. */
+  if (cfg->on_nonfinite == DPT_NONFINITE_ROLLBACK && !dpt_train_ckpt_taken(s))
+    DPT_TRY(dpt_train_ckpt_save(r, s, 0));
+  int stop = cfg->max_steps > 0 && s->t.step >= cfg->max_steps;
+  while (s->at.epoch < cfg->epochs && !stop)
+    DPT_TRY(train_epoch(r, s, &stop));
+  return finish_run(r, s);
 }
 
 static void *replica_thread(void *arg) {

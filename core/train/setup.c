@@ -131,7 +131,9 @@ static void name_backends(const replica *r, replica_state *s) {
                             i ? "," : "", dpt_backend_kind_name(cfg->replica_backends[i]));
 }
 
-static dpt_status create_backend_and_model(replica *r, replica_state *s) {
+/* This replica's backend on its device: cfg->device, else its place among the replicas of its
+ * node (or, with mixed backends, of its own backend) modulo the devices. */
+static dpt_status create_backend(replica *r, replica_state *s) {
   const dpt_train_config *cfg = r->cfg;
   const dpt_backend_kind kind = dpt_train_backend_of(r);
   int devices = 0;
@@ -148,24 +150,12 @@ static dpt_status create_backend_and_model(replica *r, replica_state *s) {
   int device = cfg->device >= 0 ? cfg->device : nth % devices;
   DPT_TRY(dpt_backend_create(kind, device, &s->be));
   name_backends(r, s);
-  /* No batch holds more samples than the training set. */
-  const size_t n = s->ltrain ? cfg->global_batch : dpt_dataset_count(cfg->train);
-  const size_t batch = cfg->global_batch < n ? cfg->global_batch : n;
-  s->max_slice = dpt_train_split_cap(cfg, r->count, cfg->global_batch);
-  if (s->max_slice > batch) s->max_slice = batch;
-  const size_t K = cfg->accumulate > 1 ? cfg->accumulate : 1;
-  s->max_micro = (s->max_slice + K - 1) / K;
-  DPT_TRY(dpt_model_create(s->be, &cfg->model, s->max_micro, &s->model));
-  const size_t np = dpt_model_num_params(s->model);
-  if (K > 1) DPT_TRY(dpt_buffer_alloc(s->be, np * sizeof(float), &s->acc));
-  if (cfg->grad_dtype != DPT_COMM_F32 && r->count > 1 && !cfg->skip_allreduce) {
-    DPT_TRY(dpt_buffer_alloc(s->be, np * sizeof(uint16_t), &s->gh));
-    if (cfg->grad_error_feedback) {
-      DPT_TRY(dpt_buffer_alloc(s->be, np * sizeof(float), &s->resid));
-      DPT_TRY(dpt_buffer_fill_f32(s->resid, 0, np, 0.0f));
-    }
-  }
-  if (s->ltrain) return check_records_model(cfg, s);
+  return DPT_OK;
+}
+
+/* The data sets against the model: inputs per sample, labels per sample (a token model takes
+ * token sequences, a classifier one label a sample), a token model's vocabulary. */
+static dpt_status check_data_model(const dpt_train_config *cfg, replica_state *s) {
   size_t input = dpt_model_input_size(s->model);
   if (input != dpt_dataset_dim(cfg->train))
     return dpt_set_error(DPT_ERR_INVALID_ARG,
@@ -175,7 +165,6 @@ static dpt_status create_backend_and_model(replica *r, replica_state *s) {
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "the test set has %zu values per sample, the model takes %zu",
                          dpt_dataset_dim(cfg->test), input);
-  /* A token model takes token sequences (a text dataset), a classifier one label a sample. */
   s->labels = dpt_model_labels_per_sample(s->model);
   for (int k = 0; k < 2; ++k) {
     const dpt_dataset *ds = k ? cfg->test : cfg->train;
@@ -200,6 +189,30 @@ static dpt_status create_backend_and_model(replica *r, replica_state *s) {
                            k ? "test" : "training", dpt_dataset_num_classes(ds), classes);
   }
   return DPT_OK;
+}
+
+static dpt_status create_backend_and_model(replica *r, replica_state *s) {
+  const dpt_train_config *cfg = r->cfg;
+  DPT_TRY(create_backend(r, s));
+  /* No batch holds more samples than the training set. */
+  const size_t n = s->ltrain ? cfg->global_batch : dpt_dataset_count(cfg->train);
+  const size_t batch = cfg->global_batch < n ? cfg->global_batch : n;
+  s->max_slice = dpt_train_split_cap(cfg, r->count, cfg->global_batch);
+  if (s->max_slice > batch) s->max_slice = batch;
+  const size_t K = cfg->accumulate > 1 ? cfg->accumulate : 1;
+  s->max_micro = (s->max_slice + K - 1) / K;
+  DPT_TRY(dpt_model_create(s->be, &cfg->model, s->max_micro, &s->model));
+  const size_t np = dpt_model_num_params(s->model);
+  if (K > 1) DPT_TRY(dpt_buffer_alloc(s->be, np * sizeof(float), &s->acc));
+  if (cfg->grad_dtype != DPT_COMM_F32 && r->count > 1 && !cfg->skip_allreduce) {
+    DPT_TRY(dpt_buffer_alloc(s->be, np * sizeof(uint16_t), &s->gh));
+    if (cfg->grad_error_feedback) {
+      DPT_TRY(dpt_buffer_alloc(s->be, np * sizeof(float), &s->resid));
+      DPT_TRY(dpt_buffer_fill_f32(s->resid, 0, np, 0.0f));
+    }
+  }
+  if (s->ltrain) return check_records_model(cfg, s);
+  return check_data_model(cfg, s);
 }
 
 /* The optimizer: for the sharded step it keeps state for this replica's shard only, with

@@ -49,6 +49,37 @@ static dpt_status global_targets(const replica *r, replica_state *s, int64_t epo
   return DPT_OK;
 }
 
+/* One micro-batch of the slice (samples [ms, ms + mc) of the slice at `start` of the global batch
+ * at `bstart`): loaded, then forward and backward with the loss gradient scaled by `scale`; its
+ * loss and counts added to *mine. */
+static dpt_status micro_batch(replica *r, replica_state *s, int64_t epoch, size_t bstart,
+                              size_t start, size_t ms, size_t mc, float scale, step_stats *mine) {
+  dpt_status st;
+  const double tl = dpt_now();
+  if (s->ltrain) {
+    st = dpt_train_load_records(s, s->ltrain, s->idx + ms, mc);
+    if (st == DPT_OK) s->slice = mc;
+  } else {
+    st = dpt_train_load_batch(s, r->cfg->train, s->perm + bstart + start + ms, mc,
+                              &r->cfg->transform, epoch);
+  }
+  dpt_train_trace_since(s, DPT_TRACE_DATA, "load", tl);
+  if (st == DPT_OK)
+    mine->targets += s->labels == 1 ? (int64_t)mc : dpt_train_count_targets(s->hy, mc * s->labels);
+  /* Dropout's mask is keyed by the sample's place in the global batch, not in the slice. */
+  if (st == DPT_OK)
+    st = dpt_model_set_step(s->model, r->cfg->seed, (uint64_t)s->t.step, (uint32_t)(start + ms));
+  double loss = 0;
+  int64_t correct = 0;
+  s->in_step = 1;
+  s->trace_t = dpt_now();
+  if (st == DPT_OK) st = dpt_model_train_step(s->model, s->x, s->y, mc, scale, &loss, &correct);
+  s->in_step = 0;
+  mine->loss_sum += loss;
+  mine->correct += correct;
+  return st;
+}
+
 /* Loads this replica's slice of the global batch at `bstart` (bcount samples) and runs forward
  * and backward. Returns the local outcome, which the step's exchange announces. */
 static dpt_status forward_backward(replica *r, replica_state *s, int64_t epoch, size_t k,
@@ -83,29 +114,7 @@ static dpt_status forward_backward(replica *r, replica_state *s, int64_t epoch, 
     size_t ms = 0, mc = count;
     if (K > 1) st = dpt_batch_split(count, (int)K, (int)j, &ms, &mc);
     if (st != DPT_OK || mc == 0) continue;
-    const double tl = dpt_now();
-    if (s->ltrain) {
-      st = dpt_train_load_records(s, s->ltrain, s->idx + ms, mc);
-      if (st == DPT_OK) s->slice = mc;
-    } else {
-      st = dpt_train_load_batch(s, r->cfg->train, s->perm + bstart + start + ms, mc,
-                                &r->cfg->transform, epoch);
-    }
-    dpt_train_trace_since(s, DPT_TRACE_DATA, "load", tl);
-    if (st == DPT_OK)
-      mine->targets +=
-          s->labels == 1 ? (int64_t)mc : dpt_train_count_targets(s->hy, mc * s->labels);
-    /* Dropout's mask is keyed by the sample's place in the global batch, not in the slice. */
-    if (st == DPT_OK)
-      st = dpt_model_set_step(s->model, r->cfg->seed, (uint64_t)s->t.step, (uint32_t)(start + ms));
-    double loss = 0;
-    int64_t correct = 0;
-    s->in_step = 1;
-    s->trace_t = dpt_now();
-    if (st == DPT_OK) st = dpt_model_train_step(s->model, s->x, s->y, mc, scale, &loss, &correct);
-    s->in_step = 0;
-    mine->loss_sum += loss;
-    mine->correct += correct;
+    st = micro_batch(r, s, epoch, bstart, start, ms, mc, scale, mine);
     if (st != DPT_OK || K == 1) continue;
     dpt_buffer *g = dpt_model_grads(s->model);
     const size_t np = dpt_model_num_params(s->model);
