@@ -79,29 +79,31 @@ typedef struct train_cursor {
 /* Replicas whose exchanges need no allocation. */
 enum { GATHER_INLINE = 64 };
 
-typedef struct train_sparse train_sparse;   /* sparse_tables (train_sparse.c) */
-typedef struct train_buckets train_buckets; /* bucket_bytes (train_buckets.c) */
-typedef struct train_split train_split;     /* the batch split's shares (train_split.c) */
+typedef struct train_sparse train_sparse;     /* sparse_tables (train_sparse.c) */
+typedef struct train_buckets train_buckets;   /* bucket_bytes (train_buckets.c) */
+typedef struct train_split train_split;       /* the batch split's shares (train_split.c) */
+typedef struct train_exchange train_exchange; /* the step's exchange kind (exchange.c) */
 
 typedef struct replica_state {
   dpt_backend *be;
   dpt_model *model;
   dpt_optimizer *opt;
   step_mode mode;
-  dpt_buffer *x, *y;        /* device batch: [slice, input] floats, [slice, labels] int32 */
-  dpt_buffer *kept_buffers; /* skip_nonfinite: the model's buffers before the step, put back
-                               when the step is skipped (batch norm updates them in forward) */
-  float *hx;                /* host batch [max_slice, input] */
-  int32_t *hy;              /* host labels [max_slice, labels] */
-  size_t labels;            /* labels per sample: 1, or a token model's seq_len */
-  int32_t *hbatch;          /* token models: the whole global batch's labels [B, labels], for
-                               its target count; NULL otherwise */
-  uint64_t *perm;           /* epoch permutation [n_train] (NULL with per-replica data) */
-  dpt_interactions *ltrain; /* this replica's training records (cfg->local_train), or NULL */
-  dpt_interactions *ltest;  /* this replica's validation records (cfg->local_test), or NULL */
-  uint64_t *idx;            /* the slice's sample indices [max_slice] */
-  float *hparams;           /* [state size] host copy of parameters and buffers for fingerprints */
-  dpt_range *shard;         /* this replica's shard of the parameters (sharded step), [nshard] */
+  const train_exchange *exchange; /* how the step exchanges and updates (exchange.c) */
+  dpt_buffer *x, *y;              /* device batch: [slice, input] floats, [slice, labels] int32 */
+  dpt_buffer *kept_buffers;       /* skip_nonfinite: the model's buffers before the step, put back
+                                     when the step is skipped (batch norm updates them in forward) */
+  float *hx;                      /* host batch [max_slice, input] */
+  int32_t *hy;                    /* host labels [max_slice, labels] */
+  size_t labels;                  /* labels per sample: 1, or a token model's seq_len */
+  int32_t *hbatch;                /* token models: the whole global batch's labels [B, labels], for
+                                     its target count; NULL otherwise */
+  uint64_t *perm;                 /* epoch permutation [n_train] (NULL with per-replica data) */
+  dpt_interactions *ltrain;       /* this replica's training records (cfg->local_train), or NULL */
+  dpt_interactions *ltest;        /* this replica's validation records (cfg->local_test), or NULL */
+  uint64_t *idx;                  /* the slice's sample indices [max_slice] */
+  float *hparams;   /* [state size] host copy of parameters and buffers for fingerprints */
+  dpt_range *shard; /* this replica's shard of the parameters (sharded step), [nshard] */
   size_t nshard;
   size_t max_slice;   /* largest slice of a global batch; evaluation reuses the batch buffers */
   size_t max_micro;   /* the model's batch: the largest of a slice's accumulate micro-batches */

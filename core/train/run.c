@@ -18,6 +18,7 @@
 #include "base/error.h"
 #include "core/train/config.h"
 #include "core/train/evaluate.h"
+#include "core/train/exchange.h"
 #include "core/train/replica.h"
 #include "core/train/setup.h"
 #include "core/train/step.h"
@@ -156,6 +157,7 @@ static dpt_status start_run(replica *r, replica_state *s) {
     dpt_train_buckets_describe(s, line, sizeof line);
     dpt_train_log(r, "%s", line);
   }
+  s->exchange = dpt_train_exchange_pick(s); /* after the buckets, which it depends on */
   return DPT_OK;
 }
 

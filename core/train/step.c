@@ -14,6 +14,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "core/train/batch.h"
+#include "core/train/exchange.h"
 #include "core/train/step.h"
 #include "core/train/train_buckets.h"
 #include "core/train/train_sparse.h"
@@ -127,33 +128,6 @@ static dpt_status forward_backward(replica *r, replica_state *s, int64_t epoch, 
   return st;
 }
 
-/* The parameter ranges this replica owns in the step: its shard (sharded step) or all of them.
- * `whole` is storage for the latter. */
-static const dpt_range *own_ranges(const replica_state *s, dpt_range *whole, size_t *n) {
-  if (s->mode == STEP_SHARDED) {
-    *n = s->nshard;
-    return s->shard;
-  }
-  *whole = (dpt_range){0, dpt_model_num_params(s->model)};
-  *n = 1;
-  return whole;
-}
-
-/* Non-finite values in this replica's ranges of `buf` (gradients or parameters). */
-static dpt_status count_nonfinite_own(replica_state *s, const dpt_buffer *buf, int64_t *out) {
-  dpt_range whole;
-  size_t n = 0;
-  const dpt_range *rg = own_ranges(s, &whole, &n);
-  uint64_t total = 0;
-  for (size_t i = 0; i < n; ++i) {
-    uint64_t c = 0;
-    DPT_TRY(dpt_count_nonfinite(s->be, rg[i].count, buf, rg[i].offset, &c));
-    total += c;
-  }
-  *out = (int64_t)total;
-  return DPT_OK;
-}
-
 /* Whether the step needs the gradient norm agreed by every replica: the sharded step clips by
  * the norm of the whole gradient, which no replica holds alone; with the full step each
  * replica computes it on its own backend, and a float sum can overflow where a double sum
@@ -165,78 +139,28 @@ static int needs_norm(const replica *r, const replica_state *s) {
   return s->mode == STEP_SHARDED || (cfg->on_nonfinite != DPT_NONFINITE_STOP && r->count > 1);
 }
 
-/* The 16-bit exchange (grad_dtype F16 or BF16) of the whole gradient after backward: narrowed
- * (dpt_train_narrow_16), all-reduced, widened back. A local failure is kept and the all-reduce
- * joined regardless. */
-static dpt_status exchange_16(replica *r, replica_state *s) {
-  const dpt_comm_dtype dt = r->cfg->grad_dtype;
-  const size_t np = dpt_model_num_params(s->model);
-  dpt_status st = s->pending;
-  if (st == DPT_OK) st = dpt_train_narrow_16(s, dt, 0, np);
-  dpt_train_keep_failure(s, st);
-  st = dpt_allreduce_buffer(r->comm, s->gh, 0, np, dt);
-  if (st != DPT_OK) return st;
-  if (s->pending == DPT_OK) dpt_train_keep_failure(s, dpt_train_widen_16(s, dt, 0, np));
-  return DPT_OK;
-}
-
 /* Sums the gradients over the replicas: the complete sum of this replica's shard (sharded
  * step) or of everything (full step). Every replica joins, whatever its local outcome. */
 static dpt_status reduce_gradients(replica *r, replica_state *s, dpt_status local,
                                    step_stats *mine) {
   dpt_train_keep_failure(s, local);
-  dpt_buffer *grads = dpt_model_grads(s->model);
+  const train_exchange *x = s->exchange;
   dpt_status st = DPT_OK;
-  if (s->mode != STEP_LOCAL) {
+  if (x->reduce) {
     const double t0 = dpt_now();
-    const size_t np = dpt_model_num_params(s->model);
-    double exposed = 0, busy = 0, parts = 0;
-    if (s->buckets) {
-      bucket_times bt;
-      st = dpt_train_buckets_finish(s, &bt);
-      exposed = bt.exposed;
-      busy = bt.busy;
-      parts = bt.optimizer; /* the update in parts, counted as the optimizer's */
-    } else if (s->gh) {
-      st = exchange_16(r, s);
-      exposed = busy = dpt_now() - t0;
-      dpt_train_trace_since(s, DPT_TRACE_EXCHANGE,
-                            r->cfg->grad_dtype == DPT_COMM_BF16 ? "all-reduce (bfloat16)"
-                                                                : "all-reduce (binary16)",
-                            t0);
-    } else {
-      st = s->sparse ? dpt_train_sparse_reduce(r, s)
-           : s->mode == STEP_SHARDED
-               ? dpt_reduce_scatter_buffer(r->comm, grads, 0, np, DPT_COMM_F32)
-               : dpt_allreduce_buffer(r->comm, grads, 0, np, DPT_COMM_F32);
-      exposed = busy = dpt_now() - t0;
-      dpt_train_trace_since(s, DPT_TRACE_EXCHANGE,
-                            s->sparse                 ? "exchange (sparse tables)"
-                            : s->mode == STEP_SHARDED ? "reduce-scatter"
-                                                      : "all-reduce",
-                            t0);
-    }
-    if (s->buckets && s->trace) {
-      size_t nb = 0;
-      const dpt_request_info *in = dpt_train_buckets_info(s, &nb);
-      for (size_t j = 0; j < nb; ++j) {
-        char name[32];
-        snprintf(name, sizeof name, "bucket %zu", j);
-        dpt_trace_event(s->trace, DPT_TRACE_EXCHANGE, name, in[j].queued, in[j].finished);
-      }
-    }
-    s->t.comm += dpt_now() - t0 - parts;
-    s->t.optimizer += parts;
-    s->t.exchange += busy;
-    s->t.exposed += exposed;
+    exchange_times t;
+    st = x->reduce(r, s, &t);
+    s->t.comm += dpt_now() - t0 - t.optimizer;
+    s->t.optimizer += t.optimizer;
+    s->t.exchange += t.busy;
+    s->t.exposed += t.exposed;
     if (dpt_train_out_of_step(st)) return dpt_train_stop_after(s, st);
   }
   /* A non-finite value in the reduced gradient is caught whatever the loss said, alike on every
    * replica. Where the step agrees on the gradient norm, it makes the norm non-finite: no
    * count. */
   if (st == DPT_OK && s->pending == DPT_OK && !needs_norm(r, s))
-    st = s->sparse ? dpt_train_sparse_count_nonfinite(s, &mine->bad_grads)
-                   : count_nonfinite_own(s, grads, &mine->bad_grads);
+    st = x->count_nonfinite(s, &mine->bad_grads);
   return st;
 }
 
@@ -247,7 +171,7 @@ static dpt_status agree_grad_norm(replica *r, replica_state *s, double *sumsq) {
   memset(&mine, 0, sizeof mine);
   dpt_range whole;
   size_t n = 0;
-  const dpt_range *rg = own_ranges(s, &whole, &n);
+  const dpt_range *rg = dpt_train_own_ranges(s, &whole, &n);
   dpt_status local = DPT_OK;
   if (s->pending == DPT_OK) local = dpt_optimizer_grad_sumsq(s->opt, rg, n, &mine.sumsq);
   DPT_TRY(dpt_train_exchange(r, s, &mine, &sum, local, "the gradient norm"));
@@ -280,52 +204,21 @@ static dpt_status agree_on_step(replica *r, replica_state *s, const step_stats *
   return DPT_OK;
 }
 
-/* LAMB's sharded update: the per-tensor sums of this replica's pieces, summed over the replicas
- * in replica order (identical everywhere), then the update. Every replica joins the sum unless
- * the step is skipped, which the agreed gradient norm decides alike everywhere. */
-static dpt_status two_phase_step(replica *r, replica_state *s, double sumsq) {
-  const size_t count = dpt_optimizer_num_sums(s->opt);
-  double *sums = calloc(count, sizeof *sums);
-  dpt_status st = sums ? DPT_OK : dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "LAMB: out of host memory");
-  if (st == DPT_OK && s->pending == DPT_OK)
-    st = dpt_optimizer_prepare_ranges(s->opt, s->shard, s->nshard, sumsq, sums);
-  if (st == DPT_ERR_NONFINITE) {
-    free(sums);
-    return st;
-  }
-  dpt_train_keep_failure(s, st);
-  st = sums ? dpt_train_sum_over_replicas(r, sums, count) : DPT_OK;
-  if (dpt_train_out_of_step(st)) {
-    free(sums);
-    return dpt_train_stop_after(s, st);
-  }
-  dpt_train_keep_failure(s, st);
-  if (s->pending == DPT_OK) st = dpt_optimizer_finish_ranges(s->opt, s->shard, s->nshard, sums);
-  free(sums);
-  return st;
-}
-
 /* The optimizer step: the shard's update and the parameter all-gather (sharded), or the whole
  * update. A local failure is kept for the next exchange and the all-gather is joined
  * regardless, so that no replica waits for one that gave up. *skipped: the optimizer found a
  * non-finite gradient norm and the policy does not stop (the same on every replica). Where the
  * gradient buckets did both in parts (dpt_train_buckets_stepped), the step is only counted. */
 static dpt_status optimizer_step(replica *r, replica_state *s, double sumsq, int *skipped) {
+  const train_exchange *x = s->exchange;
   *skipped = 0;
-  if (dpt_train_buckets_stepped(s)) { /* updated and gathered bucket by bucket: count the step */
+  if (x->stepped && x->stepped(s)) { /* updated and gathered bucket by bucket: count the step */
     if (s->pending == DPT_OK) dpt_train_keep_failure(s, dpt_optimizer_end_step(s->opt));
     return DPT_OK;
   }
   const double t0 = dpt_now();
-  dpt_status st = DPT_OK;
-  if (s->mode == STEP_SHARDED && dpt_optimizer_num_sums(s->opt) > 0) {
-    st = two_phase_step(r, s, sumsq);
-    if (dpt_train_out_of_step(st)) return st;
-  } else if (s->pending == DPT_OK)
-    st = s->mode == STEP_SHARDED
-             ? dpt_optimizer_step_ranges(s->opt, s->shard, s->nshard, sumsq, NULL)
-         : s->sparse ? dpt_train_sparse_step(s)
-                     : dpt_optimizer_step(s->opt, NULL);
+  dpt_status st = x->update(r, s, sumsq);
+  if (dpt_train_out_of_step(st)) return st;
   *skipped = st == DPT_ERR_NONFINITE && r->cfg->on_nonfinite != DPT_NONFINITE_STOP;
   if (!*skipped) dpt_train_keep_failure(s, st);
   /* With DPT_NONFINITE_SKIP an update that made parameters non-finite stops the run at the next
@@ -333,22 +226,12 @@ static dpt_status optimizer_step(replica *r, replica_state *s, double sumsq, int
   int64_t bad = 0;
   if (!*skipped && st == DPT_OK && r->cfg->on_nonfinite == DPT_NONFINITE_SKIP &&
       s->pending == DPT_OK) {
-    dpt_train_keep_failure(s, count_nonfinite_own(s, dpt_model_params(s->model), &bad));
+    dpt_train_keep_failure(s, dpt_train_count_nonfinite_own(s, dpt_model_params(s->model), &bad));
     s->bad_params = bad > 0;
   }
-  const double t1 = dpt_now();
-  s->t.optimizer += t1 - t0;
+  s->t.optimizer += dpt_now() - t0;
   dpt_train_trace_since(s, DPT_TRACE_OPTIMIZER, "optimizer", t0);
-  if (s->mode != STEP_SHARDED) return DPT_OK;
-  st = dpt_allgather_shards_buffer(r->comm, dpt_model_params(s->model), 0,
-                                   dpt_model_num_params(s->model), DPT_COMM_F32);
-  s->t.comm += dpt_now() - t1;
-  dpt_train_trace_since(s, DPT_TRACE_EXCHANGE, "all-gather (parameters)", t1);
-  /* Out of step: stop now. Any other failure (DPT_ERR_COMM included) meets the others at the
-   * next exchange, where the replica that failed first reports why. */
-  if (dpt_train_out_of_step(st)) return dpt_train_stop_after(s, st);
-  dpt_train_keep_failure(s, st); /* local (staging, device): announced at the next exchange */
-  return DPT_OK;
+  return x->gather ? x->gather(r, s) : DPT_OK;
 }
 
 /* Skipping cannot hide a diverged run: past the limit (max_skipped) the run fails. The counts

@@ -1,0 +1,50 @@
+/* Internal: how a step combines the replicas' gradients and updates the parameters (exchange.c).
+ *
+ * One kind per way of doing it: the full step (all-reduce, every replica updates everything),
+ * the sharded step (reduce-scatter, each replica updates its shard, all-gather), the 16-bit
+ * exchange, gradient buckets over each of those, sparse tables, and no exchange at all. The
+ * kind is chosen once per run (dpt_train_exchange_pick) and the step calls it at three points:
+ * after backward (reduce), to count what is not finite, and to update. A new way of exchanging
+ * is a new table of these calls and a line in the pick. */
+#ifndef DPTRAIN_CORE_TRAIN_EXCHANGE_H
+#define DPTRAIN_CORE_TRAIN_EXCHANGE_H
+
+#include "core/train/replica.h"
+
+/* Seconds of a step's exchange. */
+typedef struct exchange_times {
+  double exposed;   /* waiting for it after backward */
+  double busy;      /* it ran (buckets: each from when its range was ready) */
+  double optimizer; /* the update in parts it did (buckets), counted as the optimizer's */
+} exchange_times;
+
+struct train_exchange {
+  /* After backward: the gradient summed over the replicas in what this replica updates (its
+   * shard, or everything). Every replica joins, whatever its local outcome (s->pending); a
+   * collective's failure is returned. NULL: no exchange (each replica keeps its own). */
+  dpt_status (*reduce)(replica *r, replica_state *s, exchange_times *t);
+  /* Non-finite values in the reduced gradient this replica holds. */
+  dpt_status (*count_nonfinite)(replica_state *s, int64_t *out);
+  /* The optimizer's update of what this replica owns, with sumsq the agreed squared gradient
+   * norm (0 when not agreed). Joins the collectives the update needs whatever s->pending says;
+   * updates nothing after a local failure. DPT_ERR_NONFINITE: a non-finite gradient norm. */
+  dpt_status (*update)(replica *r, replica_state *s, double sumsq);
+  /* Optional: after the update, the parameters made whole on every replica; every replica
+   * joins. Returns its time spent in *comm seconds. */
+  dpt_status (*gather)(replica *r, replica_state *s);
+  /* Optional: 1 when reduce did the update and the gather too (buckets, in parts): the step is
+   * then only counted. */
+  int (*stepped)(const replica_state *s);
+};
+
+/* The kind for this replica's run: from its step mode, s->gh, s->buckets and s->sparse, so after
+ * the buckets are set up. */
+const train_exchange *dpt_train_exchange_pick(const replica_state *s);
+
+/* The parameter ranges this replica owns in the step: its shard (sharded step) or all of them.
+ * `whole` is storage for the latter. */
+const dpt_range *dpt_train_own_ranges(const replica_state *s, dpt_range *whole, size_t *n);
+/* Non-finite values in this replica's ranges of `buf` (gradients or parameters). */
+dpt_status dpt_train_count_nonfinite_own(replica_state *s, const dpt_buffer *buf, int64_t *out);
+
+#endif
