@@ -73,6 +73,19 @@ void dpt_split(size_t len, size_t n, size_t i, size_t *off, size_t *part) {
   *part = base + (i < extra);
 }
 
+const char *const dpt_allreduce_algo_names[] = {
+#define DPT_ALGO_NAME_(name, value, text) [DPT_ALLREDUCE_##name] = text,
+    DPT_ALLREDUCE_ALGO_MAP(DPT_ALGO_NAME_)
+#undef DPT_ALGO_NAME_
+};
+const int dpt_allreduce_algo_count =
+    (int)(sizeof dpt_allreduce_algo_names / sizeof *dpt_allreduce_algo_names);
+
+const char *dpt_allreduce_algo_name(dpt_allreduce_algo algo) {
+  if ((unsigned)algo >= (unsigned)dpt_allreduce_algo_count) return NULL;
+  return dpt_allreduce_algo_names[algo];
+}
+
 void dpt_what_describe(char *out, size_t n, const dpt_what *h) {
   if (h->op == DPT_COLL_ALLREDUCE) {
     const char *algo = dpt_allreduce_algo_name((dpt_allreduce_algo)h->algo);

@@ -20,6 +20,11 @@ enum {
   DPT_COLL_ALLGATHER_SHARDS = 6
 };
 
+/* The all-reduce algorithms' names by value, from DPT_ALLREDUCE_ALGO_MAP (NULL where a value
+ * has none): dpt_allreduce_algo_name reads them, and the option parser (comm_options.c). */
+extern const char *const dpt_allreduce_algo_names[];
+extern const int dpt_allreduce_algo_count;
+
 /* Names a collective in error messages ("allreduce #12 (1000 x float32, ring)"); the text
  * is formatted only when a message needs it (formatting costs as much as a small
  * all-reduce). */
