@@ -33,6 +33,11 @@ typedef struct dpt_ring_args {
 dpt_status dpt_ring_allreduce(dpt_comm *c, const dpt_ring_args *a, const dpt_sched *hooks, int tag,
                               dpt_what *what);
 
+/* dpt_comm_shard for the ring's layout (c->size > 1; arguments checked): the shard of `rank`
+ * is segment (rank + 1) mod N of every block. */
+size_t dpt_ring_shard(const dpt_comm *c, size_t count, dpt_comm_dtype dtype, int rank,
+                      dpt_range *out, size_t max);
+
 /* Hierarchical all-reduce, or one of its phases, over the nodes of c (hier_allreduce.c); only
  * where dpt_hier_applies(c). hooks: staging, or NULL. */
 dpt_status dpt_hier_allreduce(dpt_comm *c, const dpt_ring_args *a, const dpt_sched *hooks, int tag,

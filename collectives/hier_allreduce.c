@@ -13,7 +13,7 @@
  *      l ends with segment (l + 1) mod L summed over its node.
  *   2. cross all-reduce, 2(M-1) steps: the ring all-reduce of that segment over the ranks of
  *      local index l; its reduce-scatter leaves sub-segment (m + 1) mod M summed over all
- *      ranks (the shard: dpt_comm_shard), its all-gather copies every sub-segment to all.
+ *      ranks (the shard: dpt_hier_shard), its all-gather copies every sub-segment to all.
  *   3. intra all-gather, L-1 steps: every segment from its owner to the node's ranks.
  *
  *   L = 2, M = 2, segments s0 s1, sub-segments .0 .1 (rank = node m, local l):
