@@ -328,6 +328,27 @@ dpt_status dpt_allgather_shards_buffer(dpt_comm *c, dpt_buffer *buf, size_t offs
                     "dpt_allgather_shards_buffer");
 }
 
+/* ---- nonblocking forms: the progress thread runs the entry points above (request.c) -------- */
+
+dpt_status dpt_allreduce_buffer_start(dpt_comm *c, dpt_buffer *buf, size_t offset, size_t count,
+                                      dpt_comm_dtype dtype, dpt_request **out) {
+  return dpt_request_start(c, "dpt_allreduce_buffer_start", dpt_allreduce_buffer, buf, offset,
+                           count, dtype, out);
+}
+
+dpt_status dpt_reduce_scatter_buffer_start(dpt_comm *c, dpt_buffer *buf, size_t offset,
+                                           size_t count, dpt_comm_dtype dtype, dpt_request **out) {
+  return dpt_request_start(c, "dpt_reduce_scatter_buffer_start", dpt_reduce_scatter_buffer, buf,
+                           offset, count, dtype, out);
+}
+
+dpt_status dpt_allgather_shards_buffer_start(dpt_comm *c, dpt_buffer *buf, size_t offset,
+                                             size_t count, dpt_comm_dtype dtype,
+                                             dpt_request **out) {
+  return dpt_request_start(c, "dpt_allgather_shards_buffer_start", dpt_allgather_shards_buffer, buf,
+                           offset, count, dtype, out);
+}
+
 /* ---- broadcast ------------------------------------------------------------------------------- */
 
 static int broadcast_inline(const dpt_comm *c, size_t bytes) {

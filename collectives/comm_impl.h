@@ -214,6 +214,15 @@ const dpt_fence *dpt_request_fence(const dpt_comm *c);
 /* dpt_comm_destroy's first step: waits until every queued request has run, joins the
  * progress thread and frees the requests nobody waited for. */
 void dpt_progress_destroy(dpt_comm *c);
+/* A blocking entry point that a request runs on the progress thread (dpt_allreduce_buffer,
+ * dpt_reduce_scatter_buffer, dpt_allgather_shards_buffer). */
+typedef dpt_status (*dpt_request_fn)(dpt_comm *c, dpt_buffer *buf, size_t offset, size_t count,
+                                     dpt_comm_dtype dtype);
+/* Queues a request that runs `run` with these arguments on c's progress thread (started on
+ * the first call); fn is the start call's name in messages. The arguments are checked by
+ * `run`, on the progress thread. */
+dpt_status dpt_request_start(dpt_comm *c, const char *fn, dpt_request_fn run, dpt_buffer *buf,
+                             size_t offset, size_t count, dpt_comm_dtype dtype, dpt_request **out);
 /* Held around calls into a serialized transport that may overlap a progress thread's
  * (dpt_comm_destroy of another communicator); the progress thread holds it per request. */
 void dpt_serial_lock(void);
