@@ -29,7 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "collectives/comm_util.h"
+#include "collectives/common/comm_util.h"
 #include "dptrain/comm.h"
 
 /* Tag of the hello round (fixed, so that a rank a collective ahead or behind is matched and

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "base/half.h"
-#include "collectives/algorithms.h"
+#include "collectives/algorithms/algorithms.h"
 #include "collectives/comm_impl.h"
 
 #if defined(__GNUC__)

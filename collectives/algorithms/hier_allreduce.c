@@ -49,7 +49,7 @@
  */
 #include <stdio.h>
 
-#include "collectives/algorithms.h"
+#include "collectives/algorithms/algorithms.h"
 #include "base/clock.h"
 #include "base/error.h"
 #include "collectives/comm_impl.h"

@@ -33,7 +33,7 @@
  * of segment (r + 1) mod N of every block (its shard, dpt_ring_shard); the all-gather copies
  * every rank's shard to all. Between them the sharded optimizer step updates only the shard.
  */
-#include "collectives/algorithms.h"
+#include "collectives/algorithms/algorithms.h"
 #include "collectives/comm_impl.h"
 
 typedef struct ring {

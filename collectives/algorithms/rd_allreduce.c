@@ -16,7 +16,7 @@
  * The vector moves in pieces (piece_bytes) so that no message exceeds the transport's limit
  * and the sum of piece c overlaps the transfer of piece c+1.
  */
-#include "collectives/algorithms.h"
+#include "collectives/algorithms/algorithms.h"
 #include "collectives/comm_impl.h"
 
 typedef struct rd {

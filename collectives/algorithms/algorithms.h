@@ -6,8 +6,8 @@
 
 #include <stddef.h>
 
-#include "collectives/comm_util.h"
-#include "collectives/engine.h"
+#include "collectives/common/comm_util.h"
+#include "collectives/engine/engine.h"
 #include "dptrain/comm.h"
 
 /* Which part of the ring all-reduce to run. */

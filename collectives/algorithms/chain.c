@@ -13,7 +13,7 @@
  */
 #include <string.h>
 
-#include "collectives/algorithms.h"
+#include "collectives/algorithms/algorithms.h"
 #include "collectives/comm_impl.h"
 
 typedef struct chain {

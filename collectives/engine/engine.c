@@ -18,7 +18,7 @@
  */
 #include <string.h>
 
-#include "collectives/engine.h"
+#include "collectives/engine/engine.h"
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/size.h"

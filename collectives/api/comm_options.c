@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collectives/comm_options.h"
+#include "collectives/api/comm_options.h"
 #include "base/error.h"
 #include "base/parse.h"
-#include "collectives/algorithms.h"
+#include "collectives/algorithms/algorithms.h"
 #include "collectives/comm_impl.h"
 
 static const char *const staging_names[] = {

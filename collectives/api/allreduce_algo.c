@@ -2,7 +2,7 @@
  * whether this communicator can run it, the call into it, and the shard layout that follows
  * from the choice (dpt_comm_shard: the ring's or the hierarchical one). Adding an algorithm: its
  * own file, its entry in DPT_ALLREDUCE_ALGO_MAP (comm.h), and the three functions below. */
-#include "collectives/algorithms.h"
+#include "collectives/algorithms/algorithms.h"
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/size.h"

@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collectives/staging.h"
+#include "collectives/engine/staging.h"
 #include "base/error.h"
 #include "backends/backend_impl.h"
 #include "collectives/comm_impl.h"

@@ -41,7 +41,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/watchdog.h"
-#include "collectives/comm_options.h"
+#include "collectives/api/comm_options.h"
 
 _Static_assert(sizeof(MPI_Request) <= sizeof(((dpt_req *)0)->mpi), "MPI_Request too large");
 

@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "collectives/comm_util.h"
+#include "collectives/common/comm_util.h"
 #include "dptrain/comm.h"
 
 #define DPT_NO_DEP ((size_t)-1)

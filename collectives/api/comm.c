@@ -6,12 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collectives/algorithms.h"
+#include "collectives/algorithms/algorithms.h"
 #include "base/error.h"
 #include "base/size.h"
-#include "collectives/coll.h"
+#include "collectives/engine/coll.h"
 #include "collectives/comm_impl.h"
-#include "collectives/comm_options.h"
+#include "collectives/api/comm_options.h"
 
 /* ---- the handle ------------------------------------------------------------------------------ */
 

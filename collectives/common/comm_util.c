@@ -7,7 +7,7 @@
 #include <time.h>
 #include <sched.h>
 
-#include "collectives/comm_util.h"
+#include "collectives/common/comm_util.h"
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/size.h"

@@ -51,7 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collectives/hello.h"
+#include "collectives/engine/hello.h"
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/size.h"
