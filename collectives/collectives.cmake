@@ -19,6 +19,8 @@ list(APPEND DPT_SOURCES
      collectives/algorithms/chain.c
      collectives/common/comm_util.c
      collectives/common/reduce.c
+     collectives/transports/transport.c
+     collectives/transports/backoff.c
      collectives/transports/transport_threads.c)
 if(DPT_WITH_MPI)
   list(APPEND DPT_SOURCES collectives/transports/transport_mpi.c collectives/transports/shm.c)

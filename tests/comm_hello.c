@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "collectives/comm_impl.h"
+#include "collectives/common/comm_struct.h"
 #include "comm_cases.h"
 #include "dptrain/comm.h"
 

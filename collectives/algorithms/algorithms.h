@@ -52,11 +52,6 @@ size_t dpt_hier_shard(const dpt_comm *c, size_t count, dpt_comm_dtype dtype, int
 dpt_status dpt_rd_allreduce(dpt_comm *c, void *data, size_t count, dpt_comm_dtype dtype, int tag,
                             dpt_what *what);
 
-/* One-round reduction after the hello round delivered every rank's payload: data = sum in
- * rank order of payload[0..size) (payload[rank] is this rank's own copy) (reduce.c). */
-void dpt_direct_sum(const dpt_comm *c, void *data, const void *const *payload, size_t count,
-                    dpt_comm_dtype dtype);
-
 /* Broadcast along the ring from root, in pieces; blocks as for the ring (chain.c). */
 dpt_status dpt_chain_broadcast(dpt_comm *c, const dpt_ring_args *a, const dpt_sched *hooks,
                                int root, int tag, dpt_what *what);

@@ -52,7 +52,9 @@
 #include "collectives/algorithms/algorithms.h"
 #include "base/clock.h"
 #include "base/error.h"
-#include "collectives/comm_impl.h"
+#include "collectives/common/comm_struct.h"
+#include "collectives/transports/transport.h"
+#include "collectives/common/comm_util.h"
 
 enum { FULL, LAST }; /* kinds of block: full ones, and the last, partial one */
 

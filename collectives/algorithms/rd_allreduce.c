@@ -17,7 +17,8 @@
  * and the sum of piece c overlaps the transfer of piece c+1.
  */
 #include "collectives/algorithms/algorithms.h"
-#include "collectives/comm_impl.h"
+#include "collectives/common/comm_struct.h"
+#include "collectives/common/comm_util.h"
 
 typedef struct rd {
   int rank;

@@ -34,7 +34,8 @@
  * every rank's shard to all. Between them the sharded optimizer step updates only the shard.
  */
 #include "collectives/algorithms/algorithms.h"
-#include "collectives/comm_impl.h"
+#include "collectives/common/comm_struct.h"
+#include "collectives/common/comm_util.h"
 
 typedef struct ring {
   int rank, size, left, right;

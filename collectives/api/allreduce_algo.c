@@ -6,7 +6,10 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/size.h"
-#include "collectives/comm_impl.h"
+#include "collectives/common/comm_struct.h"
+#include "collectives/transports/transport.h"
+#include "collectives/common/reduce.h"
+#include "collectives/common/comm_util.h"
 
 dpt_allreduce_algo dpt_comm_pick_algo(const dpt_comm *c, size_t count, dpt_comm_dtype dtype) {
   if (!c) return DPT_ALLREDUCE_RING;

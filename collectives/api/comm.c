@@ -10,7 +10,10 @@
 #include "base/error.h"
 #include "base/size.h"
 #include "collectives/engine/coll.h"
-#include "collectives/comm_impl.h"
+#include "collectives/common/comm_struct.h"
+#include "collectives/transports/transport.h"
+#include "collectives/api/request.h"
+#include "collectives/common/comm_util.h"
 #include "collectives/api/comm_options.h"
 
 /* ---- the handle ------------------------------------------------------------------------------ */

@@ -12,7 +12,9 @@
 #include "base/error.h"
 #include "base/parse.h"
 #include "collectives/algorithms/algorithms.h"
-#include "collectives/comm_impl.h"
+#include "collectives/common/comm_struct.h"
+#include "collectives/api/request.h"
+#include "collectives/common/comm_util.h"
 
 static const char *const staging_names[] = {
 #define DPT_STAGING_NAME_(name, value, text) [DPT_STAGING_##name] = text,

@@ -33,11 +33,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives/api/request.h"
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/size.h"
 #include "backends/backend_impl.h"
-#include "collectives/comm_impl.h"
+#include "collectives/common/comm_struct.h"
+#include "collectives/transports/transport.h"
+#include "collectives/common/comm_util.h"
 
 struct dpt_request {
   dpt_comm *comm;

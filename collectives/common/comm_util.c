@@ -1,6 +1,5 @@
 /* Helpers every file of collectives/ shares: element types, scratch, tags, the inline limit,
- * block geometry, the names of collectives in messages, and the transports' backoff while
- * they wait. */
+ * block geometry, the names of collectives and algorithms in messages. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +10,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/size.h"
-#include "collectives/comm_impl.h"
+#include "collectives/common/comm_struct.h"
 
 dpt_status dpt_comm_scratch(unsigned char **buf, size_t *have, size_t bytes, dpt_what *what) {
   if (*have >= bytes) return DPT_OK;
@@ -114,37 +113,4 @@ const char *dpt_what_str(dpt_what *w) {
   if (!w) return "collective";
   if (!w->text[0]) dpt_what_describe(w->text, sizeof w->text, w);
   return w->text;
-}
-
-void dpt_backoff_start(dpt_backoff *b, double since, int yield) {
-  b->spin_until = since + DPT_SPIN_SECONDS;
-  b->nap = 0.0;
-  b->pass = 0;
-  b->yield = yield;
-}
-
-int dpt_backoff_pause(dpt_backoff *b, double deadline) {
-  if (b->nap == 0.0) {
-    /* Spinning: the loop the transports always ran (PAUSE past the first passes, the clock
-     * every 256, the core given away now and then). */
-    const unsigned k = ++b->pass;
-    if (k > 256) dpt_cpu_relax();
-    if (k & 255) return 0;
-    const double now = dpt_now();
-    if (now >= deadline) return 1;
-    if (now < b->spin_until) {
-      if (b->yield || (k & 4095) == 0) sched_yield();
-      return 0;
-    }
-    b->nap = 1e-6;
-  }
-  const double now = dpt_now();
-  if (now >= deadline) return 1;
-  const double nap = b->nap < deadline - now ? b->nap : deadline - now;
-  struct timespec ts;
-  ts.tv_sec = (time_t)nap;
-  ts.tv_nsec = (long)((nap - (double)ts.tv_sec) * 1e9);
-  nanosleep(&ts, NULL);
-  b->nap = 2 * b->nap < DPT_NAP_MAX_SECONDS ? 2 * b->nap : DPT_NAP_MAX_SECONDS;
-  return 0;
 }
