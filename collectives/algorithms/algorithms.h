@@ -10,23 +10,6 @@
 #include "collectives/engine/engine.h"
 #include "dptrain/comm.h"
 
-/* Which part of the ring all-reduce to run. */
-typedef enum dpt_ring_phase {
-  DPT_RING_BOTH = 0,       /* the all-reduce: reduce-scatter, then all-gather */
-  DPT_RING_REDUCE_SCATTER, /* only the first half: rank r ends with its shard summed */
-  DPT_RING_ALLGATHER       /* only the second half: every rank's shard to all */
-} dpt_ring_phase;
-
-/* The data of a block-wise algorithm (ring, broadcast chain): `count` elements; block b lives
- * at block_ptr(hooks->st, b) when staging, else at data + b * block elements. */
-typedef struct dpt_ring_args {
-  void *data;                             /* host data, or NULL when staging */
-  void *(*block_ptr)(void *st, size_t b); /* staging: host copy of block b */
-  size_t count;
-  dpt_comm_dtype dtype;
-  dpt_ring_phase phase; /* dpt_ring_allreduce only */
-} dpt_ring_args;
-
 /* ---- algorithms ---------------------------------------------------------------------------- */
 
 /* Ring all-reduce, or one of its phases (ring_allreduce.c). hooks: staging, or NULL. */

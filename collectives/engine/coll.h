@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "collectives/algorithms/algorithms.h"
+#include "collectives/engine/engine.h"
 #include "collectives/engine/hello.h"
 #include "dptrain/comm.h"
 
