@@ -29,7 +29,8 @@
 #include "base/clock.h"
 #include "base/parse.h"
 #include "bench/bench.h"
-#include "collectives/comm_impl.h"
+#include "collectives/common/comm_struct.h"
+#include "collectives/transports/transport.h"
 #include "dptrain/backend.h"
 #include "dptrain/comm.h"
 

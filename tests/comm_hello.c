@@ -1,5 +1,5 @@
 /* The hello round in large groups: 64 and 256 members of the threads transport, where it runs
- * by dissemination (collectives/hello.c). Every case asserts what every member returned:
+ * by dissemination (collectives/engine/hello.c). Every case asserts what every member returned:
  * barrier, a `direct` all-reduce (closed form, and bit for bit the rank-order sum), inline
  * broadcast and allgather, a mismatch, a member that announces failure, a member that never
  * arrives (a short timeout: every other member names it), and the messages each member sent
@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "collectives/comm_impl.h"
+#include "collectives/common/comm_struct.h"
 #include "comm_cases.h"
 #include "dptrain/comm.h"
 

@@ -20,7 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "collectives/comm_impl.h"
+#include "collectives/common/comm_struct.h"
+#include "collectives/transports/shm.h"
 #include "comm_cases.h"
 #include "dptrain/comm.h"
 

@@ -16,7 +16,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "collectives/comm_impl.h"
+#include "collectives/common/comm_struct.h"
+#include "collectives/transports/transport.h"
+#include "collectives/transports/shm.h"
+#include "collectives/common/reduce.h"
 #include "comm_cases.h"
 #include "dptrain/comm.h"
 

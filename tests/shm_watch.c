@@ -13,7 +13,8 @@
 #include <unistd.h>
 
 #include "base/clock.h"
-#include "collectives/comm_impl.h"
+#include "collectives/transports/transport.h"
+#include "collectives/transports/shm.h"
 
 START_TEST(vanished_peer_is_named) {
   const int spans = _i; /* the segment is one node of a larger communicator */

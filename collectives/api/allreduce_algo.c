@@ -1,11 +1,15 @@
 /* The all-reduce algorithm choice: which algorithm AUTO (or a forced one) runs for a payload,
- * whether this communicator can run it, and the call into it. Adding an algorithm: its own
- * file, its entry in DPT_ALLREDUCE_ALGO_MAP (comm.h), and the three functions below. */
-#include "collectives/algorithms.h"
+ * whether this communicator can run it, the call into it, and the shard layout that follows
+ * from the choice (dpt_comm_shard: the ring's or the hierarchical one). Adding an algorithm: its
+ * own file, its entry in DPT_ALLREDUCE_ALGO_MAP (comm.h), and the three functions below. */
+#include "collectives/algorithms/algorithms.h"
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/size.h"
-#include "collectives/comm_impl.h"
+#include "collectives/common/comm_struct.h"
+#include "collectives/transports/transport.h"
+#include "collectives/common/reduce.h"
+#include "collectives/common/comm_util.h"
 
 dpt_allreduce_algo dpt_comm_pick_algo(const dpt_comm *c, size_t count, dpt_comm_dtype dtype) {
   if (!c) return DPT_ALLREDUCE_RING;
@@ -45,6 +49,17 @@ dpt_status dpt_allreduce_algo_check(const dpt_comm *c, dpt_allreduce_algo algo, 
 int dpt_comm_hier_sharded(const dpt_comm *c) {
   return (c->opt.algo == DPT_ALLREDUCE_AUTO || c->opt.algo == DPT_ALLREDUCE_HIER) &&
          dpt_hier_applies(c);
+}
+
+size_t dpt_comm_shard(const dpt_comm *c, size_t count, dpt_comm_dtype dtype, int rank,
+                      dpt_range *out, size_t max) {
+  if (!c || rank < 0 || rank >= c->size || !dpt_dtype_ok(dtype)) return 0;
+  if (c->size == 1) {
+    if (count > 0 && max > 0) out[0] = (dpt_range){0, count};
+    return count > 0;
+  }
+  if (dpt_comm_hier_sharded(c)) return dpt_hier_shard(c, count, dtype, rank, out, max);
+  return dpt_ring_shard(c, count, dtype, rank, out, max);
 }
 
 int dpt_allreduce_algo_inline(dpt_allreduce_algo algo) {

@@ -1,17 +1,16 @@
 /* Helpers every file of collectives/ shares: element types, scratch, tags, the inline limit,
- * block geometry, the names of collectives in messages, and the transports' backoff while
- * they wait. */
+ * block geometry, the names of collectives and algorithms in messages. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <sched.h>
 
-#include "collectives/comm_util.h"
+#include "collectives/common/comm_util.h"
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/size.h"
-#include "collectives/comm_impl.h"
+#include "collectives/common/comm_struct.h"
 
 dpt_status dpt_comm_scratch(unsigned char **buf, size_t *have, size_t bytes, dpt_what *what) {
   if (*have >= bytes) return DPT_OK;
@@ -73,6 +72,19 @@ void dpt_split(size_t len, size_t n, size_t i, size_t *off, size_t *part) {
   *part = base + (i < extra);
 }
 
+const char *const dpt_allreduce_algo_names[] = {
+#define DPT_ALGO_NAME_(name, value, text) [DPT_ALLREDUCE_##name] = text,
+    DPT_ALLREDUCE_ALGO_MAP(DPT_ALGO_NAME_)
+#undef DPT_ALGO_NAME_
+};
+const int dpt_allreduce_algo_count =
+    (int)(sizeof dpt_allreduce_algo_names / sizeof *dpt_allreduce_algo_names);
+
+const char *dpt_allreduce_algo_name(dpt_allreduce_algo algo) {
+  if ((unsigned)algo >= (unsigned)dpt_allreduce_algo_count) return NULL;
+  return dpt_allreduce_algo_names[algo];
+}
+
 void dpt_what_describe(char *out, size_t n, const dpt_what *h) {
   if (h->op == DPT_COLL_ALLREDUCE) {
     const char *algo = dpt_allreduce_algo_name((dpt_allreduce_algo)h->algo);
@@ -101,37 +113,4 @@ const char *dpt_what_str(dpt_what *w) {
   if (!w) return "collective";
   if (!w->text[0]) dpt_what_describe(w->text, sizeof w->text, w);
   return w->text;
-}
-
-void dpt_backoff_start(dpt_backoff *b, double since, int yield) {
-  b->spin_until = since + DPT_SPIN_SECONDS;
-  b->nap = 0.0;
-  b->pass = 0;
-  b->yield = yield;
-}
-
-int dpt_backoff_pause(dpt_backoff *b, double deadline) {
-  if (b->nap == 0.0) {
-    /* Spinning: the loop the transports always ran (PAUSE past the first passes, the clock
-     * every 256, the core given away now and then). */
-    const unsigned k = ++b->pass;
-    if (k > 256) dpt_cpu_relax();
-    if (k & 255) return 0;
-    const double now = dpt_now();
-    if (now >= deadline) return 1;
-    if (now < b->spin_until) {
-      if (b->yield || (k & 4095) == 0) sched_yield();
-      return 0;
-    }
-    b->nap = 1e-6;
-  }
-  const double now = dpt_now();
-  if (now >= deadline) return 1;
-  const double nap = b->nap < deadline - now ? b->nap : deadline - now;
-  struct timespec ts;
-  ts.tv_sec = (time_t)nap;
-  ts.tv_nsec = (long)((nap - (double)ts.tv_sec) * 1e9);
-  nanosleep(&ts, NULL);
-  b->nap = 2 * b->nap < DPT_NAP_MAX_SECONDS ? 2 * b->nap : DPT_NAP_MAX_SECONDS;
-  return 0;
 }

@@ -6,7 +6,7 @@
  * MPI_Testsome polling against a deadline), so no collective can hang on a missing rank.
  * Abandoning a request after a timeout: a receive is cancelled and polled for a moment; one
  * that MPI had already matched (partly received, from a peer now unreachable) cannot be
- * cancelled, so it is left pending and the communicator marked stranded (comm_impl.h) rather
+ * cancelled, so it is left pending and the communicator marked stranded (comm_struct.h) rather
  * than waited for. A send is cancelled if MPI can, else released with MPI_Request_free (MPI
  * may still read the caller's buffer to deliver it: it never writes it).
  *
@@ -37,11 +37,17 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "collectives/comm_impl.h"
+#include "collectives/common/comm_struct.h"
+#include "collectives/transports/transport.h"
+#include "collectives/transports/backoff.h"
+#include "collectives/transports/shm.h"
+#include "collectives/api/request.h"
+#include "collectives/common/reduce.h"
+#include "collectives/common/comm_util.h"
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/watchdog.h"
-#include "collectives/comm_options.h"
+#include "collectives/api/comm_options.h"
 
 _Static_assert(sizeof(MPI_Request) <= sizeof(((dpt_req *)0)->mpi), "MPI_Request too large");
 

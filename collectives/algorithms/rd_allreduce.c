@@ -16,8 +16,9 @@
  * The vector moves in pieces (piece_bytes) so that no message exceeds the transport's limit
  * and the sum of piece c overlaps the transfer of piece c+1.
  */
-#include "collectives/algorithms.h"
-#include "collectives/comm_impl.h"
+#include "collectives/algorithms/algorithms.h"
+#include "collectives/common/comm_struct.h"
+#include "collectives/common/comm_util.h"
 
 typedef struct rd {
   int rank;

@@ -30,11 +30,12 @@
  * follows block b's without a gap.
  *
  * The two phases also run alone (dpt_ring_phase): the reduce-scatter leaves rank r the sum
- * of segment (r + 1) mod N of every block (its shard, dpt_comm_shard); the all-gather copies
+ * of segment (r + 1) mod N of every block (its shard, dpt_ring_shard); the all-gather copies
  * every rank's shard to all. Between them the sharded optimizer step updates only the shard.
  */
-#include "collectives/algorithms.h"
-#include "collectives/comm_impl.h"
+#include "collectives/algorithms/algorithms.h"
+#include "collectives/common/comm_struct.h"
+#include "collectives/common/comm_util.h"
 
 typedef struct ring {
   int rank, size, left, right;
@@ -138,14 +139,8 @@ static void recv_at(const void *ctx, size_t i, dpt_xfer *x) {
   }
 }
 
-size_t dpt_comm_shard(const dpt_comm *c, size_t count, dpt_comm_dtype dtype, int rank,
+size_t dpt_ring_shard(const dpt_comm *c, size_t count, dpt_comm_dtype dtype, int rank,
                       dpt_range *out, size_t max) {
-  if (!c || rank < 0 || rank >= c->size || !dpt_dtype_ok(dtype)) return 0;
-  if (c->size == 1) {
-    if (count > 0 && max > 0) out[0] = (dpt_range){0, count};
-    return count > 0;
-  }
-  if (dpt_comm_hier_sharded(c)) return dpt_hier_shard(c, count, dtype, rank, out, max);
   const size_t block = dpt_block_elems(c, dpt_dtype_size(dtype));
   const size_t k = (size_t)(rank + 1) % (size_t)c->size;
   size_t n = 0;

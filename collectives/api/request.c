@@ -3,7 +3,8 @@
  *
  *   caller's thread                     progress thread (one per communicator, lazily)
  *   dpt_*_start -> queue (tail) ------> pop (head) -> dpt_allreduce_buffer (the blocking
- *                                        entry point, unchanged) -> status, message, times
+ *   (comm.c: dpt_request_start)          entry point, unchanged, as the start call named it)
+ *                                        -> status, message, times
  *   dpt_request_wait <----------------- done + broadcast
  *
  * Requests run one after another in the order they were started, each exactly as its blocking
@@ -32,23 +33,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives/api/request.h"
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/size.h"
 #include "backends/backend_impl.h"
-#include "collectives/comm_impl.h"
-
-typedef enum req_kind { REQ_ALLREDUCE, REQ_REDUCE_SCATTER, REQ_ALLGATHER } req_kind;
-
-static const char *kind_name(req_kind k) {
-  return k == REQ_ALLREDUCE        ? "dpt_allreduce_buffer_start"
-         : k == REQ_REDUCE_SCATTER ? "dpt_reduce_scatter_buffer_start"
-                                   : "dpt_allgather_shards_buffer_start";
-}
+#include "collectives/common/comm_struct.h"
+#include "collectives/transports/transport.h"
+#include "collectives/common/comm_util.h"
 
 struct dpt_request {
   dpt_comm *comm;
-  req_kind kind;
+  const char *name;   /* the start call, in messages */
+  dpt_request_fn run; /* the blocking entry point it runs */
   dpt_buffer *buf;
   size_t offset, count;
   dpt_comm_dtype dtype;
@@ -115,7 +112,7 @@ dpt_status dpt_comm_check_idle_slow(const dpt_comm *c, int serialized, const cha
     for (const dpt_request *r = p->out; r && len < sizeof list - 64; r = r->o_next) {
       static const char *const states[] = {"queued", "running", "finished"};
       int w = snprintf(list + len, sizeof list - len, "%s#%llu %s (%s)", len ? ", " : "",
-                       (unsigned long long)r->id, kind_name(r->kind), states[r->state]);
+                       (unsigned long long)r->id, r->name, states[r->state]);
       if (w > 0) len += (size_t)w;
     }
     pthread_mutex_unlock(&p->lock);
@@ -149,18 +146,12 @@ static dpt_status run_request(dpt_comm *c, dpt_progress *p, const dpt_request *r
   snprintf(msg, sizeof msg, "%s", p->failed_msg);
   pthread_mutex_unlock(&p->lock);
   if (failed != DPT_OK)
-    return dpt_set_error(failed, "%s #%llu: not run, request #%llu before it failed: %s",
-                         kind_name(r->kind), (unsigned long long)r->id,
-                         (unsigned long long)failed_id, msg);
+    return dpt_set_error(failed, "%s #%llu: not run, request #%llu before it failed: %s", r->name,
+                         (unsigned long long)r->id, (unsigned long long)failed_id, msg);
   if (c->tp->serialized) dpt_serial_lock();
-  dpt_status st = r->kind == REQ_ALLREDUCE
-                      ? dpt_allreduce_buffer(c, r->buf, r->offset, r->count, r->dtype)
-                  : r->kind == REQ_REDUCE_SCATTER
-                      ? dpt_reduce_scatter_buffer(c, r->buf, r->offset, r->count, r->dtype)
-                      : dpt_allgather_shards_buffer(c, r->buf, r->offset, r->count, r->dtype);
+  dpt_status st = r->run(c, r->buf, r->offset, r->count, r->dtype);
   if (c->tp->serialized) dpt_serial_unlock();
-  if (st != DPT_OK)
-    st = dpt_error_context(st, "%s #%llu", kind_name(r->kind), (unsigned long long)r->id);
+  if (st != DPT_OK) st = dpt_error_context(st, "%s #%llu", r->name, (unsigned long long)r->id);
   return st;
 }
 
@@ -251,9 +242,8 @@ static int overlaps_pending(const dpt_progress *p, const dpt_buffer *buf, size_t
   return 0;
 }
 
-static dpt_status start(dpt_comm *c, req_kind kind, dpt_buffer *buf, size_t offset, size_t count,
-                        dpt_comm_dtype dtype, dpt_request **out) {
-  const char *fn = kind_name(kind);
+dpt_status dpt_request_start(dpt_comm *c, const char *fn, dpt_request_fn run, dpt_buffer *buf,
+                             size_t offset, size_t count, dpt_comm_dtype dtype, dpt_request **out) {
   if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: out is NULL", fn);
   *out = NULL;
   if (!c) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: comm is NULL", fn);
@@ -269,7 +259,8 @@ static dpt_status start(dpt_comm *c, req_kind kind, dpt_buffer *buf, size_t offs
   if (!r) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: cannot allocate the request", fn);
   dpt_progress *p = c->progress;
   r->comm = c;
-  r->kind = kind;
+  r->name = fn;
+  r->run = run;
   r->buf = buf;
   r->offset = offset;
   r->count = count;
@@ -302,22 +293,6 @@ static dpt_status start(dpt_comm *c, req_kind kind, dpt_buffer *buf, size_t offs
   pthread_mutex_unlock(&p->lock);
   *out = r;
   return DPT_OK;
-}
-
-dpt_status dpt_allreduce_buffer_start(dpt_comm *c, dpt_buffer *buf, size_t offset, size_t count,
-                                      dpt_comm_dtype dtype, dpt_request **out) {
-  return start(c, REQ_ALLREDUCE, buf, offset, count, dtype, out);
-}
-
-dpt_status dpt_reduce_scatter_buffer_start(dpt_comm *c, dpt_buffer *buf, size_t offset,
-                                           size_t count, dpt_comm_dtype dtype, dpt_request **out) {
-  return start(c, REQ_REDUCE_SCATTER, buf, offset, count, dtype, out);
-}
-
-dpt_status dpt_allgather_shards_buffer_start(dpt_comm *c, dpt_buffer *buf, size_t offset,
-                                             size_t count, dpt_comm_dtype dtype,
-                                             dpt_request **out) {
-  return start(c, REQ_ALLGATHER, buf, offset, count, dtype, out);
 }
 
 dpt_status dpt_request_test(dpt_request *r, int *done) {

@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "collectives/comm_util.h"
+#include "collectives/common/comm_util.h"
 #include "dptrain/comm.h"
 
 #define DPT_NO_DEP ((size_t)-1)
@@ -60,6 +60,23 @@ static inline dpt_sched dpt_sched_of(const dpt_sched *hooks, size_t nsend, size_
   s.slot_bytes = slot_bytes;
   return s;
 }
+
+/* Which part of the ring all-reduce to run. */
+typedef enum dpt_ring_phase {
+  DPT_RING_BOTH = 0,       /* the all-reduce: reduce-scatter, then all-gather */
+  DPT_RING_REDUCE_SCATTER, /* only the first half: rank r ends with its shard summed */
+  DPT_RING_ALLGATHER       /* only the second half: every rank's shard to all */
+} dpt_ring_phase;
+
+/* The data of a block-wise algorithm (ring, broadcast chain): `count` elements; block b lives
+ * at block_ptr(hooks->st, b) when staging, else at data + b * block elements. */
+typedef struct dpt_ring_args {
+  void *data;                             /* host data, or NULL when staging */
+  void *(*block_ptr)(void *st, size_t b); /* staging: host copy of block b */
+  size_t count;
+  dpt_comm_dtype dtype;
+  dpt_ring_phase phase; /* dpt_ring_allreduce only */
+} dpt_ring_args;
 
 /* Runs a schedule to completion: receives posted ahead of sends (a window of a few), sends
  * in order, slot receives summed in order. `what` names the collective in messages ("allreduce

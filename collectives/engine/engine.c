@@ -18,11 +18,14 @@
  */
 #include <string.h>
 
-#include "collectives/engine.h"
+#include "collectives/engine/engine.h"
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/size.h"
-#include "collectives/comm_impl.h"
+#include "collectives/common/comm_struct.h"
+#include "collectives/transports/transport.h"
+#include "collectives/common/reduce.h"
+#include "collectives/common/comm_util.h"
 
 /* Messages in flight per direction: enough to overlap a sum with the next transfers. */
 #define DPT_WINDOW 4

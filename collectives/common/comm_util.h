@@ -1,7 +1,6 @@
 /* Internal: what every file of collectives/ shares: element types, scratch, tags, the
- * inline limit, block geometry, the names of collectives in messages, and the sums (the
- * transports' backoff while waiting is in comm_impl.h, with dpt_cpu_relax).
- * Depends on nothing inside collectives/ (the struct bodies are in comm_impl.h). */
+ * inline limit, block geometry, the names of collectives and algorithms in messages.
+ * Depends on nothing inside collectives/ (the communicator's body is in comm_struct.h). */
 #ifndef DPTRAIN_COLLECTIVES_COMM_UTIL_H
 #define DPTRAIN_COLLECTIVES_COMM_UTIL_H
 
@@ -19,6 +18,17 @@ enum {
   DPT_COLL_REDUCE_SCATTER = 5,
   DPT_COLL_ALLGATHER_SHARDS = 6
 };
+
+/* Tag of the hello round (fixed, so that a rank a collective ahead or behind is matched and
+ * seen as a mismatch); data messages use 1 + (seq + uid) % (tag_ub - 1) so that messages left
+ * over from a failed collective never match a later one; tag_ub itself carries the notes a
+ * rank sends after its hello round timed out (hello.c). */
+#define DPT_TAG_HELLO 0
+
+/* The all-reduce algorithms' names by value, from DPT_ALLREDUCE_ALGO_MAP (NULL where a value
+ * has none): dpt_allreduce_algo_name reads them, and the option parser (comm_options.c). */
+extern const char *const dpt_allreduce_algo_names[];
+extern const int dpt_allreduce_algo_count;
 
 /* Names a collective in error messages ("allreduce #12 (1000 x float32, ring)"); the text
  * is formatted only when a message needs it (formatting costs as much as a small
@@ -56,12 +66,5 @@ size_t dpt_block_elems(const dpt_comm *c, size_t esize);
 /* Balanced split of `len` elements into n parts (lengths differ by at most one, the leftover
  * len % n one element each to the first parts): part i starts at *off and has *part elements. */
 void dpt_split(size_t len, size_t n, size_t i, size_t *off, size_t *part);
-
-/* ---- sums (reduce.c) ------------------------------------------------------------------- */
-
-/* dst[i] += src[i] for n elements (dst and src do not overlap). */
-void dpt_sum_into(void *dst, const void *src, size_t n, dpt_comm_dtype dtype);
-/* dst[i] = a[i] + b[i]; dst may equal a or b (elementwise). */
-void dpt_sum_to(void *dst, const void *a, const void *b, size_t n, dpt_comm_dtype dtype);
 
 #endif

@@ -6,12 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collectives/algorithms.h"
+#include "collectives/algorithms/algorithms.h"
 #include "base/error.h"
 #include "base/size.h"
-#include "collectives/coll.h"
-#include "collectives/comm_impl.h"
-#include "collectives/comm_options.h"
+#include "collectives/engine/coll.h"
+#include "collectives/common/comm_struct.h"
+#include "collectives/transports/transport.h"
+#include "collectives/api/request.h"
+#include "collectives/common/comm_util.h"
+#include "collectives/api/comm_options.h"
 
 /* ---- the handle ------------------------------------------------------------------------------ */
 
@@ -326,6 +329,27 @@ dpt_status dpt_allgather_shards_buffer(dpt_comm *c, dpt_buffer *buf, size_t offs
                                        dpt_comm_dtype dtype) {
   return ring_phase(c, NULL, 1, buf, offset, count, dtype, DPT_RING_ALLGATHER,
                     "dpt_allgather_shards_buffer");
+}
+
+/* ---- nonblocking forms: the progress thread runs the entry points above (request.c) -------- */
+
+dpt_status dpt_allreduce_buffer_start(dpt_comm *c, dpt_buffer *buf, size_t offset, size_t count,
+                                      dpt_comm_dtype dtype, dpt_request **out) {
+  return dpt_request_start(c, "dpt_allreduce_buffer_start", dpt_allreduce_buffer, buf, offset,
+                           count, dtype, out);
+}
+
+dpt_status dpt_reduce_scatter_buffer_start(dpt_comm *c, dpt_buffer *buf, size_t offset,
+                                           size_t count, dpt_comm_dtype dtype, dpt_request **out) {
+  return dpt_request_start(c, "dpt_reduce_scatter_buffer_start", dpt_reduce_scatter_buffer, buf,
+                           offset, count, dtype, out);
+}
+
+dpt_status dpt_allgather_shards_buffer_start(dpt_comm *c, dpt_buffer *buf, size_t offset,
+                                             size_t count, dpt_comm_dtype dtype,
+                                             dpt_request **out) {
+  return dpt_request_start(c, "dpt_allgather_shards_buffer_start", dpt_allgather_shards_buffer, buf,
+                           offset, count, dtype, out);
 }
 
 /* ---- broadcast ------------------------------------------------------------------------------- */

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "collectives/comm_util.h"
+#include "collectives/common/comm_util.h"
 #include "dptrain/comm.h"
 
 #define DPT_HELLO_MAGIC 0x48545044u /* "DPTH" */

@@ -29,10 +29,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collectives/staging.h"
+#include "collectives/engine/staging.h"
 #include "base/error.h"
 #include "backends/backend_impl.h"
-#include "collectives/comm_impl.h"
+#include "collectives/common/comm_struct.h"
+#include "collectives/api/request.h"
 
 #define DPT_STAGE_SLOTS 3
 /* Bytes per transfer job: small enough that the inline mode returns to the network often. */

@@ -13,7 +13,7 @@
  *      l ends with segment (l + 1) mod L summed over its node.
  *   2. cross all-reduce, 2(M-1) steps: the ring all-reduce of that segment over the ranks of
  *      local index l; its reduce-scatter leaves sub-segment (m + 1) mod M summed over all
- *      ranks (the shard: dpt_comm_shard), its all-gather copies every sub-segment to all.
+ *      ranks (the shard: dpt_hier_shard), its all-gather copies every sub-segment to all.
  *   3. intra all-gather, L-1 steps: every segment from its owner to the node's ranks.
  *
  *   L = 2, M = 2, segments s0 s1, sub-segments .0 .1 (rank = node m, local l):
@@ -49,10 +49,12 @@
  */
 #include <stdio.h>
 
-#include "collectives/algorithms.h"
+#include "collectives/algorithms/algorithms.h"
 #include "base/clock.h"
 #include "base/error.h"
-#include "collectives/comm_impl.h"
+#include "collectives/common/comm_struct.h"
+#include "collectives/transports/transport.h"
+#include "collectives/common/comm_util.h"
 
 enum { FULL, LAST }; /* kinds of block: full ones, and the last, partial one */
 

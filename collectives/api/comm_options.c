@@ -1,6 +1,6 @@
 /* A communicator's options: the built-in defaults, the environment variables of comm.h over
- * them, their validation, and the public get/set calls. The names of the all-reduce
- * algorithms and staging modes come from the lists in comm.h. */
+ * them, their validation, and the public get/set calls. The names of the staging modes come
+ * from the list in comm.h, those of the all-reduce algorithms from comm_util.c's table. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <math.h>
@@ -8,18 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collectives/comm_options.h"
+#include "collectives/api/comm_options.h"
 #include "base/error.h"
 #include "base/parse.h"
-#include "collectives/algorithms.h"
-#include "collectives/comm_impl.h"
-
-static const char *const algo_names[] = {
-#define DPT_ALGO_NAME_(name, value, text) [DPT_ALLREDUCE_##name] = text,
-    DPT_ALLREDUCE_ALGO_MAP(DPT_ALGO_NAME_)
-#undef DPT_ALGO_NAME_
-};
-enum { N_ALGOS = sizeof algo_names / sizeof *algo_names };
+#include "collectives/algorithms/algorithms.h"
+#include "collectives/common/comm_struct.h"
+#include "collectives/api/request.h"
+#include "collectives/common/comm_util.h"
 
 static const char *const staging_names[] = {
 #define DPT_STAGING_NAME_(name, value, text) [DPT_STAGING_##name] = text,
@@ -49,22 +44,18 @@ static const char *name_list(char *out, size_t n, const char *const *names, int 
   return out;
 }
 
-const char *dpt_allreduce_algo_name(dpt_allreduce_algo algo) {
-  if ((unsigned)algo >= N_ALGOS) return NULL;
-  return algo_names[algo];
-}
-
 dpt_status dpt_allreduce_algo_parse(const char *name, dpt_allreduce_algo *out) {
   if (!name || !out)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_allreduce_algo_parse: NULL argument");
-  const int i = name_index(algo_names, N_ALGOS, name);
+  const int i = name_index(dpt_allreduce_algo_names, dpt_allreduce_algo_count, name);
   if (i >= 0) {
     *out = (dpt_allreduce_algo)i;
     return DPT_OK;
   }
   char list[128];
-  return dpt_set_error(DPT_ERR_INVALID_ARG, "unknown all-reduce algorithm '%s' (%s)", name,
-                       name_list(list, sizeof list, algo_names, N_ALGOS, ", "));
+  return dpt_set_error(
+      DPT_ERR_INVALID_ARG, "unknown all-reduce algorithm '%s' (%s)", name,
+      name_list(list, sizeof list, dpt_allreduce_algo_names, dpt_allreduce_algo_count, ", "));
 }
 
 void dpt_comm_options_default(dpt_comm_options *o) {

@@ -62,7 +62,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "collectives/comm_impl.h"
+#include "collectives/transports/shm.h"
+#include "collectives/common/comm_struct.h"
+#include "collectives/transports/transport.h"
+#include "collectives/transports/backoff.h"
+#include "collectives/common/comm_util.h"
 #include "base/clock.h"
 #include "base/error.h"
 

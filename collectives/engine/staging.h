@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "collectives/engine.h"
+#include "collectives/engine/engine.h"
 #include "dptrain/comm.h"
 
 typedef struct dpt_stage dpt_stage;

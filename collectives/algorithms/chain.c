@@ -13,8 +13,9 @@
  */
 #include <string.h>
 
-#include "collectives/algorithms.h"
-#include "collectives/comm_impl.h"
+#include "collectives/algorithms/algorithms.h"
+#include "collectives/common/comm_struct.h"
+#include "collectives/common/comm_util.h"
 
 typedef struct chain {
   int rank, size, left, right, pos;

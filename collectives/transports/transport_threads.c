@@ -24,7 +24,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "collectives/comm_impl.h"
+#include "collectives/common/comm_struct.h"
+#include "collectives/transports/transport.h"
+#include "collectives/transports/backoff.h"
 #include "base/clock.h"
 #include "base/error.h"
 

@@ -8,8 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "collectives/algorithms.h"
-#include "collectives/hello.h"
+#include "collectives/engine/engine.h"
+#include "collectives/engine/hello.h"
 #include "dptrain/comm.h"
 
 typedef struct dpt_coll {

@@ -14,11 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collectives/coll.h"
+#include "collectives/engine/coll.h"
 #include "backends/backend_impl.h"
 #include "base/error.h"
-#include "collectives/comm_impl.h"
-#include "collectives/staging.h"
+#include "collectives/common/comm_struct.h"
+#include "collectives/api/request.h"
+#include "collectives/common/comm_util.h"
+#include "collectives/engine/staging.h"
 
 void dpt_coll_begin(dpt_comm *c, dpt_coll *k, uint32_t op, uint64_t count, dpt_comm_dtype dtype,
                     dpt_allreduce_algo algo, int root) {

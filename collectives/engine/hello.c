@@ -51,11 +51,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collectives/hello.h"
+#include "collectives/engine/hello.h"
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/size.h"
-#include "collectives/comm_impl.h"
+#include "collectives/common/comm_struct.h"
+#include "collectives/transports/transport.h"
+#include "collectives/common/comm_util.h"
 
 dpt_what dpt_hello_what(const dpt_hello *h) {
   dpt_what w;

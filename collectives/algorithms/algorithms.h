@@ -6,32 +6,20 @@
 
 #include <stddef.h>
 
-#include "collectives/comm_util.h"
-#include "collectives/engine.h"
+#include "collectives/common/comm_util.h"
+#include "collectives/engine/engine.h"
 #include "dptrain/comm.h"
-
-/* Which part of the ring all-reduce to run. */
-typedef enum dpt_ring_phase {
-  DPT_RING_BOTH = 0,       /* the all-reduce: reduce-scatter, then all-gather */
-  DPT_RING_REDUCE_SCATTER, /* only the first half: rank r ends with its shard summed */
-  DPT_RING_ALLGATHER       /* only the second half: every rank's shard to all */
-} dpt_ring_phase;
-
-/* The data of a block-wise algorithm (ring, broadcast chain): `count` elements; block b lives
- * at block_ptr(hooks->st, b) when staging, else at data + b * block elements. */
-typedef struct dpt_ring_args {
-  void *data;                             /* host data, or NULL when staging */
-  void *(*block_ptr)(void *st, size_t b); /* staging: host copy of block b */
-  size_t count;
-  dpt_comm_dtype dtype;
-  dpt_ring_phase phase; /* dpt_ring_allreduce only */
-} dpt_ring_args;
 
 /* ---- algorithms ---------------------------------------------------------------------------- */
 
 /* Ring all-reduce, or one of its phases (ring_allreduce.c). hooks: staging, or NULL. */
 dpt_status dpt_ring_allreduce(dpt_comm *c, const dpt_ring_args *a, const dpt_sched *hooks, int tag,
                               dpt_what *what);
+
+/* dpt_comm_shard for the ring's layout (c->size > 1; arguments checked): the shard of `rank`
+ * is segment (rank + 1) mod N of every block. */
+size_t dpt_ring_shard(const dpt_comm *c, size_t count, dpt_comm_dtype dtype, int rank,
+                      dpt_range *out, size_t max);
 
 /* Hierarchical all-reduce, or one of its phases, over the nodes of c (hier_allreduce.c); only
  * where dpt_hier_applies(c). hooks: staging, or NULL. */
@@ -46,11 +34,6 @@ size_t dpt_hier_shard(const dpt_comm *c, size_t count, dpt_comm_dtype dtype, int
 /* Recursive doubling over the whole vector, host data (rd_allreduce.c). */
 dpt_status dpt_rd_allreduce(dpt_comm *c, void *data, size_t count, dpt_comm_dtype dtype, int tag,
                             dpt_what *what);
-
-/* One-round reduction after the hello round delivered every rank's payload: data = sum in
- * rank order of payload[0..size) (payload[rank] is this rank's own copy) (reduce.c). */
-void dpt_direct_sum(const dpt_comm *c, void *data, const void *const *payload, size_t count,
-                    dpt_comm_dtype dtype);
 
 /* Broadcast along the ring from root, in pieces; blocks as for the ring (chain.c). */
 dpt_status dpt_chain_broadcast(dpt_comm *c, const dpt_ring_args *a, const dpt_sched *hooks,

@@ -4,9 +4,9 @@
  * arithmetic, which lets a rank add a partner's vector to its own in either order. */
 #include <string.h>
 
+#include "collectives/common/reduce.h"
 #include "base/half.h"
-#include "collectives/algorithms.h"
-#include "collectives/comm_impl.h"
+#include "collectives/common/comm_struct.h"
 
 #if defined(__GNUC__)
 /* 8 floats at a time through the compiler's vector extension: without it gcc -O2 keeps the
@@ -102,13 +102,4 @@ void dpt_direct_sum(const dpt_comm *c, void *data, const void *const *payload, s
   dpt_sum_to(data, payload[0], payload[1], count, dtype);
   for (int r = 2; r < c->size; ++r)
     dpt_sum_into(data, payload[r], count, dtype);
-}
-
-void dpt_req_deliver(dpt_req *r, size_t at, const void *src, size_t bytes) {
-  if (bytes == 0) return;
-  unsigned char *dst = (unsigned char *)r->buf + at;
-  if (r->reduce)
-    dpt_sum_into(dst, src, bytes / dpt_dtype_size(r->dtype), r->dtype);
-  else
-    memcpy(dst, src, bytes);
 }
