@@ -190,10 +190,10 @@ void dpt_bert_options_default(dpt_bert_options *o) {
 #define BERT_INIT_STD 0.02f
 #define BERT_LN_EPS   1e-12f
 
-dpt_status dpt_model_spec_bert(dpt_model_spec *spec, const dpt_bert_options *o) {
+/* Checks BERT's options (pos: the position table's size) before anything is built, so that a
+ * bad option leaves the spec as it was. */
+static dpt_status check_bert_options(const dpt_bert_options *o, size_t pos) {
   const char *fn = "dpt_model_spec_bert";
-  if (!spec || !o) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: spec/options is NULL", fn);
-  size_t pos = o->max_positions ? o->max_positions : o->seq_len;
   if (o->vocab < DPT_BERT_MIN_VOCAB)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: vocabulary of %zu tokens, at least %d needed",
                          fn, o->vocab, DPT_BERT_MIN_VOCAB);
@@ -220,6 +220,34 @@ dpt_status dpt_model_spec_bert(dpt_model_spec *spec, const dpt_bert_options *o) 
       !(o->attn_dropout >= 0.0f && o->attn_dropout < 1.0f))
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: dropout %g / attention dropout %g not in [0, 1)",
                          fn, (double)o->dropout, (double)o->attn_dropout);
+  return DPT_OK;
+}
+
+/* The layer specs an encoder block is made of (the MLM head reuses some). */
+typedef struct bert_block_layers {
+  const dpt_layer_spec *attn, *drop, *add, *norm, *ffn1, *gelu, *dense;
+} bert_block_layers;
+
+/* Encoder block i over x, post-norm as in BERT: attention, then the feed-forward network, each
+ * followed by dropout, the residual add and a layer norm. Returns the block's output. */
+static int add_bert_block(dpt_model_spec *spec, const bert_block_layers *b, size_t i, int x) {
+  add_named(spec, *b->attn, 1, x, 0, "blocks.%zu.attn", i);
+  int d1 = add_named(spec, *b->drop, 0, 0, 0, "blocks.%zu.drop1", i);
+  add_named(spec, *b->add, 2, d1, x, "blocks.%zu.add1", i);
+  int n1 = add_named(spec, *b->norm, 0, 0, 0, "blocks.%zu.norm1", i);
+  add_named(spec, *b->ffn1, 0, 0, 0, "blocks.%zu.ffn1", i);
+  add_named(spec, *b->gelu, 0, 0, 0, "blocks.%zu.act", i);
+  add_named(spec, *b->dense, 0, 0, 0, "blocks.%zu.ffn2", i);
+  int d2 = add_named(spec, *b->drop, 0, 0, 0, "blocks.%zu.drop2", i);
+  add_named(spec, *b->add, 2, d2, n1, "blocks.%zu.add2", i);
+  return add_named(spec, *b->norm, 0, 0, 0, "blocks.%zu.norm2", i);
+}
+
+dpt_status dpt_model_spec_bert(dpt_model_spec *spec, const dpt_bert_options *o) {
+  const char *fn = "dpt_model_spec_bert";
+  if (!spec || !o) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: spec/options is NULL", fn);
+  size_t pos = o->max_positions ? o->max_positions : o->seq_len;
+  DPT_TRY(check_bert_options(o, pos));
   float eps = o->ln_eps > 0.0f ? o->ln_eps : BERT_LN_EPS;
   DPT_TRY(dpt_model_spec_init(spec, 1, 1, o->seq_len, o->vocab));
   spec->seq_len = o->seq_len;
@@ -234,22 +262,13 @@ dpt_status dpt_model_spec_bert(dpt_model_spec *spec, const dpt_bert_options *o) 
   dpt_layer_spec add = {.kind = DPT_LAYER_ADD}, gelu = {.kind = DPT_LAYER_GELU};
   dpt_layer_spec ffn1 = {.kind = DPT_LAYER_LINEAR, .size = o->ffn, .init_std = sd};
   dpt_layer_spec dense = {.kind = DPT_LAYER_LINEAR, .size = o->hidden, .init_std = sd};
+  const bert_block_layers block = {&attn, &drop, &add, &norm, &ffn1, &gelu, &dense};
   int t = add_named(spec, tok, 0, 0, 0, "embed.tok");
   add_named(spec, posl, 0, 0, 0, "embed.pos");
   add_named(spec, norm, 0, 0, 0, "embed.norm");
   int x = add_named(spec, drop, 0, 0, 0, "embed.drop");
-  for (size_t i = 0; i < o->layers; ++i) {
-    add_named(spec, attn, 1, x, 0, "blocks.%zu.attn", i);
-    int d1 = add_named(spec, drop, 0, 0, 0, "blocks.%zu.drop1", i);
-    add_named(spec, add, 2, d1, x, "blocks.%zu.add1", i);
-    int n1 = add_named(spec, norm, 0, 0, 0, "blocks.%zu.norm1", i);
-    add_named(spec, ffn1, 0, 0, 0, "blocks.%zu.ffn1", i);
-    add_named(spec, gelu, 0, 0, 0, "blocks.%zu.act", i);
-    add_named(spec, dense, 0, 0, 0, "blocks.%zu.ffn2", i);
-    int d2 = add_named(spec, drop, 0, 0, 0, "blocks.%zu.drop2", i);
-    add_named(spec, add, 2, d2, n1, "blocks.%zu.add2", i);
-    x = add_named(spec, norm, 0, 0, 0, "blocks.%zu.norm2", i);
-  }
+  for (size_t i = 0; i < o->layers; ++i)
+    x = add_bert_block(spec, &block, i, x);
   add_named(spec, dense, 0, 0, 0, "mlm.dense");
   add_named(spec, gelu, 0, 0, 0, "mlm.act");
   add_named(spec, norm, 0, 0, 0, "mlm.norm");

@@ -561,6 +561,75 @@ static dpt_status peer_failed(dpt_status mine, int who, int32_t theirs, const ch
                        pattern, who, what);
 }
 
+/* What every rank saw must agree before any loads: no rank failed to read its shards (st is this
+ * rank's own status, also in seen) and every rank's layout is rank 0's. */
+static dpt_status check_seen(const char *pattern, const node_seen *seen, int world, dpt_status st) {
+  const int bad = first_failed(seen, sizeof *seen, world);
+  if (bad >= 0) return peer_failed(st, bad, seen[bad].status, pattern, "read");
+  for (int q = 1; q < world; ++q)
+    if (seen[q].layout != seen[0].layout)
+      return dpt_set_error(DPT_ERR_INVALID_ARG,
+                           "%s: rank %d's shards have another layout (dense features, tables or "
+                           "their sizes) than rank 0's",
+                           pattern, q);
+  return st;
+}
+
+/* Ranks that see the same shard files share them: each takes every parts-th of them from the
+ * part-th, part being its place among those ranks. */
+static void share_shards(const node_seen *seen, int world, int rank, size_t *part, size_t *parts) {
+  *part = 0;
+  *parts = 0;
+  for (int q = 0; q < world; ++q)
+    if (seen[q].seen == seen[rank].seen) {
+      if (q < rank) ++*part;
+      ++*parts;
+    }
+}
+
+/* Every group of ranks that see the same shard files needs at least one file per rank, else a
+ * rank would hold no records. */
+static dpt_status check_enough_shards(const char *pattern, const node_seen *seen, int world) {
+  for (int q = 0; q < world; ++q) {
+    size_t members = 0;
+    for (int p = 0; p < world; ++p)
+      members += seen[p].seen == seen[q].seen;
+    if (seen[q].shards < members)
+      return dpt_set_error(DPT_ERR_INVALID_ARG,
+                           "%s: rank %d and %zu other rank%s see the same %llu shard file%s: "
+                           "every rank needs at least one shard",
+                           pattern, q, members - 1, members == 2 ? "" : "s",
+                           (unsigned long long)seen[q].shards, seen[q].shards == 1 ? "" : "s");
+  }
+  return DPT_OK;
+}
+
+/* The fingerprint of the shards this rank loaded (when st says it did), chained from the layout's
+ * over each shard's count and payload CRC: the data set's fingerprint chains these. */
+static uint64_t part_fingerprint(const dpt_interactions *d, size_t part, size_t parts,
+                                 dpt_status st) {
+  uint64_t own = d->layout;
+  for (size_t s = part; st == DPT_OK && s < d->num_shards; s += parts) {
+    const uint64_t fw[3] = {own, d->shard_count[s], d->shard_crc[s]};
+    own = dpt_fingerprint(fw, sizeof fw);
+  }
+  return own;
+}
+
+/* The data set is what every rank holds, in rank order: its records per rank, their total, and
+ * a fingerprint chained from the layout over each rank's. */
+static void set_node_data_set(dpt_interactions *d, uint64_t layout, const node_held *held,
+                              int world) {
+  d->total = 0;
+  d->fingerprint = layout;
+  for (int q = 0; q < world; ++q) {
+    d->rank_records[q] = held[q].records;
+    d->total += held[q].records;
+    const uint64_t fw[3] = {d->fingerprint, held[q].records, held[q].fingerprint};
+    d->fingerprint = dpt_fingerprint(fw, sizeof fw);
+  }
+}
+
 static dpt_status open_node(const char *pattern, dpt_comm *comm, dpt_interactions *d) {
   const int world = d->world, rank = d->rank;
   node_seen *seen = calloc((size_t)world, sizeof *seen);
@@ -575,62 +644,20 @@ static dpt_status open_node(const char *pattern, dpt_comm *comm, dpt_interaction
   node_seen me = {(int32_t)st, 0, d->fingerprint, d->layout, d->num_shards};
   dpt_status cst = dpt_allgather_host(comm, &me, sizeof me, seen);
   if (cst != DPT_OK) goto done;
-  int bad = first_failed(seen, sizeof *seen, world);
-  if (bad >= 0) {
-    st = peer_failed(st, bad, seen[bad].status, pattern, "read");
-    goto done;
-  }
-  for (int q = 1; q < world; ++q)
-    if (seen[q].layout != seen[0].layout) {
-      st = dpt_set_error(DPT_ERR_INVALID_ARG,
-                         "%s: rank %d's shards have another layout (dense features, tables or "
-                         "their sizes) than rank 0's",
-                         pattern, q);
-      goto done;
-    }
-  /* Ranks that see the same shard files share them: each takes every size-th of them. */
+  if ((st = check_seen(pattern, seen, world, st)) != DPT_OK) goto done;
   size_t part = 0, parts = 0;
-  for (int q = 0; q < world; ++q)
-    if (seen[q].seen == seen[rank].seen) {
-      if (q < rank) ++part;
-      ++parts;
-    }
-  for (int q = 0; q < world; ++q) {
-    size_t members = 0;
-    for (int p = 0; p < world; ++p)
-      members += seen[p].seen == seen[q].seen;
-    if (seen[q].shards < members) {
-      st = dpt_set_error(DPT_ERR_INVALID_ARG,
-                         "%s: rank %d and %zu other rank%s see the same %llu shard file%s: every "
-                         "rank needs at least one shard",
-                         pattern, q, members - 1, members == 2 ? "" : "s",
-                         (unsigned long long)seen[q].shards, seen[q].shards == 1 ? "" : "s");
-      goto done;
-    }
-  }
+  share_shards(seen, world, rank, &part, &parts);
+  if ((st = check_enough_shards(pattern, seen, world)) != DPT_OK) goto done;
   st = load_part(pattern, d, part, parts);
-  uint64_t own = d->layout;
-  for (size_t s = part; st == DPT_OK && s < d->num_shards; s += parts) {
-    const uint64_t fw[3] = {own, d->shard_count[s], d->shard_crc[s]};
-    own = dpt_fingerprint(fw, sizeof fw);
-  }
-  node_held hm = {(int32_t)st, 0, d->n, own};
+  node_held hm = {(int32_t)st, 0, d->n, part_fingerprint(d, part, parts, st)};
   cst = dpt_allgather_host(comm, &hm, sizeof hm, held);
   if (cst != DPT_OK) goto done;
-  bad = first_failed(held, sizeof *held, world);
+  const int bad = first_failed(held, sizeof *held, world);
   if (bad >= 0) {
     st = peer_failed(st, bad, held[bad].status, pattern, "load");
     goto done;
   }
-  /* The data set is what every rank holds, in rank order. */
-  d->total = 0;
-  d->fingerprint = seen[0].layout;
-  for (int q = 0; q < world; ++q) {
-    d->rank_records[q] = held[q].records;
-    d->total += held[q].records;
-    const uint64_t fw[3] = {d->fingerprint, held[q].records, held[q].fingerprint};
-    d->fingerprint = dpt_fingerprint(fw, sizeof fw);
-  }
+  set_node_data_set(d, seen[0].layout, held, world);
 done:
   free(seen);
   free(held);

@@ -35,11 +35,12 @@ typedef struct trace_head {
 _Static_assert(sizeof(trace_head) == 128, "trace_head has padding");
 
 /* Each member's say before the data moves, and member 0's result after writing. */
+enum { WORD_MESSAGE_MAX = 240 };
 typedef struct trace_word {
   int32_t status;
   int32_t reserved;
   uint64_t bytes;
-  char message[240];
+  char message[WORD_MESSAGE_MAX];
 } trace_word;
 
 struct dpt_trace {
@@ -134,6 +135,33 @@ static void sleep_us(long us) {
   }
 }
 
+/* One batch of barrier rounds: own[2k] and own[2k + 1] are when this member entered and left
+ * round k. One member sleeps before each round so that its (or member 0's) ends come out tight. */
+static dpt_status time_barriers(dpt_comm *comm, int rank, int size, int batch, double *own) {
+  for (int k = 0; k < ALIGN_BATCH; ++k) {
+    const int j = batch * ALIGN_BATCH + k;
+    const int late = j % 2 == 0 ? 0 : 1 + (j / 2) % (size - 1);
+    if (rank == late) sleep_us(300);
+    own[2 * k] = dpt_now();
+    const dpt_status st = dpt_barrier(comm);
+    own[2 * k + 1] = dpt_now();
+    if (st != DPT_OK) return st;
+  }
+  return DPT_OK;
+}
+
+/* The estimate when the rounds' intervals do not intersect (a clock that jumped): the median of
+ * the exit differences, sorted in place. */
+static double median_diff(double *diff, int rounds) {
+  for (int i = 1; i < rounds; ++i)
+    for (int j = i; j > 0 && diff[j - 1] > diff[j]; --j) {
+      const double x = diff[j];
+      diff[j] = diff[j - 1];
+      diff[j - 1] = x;
+    }
+  return 0.5 * (diff[(rounds - 1) / 2] + diff[rounds / 2]);
+}
+
 dpt_status dpt_trace_measure_offset(dpt_comm *comm, double *offset, double *error) {
   if (!offset) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_trace_measure_offset: NULL");
   *offset = 0.0;
@@ -154,14 +182,7 @@ dpt_status dpt_trace_measure_offset(dpt_comm *comm, double *offset, double *erro
   dpt_status st = DPT_OK;
   for (int batch = 0; st == DPT_OK && batch < ALIGN_BATCHES; ++batch) {
     double own[2 * ALIGN_BATCH], first[2 * ALIGN_BATCH];
-    for (int k = 0; st == DPT_OK && k < ALIGN_BATCH; ++k) {
-      const int j = batch * ALIGN_BATCH + k;
-      const int late = j % 2 == 0 ? 0 : 1 + (j / 2) % (size - 1);
-      if (rank == late) sleep_us(300);
-      own[2 * k] = dpt_now();
-      st = dpt_barrier(comm);
-      own[2 * k + 1] = dpt_now();
-    }
+    st = time_barriers(comm, rank, size, batch, own);
     memcpy(first, own, sizeof first);
     if (st == DPT_OK) st = dpt_broadcast_host(comm, first, sizeof first, 0);
     for (int k = 0; st == DPT_OK && rank != 0 && k < ALIGN_BATCH; ++k) {
@@ -186,14 +207,7 @@ dpt_status dpt_trace_measure_offset(dpt_comm *comm, double *offset, double *erro
     return DPT_OK;
   }
   if (error) *error = INFINITY;
-  /* An empty intersection (a clock that jumped): the median of the exit differences. */
-  for (int i = 1; i < rounds; ++i)
-    for (int j = i; j > 0 && diff[j - 1] > diff[j]; --j) {
-      const double x = diff[j];
-      diff[j] = diff[j - 1];
-      diff[j - 1] = x;
-    }
-  *offset = 0.5 * (diff[(rounds - 1) / 2] + diff[rounds / 2]);
+  *offset = median_diff(diff, rounds);
   return DPT_OK;
 }
 
@@ -400,6 +414,120 @@ static dpt_status write_gathered(const char *path, const dpt_trace *t, unsigned 
   return st;
 }
 
+/* One member's state in a dpt_trace_write over several members: its own message, the round
+ * buffer, every member's word and, on member 0, the others' messages and its own result. */
+typedef struct write_state {
+  dpt_comm *comm;
+  const dpt_trace *t;
+  const char *path;
+  int rank, size;
+  trace_head head;
+  size_t chunk;
+  unsigned char *buf;    /* what every member receives per round, then what it sends */
+  trace_word *words;     /* every member's word */
+  unsigned char **store; /* member 0: store[r] = member r's bytes, in one block at store[1] */
+  dpt_status root_st;    /* member 0: no room for the store, or the file not written */
+  char root_msg[WORD_MESSAGE_MAX];
+} write_state;
+
+/* This member's word for the agreement: its status (bad arguments, no round buffer) and the size
+ * of its message. Returns the status; the round buffer lands in s->buf. */
+static dpt_status prepare_word(write_state *s, trace_word *word) {
+  dpt_status mine = DPT_OK;
+  if (!s->t)
+    mine = dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_trace_write: trace is NULL");
+  else if (s->rank == 0 && !s->path)
+    mine = dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_trace_write: path is NULL on member 0");
+  s->buf = mine == DPT_OK ? malloc((size_t)(s->size + 1) * s->chunk) : NULL;
+  if (mine == DPT_OK && !s->buf)
+    mine = dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_trace_write: out of host memory");
+  set_word(word, mine, sizeof s->head + s->head.count * sizeof(trace_rec));
+  return mine;
+}
+
+/* Shares every member's word: every member ends with the first failed member's status, so all
+ * go on to the rounds or none does. *max_bytes is the largest message, which sets the rounds. */
+static dpt_status agree_on_words(write_state *s, dpt_status mine, const trace_word *word,
+                                 uint64_t *max_bytes) {
+  dpt_status st = dpt_allgather_host(s->comm, word, sizeof *word, s->words);
+  int failed = -1;
+  *max_bytes = 0;
+  for (int r = 0; st == DPT_OK && r < s->size; ++r) {
+    if (failed < 0 && s->words[r].status != DPT_OK) failed = r;
+    if (s->words[r].bytes > *max_bytes) *max_bytes = s->words[r].bytes;
+  }
+  if (st != DPT_OK) {
+    st = dpt_error_context(st, "dpt_trace_write");
+  } else if (failed >= 0) {
+    st = failed == s->rank
+             ? dpt_set_error(mine, "%s", word->message)
+             : dpt_set_error((dpt_status)s->words[failed].status, "dpt_trace_write: member %d: %s",
+                             failed, s->words[failed].message);
+  }
+  return st;
+}
+
+/* Member 0: room for every other member's message, in one block. If it has no room it still
+ * takes part in the rounds (the others wait on them) and reports the failure at the end. */
+static void alloc_store(write_state *s) {
+  uint64_t total = 0;
+  for (int r = 1; r < s->size; ++r)
+    total += s->words[r].bytes;
+  s->store = calloc((size_t)s->size, sizeof *s->store);
+  unsigned char *all = s->store && total <= SIZE_MAX ? malloc(total ? (size_t)total : 1) : NULL;
+  if (!all) {
+    s->root_st = dpt_set_error(DPT_ERR_OUT_OF_MEMORY,
+                               "trace %s: no room for %llu bytes of events on member 0", s->path,
+                               (unsigned long long)total);
+    snprintf(s->root_msg, sizeof s->root_msg, "%s", dpt_last_error()); /* the rounds come first */
+  } else {
+    for (int r = 1; r < s->size; ++r) {
+      s->store[r] = all;
+      all += s->words[r].bytes;
+    }
+  }
+}
+
+/* The messages move in rounds of one chunk per member (an allgather each, so only member 0 needs
+ * room for them all); member 0 files each member's chunk into its store. */
+static dpt_status run_rounds(write_state *s, uint64_t max_bytes) {
+  const size_t chunk = s->chunk;
+  const uint64_t rounds = (max_bytes + chunk - 1) / chunk;
+  unsigned char *send = s->buf ? s->buf + (size_t)s->size * chunk : NULL;
+  for (uint64_t k = 0; k < rounds; ++k) {
+    const size_t off = (size_t)k * chunk;
+    if (s->rank != 0)
+      copy_range(&s->head, s->t, off, chunk, send);
+    else
+      memset(send, 0, chunk); /* member 0's own events never leave it */
+    const dpt_status st = dpt_allgather_host(s->comm, send, chunk, s->buf);
+    if (st != DPT_OK) return dpt_error_context(st, "dpt_trace_write");
+    for (int r = 1; s->rank == 0 && s->root_st == DPT_OK && r < s->size; ++r)
+      if (off < s->words[r].bytes) {
+        const size_t left = (size_t)s->words[r].bytes - off;
+        memcpy(s->store[r] + off, s->buf + (size_t)r * chunk, left < chunk ? left : chunk);
+      }
+  }
+  return DPT_OK;
+}
+
+/* Member 0's result (no room, or the file not written), broadcast so that every member returns
+ * the same status. */
+static dpt_status share_root_result(const write_state *s) {
+  trace_word result;
+  memset(&result, 0, sizeof result);
+  result.status = (int32_t)s->root_st;
+  memcpy(result.message, s->root_msg, sizeof result.message);
+  const dpt_status st = dpt_broadcast_host(s->comm, &result, sizeof result, 0);
+  if (st != DPT_OK) return dpt_error_context(st, "dpt_trace_write: member 0's result");
+  if (s->rank == 0)
+    return s->root_st == DPT_OK ? DPT_OK : dpt_set_error(s->root_st, "%s", s->root_msg);
+  if (result.status != DPT_OK)
+    return dpt_set_error((dpt_status)result.status, "dpt_trace_write: member 0: %s",
+                         result.message);
+  return DPT_OK;
+}
+
 dpt_status dpt_trace_write(dpt_comm *comm, dpt_trace *t, const char *path) {
   const int size = comm ? dpt_comm_size(comm) : 1, rank = comm ? dpt_comm_rank(comm) : 0;
   if (size <= 1) {
@@ -408,101 +536,27 @@ dpt_status dpt_trace_write(dpt_comm *comm, dpt_trace *t, const char *path) {
                            !t ? "trace" : "path");
     return write_gathered(path, t, NULL, 1);
   }
-  trace_head head;
-  fill_head(t, &head);
-  const size_t chunk = chunk_bytes(size);
-  const uint64_t own_bytes = sizeof head + head.count * sizeof(trace_rec);
-  dpt_status mine = DPT_OK;
-  if (!t)
-    mine = dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_trace_write: trace is NULL");
-  else if (rank == 0 && !path)
-    mine = dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_trace_write: path is NULL on member 0");
-  /* The round buffer: what every member receives per round, then what it sends. */
-  unsigned char *buf = mine == DPT_OK ? malloc((size_t)(size + 1) * chunk) : NULL;
-  if (mine == DPT_OK && !buf)
-    mine = dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_trace_write: out of host memory");
+  write_state s = {.comm = comm, .t = t, .path = path, .rank = rank, .size = size};
+  fill_head(t, &s.head);
+  s.chunk = chunk_bytes(size);
   trace_word word, inline_words[WORDS_INLINE];
-  set_word(&word, mine, own_bytes);
-  trace_word *words = size <= WORDS_INLINE ? inline_words : calloc((size_t)size, sizeof *words);
-  if (!words) { /* cannot take part: the others' agreement ends at the communicator's deadline */
-    free(buf);
+  const dpt_status mine = prepare_word(&s, &word);
+  s.words = size <= WORDS_INLINE ? inline_words : calloc((size_t)size, sizeof *s.words);
+  if (!s.words) { /* cannot take part: the others' agreement ends at the communicator's deadline */
+    free(s.buf);
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_trace_write: out of host memory");
   }
-  dpt_status st = dpt_allgather_host(comm, &word, sizeof word, words);
-  int failed = -1;
   uint64_t max_bytes = 0;
-  for (int r = 0; st == DPT_OK && r < size; ++r) {
-    if (failed < 0 && words[r].status != DPT_OK) failed = r;
-    if (words[r].bytes > max_bytes) max_bytes = words[r].bytes;
-  }
-  if (st != DPT_OK) {
-    st = dpt_error_context(st, "dpt_trace_write");
-  } else if (failed >= 0) { /* every member ends with the first failed member's status */
-    st = failed == rank
-             ? dpt_set_error(mine, "%s", word.message)
-             : dpt_set_error((dpt_status)words[failed].status, "dpt_trace_write: member %d: %s",
-                             failed, words[failed].message);
-  }
-  /* Member 0 keeps every other member's message; if it has no room it still takes part in the
-   * rounds and reports the failure at the end. */
-  unsigned char **store = NULL;
-  dpt_status root_st = DPT_OK;
-  char root_msg[sizeof word.message] = "";
-  if (st == DPT_OK && rank == 0) {
-    uint64_t total = 0;
-    for (int r = 1; r < size; ++r)
-      total += words[r].bytes;
-    store = calloc((size_t)size, sizeof *store);
-    unsigned char *all = store && total <= SIZE_MAX ? malloc(total ? (size_t)total : 1) : NULL;
-    if (!all) {
-      root_st = dpt_set_error(DPT_ERR_OUT_OF_MEMORY,
-                              "trace %s: no room for %llu bytes of events on member 0", path,
-                              (unsigned long long)total);
-      snprintf(root_msg, sizeof root_msg, "%s", dpt_last_error()); /* the rounds come first */
-    } else {
-      for (int r = 1; r < size; ++r) {
-        store[r] = all;
-        all += words[r].bytes;
-      }
-    }
-  }
-  const uint64_t rounds = (max_bytes + chunk - 1) / chunk;
-  unsigned char *send = buf ? buf + (size_t)size * chunk : NULL;
-  for (uint64_t k = 0; st == DPT_OK && k < rounds; ++k) {
-    const size_t off = (size_t)k * chunk;
-    if (rank != 0)
-      copy_range(&head, t, off, chunk, send);
-    else
-      memset(send, 0, chunk); /* member 0's own events never leave it */
-    st = dpt_allgather_host(comm, send, chunk, buf);
-    if (st != DPT_OK) {
-      st = dpt_error_context(st, "dpt_trace_write");
-      break;
-    }
-    for (int r = 1; rank == 0 && root_st == DPT_OK && r < size; ++r)
-      if (off < words[r].bytes) {
-        const size_t left = (size_t)words[r].bytes - off;
-        memcpy(store[r] + off, buf + (size_t)r * chunk, left < chunk ? left : chunk);
-      }
-  }
-  if (st == DPT_OK && rank == 0 && root_st == DPT_OK)
-    if ((root_st = write_gathered(path, t, store, size)) != DPT_OK)
-      snprintf(root_msg, sizeof root_msg, "%s", dpt_last_error());
-  if (store) free(store[1]);
-  free(store);
-  if (words != inline_words) free(words);
-  free(buf);
+  dpt_status st = agree_on_words(&s, mine, &word, &max_bytes);
+  if (st == DPT_OK && rank == 0) alloc_store(&s);
+  if (st == DPT_OK) st = run_rounds(&s, max_bytes);
+  if (st == DPT_OK && rank == 0 && s.root_st == DPT_OK)
+    if ((s.root_st = write_gathered(path, t, s.store, size)) != DPT_OK)
+      snprintf(s.root_msg, sizeof s.root_msg, "%s", dpt_last_error());
+  if (s.store) free(s.store[1]);
+  free(s.store);
+  if (s.words != inline_words) free(s.words);
+  free(s.buf);
   if (st != DPT_OK) return st;
-  /* Member 0's result, the same on every member. */
-  trace_word result;
-  memset(&result, 0, sizeof result);
-  result.status = (int32_t)root_st;
-  memcpy(result.message, root_msg, sizeof result.message);
-  st = dpt_broadcast_host(comm, &result, sizeof result, 0);
-  if (st != DPT_OK) return dpt_error_context(st, "dpt_trace_write: member 0's result");
-  if (rank == 0) return root_st == DPT_OK ? DPT_OK : dpt_set_error(root_st, "%s", root_msg);
-  if (result.status != DPT_OK)
-    return dpt_set_error((dpt_status)result.status, "dpt_trace_write: member 0: %s",
-                         result.message);
-  return DPT_OK;
+  return share_root_result(&s);
 }

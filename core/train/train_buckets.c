@@ -206,6 +206,60 @@ static void step_part(train_buckets *b, size_t j, dpt_status first) {
   if (st != DPT_OK && b->start_failed == DPT_OK) b->start_failed = st;
 }
 
+/* Bucket j's part of the update (step_part), timed: the time counts as optimizer time, not as
+ * exposed communication, and shows on the trace's optimizer track. */
+static void timed_step_part(train_buckets *b, size_t j, dpt_status first, bucket_times *t) {
+  replica_state *s = b->s;
+  const double tu = dpt_now();
+  step_part(b, j, first);
+  const double tv = dpt_now();
+  t->optimizer += tv - tu;
+  if (s->trace) {
+    char name[48];
+    snprintf(name, sizeof name, "optimizer, bucket %zu", j);
+    dpt_trace_event(s->trace, DPT_TRACE_OPTIMIZER, name, tu, tv);
+  }
+}
+
+/* Waits for bucket j's exchange (np: parameters): its busy time into t, the first failure into
+ * *first; then a 16-bit exchange's widening back to float32 and, in parts, its update. */
+static void finish_bucket(train_buckets *b, size_t j, size_t np, dpt_status *first,
+                          bucket_times *t) {
+  replica_state *s = b->s;
+  memset(&b->info[j], 0, sizeof b->info[j]);
+  dpt_status st = dpt_request_wait(b->req[j], &b->info[j]);
+  b->req[j] = NULL;
+  const double from = b->info[j].ready > b->info[j].started ? b->info[j].ready : b->info[j].started;
+  if (b->info[j].finished > from) t->busy += b->info[j].finished - from;
+  if (st != DPT_OK && *first == DPT_OK) *first = st;
+  if (b->dtype != DPT_COMM_F32 && *first == DPT_OK && s->pending == DPT_OK) {
+    size_t off = 0, n = 0;
+    bucket_range(b, np, j, &off, &n);
+    dpt_train_keep_failure(s, dpt_train_widen_16(s, b->dtype, off, n));
+  }
+  if (b->step_parts) timed_step_part(b, j, *first, t);
+}
+
+/* The sharded step in parts: waits for every bucket's parameter all-gather (each replica joins
+ * all of them), traced as exchanges. Returns first, else the first failure among them. */
+static dpt_status wait_gathers(train_buckets *b, dpt_status first) {
+  replica_state *s = b->s;
+  if (b->start_failed != DPT_OK && first == DPT_OK) first = b->start_failed;
+  for (size_t j = 0; j < b->n; ++j) {
+    dpt_request_info in;
+    memset(&in, 0, sizeof in);
+    const dpt_status st = dpt_request_wait(b->gather[j], &in);
+    if (st != DPT_OK && first == DPT_OK) first = st;
+    if (s->trace && b->gather[j]) {
+      char name[48];
+      snprintf(name, sizeof name, "all-gather %zu (parameters)", j);
+      dpt_trace_event(s->trace, DPT_TRACE_EXCHANGE, name, in.queued, in.finished);
+    }
+    b->gather[j] = NULL;
+  }
+  return first;
+}
+
 dpt_status dpt_train_buckets_finish(replica_state *s, bucket_times *t) {
   train_buckets *b = s->buckets;
   memset(t, 0, sizeof *t);
@@ -223,47 +277,10 @@ dpt_status dpt_train_buckets_finish(replica_state *s, bucket_times *t) {
   dpt_status first = b->start_failed;
   const double t0 = dpt_now();
   const size_t np = dpt_model_num_params(s->model);
-  for (size_t j = 0; j < b->n; ++j) {
-    memset(&b->info[j], 0, sizeof b->info[j]);
-    dpt_status st = dpt_request_wait(b->req[j], &b->info[j]);
-    b->req[j] = NULL;
-    const double from =
-        b->info[j].ready > b->info[j].started ? b->info[j].ready : b->info[j].started;
-    if (b->info[j].finished > from) t->busy += b->info[j].finished - from;
-    if (st != DPT_OK && first == DPT_OK) first = st;
-    if (b->dtype != DPT_COMM_F32 && first == DPT_OK && s->pending == DPT_OK) {
-      size_t off = 0, n = 0;
-      bucket_range(b, np, j, &off, &n);
-      dpt_train_keep_failure(s, dpt_train_widen_16(s, b->dtype, off, n));
-    }
-    if (b->step_parts) {
-      const double tu = dpt_now();
-      step_part(b, j, first);
-      const double tv = dpt_now();
-      t->optimizer += tv - tu;
-      if (s->trace) {
-        char name[48];
-        snprintf(name, sizeof name, "optimizer, bucket %zu", j);
-        dpt_trace_event(s->trace, DPT_TRACE_OPTIMIZER, name, tu, tv);
-      }
-    }
-  }
+  for (size_t j = 0; j < b->n; ++j)
+    finish_bucket(b, j, np, &first, t);
   t->exposed = dpt_now() - t0 - t->optimizer;
-  if (b->step_parts && s->mode == STEP_SHARDED) {
-    if (b->start_failed != DPT_OK && first == DPT_OK) first = b->start_failed;
-    for (size_t j = 0; j < b->n; ++j) {
-      dpt_request_info in;
-      memset(&in, 0, sizeof in);
-      const dpt_status st = dpt_request_wait(b->gather[j], &in);
-      if (st != DPT_OK && first == DPT_OK) first = st;
-      if (s->trace && b->gather[j]) {
-        char name[48];
-        snprintf(name, sizeof name, "all-gather %zu (parameters)", j);
-        dpt_trace_event(s->trace, DPT_TRACE_EXCHANGE, name, in.queued, in.finished);
-      }
-      b->gather[j] = NULL;
-    }
-  }
+  if (b->step_parts && s->mode == STEP_SHARDED) first = wait_gathers(b, first);
   b->next = 0;
   b->armed = 0;
   b->start_failed = DPT_OK;

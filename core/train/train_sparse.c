@@ -74,64 +74,54 @@ void dpt_train_sparse_free(replica_state *s) {
   s->sparse = NULL;
 }
 
-/* The tables: every embedding_bag layer's weight tensor "<name>.weight". */
-dpt_status dpt_train_sparse_setup(replica *r, replica_state *s) {
-  const dpt_train_config *cfg = r->cfg;
-  if (!cfg->sparse_tables) return DPT_OK;
-  const char *fn = "sparse tables";
-  train_sparse *p = calloc(1, sizeof *p);
-  if (!p) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
-  s->sparse = p;
-  const dpt_model_spec *spec = &cfg->model;
-  p->tables = calloc(spec->num_layers ? spec->num_layers : 1, sizeof *p->tables);
-  if (!p->tables) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
-  size_t max_bag = 1, max_rows = 1;
-  const size_t nt = dpt_model_num_tensors(s->model);
-  for (size_t i = 0; i < spec->num_layers; ++i) {
-    const dpt_layer_spec *l = &spec->layers[i];
-    if (l->kind != DPT_LAYER_EMBEDDING_BAG) continue;
-    char want[DPT_LAYER_NAME_MAX + 16];
-    if (l->name[0])
-      snprintf(want, sizeof want, "%s.weight", l->name);
-    else
-      snprintf(want, sizeof want, "%zu.weight", i);
-    dpt_tensor_info ti = {0};
-    size_t k = 0;
-    for (; k < nt; ++k) {
-      DPT_TRY(dpt_model_tensor(s->model, k, &ti));
-      if (strcmp(ti.name, want) == 0) break;
-    }
-    if (k == nt)
-      return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: no tensor %s for the embedding_bag layer", fn,
-                           want);
-    struct sparse_table *t = &p->tables[p->num_tables++];
-    t->offset = ti.offset;
-    t->rows = l->vocab;
-    t->dim = l->size;
-    t->slot = l->offset;
-    t->bag = l->bag ? l->bag : 1;
-    if (ti.count != t->rows * t->dim)
-      return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %s holds %zu floats, not %zu x %zu", fn, want,
-                           ti.count, t->rows, t->dim);
-    if (t->bag > max_bag) max_bag = t->bag;
-    if (t->rows > max_rows) max_rows = t->rows;
-    snprintf(t->name, sizeof t->name, "%s", want);
-    if (cfg->table_optimizer == DPT_TABLE_ROWWISE_ADAGRAD &&
-        !(t->acc = calloc(t->rows ? t->rows : 1, sizeof *t->acc)))
-      return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
-    DPT_TRY(dpt_sparse_exchange_create(&t->x));
-    DPT_TRY(dpt_sparse_exchange_set_dense_above(
-        t->x, cfg->sparse_dense_above > 0 ? cfg->sparse_dense_above : DPT_SPARSE_DENSE_ABOVE));
+/* The weight tensor of embedding_bag layer i, named as the model names it: "<name>.weight", or
+ * "<i>.weight" for an unnamed layer. want (want_size bytes) gets the name. */
+static dpt_status find_table_tensor(const dpt_model *model, const dpt_layer_spec *l, size_t i,
+                                    char *want, size_t want_size, dpt_tensor_info *ti) {
+  if (l->name[0])
+    snprintf(want, want_size, "%s.weight", l->name);
+  else
+    snprintf(want, want_size, "%zu.weight", i);
+  const size_t nt = dpt_model_num_tensors(model);
+  for (size_t k = 0; k < nt; ++k) {
+    DPT_TRY(dpt_model_tensor(model, k, ti));
+    if (strcmp(ti->name, want) == 0) return DPT_OK;
   }
-  if (p->num_tables == 0)
-    return dpt_set_error(DPT_ERR_INVALID_ARG,
-                         "sparse_tables: the model has no embedding_bag table (--model dlrm)");
-  /* The dense ranges: the complement of the tables, in increasing order. */
+  return dpt_set_error(DPT_ERR_INVALID_ARG,
+                       "sparse tables: no tensor %s for the embedding_bag layer", want);
+}
+
+/* Appends the table of embedding_bag layer l, whose weight tensor ti is named want: its range of
+ * the flat buffer, its id slots, its row-wise Adagrad accumulator and its exchange. */
+static dpt_status add_table(train_sparse *p, const dpt_train_config *cfg, const dpt_layer_spec *l,
+                            const dpt_tensor_info *ti, const char *want) {
+  struct sparse_table *t = &p->tables[p->num_tables++];
+  t->offset = ti->offset;
+  t->rows = l->vocab;
+  t->dim = l->size;
+  t->slot = l->offset;
+  t->bag = l->bag ? l->bag : 1;
+  if (ti->count != t->rows * t->dim)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "sparse tables: %s holds %zu floats, not %zu x %zu",
+                         want, ti->count, t->rows, t->dim);
+  snprintf(t->name, sizeof t->name, "%s", want);
+  if (cfg->table_optimizer == DPT_TABLE_ROWWISE_ADAGRAD &&
+      !(t->acc = calloc(t->rows ? t->rows : 1, sizeof *t->acc)))
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "sparse tables: out of host memory");
+  DPT_TRY(dpt_sparse_exchange_create(&t->x));
+  DPT_TRY(dpt_sparse_exchange_set_dense_above(
+      t->x, cfg->sparse_dense_above > 0 ? cfg->sparse_dense_above : DPT_SPARSE_DENSE_ABOVE));
+  return DPT_OK;
+}
+
+/* The dense ranges: the complement of the tables in the np-float flat buffer, in increasing
+ * order (the all-reduce walks them range by range). */
+static dpt_status set_dense_ranges(train_sparse *p, size_t np) {
   dpt_range *tab = malloc(p->num_tables * sizeof *tab);
   p->dense = malloc((p->num_tables + 1) * sizeof *p->dense);
   if (!tab || !p->dense) {
     free(tab);
-    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "sparse tables: out of host memory");
   }
   for (size_t t = 0; t < p->num_tables; ++t)
     tab[t] = (dpt_range){p->tables[t].offset, p->tables[t].rows * p->tables[t].dim};
@@ -141,11 +131,16 @@ dpt_status dpt_train_sparse_setup(replica *r, replica_state *s) {
     if (tab[t].offset > at) p->dense[p->num_dense++] = (dpt_range){at, tab[t].offset - at};
     at = tab[t].offset + tab[t].count;
   }
-  const size_t np = dpt_model_num_params(s->model);
   if (np > at) p->dense[p->num_dense++] = (dpt_range){at, np - at};
   free(tab);
-  DPT_TRY(dpt_model_set_sparse_table_grads(s->model, 1));
-  p->ids_cap = s->max_slice * max_bag;
+  return DPT_OK;
+}
+
+/* The per-step scratch, sized once for a full slice: touched ids (max_bag per sample), the
+ * seen-row bits of the largest table (max_rows), and the per-table exchange arguments. */
+static dpt_status alloc_scratch(train_sparse *p, size_t max_slice, size_t max_bag,
+                                size_t max_rows) {
+  p->ids_cap = max_slice * max_bag;
   const size_t ntab = p->num_tables ? p->num_tables : 1;
   p->ids = malloc(ntab * (p->ids_cap ? p->ids_cap : 1) * sizeof *p->ids);
   p->seen = calloc((max_rows + 63) / 64, sizeof *p->seen);
@@ -158,13 +153,44 @@ dpt_status dpt_train_sparse_setup(replica *r, replica_state *s) {
   p->x_of = calloc(ntab, sizeof *p->x_of);
   if (!p->ids || !p->seen || !p->k || !p->row_at || !p->rows_of || !p->dim_of || !p->ids_of ||
       !p->grad_of || !p->x_of)
-    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "sparse tables: out of host memory");
   for (size_t t = 0; t < p->num_tables; ++t) {
     p->rows_of[t] = p->tables[t].rows;
     p->dim_of[t] = p->tables[t].dim;
     p->x_of[t] = p->tables[t].x;
   }
   return DPT_OK;
+}
+
+/* The tables: every embedding_bag layer's weight tensor "<name>.weight". */
+dpt_status dpt_train_sparse_setup(replica *r, replica_state *s) {
+  const dpt_train_config *cfg = r->cfg;
+  if (!cfg->sparse_tables) return DPT_OK;
+  const char *fn = "sparse tables";
+  train_sparse *p = calloc(1, sizeof *p);
+  if (!p) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+  s->sparse = p;
+  const dpt_model_spec *spec = &cfg->model;
+  p->tables = calloc(spec->num_layers ? spec->num_layers : 1, sizeof *p->tables);
+  if (!p->tables) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+  size_t max_bag = 1, max_rows = 1;
+  for (size_t i = 0; i < spec->num_layers; ++i) {
+    const dpt_layer_spec *l = &spec->layers[i];
+    if (l->kind != DPT_LAYER_EMBEDDING_BAG) continue;
+    char want[DPT_LAYER_NAME_MAX + 16];
+    dpt_tensor_info ti = {0};
+    DPT_TRY(find_table_tensor(s->model, l, i, want, sizeof want, &ti));
+    DPT_TRY(add_table(p, cfg, l, &ti, want));
+    const struct sparse_table *t = &p->tables[p->num_tables - 1];
+    if (t->bag > max_bag) max_bag = t->bag;
+    if (t->rows > max_rows) max_rows = t->rows;
+  }
+  if (p->num_tables == 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "sparse_tables: the model has no embedding_bag table (--model dlrm)");
+  DPT_TRY(set_dense_ranges(p, dpt_model_num_params(s->model)));
+  DPT_TRY(dpt_model_set_sparse_table_grads(s->model, 1));
+  return alloc_scratch(p, s->max_slice, max_bag, max_rows);
 }
 
 /* Grows the row scratch to n floats. */
