@@ -1,5 +1,5 @@
-/* The training timeline (core/train/trace.h): the Chrome trace JSON of one replica (parsed back with
- * jansson: metadata names, events, microseconds, escaping), of 3 replicas on the threads
+/* The training timeline (core/train/trace.h): the Chrome trace JSON of one replica (parsed back
+ * with jansson: metadata names, events, microseconds, escaping), of 3 replicas on the threads
  * transport (clocks aligned, everyone's events in member 0's file), failures that end every
  * member's call alike (a path that cannot be created, a member without a trace), 30000
  * events, and the dropped-events count.

@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config check        # toolchain, Check unit tests
+  universal-ctags clang-format                  # the house check (tools/check_house.sh)
   libopenblas-dev                               # CPU backend gemm
   ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd   # OpenCL + CPU driver
   libvulkan-dev glslc spirv-tools mesa-vulkan-drivers vulkan-validationlayers  # Vulkan + lavapipe
