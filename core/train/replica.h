@@ -1,5 +1,5 @@
-/* Internal: a replica and its state, shared by the trainer (trainer.c) and its parts
- * (train_split.c, train_sparse.c, train_buckets.c, train_checkpoint.c); the failure protocol
+/* Internal: a replica and its state, shared by the trainer (run.c, setup.c, step.c, ...) and its
+ * parts (train_split.c, train_sparse.c, train_buckets.c, train_checkpoint.c); the failure protocol
  * and the 16-bit gradient conversions that all of them use (replica.c). */
 #ifndef DPTRAIN_CORE_TRAIN_REPLICA_H
 #define DPTRAIN_CORE_TRAIN_REPLICA_H
