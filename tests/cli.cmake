@@ -5,23 +5,23 @@ if(DPT_BUILD_TOOLS)
     set(_dpt_cli_mpi "${MPIEXEC_EXECUTABLE} --oversubscribe")
   endif()
   # Writes the test's safetensors data sets through the library (no Python needed).
-  add_executable(st_dataset_gen st_dataset_gen.c)
+  add_executable(st_dataset_gen fixtures/st_dataset_gen.c)
   target_link_libraries(st_dataset_gen PRIVATE dptrain_static)
   target_include_directories(st_dataset_gen PRIVATE ${PROJECT_SOURCE_DIR})
   # Writes a checkpoint from a weights file through the library's checkpoint writer.
-  add_executable(ckpt_gen ckpt_gen.c)
+  add_executable(ckpt_gen fixtures/ckpt_gen.c)
   target_link_libraries(ckpt_gen PRIVATE dptrain_static)
   target_include_directories(ckpt_gen PRIVATE ${PROJECT_SOURCE_DIR})
-  add_test(NAME cli COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cli_test.sh" $<TARGET_FILE:dptrain_cli>
+  add_test(NAME cli COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/scripts/cli_test.sh" $<TARGET_FILE:dptrain_cli>
                             "${CMAKE_CURRENT_BINARY_DIR}/cli-scratch" "${_dpt_cli_mpi}"
                             $<TARGET_FILE:st_dataset_gen> $<TARGET_FILE:ckpt_gen>)
   set_tests_properties(cli PROPERTIES TIMEOUT 600 LABELS "cli;mpi"
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endif()
 
-# The param_hash of fixed training runs on Fashion-MNIST (tests/param_hash_test.sh).
+# The param_hash of fixed training runs on Fashion-MNIST (tests/scripts/param_hash_test.sh).
 if(DPT_BUILD_TOOLS)
-  add_test(NAME param_hash COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/param_hash_test.sh"
+  add_test(NAME param_hash COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/scripts/param_hash_test.sh"
                                    $<TARGET_FILE:dptrain_cli> "${_dpt_cli_mpi}")
   set_tests_properties(param_hash PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "cli;mpi;train"
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
@@ -31,7 +31,7 @@ endif()
 # load_state_dict) give dptrain's logits; skipped without /usr/bin/python3's torch.
 if(DPT_BUILD_TOOLS)
   add_test(NAME pytorch_roundtrip
-           COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/pytorch_roundtrip_test.sh"
+           COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/scripts/pytorch_roundtrip_test.sh"
                    $<TARGET_FILE:dptrain_cli> "${PROJECT_SOURCE_DIR}/tools/pytorch_reference.py"
                    "${CMAKE_CURRENT_BINARY_DIR}/pytorch-scratch")
   set_tests_properties(pytorch_roundtrip PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77
@@ -43,7 +43,7 @@ endif()
 # weights load in torch with dptrain eval's validation loss (1e-3). Skipped without torch.
 if(DPT_BUILD_TOOLS)
   add_test(NAME pytorch_bert
-           COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/pytorch_bert_test.sh"
+           COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/scripts/pytorch_bert_test.sh"
                    $<TARGET_FILE:dptrain_cli> "${PROJECT_SOURCE_DIR}/tools/pytorch_reference.py"
                    "${CMAKE_CURRENT_BINARY_DIR}/pytorch-bert-scratch")
   set_tests_properties(pytorch_bert PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
@@ -53,11 +53,11 @@ endif()
 # DLRM in PyTorch (tools/pytorch_reference.py's DLRM): dpt_model_spec_dlrm's weights load with a
 # strict load_state_dict and give dptrain's logits (1e-5) and BCE loss on a fixed batch of
 # records, for the dot and cat interactions, bags with sum and mean. Skipped without torch.
-add_executable(dlrm_dump dlrm_dump.c)
+add_executable(dlrm_dump fixtures/dlrm_dump.c)
 target_link_libraries(dlrm_dump PRIVATE dptrain_static)
 target_include_directories(dlrm_dump PRIVATE ${PROJECT_SOURCE_DIR})
 add_test(NAME pytorch_dlrm
-         COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/pytorch_dlrm_test.sh" $<TARGET_FILE:dlrm_dump>
+         COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/scripts/pytorch_dlrm_test.sh" $<TARGET_FILE:dlrm_dump>
                  "${PROJECT_SOURCE_DIR}/tools/pytorch_reference.py"
                  "${CMAKE_CURRENT_BINARY_DIR}/pytorch-dlrm-scratch")
 set_tests_properties(pytorch_dlrm PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
@@ -68,7 +68,7 @@ set_tests_properties(pytorch_dlrm PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
 # equal to 2 thread replicas, a resume on other shards refused.
 if(DPT_BUILD_TOOLS)
   add_test(NAME dlrm_cli
-           COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/dlrm_cli_test.sh" $<TARGET_FILE:dptrain_cli>
+           COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/scripts/dlrm_cli_test.sh" $<TARGET_FILE:dptrain_cli>
                    "${CMAKE_CURRENT_BINARY_DIR}/dlrm-cli-scratch" "${_dpt_cli_mpi}")
   set_tests_properties(dlrm_cli PROPERTIES TIMEOUT 300 LABELS "cli;mpi;train"
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
@@ -78,7 +78,7 @@ endif()
 # values, per-rank peak RSS next to the shards, 2 MPI ranks, one-line refusals.
 if(DPT_BUILD_TOOLS)
   add_test(NAME bench_dlrm_cli
-           COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/bench_dlrm_cli_test.sh"
+           COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/scripts/bench_dlrm_cli_test.sh"
                    $<TARGET_FILE:dptrain_cli> "${CMAKE_CURRENT_BINARY_DIR}/bench-dlrm-cli-scratch"
                    "${_dpt_cli_mpi}")
   set_tests_properties(bench_dlrm_cli PROPERTIES TIMEOUT 120 LABELS "cli;mpi;train"
@@ -90,7 +90,7 @@ endif()
 # layout or larger tables).
 if(DPT_BUILD_TOOLS)
   add_test(NAME dlrm_eval_cli
-           COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/dlrm_eval_cli_test.sh"
+           COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/scripts/dlrm_eval_cli_test.sh"
                    $<TARGET_FILE:dptrain_cli> "${CMAKE_CURRENT_BINARY_DIR}/dlrm-eval-cli-scratch")
   set_tests_properties(dlrm_eval_cli PROPERTIES TIMEOUT 300 LABELS "cli;train")
 endif()
@@ -101,7 +101,7 @@ endif()
 # Skipped (77) without root or network namespaces.
 if(DPT_BUILD_TOOLS AND DPT_WITH_MPI)
   add_test(NAME cluster
-           COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/cluster_test.sh" $<TARGET_FILE:dptrain_cli>
+           COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/scripts/cluster_test.sh" $<TARGET_FILE:dptrain_cli>
                    "${CMAKE_CURRENT_BINARY_DIR}/cluster-scratch" "${_dpt_cli_mpi}"
                    $<TARGET_FILE:comm_mpi>)
   set_tests_properties(cluster PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "mpi;cluster"

@@ -1,7 +1,7 @@
 # Collectives: the threads transport in-process, the MPI transport under mpiexec with 2, 3 and
 # 4 ranks (4 oversubscribed on a 2-core machine). Every test has a deadline of its own (short
 # collective timeouts inside, ctest TIMEOUT outside), so none can hang.
-dpt_add_check_test(NAME comm_threads SOURCES comm_threads.c comm_cases.c comm_req_cases.c
+dpt_add_check_test(NAME comm_threads SOURCES collectives/comm_threads.c collectives/comm_cases.c collectives/comm_req_cases.c
                    LABELS unit comm cpu TIMEOUT 240)
 # Buffers of the GPU backends (skipped, exit 77, when the backend or its device is absent).
 dpt_add_check_test(NAME comm_threads_opencl TARGET comm_threads ARGS opencl
@@ -9,24 +9,24 @@ dpt_add_check_test(NAME comm_threads_opencl TARGET comm_threads ARGS opencl
 dpt_add_check_test(NAME comm_threads_vulkan TARGET comm_threads ARGS vulkan
                    LABELS comm vulkan TIMEOUT 300)
 # The watchdog of calls that cannot be bounded otherwise (base/watchdog.c).
-dpt_add_check_test(NAME test_watchdog SOURCES test_watchdog.c LABELS unit comm TIMEOUT 60)
+dpt_add_check_test(NAME test_watchdog SOURCES base/test_watchdog.c LABELS unit comm TIMEOUT 60)
 # The hello round in groups of 64 and 256 threads (dissemination): results, failures, the
 # messages each member sends.
-dpt_add_check_test(NAME comm_hello SOURCES comm_hello.c comm_cases.c LABELS unit comm cpu TIMEOUT 120)
+dpt_add_check_test(NAME comm_hello SOURCES collectives/comm_hello.c collectives/comm_cases.c LABELS unit comm cpu TIMEOUT 120)
 # Sparse table gradients: the (id, row) exchange against the dense all-reduce (threads, 2-4
 # replicas), the row-wise SGD and Adagrad updates.
-dpt_add_check_test(NAME test_sparse SOURCES test_sparse.c LABELS unit comm cpu TIMEOUT 240)
+dpt_add_check_test(NAME test_sparse SOURCES collectives/test_sparse.c LABELS unit comm cpu TIMEOUT 240)
 # The > 2^31-byte all-reduce: 2 ranks x 2 GiB (+ the check), a few seconds.
 dpt_add_check_test(NAME comm_threads_large TARGET comm_threads ARGS large
                    LABELS comm large TIMEOUT 600)
 
 if(DPT_WITH_MPI)
   # Shared-memory channels: a wait for a peer whose process is gone ends naming it.
-  dpt_add_check_test(NAME shm_watch SOURCES shm_watch.c LABELS unit comm TIMEOUT 60)
+  dpt_add_check_test(NAME shm_watch SOURCES collectives/shm_watch.c LABELS unit comm TIMEOUT 60)
   set(_dpt_mpi_env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
                    OMPI_MCA_rmaps_base_oversubscribe=1)
   # (Sanitizer builds: Open MPI's own allocations are suppressed in tests/CMakeLists.txt.)
-  dpt_add_check_test(NAME comm_mpi_2 TARGET comm_mpi SOURCES comm_mpi.c comm_cases.c comm_req_cases.c
+  dpt_add_check_test(NAME comm_mpi_2 TARGET comm_mpi SOURCES collectives/comm_mpi.c collectives/comm_cases.c collectives/comm_req_cases.c
                      LIBS MPI::MPI_C LABELS comm mpi TIMEOUT 240
                      LAUNCHER ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2
                      ENVIRONMENT ${_dpt_mpi_env})
@@ -64,20 +64,20 @@ if(DPT_WITH_MPI)
                      ENVIRONMENT ${_dpt_mpi_env} POCL_MAX_PTHREAD_COUNT=1)
   # dpt_comm_abort ends a job whose rank 1 is stuck, with the code given, in seconds; a
   # communicator destroyed after a timeout does not wait for that rank.
-  dpt_add_check_test(NAME comm_mpi_abort SOURCES comm_mpi_abort.c LIBS MPI::MPI_C
+  dpt_add_check_test(NAME comm_mpi_abort SOURCES collectives/comm_mpi_abort.c LIBS MPI::MPI_C
                      LABELS comm mpi TIMEOUT 60
-                     LAUNCHER sh ${CMAKE_CURRENT_LIST_DIR}/comm_mpi_abort_test.sh
+                     LAUNCHER sh ${CMAKE_CURRENT_LIST_DIR}/scripts/comm_mpi_abort_test.sh
                               ${MPIEXEC_EXECUTABLE}
                      ENVIRONMENT ${_dpt_mpi_env})
   # A rank stopped before MPI_Init_thread, or before the communicator's set-up collectives:
   # rank 0's watch ends the job with status 69 within a few seconds of the deadline.
-  dpt_add_check_test(NAME comm_mpi_stall SOURCES comm_mpi_stall.c LIBS MPI::MPI_C
+  dpt_add_check_test(NAME comm_mpi_stall SOURCES collectives/comm_mpi_stall.c LIBS MPI::MPI_C
                      LABELS comm mpi TIMEOUT 90
-                     LAUNCHER sh ${CMAKE_CURRENT_LIST_DIR}/comm_mpi_stall_test.sh
+                     LAUNCHER sh ${CMAKE_CURRENT_LIST_DIR}/scripts/comm_mpi_stall_test.sh
                               ${MPIEXEC_EXECUTABLE}
                      ENVIRONMENT ${_dpt_mpi_env})
   # The library initializes and finalizes MPI itself when the program does not.
-  dpt_add_check_test(NAME comm_mpi_self_init SOURCES comm_mpi_init.c comm_cases.c LIBS MPI::MPI_C
+  dpt_add_check_test(NAME comm_mpi_self_init SOURCES collectives/comm_mpi_self_init.c collectives/comm_cases.c LIBS MPI::MPI_C
                      LABELS comm mpi TIMEOUT 60
                      LAUNCHER ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2
                      ENVIRONMENT ${_dpt_mpi_env})

@@ -1,7 +1,7 @@
 # OpenCL backend tests (included by tests/CMakeLists.txt). The op conformance suite
 # (conformance_opencl) is registered there; these cover what it does not reach.
 if(DPT_WITH_OPENCL)
-  dpt_add_check_test(NAME test_opencl SOURCES opencl_backend.c LABELS unit opencl TIMEOUT 120
+  dpt_add_check_test(NAME test_opencl SOURCES backends/test_opencl.c LABELS unit opencl TIMEOUT 120
                      LIBS OpenCL::OpenCL)
   # No ICD at all: OCL_ICD_VENDORS points the loader at an empty directory.
   dpt_add_check_test(NAME test_opencl_nodriver TARGET test_opencl ARGS nodriver
@@ -16,7 +16,7 @@ endif()
 find_program(DPT_OCLGRIND oclgrind)
 if(DPT_WITH_OPENCL AND DPT_OCLGRIND AND NOT DPT_SANITIZE)
   add_test(NAME conformance_opencl_oclgrind
-           COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/oclgrind_test.sh" "${DPT_OCLGRIND}"
+           COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/scripts/oclgrind_test.sh" "${DPT_OCLGRIND}"
                    $<TARGET_FILE:conformance> "${CMAKE_CURRENT_BINARY_DIR}/oclgrind.log")
   set_tests_properties(conformance_opencl_oclgrind PROPERTIES TIMEOUT 900 LABELS "oclgrind;opencl"
                                                               SKIP_RETURN_CODE 77)

@@ -1,14 +1,14 @@
 # Text for MLM pretraining: the BPE tokenizer, its vocabulary file, corpora, sequences, masking.
-dpt_add_check_test(NAME test_text SOURCES test_text.c LABELS unit data text TIMEOUT 120)
+dpt_add_check_test(NAME test_text SOURCES core/text/test_text.c LABELS unit data text TIMEOUT 120)
 # dptrain tokenize: the report, the vocabulary file, bad input.
 if(DPT_BUILD_TOOLS)
-  add_test(NAME text_cli COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/text_cli_test.sh"
+  add_test(NAME text_cli COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/scripts/text_cli_test.sh"
                                  $<TARGET_FILE:dptrain_cli> "${CMAKE_CURRENT_BINARY_DIR}/text-cli-scratch")
   set_tests_properties(text_cli PROPERTIES TIMEOUT 120 LABELS "cli;text")
 endif()
 # dptrain train --model bert and dptrain eval on its weights: metrics, vocabulary, bad input.
 if(DPT_BUILD_TOOLS)
-  add_test(NAME bert_cli COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/bert_cli_test.sh"
+  add_test(NAME bert_cli COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/scripts/bert_cli_test.sh"
                                  $<TARGET_FILE:dptrain_cli> "${CMAKE_CURRENT_BINARY_DIR}/bert-cli-scratch")
   set_tests_properties(bert_cli PROPERTIES TIMEOUT 300 LABELS "cli;text")
 endif()

@@ -1,8 +1,8 @@
 # The training core: equivalence of R replicas and one, gradients, weights files, bad input.
-dpt_add_check_test(NAME test_train SOURCES test_train.c LIBS PkgConfig::DPT_JANSSON
+dpt_add_check_test(NAME test_train SOURCES core/train/test_train.c LIBS PkgConfig::DPT_JANSSON
                    LABELS unit train TIMEOUT 300)
 # The batch split: proportional with a slowed replica equals even within 1e-5, its shares.
-dpt_add_check_test(NAME test_train_split SOURCES test_train_split.c LABELS unit train TIMEOUT 300
+dpt_add_check_test(NAME test_train_split SOURCES core/train/test_train_split.c LABELS unit train TIMEOUT 300
                    ENVIRONMENT OPENBLAS_NUM_THREADS=1)
 # Replicas on two backends in one process (threads): the same parameters as two CPU replicas.
 dpt_add_check_test(NAME test_train_mixed_opencl TARGET test_train_split ARGS mixed opencl
@@ -10,15 +10,15 @@ dpt_add_check_test(NAME test_train_mixed_opencl TARGET test_train_split ARGS mix
 dpt_add_check_test(NAME test_train_mixed_vulkan TARGET test_train_split ARGS mixed vulkan
                    LABELS train vulkan TIMEOUT 300 ENVIRONMENT DPT_VULKAN_VALIDATION=1)
 # Checkpoints in training: resume bit for bit, at other world sizes, rollback, stop requests.
-dpt_add_check_test(NAME test_resume SOURCES test_resume.c LABELS unit train TIMEOUT 300)
+dpt_add_check_test(NAME test_resume SOURCES core/train/test_resume.c LABELS unit train TIMEOUT 300)
 # Layer graphs: gradients of every layer kind, model files, batch norm buffers, sync-bn.
-dpt_add_check_test(NAME test_model SOURCES test_model.c LABELS unit train TIMEOUT 600)
+dpt_add_check_test(NAME test_model SOURCES core/model/test_model.c LABELS unit train TIMEOUT 600)
 # The recommendation model: DLRM's layers against finite differences, its builder, BCE, JSON.
-dpt_add_check_test(NAME test_dlrm SOURCES test_dlrm.c LABELS unit train TIMEOUT 300)
+dpt_add_check_test(NAME test_dlrm SOURCES core/train/test_dlrm.c LABELS unit train TIMEOUT 300)
 # Training on per-replica shards: each replica reads only its own, the header rule's steps, the
 # same parameters as one model on the union of the slices, validation AUC/logloss as computed
 # directly, bad readers refused.
-dpt_add_check_test(NAME test_train_shards SOURCES test_train_shards.c LABELS unit train
+dpt_add_check_test(NAME test_train_shards SOURCES core/train/test_train_shards.c LABELS unit train
                    TIMEOUT 300)
 dpt_add_check_test(NAME test_dlrm_opencl TARGET test_dlrm ARGS backend opencl
                    LABELS train opencl TIMEOUT 300 ENVIRONMENT POCL_MAX_PTHREAD_COUNT=1)
@@ -65,7 +65,7 @@ endif()
 # newest checkpoint, refused settings, dptrain run's relaunch.
 if(DPT_WITH_MPI AND DPT_BUILD_TOOLS)
   add_test(NAME resume_cli
-           COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/resume_cli_test.sh" $<TARGET_FILE:dptrain_cli>
+           COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/scripts/resume_cli_test.sh" $<TARGET_FILE:dptrain_cli>
                    "${CMAKE_CURRENT_BINARY_DIR}/resume-scratch"
                    "${MPIEXEC_EXECUTABLE} --oversubscribe")
   set_tests_properties(resume_cli PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "cli;mpi;train"

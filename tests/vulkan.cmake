@@ -8,7 +8,7 @@ if(DPT_WITH_VULKAN)
   set_tests_properties(conformance_vulkan PROPERTIES ENVIRONMENT "DPT_VULKAN_VALIDATION=1"
                                                      FAIL_REGULAR_EXPRESSION "${_dpt_vk_fail_regex}")
 
-  dpt_add_check_test(NAME test_vulkan SOURCES vulkan_backend.c LABELS unit vulkan TIMEOUT 300
+  dpt_add_check_test(NAME test_vulkan SOURCES backends/test_vulkan.c LABELS unit vulkan TIMEOUT 300
                      LIBS Vulkan::Vulkan)
   dpt_add_check_test(NAME test_vulkan_validation TARGET test_vulkan LABELS unit vulkan
                      TIMEOUT 300 ENVIRONMENT DPT_VULKAN_VALIDATION=1)

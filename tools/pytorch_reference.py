@@ -29,7 +29,7 @@ The safetensors package is used when present, else a reader of the format's thre
 (8-byte little-endian header length, JSON header, raw little-endian data).
 
 DLRM (no command line): the module of dpt_model_spec_dlrm with DLRM_Net's state_dict names, for
-tests/pytorch_dlrm_test.sh.
+tests/scripts/pytorch_dlrm_test.sh.
 
 --model bert: BertMLM, the masked-language-model encoder of dpt_model_spec_bert (post-LN BERT,
 state_dict names as dptrain's), on the sequences `dptrain tokenize --export` writes (--text-data:

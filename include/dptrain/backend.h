@@ -129,7 +129,7 @@ DPT_API dpt_status dpt_buffer_fill_f32(dpt_buffer *dst, size_t offset, size_t co
 /* ---- the op set ---------------------------------------------------------------------------
  * The one list of ops: X(ENUM_SUFFIX, lower_name). Adding an op: add it here, add its
  * argument struct and entry point (backends/backend_impl.h, backends/backend.c), implement
- * it in each backend, add its case to tests/conformance_cases.c. */
+ * it in each backend, add its case to tests/backends/conformance_cases.c. */
 #define DPT_OP_MAP(X)                                                                              \
   X(GEMM, gemm)                                                                                    \
   X(BIAS_ADD, bias_add)                                                                            \

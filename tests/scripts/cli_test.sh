@@ -581,7 +581,7 @@ badrun "predict --limit" 2 "needs a value" -- predict --weights x --limit
   fail "eval/predict --help"
 "$dptrain" help | grep -q "^  eval " || fail "dptrain help does not list eval"
 
-# 14. Checkpoints: info and export on checkpoints the library writes (tests/ckpt_gen.c, from the
+# 14. Checkpoints: info and export on checkpoints the library writes (tests/fixtures/ckpt_gen.c, from the
 # weights of section 3, an SGD momentum buffer per tensor, keep 2), a corrupt newest one passed
 # over; then `dptrain run` restarting a failing job.
 if [ -n "$ckgen" ]; then

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "dptrain/dptrain.h"
-#include "tests/train_data.h"
+#include "train_data.h"
 
 static char tmpdir[64];
 

@@ -1,5 +1,5 @@
-/* The finite-difference gradient check of whole models, shared by tests/test_model.c and
- * tests/test_dlrm.c. Header-only, as test_util.h. */
+/* The finite-difference gradient check of whole models, shared by tests/core/model/test_model.c and
+ * tests/core/train/test_dlrm.c. Header-only, as test_util.h. */
 #ifndef DPT_TESTS_GRAD_CHECK_H
 #define DPT_TESTS_GRAD_CHECK_H
 

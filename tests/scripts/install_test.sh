@@ -7,7 +7,7 @@ build=$1 src=$2 scratch=$3 cc=$4 san=${5:-}
 rm -rf "$scratch"
 prefix="$scratch/prefix"
 cmake --install "$build" --prefix "$prefix" >/dev/null
-cmake -S "$src/tests/install_consumer" -B "$scratch/consumer" -DCMAKE_PREFIX_PATH="$prefix" \
+cmake -S "$src/tests/fixtures/install_consumer" -B "$scratch/consumer" -DCMAKE_PREFIX_PATH="$prefix" \
   -DCMAKE_C_COMPILER="$cc" -DCMAKE_C_FLAGS="$san" -DCMAKE_EXE_LINKER_FLAGS="$san" >/dev/null
 cmake --build "$scratch/consumer" >/dev/null
 libdir=$(find "$prefix" -name 'libdptrain.so*' -printf '%h\n' | head -n 1)
@@ -15,7 +15,7 @@ LD_LIBRARY_PATH="$libdir" "$scratch/consumer/consumer"
 "$scratch/consumer/consumer_static"
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
 # shellcheck disable=SC2046
-"$cc" $san -o "$scratch/consumer_pc" "$src/tests/install_consumer/consumer.c" \
+"$cc" $san -o "$scratch/consumer_pc" "$src/tests/fixtures/install_consumer/consumer.c" \
   $(pkg-config --cflags --libs dptrain)
 LD_LIBRARY_PATH="$libdir" "$scratch/consumer_pc"
 # Only dpt_ symbols leave the shared library.

@@ -12,7 +12,7 @@
 # cluster, for a run by hand next to someone else's.
 set -uo pipefail
 dptrain=$1 dir=$2 mpiexec=${3:-mpiexec --oversubscribe} comm_mpi=${4:-}
-src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cluster=$src/tools/cluster.sh
 # The test's own names and state, apart from a cluster a user may have up.
 p=${DPT_CLUSTER_TEST_PREFIX:-dptt-}

@@ -557,9 +557,10 @@ START_TEST(test_op) {
   const char *name = dpt_op_name(op);
   conf_gen_fn gen = find_generator(op);
   ck_assert_msg(name != NULL, "dpt_op_name(%d) is NULL", _i);
-  ck_assert_msg(gen != NULL,
-                "op '%s' has no conformance case generator: add one to tests/conformance_cases.c",
-                name);
+  ck_assert_msg(
+      gen != NULL,
+      "op '%s' has no conformance case generator: add one to tests/backends/conformance_cases.c",
+      name);
   ck_assert_msg(dpt_backend_supports(g_ref, op), "the CPU reference does not support op '%s'",
                 name);
   ck_assert_msg(dpt_backend_supports(g_test, op), "the tested backend does not support op '%s'",
