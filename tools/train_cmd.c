@@ -863,7 +863,7 @@ static void set_defaults(cli *c) {
   memset(c, 0, sizeof *c);
   dpt_train_config_default(&c->cfg);
   /* A fixed-length run ends better annealed: cosine is the tool's default (the library's
-   * default stays constant); docs/training.md has the measurements. */
+   * default stays constant); docs/performance.md has the measurements. */
   c->cfg.optim.schedule = DPT_SCHEDULE_COSINE;
   c->data_dir = DEFAULT_DATA_DIR;
   c->backend = "auto";

@@ -40,7 +40,7 @@
  * where the nodes are equal: an MPI communicator per local index, in node order) runs step 1
  * over the whole vector as one block, then the transport's MPI_Allreduce of this rank's
  * segment (l + 1) mod L among the ranks of local index l, then step 3. Across nodes that is
- * MPI's own algorithm (measured faster than the p2p ring over TCP: docs/collectives.md); no
+ * MPI's own algorithm (measured faster than the p2p ring over TCP: docs/performance.md); no
  * blocks, so device buffers that are staged block by block keep the p2p schedule, as do the
  * halves (their shard layout is the p2p one). Sum order: the node sums as above, segment k
  * over the whole vector; the cross-node sum in MPI_Allreduce's order, assumed to give every

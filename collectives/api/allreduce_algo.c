@@ -25,7 +25,7 @@ dpt_allreduce_algo dpt_comm_pick_algo(const dpt_comm *c, size_t count, dpt_comm_
     if (c->tp->native_allreduce && bytes <= c->opt.mpi_max_bytes) return DPT_ALLREDUCE_MPI;
     if (bytes <= c->opt.rd_max_bytes) return DPT_ALLREDUCE_RD;
     /* Across nodes MPI's own all-reduce next, and at every size where hier does not apply: it
-     * was level with or faster than the flat ring over MPI point-to-point (docs/collectives.md). */
+     * was level with or faster than the flat ring over MPI point-to-point (docs/performance.md). */
     if (c->nnodes > 1 && c->tp->native_allreduce &&
         (bytes <= c->opt.mpi_nodes_max_bytes || !dpt_hier_applies(c)))
       return DPT_ALLREDUCE_MPI;

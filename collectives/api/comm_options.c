@@ -69,7 +69,7 @@ void dpt_comm_options_default(dpt_comm_options *o) {
   o->direct_max_bytes = (size_t)16 << 10;
   o->mpi_max_bytes = 0;
   /* Across nodes, after rd: MPI_Allreduce beat the hierarchical all-reduce up to this size on
-   * the namespace cluster (TCP between nodes): docs/collectives.md, "Hierarchical all-reduce". */
+   * the namespace cluster (TCP between nodes): docs/performance.md, "Across nodes". */
   o->mpi_nodes_max_bytes = (size_t)1 << 20;
   o->rd_max_bytes = (size_t)16 << 10;
   /* Blocks small enough that the all-gather re-reads a block, and the staging slots of device

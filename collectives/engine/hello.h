@@ -13,7 +13,7 @@
 
 #define DPT_HELLO_MAGIC 0x48545044u /* "DPTH" */
 /* Largest group that says hello all-to-all (dpt_comm.hello_flat_max's default): below it the
- * one round of N-1 messages is faster than ceil(log2 N) rounds (docs/collectives.md). */
+ * one round of N-1 messages is faster than ceil(log2 N) rounds (docs/performance.md). */
 #define DPT_HELLO_FLAT_MAX 4
 /* dpt_hello.flags: the sender failed before the collective (bad arguments). */
 #define DPT_HELLO_FAILED 1u

@@ -49,7 +49,8 @@
  *                             node of their own, so one machine runs the paths across nodes
  *   DPT_COMM_HELLO_FLAT_MAX   ranks: groups up to this size say hello all-to-all, larger ones
  *                             by dissemination (default 4; docs/collectives.md)
- * See docs/collectives.md for the algorithms, their costs and the measured thresholds.
+ * See docs/collectives.md for the algorithms and their costs, docs/performance.md for the
+ * measurements behind the thresholds.
  */
 #ifndef DPTRAIN_COMM_H
 #define DPTRAIN_COMM_H
