@@ -1,6 +1,6 @@
-/* The step's exchange kinds (core/train/exchange.h): full, sharded, 16-bit, each also in
- * gradient buckets, sparse tables, and none. Each kind is a table of the calls the step makes;
- * dpt_train_exchange_pick is the one place that chooses among them. */
+/* The step's plain exchange kinds (core/train/exchange.h): none, full, sharded and 16-bit, and
+ * the pieces other kinds reuse (train_buckets.c, train_sparse.c). The list they are chosen from
+ * is exchange_kinds.c. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,8 +8,6 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "core/train/exchange.h"
-#include "core/train/train_buckets.h"
-#include "core/train/train_sparse.h"
 
 const dpt_range *dpt_train_own_ranges(const replica_state *s, dpt_range *whole, size_t *n) {
   if (s->mode == STEP_SHARDED) {
@@ -35,13 +33,12 @@ dpt_status dpt_train_count_nonfinite_own(replica_state *s, const dpt_buffer *buf
   return DPT_OK;
 }
 
-/* Non-finite values in the reduced gradient this replica owns. */
-static dpt_status count_grads(replica_state *s, int64_t *out) {
+dpt_status dpt_train_exchange_count_grads(replica_state *s, int64_t *out) {
   return dpt_train_count_nonfinite_own(s, dpt_model_grads(s->model), out);
 }
 
-/* An exchange run in one piece after backward: all of it exposed, the timeline's event. */
-static void one_piece(replica_state *s, exchange_times *t, double t0, const char *name) {
+void dpt_train_exchange_one_piece(replica_state *s, exchange_times *t, double t0,
+                                  const char *name) {
   t->exposed = t->busy = dpt_now() - t0;
   t->optimizer = 0;
   dpt_train_trace_since(s, DPT_TRACE_EXCHANGE, name, t0);
@@ -53,11 +50,11 @@ static dpt_status full_reduce(replica *r, replica_state *s, exchange_times *t) {
   const double t0 = dpt_now();
   const size_t np = dpt_model_num_params(s->model);
   dpt_status st = dpt_allreduce_buffer(r->comm, dpt_model_grads(s->model), 0, np, DPT_COMM_F32);
-  one_piece(s, t, t0, "all-reduce");
+  dpt_train_exchange_one_piece(s, t, t0, "all-reduce");
   return st;
 }
 
-static dpt_status full_update(replica *r, replica_state *s, double sumsq) {
+dpt_status dpt_train_exchange_full_update(replica *r, replica_state *s, double sumsq) {
   (void)r;
   (void)sumsq;
   return s->pending == DPT_OK ? dpt_optimizer_step(s->opt, NULL) : DPT_OK;
@@ -70,7 +67,7 @@ static dpt_status sharded_reduce(replica *r, replica_state *s, exchange_times *t
   const size_t np = dpt_model_num_params(s->model);
   dpt_status st =
       dpt_reduce_scatter_buffer(r->comm, dpt_model_grads(s->model), 0, np, DPT_COMM_F32);
-  one_piece(s, t, t0, "reduce-scatter");
+  dpt_train_exchange_one_piece(s, t, t0, "reduce-scatter");
   return st;
 }
 
@@ -99,7 +96,7 @@ static dpt_status two_phase_step(replica *r, replica_state *s, double sumsq) {
   return st;
 }
 
-static dpt_status sharded_update(replica *r, replica_state *s, double sumsq) {
+dpt_status dpt_train_exchange_sharded_update(replica *r, replica_state *s, double sumsq) {
   if (dpt_optimizer_num_sums(s->opt) > 0) return two_phase_step(r, s, sumsq);
   if (s->pending != DPT_OK) return DPT_OK;
   return dpt_optimizer_step_ranges(s->opt, s->shard, s->nshard, sumsq, NULL);
@@ -108,7 +105,7 @@ static dpt_status sharded_update(replica *r, replica_state *s, double sumsq) {
 /* The shards' parameters to every replica. Out of step: stop now. Any other failure
  * (DPT_ERR_COMM included) meets the others at the next exchange, where the replica that failed
  * first reports why. */
-static dpt_status sharded_gather(replica *r, replica_state *s) {
+dpt_status dpt_train_exchange_sharded_gather(replica *r, replica_state *s) {
   const double t1 = dpt_now();
   dpt_status st = dpt_allgather_shards_buffer(r->comm, dpt_model_params(s->model), 0,
                                               dpt_model_num_params(s->model), DPT_COMM_F32);
@@ -132,72 +129,44 @@ static dpt_status half_reduce(replica *r, replica_state *s, exchange_times *t) {
   st = dpt_allreduce_buffer(r->comm, s->gh, 0, np, dt);
   if (st == DPT_OK && s->pending == DPT_OK)
     dpt_train_keep_failure(s, dpt_train_widen_16(s, dt, 0, np));
-  one_piece(s, t, t0, dt == DPT_COMM_BF16 ? "all-reduce (bfloat16)" : "all-reduce (binary16)");
+  dpt_train_exchange_one_piece(
+      s, t, t0, dt == DPT_COMM_BF16 ? "all-reduce (bfloat16)" : "all-reduce (binary16)");
   return st;
 }
 
-/* ---- buckets: the exchange started during backward (train_buckets.c), over each of those ---- */
+/* ---- the tables ---- */
 
-static dpt_status buckets_reduce(replica *r, replica_state *s, exchange_times *t) {
-  (void)r;
-  bucket_times bt;
-  dpt_status st = dpt_train_buckets_finish(s, &bt);
-  t->exposed = bt.exposed;
-  t->busy = bt.busy;
-  t->optimizer = bt.optimizer;
-  size_t nb = 0;
-  const dpt_request_info *in = s->trace ? dpt_train_buckets_info(s, &nb) : NULL;
-  for (size_t j = 0; j < nb; ++j) {
-    char name[32];
-    snprintf(name, sizeof name, "bucket %zu", j);
-    dpt_trace_event(s->trace, DPT_TRACE_EXCHANGE, name, in[j].queued, in[j].finished);
-  }
-  return st;
+static int none_applies(const replica_state *s) {
+  return s->mode == STEP_LOCAL;
+}
+static int full_applies(const replica_state *s) {
+  return s->mode == STEP_FULL;
+}
+static int sharded_applies(const replica_state *s) {
+  return s->mode == STEP_SHARDED;
+}
+static int half_applies(const replica_state *s) {
+  return s->mode == STEP_FULL && s->gh != NULL;
 }
 
-/* ---- sparse tables: touched rows exchanged (train_sparse.c) ---- */
-
-static dpt_status sparse_reduce(replica *r, replica_state *s, exchange_times *t) {
-  const double t0 = dpt_now();
-  dpt_status st = dpt_train_sparse_reduce(r, s);
-  one_piece(s, t, t0, "exchange (sparse tables)");
-  return st;
-}
-
-static dpt_status sparse_update(replica *r, replica_state *s, double sumsq) {
-  (void)r;
-  (void)sumsq;
-  return s->pending == DPT_OK ? dpt_train_sparse_step(s) : DPT_OK;
-}
-
-/* ---- the kinds, and the choice ---- */
-
-static const train_exchange k_none = {.count_nonfinite = count_grads, .update = full_update};
-static const train_exchange k_full = {
-    .reduce = full_reduce, .count_nonfinite = count_grads, .update = full_update};
-static const train_exchange k_sharded = {.reduce = sharded_reduce,
-                                         .count_nonfinite = count_grads,
-                                         .update = sharded_update,
-                                         .gather = sharded_gather};
-static const train_exchange k_half = {
-    .reduce = half_reduce, .count_nonfinite = count_grads, .update = full_update};
-static const train_exchange k_buckets_full = {.reduce = buckets_reduce,
-                                              .count_nonfinite = count_grads,
-                                              .update = full_update,
-                                              .stepped = dpt_train_buckets_stepped};
-static const train_exchange k_buckets_sharded = {.reduce = buckets_reduce,
-                                                 .count_nonfinite = count_grads,
-                                                 .update = sharded_update,
-                                                 .gather = sharded_gather,
-                                                 .stepped = dpt_train_buckets_stepped};
-static const train_exchange k_sparse = {.reduce = sparse_reduce,
-                                        .count_nonfinite = dpt_train_sparse_count_nonfinite,
-                                        .update = sparse_update};
-
-const train_exchange *dpt_train_exchange_pick(const replica_state *s) {
-  if (s->mode == STEP_LOCAL) return &k_none;
-  if (s->sparse) return &k_sparse;
-  if (s->buckets) return s->mode == STEP_SHARDED ? &k_buckets_sharded : &k_buckets_full;
-  if (s->gh) return &k_half;
-  return s->mode == STEP_SHARDED ? &k_sharded : &k_full;
-}
+const train_exchange dpt_train_exchange_none = {.name = "none",
+                                                .applies = none_applies,
+                                                .count_nonfinite = dpt_train_exchange_count_grads,
+                                                .update = dpt_train_exchange_full_update};
+const train_exchange dpt_train_exchange_full = {.name = "full",
+                                                .applies = full_applies,
+                                                .reduce = full_reduce,
+                                                .count_nonfinite = dpt_train_exchange_count_grads,
+                                                .update = dpt_train_exchange_full_update};
+const train_exchange dpt_train_exchange_sharded = {.name = "sharded",
+                                                   .applies = sharded_applies,
+                                                   .reduce = sharded_reduce,
+                                                   .count_nonfinite =
+                                                       dpt_train_exchange_count_grads,
+                                                   .update = dpt_train_exchange_sharded_update,
+                                                   .gather = dpt_train_exchange_sharded_gather};
+const train_exchange dpt_train_exchange_half = {.name = "16-bit",
+                                                .applies = half_applies,
+                                                .reduce = half_reduce,
+                                                .count_nonfinite = dpt_train_exchange_count_grads,
+                                                .update = dpt_train_exchange_full_update};

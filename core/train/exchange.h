@@ -19,6 +19,10 @@ typedef struct exchange_times {
 } exchange_times;
 
 struct train_exchange {
+  const char *name; /* for messages and the docs */
+  /* Whether this kind serves the replica's run (its step mode, s->gh, s->buckets, s->sparse);
+   * the first kind of the list that applies is the run's. */
+  int (*applies)(const replica_state *s);
   /* After backward: the gradient summed over the replicas in what this replica updates (its
    * shard, or everything). Every replica joins, whatever its local outcome (s->pending); a
    * collective's failure is returned. NULL: no exchange (each replica keeps its own). */
@@ -37,9 +41,25 @@ struct train_exchange {
   int (*stepped)(const replica_state *s);
 };
 
-/* The kind for this replica's run: from its step mode, s->gh, s->buckets and s->sparse, so after
- * the buckets are set up. */
+/* The kinds, in the order they are tried (exchange_kinds.c): the first that applies. */
+extern const train_exchange *const dpt_train_exchange_kinds[];
+/* The kind for this replica's run: the first of the list that applies, so after the buckets are
+ * set up. */
 const train_exchange *dpt_train_exchange_pick(const replica_state *s);
+
+/* The kinds of exchange.c, and what other kinds reuse of them. */
+extern const train_exchange dpt_train_exchange_none, dpt_train_exchange_full,
+    dpt_train_exchange_sharded, dpt_train_exchange_half;
+/* count_nonfinite: the reduced gradient in this replica's own ranges. */
+dpt_status dpt_train_exchange_count_grads(replica_state *s, int64_t *out);
+/* update: the optimizer's step over everything (full step), and over this replica's shard. */
+dpt_status dpt_train_exchange_full_update(replica *r, replica_state *s, double sumsq);
+dpt_status dpt_train_exchange_sharded_update(replica *r, replica_state *s, double sumsq);
+/* gather: the shards' parameters to every replica. */
+dpt_status dpt_train_exchange_sharded_gather(replica *r, replica_state *s);
+/* A reduce run in one piece after backward, begun at t0: all of it exposed, and its event on
+ * the timeline. */
+void dpt_train_exchange_one_piece(replica_state *s, exchange_times *t, double t0, const char *name);
 
 /* The parameter ranges this replica owns in the step: its shard (sharded step) or all of them.
  * `whole` is storage for the latter. */

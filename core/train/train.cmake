@@ -1,7 +1,7 @@
 # The trainer: replicas, the synchronized step with its gradient exchanges (buckets, sparse
 # tables, the batch split), checkpoints, the terms of a run and its start-up agreement, the
 # optimizers and the timeline.
-list(APPEND DPT_SOURCES core/train/run.c core/train/setup.c core/train/step.c core/train/exchange.c
+list(APPEND DPT_SOURCES core/train/run.c core/train/setup.c core/train/step.c core/train/exchange.c core/train/exchange_kinds.c
      core/train/evaluate.c core/train/batch.c core/train/config.c core/train/replica.c core/train/train_buckets.c
      core/train/train_checkpoint.c core/train/train_sparse.c core/train/train_split.c
      core/train/run_terms.c core/train/agree.c core/train/optimizer.c core/train/trace.c)

@@ -23,6 +23,7 @@
 #include "base/error.h"
 #include "backends/backend_impl.h"
 #include "core/train/trace.h"
+#include "core/train/exchange.h"
 #include "core/train/replica.h"
 #include "core/train/train_buckets.h"
 
@@ -369,3 +370,47 @@ dpt_status dpt_train_buckets_measure(replica *r, dpt_comm_dtype dtype, size_t *b
                             (o.block_bytes << k) >> 10, bw[k] / 1e9);
   return DPT_OK;
 }
+
+/* ---- the exchange kinds: buckets over the full and the sharded step (exchange.h) ---- */
+
+/* After backward: the buckets' exchanges waited for (and the update in parts where it runs),
+ * each bucket an event on the timeline. */
+static dpt_status buckets_reduce(replica *r, replica_state *s, exchange_times *t) {
+  (void)r;
+  bucket_times bt;
+  dpt_status st = dpt_train_buckets_finish(s, &bt);
+  t->exposed = bt.exposed;
+  t->busy = bt.busy;
+  t->optimizer = bt.optimizer;
+  size_t nb = 0;
+  const dpt_request_info *in = s->trace ? dpt_train_buckets_info(s, &nb) : NULL;
+  for (size_t j = 0; j < nb; ++j) {
+    char name[32];
+    snprintf(name, sizeof name, "bucket %zu", j);
+    dpt_trace_event(s->trace, DPT_TRACE_EXCHANGE, name, in[j].queued, in[j].finished);
+  }
+  return st;
+}
+
+static int buckets_full_applies(const replica_state *s) {
+  return s->buckets != NULL && s->mode == STEP_FULL;
+}
+static int buckets_sharded_applies(const replica_state *s) {
+  return s->buckets != NULL && s->mode == STEP_SHARDED;
+}
+
+const train_exchange dpt_train_exchange_buckets_full = {.name = "buckets",
+                                                        .applies = buckets_full_applies,
+                                                        .reduce = buckets_reduce,
+                                                        .count_nonfinite =
+                                                            dpt_train_exchange_count_grads,
+                                                        .update = dpt_train_exchange_full_update,
+                                                        .stepped = dpt_train_buckets_stepped};
+const train_exchange dpt_train_exchange_buckets_sharded = {
+    .name = "buckets, sharded",
+    .applies = buckets_sharded_applies,
+    .reduce = buckets_reduce,
+    .count_nonfinite = dpt_train_exchange_count_grads,
+    .update = dpt_train_exchange_sharded_update,
+    .gather = dpt_train_exchange_sharded_gather,
+    .stepped = dpt_train_buckets_stepped};

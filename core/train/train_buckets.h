@@ -36,4 +36,7 @@ void dpt_train_buckets_describe(const replica_state *s, char *out, size_t cap);
 /* The last step's request times, [*n] (for the timeline). */
 const dpt_request_info *dpt_train_buckets_info(const replica_state *s, size_t *n);
 
+/* The exchange kinds of gradient buckets over the full and the sharded step (exchange.h). */
+extern const train_exchange dpt_train_exchange_buckets_full, dpt_train_exchange_buckets_sharded;
+
 #endif

@@ -11,7 +11,9 @@
 #include <string.h>
 
 #include "backends/backend_impl.h"
+#include "base/clock.h"
 #include "base/error.h"
+#include "core/train/exchange.h"
 #include "core/train/replica.h"
 #include "core/train/train_sparse.h"
 #include "dptrain/sparse.h"
@@ -509,3 +511,29 @@ float *dpt_train_sparse_acc(const replica_state *s, size_t i, const char **name,
   }
   return NULL;
 }
+
+/* ---- the exchange kind: sparse tables (exchange.h) ---- */
+
+static dpt_status sparse_reduce(replica *r, replica_state *s, exchange_times *t) {
+  const double t0 = dpt_now();
+  dpt_status st = dpt_train_sparse_reduce(r, s);
+  dpt_train_exchange_one_piece(s, t, t0, "exchange (sparse tables)");
+  return st;
+}
+
+static dpt_status sparse_update(replica *r, replica_state *s, double sumsq) {
+  (void)r;
+  (void)sumsq;
+  return s->pending == DPT_OK ? dpt_train_sparse_step(s) : DPT_OK;
+}
+
+static int sparse_applies(const replica_state *s) {
+  return s->sparse != NULL;
+}
+
+const train_exchange dpt_train_exchange_sparse = {.name = "sparse tables",
+                                                  .applies = sparse_applies,
+                                                  .reduce = sparse_reduce,
+                                                  .count_nonfinite =
+                                                      dpt_train_sparse_count_nonfinite,
+                                                  .update = sparse_update};

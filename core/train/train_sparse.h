@@ -29,4 +29,7 @@ dpt_status dpt_train_sparse_step(replica_state *s);
 size_t dpt_train_sparse_num_acc(const replica_state *s);
 float *dpt_train_sparse_acc(const replica_state *s, size_t i, const char **name, size_t *rows);
 
+/* The exchange kind of sparse tables (exchange.h). */
+extern const train_exchange dpt_train_exchange_sparse;
+
 #endif
