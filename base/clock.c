@@ -1,3 +1,4 @@
+/* The library's one clock (base/clock.h): CLOCK_MONOTONIC in seconds. */
 #define _POSIX_C_SOURCE 200809L
 #include "base/clock.h"
 

@@ -1,3 +1,4 @@
+/* Lookup in the tables of files embedded at build time (base/embedded.h). */
 #include "base/embedded.h"
 
 #include <string.h>

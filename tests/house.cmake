@@ -6,3 +6,8 @@
 add_test(NAME house COMMAND bash "${PROJECT_SOURCE_DIR}/tools/check_house.sh"
                             --build "${PROJECT_BINARY_DIR}" "${PROJECT_SOURCE_DIR}")
 set_tests_properties(house PROPERTIES TIMEOUT 120 LABELS "lint" SKIP_RETURN_CODE 77)
+# docs/files.md is the file map tools/file_map.sh generates from each file's opening comment:
+# the test fails when they differ (regenerate with tools/file_map.sh > docs/files.md).
+add_test(NAME file_map COMMAND bash "${PROJECT_SOURCE_DIR}/tools/file_map.sh" --check
+                               "${PROJECT_SOURCE_DIR}/docs/files.md")
+set_tests_properties(file_map PROPERTIES TIMEOUT 60 LABELS "lint")
