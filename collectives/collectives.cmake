@@ -19,6 +19,7 @@ list(APPEND DPT_SOURCES
      collectives/algorithms/chain.c
      collectives/common/comm_util.c
      collectives/common/reduce.c
+     collectives/common/running.c
      collectives/transports/transport.c
      collectives/transports/backoff.c
      collectives/transports/transport_threads.c)

@@ -41,6 +41,7 @@
 #include "collectives/common/comm_struct.h"
 #include "collectives/transports/transport.h"
 #include "collectives/common/comm_util.h"
+#include "collectives/common/running.h"
 
 struct dpt_request {
   dpt_comm *comm;
@@ -81,8 +82,6 @@ static const dpt_comm *g_serial_owner; /* the serialized comm with requests pend
                                           threads; guarded by g_owner_lock) */
 static pthread_mutex_t g_owner_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t g_serial_lock = PTHREAD_MUTEX_INITIALIZER;
-static _Thread_local const dpt_comm *tl_progress; /* the comm whose progress thread this is */
-static _Thread_local const dpt_fence *tl_fence;   /* the running request's */
 
 void dpt_serial_lock(void) {
   pthread_mutex_lock(&g_serial_lock);
@@ -92,16 +91,8 @@ void dpt_serial_unlock(void) {
   pthread_mutex_unlock(&g_serial_lock);
 }
 
-int dpt_request_running(const dpt_comm *c) {
-  return c && tl_progress == c;
-}
-
-const dpt_fence *dpt_request_fence(const dpt_comm *c) {
-  return c && tl_progress == c ? tl_fence : NULL;
-}
-
 dpt_status dpt_comm_check_idle_slow(const dpt_comm *c, int serialized, const char *fn) {
-  if (c && tl_progress == c) return DPT_OK; /* the progress thread running a request */
+  if (dpt_request_running(c)) return DPT_OK; /* the progress thread running a request */
   const int n = c ? atomic_load_explicit(&c->pending, memory_order_relaxed) : 0;
   if (n > 0) {
     /* Name the pending requests (this list is the caller's thread's own). */
@@ -158,7 +149,7 @@ static dpt_status run_request(dpt_comm *c, dpt_progress *p, const dpt_request *r
 static void *progress_main(void *arg) {
   dpt_comm *c = arg;
   dpt_progress *p = c->progress;
-  tl_progress = c;
+  dpt_running_set_thread(c);
   pthread_mutex_lock(&p->lock);
   for (;;) {
     while (!p->head && !p->stop)
@@ -175,9 +166,9 @@ static void *progress_main(void *arg) {
      * transfers, which tell the other ranks). */
     (void)dpt_fence_wait(r->fence);
     const double ready = dpt_now();
-    tl_fence = r->fence;
+    dpt_running_set_fence(r->fence);
     const dpt_status st = run_request(c, p, r);
-    tl_fence = NULL;
+    dpt_running_set_fence(NULL);
     dpt_fence_free(r->fence);
     r->fence = NULL;
     const double finished = dpt_now();
@@ -247,7 +238,7 @@ dpt_status dpt_request_start(dpt_comm *c, const char *fn, dpt_request_fn run, dp
   if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: out is NULL", fn);
   *out = NULL;
   if (!c) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: comm is NULL", fn);
-  if (tl_progress) /* a request cannot start requests */
+  if (dpt_running_on_progress_thread()) /* a request cannot start requests */
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: called on a progress thread", fn);
   /* Only the serialized rule: requests may pile up on this communicator. The arguments are
    * checked by the progress thread, which announces a bad one to the other ranks as the

@@ -27,12 +27,6 @@ static inline dpt_status dpt_comm_check_idle(const dpt_comm *c, const char *fn) 
     return DPT_OK;
   return dpt_comm_check_idle_slow(c, serialized, fn);
 }
-/* 1 when the calling thread is c's progress thread (running one of its requests). */
-int dpt_request_running(const dpt_comm *c);
-/* The fence the running request took when it started (its transfers wait for the work before
- * it, not for the work the caller submitted since); NULL outside a request or without one. */
-typedef struct dpt_fence dpt_fence;
-const dpt_fence *dpt_request_fence(const dpt_comm *c);
 /* dpt_comm_destroy's first step: waits until every queued request has run, joins the
  * progress thread and frees the requests nobody waited for. */
 void dpt_progress_destroy(dpt_comm *c);

@@ -18,7 +18,7 @@
 #include "backends/backend_impl.h"
 #include "base/error.h"
 #include "collectives/common/comm_struct.h"
-#include "collectives/api/request.h"
+#include "collectives/common/running.h"
 #include "collectives/common/comm_util.h"
 #include "collectives/engine/staging.h"
 

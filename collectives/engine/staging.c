@@ -33,7 +33,7 @@
 #include "base/error.h"
 #include "backends/backend_impl.h"
 #include "collectives/common/comm_struct.h"
-#include "collectives/api/request.h"
+#include "collectives/common/running.h"
 
 #define DPT_STAGE_SLOTS 3
 /* Bytes per transfer job: small enough that the inline mode returns to the network often. */
