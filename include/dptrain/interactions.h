@@ -1,7 +1,7 @@
 /* dptrain: user-interaction data for recommendation models (DLRM-style): binary shard files,
  * the reader that gives each rank its own shards, the fixed-length epoch over unequal shards,
  * Criteo's text layout converted to shards, and synthetic interactions with planted factors.
- * docs/recommendation.md has the whole story with examples.
+ * docs/recommendation.md is the guide.
  *
  * A record: a label (0 or 1), num_dense float32 dense features, num_sparse int32 categorical
  * ids, id j of a record below table_sizes[j] (already hashed into its table).

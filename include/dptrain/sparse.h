@@ -62,7 +62,7 @@ DPT_API void dpt_sparse_exchange_destroy(dpt_sparse_exchange *x);
  * all-reduces the dense gradient instead. fraction >= 0; the default, INFINITY, never chooses
  * the dense one. Every member must set the same. */
 /* The trainer's default fraction (dpt_train_config.sparse_dense_above), measured in
- * docs/recommendation.md, "Sparse table gradients". */
+ * docs/performance.md, "Recommendation data". */
 #define DPT_SPARSE_DENSE_ABOVE      0.05
 #define DPT_SPARSE_DENSE_ABOVE_TEXT "0.05"
 
