@@ -44,13 +44,21 @@ rank_pid() {
 }
 
 # Rank R's pid once the job training into DIR has written its first checkpoint (so it is past
-# its start-up and its signal handlers are in place); empty after 60 s without.
+# its start-up and its signal handlers are in place); empty after 120 s without (a sanitizer
+# build on a loaded host can take a minute to start).
 training_pid() {
-  local dir=$1 r=$2 i=0
+  local dir=$1 r=$2 i=0 pid=""
   # compgen lists names without opening them: ls fails when the run deletes an old checkpoint
   # between the glob and its stat
-  while ! compgen -G "$dir/ckpt-*.safetensors" >/dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
-  rank_pid "$dir" "$r"
+  while [ $i -lt 1200 ]; do
+    if compgen -G "$dir/ckpt-*.safetensors" >/dev/null; then
+      pid=$(rank_pid "$dir" "$r")
+      [ -n "$pid" ] && break
+    fi
+    sleep 0.1
+    i=$((i + 1))
+  done
+  echo "$pid"
 }
 
 # Starts the job with checkpoints into DIR (extra options after it) in the background; once it
