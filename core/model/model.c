@@ -372,35 +372,6 @@ dpt_status dpt_model_spec_dlrm(dpt_model_spec *spec, const dpt_dlrm_options *o) 
   return DPT_OK;
 }
 
-/* ---- kinds --------------------------------------------------------------------------------- */
-
-const char *dpt_layer_kind_name(dpt_layer_kind kind) {
-  switch (kind) {
-#define DPT_LAYER_KIND_NAME_(name, value, text)                                                    \
-  case DPT_LAYER_##name:                                                                           \
-    return text;
-    DPT_LAYER_KIND_MAP(DPT_LAYER_KIND_NAME_)
-#undef DPT_LAYER_KIND_NAME_
-  default:
-    return NULL;
-  }
-}
-
-dpt_status dpt_layer_kind_parse(const char *name, dpt_layer_kind *out) {
-  if (!name || !out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_layer_kind_parse: NULL");
-  for (int k = 0; k < DPT_LAYER_KIND_COUNT; ++k)
-    if (strcmp(name, dpt_layer_kind_name((dpt_layer_kind)k)) == 0) {
-      *out = (dpt_layer_kind)k;
-      return DPT_OK;
-    }
-  return dpt_set_error(
-      DPT_ERR_INVALID_ARG,
-      "unknown layer kind '%s' (linear, relu, conv2d, maxpool, flatten, add, "
-      "batchnorm2d, batchnorm1d, avgpool, global_avgpool, dropout, layernorm, gelu, embedding, "
-      "position_embedding, attention, slice, embedding_bag, concat, interaction)",
-      name);
-}
-
 /* ---- planning: shapes, tensors, buffers ---------------------------------------------------- */
 
 /* Planning runs inside dpt_model_create; its messages carry that name and the layer. */
