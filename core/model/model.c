@@ -1,7 +1,8 @@
 /* Models as layer graphs: the specs (builder, MLP, CNN, ResNet), planning (shapes, tensors,
- * buffers), activation memory, parameters and initialization. Forward and backward are in
- * core/model/model_exec.c, weight files in core/model/model_io.c, model files in
- * core/model/model_json.c.
+ * buffers), activation memory, parameters and initialization. Each kind's own rules are in its
+ * family's file under core/model/layers/ (reached through core/model/layer.h's table); forward
+ * and backward are in core/model/model_exec.c, weight files in core/model/model_io.c, model
+ * files in core/model/model_json.c.
  *
  * Layouts follow PyTorch so weights move between the two unchanged: activations are NCHW
  * ([batch, c, h, w]) and a linear layer computes y = x W^T + b with W [out, in]. */
@@ -13,8 +14,9 @@
 
 #include "base/error.h"
 #include "base/size.h"
+#include "core/model/layer.h"
+#include "core/model/layer_util.h"
 #include "core/model/model_impl.h"
-#include "base/rng.h"
 
 /* ---- specs -------------------------------------------------------------------------------- */
 
@@ -372,364 +374,17 @@ dpt_status dpt_model_spec_dlrm(dpt_model_spec *spec, const dpt_dlrm_options *o) 
   return DPT_OK;
 }
 
-/* ---- kinds --------------------------------------------------------------------------------- */
-
-const char *dpt_layer_kind_name(dpt_layer_kind kind) {
-  switch (kind) {
-#define DPT_LAYER_KIND_NAME_(name, value, text)                                                    \
-  case DPT_LAYER_##name:                                                                           \
-    return text;
-    DPT_LAYER_KIND_MAP(DPT_LAYER_KIND_NAME_)
-#undef DPT_LAYER_KIND_NAME_
-  default:
-    return NULL;
-  }
-}
-
-dpt_status dpt_layer_kind_parse(const char *name, dpt_layer_kind *out) {
-  if (!name || !out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_layer_kind_parse: NULL");
-  for (int k = 0; k < DPT_LAYER_KIND_COUNT; ++k)
-    if (strcmp(name, dpt_layer_kind_name((dpt_layer_kind)k)) == 0) {
-      *out = (dpt_layer_kind)k;
-      return DPT_OK;
-    }
-  return dpt_set_error(
-      DPT_ERR_INVALID_ARG,
-      "unknown layer kind '%s' (linear, relu, conv2d, maxpool, flatten, add, "
-      "batchnorm2d, batchnorm1d, avgpool, global_avgpool, dropout, layernorm, gelu, embedding, "
-      "position_embedding, attention, slice, embedding_bag, concat, interaction)",
-      name);
-}
-
 /* ---- planning: shapes, tensors, buffers ---------------------------------------------------- */
 
 /* Planning runs inside dpt_model_create; its messages carry that name and the layer. */
 static const char plan_fn[] = "dpt_model_create";
 
-/* "layer 3 (conv2d)" or "layer 3 'conv1' (conv2d)", for messages. */
-static const char *label(const dpt_model *m, size_t i, char *buf, size_t cap) {
-  const dpt_layer_spec *l = &m->spec.layers[i];
-  const char *kind = dpt_layer_kind_name(l->kind);
-  if (l->name[0])
-    snprintf(buf, cap, "layer %zu '%s' (%s)", i, l->name, kind ? kind : "?");
-  else
-    snprintf(buf, cap, "layer %zu (%s)", i, kind ? kind : "?");
-  return buf;
-}
-
-#define LAYER_ERR(m, i, ...) layer_error((m), (i), __VA_ARGS__)
-
-/* DPT_ERR_INVALID_ARG "dpt_model_create: <label>: <message>". */
-static dpt_status layer_error(const dpt_model *m, size_t i, const char *fmt, ...) {
-  char lb[96], msg[256];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: %s %s", plan_fn, label(m, i, lb, sizeof lb), msg);
-}
-
-/* Appends tensor "<prefix>.<what>" of shape[ndim] to a list (parameters or buffers), at the end
- * of its flat buffer (*total floats so far); *index_out receives its index. */
-static dpt_status add_tensor(dpt_model *m, size_t i, int buffer, const char *what, int ndim,
-                             const int64_t *shape, size_t *index_out) {
-  size_t *count = buffer ? &m->num_buffers : &m->num_tensors;
-  size_t *total = buffer ? &m->num_buffer_floats : &m->num_params;
-  dpt_tensor_info *t = buffer ? &m->buffers[*count] : &m->tensors[*count];
-  char *name = m->names[(buffer ? 4 * m->num_layers : 0) + *count];
-  const dpt_layer_spec *l = &m->spec.layers[i];
-  if (l->name[0])
-    snprintf(name, DPT_LAYER_NAME_MAX + 24, "%s.%s", l->name, what);
-  else
-    snprintf(name, DPT_LAYER_NAME_MAX + 24, "%zu.%s", i, what);
-  t->name = name;
-  t->ndim = ndim;
-  t->count = 1;
-  for (int d = 0; d < ndim; ++d) {
-    t->shape[d] = shape[d];
-    if (!dpt_mul_ok(t->count, (size_t)shape[d], &t->count))
-      return LAYER_ERR(m, i, "tensor %s is too large", t->name);
-  }
-  t->offset = *total;
-  if (!dpt_add_ok(*total, t->count, total)) return LAYER_ERR(m, i, "too many parameters");
-  if (index_out) *index_out = *count;
-  ++*count;
-  return DPT_OK;
-}
-
-/* "weight" of shape w_shape[ndim] and, unless no_bias, "bias" [w_shape[0]]. */
-static dpt_status add_weight_and_bias(dpt_model *m, size_t i, int ndim, const int64_t *w_shape) {
-  dpt_node *L = &m->layers[i];
-  DPT_TRY(add_tensor(m, i, 0, "weight", ndim, w_shape, &L->w_index));
-  if (L->spec.no_bias) return DPT_OK;
-  return add_tensor(m, i, 0, "bias", 1, w_shape, &L->b_index);
-}
-
-/* A tied linear uses embedding layer tie - 1's table [vocab, in] as its weight: out = vocab. */
-static dpt_status plan_tie(dpt_model *m, size_t i, size_t in_f) {
-  dpt_node *L = &m->layers[i];
-  int e = L->spec.tie - 1;
-  if (e < 0 || e >= (int)i || m->layers[e].spec.kind != DPT_LAYER_EMBEDDING)
-    return LAYER_ERR(m, i, "is tied to layer %d, which is not an earlier embedding layer", e);
-  const dpt_tensor_info *t = &m->tensors[m->layers[e].w_index];
-  if (L->spec.size == 0) L->spec.size = (size_t)t->shape[0];
-  if ((size_t)t->shape[1] != in_f || (size_t)t->shape[0] != L->spec.size)
-    return LAYER_ERR(m, i,
-                     "is tied to an embedding of %lld x %lld, which cannot map %zu features to "
-                     "%zu outputs",
-                     (long long)t->shape[0], (long long)t->shape[1], in_f, L->spec.size);
-  L->w_index = m->layers[e].w_index;
-  if (L->spec.no_bias) return DPT_OK;
-  const int64_t bs[1] = {(int64_t)L->spec.size};
-  return add_tensor(m, i, 0, "bias", 1, bs, &L->b_index);
-}
-
-/* linear on a vector, or on each position of a sequence (its last dimension). */
-static dpt_status plan_linear(dpt_model *m, size_t i, dpt_sample_shape *x) {
-  dpt_node *L = &m->layers[i];
-  size_t in_f = x->seq ? x->w : L->in_size;
-  if (L->spec.tie)
-    DPT_TRY(plan_tie(m, i, in_f));
-  else {
-    if (L->spec.size == 0) return LAYER_ERR(m, i, "has size 0");
-    const int64_t ws[2] = {(int64_t)L->spec.size, (int64_t)in_f};
-    DPT_TRY(add_weight_and_bias(m, i, 2, ws));
-  }
-  *x = x->seq ? (dpt_sample_shape){1, x->h, L->spec.size, 0, 1}
-              : (dpt_sample_shape){L->spec.size, 1, 1, 1, 0};
-  return DPT_OK;
-}
-
-static dpt_status need_seq(const dpt_model *m, size_t i, const dpt_sample_shape *x) {
-  if (!x->seq)
-    return LAYER_ERR(m, i, "needs a sequence input (after an embedding), not %zu x %zu x %zu", x->c,
-                     x->h, x->w);
-  return DPT_OK;
-}
-
-/* embedding: the model's token ids to a sequence [S, size]; table [vocab, size]. */
-static dpt_status plan_embedding(dpt_model *m, size_t i, dpt_sample_shape *x) {
-  dpt_node *L = &m->layers[i];
-  if (!m->spec.seq_len || L->src[0] != DPT_LAYER_INPUT_MODEL)
-    return LAYER_ERR(m, i, "must take the model input of a token model (seq_len > 0)");
-  if (L->spec.size == 0 || L->spec.vocab == 0)
-    return LAYER_ERR(m, i, "has size %zu and vocab %zu; neither may be 0", L->spec.size,
-                     L->spec.vocab);
-  if (L->spec.vocab > INT32_MAX) return LAYER_ERR(m, i, "has more than 2^31 - 1 rows");
-  const int64_t ws[2] = {(int64_t)L->spec.vocab, (int64_t)L->spec.size};
-  DPT_TRY(add_tensor(m, i, 0, "weight", 2, ws, &L->w_index));
-  *x = (dpt_sample_shape){1, m->spec.seq_len, L->spec.size, 0, 1};
-  return DPT_OK;
-}
-
-/* position_embedding: adds rows 0..S-1 of a table [vocab, F]. */
-static dpt_status plan_position(dpt_model *m, size_t i, const dpt_sample_shape *x) {
-  dpt_node *L = &m->layers[i];
-  DPT_TRY(need_seq(m, i, x));
-  if (L->spec.vocab < x->h)
-    return LAYER_ERR(m, i, "has %zu positions, the sequence has %zu", L->spec.vocab, x->h);
-  const int64_t ws[2] = {(int64_t)L->spec.vocab, (int64_t)x->w};
-  return add_tensor(m, i, 0, "weight", 2, ws, &L->w_index);
-}
-
-/* attention: nn.MultiheadAttention's tensors; the shape is kept. */
-static dpt_status plan_attention(dpt_model *m, size_t i, const dpt_sample_shape *x) {
-  dpt_node *L = &m->layers[i];
-  DPT_TRY(need_seq(m, i, x));
-  size_t F = x->w, H = L->spec.heads;
-  if (H == 0 || F % H != 0)
-    return LAYER_ERR(m, i, "has %zu heads, which do not divide its %zu features", H, F);
-  if (!(L->spec.p >= 0.0f && L->spec.p < 1.0f))
-    return LAYER_ERR(m, i, "has p %g, not in [0, 1)", (double)L->spec.p);
-  const int64_t in_w[2] = {(int64_t)(3 * F), (int64_t)F}, in_b[1] = {(int64_t)(3 * F)};
-  const int64_t out_w[2] = {(int64_t)F, (int64_t)F}, out_b[1] = {(int64_t)F};
-  DPT_TRY(add_tensor(m, i, 0, "in_proj_weight", 2, in_w, &L->w_index));
-  DPT_TRY(add_tensor(m, i, 0, "in_proj_bias", 1, in_b, &L->b_index));
-  DPT_TRY(add_tensor(m, i, 0, "out_proj.weight", 2, out_w, &L->w2_index));
-  return add_tensor(m, i, 0, "out_proj.bias", 1, out_b, &L->b2_index);
-}
-
-static dpt_status need_image(const dpt_model *m, size_t i, const dpt_sample_shape *x) {
-  if (x->flat) return LAYER_ERR(m, i, "needs an image input, not a flattened one");
-  if (x->seq) return LAYER_ERR(m, i, "needs an image input, not a sequence");
-  return DPT_OK;
-}
-
-/* conv2d: weight [out, c, k, k], bias [out]; stride 0 means 1. */
-static dpt_status plan_conv2d(dpt_model *m, size_t i, dpt_sample_shape *x) {
-  dpt_node *L = &m->layers[i];
-  DPT_TRY(need_image(m, i, x));
-  if (L->spec.size == 0) return LAYER_ERR(m, i, "has 0 output channels");
-  if (L->spec.stride == 0) L->spec.stride = 1;
-  size_t k = L->spec.kernel, s = L->spec.stride, p = L->spec.padding;
-  dpt_conv_geom g = {1, x->c, x->h, x->w, k, k, s, s, p, p};
-  size_t oh, ow;
-  dpt_status st = dpt_conv_out_size(&g, &oh, &ow);
-  if (st != DPT_OK) return LAYER_ERR(m, i, "%s", dpt_last_error());
-  const int64_t ws[4] = {(int64_t)L->spec.size, (int64_t)x->c, (int64_t)k, (int64_t)k};
-  DPT_TRY(add_weight_and_bias(m, i, 4, ws));
-  *x = (dpt_sample_shape){L->spec.size, oh, ow, 0, 0};
-  return DPT_OK;
-}
-
-/* maxpool / avgpool / global_avgpool: channels kept, each plane pooled. */
-static dpt_status plan_pool(dpt_model *m, size_t i, dpt_sample_shape *x) {
-  dpt_node *L = &m->layers[i];
-  DPT_TRY(need_image(m, i, x));
-  if (L->spec.kind == DPT_LAYER_GLOBAL_AVGPOOL) {
-    L->spec.kernel = x->h > x->w ? x->h : x->w; /* for messages only; the window is h x w */
-    *x = (dpt_sample_shape){x->c, 1, 1, 0, 0};
-    return DPT_OK;
-  }
-  if (L->spec.kernel == 0) return LAYER_ERR(m, i, "has kernel 0");
-  if (L->spec.stride == 0) L->spec.stride = L->spec.kernel;
-  dpt_pool_geom g = {x->c,           x->h,           x->w,          L->spec.kernel,
-                     L->spec.kernel, L->spec.stride, L->spec.stride};
-  size_t oh, ow;
-  dpt_status st = dpt_pool_out_size(&g, &oh, &ow);
-  if (st != DPT_OK) return LAYER_ERR(m, i, "%s", dpt_last_error());
-  x->h = oh;
-  x->w = ow;
-  return DPT_OK;
-}
-
-/* batchnorm2d over [C, H, W] images, batchnorm1d over [C] vectors: weight and bias [C], then
- * the buffers running_mean, running_var [C] and num_batches_tracked (one float). */
-static dpt_status plan_batchnorm(dpt_model *m, size_t i, dpt_sample_shape *x) {
-  dpt_node *L = &m->layers[i];
-  if (L->spec.kind == DPT_LAYER_BATCHNORM2D) DPT_TRY(need_image(m, i, x));
-  if (L->spec.kind == DPT_LAYER_BATCHNORM1D && !x->flat)
-    return LAYER_ERR(m, i,
-                     "needs a feature vector (after flatten or linear), not a %zu x %zu x "
-                     "%zu image",
-                     x->c, x->h, x->w);
-  const int64_t c[1] = {(int64_t)x->c};
-  DPT_TRY(add_tensor(m, i, 0, "weight", 1, c, &L->w_index));
-  DPT_TRY(add_tensor(m, i, 0, "bias", 1, c, &L->b_index));
-  L->buf_offset = m->num_buffer_floats;
-  DPT_TRY(add_tensor(m, i, 1, "running_mean", 1, c, NULL));
-  DPT_TRY(add_tensor(m, i, 1, "running_var", 1, c, NULL));
-  return add_tensor(m, i, 1, "num_batches_tracked", 0, c, NULL);
-}
-
-/* layernorm over the last dimension (a vector's features, an image's width): weight and bias
- * [features]; eps 0 becomes PyTorch's 1e-5. */
-static dpt_status plan_layernorm(dpt_model *m, size_t i, const dpt_sample_shape *x) {
-  dpt_node *L = &m->layers[i];
-  if (L->spec.eps == 0.0f) L->spec.eps = 1e-5f;
-  if (!(L->spec.eps > 0.0f) || !isfinite(L->spec.eps))
-    return LAYER_ERR(m, i, "has eps %g, not a positive number", (double)L->spec.eps);
-  const int64_t f[1] = {(int64_t)(x->flat ? x->c : x->w)};
-  DPT_TRY(add_tensor(m, i, 0, "weight", 1, f, &L->w_index));
-  return add_tensor(m, i, 0, "bias", 1, f, &L->b_index);
-}
-
-static dpt_status plan_add(dpt_model *m, size_t i, dpt_sample_shape *x) {
-  const dpt_node *L = &m->layers[i];
-  int b = L->src[1];
-  dpt_sample_shape y = b == DPT_LAYER_INPUT_MODEL
-                           ? (dpt_sample_shape){m->spec.in_c, m->spec.in_h, m->spec.in_w, 0, 0}
-                           : m->layers[b].oshape;
-  if (x->c != y.c || x->h != y.h || x->w != y.w)
-    return LAYER_ERR(m, i, "adds inputs of shapes %zu x %zu x %zu and %zu x %zu x %zu", x->c, x->h,
-                     x->w, y.c, y.h, y.w);
-  return DPT_OK;
-}
-
-/* ---- records: slice, embedding_bag, concat, interaction ------------------------------------ */
-
-/* The shape of layer i's input j (the model input for DPT_LAYER_INPUT_MODEL). */
-static dpt_sample_shape input_shape(const dpt_model *m, size_t i, int j) {
-  int a = m->layers[i].src[j];
-  return a == DPT_LAYER_INPUT_MODEL
-             ? (dpt_sample_shape){m->spec.in_c, m->spec.in_h, m->spec.in_w, 0, 0}
-             : m->layers[a].oshape;
-}
-
-static dpt_sample_shape vector_shape(size_t n) {
-  return (dpt_sample_shape){n, 1, 1, 1, 0};
-}
-
-/* The models of records: no token ids. */
-static dpt_status need_records(const dpt_model *m, size_t i) {
-  if (m->spec.seq_len) return LAYER_ERR(m, i, "cannot be part of a token model (seq_len > 0)");
-  return DPT_OK;
-}
-
-/* slice: floats [offset, offset + size) of the model input or of a vector. */
-static dpt_status plan_slice(dpt_model *m, size_t i, dpt_sample_shape *x) {
-  dpt_node *L = &m->layers[i];
-  DPT_TRY(need_records(m, i));
-  if (L->src[0] != DPT_LAYER_INPUT_MODEL && !x->flat)
-    return LAYER_ERR(m, i, "needs the model input or a vector, not a %zu x %zu x %zu input", x->c,
-                     x->h, x->w);
-  if (L->spec.size == 0) return LAYER_ERR(m, i, "has size 0");
-  if (L->spec.offset > L->in_size || L->spec.size > L->in_size - L->spec.offset)
-    return LAYER_ERR(m, i, "takes floats [%zu, %zu + %zu) beyond its input's %zu", L->spec.offset,
-                     L->spec.offset, L->spec.size, L->in_size);
-  if (L->in_size > INT32_MAX) return LAYER_ERR(m, i, "has an input beyond 2^31 - 1 values");
-  *x = vector_shape(L->spec.size);
-  return DPT_OK;
-}
-
-/* embedding_bag: the record's ids [offset, offset + bag) into a table [vocab, size]. */
-static dpt_status plan_embedding_bag(dpt_model *m, size_t i, dpt_sample_shape *x) {
-  dpt_node *L = &m->layers[i];
-  DPT_TRY(need_records(m, i));
-  if (L->src[0] != DPT_LAYER_INPUT_MODEL)
-    return LAYER_ERR(m, i, "must take the model input (the record holding its ids), not layer %d",
-                     L->src[0]);
-  if (L->spec.size == 0 || L->spec.vocab == 0)
-    return LAYER_ERR(m, i, "has size %zu and vocab %zu; neither may be 0", L->spec.size,
-                     L->spec.vocab);
-  if (L->spec.vocab > INT32_MAX) return LAYER_ERR(m, i, "has more than 2^31 - 1 rows");
-  if (L->spec.bag == 0) L->spec.bag = 1;
-  if (L->spec.mode != DPT_BAG_SUM && L->spec.mode != DPT_BAG_MEAN)
-    return LAYER_ERR(m, i, "has mode %d, not 0 (sum) or 1 (mean)", L->spec.mode);
-  if (L->spec.offset > L->in_size || L->spec.bag > L->in_size - L->spec.offset)
-    return LAYER_ERR(m, i, "reads id slots [%zu, %zu + %zu) beyond the record's %zu",
-                     L->spec.offset, L->spec.offset, L->spec.bag, L->in_size);
-  const int64_t ws[2] = {(int64_t)L->spec.vocab, (int64_t)L->spec.size};
-  DPT_TRY(add_tensor(m, i, 0, "weight", 2, ws, &L->w_index));
-  *x = vector_shape(L->spec.size);
-  return DPT_OK;
-}
-
-/* concat: two vectors, the first's values then the second's. */
-static dpt_status plan_concat(dpt_model *m, size_t i, dpt_sample_shape *x) {
-  dpt_sample_shape y = input_shape(m, i, 1);
-  if (!x->flat || !y.flat)
-    return LAYER_ERR(m, i,
-                     "concatenates vectors, not inputs of shapes %zu x %zu x %zu and %zu x "
-                     "%zu x %zu (the model input and images are not vectors)",
-                     x->c, x->h, x->w, y.c, y.h, y.w);
-  if (x->c + y.c > INT32_MAX) return LAYER_ERR(m, i, "output beyond 2^31 - 1 values");
-  *x = vector_shape(x->c + y.c);
-  return DPT_OK;
-}
-
-/* interaction: K vectors of size features to the first one and the K (K - 1) / 2 dot products. */
-static dpt_status plan_interaction(dpt_model *m, size_t i, dpt_sample_shape *x) {
-  dpt_node *L = &m->layers[i];
-  size_t d = L->spec.size;
-  if (!x->flat)
-    return LAYER_ERR(m, i, "needs a vector of K vectors, not a %zu x %zu x %zu input", x->c, x->h,
-                     x->w);
-  if (d == 0) return LAYER_ERR(m, i, "has size 0");
-  if (L->in_size % d != 0 || L->in_size / d < 2)
-    return LAYER_ERR(m, i, "input of %zu values is not a multiple (2 or more) of its size %zu",
-                     L->in_size, d);
-  size_t K = L->in_size / d;
-  if (K > 46340) return LAYER_ERR(m, i, "has %zu vectors, more than 46340", K);
-  *x = vector_shape(d + K * (K - 1) / 2);
-  return DPT_OK;
-}
-
 /* Which layers feed layer i: the spec's inputs, or the layer before. */
 static dpt_status plan_inputs(dpt_model *m, size_t i) {
   dpt_node *L = &m->layers[i];
   const dpt_layer_spec *l = &m->spec.layers[i];
-  int want = l->kind == DPT_LAYER_ADD || l->kind == DPT_LAYER_CONCAT ? 2 : 1;
+  const dpt_layer_ops *ops = dpt_layer_ops_of(l->kind);
+  int want = ops && ops->num_inputs == 2 ? 2 : 1;
   if (l->num_inputs == 0 && want == 1) {
     L->num_src = 1;
     L->src[0] = (int)i - 1; /* DPT_LAYER_INPUT_MODEL for layer 0 */
@@ -748,54 +403,12 @@ static dpt_status plan_inputs(dpt_model *m, size_t i) {
   return DPT_OK;
 }
 
+/* Layer i's shape rule and tensors, by its kind's table. */
 static dpt_status plan_kind(dpt_model *m, size_t i, dpt_sample_shape *x) {
   dpt_node *L = &m->layers[i];
-  switch (L->spec.kind) {
-  case DPT_LAYER_LINEAR:
-    return plan_linear(m, i, x);
-  case DPT_LAYER_CONV2D:
-    return plan_conv2d(m, i, x);
-  case DPT_LAYER_MAXPOOL:
-  case DPT_LAYER_AVGPOOL:
-  case DPT_LAYER_GLOBAL_AVGPOOL:
-    return plan_pool(m, i, x);
-  case DPT_LAYER_BATCHNORM2D:
-  case DPT_LAYER_BATCHNORM1D:
-    return plan_batchnorm(m, i, x);
-  case DPT_LAYER_ADD:
-    return plan_add(m, i, x);
-  case DPT_LAYER_FLATTEN:
-    *x = (dpt_sample_shape){L->in_size, 1, 1, 1, 0};
-    return DPT_OK;
-  case DPT_LAYER_DROPOUT:
-    if (!(L->spec.p >= 0.0f && L->spec.p < 1.0f))
-      return LAYER_ERR(m, i, "has p %g, not in [0, 1)", (double)L->spec.p);
-    return DPT_OK;
-  case DPT_LAYER_LAYERNORM:
-    return plan_layernorm(m, i, x);
-  case DPT_LAYER_GELU:
-    if (L->spec.approximate != DPT_GELU_ERF && L->spec.approximate != DPT_GELU_TANH)
-      return LAYER_ERR(m, i, "has approximate %d, not 0 (erf) or 1 (tanh)", L->spec.approximate);
-    return DPT_OK;
-  case DPT_LAYER_RELU:
-    return DPT_OK;
-  case DPT_LAYER_EMBEDDING:
-    return plan_embedding(m, i, x);
-  case DPT_LAYER_POSITION_EMBEDDING:
-    return plan_position(m, i, x);
-  case DPT_LAYER_ATTENTION:
-    return plan_attention(m, i, x);
-  case DPT_LAYER_SLICE:
-    return plan_slice(m, i, x);
-  case DPT_LAYER_EMBEDDING_BAG:
-    return plan_embedding_bag(m, i, x);
-  case DPT_LAYER_CONCAT:
-    return plan_concat(m, i, x);
-  case DPT_LAYER_INTERACTION:
-    return plan_interaction(m, i, x);
-  default:
-    return LAYER_ERR(m, i, "has unknown kind %d", (int)L->spec.kind);
-  }
+  const dpt_layer_ops *ops = dpt_layer_ops_of(L->spec.kind);
+  if (!ops) return LAYER_ERR(m, i, "has unknown kind %d", (int)L->spec.kind);
+  return ops->plan ? ops->plan(m, i, x) : DPT_OK;
 }
 
 /* Layer i's inputs, shapes and tensors. */
@@ -926,51 +539,6 @@ static dpt_status plan(dpt_model *m) {
 
 /* ---- memory -------------------------------------------------------------------------------- */
 
-static dpt_status alloc_floats(dpt_model *m, size_t count, size_t elem, dpt_buffer **out) {
-  size_t bytes;
-  if (!dpt_mul_ok(count, elem, &bytes))
-    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_model_create: buffer size overflows");
-  if (bytes == 0) bytes = elem;
-  DPT_TRY(dpt_buffer_alloc(m->be, bytes, out));
-  m->activation_bytes += bytes;
-  return DPT_OK;
-}
-
-/* What the model needs once, sized by its largest user: the im2col columns and their gradient
- * (shared by every convolution, recomputed in backward), the ones vector of the conv bias, and
- * the scratch gradient of a layer feeding several others. */
-typedef struct shared_sizes {
-  size_t col, plane, scratch;
-  size_t qkv, probs, ctx; /* attention's gradients */
-  size_t iota, z;         /* the column maps' 0, 1, 2, ...; interaction's Z */
-} shared_sizes;
-
-/* An int32 device buffer holding host[n] (not activation memory: a constant of the model). */
-static dpt_status upload_i32(dpt_model *m, const int32_t *host, size_t n, dpt_buffer **out) {
-  DPT_TRY(dpt_buffer_alloc(m->be, (n ? n : 1) * sizeof(int32_t), out));
-  return n ? dpt_buffer_upload(*out, 0, host, n * sizeof(int32_t)) : DPT_OK;
-}
-
-/* interaction: the pairs (i, j), i > j, of Z [K, K] in torch.tril_indices(K, K, -1) order (row
- * by row), as flat indices i K + j; Z [max_batch, K, K] shared. */
-static dpt_status alloc_interaction(dpt_model *m, size_t i, shared_sizes *sh) {
-  dpt_node *L = &m->layers[i];
-  size_t K = L->in_size / L->spec.size, T = K * (K - 1) / 2, z;
-  if (!dpt_mul_ok(K * K, m->max_batch, &z))
-    return LAYER_ERR(m, i, "interactions for %zu samples are too large", m->max_batch);
-  int32_t *map = malloc((T ? T : 1) * sizeof(int32_t));
-  if (!map) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_model_create: out of host memory");
-  size_t n = 0;
-  for (size_t r = 1; r < K; ++r)
-    for (size_t c = 0; c < r; ++c)
-      map[n++] = (int32_t)(r * K + c);
-  dpt_status st = upload_i32(m, map, T, &L->map);
-  free(map);
-  if (z > sh->z) sh->z = z;
-  if (L->spec.size > sh->iota) sh->iota = L->spec.size;
-  return st;
-}
-
 /* How many layers take their input from store s (through flattens, which do not count). */
 static int consumers_of(const dpt_model *m, int s) {
   int n = 0;
@@ -982,19 +550,9 @@ static int consumers_of(const dpt_model *m, int s) {
   return n;
 }
 
-/* Images per im2col pass: the whole batch on devices (one dispatch per op), a few at a time on
- * the CPU so the columns stay in cache between im2col and gemm (the results are the same:
- * each image's gemm is unchanged, and the summed weight gradient takes the images in order). */
-size_t dpt_model_conv_chunk(const dpt_model *m, const dpt_node *L, size_t b) {
-  if (dpt_backend_get_kind(m->be) != DPT_BACKEND_CPU) return b;
-  size_t per_image = L->ishape.c * L->spec.kernel * L->spec.kernel * L->oshape.h * L->oshape.w;
-  size_t n = DPT_MODEL_CPU_COL_FLOATS / (per_image ? per_image : 1);
-  return n < 1 ? 1 : n < b ? n : b;
-}
-
 /* Layer i's activation buffers for max_batch samples: its output and the gradient wrt it, and
- * what its kind keeps between forward and backward (maxpool: argmax; batch norm: the step's
- * statistics and sums). A flatten layer aliases its input and owns nothing. */
+ * what its kind keeps between forward and backward (its table's alloc). A flatten layer aliases its
+ * input and owns nothing. */
 static dpt_status alloc_layer(dpt_model *m, size_t i, shared_sizes *sh) {
   dpt_node *L = &m->layers[i];
   size_t n;
@@ -1002,80 +560,41 @@ static dpt_status alloc_layer(dpt_model *m, size_t i, shared_sizes *sh) {
     return LAYER_ERR(m, i, "output for %zu samples is too large", m->max_batch);
   if (L->spec.kind == DPT_LAYER_FLATTEN) return DPT_OK;
   if (consumers_of(m, (int)i) > 1 && n > sh->scratch) sh->scratch = n;
-  DPT_TRY(alloc_floats(m, n, sizeof(float), &L->out));
-  DPT_TRY(alloc_floats(m, n, sizeof(float), &L->dout));
-  switch (L->spec.kind) {
-  case DPT_LAYER_MAXPOOL:
-    return alloc_floats(m, n, sizeof(int32_t), &L->aux);
-  case DPT_LAYER_BATCHNORM1D:
-  case DPT_LAYER_BATCHNORM2D:
-    return alloc_floats(m, 4 * L->oshape.c, sizeof(float), &L->aux);
-  case DPT_LAYER_LAYERNORM: /* the rows' mean and rstd: 2 per row of every sample */
-    return alloc_floats(m, 2 * (n / m->tensors[L->w_index].count), sizeof(float), &L->aux);
-  case DPT_LAYER_ATTENTION: {
-    size_t S = L->ishape.h, probs;
-    if (!dpt_mul_ok(S * S, m->max_batch * L->spec.heads, &probs))
-      return LAYER_ERR(m, i, "attention probabilities for %zu samples are too large", m->max_batch);
-    DPT_TRY(alloc_floats(m, 3 * n, sizeof(float), &L->aux));
-    DPT_TRY(alloc_floats(m, probs, sizeof(float), &L->probs));
-    if (L->spec.p > 0.0f) DPT_TRY(alloc_floats(m, probs, sizeof(float), &L->probs_drop));
-    DPT_TRY(alloc_floats(m, n, sizeof(float), &L->ctx));
-    if (3 * n > sh->qkv) sh->qkv = 3 * n;
-    if (probs > sh->probs) sh->probs = probs;
-    if (n > sh->ctx) sh->ctx = n;
-    return DPT_OK;
-  }
-  case DPT_LAYER_SLICE: /* map: iota from offset */
-    if (L->in_size > sh->iota) sh->iota = L->in_size;
-    return DPT_OK;
-  case DPT_LAYER_CONCAT: /* maps: iota, from 0 (forward) or from an input's first column */
-    if (L->out_size > sh->iota) sh->iota = L->out_size;
-    return DPT_OK;
-  case DPT_LAYER_INTERACTION:
-    return alloc_interaction(m, i, sh);
-  case DPT_LAYER_CONV2D: {
-    size_t k = L->ishape.c * L->spec.kernel * L->spec.kernel, plane = L->oshape.h * L->oshape.w,
-           col;
-    if (!dpt_mul_ok(k, plane, &col) ||
-        !dpt_mul_ok(col, dpt_model_conv_chunk(m, L, m->max_batch), &col))
-      return LAYER_ERR(m, i, "im2col columns for %zu samples are too large", m->max_batch);
-    if (col > sh->col) sh->col = col;
-    if (plane > sh->plane) sh->plane = plane;
-    return DPT_OK;
-  }
-  default:
-    return DPT_OK;
-  }
+  DPT_TRY(dpt_layer_alloc_floats(m, n, sizeof(float), &L->out));
+  DPT_TRY(dpt_layer_alloc_floats(m, n, sizeof(float), &L->dout));
+  const dpt_layer_ops *ops = dpt_layer_ops_of(L->spec.kind);
+  return ops->alloc ? ops->alloc(m, i, n, sh) : DPT_OK;
 }
 
 static dpt_status alloc_all(dpt_model *m) {
   shared_sizes sh = {0, 1, 0, 0, 0, 0, 0, 0};
   for (size_t i = 0; i < m->num_layers; ++i)
     DPT_TRY(alloc_layer(m, i, &sh));
-  if (sh.z) DPT_TRY(alloc_floats(m, sh.z, sizeof(float), &m->zbuf));
+  if (sh.z) DPT_TRY(dpt_layer_alloc_floats(m, sh.z, sizeof(float), &m->zbuf));
   if (sh.iota) {
     int32_t *iota = malloc(sh.iota * sizeof(int32_t));
     if (!iota) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dpt_model_create: out of host memory");
     for (size_t j = 0; j < sh.iota; ++j)
       iota[j] = (int32_t)j;
-    dpt_status st = upload_i32(m, iota, sh.iota, &m->iota);
+    dpt_status st = dpt_layer_upload_i32(m, iota, sh.iota, &m->iota);
     free(iota);
     DPT_TRY(st);
   }
-  if (sh.col) DPT_TRY(alloc_floats(m, sh.col, sizeof(float), &m->col));
-  if (sh.col) DPT_TRY(alloc_floats(m, sh.col, sizeof(float), &m->dcol));
-  if (sh.scratch) DPT_TRY(alloc_floats(m, sh.scratch, sizeof(float), &m->scratch));
+  if (sh.col) DPT_TRY(dpt_layer_alloc_floats(m, sh.col, sizeof(float), &m->col));
+  if (sh.col) DPT_TRY(dpt_layer_alloc_floats(m, sh.col, sizeof(float), &m->dcol));
+  if (sh.scratch) DPT_TRY(dpt_layer_alloc_floats(m, sh.scratch, sizeof(float), &m->scratch));
   if (sh.qkv) {
-    DPT_TRY(alloc_floats(m, sh.qkv, sizeof(float), &m->dqkv));
-    DPT_TRY(alloc_floats(m, sh.probs, sizeof(float), &m->dprobs));
-    DPT_TRY(alloc_floats(m, sh.ctx, sizeof(float), &m->dctx));
+    DPT_TRY(dpt_layer_alloc_floats(m, sh.qkv, sizeof(float), &m->dqkv));
+    DPT_TRY(dpt_layer_alloc_floats(m, sh.probs, sizeof(float), &m->dprobs));
+    DPT_TRY(dpt_layer_alloc_floats(m, sh.ctx, sizeof(float), &m->dctx));
   }
-  DPT_TRY(alloc_floats(m, sh.plane, sizeof(float), &m->ones));
+  DPT_TRY(dpt_layer_alloc_floats(m, sh.plane, sizeof(float), &m->ones));
   DPT_TRY(dpt_buffer_fill_f32(m->ones, 0, sh.plane, 1.0f));
   size_t before = m->activation_bytes;
-  DPT_TRY(alloc_floats(m, m->num_params, sizeof(float), &m->params));
-  DPT_TRY(alloc_floats(m, m->num_params, sizeof(float), &m->grads));
-  if (m->num_buffer_floats) DPT_TRY(alloc_floats(m, m->num_buffer_floats, sizeof(float), &m->bufs));
+  DPT_TRY(dpt_layer_alloc_floats(m, m->num_params, sizeof(float), &m->params));
+  DPT_TRY(dpt_layer_alloc_floats(m, m->num_params, sizeof(float), &m->grads));
+  if (m->num_buffer_floats)
+    DPT_TRY(dpt_layer_alloc_floats(m, m->num_buffer_floats, sizeof(float), &m->bufs));
   m->activation_bytes = before; /* parameters, gradients and buffers are not activations */
   return DPT_OK;
 }
@@ -1292,62 +811,11 @@ dpt_status dpt_model_set_state(dpt_model *m, const float *host) {
 
 /* ---- initialization ------------------------------------------------------------------------ */
 
-/* Tensor t uniform in +-bound, or normal(0, sd) when sd > 0, from its own generator stream. */
-static void init_tensor(const dpt_model *m, size_t t, uint64_t seed, double bound, double sd,
-                        float *host) {
-  const dpt_tensor_info *ti = &m->tensors[t];
-  dpt_rng rng;
-  dpt_rng_seed(&rng, seed, (uint64_t)t);
-  for (size_t j = 0; j < ti->count; ++j)
-    host[ti->offset + j] =
-        (float)(sd > 0.0 ? sd * dpt_rng_normal(&rng) : (2.0 * dpt_rng_uniform(&rng) - 1.0) * bound);
-}
-
-static void zero_tensor(const dpt_model *m, size_t t, float *host) {
-  if (t != SIZE_MAX) memset(host + m->tensors[t].offset, 0, m->tensors[t].count * sizeof(float));
-}
-
-/* Layer L's parameters into host (the flat layout), as PyTorch initializes its module:
- * batch and layer norm weight 1 and bias 0; linear and conv2d kaiming_uniform_(a=sqrt(5)) on
- * the weight, bound sqrt(6/((1+5) fan_in)) = 1/sqrt(fan_in), the bias uniform in the same
- * bound; embeddings and embedding bags normal(0, 1) (nn.Embedding's and nn.EmbeddingBag's);
- * attention xavier_uniform_ on in_proj_weight, out_proj.weight as linear, biases 0. With init_std >
- * 0 every weight is normal(0, init_std) and every bias 0 (BERT's). A tied linear initializes its
- * bias only. One generator stream per tensor index keeps a tensor's values independent of the
- * layers before it. */
+/* Layer L's parameters into host (the flat layout), as PyTorch initializes its module (each
+ * kind's table says how). One generator stream per tensor index keeps a tensor's values
+ * independent of the layers before it. */
 static void init_layer(const dpt_model *m, const dpt_node *L, uint64_t seed, float *host) {
-  const dpt_layer_kind k = L->spec.kind;
-  const double sd = L->spec.init_std;
-  if (k == DPT_LAYER_BATCHNORM1D || k == DPT_LAYER_BATCHNORM2D || k == DPT_LAYER_LAYERNORM) {
-    const dpt_tensor_info *wt = &m->tensors[L->w_index];
-    for (size_t j = 0; j < wt->count; ++j) {
-      host[wt->offset + j] = 1.0f;
-      host[m->tensors[L->b_index].offset + j] = 0.0f;
-    }
-    return;
-  }
-  if (k == DPT_LAYER_EMBEDDING || k == DPT_LAYER_POSITION_EMBEDDING ||
-      k == DPT_LAYER_EMBEDDING_BAG) {
-    init_tensor(m, L->w_index, seed, 0.0, sd > 0.0 ? sd : 1.0, host);
-    return;
-  }
-  if (k == DPT_LAYER_ATTENTION) {
-    const dpt_tensor_info *in = &m->tensors[L->w_index];
-    double fan = (double)(in->shape[0] + in->shape[1]);
-    init_tensor(m, L->w_index, seed, sqrt(6.0 / fan), sd, host);
-    init_tensor(m, L->w2_index, seed, 1.0 / sqrt((double)in->shape[1]), sd, host);
-    zero_tensor(m, L->b_index, host);
-    zero_tensor(m, L->b2_index, host);
-    return;
-  }
-  const dpt_tensor_info *wt = &m->tensors[L->w_index];
-  double bound = 1.0 / sqrt((double)(wt->count / (size_t)wt->shape[0]));
-  if (!L->spec.tie) init_tensor(m, L->w_index, seed, bound, sd, host);
-  if (L->b_index == SIZE_MAX) return;
-  if (sd > 0.0)
-    zero_tensor(m, L->b_index, host);
-  else
-    init_tensor(m, L->b_index, seed, bound, 0.0, host);
+  dpt_layer_ops_of(L->spec.kind)->init(m, L, seed, host);
 }
 
 dpt_status dpt_model_init(dpt_model *m, uint64_t seed) {
