@@ -216,8 +216,8 @@ DPT_API dpt_status dpt_model_spec_bert(dpt_model_spec *spec, const dpt_bert_opti
  *     takes the concatenation);
  *   top_l.<i>: linear/relu per top size, then a last linear to 1 without relu (the loss takes
  *     the logit).
- * Initialization: the layers' defaults (PyTorch's nn.Linear and nn.EmbeddingBag defaults: tables
- * normal(0, 1)), not DLRM_Net's own (tables uniform in +-sqrt(1/rows)). */
+ * Initialization: the linear layers' defaults (PyTorch's nn.Linear); each table normal(0, s) with
+ * s = sqrt(1 / (3 rows)), the variance of DLRM_Net's uniform(+-sqrt(1/rows)). */
 typedef enum dpt_dlrm_interaction { DPT_DLRM_DOT = 0, DPT_DLRM_CAT = 1 } dpt_dlrm_interaction;
 typedef struct dpt_dlrm_options {
   size_t num_dense;         /* dense features, >= 1 */
