@@ -17,9 +17,19 @@ typedef struct shared_sizes {
   size_t iota, z;         /* the column maps' 0, 1, 2, ...; interaction's Z */
 } shared_sizes;
 
+/* What the graph code asks of a kind beyond its operations (dpt_layer_ops.flags). */
+enum {
+  DPT_LAYER_ALIAS = 1,        /* its output is its input, reshaped: no memory, no work */
+  DPT_LAYER_TAKES_TOKENS = 2, /* may read a token model's input ids */
+  DPT_LAYER_CAN_TIE = 4,      /* may share an embedding's weight (spec.tie) */
+  DPT_LAYER_SYNC_STATS = 8,   /* sums its batch statistics over the replicas under sync-bn */
+  DPT_LAYER_SPARSE_ROWS = 16  /* a table whose gradient can travel as touched rows */
+};
+
 /* A NULL entry does nothing (DPT_OK). */
 typedef struct dpt_layer_ops {
   int num_inputs; /* inputs the kind takes: 2 (named in the spec), else 1 */
+  unsigned flags; /* DPT_LAYER_ALIAS, ... */
   /* Checks layer i's spec, normalizes its defaults, registers its parameters and buffers and
    * turns x (the input shape) into the output shape; errors through LAYER_ERR. */
   dpt_status (*plan)(dpt_model *m, size_t i, dpt_sample_shape *x);
@@ -44,5 +54,7 @@ DPT_LAYER_KIND_MAP(DPT_LAYER_OPS_DECLARE_)
 
 /* The table of kind, NULL for a value outside DPT_LAYER_KIND_MAP. */
 const dpt_layer_ops *dpt_layer_ops_of(dpt_layer_kind kind);
+/* Whether kind's table has `flag` (0 for a value outside DPT_LAYER_KIND_MAP). */
+int dpt_layer_has(dpt_layer_kind kind, unsigned flag);
 
 #endif

@@ -11,3 +11,8 @@ static const dpt_layer_ops *const table[DPT_LAYER_KIND_COUNT] = {
 const dpt_layer_ops *dpt_layer_ops_of(dpt_layer_kind kind) {
   return (int)kind >= 0 && (int)kind < DPT_LAYER_KIND_COUNT ? table[kind] : NULL;
 }
+
+int dpt_layer_has(dpt_layer_kind kind, unsigned flag) {
+  const dpt_layer_ops *o = dpt_layer_ops_of(kind);
+  return o && (o->flags & flag) != 0;
+}

@@ -420,11 +420,11 @@ static dpt_status plan_layer(dpt_model *m, size_t i) {
     return LAYER_ERR(m, i, "has a name that is not NUL-terminated");
   DPT_TRY(plan_inputs(m, i));
   int a = L->src[0];
-  if (m->spec.seq_len && L->spec.kind != DPT_LAYER_EMBEDDING)
+  if (m->spec.seq_len && !dpt_layer_has(L->spec.kind, DPT_LAYER_TAKES_TOKENS))
     for (int j = 0; j < L->num_src; ++j)
       if (L->src[j] == DPT_LAYER_INPUT_MODEL)
         return LAYER_ERR(m, i, "takes the token ids; only an embedding layer can");
-  if (L->spec.tie && L->spec.kind != DPT_LAYER_LINEAR)
+  if (L->spec.tie && !dpt_layer_has(L->spec.kind, DPT_LAYER_CAN_TIE))
     return LAYER_ERR(m, i, "has a tie; only a linear layer can share an embedding's weight");
   dpt_sample_shape x = a == DPT_LAYER_INPUT_MODEL
                            ? (dpt_sample_shape){m->spec.in_c, m->spec.in_h, m->spec.in_w, 0, 0}
@@ -436,7 +436,7 @@ static dpt_status plan_layer(dpt_model *m, size_t i) {
   L->oshape = x;
   if (!dpt_mul_ok(x.c, x.h, &L->out_size) || !dpt_mul_ok(L->out_size, x.w, &L->out_size))
     return LAYER_ERR(m, i, "output too large");
-  L->store = L->spec.kind == DPT_LAYER_FLATTEN
+  L->store = dpt_layer_has(L->spec.kind, DPT_LAYER_ALIAS)
                  ? (a == DPT_LAYER_INPUT_MODEL ? a : m->layers[a].store)
                  : (int)i;
   return DPT_OK;
@@ -491,7 +491,7 @@ static dpt_status plan_check_tensor_names(const dpt_model *m) {
 static dpt_status plan_check_graph(const dpt_model *m) {
   const char *fn = plan_fn;
   const dpt_node *last = &m->layers[m->num_layers - 1];
-  if (last->spec.kind == DPT_LAYER_FLATTEN)
+  if (dpt_layer_has(last->spec.kind, DPT_LAYER_ALIAS))
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "%s: the last layer must compute the logits, not flatten them", fn);
   if (m->spec.seq_len) {
@@ -544,7 +544,7 @@ static int consumers_of(const dpt_model *m, int s) {
   int n = 0;
   for (size_t j = 0; j < m->num_layers; ++j) {
     const dpt_node *L = &m->layers[j];
-    for (int k = 0; k < L->num_src && L->spec.kind != DPT_LAYER_FLATTEN; ++k)
+    for (int k = 0; k < L->num_src && !dpt_layer_has(L->spec.kind, DPT_LAYER_ALIAS); ++k)
       n += L->src[k] >= 0 && m->layers[L->src[k]].store == s;
   }
   return n;
@@ -558,7 +558,7 @@ static dpt_status alloc_layer(dpt_model *m, size_t i, shared_sizes *sh) {
   size_t n;
   if (!dpt_mul_ok(m->max_batch, L->out_size, &n))
     return LAYER_ERR(m, i, "output for %zu samples is too large", m->max_batch);
-  if (L->spec.kind == DPT_LAYER_FLATTEN) return DPT_OK;
+  if (dpt_layer_has(L->spec.kind, DPT_LAYER_ALIAS)) return DPT_OK;
   if (consumers_of(m, (int)i) > 1 && n > sh->scratch) sh->scratch = n;
   DPT_TRY(dpt_layer_alloc_floats(m, n, sizeof(float), &L->out));
   DPT_TRY(dpt_layer_alloc_floats(m, n, sizeof(float), &L->dout));
@@ -716,8 +716,7 @@ dpt_status dpt_model_set_sync_bn(dpt_model *m, dpt_model_allreduce_fn sum, void 
   /* The host side of the sums, once for the widest batch norm: none on the training step. */
   size_t widest = 0;
   for (size_t i = 0; i < m->num_layers; ++i)
-    if (m->layers[i].spec.kind == DPT_LAYER_BATCHNORM1D ||
-        m->layers[i].spec.kind == DPT_LAYER_BATCHNORM2D)
+    if (dpt_layer_has(m->layers[i].spec.kind, DPT_LAYER_SYNC_STATS))
       widest = m->layers[i].oshape.c > widest ? m->layers[i].oshape.c : widest;
   free(m->sync_host);
   free(m->sync_acc);
@@ -765,7 +764,7 @@ dpt_status dpt_model_set_sparse_table_grads(dpt_model *m, int on) {
   m->sparse_table_grads = on != 0;
   if (!on) return DPT_OK;
   for (size_t i = 0; i < m->num_layers; ++i)
-    if (m->layers[i].spec.kind == DPT_LAYER_EMBEDDING_BAG) {
+    if (dpt_layer_has(m->layers[i].spec.kind, DPT_LAYER_SPARSE_ROWS)) {
       const dpt_tensor_info *W = &m->tensors[m->layers[i].w_index];
       DPT_TRY(dpt_buffer_fill_f32(m->grads, W->offset, W->count, 0.0f));
     }

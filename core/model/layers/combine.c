@@ -177,6 +177,7 @@ static dpt_status plan_flatten(dpt_model *m, size_t i, dpt_sample_shape *x) {
 }
 
 const dpt_layer_ops dpt_layer_ops_FLATTEN = {
+    .flags = DPT_LAYER_ALIAS,
     .plan = plan_flatten,
 };
 

@@ -81,6 +81,7 @@ static dpt_status linear_backward(dpt_model *m, const dpt_node *L, const dpt_buf
 }
 
 const dpt_layer_ops dpt_layer_ops_LINEAR = {
+    .flags = DPT_LAYER_CAN_TIE,
     .plan = plan_linear,
     .init = dpt_layer_init_weight_bias,
     .forward = linear_fwd,

@@ -49,6 +49,7 @@ static dpt_status embedding_backward(dpt_model *m, const dpt_node *L, const dpt_
 }
 
 const dpt_layer_ops dpt_layer_ops_EMBEDDING = {
+    .flags = DPT_LAYER_TAKES_TOKENS,
     .plan = plan_embedding,
     .init = embedding_init,
     .forward = embedding_fwd,
@@ -149,6 +150,7 @@ static dpt_status embedding_bag_backward(dpt_model *m, const dpt_node *L, const 
 }
 
 const dpt_layer_ops dpt_layer_ops_EMBEDDING_BAG = {
+    .flags = DPT_LAYER_SPARSE_ROWS,
     .plan = plan_embedding_bag,
     .init = embedding_init,
     .forward = embedding_bag_fwd,

@@ -160,6 +160,7 @@ static dpt_status bn_backward(dpt_model *m, const dpt_node *L, const dpt_buffer 
 }
 
 const dpt_layer_ops dpt_layer_ops_BATCHNORM2D = {
+    .flags = DPT_LAYER_SYNC_STATS,
     .plan = plan_batchnorm,
     .alloc = bn_alloc,
     .init = norm_init,
@@ -168,6 +169,7 @@ const dpt_layer_ops dpt_layer_ops_BATCHNORM2D = {
 };
 
 const dpt_layer_ops dpt_layer_ops_BATCHNORM1D = {
+    .flags = DPT_LAYER_SYNC_STATS,
     .plan = plan_batchnorm,
     .alloc = bn_alloc,
     .init = norm_init,
