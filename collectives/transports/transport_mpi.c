@@ -34,7 +34,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "collectives/common/comm_struct.h"
@@ -205,14 +204,16 @@ static dpt_status mpi_poll(dpt_comm *c, dpt_req **reqs, int n, int block, double
  * matched one completes only when the rest of its message arrives. */
 #define CANCEL_GRACE_S 0.2
 
-/* Tests a cancelled receive until it completes or CANCEL_GRACE_S pass: 1 if it completed. */
-static int recv_cancelled(MPI_Request *q) {
-  const double until = dpt_now() + CANCEL_GRACE_S;
+/* Tests a cancelled receive until it completes or CANCEL_GRACE_S pass, waiting as every other
+ * wait of the transport does (dpt_backoff): 1 if it completed. */
+static int recv_cancelled(const mpi_state *s, MPI_Request *q) {
+  const double now = dpt_now();
+  dpt_backoff b;
+  dpt_backoff_start(&b, now, s->oversubscribed);
   for (;;) {
     int flag = 0;
     if (MPI_Test(q, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || flag) return 1;
-    if (dpt_now() > until) return 0;
-    nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+    if (dpt_backoff_pause(&b, now + CANCEL_GRACE_S)) return 0;
   }
 }
 
@@ -227,7 +228,7 @@ static void mpi_cancel(dpt_comm *c, dpt_req *r) {
   MPI_Cancel(&q);
   if (r->is_recv) {
     /* Not waited for: MPI_Wait on a matched receive whose sender is cut off never returns. */
-    if (!recv_cancelled(&q)) c->stranded = 1;
+    if (!recv_cancelled(s, &q)) c->stranded = 1;
   } else {
     int flag = 0;
     MPI_Test(&q, &flag, MPI_STATUS_IGNORE);
