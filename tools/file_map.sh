@@ -27,9 +27,9 @@ summary() {
     }' "$1"
 }
 
-# At most 100 characters of a sentence, cut at a word, with "..." when cut.
+# At most 80 characters of a sentence, cut at a word, with "..." when cut.
 clip() {
-  awk '{ if (length($0) > 100) { t = substr($0, 1, 97); sub(/ [^ ]*$/, "", t); print t "..." }
+  awk '{ if (length($0) > 80) { t = substr($0, 1, 77); sub(/ [^ ]*$/, "", t); print t "..." }
          else print }'
 }
 
