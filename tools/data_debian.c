@@ -1,5 +1,5 @@
 /* `dptrain data debian`: the Debian package dependency graph as link prediction shards
- * (docs/recommendation.md, *Debian*). Reads apt's package stanzas (`apt-cache dumpavail`),
+ * (docs/recommendation.md, *Data tools*). Reads apt's package stanzas (`apt-cache dumpavail`),
  * takes each Depends and Recommends clause's first alternative as an edge package -> target,
  * splits the edges into training and validation by a seeded hash of their names, samples
  * uniform negatives, and writes the ranking set recall@10 is computed on. */
