@@ -11,3 +11,14 @@ set_tests_properties(house PROPERTIES TIMEOUT 120 LABELS "lint" SKIP_RETURN_CODE
 add_test(NAME file_map COMMAND bash "${PROJECT_SOURCE_DIR}/tools/file_map.sh" --check
                                "${PROJECT_SOURCE_DIR}/docs/files.md")
 set_tests_properties(file_map PROPERTIES TIMEOUT 60 LABELS "lint")
+# docs/reference.md is `dptrain help --reference` (the commands' option tables, base/env.h's
+# variables): the test fails with the diff when they differ.
+if(DPT_BUILD_TOOLS)
+  add_test(NAME reference COMMAND bash "${PROJECT_SOURCE_DIR}/tools/check_reference.sh"
+                                  $<TARGET_FILE:dptrain_cli> "${PROJECT_SOURCE_DIR}/docs/reference.md")
+  set_tests_properties(reference PROPERTIES TIMEOUT 60 LABELS "lint")
+endif()
+# Every getenv("DPT_...") of the sources is an entry of base/env.h's table, and the library and
+# tools read only through dpt_env_get (tools/check_env.sh).
+add_test(NAME env_table COMMAND bash "${PROJECT_SOURCE_DIR}/tools/check_env.sh" "${PROJECT_SOURCE_DIR}")
+set_tests_properties(env_table PROPERTIES TIMEOUT 60 LABELS "lint")

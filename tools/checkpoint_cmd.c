@@ -15,6 +15,7 @@
 
 #include "dptrain/dptrain.h"
 #include "tools/commands.h"
+#include "tools/options.h"
 
 /* ---- checkpoint info / export ------------------------------------------------------------- */
 
@@ -160,7 +161,7 @@ static int checkpoint_usage(FILE *f, int rc) {
              "PATH is a checkpoint file, or a directory of them: then its newest valid one.\n"
              "info checks every tensor's CRC32 and prints the run's position and configuration;\n"
              "it exits 0 for a valid checkpoint, 1 otherwise. export writes the model's weights\n"
-             "(no optimizer state) for dptrain eval, predict and PyTorch.\n");
+             "(no optimizer state) for dptrain eval, predict and PyTorch. (Each takes --help.)\n");
   return rc;
 }
 
@@ -222,37 +223,75 @@ static int cmd_export(const char *path, const char *out) {
   return 0;
 }
 
+enum { INFO = 1, EXPORT = 2 };
+
+typedef struct ckpt_opts {
+  const char *path, *out; /* PATH, --weights */
+  int json;
+} ckpt_opts;
+
+#define OPT_TARGET ckpt_opts
+
+static const dpt_opt ckpt_options[] = {
+    {"--json", NULL, "the checkpoint's metadata as one JSON object", .cmds = INFO, FLAG(json, 1)},
+    {"--weights", "OUT", "the safetensors file to write; required", .cmds = EXPORT, STRING(out)},
+};
+
+static const dpt_opt_cmd info_cmd = {
+    "dptrain checkpoint info",
+    "usage: dptrain checkpoint info PATH [--json]\n"
+    "\n"
+    "PATH is a checkpoint file, or a directory of them: then its newest valid one. Checks\n"
+    "every tensor's CRC32 and prints the run's position and configuration; exits 0 for a\n"
+    "valid checkpoint, 1 otherwise.\n",
+    ckpt_options,
+    sizeof ckpt_options / sizeof ckpt_options[0],
+    INFO,
+};
+
+static const dpt_opt_cmd export_cmd = {
+    "dptrain checkpoint export",
+    "usage: dptrain checkpoint export PATH --weights OUT\n"
+    "\n"
+    "Writes the model's weights of a checkpoint (PATH as for info; no optimizer state) for\n"
+    "dptrain eval, predict and PyTorch.\n",
+    ckpt_options,
+    sizeof ckpt_options / sizeof ckpt_options[0],
+    EXPORT,
+};
+
+const dpt_opt_cmd *dpt_checkpoint_info_options(void) {
+  return &info_cmd;
+}
+
+const dpt_opt_cmd *dpt_checkpoint_export_options(void) {
+  return &export_cmd;
+}
+
+static int take_path(void *p, const char *arg) {
+  ckpt_opts *o = p;
+  if (o->path) return -1;
+  o->path = arg;
+  return 0;
+}
+
 int dpt_cmd_checkpoint(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
     return checkpoint_usage(argc < 2 ? stderr : stdout, argc < 2 ? 2 : 0);
-  const char *sub = argv[1], *path = NULL, *out = NULL;
-  int json = 0;
-  for (int i = 2; i < argc; ++i) {
-    if (!strcmp(argv[i], "--json") && !strcmp(sub, "info")) {
-      json = 1;
-    } else if (!strcmp(argv[i], "--weights") && !strcmp(sub, "export")) {
-      if (i + 1 == argc) {
-        fprintf(stderr, "dptrain checkpoint export: --weights needs a value\n");
-        return 2;
-      }
-      out = argv[++i];
-    } else if (argv[i][0] == '-' || path) {
-      fprintf(stderr, "dptrain checkpoint %s: unknown %s '%s'\n", sub,
-              argv[i][0] == '-' ? "option" : "argument", argv[i]);
-      return checkpoint_usage(stderr, 2);
-    } else {
-      path = argv[i];
-    }
-  }
-  if (strcmp(sub, "info") && strcmp(sub, "export")) {
+  const char *sub = argv[1];
+  const dpt_opt_cmd *cmd = !strcmp(sub, "info")     ? &info_cmd
+                           : !strcmp(sub, "export") ? &export_cmd
+                                                    : NULL;
+  if (!cmd) {
     fprintf(stderr, "dptrain checkpoint: unknown subcommand '%s'\n", sub);
     return checkpoint_usage(stderr, 2);
   }
-  if (!path || (!strcmp(sub, "export") && !out)) {
-    fprintf(stderr, "dptrain checkpoint %s: %s is required\n", sub, path ? "--weights" : "PATH");
-    return checkpoint_usage(stderr, 2);
-  }
-  return !strcmp(sub, "info") ? cmd_info(path, json) : cmd_export(path, out);
+  ckpt_opts o = {0};
+  const int rc = dpt_opt_parse(cmd, &o, argc - 1, argv + 1, NULL, take_path);
+  if (rc != DPT_OPT_KEEP_GOING) return rc;
+  if (!o.path || (cmd == &export_cmd && !o.out))
+    return dpt_opt_usage_error(cmd, "%s is required", o.path ? "--weights" : "PATH");
+  return cmd == &info_cmd ? cmd_info(o.path, o.json) : cmd_export(o.path, o.out);
 }
 
 /* ---- run: restart a job after failures ------------------------------------------------------ */
@@ -349,18 +388,59 @@ static void delay(double seconds) {
   }
 }
 
-static int run_usage(FILE *f, int rc) {
-  fprintf(f, "usage: dptrain run [--max-restarts N] [--restart-delay SECONDS] -- COMMAND ARGS...\n"
-             "Runs COMMAND and starts it again when it fails, up to N times (default 3), after\n"
-             "SECONDS (default 1). COMMAND should resume from its checkpoints (dptrain train\n"
-             "--checkpoint-dir DIR --resume). SIGINT, SIGTERM and SIGUSR1 are passed to it, and\n"
-             "a job ended after one is not restarted; nor is one that exits 2 (a usage error).\n"
-             "Exits with the job's last status (128 + K when signal K killed it).\n");
-  return rc;
+typedef struct run_opts {
+  long max;       /* --max-restarts */
+  double delay_s; /* --restart-delay */
+} run_opts;
+
+/* A number in [0, hi] from all of v; 0, or -1 for a bad value. */
+static int parse_bounded(const char *v, int whole, double hi, double *out) {
+  char *end = NULL;
+  errno = 0;
+  const double d = whole ? (double)strtol(v, &end, 10) : strtod(v, &end);
+  if (errno || end == v || *end || d < 0 || d > hi || d != d) return -1;
+  *out = d;
+  return 0;
+}
+
+static int parse_max_restarts(void *p, const char *v) {
+  double d;
+  if (parse_bounded(v, 1, 1e6, &d)) return -1;
+  ((run_opts *)p)->max = (long)d;
+  return 0;
+}
+
+static int parse_restart_delay(void *p, const char *v) {
+  return parse_bounded(v, 0, 86400, &((run_opts *)p)->delay_s);
+}
+
+static const dpt_opt run_options[] = {
+    {"--max-restarts", "N", "restarts at most (default 3, at most 10^6)",
+     CUSTOM(parse_max_restarts)},
+    {"--restart-delay", "SECONDS", "wait before each restart (default 1, at most 86400)",
+     CUSTOM(parse_restart_delay)},
+};
+
+static const dpt_opt_cmd run_cmd = {
+    "dptrain run",
+    "usage: dptrain run [--max-restarts N] [--restart-delay SECONDS] -- COMMAND ARGS...\n"
+    "\n"
+    "Runs COMMAND and starts it again when it fails. COMMAND should resume from its\n"
+    "checkpoints (dptrain train --checkpoint-dir DIR --resume). SIGINT, SIGTERM and SIGUSR1\n"
+    "are passed to it, and a job ended after one is not restarted; nor is one that exits 2\n"
+    "(a usage error) or 75 (stopped on request). Exits with the job's last status (128 + K\n"
+    "when signal K killed it).\n",
+    run_options,
+    sizeof run_options / sizeof run_options[0],
+    0,
+};
+
+const dpt_opt_cmd *dpt_run_options(void) {
+  return &run_cmd;
 }
 
 /* Options before the command; *cmd its index in argv. 0, or the exit code of a usage error. */
-static int run_options(int argc, char **argv, long *max, double *delay_s, int *cmd) {
+static int run_parse(int argc, char **argv, run_opts *o, int *cmd) {
   int i = 1;
   for (; i < argc && argv[i][0] == '-'; ++i) {
     if (!strcmp(argv[i], "--")) {
@@ -369,43 +449,26 @@ static int run_options(int argc, char **argv, long *max, double *delay_s, int *c
     }
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       *cmd = 0; /* nothing to run */
-      return run_usage(stdout, 0);
+      dpt_opt_usage(&run_cmd, stdout);
+      return 0;
     }
-    const int is_max = !strcmp(argv[i], "--max-restarts");
-    if (!is_max && strcmp(argv[i], "--restart-delay")) {
-      fprintf(stderr, "dptrain run: unknown option '%s'\n", argv[i]);
-      return run_usage(stderr, 2);
-    }
-    if (i + 1 == argc) {
-      fprintf(stderr, "dptrain run: %s needs a value\n", argv[i]);
-      return run_usage(stderr, 2);
-    }
-    char *end = NULL;
-    errno = 0;
-    const double v = is_max ? (double)strtol(argv[i + 1], &end, 10) : strtod(argv[i + 1], &end);
-    if (errno || end == argv[i + 1] || *end || v < 0 || v > (is_max ? 1e6 : 86400) || v != v) {
-      fprintf(stderr, "dptrain run: bad value '%s' for %s\n", argv[i + 1], argv[i]);
-      return run_usage(stderr, 2);
-    }
-    if (is_max)
-      *max = (long)v;
-    else
-      *delay_s = v;
+    const dpt_opt *opt = dpt_opt_find(&run_cmd, argv[i]);
+    if (!opt) return dpt_opt_usage_error(&run_cmd, "unknown option '%s'", argv[i]);
+    if (i + 1 == argc) return dpt_opt_usage_error(&run_cmd, "%s needs a value", argv[i]);
+    if (dpt_opt_set(opt, o, argv[i + 1]) != 0)
+      return dpt_opt_usage_error(&run_cmd, "bad value '%s' for %s", argv[i + 1], argv[i]);
     ++i;
   }
-  if (i == argc) {
-    fprintf(stderr, "dptrain run: no command given\n");
-    return run_usage(stderr, 2);
-  }
+  if (i == argc) return dpt_opt_usage_error(&run_cmd, "no command given");
   *cmd = i;
   return 0;
 }
 
 int dpt_cmd_run(int argc, char **argv) {
-  long max = 3;
-  double delay_s = 1.0;
+  run_opts o = {.max = 3, .delay_s = 1.0};
   int cmd = 0;
-  const int rc = run_options(argc, argv, &max, &delay_s, &cmd);
+  const int rc = run_parse(argc, argv, &o, &cmd);
+  const long max = o.max;
   if (rc || !cmd) return rc;
   int resumes = 0;
   for (int i = cmd; i < argc; ++i)
@@ -436,7 +499,7 @@ int dpt_cmd_run(int argc, char **argv) {
       return code;
     }
     fprintf(stderr, "dptrain run: the job %s; restart %ld of %ld\n", what, restarts + 1, max);
-    delay(delay_s);
+    delay(o.delay_s);
     if (got_signal) return code;
   }
 }

@@ -17,6 +17,7 @@
 
 #include "dptrain/dptrain.h"
 #include "tools/commands.h"
+#include "tools/options.h"
 
 #define MAX_INPUTS 256
 
@@ -27,18 +28,6 @@ static double now(void) {
 }
 
 static const char *cmd_name = "dptrain data";
-
-__attribute__((format(printf, 2, 3))) static int usage_error(void (*usage)(FILE *), const char *fmt,
-                                                             ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "%s: ", cmd_name);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  usage(stderr);
-  return 2;
-}
 
 static char tool_msg[1024]; /* a failure of the tool itself (the library's: dpt_last_error) */
 
@@ -93,67 +82,82 @@ static int make_dir(const char *dir) {
 
 /* ---- convert ------------------------------------------------------------------------------- */
 
-static void convert_usage(FILE *f) {
-  fprintf(f,
-          "usage: dptrain data convert [--input FILE]... --out DIR [options]\n"
-          "\n"
-          "Converts Criteo-layout text (label, dense integers, categorical values; tab-separated)\n"
-          "to interaction shards DIR/PREFIX-00000.bin ... (docs/recommendation.md). Line n (over\n"
-          "all inputs) goes to shard n mod K (round-robin).\n"
-          "\n"
-          "  --input FILE      a text file; '-' or none: stdin (repeatable)\n"
-          "  --out DIR         the output directory (created if missing)\n"
-          "  --dense N         dense features per line (default 13)\n"
-          "  --sparse N        categorical features per line (default 26)\n"
-          "  --table-size S    ids per table: one size for all, or a comma list of --sparse sizes\n"
-          "                    (default 1000000); a value's id is 1 + FNV-1a-64(bytes) mod (S-1),\n"
-          "                    id 0 an empty field\n"
-          "  --shards K        shard files (default 1, at most 512)\n"
-          "  --prefix NAME     shard file names (default shard)\n");
+typedef struct convert_opts {
+  const char *inputs[MAX_INPUTS];
+  size_t num_inputs;
+  const char *out, *prefix, *tables;
+  uint64_t num_dense, num_sparse, shards;
+} convert_opts;
+
+static int add_input(void *p, const char *v) {
+  convert_opts *o = p;
+  if (o->num_inputs == MAX_INPUTS) return -1;
+  o->inputs[o->num_inputs++] = v;
+  return 0;
+}
+
+static int parse_prefix(void *p, const char *v) {
+  ((convert_opts *)p)->prefix = v;
+  return !*v || strchr(v, '/') != NULL ? -1 : 0;
+}
+
+static int parse_conv_dense(void *p, const char *v) {
+  return parse_u64(v, 0, DPT_SHARD_MAX_DENSE, &((convert_opts *)p)->num_dense);
+}
+
+static int parse_conv_sparse(void *p, const char *v) {
+  return parse_u64(v, 1, DPT_SHARD_MAX_SPARSE, &((convert_opts *)p)->num_sparse);
+}
+
+static int parse_conv_shards(void *p, const char *v) {
+  return parse_u64(v, 1, 512, &((convert_opts *)p)->shards);
+}
+
+#define OPT_TARGET convert_opts
+
+static const dpt_opt convert_options[] = {
+    {"--input", "FILE", "a text file; '-' or none: stdin (repeatable, at most 256)",
+     CUSTOM(add_input)},
+    {"--out", "DIR", "the output directory (created if missing)", STRING(out)},
+    {"--dense", "N", "dense features per line (default 13)", CUSTOM(parse_conv_dense)},
+    {"--sparse", "N", "categorical features per line (default 26)", CUSTOM(parse_conv_sparse)},
+    {"--table-size", "S",
+     "ids per table: one size for all, or a comma list of --sparse sizes\n"
+     "(default 1000000); a value's id is 1 + FNV-1a-64(bytes) mod (S-1),\n"
+     "id 0 an empty field",
+     STRING(tables)},
+    {"--shards", "K", "shard files (default 1, at most 512)", CUSTOM(parse_conv_shards)},
+    {"--prefix", "NAME", "shard file names (default shard)", CUSTOM(parse_prefix)},
+};
+
+#undef OPT_TARGET
+
+static const dpt_opt_cmd convert_cmd = {
+    "dptrain data convert",
+    "usage: dptrain data convert [--input FILE]... --out DIR [options]\n"
+    "\n"
+    "Converts Criteo-layout text (label, dense integers, categorical values; tab-separated)\n"
+    "to interaction shards DIR/PREFIX-00000.bin ... (docs/recommendation.md). Line n (over\n"
+    "all inputs) goes to shard n mod K (round-robin).\n",
+    convert_options,
+    sizeof convert_options / sizeof convert_options[0],
+    0,
+};
+
+const dpt_opt_cmd *dpt_data_convert_options(void) {
+  return &convert_cmd;
 }
 
 static int cmd_convert(int argc, char **argv) {
   cmd_name = "dptrain data convert";
-  const char *inputs[MAX_INPUTS];
-  size_t num_inputs = 0;
-  const char *out = NULL, *prefix = "shard", *tables = "1000000";
-  uint64_t num_dense = 13, num_sparse = 26, shards = 1;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      convert_usage(stdout);
-      return 0;
-    }
-    static const char *const valued[] = {"--input",      "--out",    "--dense", "--sparse",
-                                         "--table-size", "--shards", "--prefix"};
-    int known = 0;
-    for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
-      known |= !strcmp(a, valued[k]);
-    if (!known) return usage_error(convert_usage, "unknown option '%s'", a);
-    if (i + 1 == argc) return usage_error(convert_usage, "%s needs a value", a);
-    const char *v = argv[++i];
-    int bad = 0;
-    if (!strcmp(a, "--input")) {
-      if (num_inputs == MAX_INPUTS)
-        return usage_error(convert_usage, "more than %d inputs", MAX_INPUTS);
-      inputs[num_inputs++] = v;
-    } else if (!strcmp(a, "--out")) {
-      out = v;
-    } else if (!strcmp(a, "--prefix")) {
-      prefix = v;
-      bad = !*v || strchr(v, '/') != NULL;
-    } else if (!strcmp(a, "--table-size")) {
-      tables = v;
-    } else if (!strcmp(a, "--dense")) {
-      bad = parse_u64(v, 0, DPT_SHARD_MAX_DENSE, &num_dense);
-    } else if (!strcmp(a, "--sparse")) {
-      bad = parse_u64(v, 1, DPT_SHARD_MAX_SPARSE, &num_sparse);
-    } else {
-      bad = parse_u64(v, 1, 512, &shards);
-    }
-    if (bad) return usage_error(convert_usage, "bad value '%s' for %s", v, a);
-  }
-  if (!out) return usage_error(convert_usage, "--out DIR is needed");
+  convert_opts co = {
+      .prefix = "shard", .tables = "1000000", .num_dense = 13, .num_sparse = 26, .shards = 1};
+  const int rc = dpt_opt_parse(&convert_cmd, &co, argc, argv, NULL, NULL);
+  if (rc != DPT_OPT_KEEP_GOING) return rc;
+  const char **inputs = co.inputs, *out = co.out, *prefix = co.prefix, *tables = co.tables;
+  size_t num_inputs = co.num_inputs;
+  const uint64_t num_dense = co.num_dense, num_sparse = co.num_sparse, shards = co.shards;
+  if (!out) return dpt_opt_usage_error(&convert_cmd, "--out DIR is needed");
   if (num_inputs == 0) inputs[num_inputs++] = "-";
   /* The table sizes: one for all, or one per sparse feature. */
   uint64_t *sizes = malloc(num_sparse * sizeof *sizes);
@@ -175,9 +179,9 @@ static int cmd_convert(int argc, char **argv) {
       sizes[count] = sizes[0];
   if (count != num_sparse) {
     free(sizes);
-    return usage_error(convert_usage,
-                       "--table-size '%s': one size or %" PRIu64 " sizes, each 2..2^31", tables,
-                       num_sparse);
+    return dpt_opt_usage_error(&convert_cmd,
+                               "--table-size '%s': one size or %" PRIu64 " sizes, each 2..2^31",
+                               tables, num_sparse);
   }
   const dpt_criteo_options o = {.num_dense = (uint32_t)num_dense,
                                 .num_sparse = (uint32_t)num_sparse,
@@ -200,39 +204,62 @@ static int cmd_convert(int argc, char **argv) {
 
 /* ---- info ---------------------------------------------------------------------------------- */
 
-static void info_usage(FILE *f) {
-  fprintf(f, "usage: dptrain data info PATTERN [--rank R --world W] [--dump N]\n"
-             "\n"
-             "Prints the shards a glob pattern matches (quote it), their layout and records, and\n"
-             "which rank of W reads each; --dump prints rank R's first N records, one a line:\n"
-             "label, then the dense features, '|', the sparse ids.\n");
+typedef struct info_opts {
+  const char *pattern;
+  uint64_t rank, world, dump;
+} info_opts;
+
+static int parse_rank(void *p, const char *v) {
+  return parse_u64(v, 0, 1 << 20, &((info_opts *)p)->rank);
+}
+
+static int parse_world(void *p, const char *v) {
+  return parse_u64(v, 1, 1 << 20, &((info_opts *)p)->world);
+}
+
+static int parse_dump(void *p, const char *v) {
+  return parse_u64(v, 0, 1 << 20, &((info_opts *)p)->dump);
+}
+
+static const dpt_opt info_options[] = {
+    {"--rank", "R", "the rank whose share is reported (default 0)", CUSTOM(parse_rank)},
+    {"--world", "W", "ranks reading the shards (default 1)", CUSTOM(parse_world)},
+    {"--dump", "N", "print rank R's first N records (default 0)", CUSTOM(parse_dump)},
+};
+
+static const dpt_opt_cmd info_cmd = {
+    "dptrain data info",
+    "usage: dptrain data info PATTERN [--rank R --world W] [--dump N]\n"
+    "\n"
+    "Prints the shards a glob pattern matches (quote it), their layout and records, and\n"
+    "which rank of W reads each; --dump prints rank R's first N records, one a line:\n"
+    "label, then the dense features, '|', the sparse ids.\n",
+    info_options,
+    sizeof info_options / sizeof info_options[0],
+    0,
+};
+
+const dpt_opt_cmd *dpt_data_info_options(void) {
+  return &info_cmd;
+}
+
+static int take_pattern(void *p, const char *arg) {
+  info_opts *o = p;
+  if (o->pattern) return -1;
+  o->pattern = arg;
+  return 0;
 }
 
 static int cmd_info(int argc, char **argv) {
   cmd_name = "dptrain data info";
-  const char *pattern = NULL;
-  uint64_t rank = 0, world = 1, dump = 0;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      info_usage(stdout);
-      return 0;
-    }
-    if (strncmp(a, "--", 2)) {
-      if (pattern) return usage_error(info_usage, "one pattern only ('%s')", a);
-      pattern = a;
-      continue;
-    }
-    if (strcmp(a, "--rank") && strcmp(a, "--world") && strcmp(a, "--dump"))
-      return usage_error(info_usage, "unknown option '%s'", a);
-    if (i + 1 == argc) return usage_error(info_usage, "%s needs a value", a);
-    const char *v = argv[++i];
-    uint64_t *dst = !strcmp(a, "--rank") ? &rank : !strcmp(a, "--world") ? &world : &dump;
-    if (parse_u64(v, !strcmp(a, "--world"), 1 << 20, dst))
-      return usage_error(info_usage, "bad value '%s' for %s", v, a);
-  }
-  if (!pattern) return usage_error(info_usage, "a shard pattern is needed");
-  if (rank >= world) return usage_error(info_usage, "--rank %" PRIu64 " of %" PRIu64, rank, world);
+  info_opts io = {.world = 1};
+  const int rc = dpt_opt_parse(&info_cmd, &io, argc, argv, NULL, take_pattern);
+  if (rc != DPT_OPT_KEEP_GOING) return rc;
+  const char *pattern = io.pattern;
+  const uint64_t rank = io.rank, world = io.world, dump = io.dump;
+  if (!pattern) return dpt_opt_usage_error(&info_cmd, "a shard pattern is needed");
+  if (rank >= world)
+    return dpt_opt_usage_error(&info_cmd, "--rank %" PRIu64 " of %" PRIu64, rank, world);
   dpt_interactions *d = NULL;
   const dpt_status st = dpt_interactions_open(pattern, (int)rank, (int)world, &d);
   if (st != DPT_OK) return fail(st);
@@ -267,82 +294,109 @@ static int cmd_info(int argc, char **argv) {
 
 /* ---- synth --------------------------------------------------------------------------------- */
 
-static void synth_usage(FILE *f) {
-  fprintf(f,
-          "usage: dptrain data synth --out DIR [options]\n"
-          "\n"
-          "Synthetic clicks from planted latent factors (docs/recommendation.md): shards\n"
-          "DIR/synth-00000.bin ..., each with DIR/synth-00000.prob (every record's true click\n"
-          "probability, float32 little-endian, in record order); record i goes to shard i mod K.\n"
-          "Reports the planted model's AUC and logloss: the best any model can reach.\n"
-          "\n"
-          "  --out DIR        the output directory (created if missing)\n"
-          "  --samples N      records (default 100000)\n"
-          "  --shards K       shard files (default 4, at most 512)\n"
-          "  --rows N         ids per table (default 100000; 1 .. 2^31)\n"
-          "  --tables T       sparse features, each its own table (default 8, >= 2)\n"
-          "  --dim d          latent factors per id (default 4)\n"
-          "  --dense N        dense features (default 4)\n"
-          "  --zipf S         popularity exponent: P(id k) ~ (k+1)^-S (default 1.05)\n"
-          "  --signal X       standard deviation of the factors' part of the logit (default 2)\n"
-          "  --bias B         the logit's constant (default -1)\n"
-          "  --seed S         (default 0)\n");
+typedef struct synth_opts {
+  dpt_synth_config c;
+  const char *out;
+  uint64_t samples, shards;
+} synth_opts;
+
+static int parse_samples(void *p, const char *v) {
+  return parse_u64(v, 1, UINT64_C(1) << 40, &((synth_opts *)p)->samples);
+}
+
+static int parse_synth_shards(void *p, const char *v) {
+  return parse_u64(v, 1, 512, &((synth_opts *)p)->shards);
+}
+
+static int parse_rows(void *p, const char *v) {
+  return parse_u64(v, 1, DPT_SHARD_MAX_TABLE, &((synth_opts *)p)->c.rows);
+}
+
+/* A whole number in [lo, hi] into a uint32_t. */
+static int parse_u32(const char *v, uint64_t lo, uint64_t hi, uint32_t *out) {
+  uint64_t u = 0;
+  const int bad = parse_u64(v, lo, hi, &u);
+  *out = (uint32_t)u;
+  return bad;
+}
+
+static int parse_tables(void *p, const char *v) {
+  return parse_u32(v, 2, 1024, &((synth_opts *)p)->c.tables);
+}
+
+static int parse_dim(void *p, const char *v) {
+  return parse_u32(v, 1, 1024, &((synth_opts *)p)->c.dim);
+}
+
+static int parse_synth_dense(void *p, const char *v) {
+  return parse_u32(v, 0, DPT_SHARD_MAX_DENSE, &((synth_opts *)p)->c.num_dense);
+}
+
+static int parse_zipf(void *p, const char *v) {
+  return parse_double(v, 1e-6, 100, &((synth_opts *)p)->c.zipf);
+}
+
+static int parse_signal(void *p, const char *v) {
+  return parse_double(v, 0, 100, &((synth_opts *)p)->c.signal);
+}
+
+static int parse_bias(void *p, const char *v) {
+  return parse_double(v, -100, 100, &((synth_opts *)p)->c.bias);
+}
+
+static int parse_seed(void *p, const char *v) {
+  return parse_u64(v, 0, UINT64_MAX, &((synth_opts *)p)->c.seed);
+}
+
+#define OPT_TARGET synth_opts
+
+static const dpt_opt synth_options[] = {
+    {"--out", "DIR", "the output directory (created if missing)", STRING(out)},
+    {"--samples", "N", "records (default 100000)", CUSTOM(parse_samples)},
+    {"--shards", "K", "shard files (default 4, at most 512)", CUSTOM(parse_synth_shards)},
+    {"--rows", "N", "ids per table (default 100000; 1 .. 2^31)", CUSTOM(parse_rows)},
+    {"--tables", "T", "sparse features, each its own table (default 8, >= 2)",
+     CUSTOM(parse_tables)},
+    {"--dim", "d", "latent factors per id (default 4)", CUSTOM(parse_dim)},
+    {"--dense", "N", "dense features (default 4)", CUSTOM(parse_synth_dense)},
+    {"--zipf", "S", "popularity exponent: P(id k) ~ (k+1)^-S (default 1.05)", CUSTOM(parse_zipf)},
+    {"--signal", "X", "standard deviation of the factors' part of the logit (default 2)",
+     CUSTOM(parse_signal)},
+    {"--bias", "B", "the logit's constant (default -1)", CUSTOM(parse_bias)},
+    {"--seed", "S", "(default 0)", CUSTOM(parse_seed)},
+};
+
+#undef OPT_TARGET
+
+static const dpt_opt_cmd synth_cmd = {
+    "dptrain data synth",
+    "usage: dptrain data synth --out DIR [options]\n"
+    "\n"
+    "Synthetic clicks from planted latent factors (docs/recommendation.md): shards\n"
+    "DIR/synth-00000.bin ..., each with DIR/synth-00000.prob (every record's true click\n"
+    "probability, float32 little-endian, in record order); record i goes to shard i mod K.\n"
+    "Reports the planted model's AUC and logloss: the best any model can reach.\n",
+    synth_options,
+    sizeof synth_options / sizeof synth_options[0],
+    0,
+};
+
+const dpt_opt_cmd *dpt_data_synth_options(void) {
+  return &synth_cmd;
 }
 
 static int cmd_synth(int argc, char **argv) {
   cmd_name = "dptrain data synth";
-  dpt_synth_config c;
-  dpt_synth_default(&c);
-  const char *out = NULL;
-  uint64_t samples = 100000, shards = 4;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      synth_usage(stdout);
-      return 0;
-    }
-    static const char *const valued[] = {"--out",    "--samples", "--shards", "--rows",
-                                         "--tables", "--dim",     "--dense",  "--zipf",
-                                         "--signal", "--bias",    "--seed"};
-    int known = 0;
-    for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
-      known |= !strcmp(a, valued[k]);
-    if (!known) return usage_error(synth_usage, "unknown option '%s'", a);
-    if (i + 1 == argc) return usage_error(synth_usage, "%s needs a value", a);
-    const char *v = argv[++i];
-    uint64_t u = 0;
-    int bad = 0;
-    if (!strcmp(a, "--out")) {
-      out = v;
-    } else if (!strcmp(a, "--samples")) {
-      bad = parse_u64(v, 1, UINT64_C(1) << 40, &samples);
-    } else if (!strcmp(a, "--shards")) {
-      bad = parse_u64(v, 1, 512, &shards);
-    } else if (!strcmp(a, "--rows")) {
-      bad = parse_u64(v, 1, DPT_SHARD_MAX_TABLE, &c.rows);
-    } else if (!strcmp(a, "--tables")) {
-      bad = parse_u64(v, 2, 1024, &u);
-      c.tables = (uint32_t)u;
-    } else if (!strcmp(a, "--dim")) {
-      bad = parse_u64(v, 1, 1024, &u);
-      c.dim = (uint32_t)u;
-    } else if (!strcmp(a, "--dense")) {
-      bad = parse_u64(v, 0, DPT_SHARD_MAX_DENSE, &u);
-      c.num_dense = (uint32_t)u;
-    } else if (!strcmp(a, "--zipf")) {
-      bad = parse_double(v, 1e-6, 100, &c.zipf);
-    } else if (!strcmp(a, "--signal")) {
-      bad = parse_double(v, 0, 100, &c.signal);
-    } else if (!strcmp(a, "--bias")) {
-      bad = parse_double(v, -100, 100, &c.bias);
-    } else {
-      bad = parse_u64(v, 0, UINT64_MAX, &c.seed);
-    }
-    if (bad) return usage_error(synth_usage, "bad value '%s' for %s", v, a);
-  }
-  if (!out) return usage_error(synth_usage, "--out DIR is needed");
+  synth_opts so = {.samples = 100000, .shards = 4};
+  dpt_synth_default(&so.c);
+  const int rc = dpt_opt_parse(&synth_cmd, &so, argc, argv, NULL, NULL);
+  if (rc != DPT_OPT_KEEP_GOING) return rc;
+  const dpt_synth_config c = so.c;
+  const char *out = so.out;
+  const uint64_t samples = so.samples, shards = so.shards;
+  if (!out) return dpt_opt_usage_error(&synth_cmd, "--out DIR is needed");
   if ((size_t)c.tables * c.dim > 4096)
-    return usage_error(synth_usage, "--tables x --dim is at most 4096");
+    return dpt_opt_usage_error(&synth_cmd, "--tables x --dim is at most 4096");
   if (make_dir(out)) return 1;
   dpt_shard_writer **w = calloc(shards, sizeof *w);
   FILE **pf = calloc(shards, sizeof *pf);

@@ -1,5 +1,5 @@
 /* `dptrain data debian`: the Debian package dependency graph as link prediction shards
- * (docs/recommendation.md, *Debian*). Reads apt's package stanzas (`apt-cache dumpavail`),
+ * (docs/recommendation.md, *Data tools*). Reads apt's package stanzas (`apt-cache dumpavail`),
  * takes each Depends and Recommends clause's first alternative as an edge package -> target,
  * splits the edges into training and validation by a seeded hash of their names, samples
  * uniform negatives, and writes the ranking set recall@10 is computed on. */
@@ -15,6 +15,7 @@
 
 #include "dptrain/dptrain.h"
 #include "tools/commands.h"
+#include "tools/options.h"
 
 /* ---- a small keyed generator (splitmix64) --------------------------------------------------- */
 
@@ -312,29 +313,6 @@ static size_t draw_negatives(gen *r, const uint64_t *edges, size_t ne, uint32_t 
   return got - have;
 }
 
-static void usage(FILE *f) {
-  fprintf(f, "usage: apt-cache dumpavail | dptrain data debian --out DIR [options]\n"
-             "\n"
-             "The Debian package dependency graph as link prediction (docs/recommendation.md):\n"
-             "package p -> q for the first alternative q of each Depends and Recommends clause\n"
-             "(versions, architecture qualifiers dropped; q must have a stanza of its own).\n"
-             "Records: sparse (p, candidate), no dense feature (--dense-one: one, 1.0), label 1\n"
-             "for an edge, 0 for a uniformly drawn non-edge. Writes DIR/train-*.bin, "
-             "DIR/val-*.bin, DIR/rank-*.bin\n"
-             "(per validation source: its held-out targets and --rank-negatives non-edges, for\n"
-             "recall@10) and DIR/packages.txt (line i: package id i).\n"
-             "\n"
-             "  --packages FILE       apt's package stanzas ('-' or none: stdin)\n"
-             "  --out DIR             the output directory (created if missing)\n"
-             "  --negatives K         negatives per positive in train and val (default 4)\n"
-             "  --val-fraction F      share of the edges held out, by a seeded hash (default 0.1)\n"
-             "  --rank-negatives N    negatives per validation source in rank-* (default 100)\n"
-             "  --shards K            files per split (default 1, at most 512)\n"
-             "  --seed S              (default 0)\n"
-             "  --dense-one           one dense feature, 1.0 in every record: DLRM's bottom MLP\n"
-             "                        needs a dense input (dptrain train --model dlrm)\n");
-}
-
 static int parse_opt_u64(const char *v, uint64_t lo, uint64_t hi, uint64_t *out) {
   char *end;
   errno = 0;
@@ -345,59 +323,72 @@ static int parse_opt_u64(const char *v, uint64_t lo, uint64_t hi, uint64_t *out)
   return 0;
 }
 
+static int parse_negatives(void *p, const char *v) {
+  return parse_opt_u64(v, 0, 1000, &((opts *)p)->negatives);
+}
+
+static int parse_rank_negatives(void *p, const char *v) {
+  return parse_opt_u64(v, 1, 100000, &((opts *)p)->rank_negatives);
+}
+
+static int parse_shards(void *p, const char *v) {
+  return parse_opt_u64(v, 1, 512, &((opts *)p)->shards);
+}
+
+static int parse_seed(void *p, const char *v) {
+  return parse_opt_u64(v, 0, UINT64_MAX, &((opts *)p)->seed);
+}
+
+static int parse_val_fraction(void *p, const char *v) {
+  opts *o = p;
+  char *end;
+  o->val_fraction = strtod(v, &end);
+  return end == v || *end || !(o->val_fraction >= 0 && o->val_fraction < 1) ? -1 : 0;
+}
+
+#define OPT_TARGET opts
+
+static const dpt_opt options[] = {
+    {"--packages", "FILE", "apt's package stanzas ('-' or none: stdin)", STRING(packages)},
+    {"--out", "DIR", "the output directory (created if missing)", STRING(out)},
+    {"--negatives", "K", "negatives per positive in train and val (default 4)",
+     CUSTOM(parse_negatives)},
+    {"--val-fraction", "F", "share of the edges held out, by a seeded hash (default 0.1)",
+     CUSTOM(parse_val_fraction)},
+    {"--rank-negatives", "N", "negatives per validation source in rank-* (default 100)",
+     CUSTOM(parse_rank_negatives)},
+    {"--shards", "K", "files per split (default 1, at most 512)", CUSTOM(parse_shards)},
+    {"--seed", "S", "(default 0)", CUSTOM(parse_seed)},
+    {"--dense-one", NULL,
+     "one dense feature, 1.0 in every record: DLRM's bottom MLP\n"
+     "needs a dense input (dptrain train --model dlrm)",
+     FLAG(dense_one, 1)},
+};
+
+static const dpt_opt_cmd debian_cmd = {
+    "dptrain data debian",
+    "usage: apt-cache dumpavail | dptrain data debian --out DIR [options]\n"
+    "\n"
+    "The Debian package dependency graph as link prediction (docs/recommendation.md):\n"
+    "package p -> q for the first alternative q of each Depends and Recommends clause\n"
+    "(versions, architecture qualifiers dropped; q must have a stanza of its own).\n"
+    "Records: sparse (p, candidate), no dense feature (--dense-one: one, 1.0), label 1\n"
+    "for an edge, 0 for a uniformly drawn non-edge. Writes DIR/train-*.bin, DIR/val-*.bin,\n"
+    "DIR/rank-*.bin (per validation source: its held-out targets and --rank-negatives\n"
+    "non-edges, for recall@10) and DIR/packages.txt (line i: package id i).\n",
+    options,
+    sizeof options / sizeof options[0],
+    0,
+};
+
+const dpt_opt_cmd *dpt_data_debian_options(void) {
+  return &debian_cmd;
+}
+
 static int parse_options(opts *o, int argc, char **argv) {
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      usage(stdout);
-      return 0;
-    }
-    if (!strcmp(a, "--dense-one")) {
-      o->dense_one = 1;
-      continue;
-    }
-    static const char *const valued[] = {"--packages",      "--out",    "--negatives",
-                                         "--val-fraction",  "--shards", "--seed",
-                                         "--rank-negatives"};
-    int known = 0;
-    for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
-      known |= !strcmp(a, valued[k]);
-    if (!known || i + 1 == argc) {
-      fprintf(stderr, "dptrain data debian: %s '%s'\n", known ? "no value for" : "unknown option",
-              a);
-      usage(stderr);
-      return 2;
-    }
-    const char *v = argv[++i];
-    int bad = 0;
-    if (!strcmp(a, "--packages")) {
-      o->packages = v;
-    } else if (!strcmp(a, "--out")) {
-      o->out = v;
-    } else if (!strcmp(a, "--negatives")) {
-      bad = parse_opt_u64(v, 0, 1000, &o->negatives);
-    } else if (!strcmp(a, "--rank-negatives")) {
-      bad = parse_opt_u64(v, 1, 100000, &o->rank_negatives);
-    } else if (!strcmp(a, "--shards")) {
-      bad = parse_opt_u64(v, 1, 512, &o->shards);
-    } else if (!strcmp(a, "--seed")) {
-      bad = parse_opt_u64(v, 0, UINT64_MAX, &o->seed);
-    } else {
-      char *end;
-      o->val_fraction = strtod(v, &end);
-      bad = end == v || *end || !(o->val_fraction >= 0 && o->val_fraction < 1);
-    }
-    if (bad) {
-      fprintf(stderr, "dptrain data debian: bad value '%s' for %s\n", v, a);
-      usage(stderr);
-      return 2;
-    }
-  }
-  if (!o->out) {
-    fprintf(stderr, "dptrain data debian: --out DIR is needed\n");
-    usage(stderr);
-    return 2;
-  }
+  const int rc = dpt_opt_parse(&debian_cmd, o, argc, argv, NULL, NULL);
+  if (rc != DPT_OPT_KEEP_GOING) return rc;
+  if (!o->out) return dpt_opt_usage_error(&debian_cmd, "--out DIR is needed");
   return -1;
 }
 

@@ -17,9 +17,10 @@
 #include "tools/model_choice.h"
 #include "dptrain/dptrain.h"
 #include "tools/commands.h"
+#include "tools/options.h"
 
 #define DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
-#define KEEP_GOING       (-1)
+#define KEEP_GOING       DPT_OPT_KEEP_GOING
 
 enum { EVAL = 1, PREDICT = 2 };
 
@@ -56,11 +57,13 @@ typedef struct opts {
   size_t recall_k; /* dlrm: k of recall@k (default 10) */
 } opts;
 
-static int parse_text(opts *o, const char *v) {
+static int parse_text(void *p, const char *v) {
+  opts *o = p;
   return dpt_text_options_add_path(&o->text, v);
 }
 
-static int parse_val_every(opts *o, const char *v) {
+static int parse_val_every(void *p, const char *v) {
+  opts *o = p;
   char *end;
   errno = 0;
   long long n = strtoll(v, &end, 10);
@@ -70,75 +73,63 @@ static int parse_val_every(opts *o, const char *v) {
   return 0;
 }
 
-static int parse_mean(opts *o, const char *v) {
+static int parse_mean(void *p, const char *v) {
+  opts *o = p;
   return dpt_norm_choice_parse_mean(&o->norm, v);
 }
 
-static int parse_std(opts *o, const char *v) {
+static int parse_std(void *p, const char *v) {
+  opts *o = p;
   return dpt_norm_choice_parse_std(&o->norm, v);
 }
 
-static int parse_hidden(opts *o, const char *v) {
+static int parse_hidden(void *p, const char *v) {
+  opts *o = p;
   return dpt_model_choice_parse_hidden(&o->mc, v);
 }
 
-static int parse_channels(opts *o, const char *v) {
+static int parse_channels(void *p, const char *v) {
+  opts *o = p;
   return dpt_model_choice_parse_channels(&o->mc, v);
 }
 
-static int parse_model(opts *o, const char *v) {
+static int parse_model(void *p, const char *v) {
+  opts *o = p;
   o->model_set = 1;
   return dpt_model_choice_parse_model(&o->mc, v);
 }
 
-typedef enum arg_kind { ARG_FLAG, ARG_STRING, ARG_SIZE, ARG_CUSTOM } arg_kind;
+#define OPT_TARGET opts
 
-/* One row per option, as in train_cmd.c: help, value check and parser read it. */
-typedef struct option {
-  const char *name;  /* NULL: a section heading, `help` is its title */
-  const char *value; /* placeholder; NULL: a flag */
-  const char *help;  /* '\n' starts a continuation line */
-  int cmds;          /* EVAL | PREDICT: the commands that take it */
-  arg_kind kind;
-  size_t field;                         /* offsetof(opts, ...) */
-  size_t lo;                            /* ARG_SIZE: the least value */
-  int (*parse)(opts *o, const char *v); /* ARG_CUSTOM */
-} option;
-
-#define FIELD(f, T) _Generic(((opts *)0)->f, T : offsetof(opts, f))
-#define FLAG(f)     ARG_FLAG, FIELD(f, int), 0, NULL
-#define STRING(f)   ARG_STRING, FIELD(f, const char *), 0, NULL
-#define SIZE(f, lo) ARG_SIZE, FIELD(f, size_t), lo, NULL
-#define CUSTOM(fn)  ARG_CUSTOM, 0, 0, fn
-
-static const option options[] = {
+static const dpt_opt options[] = {
     {.help = "weights and data:", .cmds = EVAL | PREDICT},
     {"--weights", "FILE", "safetensors weights (dptrain train --save-weights); required",
-     EVAL | PREDICT, STRING(weights)},
+     .cmds = EVAL | PREDICT, STRING(weights)},
     {"--data", "PATH",
      "an IDX directory (its test split, t10k-*) or a safetensors\n"
      "tensor data set (default " DEFAULT_DATA_DIR ")",
-     EVAL, STRING(data)},
+     .cmds = EVAL, STRING(data)},
     {"--data", "PATH",
      "the inputs: an IDX directory's test split or a safetensors\n"
      "tensor data set; required",
-     PREDICT, STRING(data)},
-    {"--mean", "LIST", "per-channel mean, as the training run's --mean", EVAL | PREDICT,
+     .cmds = PREDICT, STRING(data)},
+    {"--mean", "LIST", "per-channel mean, as the training run's --mean", .cmds = EVAL | PREDICT,
      CUSTOM(parse_mean)},
-    {"--std", "LIST", "per-channel std, as the training run's --std", EVAL | PREDICT,
+    {"--std", "LIST", "per-channel std, as the training run's --std", .cmds = EVAL | PREDICT,
      CUSTOM(parse_std)},
-    {"--limit", "N", "only the first N samples", EVAL | PREDICT, SIZE(limit, 1)},
+    {"--limit", "N", "only the first N samples", .cmds = EVAL | PREDICT, SIZE(limit, 1)},
     {.help = "bert weights (masked-language model; docs/text.md):", .cmds = EVAL},
     {"--text", "PATH",
      "the text whose validation sequences are scored; repeatable\n"
      "(default " DPT_TEXT_DEFAULT_DIR ")",
-     EVAL, CUSTOM(parse_text)},
+     .cmds = EVAL, CUSTOM(parse_text)},
     {"--vocab", "FILE",
      "the vocabulary (default: beside the weights, W.vocab.json\n"
      "for W.safetensors); checked against the weights' metadata",
-     EVAL, STRING(text.vocab)},
-    {"--seq-len", "N", "tokens per sequence (default: the model's)", EVAL, SIZE(text.seq_len, 3)},
-    {"--val-every", "N", "every Nth document validates (default: the training run's)", EVAL,
+     .cmds = EVAL, STRING(text.vocab)},
+    {"--seq-len", "N", "tokens per sequence (default: the model's)", .cmds = EVAL,
+     SIZE(text.seq_len, 3)},
+    {"--val-every", "N", "every Nth document validates (default: the training run's)", .cmds = EVAL,
      CUSTOM(parse_val_every)},
     {.help = "dlrm weights (--data 'DIR/val-*.bin', quoted: a shard pattern; "
              "docs/recommendation.md):",
@@ -146,8 +137,9 @@ static const option options[] = {
     {"--groups", NULL,
      "also recall@k over ranking groups, a record's group its\n"
      "sparse feature 0 (the source package of data debian's rank-*)",
-     EVAL, FLAG(groups)},
-    {"--recall-at", "K", "k of recall@k (default 10; implies --groups)", EVAL, SIZE(recall_k, 1)},
+     .cmds = EVAL, FLAG(groups, 1)},
+    {"--recall-at", "K", "k of recall@k (default 10; implies --groups)", .cmds = EVAL,
+     SIZE(recall_k, 1)},
     {.help = "output:", .cmds = EVAL | PREDICT},
     {"--json", NULL,
      "one JSON object: samples, correct, loss, accuracy,\n"
@@ -155,125 +147,76 @@ static const option options[] = {
      "bert: sequences, targets, correct, loss, accuracy, perplexity,\n"
      "unigram_perplexity; dlrm: records, positives, auc, logloss, loss,\n"
      "accuracy (and with --groups: groups, k, recall_at_k)",
-     EVAL, FLAG(json)},
-    {"--top", "K", "the K likeliest classes with their probabilities", PREDICT, SIZE(top, 1)},
-    {"--logits", NULL, "the raw logits instead of probabilities (not with --top)", PREDICT,
-     FLAG(logits)},
+     .cmds = EVAL, FLAG(json, 1)},
+    {"--top", "K", "the K likeliest classes with their probabilities", .cmds = PREDICT,
+     SIZE(top, 1)},
+    {"--logits", NULL, "the raw logits instead of probabilities (not with --top)", .cmds = PREDICT,
+     FLAG(logits, 1)},
     {"--output", "FILE",
      "out.csv, or out.safetensors (\"probs\" or \"logits\" [N, classes], or\n"
      "\"topk_index\" and \"topk_prob\" [N, K]); default: CSV on stdout",
-     PREDICT, STRING(output)},
+     .cmds = PREDICT, STRING(output)},
     {.help = "devices:", .cmds = EVAL | PREDICT},
-    {"--backend", "B", "auto|cpu|opencl|vulkan (default auto: a GPU if one exists)", EVAL | PREDICT,
-     STRING(backend)},
-    {"--batch", "N", "samples per forward pass (default 256)", EVAL | PREDICT, SIZE(batch, 1)},
+    {"--backend", "B", "auto|cpu|opencl|vulkan (default auto: a GPU if one exists)",
+     .cmds = EVAL | PREDICT, STRING(backend)},
+    {"--batch", "N", "samples per forward pass (default 256)", .cmds = EVAL | PREDICT,
+     SIZE(batch, 1)},
     {.help = "the model, for weights files without its description (as train takes it):",
      .cmds = EVAL | PREDICT},
-    {"--model", "M", "mlp|cnn|resnet or a model file (default mlp)", EVAL | PREDICT,
+    {"--model", "M", "mlp|cnn|resnet or a model file (default mlp)", .cmds = EVAL | PREDICT,
      CUSTOM(parse_model)},
-    {"--depth", "N", "resnet depth (default 20)", EVAL | PREDICT, SIZE(mc.depth, 8)},
-    {"--hidden", "LIST", "mlp hidden sizes (default 512,256)", EVAL | PREDICT,
+    {"--depth", "N", "resnet depth (default 20)", .cmds = EVAL | PREDICT, SIZE(mc.depth, 8)},
+    {"--hidden", "LIST", "mlp hidden sizes (default 512,256)", .cmds = EVAL | PREDICT,
      CUSTOM(parse_hidden)},
-    {"--channels", "C1,C2", "cnn channels (default 32,64)", EVAL | PREDICT, CUSTOM(parse_channels)},
+    {"--channels", "C1,C2", "cnn channels (default 32,64)", .cmds = EVAL | PREDICT,
+     CUSTOM(parse_channels)},
 };
 #define NUM_OPTIONS (sizeof options / sizeof options[0])
 
-static void usage(const opts *o, FILE *f) {
-  if (o->cmd == EVAL)
-    fprintf(f,
-            "usage: dptrain eval --weights FILE [--data DIR] [options]\n"
-            "       dptrain eval --weights BERT.safetensors [--text PATH]... [--vocab FILE]\n"
-            "       dptrain eval --weights DLRM.safetensors --data 'DIR/val-*.bin' [--groups]\n\n"
-            "Evaluates trained weights on the test split: loss, accuracy, per-class accuracy\n"
-            "and the confusion matrix. The model comes from the weights file. For a BERT\n"
-            "(masked-language model): the masked-token accuracy, loss and perplexity on the\n"
-            "text's validation sequences, next to the unigram baseline's perplexity. For a\n"
-            "DLRM: the AUC, logloss and accuracy on interaction shards, and with --groups\n"
-            "recall@k over ranking groups (data debian's rank-* shards).\n\n");
-  else
-    fprintf(f, "usage: dptrain predict --weights FILE --data DIR [--top K] [--output FILE]\n\n"
-               "Class probabilities (softmax of the logits) for each input, or the K likeliest\n"
-               "classes; one row per input, in the data's order.\n\n");
-  int width = 0;
-  for (size_t i = 0; i < NUM_OPTIONS; ++i) {
-    const option *p = &options[i];
-    int w = p->name ? (int)(strlen(p->name) + (p->value ? 1 + strlen(p->value) : 0)) : 0;
-    if ((p->cmds & o->cmd) && w > width) width = w;
-  }
-  for (size_t i = 0; i < NUM_OPTIONS; ++i) {
-    const option *p = &options[i];
-    if (!(p->cmds & o->cmd)) continue;
-    if (!p->name) {
-      fprintf(f, "%s\n", p->help);
-      continue;
-    }
-    int used = fprintf(f, "  %s%s%s", p->name, p->value ? " " : "", p->value ? p->value : "");
-    for (const char *line = p->help;; used = 0) {
-      const char *nl = strchr(line, '\n');
-      const int len = nl ? (int)(nl - line) : (int)strlen(line);
-      fprintf(f, "%*s%.*s\n", width + 4 - used, "", len, line);
-      if (!nl) break;
-      line = nl + 1;
-    }
-  }
+static const dpt_opt_cmd eval_cmd = {
+    "dptrain eval",
+    "usage: dptrain eval --weights FILE [--data DIR] [options]\n"
+    "       dptrain eval --weights BERT.safetensors [--text PATH]... [--vocab FILE]\n"
+    "       dptrain eval --weights DLRM.safetensors --data 'DIR/val-*.bin' [--groups]\n\n"
+    "Evaluates trained weights on the test split: loss, accuracy, per-class accuracy\n"
+    "and the confusion matrix. The model comes from the weights file. For a BERT\n"
+    "(masked-language model): the masked-token accuracy, loss and perplexity on the\n"
+    "text's validation sequences, next to the unigram baseline's perplexity. For a\n"
+    "DLRM: the AUC, logloss and accuracy on interaction shards, and with --groups\n"
+    "recall@k over ranking groups (data debian's rank-* shards).\n",
+    options,
+    NUM_OPTIONS,
+    EVAL,
+};
+
+static const dpt_opt_cmd predict_cmd = {
+    "dptrain predict",
+    "usage: dptrain predict --weights FILE --data DIR [--top K] [--output FILE]\n\n"
+    "Class probabilities (softmax of the logits) for each input, or the K likeliest\n"
+    "classes; one row per input, in the data's order.\n",
+    options,
+    NUM_OPTIONS,
+    PREDICT,
+};
+
+const dpt_opt_cmd *dpt_eval_options(void) {
+  return &eval_cmd;
 }
 
-__attribute__((format(printf, 2, 3))) static int usage_error(const opts *o, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "dptrain %s: ", o->name);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  usage(o, stderr);
-  return 2;
-}
-
-static int set_option(opts *o, const option *p, const char *v) {
-  char *field = (char *)o + p->field;
-  switch (p->kind) {
-  case ARG_FLAG:
-    *(int *)field = 1;
-    return 0;
-  case ARG_STRING:
-    *(const char **)field = v;
-    return 0;
-  case ARG_SIZE: {
-    char *end;
-    errno = 0;
-    long long n = strtoll(v, &end, 10);
-    if (end == v || *end || errno || n < (long long)p->lo) return -1;
-    *(size_t *)field = (size_t)n;
-    return 0;
-  }
-  case ARG_CUSTOM:
-    return p->parse(o, v);
-  }
-  return -1;
+const dpt_opt_cmd *dpt_predict_options(void) {
+  return &predict_cmd;
 }
 
 static int parse_options(opts *o, int argc, char **argv) {
-  for (int i = 1; i < argc; ++i) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      usage(o, stdout);
-      return 0;
-    }
-    const option *p = NULL;
-    for (size_t k = 0; k < NUM_OPTIONS && !p; ++k)
-      if (options[k].name && (options[k].cmds & o->cmd) && !strcmp(options[k].name, a))
-        p = &options[k];
-    if (!p) return usage_error(o, "unknown option '%s'", a);
-    if (p->value && i + 1 == argc) return usage_error(o, "%s needs a value", a);
-    const char *v = p->value ? argv[++i] : NULL;
-    if (set_option(o, p, v) != 0) return usage_error(o, "bad value '%s' for %s", v, a);
-  }
-  if (!o->weights) return usage_error(o, "--weights is required");
-  if (!o->data) return usage_error(o, "--data is required");
-  if (o->logits && o->top) return usage_error(o, "--logits and --top do not go together");
+  const dpt_opt_cmd *cmd = o->cmd == EVAL ? &eval_cmd : &predict_cmd;
+  const int rc = dpt_opt_parse(cmd, o, argc, argv, NULL, NULL);
+  if (rc != DPT_OPT_KEEP_GOING) return rc;
+  if (!o->weights) return dpt_opt_usage_error(cmd, "--weights is required");
+  if (!o->data) return dpt_opt_usage_error(cmd, "--data is required");
+  if (o->logits && o->top) return dpt_opt_usage_error(cmd, "--logits and --top do not go together");
   dpt_backend_kind k;
   if (strcmp(o->backend, "auto") != 0 && dpt_backend_kind_parse(o->backend, &k) != DPT_OK)
-    return usage_error(o, "bad value '%s' for --backend", o->backend);
+    return dpt_opt_usage_error(cmd, "bad value '%s' for --backend", o->backend);
   return KEEP_GOING;
 }
 

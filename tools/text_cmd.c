@@ -14,6 +14,7 @@
 
 #include "dptrain/dptrain.h"
 #include "tools/commands.h"
+#include "tools/options.h"
 
 #define MAX_DATA 256
 
@@ -37,92 +38,63 @@ static double now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: dptrain tokenize [--data PATH]... [--vocab-size N] --out VOCAB.json\n"
-          "       dptrain tokenize [--data PATH]... --vocab VOCAB.json [--encode TEXT]\n"
-          "\n"
-          "Learns a byte-level BPE vocabulary from text (or reads one with --vocab) and reports\n"
-          "the corpus, its tokens, bytes per token and the MLM sequences (docs/text.md).\n"
-          "\n"
-          "  --data PATH       a text file, or a directory's files (repeatable; default\n"
-          "                    " DPT_TEXT_DEFAULT_DIR ")\n"
-          "  --vocab-size N    tokens in the vocabulary, at least %d (default 4096)\n"
-          "  --out FILE        write the learned vocabulary here (JSON)\n"
-          "  --vocab FILE      use this vocabulary instead of learning one\n"
-          "  --encode TEXT     also print TEXT's token ids and pieces\n"
-          "  --seq-len N       tokens per sequence, with [CLS] and [SEP] (default 128)\n"
-          "  --val-every N     every Nth document validates; 0: none (default 20)\n"
-          "  --export FILE     write the sequences as int32 tensors to a safetensors file:\n"
-          "                    train [N, seq_len] (unmasked), val_inputs and val_labels\n"
-          "                    [M, seq_len] (masked with --seed at epoch 0, as dptrain's\n"
-          "                    evaluation masks them), metadata vocab_size, seq_len, seed\n"
-          "  --seed S          the masking seed of --export (default 0)\n",
-          DPT_TOKEN_FIRST_MERGE);
-}
-
-__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "dptrain tokenize: ");
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  usage(stderr);
-  return 2;
-}
-
-/* A whole number of at least lo into *out; 0 on success. */
-static int parse_size(const char *v, size_t lo, size_t *out) {
-  char *end;
-  errno = 0;
-  const long long n = strtoll(v, &end, 10);
-  if (end == v || *end || errno || n < (long long)lo) return -1;
-  *out = (size_t)n;
+static int add_data(void *p, const char *v) {
+  opts *o = p;
+  if (o->num_data == MAX_DATA) return -1;
+  o->data[o->num_data++] = v;
   return 0;
+}
+
+#define OPT_TARGET opts
+
+static const dpt_opt options[] = {
+    {"--data", "PATH",
+     "a text file, or a directory's files (repeatable, at most 256;\n"
+     "default " DPT_TEXT_DEFAULT_DIR ")",
+     CUSTOM(add_data)},
+    {"--vocab-size", "N", "tokens in the vocabulary, 260 to 2^20 (default 4096)",
+     SIZE_IN(vocab_size, DPT_TOKEN_FIRST_MERGE, DPT_BPE_MAX_VOCAB)},
+    {"--out", "FILE", "write the learned vocabulary here (JSON)", STRING(out)},
+    {"--vocab", "FILE", "use this vocabulary instead of learning one", STRING(vocab)},
+    {"--encode", "TEXT", "also print TEXT's token ids and pieces", STRING(encode)},
+    {"--seq-len", "N", "tokens per sequence, with [CLS] and [SEP] (default 128)", SIZE(seq_len, 3)},
+    {"--val-every", "N", "every Nth document validates; 0: none (default 20)", SIZE(val_every, 0)},
+    {"--export", "FILE",
+     "write the sequences as int32 tensors to a safetensors file:\n"
+     "train [N, seq_len] (unmasked), val_inputs and val_labels\n"
+     "[M, seq_len] (masked with --seed at epoch 0, as dptrain's\n"
+     "evaluation masks them), metadata vocab_size, seq_len, seed",
+     STRING(export)},
+    {"--seed", "S", "the masking seed of --export (default 0)", U64(seed, 0)},
+};
+
+_Static_assert(DPT_TOKEN_FIRST_MERGE == 260 && DPT_BPE_MAX_VOCAB == 1 << 20,
+               "--vocab-size's help says the range");
+
+static const dpt_opt_cmd tokenize_cmd = {
+    "dptrain tokenize",
+    "usage: dptrain tokenize [--data PATH]... [--vocab-size N] --out VOCAB.json\n"
+    "       dptrain tokenize [--data PATH]... --vocab VOCAB.json [--encode TEXT]\n"
+    "\n"
+    "Learns a byte-level BPE vocabulary from text (or reads one with --vocab) and reports\n"
+    "the corpus, its tokens, bytes per token and the MLM sequences (docs/text.md).\n",
+    options,
+    sizeof options / sizeof options[0],
+    0,
+};
+
+const dpt_opt_cmd *dpt_tokenize_options(void) {
+  return &tokenize_cmd;
 }
 
 /* -1: go on; otherwise the exit code. */
 static int parse_options(opts *o, int argc, char **argv) {
-  for (int i = 1; i < argc; ++i) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      usage(stdout);
-      return 0;
-    }
-    static const char *const valued[] = {"--data",      "--vocab-size", "--out",
-                                         "--vocab",     "--encode",     "--seq-len",
-                                         "--val-every", "--export",     "--seed"};
-    int known = 0;
-    for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
-      known |= !strcmp(a, valued[k]);
-    if (!known) return usage_error("unknown option '%s'", a);
-    if (i + 1 == argc) return usage_error("%s needs a value", a);
-    const char *v = argv[++i];
-    int bad = 0;
-    if (!strcmp(a, "--data")) {
-      if (o->num_data == MAX_DATA) return usage_error("more than %d --data paths", MAX_DATA);
-      o->data[o->num_data++] = v;
-    } else if (!strcmp(a, "--vocab-size")) {
-      bad =
-          parse_size(v, DPT_TOKEN_FIRST_MERGE, &o->vocab_size) || o->vocab_size > DPT_BPE_MAX_VOCAB;
-    } else if (!strcmp(a, "--seq-len")) {
-      bad = parse_size(v, 3, &o->seq_len);
-    } else if (!strcmp(a, "--val-every")) {
-      bad = parse_size(v, 0, &o->val_every);
-    } else if (!strcmp(a, "--seed")) {
-      size_t seed = 0;
-      bad = parse_size(v, 0, &seed);
-      o->seed = seed;
-    } else if (!strcmp(a, "--export")) {
-      o->export = v;
-    } else {
-      *(!strcmp(a, "--out") ? &o->out : !strcmp(a, "--vocab") ? &o->vocab : &o->encode) = v;
-    }
-    if (bad) return usage_error("bad value '%s' for %s", v, a);
-  }
-  if (!o->out && !o->vocab) return usage_error("--out (learn a vocabulary) or --vocab is needed");
-  if (o->out && o->vocab) return usage_error("--out and --vocab do not go together");
+  const int rc = dpt_opt_parse(&tokenize_cmd, o, argc, argv, NULL, NULL);
+  if (rc != DPT_OPT_KEEP_GOING) return rc;
+  if (!o->out && !o->vocab)
+    return dpt_opt_usage_error(&tokenize_cmd, "--out (learn a vocabulary) or --vocab is needed");
+  if (o->out && o->vocab)
+    return dpt_opt_usage_error(&tokenize_cmd, "--out and --vocab do not go together");
   return -1;
 }
 

@@ -19,6 +19,7 @@
 #include "tools/model_choice.h"
 #include "dptrain/dptrain.h"
 #include "tools/commands.h"
+#include "tools/options.h"
 
 #define DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
 /* BERT's recipe leaves biases and layer norm weights undecayed ("embed.norm.weight",
@@ -82,29 +83,10 @@ static void install_stop_handlers(void) {
   sigaction(SIGUSR1, &sa, NULL);
 }
 
-static int parse_i64(const char *s, int64_t min, int64_t *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (end == s || *end || errno || v < min) return -1;
-  *out = v;
-  return 0;
-}
-
-static int parse_float(const char *s, float *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  /* A value a float cannot hold (it would round to 0 or to infinity) is refused as given. */
-  if (end == s || *end || errno || !isfinite(v) || fabs(v) > FLT_MAX || (v != 0 && (float)v == 0))
-    return -1;
-  *out = (float)v;
-  return 0;
-}
-
 /* Options that need more than storing one number or string. Each returns 0, or -1 for a bad
  * value. */
-static int parse_model(cli *c, const char *v) {
+static int parse_model(void *p, const char *v) {
+  cli *c = p;
   c->dlrm = !strcmp(v, "dlrm");
   if (c->dlrm) {
     c->mc.model = "dlrm";
@@ -118,15 +100,18 @@ static int parse_model(cli *c, const char *v) {
   return dpt_model_choice_parse_model(&c->mc, v);
 }
 
-static int parse_bottom(cli *c, const char *v) {
+static int parse_bottom(void *p, const char *v) {
+  cli *c = p;
   return dpt_parse_size_list(v, c->bottom, 16, 1000000, &c->dlo.num_bottom) != 0 ? -1 : 0;
 }
 
-static int parse_top(cli *c, const char *v) {
+static int parse_top(void *p, const char *v) {
+  cli *c = p;
   return dpt_parse_size_list(v, c->top, 16, 1000000, &c->dlo.num_top) != 0 ? -1 : 0;
 }
 
-static int parse_interaction(cli *c, const char *v) {
+static int parse_interaction(void *p, const char *v) {
+  cli *c = p;
   if (!strcmp(v, "dot"))
     c->dlo.interaction = DPT_DLRM_DOT;
   else if (!strcmp(v, "cat"))
@@ -136,7 +121,8 @@ static int parse_interaction(cli *c, const char *v) {
   return 0;
 }
 
-static int parse_table_optimizer(cli *c, const char *v) {
+static int parse_table_optimizer(void *p, const char *v) {
+  cli *c = p;
   if (!strcmp(v, "sgd"))
     c->cfg.table_optimizer = DPT_TABLE_SGD;
   else if (!strcmp(v, "rowwise-adagrad"))
@@ -146,7 +132,8 @@ static int parse_table_optimizer(cli *c, const char *v) {
   return 0;
 }
 
-static int parse_grad_dtype(cli *c, const char *v) {
+static int parse_grad_dtype(void *p, const char *v) {
+  cli *c = p;
   if (!strcmp(v, "f32"))
     c->cfg.grad_dtype = DPT_COMM_F32;
   else if (!strcmp(v, "f16"))
@@ -158,7 +145,8 @@ static int parse_grad_dtype(cli *c, const char *v) {
   return 0;
 }
 
-static int parse_split(cli *c, const char *v) {
+static int parse_split(void *p, const char *v) {
+  cli *c = p;
   if (!strcmp(v, "even"))
     c->cfg.split = DPT_SPLIT_EVEN;
   else if (!strcmp(v, "proportional"))
@@ -168,7 +156,8 @@ static int parse_split(cli *c, const char *v) {
   return 0;
 }
 
-static int parse_bucket_mb(cli *c, const char *v) {
+static int parse_bucket_mb(void *p, const char *v) {
+  cli *c = p;
   if (!strcmp(v, "auto")) {
     c->cfg.bucket_bytes = DPT_BUCKET_AUTO;
     return 0;
@@ -180,17 +169,20 @@ static int parse_bucket_mb(cli *c, const char *v) {
   return 0;
 }
 
-static int parse_text(cli *c, const char *v) {
+static int parse_text(void *p, const char *v) {
+  cli *c = p;
   return dpt_text_options_add_path(&c->text, v);
 }
 
-static int set_skip(cli *c, const char *v) {
+static int set_skip(void *p, const char *v) {
+  cli *c = p;
   (void)v;
   c->cfg.on_nonfinite = DPT_NONFINITE_SKIP;
   return 0;
 }
 
-static int parse_nonfinite(cli *c, const char *v) {
+static int parse_nonfinite(void *p, const char *v) {
+  cli *c = p;
   static const char *const names[] = {"stop", "skip", "rollback"};
   for (int i = 0; i < 3; ++i)
     if (!strcmp(v, names[i])) {
@@ -200,23 +192,28 @@ static int parse_nonfinite(cli *c, const char *v) {
   return -1;
 }
 
-static int parse_hidden(cli *c, const char *v) {
+static int parse_hidden(void *p, const char *v) {
+  cli *c = p;
   return dpt_model_choice_parse_hidden(&c->mc, v);
 }
 
-static int parse_channels(cli *c, const char *v) {
+static int parse_channels(void *p, const char *v) {
+  cli *c = p;
   return dpt_model_choice_parse_channels(&c->mc, v);
 }
 
-static int parse_mean(cli *c, const char *v) {
+static int parse_mean(void *p, const char *v) {
+  cli *c = p;
   return dpt_norm_choice_parse_mean(&c->norm, v);
 }
 
-static int parse_std(cli *c, const char *v) {
+static int parse_std(void *p, const char *v) {
+  cli *c = p;
   return dpt_norm_choice_parse_std(&c->norm, v);
 }
 
-static int parse_optimizer(cli *c, const char *v) {
+static int parse_optimizer(void *p, const char *v) {
+  cli *c = p;
   c->optimizer = v;
   for (int k = 0; k < DPT_OPTIM_KIND_COUNT; ++k)
     if (!strcmp(v, dpt_optim_kind_name((dpt_optim_kind)k))) {
@@ -226,17 +223,20 @@ static int parse_optimizer(cli *c, const char *v) {
   return -1;
 }
 
-static int parse_lr(cli *c, const char *v) {
+static int parse_lr(void *p, const char *v) {
+  cli *c = p;
   c->lr_set = 1;
-  return parse_float(v, &c->cfg.optim.lr);
+  return dpt_opt_parse_float(v, &c->cfg.optim.lr);
 }
 
-static int parse_weight_decay(cli *c, const char *v) {
+static int parse_weight_decay(void *p, const char *v) {
+  cli *c = p;
   c->wd_set = 1;
-  return parse_float(v, &c->cfg.optim.weight_decay);
+  return dpt_opt_parse_float(v, &c->cfg.optim.weight_decay);
 }
 
-static int parse_schedule(cli *c, const char *v) {
+static int parse_schedule(void *p, const char *v) {
+  cli *c = p;
   for (int k = 0; k < DPT_SCHEDULE_KIND_COUNT; ++k) {
     if (strcmp(v, dpt_schedule_kind_name((dpt_schedule_kind)k))) continue;
     c->cfg.optim.schedule = (dpt_schedule_kind)k;
@@ -245,42 +245,9 @@ static int parse_schedule(cli *c, const char *v) {
   return -1;
 }
 
-/* How an option's value is read and where it goes. */
-typedef enum arg_kind {
-  ARG_FLAG,   /* no value: stores `lo` into an int */
-  ARG_STRING, /* the argument itself (argv outlives the run) */
-  ARG_INT,    /* an integer in [lo, hi], stored as int */
-  ARG_I64,    /* an integer in [lo, hi], stored as int64_t */
-  ARG_SIZE,   /* an integer in [lo, hi], stored as size_t */
-  ARG_U64,    /* an integer in [lo, hi], stored as uint64_t */
-  ARG_FLOAT,  /* a finite number, stored as float */
-  ARG_CUSTOM, /* parse(c, value) */
-} arg_kind;
+#define OPT_TARGET cli
 
-/* One row per option: the help text, the takes-a-value check and the parser all read it. */
-typedef struct option {
-  const char *name;  /* "--lr"; NULL: a section heading, `help` is its title */
-  const char *value; /* placeholder in the help; NULL: a flag, which takes no value */
-  const char *help;  /* '\n' starts a continuation line, indented under the first */
-  arg_kind kind;
-  size_t field;   /* offsetof(cli, ...) of what the option sets; unused by ARG_CUSTOM */
-  int64_t lo, hi; /* integers: the accepted range; ARG_FLAG: lo is the value stored */
-  int (*parse)(cli *c, const char *v); /* ARG_CUSTOM: 0, or -1 for a bad value */
-} option;
-
-/* The offset of cli field f, which must have type T: a kind that does not fit the field it
- * writes does not compile. */
-#define FIELD(f, T)    _Generic(((cli *)0)->f, T : offsetof(cli, f))
-#define FLAG(f, v)     ARG_FLAG, FIELD(f, int), v, 0, NULL
-#define STRING(f)      ARG_STRING, FIELD(f, const char *), 0, 0, NULL
-#define INT(f, lo, hi) ARG_INT, FIELD(f, int), lo, hi, NULL
-#define I64(f, lo)     ARG_I64, FIELD(f, int64_t), lo, INT64_MAX, NULL
-#define SIZE(f, lo)    ARG_SIZE, FIELD(f, size_t), lo, INT64_MAX, NULL
-#define U64(f, lo)     ARG_U64, FIELD(f, uint64_t), lo, INT64_MAX, NULL
-#define FLOAT(f)       ARG_FLOAT, FIELD(f, float), 0, 0, NULL
-#define CUSTOM(fn)     ARG_CUSTOM, 0, 0, 0, fn
-
-static const option options[] = {
+static const dpt_opt options[] = {
     {.help = "model and data:"},
     {"--model", "M",
      "mlp|cnn|resnet|bert|dlrm, or a model file (FILE.json or a\n"
@@ -314,7 +281,8 @@ static const option options[] = {
     {"--random-crop", "PAD",
      "augment: pad by PAD zeros, crop back at a random offset\n"
      "(training set only, drawn from the seed, epoch and sample)",
-     ARG_SIZE, FIELD(cfg.transform.crop_pad, size_t), 0, DPT_DATA_MAX_CROP_PAD, NULL},
+     .kind = DPT_OPT_SIZE, .field = FIELD(cfg.transform.crop_pad, size_t),
+     .hi = DPT_DATA_MAX_CROP_PAD},
     {"--hflip", NULL, "augment: flip horizontally with probability 1/2",
      FLAG(cfg.transform.hflip, 1)},
     {.help = "dlrm (--model dlrm; --data 'DIR/train-*.bin', quoted: a shard pattern):"},
@@ -511,90 +479,35 @@ static const option options[] = {
 };
 #define NUM_OPTIONS (sizeof options / sizeof options[0])
 
-static void usage(FILE *f) {
-  fprintf(f, "usage: dptrain train [options]            (one process)\n"
-             "       mpirun -np N dptrain train [options] (N ranks, one replica each)\n"
-             "\n"
-             "Trains a classifier data-parallel: every replica holds the whole model, takes its\n"
-             "slice of each global batch, gradients are summed with a ring all-reduce, and one\n"
-             "synchronized optimizer step keeps the replicas identical. SIGINT, SIGTERM or\n"
-             "SIGUSR1 stop it after the current step, with a checkpoint when --checkpoint-dir\n"
-             "is given (exit status 75); a second SIGINT stops it at once.\n"
-             "\n");
-  int width = 0; /* of the widest "--name VALUE": the help texts start in one column */
-  for (size_t i = 0; i < NUM_OPTIONS; ++i) {
-    const option *o = &options[i];
-    int w = o->name ? (int)(strlen(o->name) + (o->value ? 1 + strlen(o->value) : 0)) : 0;
-    if (w > width) width = w;
-  }
-  for (size_t i = 0; i < NUM_OPTIONS; ++i) {
-    const option *o = &options[i];
-    if (!o->name) {
-      fprintf(f, "%s\n", o->help);
-      continue;
-    }
-    /* "  --name VALUE", then each line of help from column width + 4 */
-    int used = fprintf(f, "  %s%s%s", o->name, o->value ? " " : "", o->value ? o->value : "");
-    for (const char *line = o->help;; used = 0) {
-      const char *nl = strchr(line, '\n');
-      const int len = nl ? (int)(nl - line) : (int)strlen(line);
-      fprintf(f, "%*s%.*s\n", width + 4 - used, "", len, line);
-      if (!nl) break;
-      line = nl + 1;
-    }
-  }
-}
+static const dpt_opt_cmd train_cmd = {
+    "dptrain train",
+    "usage: dptrain train [options]            (one process)\n"
+    "       mpirun -np N dptrain train [options] (N ranks, one replica each)\n"
+    "\n"
+    "Trains a classifier data-parallel: every replica holds the whole model, takes its\n"
+    "slice of each global batch, gradients are summed with a ring all-reduce, and one\n"
+    "synchronized optimizer step keeps the replicas identical. SIGINT, SIGTERM or\n"
+    "SIGUSR1 stop it after the current step, with a checkpoint when --checkpoint-dir\n"
+    "is given (exit status 75); a second SIGINT stops it at once.\n",
+    options,
+    NUM_OPTIONS,
+    0,
+};
 
-static const option *find_option(const char *name) {
-  for (size_t i = 0; i < NUM_OPTIONS; ++i)
-    if (options[i].name && !strcmp(options[i].name, name)) return &options[i];
-  return NULL;
+const dpt_opt_cmd *dpt_train_options(void) {
+  return &train_cmd;
 }
 
 _Static_assert(NUM_OPTIONS <= sizeof(((cli *)0)->given), "cli.given has a flag per option");
 
 /* Whether option `name` was on the command line. */
 static int given(const cli *c, const char *name) {
-  const option *o = find_option(name);
+  const dpt_opt *o = dpt_opt_find(&train_cmd, name);
   return o && c->given[o - options];
 }
 
-/* Applies option o with value v (NULL for a flag); 0, or -1 for a bad value. */
-static int set_option(cli *c, const option *o, const char *v) {
-  char *field = (char *)c + o->field;
-  const int integer =
-      o->kind == ARG_INT || o->kind == ARG_I64 || o->kind == ARG_SIZE || o->kind == ARG_U64;
-  int64_t iv = 0;
-  if (integer && (parse_i64(v, o->lo, &iv) != 0 || iv > o->hi)) return -1;
-  switch (o->kind) {
-  case ARG_FLAG:
-    *(int *)field = (int)o->lo;
-    return 0;
-  case ARG_STRING:
-    *(const char **)field = v;
-    return 0;
-  case ARG_INT:
-    *(int *)field = (int)iv;
-    return 0;
-  case ARG_I64:
-    *(int64_t *)field = iv;
-    return 0;
-  case ARG_SIZE:
-    *(size_t *)field = (size_t)iv;
-    return 0;
-  case ARG_U64:
-    *(uint64_t *)field = (uint64_t)iv;
-    return 0;
-  case ARG_FLOAT:
-    return parse_float(v, (float *)field);
-  case ARG_CUSTOM:
-    return o->parse(c, v);
-  }
-  return -1;
-}
-
 /* What parse_options and the other start-up steps return to mean "no exit yet". */
-#define KEEP_GOING (-1)
+#define KEEP_GOING DPT_OPT_KEEP_GOING
 
 /* A usage error: its line, then the usage text, on stderr; returns the exit code 2. */
 __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...) {
@@ -604,27 +517,8 @@ __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ..
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
   va_end(ap);
-  usage(stderr);
+  dpt_opt_usage(&train_cmd, stderr);
   return 2;
-}
-
-/* Reads argv into c, in order. KEEP_GOING, or the exit code: 0 after --help, 2 for a usage
- * error. */
-static int parse_options(cli *c, int argc, char **argv) {
-  for (int i = 1; i < argc; ++i) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      usage(stdout);
-      return 0;
-    }
-    const option *o = find_option(a);
-    if (!o) return usage_error("unknown option '%s'", a);
-    if (o->value && i + 1 == argc) return usage_error("%s needs a value", a);
-    const char *v = o->value ? argv[++i] : NULL;
-    if (set_option(c, o, v) != 0) return usage_error("bad value '%s' for %s", v, a);
-    c->given[o - options] = 1;
-  }
-  return KEEP_GOING;
 }
 
 /* Entry `i` of a comma-separated --backend list into tok (NUL-terminated); the number of
@@ -1409,7 +1303,7 @@ static void announce(const cli *c, dpt_comm *comm) {
 int dpt_cmd_train(int argc, char **argv) {
   cli c;
   set_defaults(&c);
-  int rc = parse_options(&c, argc, argv);
+  int rc = dpt_opt_parse(&train_cmd, &c, argc, argv, c.given, NULL);
   if (rc == KEEP_GOING) rc = check_options(&c);
   dpt_comm *comm = NULL;
   if (rc == KEEP_GOING) rc = open_comm(&c, &comm);

@@ -43,6 +43,7 @@
 
 #include "base/error.h"
 #include "base/size.h"
+#include "base/env.h"
 
 #ifdef DPT_HAVE_OPENBLAS
 #include <cblas.h>
@@ -148,7 +149,7 @@ static const dpt_gemm_ukernel *dpt_gemm_pick_ukernel(int baseline_only) {
 /* ---- implementation choice ----------------------------------------------------------------- */
 
 dpt_status dpt_cpu_gemm_select(dpt_cpu_gemm_impl *out, int *requested) {
-  const char *env = getenv("DPT_CPU_GEMM");
+  const char *env = dpt_env_get("DPT_CPU_GEMM");
   if (requested) *requested = env != NULL && env[0] != '\0';
   if (env == NULL || env[0] == '\0') {
 #ifdef DPT_HAVE_OPENBLAS

@@ -7,6 +7,7 @@
 #include "backends/vulkan/vk_internal.h"
 #include "backends/vulkan/vulkan_debug.h"
 #include "base/error.h"
+#include "base/env.h"
 
 #define DPT_VK_NO_DRIVER                                                                           \
   "no Vulkan driver installed (for a CPU driver: apt-get install mesa-vulkan-drivers)"
@@ -50,7 +51,7 @@ uint64_t dpt_vulkan_validation_errors_total(void) {
 }
 
 int dpt_vulkan_validation_requested(void) {
-  const char *v = getenv("DPT_VULKAN_VALIDATION");
+  const char *v = dpt_env_get("DPT_VULKAN_VALIDATION");
   return v && strcmp(v, "1") == 0;
 }
 
@@ -425,7 +426,7 @@ static dpt_status dpt_vk_device_info(int index, dpt_device_info *out) {
 /* A 0/1 knob: unset, empty or "0" is off, "1" on; anything else is refused (a typo such as
  * "yes" must not silently mean off). */
 static dpt_status vk_env_flag(const char *name, int *out) {
-  const char *v = getenv(name);
+  const char *v = dpt_env_get(name);
   *out = 0;
   if (v == NULL || v[0] == '\0' || strcmp(v, "0") == 0) return DPT_OK;
   if (strcmp(v, "1") == 0) {
@@ -438,7 +439,7 @@ static dpt_status vk_env_flag(const char *name, int *out) {
 /* DPT_VULKAN_TEST_MAX_RANGE: decimal bytes, at least 1024 (the smallest range the split
  * dispatches are written for) and at most 2^32 - 1 (the limit's type); unset or empty: 0. */
 static dpt_status vk_env_max_range(uint32_t *out) {
-  const char *v = getenv("DPT_VULKAN_TEST_MAX_RANGE");
+  const char *v = dpt_env_get("DPT_VULKAN_TEST_MAX_RANGE");
   *out = 0;
   if (v == NULL || v[0] == '\0') return DPT_OK;
   uint64_t n = 0;

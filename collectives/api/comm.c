@@ -15,6 +15,7 @@
 #include "collectives/api/request.h"
 #include "collectives/common/comm_util.h"
 #include "collectives/api/comm_options.h"
+#include "base/env.h"
 
 /* ---- the handle ------------------------------------------------------------------------------ */
 
@@ -102,15 +103,15 @@ dpt_status dpt_comm_get_paths(const dpt_comm *c, dpt_comm_paths *out) {
 }
 
 int dpt_comm_mpi_launched(void) {
-  return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+  return dpt_env_get("OMPI_COMM_WORLD_SIZE") || dpt_env_get("PMI_SIZE") || dpt_env_get("PMIX_RANK");
 }
 
 dpt_status dpt_comm_check_launch(const dpt_comm *comm) {
-  const char *v = getenv("SLURM_STEP_NUM_TASKS");
+  const char *v = dpt_env_get("SLURM_STEP_NUM_TASKS");
   char *end = NULL;
   const long tasks = v ? strtol(v, &end, 10) : 0;
   if (!v || end == v || *end || tasks < 2) return DPT_OK;
-  if (comm && getenv("OMPI_COMM_WORLD_SIZE")) return DPT_OK; /* mpirun's ranks */
+  if (comm && dpt_env_get("OMPI_COMM_WORLD_SIZE")) return DPT_OK; /* mpirun's ranks */
   const int world = comm ? comm->size : 1;
   if (tasks == world) return DPT_OK;
   return dpt_set_error(DPT_ERR_MISMATCH,

@@ -15,6 +15,7 @@
 #include "collectives/common/comm_struct.h"
 #include "collectives/api/request.h"
 #include "collectives/common/comm_util.h"
+#include "base/env.h"
 
 static const char *const staging_names[] = {
 #define DPT_STAGING_NAME_(name, value, text) [DPT_STAGING_##name] = text,
@@ -84,7 +85,7 @@ void dpt_comm_options_default(dpt_comm_options *o) {
  * default), else the field and its value ("piece_bytes 16"). */
 static const char *size_text(char *out, size_t n, int env, const char *field, const char *var,
                              size_t value) {
-  const char *v = env ? getenv(var) : NULL;
+  const char *v = env ? dpt_env_get(var) : NULL;
   if (v)
     snprintf(out, n, "%s='%s'", var, v);
   else if (env)
@@ -137,7 +138,7 @@ static int parse_bytes(const char *s, size_t *out) {
 }
 
 static dpt_status env_bytes(const char *name, size_t *field) {
-  const char *v = getenv(name);
+  const char *v = dpt_env_get(name);
   if (!v) return DPT_OK;
   if (!parse_bytes(v, field))
     return dpt_set_error(DPT_ERR_INVALID_ARG,
@@ -146,7 +147,7 @@ static dpt_status env_bytes(const char *name, size_t *field) {
 }
 
 static dpt_status env_timeout(dpt_comm_options *o) {
-  const char *v = getenv("DPT_COMM_TIMEOUT");
+  const char *v = dpt_env_get("DPT_COMM_TIMEOUT");
   if (!v) return DPT_OK;
   char *end;
   errno = 0;
@@ -159,7 +160,7 @@ static dpt_status env_timeout(dpt_comm_options *o) {
 }
 
 static dpt_status env_staging(dpt_comm_options *o) {
-  const char *v = getenv("DPT_COMM_STAGING");
+  const char *v = dpt_env_get("DPT_COMM_STAGING");
   if (!v) return DPT_OK;
   const int i = name_index(staging_names, N_STAGING, v);
   if (i < 0) {
@@ -175,7 +176,7 @@ static dpt_status env_staging(dpt_comm_options *o) {
 static dpt_status options_from_env(dpt_comm_options *o) {
   const char *v;
   dpt_status st;
-  if ((v = getenv("DPT_ALLREDUCE_ALGO")) != NULL) {
+  if ((v = dpt_env_get("DPT_ALLREDUCE_ALGO")) != NULL) {
     st = dpt_allreduce_algo_parse(v, &o->algo);
     if (st != DPT_OK) return dpt_error_context(st, "DPT_ALLREDUCE_ALGO");
   }
@@ -187,7 +188,7 @@ static dpt_status options_from_env(dpt_comm_options *o) {
       (st = env_bytes("DPT_COMM_BLOCK", &o->block_bytes)) != DPT_OK ||
       (st = env_timeout(o)) != DPT_OK)
     return st;
-  if ((v = getenv("DPT_COMM_DESYNC_CHECK")) != NULL) {
+  if ((v = dpt_env_get("DPT_COMM_DESYNC_CHECK")) != NULL) {
     if (strcmp(v, "0") && strcmp(v, "1"))
       return dpt_set_error(DPT_ERR_INVALID_ARG, "DPT_COMM_DESYNC_CHECK='%s' is not 0 or 1", v);
     o->desync_check = v[0] == '1';
@@ -203,7 +204,7 @@ double dpt_comm_env_timeout(void) {
 }
 
 dpt_status dpt_comm_hello_flat_env(int *flat_max) {
-  const char *v = getenv("DPT_COMM_HELLO_FLAT_MAX");
+  const char *v = dpt_env_get("DPT_COMM_HELLO_FLAT_MAX");
   size_t n = 0;
   if (!v) return DPT_OK;
   if (!parse_bytes(v, &n) || n > 1u << 20)

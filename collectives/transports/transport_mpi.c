@@ -47,6 +47,7 @@
 #include "base/error.h"
 #include "base/watchdog.h"
 #include "collectives/api/comm_options.h"
+#include "base/env.h"
 
 _Static_assert(sizeof(MPI_Request) <= sizeof(((dpt_req *)0)->mpi), "MPI_Request too large");
 
@@ -438,7 +439,7 @@ static int launcher_rank(void) {
   static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK",
                                      "SLURM_PROCID"};
   for (size_t i = 0; i < sizeof vars / sizeof *vars; ++i) {
-    const char *v = getenv(vars[i]);
+    const char *v = dpt_env_get(vars[i]);
     char *end = NULL;
     long r = v ? strtol(v, &end, 10) : -1;
     if (v && end != v && !*end && r >= 0 && r <= INT_MAX) return (int)r;
@@ -741,7 +742,7 @@ static dpt_status agree_setup(dpt_comm *c, mpi_state *s, int ok, dpt_shm_copy co
 
 /* DPT_COMM_FAKE_NODES (a testing knob): a positive count of ranks per node, 0 when unset. */
 static dpt_status fake_nodes(int *out) {
-  const char *v = getenv("DPT_COMM_FAKE_NODES");
+  const char *v = dpt_env_get("DPT_COMM_FAKE_NODES");
   *out = 0;
   if (!v) return DPT_OK;
   char *end = NULL;
@@ -809,15 +810,15 @@ dpt_status dpt_comm_create_mpi(const void *mpi_comm, dpt_comm **out) {
     goto fail;
   }
   /* Open MPI and MPICH export the node-local rank count to each process. */
-  const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  if (!local) local = getenv("MPI_LOCALNRANKS");
+  const char *local = dpt_env_get("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (!local) local = dpt_env_get("MPI_LOCALNRANKS");
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   s->oversubscribed = local && cores > 0 && atol(local) > cores;
   st = dpt_comm_init(c, &mpi_transport, s, rank, size, flag && tag_ub ? *tag_ub : 32767);
-  const char *copy_env = getenv("DPT_COMM_SHM_COPY");
+  const char *copy_env = dpt_env_get("DPT_COMM_SHM_COPY");
   dpt_shm_copy copy = DPT_SHM_COPY_AUTO;
   if (st == DPT_OK && copy_env) st = dpt_shm_copy_parse(copy_env, &copy);
-  const char *shm_env = getenv("DPT_COMM_SHM");
+  const char *shm_env = dpt_env_get("DPT_COMM_SHM");
   const int shm = !shm_env || strcmp(shm_env, "0");
   if (st == DPT_OK && shm_env && strcmp(shm_env, "0") && strcmp(shm_env, "1"))
     st = dpt_set_error(DPT_ERR_INVALID_ARG, "DPT_COMM_SHM='%s' is not 0 or 1", shm_env);

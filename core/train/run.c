@@ -26,6 +26,7 @@
 #include "core/train/train_checkpoint.h"
 #include "core/train/train_split.h"
 #include "dptrain/train.h"
+#include "base/env.h"
 
 /* The report of an epoch, after its closing drift check and evaluation. */
 static dpt_status report_epoch(replica *r, replica_state *s, int64_t epoch, double epoch_start,
@@ -227,7 +228,7 @@ static int local_rank(int rank) {
   static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
                                      "SLURM_LOCALID"};
   for (size_t i = 0; i < sizeof vars / sizeof vars[0]; ++i) {
-    const char *v = getenv(vars[i]);
+    const char *v = dpt_env_get(vars[i]);
     if (v && *v) return atoi(v);
   }
   return rank;

@@ -21,6 +21,7 @@
 #include "core/train/replica.h"
 #include "core/train/train_split.h"
 #include "dptrain/data.h"
+#include "base/env.h"
 
 enum {
   SPLIT_WARMUP = 3, /* steps not measured: first-use costs (allocation, kernel compilation) */
@@ -61,7 +62,7 @@ size_t dpt_train_split_cap(const dpt_train_config *cfg, int count, size_t batch)
 /* The testing knob DPT_TEST_SLOW_REPLICA=I:F: replica I's forward and backward take F times as
  * long (it sleeps F - 1 times their measured time), a slower device without one. */
 static double slow_factor(int index) {
-  const char *v = getenv("DPT_TEST_SLOW_REPLICA");
+  const char *v = dpt_env_get("DPT_TEST_SLOW_REPLICA");
   if (!v || !*v) return 1.0;
   char *end = NULL;
   const long who = strtol(v, &end, 10);
