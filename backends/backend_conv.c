@@ -93,8 +93,3 @@ dpt_status dpt_conv2d_bwd_weights(dpt_backend *be, const dpt_conv_geom *g, size_
                                    dpt_op_ref(db, db_off)};
   return DPT_BE_CALL(be, be->vt->conv2d_bwd_weights(be, &a));
 }
-
-int dpt_backend_no_direct_conv(const dpt_backend *be, dpt_op op) {
-  (void)be;
-  return op != DPT_OP_CONV2D_FWD && op != DPT_OP_CONV2D_BWD_DATA && op != DPT_OP_CONV2D_BWD_WEIGHTS;
-}

@@ -434,7 +434,10 @@ static inline dpt_status dpt_backend_unlock_with(dpt_backend *be, dpt_status st)
 
 /* For a backend without direct convolution: its conv2d entries, which refuse, and its
  * op_enabled, which turns them off (layers then use im2col + gemm). */
-int dpt_backend_no_direct_conv(const dpt_backend *be, dpt_op op);
+static inline int dpt_backend_no_direct_conv(const dpt_backend *be, dpt_op op) {
+  (void)be;
+  return op != DPT_OP_CONV2D_FWD && op != DPT_OP_CONV2D_BWD_DATA && op != DPT_OP_CONV2D_BWD_WEIGHTS;
+}
 #define DPT_NO_DIRECT_CONV(prefix)                                                                 \
   dpt_status prefix##_conv2d_fwd(dpt_backend *be, const dpt_conv2d_fwd_args *a) {                  \
     (void)be, (void)a;                                                                             \
