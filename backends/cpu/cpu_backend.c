@@ -107,9 +107,9 @@ static dpt_status dpt_cpu_create(dpt_backend *be, int device) {
   int requested = 0;
   dpt_status st = dpt_cpu_gemm_select(&ctx->gemm, &requested);
   if (st == DPT_OK) st = dpt_cpu_conv_select(&ctx->conv_mode);
-  if (st == DPT_OK && ctx->conv_mode == DPT_CPU_CONV_ONEDNN) st = dpt_cpu_conv_create(&ctx->conv);
   if (st == DPT_OK && ctx->gemm == DPT_CPU_GEMM_OPENBLAS)
     st = dpt_cpu_admit_openblas(be, ctx, requested);
+  if (st == DPT_OK && ctx->conv_mode == DPT_CPU_CONV_ONEDNN) st = dpt_cpu_conv_create(&ctx->conv);
   if (st != DPT_OK) {
     dpt_cpu_conv_destroy(ctx->conv);
     free(ctx);
