@@ -444,7 +444,7 @@ int dpt_backend_supports(const dpt_backend *be, dpt_op op) {
   switch (op) {
 #define DPT_OP_SUPPORTS_(NAME, name)                                                               \
   case DPT_OP_##NAME:                                                                              \
-    return be->vt->name != NULL;
+    return be->vt->name != NULL && (!be->vt->op_enabled || be->vt->op_enabled(be, op));
     DPT_OP_MAP(DPT_OP_SUPPORTS_)
 #undef DPT_OP_SUPPORTS_
   default:

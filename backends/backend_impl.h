@@ -95,6 +95,26 @@ typedef struct dpt_col2im_args {
   dpt_ref col, dx;
 } dpt_col2im_args;
 
+/* Direct convolution: x [n,c,h,w], w [co,c,kh,kw], y/dy [n,co,out_h,out_w]. bias and db
+ * have buf NULL when absent. */
+typedef struct dpt_conv2d_fwd_args {
+  dpt_conv_geom g;
+  size_t co, out_h, out_w;
+  dpt_ref x, w, bias, y;
+} dpt_conv2d_fwd_args;
+
+typedef struct dpt_conv2d_bwd_data_args {
+  dpt_conv_geom g;
+  size_t co, out_h, out_w;
+  dpt_ref dy, w, dx;
+} dpt_conv2d_bwd_data_args;
+
+typedef struct dpt_conv2d_bwd_weights_args {
+  dpt_conv_geom g;
+  size_t co, out_h, out_w;
+  dpt_ref x, dy, dw, db;
+} dpt_conv2d_bwd_weights_args;
+
 typedef struct dpt_maxpool_fwd_args {
   dpt_pool_geom g;
   size_t out_h, out_w;
@@ -358,6 +378,10 @@ typedef struct dpt_backend_vtable {
   dpt_status (*upload_after)(dpt_backend *be, const dpt_fence *f, size_t offset, const void *src,
                              size_t bytes);
 
+  /* Optional: 0 where this backend instance runs without an op its vtable has (an op that
+   * depends on a library or a setting chosen at create); dpt_backend_supports asks it. */
+  int (*op_enabled)(const dpt_backend *be, dpt_op op);
+
   /* One entry per op of DPT_OP_MAP: dpt_status (*gemm)(dpt_backend *, const dpt_gemm_args *);
    * NULL = unsupported. */
 #define DPT_OP_VT_ENTRY_(NAME, name)                                                               \
@@ -407,6 +431,26 @@ static inline dpt_status dpt_backend_unlock_with(dpt_backend *be, dpt_status st)
 }
 #define DPT_BE_CALL(be, call)                                                                      \
   (pthread_mutex_lock(&(be)->lock), dpt_backend_unlock_with((be), (call)))
+
+/* For a backend without direct convolution: its conv2d entries, which refuse, and its
+ * op_enabled, which turns them off (layers then use im2col + gemm). */
+static inline int dpt_backend_no_direct_conv(const dpt_backend *be, dpt_op op) {
+  (void)be;
+  return op != DPT_OP_CONV2D_FWD && op != DPT_OP_CONV2D_BWD_DATA && op != DPT_OP_CONV2D_BWD_WEIGHTS;
+}
+#define DPT_NO_DIRECT_CONV(prefix)                                                                 \
+  dpt_status prefix##_conv2d_fwd(dpt_backend *be, const dpt_conv2d_fwd_args *a) {                  \
+    (void)be, (void)a;                                                                             \
+    return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_conv2d_fwd: not on this backend");              \
+  }                                                                                                \
+  dpt_status prefix##_conv2d_bwd_data(dpt_backend *be, const dpt_conv2d_bwd_data_args *a) {        \
+    (void)be, (void)a;                                                                             \
+    return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_conv2d_bwd_data: not on this backend");         \
+  }                                                                                                \
+  dpt_status prefix##_conv2d_bwd_weights(dpt_backend *be, const dpt_conv2d_bwd_weights_args *a) {  \
+    (void)be, (void)a;                                                                             \
+    return dpt_set_error(DPT_ERR_UNSUPPORTED, "dpt_conv2d_bwd_weights: not on this backend");      \
+  }
 
 /* The vtables of the compiled-in backends (NULL entry = not compiled). */
 const dpt_backend_vtable *dpt_backend_vtable_for(dpt_backend_kind kind);

@@ -37,6 +37,8 @@ typedef enum dpt_env_kind {
     "ranks: groups up to this size say hello all-to-all, larger ones by dissemination")            \
   X(DPT_CPU_GEMM, USER, "openblas when built with it, else portable",                              \
     "the CPU backend's gemm: openblas, portable, portable-baseline")                               \
+  X(DPT_CPU_CONV, USER, "onednn when built with it, else im2col",                                  \
+    "the CPU backend's convolutions: onednn, im2col (gemm), reference (loops)")                    \
   X(DPT_VULKAN_VALIDATION, USER, "0",                                                              \
     "1: Vulkan validation layers on; an error message fails the next call")                        \
   X(DPT_COMM_FAKE_NODES, TEST, "",                                                                 \

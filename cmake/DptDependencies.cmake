@@ -60,3 +60,14 @@ if(PkgConfig_FOUND)
 endif()
 dpt_optional_dependency(DPT_WITH_OPENBLAS DPT_OPENBLAS_FOUND "OpenBLAS gemm for the CPU backend"
                         "libopenblas-dev")
+
+# oneDNN for the CPU backend's convolutions (im2col + gemm otherwise)
+find_library(DPT_DNNL_LIBRARY dnnl)
+find_path(DPT_DNNL_INCLUDE dnnl.h)
+if(DPT_DNNL_LIBRARY AND DPT_DNNL_INCLUDE)
+  set(DPT_ONEDNN_FOUND TRUE)
+else()
+  set(DPT_ONEDNN_FOUND FALSE)
+endif()
+dpt_optional_dependency(DPT_WITH_ONEDNN DPT_ONEDNN_FOUND "oneDNN convolutions for the CPU backend"
+                        "libdnnl-dev")

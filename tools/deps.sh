@@ -7,6 +7,7 @@ packages=(
   build-essential cmake pkg-config check        # toolchain, Check unit tests
   universal-ctags clang-format                  # the house check (tools/check_house.sh)
   libopenblas-dev                               # CPU backend gemm
+  libdnnl-dev                                   # CPU backend convolutions (oneDNN)
   ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd   # OpenCL + CPU driver
   libvulkan-dev glslc spirv-tools mesa-vulkan-drivers vulkan-validationlayers  # Vulkan + lavapipe
   libopenmpi-dev openmpi-bin openssh-client     # MPI transport (mpirun looks for ssh even on one node)

@@ -1,7 +1,16 @@
-# CPU backend: always built. OpenBLAS gemm when DPT_WITH_OPENBLAS.
+# CPU backend: always built. OpenBLAS gemm when DPT_WITH_OPENBLAS, oneDNN convolution when
+# DPT_WITH_ONEDNN.
 list(APPEND DPT_SOURCES backends/cpu/cpu_backend.c backends/cpu/cpu_gemm.c backends/cpu/cpu_ops.c backends/cpu/cpu_layers.c
-     backends/cpu/cpu_openblas.c
+     backends/cpu/cpu_openblas.c backends/cpu/cpu_conv.c
      backends/half.c)
+if(DPT_WITH_ONEDNN)
+  # oneDNN's OpenMP runtime: the backend sets its thread count (omp_set_num_threads)
+  find_package(OpenMP REQUIRED COMPONENTS C)
+  list(APPEND DPT_PRIVATE_LIBS ${DPT_DNNL_LIBRARY} ${OpenMP_C_LIBRARIES})
+  list(APPEND DPT_PRIVATE_DEFS DPT_HAVE_ONEDNN)
+  list(APPEND DPT_PKG_LIBS_PRIVATE -ldnnl -lgomp)
+  list(APPEND DPT_PRIVATE_INCLUDES ${DPT_DNNL_INCLUDE})
+endif()
 if(DPT_WITH_OPENBLAS)
   list(APPEND DPT_PRIVATE_LIBS PkgConfig::DPT_OPENBLAS)
   list(APPEND DPT_PRIVATE_DEFS DPT_HAVE_OPENBLAS)

@@ -62,9 +62,14 @@ static dpt_status dpt_cpu_device_info(int index, dpt_device_info *out) {
   dpt_cpuinfo_field("model name", out->name, sizeof out->name);
   snprintf(out->vendor, sizeof out->vendor, "unknown");
   dpt_cpuinfo_field("vendor_id", out->vendor, sizeof out->vendor);
-  char gemm_text[96];
+  int conv = 0;
+  st = dpt_cpu_conv_select(&conv);
+  if (st != DPT_OK) return st;
+  char gemm_text[96], conv_text[32] = "";
   dpt_cpu_gemm_describe(gemm, gemm_text, sizeof gemm_text);
-  snprintf(out->driver, sizeof out->driver, "dptrain cpu (%s)", gemm_text);
+  if (conv == DPT_CPU_CONV_ONEDNN) dpt_cpu_conv_describe(conv_text, sizeof conv_text);
+  snprintf(out->driver, sizeof out->driver, "dptrain cpu (%s%s%s)", gemm_text,
+           conv_text[0] ? ", " : "", conv_text);
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page_size = sysconf(_SC_PAGESIZE);
   out->memory_bytes = pages > 0 && page_size > 0 ? (uint64_t)pages * (uint64_t)page_size : 0;
@@ -101,9 +106,12 @@ static dpt_status dpt_cpu_create(dpt_backend *be, int device) {
   }
   int requested = 0;
   dpt_status st = dpt_cpu_gemm_select(&ctx->gemm, &requested);
+  if (st == DPT_OK) st = dpt_cpu_conv_select(&ctx->conv_mode);
   if (st == DPT_OK && ctx->gemm == DPT_CPU_GEMM_OPENBLAS)
     st = dpt_cpu_admit_openblas(be, ctx, requested);
+  if (st == DPT_OK && ctx->conv_mode == DPT_CPU_CONV_ONEDNN) st = dpt_cpu_conv_create(&ctx->conv);
   if (st != DPT_OK) {
+    dpt_cpu_conv_destroy(ctx->conv);
     free(ctx);
     return st;
   }
@@ -116,6 +124,7 @@ static void dpt_cpu_destroy(dpt_backend *be) {
   if (ctx == NULL) return;
   if (ctx->gemm == DPT_CPU_GEMM_OPENBLAS) dpt_cpu_openblas_leave();
   dpt_cpu_gemm_ws_free(&ctx->ws);
+  dpt_cpu_conv_destroy(ctx->conv);
   free(ctx);
   be->ctx = NULL;
 }
@@ -198,6 +207,7 @@ const dpt_backend_vtable dpt_cpu_vtable = {.kind = DPT_BACKEND_CPU,
                                            .copy = dpt_cpu_copy,
                                            .fill_f32 = dpt_cpu_fill_f32,
                                            .map = dpt_cpu_map,
+                                           .op_enabled = dpt_cpu_op_enabled,
 #define DPT_CPU_OP_ENTRY_(NAME, name) .name = dpt_cpu_##name,
                                            DPT_OP_MAP(DPT_CPU_OP_ENTRY_)
 #undef DPT_CPU_OP_ENTRY_

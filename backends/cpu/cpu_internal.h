@@ -25,11 +25,31 @@ typedef struct dpt_cpu_gemm_ws {
   size_t pack_b_n; /* capacity of pack_b in floats */
 } dpt_cpu_gemm_ws;
 
+/* Direct convolution through oneDNN (cpu_conv.c): its engine, primitives and scratch. */
+typedef struct dpt_cpu_conv dpt_cpu_conv;
+
 /* be->ctx of a CPU backend. */
 typedef struct dpt_cpu_ctx {
   dpt_cpu_gemm_impl gemm; /* DPT_CPU_GEMM_OPENBLAS: admitted by dpt_cpu_openblas_admit */
   dpt_cpu_gemm_ws ws;
+  int conv_mode;      /* DPT_CPU_CONV_*: how the conv2d ops run */
+  dpt_cpu_conv *conv; /* oneDNN's context with DPT_CPU_CONV_ONEDNN */
 } dpt_cpu_ctx;
+
+/* How the conv2d ops run: off (layers use im2col + gemm), oneDNN, or the reference loops that
+ * the op tests compare oneDNN with. */
+enum { DPT_CPU_CONV_OFF = 0, DPT_CPU_CONV_ONEDNN = 1, DPT_CPU_CONV_REFERENCE = 2 };
+/* Reads DPT_CPU_CONV ("onednn", "im2col" or "reference"; unset or empty = onednn where built
+ * with it, else im2col). DPT_ERR_INVALID_ARG for other values, DPT_ERR_UNSUPPORTED for
+ * "onednn" in a build without it. */
+dpt_status dpt_cpu_conv_select(int *mode);
+/* Creates the oneDNN context (*out NULL in a build without oneDNN); destroy accepts NULL. */
+dpt_status dpt_cpu_conv_create(dpt_cpu_conv **out);
+void dpt_cpu_conv_destroy(dpt_cpu_conv *cv);
+/* "oneDNN 2.6.3 conv" into text[len] ("" without oneDNN). */
+void dpt_cpu_conv_describe(char *text, size_t len);
+/* The vtable's op_enabled: the conv2d ops unless their mode is off. */
+int dpt_cpu_op_enabled(const dpt_backend *be, dpt_op op);
 
 /* Reads DPT_CPU_GEMM ("portable", "portable-baseline" or "openblas"; unset or empty =
  * openblas when compiled in, else portable). DPT_ERR_INVALID_ARG for other values,

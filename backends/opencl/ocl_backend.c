@@ -574,6 +574,7 @@ const dpt_backend_vtable dpt_opencl_vtable = {.kind = DPT_BACKEND_OPENCL,
                                               .fence_wait = dpt_ocl_fence_wait,
                                               .download_after = dpt_ocl_download_after,
                                               .upload_after = dpt_ocl_upload_after,
+                                              .op_enabled = dpt_backend_no_direct_conv,
 #define DPT_OCL_OP_ENTRY_(NAME, name) .name = dpt_ocl_##name,
                                               DPT_OP_MAP(DPT_OCL_OP_ENTRY_)
 #undef DPT_OCL_OP_ENTRY_

@@ -250,3 +250,5 @@ dpt_status dpt_ocl_bce_logits(dpt_backend *be, const dpt_bce_logits_args *a) {
 
   return dpt_ocl_sum_stats(c, a->n, stats_bytes, "bce_logits", a->loss_sum, a->correct);
 }
+
+DPT_NO_DIRECT_CONV(dpt_ocl)

@@ -625,6 +625,7 @@ const dpt_backend_vtable dpt_vulkan_vtable = {.kind = DPT_BACKEND_VULKAN,
                                               .fence_wait = dpt_vk_fence_wait,
                                               .download_after = dpt_vk_download_after,
                                               .upload_after = dpt_vk_upload_after,
+                                              .op_enabled = dpt_backend_no_direct_conv,
 #define DPT_VK_OP_ENTRY_(NAME, name) .name = dpt_vk_##name,
                                               DPT_OP_MAP(DPT_VK_OP_ENTRY_)
 #undef DPT_VK_OP_ENTRY_

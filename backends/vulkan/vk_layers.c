@@ -639,3 +639,5 @@ dpt_status dpt_vk_bce_logits(dpt_backend *be, const dpt_bce_logits_args *a) {
   DPT_TRY(dpt_vk_enter(be));
   return dpt_vk_leave(be, vk_bce_logits(dpt_vk_ctx_of(be), a));
 }
+
+DPT_NO_DIRECT_CONV(dpt_vk)

@@ -300,6 +300,21 @@ static dpt_status give_up_step(replica *r, replica_state *s, step_outcome *out) 
   return check_skipped(r, s);
 }
 
+/* The periodic drift check after a step. Parameters or buffers that the update made
+ * non-finite (an overflow in finite gradients or batch statistics) are, under the rollback
+ * policy, rolled back like a non-finite step: every replica finds it in the exchanged sums. */
+static dpt_status check_after_step(replica *r, replica_state *s, step_outcome *out) {
+  const dpt_train_config *cfg = r->cfg;
+  if (cfg->check_every <= 0 || s->t.step % cfg->check_every != 0) return DPT_OK;
+  dpt_status st = dpt_train_check_drift(r, s, s->t.step);
+  if (st == DPT_ERR_NONFINITE && cfg->on_nonfinite == DPT_NONFINITE_ROLLBACK) {
+    dpt_clear_error();
+    out->rollback = 1;
+    return DPT_OK;
+  }
+  return st;
+}
+
 /* One synchronized step on global batch k of the epoch (see train.h). Adds the batch's loss
  * and samples to *loss and *samples unless the step was given up. */
 dpt_status dpt_train_step(replica *r, replica_state *s, int64_t epoch, size_t k, double *loss,
@@ -350,8 +365,8 @@ dpt_status dpt_train_step(replica *r, replica_state *s, int64_t epoch, size_t k,
   s->t.trained_samples += sum.samples;
   if (out->rollback) return DPT_OK; /* the checkpoint's state replaces everything */
   DPT_TRY(share_buffers(r, s));
-  if (cfg->check_every > 0 && s->t.step % cfg->check_every == 0)
-    DPT_TRY(dpt_train_check_drift(r, s, s->t.step));
+  DPT_TRY(check_after_step(r, s, out));
+  if (out->rollback) return DPT_OK;
   if (r->index == 0 && cfg->on_progress)
     cfg->on_progress(epoch + 1, k + 1, s->batches,
                      sum.targets ? sum.loss_sum / (double)sum.targets : NAN, cfg->user);

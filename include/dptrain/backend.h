@@ -173,7 +173,10 @@ DPT_API dpt_status dpt_buffer_fill_f32(dpt_buffer *dst, size_t offset, size_t co
   X(EMBED_BAG_BWD, embed_bag_bwd)                                                                  \
   X(GATHER_COLS, gather_cols)                                                                      \
   X(SCATTER_COLS_ADD, scatter_cols_add)                                                            \
-  X(BCE_LOGITS, bce_logits)
+  X(BCE_LOGITS, bce_logits)                                                                        \
+  X(CONV2D_FWD, conv2d_fwd)                                                                        \
+  X(CONV2D_BWD_DATA, conv2d_bwd_data)                                                              \
+  X(CONV2D_BWD_WEIGHTS, conv2d_bwd_weights)
 
 typedef enum dpt_op {
 #define DPT_OP_ENUM_(NAME, name) DPT_OP_##NAME,
@@ -254,6 +257,24 @@ DPT_API dpt_status dpt_im2col(dpt_backend *be, const dpt_conv_geom *g, const dpt
  * (dx [n,c,h,w] is overwritten). */
 DPT_API dpt_status dpt_col2im(dpt_backend *be, const dpt_conv_geom *g, const dpt_buffer *col,
                               size_t col_off, dpt_buffer *dx, size_t dx_off);
+
+/* Direct convolution, the alternative to im2col + gemm where a backend has it (CPU with
+ * oneDNN; dpt_backend_supports says). x [n, c, h, w], w [co, c, kh, kw], y [n, co, oh, ow].
+ * fwd: y = conv(x, w) + bias[co] (bias may be NULL: none). */
+DPT_API dpt_status dpt_conv2d_fwd(dpt_backend *be, const dpt_conv_geom *g, size_t co,
+                                  const dpt_buffer *x, size_t x_off, const dpt_buffer *w,
+                                  size_t w_off, const dpt_buffer *bias, size_t bias_off,
+                                  dpt_buffer *y, size_t y_off);
+/* dx = the gradient of conv(x, w) with respect to x, given dy (dx is overwritten). */
+DPT_API dpt_status dpt_conv2d_bwd_data(dpt_backend *be, const dpt_conv_geom *g, size_t co,
+                                       const dpt_buffer *dy, size_t dy_off, const dpt_buffer *w,
+                                       size_t w_off, dpt_buffer *dx, size_t dx_off);
+/* dw [co, c, kh, kw] = sum over the batch of dy (x) x; db[co] (may be NULL) = sum of dy over
+ * the batch and the plane. Both overwritten. */
+DPT_API dpt_status dpt_conv2d_bwd_weights(dpt_backend *be, const dpt_conv_geom *g, size_t co,
+                                          const dpt_buffer *x, size_t x_off, const dpt_buffer *dy,
+                                          size_t dy_off, dpt_buffer *dw, size_t dw_off,
+                                          dpt_buffer *db, size_t db_off);
 
 /* Max-pool geometry: x is [planes, h, w] (planes = batch * channels), no padding,
  * out_h = (h - kh) / stride_h + 1 >= 1, likewise out_w. */

@@ -125,6 +125,11 @@ typedef struct conf_generator {
   conf_gen_fn gen;
 } conf_generator;
 
+/* An op a backend may leave out (the direct convolutions: layers fall back to im2col + gemm). */
+static inline int conf_op_optional(dpt_op op) {
+  return op == DPT_OP_CONV2D_FWD || op == DPT_OP_CONV2D_BWD_DATA || op == DPT_OP_CONV2D_BWD_WEIGHTS;
+}
+
 /* conformance_cases.c: one entry per op that has a generator. */
 extern const conf_generator conf_generators[];
 extern const size_t conf_generator_count;

@@ -380,6 +380,91 @@ static void gen_col2im(conf_list *l) {
   gen_conv(l, 1);
 }
 
+/* ---- direct convolution ------------------------------------------------------------------ */
+
+typedef struct conv2d_p {
+  dpt_conv_geom g;
+  size_t co;
+  int bias;
+} conv2d_p;
+
+static dpt_status run_conv2d_fwd(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                 const size_t *off, double *scalars) {
+  const conv2d_p *p = CONF_PARAMS(c, conv2d_p);
+  (void)scalars;
+  return dpt_conv2d_fwd(be, &p->g, p->co, buf[0], off[0], buf[1], off[1], p->bias ? buf[3] : NULL,
+                        p->bias ? off[3] : 0, buf[2], off[2]);
+}
+
+static dpt_status run_conv2d_bwd_data(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                      const size_t *off, double *scalars) {
+  const conv2d_p *p = CONF_PARAMS(c, conv2d_p);
+  (void)scalars;
+  return dpt_conv2d_bwd_data(be, &p->g, p->co, buf[0], off[0], buf[1], off[1], buf[2], off[2]);
+}
+
+static dpt_status run_conv2d_bwd_weights(dpt_backend *be, const conf_case *c,
+                                         dpt_buffer *const *buf, const size_t *off,
+                                         double *scalars) {
+  const conv2d_p *p = CONF_PARAMS(c, conv2d_p);
+  (void)scalars;
+  return dpt_conv2d_bwd_weights(be, &p->g, p->co, buf[0], off[0], buf[1], off[1], buf[2], off[2],
+                                p->bias ? buf[3] : NULL, p->bias ? off[3] : 0);
+}
+
+/* op 0: fwd, 1: bwd_data, 2: bwd_weights; over the im2col geometries with a few output
+ * channel counts, and ResNet's 3x3 shapes. Sums run over c*kh*kw (fwd), co*kh*kw (data) or
+ * n*oh*ow (weights) products: the tolerance grows with that length. */
+static void gen_conv2d(conf_list *l, int op) {
+  static const dpt_conv_geom resnet[] = {
+      {4, 16, 28, 28, 3, 3, 1, 1, 1, 1},
+      {4, 16, 28, 28, 3, 3, 2, 2, 1, 1},
+      {3, 64, 7, 7, 3, 3, 1, 1, 1, 1},
+  };
+  size_t ng = sizeof conv_geoms / sizeof conv_geoms[0], nr = sizeof resnet / sizeof resnet[0];
+  for (size_t i = 0; i < ng + nr; i++) {
+    const dpt_conv_geom *g = i < ng ? &conv_geoms[i] : &resnet[i - ng];
+    size_t oh, ow, co = i < ng ? 1 + i % 5 : g->c * g->stride_h;
+    conv_out(g, &oh, &ow);
+    conv2d_p p = {*g, co, op != 1 && i % 2 == 0};
+    conf_case *c = conf_new_case(l, "x=[%zu,%zu,%zu,%zu] co=%zu k=%zux%zu s=%zu,%zu p=%zu,%zu%s",
+                                 g->n, g->c, g->h, g->w, co, g->kh, g->kw, g->stride_h, g->stride_w,
+                                 g->pad_h, g->pad_w, p.bias ? " bias" : "");
+    CONF_SET_PARAMS(c, p);
+    size_t nx = g->n * g->c * g->h * g->w, nw = co * g->c * g->kh * g->kw, ny = g->n * co * oh * ow;
+    size_t len = op == 0 ? g->c * g->kh * g->kw : op == 1 ? co * g->kh * g->kw : g->n * oh * ow;
+    double tol = 1e-6 + 4e-7 * (double)len;
+    conf_add_tensor(c, op == 1 ? "dy" : "x", CONF_F32, CONF_IN, 1, op == 1 ? ny : nx);
+    if (op == 0) {
+      conf_add_tensor(c, "w", CONF_F32, CONF_IN, 1, nw);
+      conf_add_tensor(c, "y", CONF_F32, CONF_OUT, 1, ny)->tol = tol;
+      if (p.bias) conf_add_tensor(c, "bias", CONF_F32, CONF_IN, 1, co);
+      c->run = run_conv2d_fwd;
+    } else if (op == 1) {
+      conf_add_tensor(c, "w", CONF_F32, CONF_IN, 1, nw);
+      conf_add_tensor(c, "dx", CONF_F32, CONF_OUT, 1, nx)->tol = tol;
+      c->run = run_conv2d_bwd_data;
+    } else {
+      conf_add_tensor(c, "dy", CONF_F32, CONF_IN, 1, ny);
+      conf_add_tensor(c, "dw", CONF_F32, CONF_OUT, 1, nw)->tol = tol;
+      if (p.bias) conf_add_tensor(c, "db", CONF_F32, CONF_OUT, 1, co)->tol = tol;
+      c->run = run_conv2d_bwd_weights;
+    }
+  }
+}
+
+static void gen_conv2d_fwd(conf_list *l) {
+  gen_conv2d(l, 0);
+}
+
+static void gen_conv2d_bwd_data(conf_list *l) {
+  gen_conv2d(l, 1);
+}
+
+static void gen_conv2d_bwd_weights(conf_list *l) {
+  gen_conv2d(l, 2);
+}
+
 /* ---- maxpool ------------------------------------------------------------------------------ */
 
 static const dpt_pool_geom pool_geoms[] = {
@@ -1798,6 +1883,9 @@ const conf_generator conf_generators[] = {
     {DPT_OP_EMBED_BAG, gen_embed_bag},
     {DPT_OP_EMBED_BAG_BWD, gen_embed_bag_bwd},
     {DPT_OP_GATHER_COLS, gen_gather_cols},
+    {DPT_OP_CONV2D_FWD, gen_conv2d_fwd},
+    {DPT_OP_CONV2D_BWD_DATA, gen_conv2d_bwd_data},
+    {DPT_OP_CONV2D_BWD_WEIGHTS, gen_conv2d_bwd_weights},
     {DPT_OP_SCATTER_COLS_ADD, gen_scatter_cols_add},
     {DPT_OP_BCE_LOGITS, gen_bce_logits},
 };

@@ -357,6 +357,75 @@ START_TEST(im2col_col2im_values) {
 }
 END_TEST
 
+/* ---- direct convolution ------------------------------------------------------------------
+ * x = [1 2 3; 4 5 6; 7 8 9], w = [1 0; 0 1], bias 0.5, stride 1, no padding: y = x[i][j] +
+ * x[i+1][j+1] + 0.5. With dy = 1 everywhere: dx counts the windows whose diagonal taps cover
+ * each pixel, dw sums each tap's 2x2 block of x, db = 4. Run by every DPT_CPU_CONV mode that
+ * has the ops: the reference loops and oneDNN. */
+static void conv_values(const char *mode) {
+  setenv("DPT_CPU_CONV", mode, 1);
+  dpt_backend *cb = tu_cpu();
+  unsetenv("DPT_CPU_CONV");
+  ck_assert_msg(dpt_backend_supports(cb, DPT_OP_CONV2D_FWD), "mode %s: no conv2d_fwd", mode);
+  const dpt_conv_geom g = {1, 1, 3, 3, 2, 2, 1, 1, 0, 0};
+  const float x0[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, w0[4] = {1, 0, 0, 1}, b0 = 0.5f;
+  const float ones[4] = {1, 1, 1, 1};
+  dpt_buffer *x = tu_f32(cb, x0, 9), *w = tu_f32(cb, w0, 4), *b = tu_f32(cb, &b0, 1);
+  dpt_buffer *y = tu_f32_fill(cb, 4, NAN), *dy = tu_f32(cb, ones, 4);
+  dpt_buffer *dx = tu_f32_fill(cb, 9, NAN), *dw = tu_f32_fill(cb, 4, NAN);
+  dpt_buffer *db = tu_f32_fill(cb, 1, NAN);
+  TU_OK(dpt_conv2d_fwd(cb, &g, 1, x, 0, w, 0, b, 0, y, 0));
+  const double want_y[4] = {6.5, 8.5, 12.5, 14.5};
+  tu_expect_buf("y", y, 0, want_y, 4, 0);
+  TU_OK(dpt_conv2d_bwd_data(cb, &g, 1, dy, 0, w, 0, dx, 0));
+  const double want_dx[9] = {1, 1, 0, 1, 2, 1, 0, 1, 1};
+  tu_expect_buf("dx", dx, 0, want_dx, 9, 0);
+  TU_OK(dpt_conv2d_bwd_weights(cb, &g, 1, x, 0, dy, 0, dw, 0, db, 0));
+  const double want_dw[4] = {12, 16, 24, 28}, want_db[1] = {4};
+  tu_expect_buf("dw", dw, 0, want_dw, 4, 0);
+  tu_expect_buf("db", db, 0, want_db, 1, 0);
+  /* an empty batch: the weight gradient is the sum over no sample */
+  const dpt_conv_geom g0 = {0, 1, 3, 3, 2, 2, 1, 1, 0, 0};
+  const double zero[4] = {0, 0, 0, 0};
+  TU_OK(dpt_conv2d_bwd_weights(cb, &g0, 1, x, 0, dy, 0, dw, 0, db, 0));
+  tu_expect_buf("dw (n = 0)", dw, 0, zero, 4, 0);
+  tu_expect_buf("db (n = 0)", db, 0, zero, 1, 0);
+  /* y overlapping x is refused */
+  ck_assert_int_eq(dpt_conv2d_fwd(cb, &g, 1, x, 0, w, 0, NULL, 0, x, 0), DPT_ERR_INVALID_ARG);
+  dpt_backend_destroy(cb);
+}
+
+START_TEST(conv2d_values_reference) {
+  conv_values("reference");
+}
+END_TEST
+
+START_TEST(conv2d_values_default) {
+  dpt_backend *cb = tu_cpu();
+  int has = dpt_backend_supports(cb, DPT_OP_CONV2D_FWD);
+  dpt_backend_destroy(cb);
+  if (has) conv_values("");
+}
+END_TEST
+
+/* DPT_CPU_CONV=im2col turns the ops off; an unknown mode is refused with the variable named. */
+START_TEST(conv2d_modes) {
+  setenv("DPT_CPU_CONV", "im2col", 1);
+  dpt_backend *cb = tu_cpu();
+  ck_assert(!dpt_backend_supports(cb, DPT_OP_CONV2D_FWD));
+  const dpt_conv_geom g = {1, 1, 3, 3, 2, 2, 1, 1, 0, 0};
+  dpt_buffer *x = tu_f32_fill(cb, 9, 1), *w = tu_f32_fill(cb, 4, 1), *y = tu_f32_fill(cb, 4, 0);
+  ck_assert_int_eq(dpt_conv2d_fwd(cb, &g, 1, x, 0, w, 0, NULL, 0, y, 0), DPT_ERR_UNSUPPORTED);
+  dpt_backend_destroy(cb);
+  setenv("DPT_CPU_CONV", "winograd", 1);
+  dpt_backend *bad = NULL;
+  ck_assert_int_eq(dpt_backend_create(DPT_BACKEND_CPU, 0, &bad), DPT_ERR_INVALID_ARG);
+  ck_assert_ptr_null(bad);
+  ck_assert_ptr_nonnull(strstr(dpt_last_error(), "DPT_CPU_CONV"));
+  unsetenv("DPT_CPU_CONV");
+}
+END_TEST
+
 /* ---- maxpool ------------------------------------------------------------------------------
  * x (4x4) = [1 3 2 4; 5 6 7 8; 9 2 1 0; 3 4 5 5], 2x2 windows, stride 2:
  * maxima 6 (index 5), 8 (7), 9 (8), 5 at 14 (tie with 15: the first in row-major order). */
@@ -1778,6 +1847,9 @@ static Suite *cpu_ops_suite(void) {
   tcase_add_test(hand, attn_softmax_values);
   tcase_add_test(hand, softmax_bwd_values);
   tcase_add_test(hand, im2col_col2im_values);
+  tcase_add_test(hand, conv2d_values_reference);
+  tcase_add_test(hand, conv2d_values_default);
+  tcase_add_test(hand, conv2d_modes);
   tcase_add_test(hand, maxpool_values);
   tcase_add_test(hand, embed_values);
   tcase_add_test(hand, axpy_scale_reductions);

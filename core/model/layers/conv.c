@@ -1,5 +1,6 @@
 /* conv2d and the pools (maxpool, avgpool, global_avgpool): plans, memory, forward, backward and
- * conv2d's initialization. A convolution goes through im2col and strided-batched gemms:
+ * conv2d's initialization. A convolution runs as the backend's direct convolution where it has
+ * one (dpt_conv2d_fwd: oneDNN on the CPU), else through im2col and strided-batched gemms:
  * y_i[cout, oh*ow] = W[cout, cin*k*k] * col_i[cin*k*k, oh*ow], the bias added with a rank-1 gemm
  * against a vector of ones; its columns are recomputed in backward (except where the column
  * buffer still holds them: the forward's last convolution on devices). */
@@ -16,6 +17,13 @@ size_t dpt_model_conv_chunk(const dpt_model *m, const dpt_node *L, size_t b) {
   size_t per_image = L->ishape.c * L->spec.kernel * L->spec.kernel * L->oshape.h * L->oshape.w;
   size_t n = DPT_MODEL_CPU_COL_FLOATS / (per_image ? per_image : 1);
   return n < 1 ? 1 : n < b ? n : b;
+}
+
+/* The backend convolves directly: no columns, the whole batch in one call per op. */
+static int conv_direct(const dpt_model *m) {
+  return dpt_backend_supports(m->be, DPT_OP_CONV2D_FWD) &&
+         dpt_backend_supports(m->be, DPT_OP_CONV2D_BWD_DATA) &&
+         dpt_backend_supports(m->be, DPT_OP_CONV2D_BWD_WEIGHTS);
 }
 
 static dpt_conv_geom conv_geom(const dpt_node *L, size_t b) {
@@ -56,6 +64,7 @@ static dpt_status plan_conv2d(dpt_model *m, size_t i, dpt_sample_shape *x) {
 static dpt_status conv2d_alloc(dpt_model *m, size_t i, size_t n, shared_sizes *sh) {
   dpt_node *L = &m->layers[i];
   (void)n;
+  if (conv_direct(m)) return DPT_OK;
   size_t k = L->ishape.c * L->spec.kernel * L->spec.kernel, plane = L->oshape.h * L->oshape.w, col;
   if (!dpt_mul_ok(k, plane, &col) ||
       !dpt_mul_ok(col, dpt_model_conv_chunk(m, L, m->max_batch), &col))
@@ -104,7 +113,12 @@ static dpt_status conv2d_forward(dpt_model *m, const dpt_node *L, const dpt_buff
 static dpt_status conv2d_fwd(dpt_model *m, const dpt_node *L, const dpt_buffer *in,
                              const dpt_buffer *x, size_t b) {
   (void)x;
-  return conv2d_forward(m, L, in, b);
+  if (!conv_direct(m)) return conv2d_forward(m, L, in, b);
+  dpt_conv_geom g = conv_geom(L, b);
+  int bias = L->b_index != SIZE_MAX;
+  return dpt_conv2d_fwd(m->be, &g, L->oshape.c, in, 0, m->params, m->tensors[L->w_index].offset,
+                        bias ? m->params : NULL, bias ? m->tensors[L->b_index].offset : 0, L->out,
+                        0);
 }
 
 /* One pass over images [n0, n0 + nb): its share of dW and db (summed over the images in
@@ -135,8 +149,21 @@ static dpt_status conv2d_backward_chunk(dpt_model *m, const dpt_node *L, const d
   return dpt_col2im(be, &g, m->dcol, 0, din, n0 * L->in_size);
 }
 
+/* The direct backward: dW and db over the whole batch, then the input gradient. */
+static dpt_status conv2d_backward_direct(dpt_model *m, const dpt_node *L, const dpt_buffer *in,
+                                         dpt_buffer *din, size_t b) {
+  dpt_conv_geom g = conv_geom(L, b);
+  size_t co = L->oshape.c, w_off = m->tensors[L->w_index].offset;
+  int bias = L->b_index != SIZE_MAX;
+  DPT_TRY(dpt_conv2d_bwd_weights(m->be, &g, co, in, 0, L->dout, 0, m->grads, w_off,
+                                 bias ? m->grads : NULL, bias ? m->tensors[L->b_index].offset : 0));
+  if (!din) return DPT_OK;
+  return dpt_conv2d_bwd_data(m->be, &g, co, L->dout, 0, m->params, w_off, din, 0);
+}
+
 static dpt_status conv2d_backward(dpt_model *m, const dpt_node *L, const dpt_buffer *in,
                                   dpt_buffer *din, size_t b) {
+  if (conv_direct(m)) return conv2d_backward_direct(m, L, in, din, b);
   size_t chunk = dpt_model_conv_chunk(m, L, b);
   for (size_t n0 = 0; n0 < b; n0 += chunk)
     DPT_TRY(conv2d_backward_chunk(m, L, in, din, n0, b - n0 < chunk ? b - n0 : chunk));
