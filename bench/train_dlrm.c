@@ -329,8 +329,8 @@ int dpt_bench_train_dlrm(int argc, char **argv) {
   /* Every rank learns whether all are ready; a failure that is rank 0's too is printed once. */
   if (!failed_before) {
     int same_as_first = 0;
-    const dpt_status ready = dpt_train_agree_ready(world, rc ? DPT_ERR_INVALID_ARG : DPT_OK, msg,
-                                                   "rank", &same_as_first);
+    const dpt_status ready =
+        dpt_comm_agree_ready(world, rc ? DPT_ERR_INVALID_ARG : DPT_OK, msg, "rank", &same_as_first);
     if (ready != DPT_OK && !same_as_first && (rc || rank == 0))
       fprintf(stderr, "bench train: %s\n", rc ? msg : dpt_last_error());
     if (ready != DPT_OK && !rc) rc = 1;

@@ -1431,8 +1431,8 @@ int dpt_cmd_train(int argc, char **argv) {
    * stays quiet when rank 0 reports the very same failure (the same file, the same problem). */
   int quiet_failure = 0;
   if (comm) {
-    st = dpt_train_agree_ready(comm, st, other[0] ? other : dpt_last_error(), "rank",
-                               &quiet_failure);
+    st =
+        dpt_comm_agree_ready(comm, st, other[0] ? other : dpt_last_error(), "rank", &quiet_failure);
     other[0] = '\0'; /* the outcome's message is the thread's last error */
   }
   if (st == DPT_OK) {

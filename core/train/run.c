@@ -137,7 +137,7 @@ static dpt_status start_run(replica *r, replica_state *s) {
   /* A configuration this replica refuses is announced like any failure to start. */
   dpt_status st = dpt_train_check_config(cfg, r->over_mpi ? r->comm : NULL);
   if (st == DPT_OK) st = dpt_train_replica_setup(r, s);
-  DPT_TRY(dpt_train_agree_ready(r->comm, st, dpt_last_error(), "replica", NULL));
+  DPT_TRY(dpt_comm_agree_ready(r->comm, st, dpt_last_error(), "replica", NULL));
   DPT_TRY(dpt_train_agree_on_run(r, s));
   DPT_TRY(dpt_train_broadcast_params(r, s));
   DPT_TRY(dpt_train_ckpt_share_resumed(r, s));
@@ -150,7 +150,7 @@ static dpt_status start_run(replica *r, replica_state *s) {
     dpt_train_log(r, "gradient buckets of %zu KiB (all-reduce bus bandwidth: %s)", bytes >> 10,
                   table);
     const dpt_status bs = dpt_train_buckets_setup(r, s, bytes);
-    DPT_TRY(dpt_train_agree_ready(r->comm, bs, dpt_last_error(), "replica", NULL));
+    DPT_TRY(dpt_comm_agree_ready(r->comm, bs, dpt_last_error(), "replica", NULL));
   }
   if (s->buckets) {
     char line[256];

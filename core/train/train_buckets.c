@@ -340,8 +340,8 @@ dpt_status dpt_train_buckets_measure(replica *r, dpt_comm_dtype dtype, size_t *b
   const size_t largest = o.block_bytes << (SIZES - 1);
   float *buf = calloc(largest / sizeof(float), sizeof(float));
   /* every replica joins the measurement, so one short of memory says so first */
-  DPT_TRY(dpt_train_agree_ready(r->comm, buf ? DPT_OK : DPT_ERR_OUT_OF_MEMORY,
-                                "bucket size: out of host memory", "replica", NULL));
+  DPT_TRY(dpt_comm_agree_ready(r->comm, buf ? DPT_OK : DPT_ERR_OUT_OF_MEMORY,
+                               "bucket size: out of host memory", "replica", NULL));
   double bw[SIZES] = {0}, peak = 0;
   dpt_status st = DPT_OK;
   for (int k = 0; k < SIZES && st == DPT_OK; ++k) {

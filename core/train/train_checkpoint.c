@@ -3,7 +3,7 @@
  * thread of replica 0; resume at any world size; rollback after a non-finite step.
  *
  * Every decision here is taken alike on every replica: the moments to save come from the
- * step's exchange, the outcome of a read on replica 0 is agreed (dpt_train_agree_ready) before
+ * step's exchange, the outcome of a read on replica 0 is agreed (dpt_comm_agree_ready) before
  * anyone uses it, and the optimizer state of a sharded step is gathered whole, so a checkpoint
  * does not depend on the world size that wrote it. */
 #define _POSIX_C_SOURCE 200809L
@@ -434,7 +434,7 @@ dpt_status dpt_train_ckpt_save(replica *r, replica_state *s, int wait) {
   s->t.ckpt_time += dpt_now() - t0;
   if (!wait) return DPT_OK; /* a failure is announced at the next step's exchange */
   /* No exchange follows: the replicas agree on the outcome here. */
-  return dpt_train_agree_ready(r->comm, s->pending, s->pending_msg, "replica", NULL);
+  return dpt_comm_agree_ready(r->comm, s->pending, s->pending_msg, "replica", NULL);
 }
 
 /* ---- rollback ----------------------------------------------------------------------------- */
@@ -469,7 +469,7 @@ dpt_status dpt_train_ckpt_rollback(replica *r, replica_state *s) {
     if (st == DPT_OK && !found)
       st = dpt_set_error(DPT_ERR_IO, "rollback: no checkpoint left in %s", cfg->checkpoint_dir);
   }
-  DPT_TRY(dpt_train_agree_ready(r->comm, st, dpt_last_error(), "replica", NULL));
+  DPT_TRY(dpt_comm_agree_ready(r->comm, st, dpt_last_error(), "replica", NULL));
   DPT_TRY(share_state(r, s));
   dpt_checkpoint_progress p;
   int loaded = 0;

@@ -294,6 +294,17 @@ DPT_API dpt_status dpt_allgather_host(dpt_comm *comm, const void *send, size_t b
 /* Returns once every rank has entered the barrier. */
 DPT_API dpt_status dpt_barrier(dpt_comm *comm);
 
+/* The start-up agreement of the members of `comm`: each says whether it is ready (`mine` is
+ * DPT_OK) or why not (`mine` and `message`), and all learn the outcome together, so a member
+ * that could not start stops the others at once instead of leaving them at their first
+ * collective. Returns DPT_OK when every member is ready; else a failed member returns its own
+ * status and message, and the others DPT_ERR_PEER naming the first that failed ("<member> N
+ * could not start"; `member` is the word for a member, e.g. "rank" or "replica").
+ * *same_as_first (may be NULL) is set to 1 on a member other than 0 whose failure is exactly
+ * member 0's (status and message), which member 0 reports for all. comm NULL: returns `mine`. */
+DPT_API dpt_status dpt_comm_agree_ready(dpt_comm *comm, dpt_status mine, const char *message,
+                                        const char *member, int *same_as_first);
+
 /* ---- nonblocking collectives ---------------------------------------------------------------
  *
  * A start call queues the collective and returns a request at once; the communicator's
