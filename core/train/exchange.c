@@ -8,6 +8,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "core/train/exchange.h"
+#include "core/train/optimizer.h"
 
 const dpt_range *dpt_train_own_ranges(const replica_state *s, dpt_range *whole, size_t *n) {
   if (s->mode == STEP_SHARDED) {

@@ -8,6 +8,7 @@
 
 #include "core/train/run_terms.h"
 #include "core/train/trace.h"
+#include "dptrain/optimizer.h"
 #include "dptrain/train.h"
 
 /* What every replica contributes to a step's decision. */

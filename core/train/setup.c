@@ -12,6 +12,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "core/train/optimizer.h"
 #include "core/train/setup.h"
 #include "core/train/train_buckets.h"
 #include "core/train/train_checkpoint.h"

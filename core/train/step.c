@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "core/train/batch.h"
 #include "core/train/exchange.h"
+#include "core/train/optimizer.h"
 #include "core/train/step.h"
 #include "core/train/train_buckets.h"
 #include "core/train/train_sparse.h"

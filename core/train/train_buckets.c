@@ -22,6 +22,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "backends/backend_impl.h"
+#include "core/train/optimizer.h"
 #include "core/train/trace.h"
 #include "core/train/exchange.h"
 #include "core/train/replica.h"

@@ -14,6 +14,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "core/train/exchange.h"
+#include "core/train/optimizer.h"
 #include "core/train/replica.h"
 #include "core/train/train_sparse.h"
 #include "dptrain/sparse.h"

@@ -12,6 +12,7 @@
 #include "dptrain/metrics.h"
 #include "dptrain/model.h"
 #include "dptrain/optim.h"
+#include "dptrain/optimizer.h"
 #include "dptrain/safetensors.h"
 #include "dptrain/sparse.h"
 #include "dptrain/status.h"

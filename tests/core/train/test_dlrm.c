@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/train/optimizer.h"
 #include "dptrain/dptrain.h"
 #include "grad_check.h"
 #include "test_util.h"

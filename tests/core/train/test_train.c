@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/train/optimizer.h"
 #include "dptrain/dptrain.h"
 #include "train_data.h"
 
