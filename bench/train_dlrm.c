@@ -21,6 +21,7 @@
 
 #include "bench/bench.h"
 #include "dptrain/dptrain.h"
+#include "tools/prep/shards.h"
 
 #ifdef DPT_HAVE_MPI
 #include <mpi.h>

@@ -17,6 +17,7 @@
 
 #include "dptrain/dptrain.h"
 #include "tools/commands.h"
+#include "tools/prep/shards.h"
 
 #define MAX_INPUTS 256
 

@@ -15,6 +15,7 @@
 
 #include "dptrain/dptrain.h"
 #include "tools/commands.h"
+#include "tools/prep/shards.h"
 
 /* ---- a small keyed generator (splitmix64) --------------------------------------------------- */
 

@@ -14,6 +14,7 @@
 
 #include "dptrain/dptrain.h"
 #include "tools/commands.h"
+#include "tools/prep/vocab.h"
 
 #define MAX_DATA 256
 

@@ -19,6 +19,7 @@
 #include "tools/model_choice.h"
 #include "dptrain/dptrain.h"
 #include "tools/commands.h"
+#include "tools/prep/vocab.h"
 
 #define DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
 /* BERT's recipe leaves biases and layer norm weights undecayed ("embed.norm.weight",

@@ -19,6 +19,7 @@
 #include "dptrain/dptrain.h"
 #include "test_util.h"
 #include "tmp_dir.h"
+#include "tools/prep/shards.h"
 
 static void setup(void) {
   tu_tmp_make("inter");

@@ -15,6 +15,7 @@
 
 #include "core/train/optimizer.h"
 #include "dptrain/dptrain.h"
+#include "tools/prep/vocab.h"
 #include "train_data.h"
 
 static void mlp_config(dpt_train_config *cfg, dpt_dataset *train, size_t batch) {

@@ -21,6 +21,7 @@
 #include "dptrain/dptrain.h"
 #include "test_util.h"
 #include "tmp_dir.h"
+#include "tools/prep/shards.h"
 
 enum { DENSE = 2, TABLES = 3, ROWS = 50, BATCH = 24, EPOCHS = 2, SEED = 7, MAXR = 3 };
 static const int train_sizes[5] = {37, 50, 23, 41, 29}; /* 180 records: 7 steps of 24 */
