@@ -16,7 +16,7 @@
 
 #include "bench/bench.h"
 #include "bench/text_setup.h"
-#include "dptrain/dptrain.h"
+#include "dptrain/advanced.h"
 
 #ifdef DPT_HAVE_MPI
 #include <mpi.h>

@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
-#include "dptrain/dptrain.h"
+#include "dptrain/advanced.h"
 #include "tools/prep/shards.h"
 
 #ifdef DPT_HAVE_MPI

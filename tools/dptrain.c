@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
-#include "dptrain/dptrain.h"
+#include "dptrain/advanced.h"
 #include "tools/commands.h"
 
 static void usage(FILE *f) {

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "dptrain/dptrain.h"
+#include "dptrain/advanced.h"
 #include "tools/commands.h"
 #include "tools/prep/vocab.h"
 

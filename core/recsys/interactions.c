@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "base/rng.h"
 #include "dptrain/comm.h"
+#include "dptrain/fingerprint.h"
 #include "dptrain/train.h"
 #include "dptrain/data.h"
 #include "dptrain/interactions.h"

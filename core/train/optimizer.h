@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 #include "dptrain/backend.h"
+#include "dptrain/model_device.h"
 #include "dptrain/optimizer.h"
 
 /* An optimizer that keeps state (SGD momentum, AdamW moments) for `ranges` only, packed: 1/R

@@ -8,6 +8,9 @@
 
 #include "core/train/run_terms.h"
 #include "core/train/trace.h"
+#include "dptrain/comm.h"
+#include "dptrain/fingerprint.h"
+#include "dptrain/model_device.h"
 #include "dptrain/optimizer.h"
 #include "dptrain/train.h"
 

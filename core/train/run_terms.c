@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "dptrain/fingerprint.h"
 
 typedef enum term_kind { TERM_INT, TERM_FLOAT, TERM_HASH } term_kind;
 

@@ -33,10 +33,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dptrain/backend.h"
-#include "dptrain/comm.h"
+#include "dptrain/communicator.h"
 #include "dptrain/data.h"
-#include "dptrain/fingerprint.h"
+#include "dptrain/device.h"
 #include "dptrain/interactions.h"
 #include "dptrain/model.h"
 #include "dptrain/optim.h"

@@ -16,7 +16,7 @@
 
 #include "core/io/checkpoint.h"
 #include "core/train/run_terms.h"
-#include "dptrain/dptrain.h"
+#include "dptrain/advanced.h"
 #include "test_util.h"
 #include "tmp_dir.h"
 

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dptrain/dptrain.h"
+#include "dptrain/advanced.h"
 #include "grad_check.h"
 #include "test_util.h"
 #include "train_data.h"

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "core/text/bpe_impl.h"
-#include "dptrain/dptrain.h"
+#include "dptrain/advanced.h"
 #include "test_util.h"
 #include "tmp_dir.h"
 #include "tools/prep/vocab.h"

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "core/train/optimizer.h"
-#include "dptrain/dptrain.h"
+#include "dptrain/advanced.h"
 #include "grad_check.h"
 #include "test_util.h"
 

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dptrain/dptrain.h"
+#include "dptrain/advanced.h"
 #include "train_data.h"
 
 static char tmpdir[64];

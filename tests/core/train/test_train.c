@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "core/train/optimizer.h"
-#include "dptrain/dptrain.h"
+#include "dptrain/advanced.h"
 #include "tools/prep/vocab.h"
 #include "train_data.h"
 

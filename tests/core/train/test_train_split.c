@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dptrain/dptrain.h"
+#include "dptrain/advanced.h"
 #include "tmp_dir.h"
 #include "train_data.h"
 
