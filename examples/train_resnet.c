@@ -169,12 +169,12 @@ int main(int argc, char **argv) {
   dpt_train_config cfg;
   dpt_train_config_default(&cfg); /* SGD lr 0.05 momentum 0.9 */
   build_resnet(&cfg.model, dpt_dataset_rows(train), dpt_dataset_cols(train), 10);
-  cfg.train = train;
-  cfg.test = test;
-  cfg.replicas = replicas; /* threads of this process, each a CPU replica */
-  cfg.global_batch = 64;
-  cfg.max_steps = steps;
-  cfg.on_report = report;
+  cfg.data.train = train;
+  cfg.data.test = test;
+  cfg.devices.replicas = replicas; /* threads of this process, each a CPU replica */
+  cfg.schedule.global_batch = 64;
+  cfg.schedule.max_steps = steps;
+  cfg.callbacks.on_report = report;
 
   /* The final weights and batch norm statistics come back in final_params. */
   dpt_backend *be = NULL;

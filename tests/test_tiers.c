@@ -47,14 +47,14 @@ START_TEST(train_evaluate_save) {
   ck_assert_int_eq(dpt_backend_compiled(DPT_BACKEND_CPU), 1);
   dpt_optim_config_default(&cfg.optim, DPT_OPTIM_ADAMW);
   cfg.optim.lr = 0.02f;
-  cfg.train = ds;
-  cfg.test = ds;
-  cfg.replicas = 2;
-  cfg.global_batch = 12;
-  cfg.epochs = 20;
-  cfg.seed = 5;
-  cfg.checkpoint_dir = dir;
-  cfg.checkpoint_every = 10;
+  cfg.data.train = ds;
+  cfg.data.test = ds;
+  cfg.devices.replicas = 2;
+  cfg.schedule.global_batch = 12;
+  cfg.schedule.epochs = 20;
+  cfg.schedule.seed = 5;
+  cfg.checkpoints.checkpoint_dir = dir;
+  cfg.checkpoints.checkpoint_every = 10;
 
   dpt_backend *be = NULL;
   dpt_model *model = NULL;
@@ -144,11 +144,40 @@ START_TEST(predict_arguments) {
 }
 END_TEST
 
+/* The configuration's size: the defaults set it, dpt_train refuses a size it does not know. */
+START_TEST(config_size) {
+  dpt_train_config cfg;
+  ck_assert_int_eq(dpt_train_config_default(&cfg), DPT_OK);
+  ck_assert_uint_eq(cfg.size, sizeof cfg);
+  ck_assert_int_eq(cfg.schedule.epochs, 10);
+  ck_assert_int_eq(cfg.devices.replicas, 1);
+  ck_assert_int_eq(dpt_train_config_init(&cfg, sizeof cfg + 8), DPT_ERR_INVALID_ARG);
+  ck_assert_uint_eq(cfg.size, 0);
+  ck_assert_int_eq(dpt_train_config_default(&cfg), DPT_OK);
+  dpt_dataset *ds = make_data();
+  const size_t hidden[1] = {4};
+  ck_assert_int_eq(dpt_model_spec_mlp(&cfg.model, 1, 1, W, hidden, 1, 2), DPT_OK);
+  cfg.data.train = ds;
+  cfg.schedule.global_batch = 8;
+  cfg.schedule.epochs = 1;
+  const size_t sizes[] = {0, sizeof cfg - 8, sizeof cfg + 8};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    cfg.size = sizes[i];
+    ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(dpt_last_error(), "size") != NULL, "%s", dpt_last_error());
+  }
+  cfg.size = sizeof cfg;
+  ck_assert_msg(dpt_train(&cfg, NULL, NULL) == DPT_OK, "%s", dpt_last_error());
+  dpt_dataset_destroy(ds);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("tiers");
   TCase *tc = tcase_create("training tier");
   tcase_add_test(tc, train_evaluate_save);
   tcase_add_test(tc, predict_arguments);
+  tcase_add_test(tc, config_size);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -155,8 +155,8 @@ dpt_status dpt_train_widen_16(replica_state *s, dpt_comm_dtype dt, size_t off, s
  * `local`, its outcome since the last exchange, kept with its message) gathered from all
  * replicas into s->gather and summed in replica order into *sum; every replica stops at the
  * same exchange, the failed one with its own message, the others with DPT_ERR_PEER. */
-dpt_status dpt_train_exchange(replica *r, replica_state *s, step_stats *mine, step_stats *sum,
-                              dpt_status local, const char *what);
+dpt_status dpt_train_exchange_stats(replica *r, replica_state *s, step_stats *mine, step_stats *sum,
+                                    dpt_status local, const char *what);
 /* Fingerprints the parameters on every replica and compares them (DPT_ERR_MISMATCH naming the
  * replicas that drifted); keeps the fingerprint in s->t.hash for the reports. */
 dpt_status dpt_train_check_drift(replica *r, replica_state *s, int64_t step);

@@ -105,8 +105,8 @@ void dpt_train_buckets_on_layer(replica_state *s, int backward, size_t ready_fro
  * update sums that are not complete, so it fails the set-up. */
 static dpt_status setup_parts(train_buckets *b, const dpt_train_config *cfg) {
   replica_state *s = b->s;
-  b->whole_why = cfg->bucket_whole_update ? "asked for (bucket_whole_update)"
-                 : cfg->on_nonfinite == DPT_NONFINITE_SKIP
+  b->whole_why = cfg->exchange.bucket_whole_update ? "asked for (bucket_whole_update)"
+                 : cfg->checks.on_nonfinite == DPT_NONFINITE_SKIP
                      ? "a skipped step must leave the parameters as they were"
                  : dpt_optimizer_steps_in_parts(s->opt) ? NULL
                  : cfg->optim.kind == DPT_OPTIM_LAMB    ? "LAMB's trust ratios need whole tensors"
@@ -161,7 +161,7 @@ dpt_status dpt_train_buckets_setup(replica *r, replica_state *s, size_t bucket_b
   DPT_TRY(dpt_comm_get_options(r->comm, &o));
   const size_t np = dpt_model_num_params(s->model);
   /* The 16-bit exchange's buffer s->gh exists with more than one replica (else float32). */
-  const dpt_comm_dtype dtype = s->gh ? r->cfg->grad_dtype : DPT_COMM_F32;
+  const dpt_comm_dtype dtype = s->gh ? r->cfg->exchange.grad_dtype : DPT_COMM_F32;
   const size_t esize = dtype == DPT_COMM_F32 ? sizeof(float) : sizeof(uint16_t);
   const size_t block = o.block_bytes / esize ? o.block_bytes / esize : 1; /* ring block, elements */
   size_t per = bucket_bytes / o.block_bytes;                              /* blocks per bucket */

@@ -9,12 +9,13 @@
  *   2. Load data: dpt_dataset_load_dir / _load_idx / _load_safetensors / _from_memory; text for
  *      masked-language models (dpt_text_corpus_load, dpt_bpe_load, dpt_text_sequences_build,
  *      dpt_dataset_from_text); per-rank recommendation shards (dpt_interactions_open).
- *   3. Configure: dpt_train_config_default(&cfg), then set the model, the data, the optimizer
- *      (dpt_optim_config), the schedule, checkpoints and checks, grouped as the struct groups
- *      them; choose the backend (dpt_backend_kind, dpt_backend_compiled, dpt_device_count).
- *   4. Train: dpt_train(&cfg, comm, &final) with comm NULL (cfg.replicas replicas as threads of
- *      this process) or an MPI communicator (dpt_comm_create_mpi: one replica per rank);
- *      reports arrive through cfg.on_report, and the run resumes from its checkpoints
+ *   3. Configure: dpt_train_config_default(&cfg), then fill its groups: cfg.model (the spec),
+ *      cfg.data (training and test sets), cfg.optim (dpt_optim_config), cfg.schedule (batch,
+ *      epochs, seed), cfg.devices (backend kind, replicas; dpt_backend_compiled,
+ *      dpt_device_count), cfg.exchange, cfg.checkpoints, cfg.checks, cfg.callbacks.
+ *   4. Train: dpt_train(&cfg, comm, &final) with comm NULL (cfg.devices.replicas replicas as
+ * threads of this process) or an MPI communicator (dpt_comm_create_mpi: one replica per rank);
+ *      reports arrive through cfg.callbacks.on_report, and the run resumes from its checkpoints
  *      (dpt_checkpoint_find_latest, dpt_checkpoint_verify, dpt_checkpoint_export).
  *   5. Evaluate: the reports' test loss and accuracy (AUC and logloss on shards); any model with
  *      dpt_model_predict on host samples and the metrics (dpt_auc, dpt_logloss,
