@@ -95,7 +95,7 @@ static dpt_status check_checkpoints(const dpt_train_config *cfg) {
   return DPT_OK;
 }
 
-/* The per-replica readers (cfg->local_train, local_test): one per replica of this process,
+/* The per-replica readers (cfg->data.local_train, local_test): one per replica of this process,
  * each opened as its replica's rank of the `total` replicas, all over the same shards; and the
  * settings that do not apply to them. */
 static dpt_status check_local_data(const dpt_train_config *cfg, dpt_comm *comm, int total) {

@@ -225,7 +225,7 @@ static void *replica_thread(void *arg) {
 }
 
 /* This process's index among the ranks of its node, from the launcher's environment (Open MPI,
- * MPICH, Slurm), else the global rank: picks the device when cfg->device is -1. */
+ * MPICH, Slurm), else the global rank: picks the device when cfg->devices.device is -1. */
 static int local_rank(int rank) {
   static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
                                      "SLURM_LOCALID"};
@@ -271,7 +271,7 @@ static int worst_replica(const replica *reps, int started) {
   return worst;
 }
 
-/* cfg->replicas replicas as threads of this process, joined by the threads transport. */
+/* cfg->devices.replicas replicas as threads of this process, joined by the threads transport. */
 static dpt_status train_as_threads(const dpt_train_config *cfg, dpt_train_report *final) {
   const int R = cfg->devices.replicas;
   dpt_comm_group *group = NULL;

@@ -114,14 +114,15 @@ static dpt_status check_records_model(const dpt_train_config *cfg, replica_state
   return DPT_OK;
 }
 
-/* This replica's backend: its entry of replica_backends, else cfg->backend. */
+/* This replica's backend: its entry of replica_backends, else cfg->devices.backend. */
 dpt_backend_kind dpt_train_backend_of(const replica *r) {
   const dpt_train_config *cfg = r->cfg;
   return cfg->devices.replica_backends && !r->over_mpi ? cfg->devices.replica_backends[r->index]
                                                        : cfg->devices.backend;
 }
 
-/* The reports' backend name: cfg->backend's, or the replicas' list with replica_backends. */
+/* The reports' backend name: cfg->devices.backend's, or the replicas' list with replica_backends.
+ */
 static void name_backends(const replica *r, replica_state *s) {
   const dpt_train_config *cfg = r->cfg;
   snprintf(s->backend_names, sizeof s->backend_names, "%s",
@@ -133,8 +134,8 @@ static void name_backends(const replica *r, replica_state *s) {
                             i ? "," : "", dpt_backend_kind_name(cfg->devices.replica_backends[i]));
 }
 
-/* This replica's backend on its device: cfg->device, else its place among the replicas of its
- * node (or, with mixed backends, of its own backend) modulo the devices. */
+/* This replica's backend on its device: cfg->devices.device, else its place among the replicas of
+ * its node (or, with mixed backends, of its own backend) modulo the devices. */
 static dpt_status create_backend(replica *r, replica_state *s) {
   const dpt_train_config *cfg = r->cfg;
   const dpt_backend_kind kind = dpt_train_backend_of(r);

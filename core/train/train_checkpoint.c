@@ -50,8 +50,8 @@ struct train_ckpt {
   size_t ntensors;
   char *model_json, *terms_json, *mean, *std;
   const char *meta[MAX_META];
-  const char *dir; /* cfg->checkpoint_dir */
-  int keep;        /* cfg->keep_checkpoints */
+  const char *dir; /* cfg->checkpoints.checkpoint_dir */
+  int keep;        /* cfg->checkpoints.keep_checkpoints */
   pthread_t writer;
   int writing;
   atomic_int written; /* set by the writer when it is done */

@@ -34,7 +34,7 @@ enum {
 
 struct train_split {
   int count;        /* replicas */
-  int proportional; /* cfg->split == DPT_SPLIT_PROPORTIONAL with more than one replica */
+  int proportional; /* cfg->devices.split == DPT_SPLIT_PROPORTIONAL with more than one replica */
   size_t batch;     /* B: the global batch the shares cut */
   size_t cap;       /* most samples a replica takes (the activations are sized for it) */
   int64_t every;    /* steps per window after the first */
