@@ -1,6 +1,7 @@
 /* Text for the tools' BERT runs (bench/text_setup.h). */
 #define _POSIX_C_SOURCE 200809L
 #include "bench/text_setup.h"
+#include "tools/prep/vocab.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dptrain/dptrain.h"
+#include "dptrain/advanced.h"
 
 #define DPT_TEXT_MAX_PATHS 64
 

@@ -16,7 +16,7 @@
 
 #include "bench/bench.h"
 #include "bench/text_setup.h"
-#include "dptrain/dptrain.h"
+#include "dptrain/advanced.h"
 
 #ifdef DPT_HAVE_MPI
 #include <mpi.h>
@@ -102,17 +102,17 @@ static int mpi_settle(int rc) {
 static int run_once(dpt_train_config cfg, variant *v, int rep) {
   int rc = 0;
   if (!v->mpi || v->comm) {
-    cfg.replicas = v->mpi ? 1 : v->replicas;
-    cfg.skip_allreduce = v->skip_allreduce;
-    cfg.full_optimizer_step = v->full_step;
-    cfg.checkpoint_dir = v->ckpt_dir;
-    cfg.bucket_bytes = v->bucket_bytes;
-    cfg.bucket_whole_update = v->whole_update;
-    cfg.keep_checkpoints = 1;
+    cfg.devices.replicas = v->mpi ? 1 : v->replicas;
+    cfg.exchange.skip_allreduce = v->skip_allreduce;
+    cfg.exchange.full_optimizer_step = v->full_step;
+    cfg.checkpoints.checkpoint_dir = v->ckpt_dir;
+    cfg.exchange.bucket_bytes = v->bucket_bytes;
+    cfg.exchange.bucket_whole_update = v->whole_update;
+    cfg.checkpoints.keep_checkpoints = 1;
     if (v->ckpt_dir)
       dpt_bench_remove_dir(v->ckpt_dir); /* a run refuses another run's checkpoints */
     /* Skipping the all-reduce lets replicas drift on purpose: no fingerprint checks then. */
-    cfg.check_every = v->skip_allreduce ? 0 : cfg.check_every;
+    cfg.checks.check_every = v->skip_allreduce ? 0 : cfg.checks.check_every;
     dpt_status st = dpt_train(&cfg, v->comm, &v->r);
     if (st != DPT_OK) {
       fprintf(stderr, "bench train: %s: %s\n", dpt_status_str(st), dpt_last_error());
@@ -171,7 +171,7 @@ int dpt_bench_train(int argc, char **argv) {
     } else if (v && !strcmp(a, "--repeat")) {
       repeat = atoi(argv[++i]);
     } else if (v && !strcmp(a, "--checkpoint-every")) {
-      cfg.checkpoint_every = atol(argv[++i]);
+      cfg.checkpoints.checkpoint_every = atol(argv[++i]);
     } else if (v && !strcmp(a, "--bucket-mb")) {
       ++i;
       bucket_mb = !strcmp(argv[i], "auto") ? -1 : atof(argv[i]);
@@ -182,12 +182,13 @@ int dpt_bench_train(int argc, char **argv) {
     }
   }
   if (replicas < 1 || replicas > 64 || steps < 1 || repeat < 1 || repeat > 100 ||
-      cfg.checkpoint_every < 0 || !(bucket_mb == -1 || (bucket_mb >= 0 && bucket_mb <= 1024))) {
+      cfg.checkpoints.checkpoint_every < 0 ||
+      !(bucket_mb == -1 || (bucket_mb >= 0 && bucket_mb <= 1024))) {
     fprintf(stderr, "bench train: --replicas 1..64, --steps >= 1, --repeat 1..100, "
                     "--checkpoint-every >= 0, --bucket-mb 0..1024\n");
     return 2;
   }
-  if (dpt_backend_kind_parse(backend, &cfg.backend) != DPT_OK) {
+  if (dpt_backend_kind_parse(backend, &cfg.devices.backend) != DPT_OK) {
     fprintf(stderr, "bench train: %s\n", dpt_last_error());
     return 2;
   }
@@ -245,10 +246,10 @@ int dpt_bench_train(int argc, char **argv) {
       dpt_dataset_destroy(ds);
     return 2;
   }
-  cfg.global_batch = batch;
-  cfg.train = ds;
-  cfg.epochs = 1000;
-  cfg.max_steps = steps;
+  cfg.schedule.global_batch = batch;
+  cfg.data.train = ds;
+  cfg.schedule.epochs = 1000;
+  cfg.schedule.max_steps = steps;
   /* MPI mode: rank 0 alone (a communicator of its own) for the one-replica variants, every
    * rank for the last. */
   int mpi = 0, rank = 0, rc = 0;
@@ -281,7 +282,7 @@ int dpt_bench_train(int argc, char **argv) {
   char ckpt_dir[128];
   snprintf(ckpt_dir, sizeof ckpt_dir, "/tmp/dptrain-bench-ckpt-%ld", (long)getpid());
   const size_t bucket_bytes = bucket_mb < 0 ? DPT_BUCKET_AUTO : (size_t)(bucket_mb * 1048576.0);
-  const int ckpt = cfg.checkpoint_every > 0, buckets = bucket_bytes > 0;
+  const int ckpt = cfg.checkpoints.checkpoint_every > 0, buckets = bucket_bytes > 0;
   const int NV = 7;
   variant v[7] = {{1, 1, 0, NULL, 0, 0, solo, mpi, NULL, {0}},
                   {1, 0, 0, NULL, 0, 0, solo, mpi, NULL, {0}},
@@ -346,7 +347,7 @@ int dpt_bench_train(int argc, char **argv) {
     if (ckpt)
       printf(", \"checkpoint_every\": %lld, \"checkpoint_samples_per_sec\": %.1f, "
              "\"checkpoint_cost\": %.4f, \"checkpoint_pause_ms\": %.2f",
-             (long long)cfg.checkpoint_every, sps[4], many / sps[4] - 1.0,
+             (long long)cfg.checkpoints.checkpoint_every, sps[4], many / sps[4] - 1.0,
              v[4].r.checkpoints ? 1e3 * v[4].r.checkpoint_seconds / (double)v[4].r.checkpoints : 0);
     printf("}\n");
   } else {
@@ -402,7 +403,8 @@ int dpt_bench_train(int argc, char **argv) {
     if (ckpt)
       printf("checkpoints every %lld steps (%d replicas, sharded step): %.0f samples/s, %+.1f%% "
              "time; the step paused %.2f ms per checkpoint (%lld in the last repeat)\n",
-             (long long)cfg.checkpoint_every, replicas, sps[4], 100.0 * (many / sps[4] - 1.0),
+             (long long)cfg.checkpoints.checkpoint_every, replicas, sps[4],
+             100.0 * (many / sps[4] - 1.0),
              v[4].r.checkpoints ? 1e3 * v[4].r.checkpoint_seconds / (double)v[4].r.checkpoints : 0,
              (long long)v[4].r.checkpoints);
   }

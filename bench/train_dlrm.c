@@ -20,7 +20,8 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
-#include "dptrain/dptrain.h"
+#include "dptrain/advanced.h"
+#include "tools/prep/shards.h"
 
 #ifdef DPT_HAVE_MPI
 #include <mpi.h>
@@ -226,7 +227,7 @@ int dpt_bench_train_dlrm(int argc, char **argv) {
   }
   dpt_train_config cfg;
   dpt_train_config_default(&cfg);
-  if (dpt_backend_kind_parse(backend, &cfg.backend) != DPT_OK) {
+  if (dpt_backend_kind_parse(backend, &cfg.devices.backend) != DPT_OK) {
     fprintf(stderr, "bench train: %s\n", dpt_last_error());
     return 2;
   }
@@ -329,8 +330,8 @@ int dpt_bench_train_dlrm(int argc, char **argv) {
   /* Every rank learns whether all are ready; a failure that is rank 0's too is printed once. */
   if (!failed_before) {
     int same_as_first = 0;
-    const dpt_status ready = dpt_train_agree_ready(world, rc ? DPT_ERR_INVALID_ARG : DPT_OK, msg,
-                                                   "rank", &same_as_first);
+    const dpt_status ready =
+        dpt_comm_agree_ready(world, rc ? DPT_ERR_INVALID_ARG : DPT_OK, msg, "rank", &same_as_first);
     if (ready != DPT_OK && !same_as_first && (rc || rank == 0))
       fprintf(stderr, "bench train: %s\n", rc ? msg : dpt_last_error());
     if (ready != DPT_OK && !rc) rc = 1;
@@ -340,11 +341,11 @@ int dpt_bench_train_dlrm(int argc, char **argv) {
   cfg.optim.lr = 1e-3f;
   cfg.optim.weight_decay = 0.0f;
   cfg.optim.schedule = DPT_SCHEDULE_CONSTANT;
-  cfg.global_batch = batch;
-  cfg.epochs = 1000;
-  cfg.max_steps = steps;
-  cfg.replicas = mpi ? 1 : replicas;
-  cfg.local_train = rd;
+  cfg.schedule.global_batch = batch;
+  cfg.schedule.epochs = 1000;
+  cfg.schedule.max_steps = steps;
+  cfg.devices.replicas = mpi ? 1 : replicas;
+  cfg.data.local_train = rd;
   /* The variants take turns within each repeat; figures are medians. */
   double *sps[2] = {calloc((size_t)repeat, sizeof(double)), calloc((size_t)repeat, sizeof(double))};
   dpt_train_report rep[2];
@@ -355,7 +356,7 @@ int dpt_bench_train_dlrm(int argc, char **argv) {
   for (int r = 0; r < repeat && !rc; ++r)
     for (int k = 0; k < 2 && !rc; ++k) {
       if (!want[k]) continue;
-      cfg.sparse_tables = k;
+      cfg.exchange.sparse_tables = k;
       if (reset_peak_rss() != 0) peak_ok = 0;
       dpt_status st = dpt_train(&cfg, world, &rep[k]);
       if (st != DPT_OK) {

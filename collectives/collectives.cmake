@@ -9,6 +9,7 @@ list(APPEND DPT_SOURCES
      collectives/api/allreduce_algo.c
      collectives/api/request.c
      collectives/api/sparse.c
+     collectives/api/agree.c
      collectives/engine/coll.c
      collectives/engine/hello.c
      collectives/engine/staging.c

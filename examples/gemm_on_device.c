@@ -2,7 +2,7 @@
  * Usage: example_gemm_on_device [cpu|opencl|vulkan] */
 #include <stdio.h>
 
-#include <dptrain/dptrain.h>
+#include <dptrain/advanced.h>
 
 #define CHECK(call)                                                                                \
   do {                                                                                             \

@@ -38,14 +38,14 @@ int main(int argc, char **argv) {
   dpt_train_config_default(&cfg); /* SGD lr 0.05 momentum 0.9, global batch 256 */
   const size_t hidden[2] = {512, 256};
   dpt_model_spec_mlp(&cfg.model, 1, 28, 28, hidden, 2, 10); /* 784-512-256-10 */
-  cfg.train = train;
-  cfg.test = test;
-  cfg.epochs = 2;
-  cfg.on_report = report;
+  cfg.data.train = train;
+  cfg.data.test = test;
+  cfg.schedule.epochs = 2;
+  cfg.callbacks.on_report = report;
 
   dpt_comm *comm = NULL; /* NULL: replicas are threads of this process */
   if (replicas == 0 && check(dpt_comm_create_mpi(NULL, &comm), "MPI")) return 1;
-  cfg.replicas = comm ? 1 : replicas;
+  cfg.devices.replicas = comm ? 1 : replicas;
 
   int rc = check(dpt_train(&cfg, comm, NULL), "training");
   dpt_comm_destroy(comm);

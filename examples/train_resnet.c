@@ -123,7 +123,6 @@ static int predict(const dpt_model_spec *spec, const float *state, const dpt_dat
                    size_t n) {
   dpt_backend *be = NULL;
   dpt_model *model = NULL;
-  dpt_buffer *x = NULL;
   const size_t dim = dpt_dataset_dim(test), classes = spec->num_classes;
   float *hx = malloc(n * dim * sizeof *hx), *logits = malloc(n * classes * sizeof *logits);
   int32_t *labels = malloc(n * sizeof *labels);
@@ -135,10 +134,8 @@ static int predict(const dpt_model_spec *spec, const float *state, const dpt_dat
        check(dpt_model_create(be, spec, n, &model), "model") ||
        check(dpt_model_set_state(model, state), "weights") ||
        check(dpt_model_save(model, "resnet.safetensors"), "resnet.safetensors") ||
-       check(dpt_buffer_alloc(be, n * dim * sizeof(float), &x), "buffer") ||
        check(dpt_dataset_gather(test, idx, n, hx, labels), "test images") ||
-       check(dpt_buffer_upload(x, 0, hx, n * dim * sizeof(float)), "upload") ||
-       check(dpt_model_logits(model, x, n, logits), "logits");
+       check(dpt_model_predict(model, hx, n, logits), "logits");
   for (size_t i = 0; i < n && !rc; ++i) {
     size_t best = 0;
     for (size_t j = 1; j < classes; ++j)
@@ -146,7 +143,6 @@ static int predict(const dpt_model_spec *spec, const float *state, const dpt_dat
     printf("test image %zu: label %d, predicted %zu (logit %.3f)\n", i, labels[i], best,
            (double)logits[i * classes + best]);
   }
-  dpt_buffer_free(x);
   dpt_model_destroy(model);
   dpt_backend_destroy(be);
   free(hx);
@@ -173,12 +169,12 @@ int main(int argc, char **argv) {
   dpt_train_config cfg;
   dpt_train_config_default(&cfg); /* SGD lr 0.05 momentum 0.9 */
   build_resnet(&cfg.model, dpt_dataset_rows(train), dpt_dataset_cols(train), 10);
-  cfg.train = train;
-  cfg.test = test;
-  cfg.replicas = replicas; /* threads of this process, each a CPU replica */
-  cfg.global_batch = 64;
-  cfg.max_steps = steps;
-  cfg.on_report = report;
+  cfg.data.train = train;
+  cfg.data.test = test;
+  cfg.devices.replicas = replicas; /* threads of this process, each a CPU replica */
+  cfg.schedule.global_batch = 64;
+  cfg.schedule.max_steps = steps;
+  cfg.callbacks.on_report = report;
 
   /* The final weights and batch norm statistics come back in final_params. */
   dpt_backend *be = NULL;

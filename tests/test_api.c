@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "dptrain/backend.h"
+#include "dptrain/model.h"
 #include "dptrain/optim.h"
 #include "test_util.h"
 

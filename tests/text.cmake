@@ -1,5 +1,6 @@
 # Text for MLM pretraining: the BPE tokenizer, its vocabulary file, corpora, sequences, masking.
-dpt_add_check_test(NAME test_text SOURCES core/text/test_text.c LABELS unit data text TIMEOUT 120)
+dpt_add_check_test(NAME test_text SOURCES core/text/test_text.c LIBS dptrain_prep LABELS unit data text
+                   TIMEOUT 120)
 # dptrain tokenize: the report, the vocabulary file, bad input.
 if(DPT_BUILD_TOOLS)
   add_test(NAME text_cli COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/scripts/text_cli_test.sh"

@@ -1,5 +1,5 @@
 # The training core: equivalence of R replicas and one, gradients, weights files, bad input.
-dpt_add_check_test(NAME test_train SOURCES core/train/test_train.c LIBS PkgConfig::DPT_JANSSON
+dpt_add_check_test(NAME test_train SOURCES core/train/test_train.c LIBS PkgConfig::DPT_JANSSON dptrain_prep
                    LABELS unit train TIMEOUT 300)
 # The batch split: proportional with a slowed replica equals even within 1e-5, its shares.
 dpt_add_check_test(NAME test_train_split SOURCES core/train/test_train_split.c LABELS unit train TIMEOUT 300
@@ -18,7 +18,7 @@ dpt_add_check_test(NAME test_dlrm SOURCES core/train/test_dlrm.c LABELS unit tra
 # Training on per-replica shards: each replica reads only its own, the header rule's steps, the
 # same parameters as one model on the union of the slices, validation AUC/logloss as computed
 # directly, bad readers refused.
-dpt_add_check_test(NAME test_train_shards SOURCES core/train/test_train_shards.c LABELS unit train
+dpt_add_check_test(NAME test_train_shards SOURCES core/train/test_train_shards.c LIBS dptrain_prep LABELS unit train
                    TIMEOUT 300)
 dpt_add_check_test(NAME test_dlrm_opencl TARGET test_dlrm ARGS backend opencl
                    LABELS train opencl TIMEOUT 300 ENVIRONMENT POCL_MAX_PTHREAD_COUNT=1)

@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dptrain/dptrain.h"
+#include "dptrain/advanced.h"
 #include "tools/commands.h"
 #include "tools/options.h"
 

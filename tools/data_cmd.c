@@ -15,9 +15,10 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "dptrain/dptrain.h"
+#include "dptrain/advanced.h"
 #include "tools/commands.h"
 #include "tools/options.h"
+#include "tools/prep/shards.h"
 
 #define MAX_INPUTS 256
 

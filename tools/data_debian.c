@@ -13,9 +13,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "dptrain/dptrain.h"
+#include "dptrain/advanced.h"
 #include "tools/commands.h"
 #include "tools/options.h"
+#include "tools/prep/shards.h"
 
 /* ---- a small keyed generator (splitmix64) --------------------------------------------------- */
 

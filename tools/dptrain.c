@@ -5,7 +5,7 @@
 
 #include "base/env.h"
 #include "bench/bench.h"
-#include "dptrain/dptrain.h"
+#include "dptrain/advanced.h"
 #include "tools/commands.h"
 #include "tools/options.h"
 

@@ -15,7 +15,7 @@
 #include "bench/bench.h"
 #include "bench/text_setup.h"
 #include "tools/model_choice.h"
-#include "dptrain/dptrain.h"
+#include "dptrain/advanced.h"
 #include "tools/commands.h"
 #include "tools/options.h"
 

@@ -12,9 +12,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "dptrain/dptrain.h"
+#include "dptrain/advanced.h"
 #include "tools/commands.h"
 #include "tools/options.h"
+#include "tools/prep/vocab.h"
 
 #define MAX_DATA 256
 

@@ -17,9 +17,10 @@
 #include "bench/bench.h"
 #include "bench/text_setup.h"
 #include "tools/model_choice.h"
-#include "dptrain/dptrain.h"
+#include "dptrain/advanced.h"
 #include "tools/commands.h"
 #include "tools/options.h"
+#include "tools/prep/vocab.h"
 
 #define DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
 /* BERT's recipe leaves biases and layer norm weights undecayed ("embed.norm.weight",
@@ -124,9 +125,9 @@ static int parse_interaction(void *p, const char *v) {
 static int parse_table_optimizer(void *p, const char *v) {
   cli *c = p;
   if (!strcmp(v, "sgd"))
-    c->cfg.table_optimizer = DPT_TABLE_SGD;
+    c->cfg.exchange.table_optimizer = DPT_TABLE_SGD;
   else if (!strcmp(v, "rowwise-adagrad"))
-    c->cfg.table_optimizer = DPT_TABLE_ROWWISE_ADAGRAD;
+    c->cfg.exchange.table_optimizer = DPT_TABLE_ROWWISE_ADAGRAD;
   else
     return -1;
   return 0;
@@ -135,11 +136,11 @@ static int parse_table_optimizer(void *p, const char *v) {
 static int parse_grad_dtype(void *p, const char *v) {
   cli *c = p;
   if (!strcmp(v, "f32"))
-    c->cfg.grad_dtype = DPT_COMM_F32;
+    c->cfg.exchange.grad_dtype = DPT_COMM_F32;
   else if (!strcmp(v, "f16"))
-    c->cfg.grad_dtype = DPT_COMM_F16;
+    c->cfg.exchange.grad_dtype = DPT_COMM_F16;
   else if (!strcmp(v, "bf16"))
-    c->cfg.grad_dtype = DPT_COMM_BF16;
+    c->cfg.exchange.grad_dtype = DPT_COMM_BF16;
   else
     return -1;
   return 0;
@@ -148,9 +149,9 @@ static int parse_grad_dtype(void *p, const char *v) {
 static int parse_split(void *p, const char *v) {
   cli *c = p;
   if (!strcmp(v, "even"))
-    c->cfg.split = DPT_SPLIT_EVEN;
+    c->cfg.devices.split = DPT_SPLIT_EVEN;
   else if (!strcmp(v, "proportional"))
-    c->cfg.split = DPT_SPLIT_PROPORTIONAL;
+    c->cfg.devices.split = DPT_SPLIT_PROPORTIONAL;
   else
     return -1;
   return 0;
@@ -159,13 +160,13 @@ static int parse_split(void *p, const char *v) {
 static int parse_bucket_mb(void *p, const char *v) {
   cli *c = p;
   if (!strcmp(v, "auto")) {
-    c->cfg.bucket_bytes = DPT_BUCKET_AUTO;
+    c->cfg.exchange.bucket_bytes = DPT_BUCKET_AUTO;
     return 0;
   }
   char *end = NULL;
   const double mb = strtod(v, &end);
   if (!end || *end || !(mb >= 0 && mb <= 1024)) return -1;
-  c->cfg.bucket_bytes = (size_t)(mb * 1048576.0);
+  c->cfg.exchange.bucket_bytes = (size_t)(mb * 1048576.0);
   return 0;
 }
 
@@ -177,7 +178,7 @@ static int parse_text(void *p, const char *v) {
 static int set_skip(void *p, const char *v) {
   cli *c = p;
   (void)v;
-  c->cfg.on_nonfinite = DPT_NONFINITE_SKIP;
+  c->cfg.checks.on_nonfinite = DPT_NONFINITE_SKIP;
   return 0;
 }
 
@@ -186,7 +187,7 @@ static int parse_nonfinite(void *p, const char *v) {
   static const char *const names[] = {"stop", "skip", "rollback"};
   for (int i = 0; i < 3; ++i)
     if (!strcmp(v, names[i])) {
-      c->cfg.on_nonfinite = (dpt_nonfinite_policy)i;
+      c->cfg.checks.on_nonfinite = (dpt_nonfinite_policy)i;
       return 0;
     }
   return -1;
@@ -259,7 +260,7 @@ static const dpt_opt options[] = {
     {"--sync-bn", NULL,
      "batch norm statistics over the whole global batch (default:\n"
      "each replica's slice, replica 0's running statistics kept)",
-     FLAG(cfg.sync_bn, 1)},
+     FLAG(cfg.exchange.sync_bn, 1)},
     {"--hidden", "LIST", "mlp hidden sizes, comma-separated (default 512,256)",
      CUSTOM(parse_hidden)},
     {"--channels", "C1,C2", "cnn channels of its two conv blocks (default 32,64)",
@@ -281,10 +282,10 @@ static const dpt_opt options[] = {
     {"--random-crop", "PAD",
      "augment: pad by PAD zeros, crop back at a random offset\n"
      "(training set only, drawn from the seed, epoch and sample)",
-     .kind = DPT_OPT_SIZE, .field = FIELD(cfg.transform.crop_pad, size_t),
+     .kind = DPT_OPT_SIZE, .field = FIELD(cfg.data.transform.crop_pad, size_t),
      .hi = DPT_DATA_MAX_CROP_PAD},
     {"--hflip", NULL, "augment: flip horizontally with probability 1/2",
-     FLAG(cfg.transform.hflip, 1)},
+     FLAG(cfg.data.transform.hflip, 1)},
     {.help = "dlrm (--model dlrm; --data 'DIR/train-*.bin', quoted: a shard pattern):"},
     {"--val-data", "PATTERN",
      "validation shards: each rank scores its own; AUC, logloss\n"
@@ -304,7 +305,7 @@ static const dpt_opt options[] = {
      "the tables' gradients as (row id, row) pairs, their touched\n"
      "rows updated by --table-optimizer; the rest by --optimizer\n"
      "(docs/recommendation.md, \"Sparse table gradients\")",
-     FLAG(cfg.sparse_tables, 1)},
+     FLAG(cfg.exchange.sparse_tables, 1)},
     {"--table-optimizer", "NAME",
      "with --sparse-tables: the tables' update, sgd (default)\n"
      "or rowwise-adagrad (DLRM's), both at --lr and its schedule",
@@ -349,9 +350,9 @@ static const dpt_opt options[] = {
      "(rank or replica i takes entry i mod length)",
      STRING(backend)},
     {"--device", "N", "device index (default: the local rank / replica index)",
-     INT(cfg.device, 0, 1024)},
+     INT(cfg.devices.device, 0, 1024)},
     {"--replicas", "K", "replicas as threads of this process (no MPI; default 1)",
-     INT(cfg.replicas, 1, 256)},
+     INT(cfg.devices.replicas, 1, 256)},
     {"--split", "even|proportional",
      "how a global batch is cut among the replicas: even\n"
      "(default), or in proportion to each replica's measured\n"
@@ -360,17 +361,17 @@ static const dpt_opt options[] = {
     {"--split-every", "N",
      "proportional: recompute the shares every N steps\n"
      "(default 50; the first after 3 + min(N, 5) steps)",
-     I64(cfg.split_every, 1)},
+     I64(cfg.devices.split_every, 1)},
     {.help = "schedule:"},
     {"--global-batch", "B",
      "samples per step over all replicas (default 256; bert 32;\n"
      "dlrm 2048)",
-     SIZE(cfg.global_batch, 1)},
+     SIZE(cfg.schedule.global_batch, 1)},
     {"--accumulate", "K",
      "run each replica's slice as K micro-batches, their\n"
      "gradients summed before the exchange: the memory of\n"
      "B/(R K) samples, the step of B (default 1)",
-     SIZE(cfg.accumulate, 1)},
+     SIZE(cfg.schedule.accumulate, 1)},
     {"--bucket-mb", "F|auto",
      "exchange the gradient in buckets of about F MiB while\n"
      "backward goes on; auto: sized by a measurement at start-up\n"
@@ -379,7 +380,7 @@ static const dpt_opt options[] = {
     {"--bucket-whole-update", NULL,
      "with --bucket-mb: update the parameters after the last\n"
      "bucket (default: each bucket's part once its exchange is done)",
-     FLAG(cfg.bucket_whole_update, 1)},
+     FLAG(cfg.exchange.bucket_whole_update, 1)},
     {"--grad-dtype", "f32|f16|bf16",
      "the gradient exchange's type: f16 or bf16 halves its bytes\n"
      "(summed in float32, rounded after every addition; the full\n"
@@ -388,17 +389,17 @@ static const dpt_opt options[] = {
     {"--error-feedback", NULL,
      "with --grad-dtype f16 or bf16: each replica adds its last\n"
      "rounding error to the next step's gradient",
-     FLAG(cfg.grad_error_feedback, 1)},
+     FLAG(cfg.exchange.grad_error_feedback, 1)},
     {"--trace", "FILE",
      "write a timeline of the run (Chrome trace JSON: Perfetto,\n"
      "chrome://tracing): each replica's loading, layers, exchanges",
      STRING(cfg.trace)},
-    {"--epochs", "E", "(default 10)", I64(cfg.epochs, 1)},
-    {"--max-steps", "S", "stop after S steps (default: no limit)", I64(cfg.max_steps, 1)},
+    {"--epochs", "E", "(default 10)", I64(cfg.schedule.epochs, 1)},
+    {"--max-steps", "S", "stop after S steps (default: no limit)", I64(cfg.schedule.max_steps, 1)},
     {"--keep-last", NULL, "keep each epoch's final partial batch (default: drop it)",
-     FLAG(cfg.keep_last, 1)},
-    {"--no-shuffle", NULL, "fixed sample order", FLAG(cfg.shuffle, 0)},
-    {"--seed", "S", "initialization and shuffling seed (default 0)", U64(cfg.seed, 0)},
+     FLAG(cfg.schedule.keep_last, 1)},
+    {"--no-shuffle", NULL, "fixed sample order", FLAG(cfg.schedule.shuffle, 0)},
+    {"--seed", "S", "initialization and shuffling seed (default 0)", U64(cfg.schedule.seed, 0)},
     {.help = "optimizer:"},
     {"--optimizer", "sgd|adamw|lamb", "(default sgd; bert and dlrm adamw)",
      CUSTOM(parse_optimizer)},
@@ -441,23 +442,23 @@ static const dpt_opt options[] = {
      "all-reduce (default: the sharded step: reduce-scatter,\n"
      "each replica updates 1/R of the parameters, all-gather;\n"
      "the same update with less work)",
-     FLAG(cfg.full_optimizer_step, 1)},
+     FLAG(cfg.exchange.full_optimizer_step, 1)},
     {.help = "checkpoints:"},
     {"--checkpoint-dir", "DIR", "write checkpoints into DIR (rank 0's file system)",
-     STRING(cfg.checkpoint_dir)},
+     STRING(cfg.checkpoints.checkpoint_dir)},
     {"--checkpoint-every", "N", "a checkpoint every N steps (default: every epoch)",
-     I64(cfg.checkpoint_every, 1)},
+     I64(cfg.checkpoints.checkpoint_every, 1)},
     {"--checkpoint-minutes", "M", "also one when M minutes passed since the last (default 10)",
      FLOAT(ckpt_minutes)},
     {"--keep-checkpoints", "K", "keep the newest K (default 3)",
-     INT(cfg.keep_checkpoints, 1, 1000000)},
+     INT(cfg.checkpoints.keep_checkpoints, 1, 1000000)},
     {"--resume", NULL,
      "continue from the newest valid checkpoint in --checkpoint-dir\n"
      "(none there: start from the beginning)",
-     FLAG(cfg.resume, 1)},
+     FLAG(cfg.checkpoints.resume, 1)},
     {.help = "checks and output:"},
     {"--check-every", "N", "compare replica fingerprints every N steps (default 100)",
-     I64(cfg.check_every, 0)},
+     I64(cfg.checks.check_every, 0)},
     {"--on-nonfinite", "P",
      "a step with a non-finite loss, reduced gradient or, with\n"
      "--clip-norm, gradient norm: stop, skip it, or rollback to the\n"
@@ -467,9 +468,9 @@ static const dpt_opt options[] = {
     {"--max-skipped", "N",
      "with skip: fail after N skipped steps in a row, or more than\n"
      "N or 1% of the run (default 10; -1: no limit)",
-     I64(cfg.max_skipped, -1)},
+     I64(cfg.checks.max_skipped, -1)},
     {"--max-rollbacks", "N", "with rollback: fail at the rollback after N (default 3)",
-     INT(cfg.max_rollbacks, 0, 1000000)},
+     INT(cfg.checks.max_rollbacks, 0, 1000000)},
     {"--rollback-lr-scale", "F",
      "with rollback: multiply the learning rate by F (0 < F <= 1)\n"
      "at each rollback (default 1)",
@@ -632,7 +633,7 @@ static void on_report(const dpt_train_report *r, void *user) {
   cli *c = user;
   if (c->tty && !c->quiet && !c->json) fprintf(stderr, "\r\033[K");
   if (c->json) {
-    json_report(r, c->dlrm, c->cfg.split == DPT_SPLIT_PROPORTIONAL);
+    json_report(r, c->dlrm, c->cfg.devices.split == DPT_SPLIT_PROPORTIONAL);
     return;
   }
   if (r->final) {
@@ -660,7 +661,7 @@ static void on_report(const dpt_train_report *r, void *user) {
              100.0 * r->exposed_seconds / r->exchange_seconds);
     printf("model: %zu parameters, %.1f MiB of activations per replica\n", r->num_params,
            (double)r->activation_bytes / 1048576.0);
-    if (c->cfg.sparse_tables && r->steps > 0)
+    if (c->cfg.exchange.sparse_tables && r->steps > 0)
       printf("sparse tables: %.0f bytes sent per replica per step (the tables' dense all-reduce: "
              "%.0f)\n",
              (double)r->sparse_sent_bytes / (double)r->steps,
@@ -788,7 +789,7 @@ static int dlrm_options(cli *c) {
                                           "--sparse-dense-above",
                                           "--table-optimizer",
                                           "--node-shards"};
-  if (c->dlrm && c->cfg.split == DPT_SPLIT_PROPORTIONAL)
+  if (c->dlrm && c->cfg.devices.split == DPT_SPLIT_PROPORTIONAL)
     return usage_error("--split proportional does not apply to --model dlrm: each rank's slice "
                        "comes from its own interaction shards");
   if (!c->dlrm) {
@@ -802,10 +803,11 @@ static int dlrm_options(cli *c) {
   for (size_t i = 0; i < sizeof not_dlrm / sizeof not_dlrm[0]; ++i)
     if (given(c, not_dlrm[i]))
       return usage_error("%s does not apply to --model dlrm (validation: --val-data)", not_dlrm[i]);
-  if (given(c, "--sparse-dense-above") && (!c->cfg.sparse_tables || !(c->sparse_above > 0)))
+  if (given(c, "--sparse-dense-above") &&
+      (!c->cfg.exchange.sparse_tables || !(c->sparse_above > 0)))
     return usage_error("--sparse-dense-above needs --sparse-tables and a value > 0");
-  c->cfg.sparse_dense_above = c->sparse_above;
-  if (given(c, "--table-optimizer") && !c->cfg.sparse_tables)
+  c->cfg.exchange.sparse_dense_above = c->sparse_above;
+  if (given(c, "--table-optimizer") && !c->cfg.exchange.sparse_tables)
     return usage_error("--table-optimizer needs --sparse-tables");
   if (!given(c, "--data"))
     return usage_error("--model dlrm needs --data 'DIR/train-*.bin' (interaction shards)");
@@ -814,7 +816,7 @@ static int dlrm_options(cli *c) {
     c->cfg.optim.kind = DPT_OPTIM_ADAMW;
   }
   if (!given(c, "--schedule")) c->cfg.optim.schedule = DPT_SCHEDULE_CONSTANT;
-  if (!given(c, "--global-batch")) c->cfg.global_batch = 2048;
+  if (!given(c, "--global-batch")) c->cfg.schedule.global_batch = 2048;
   if (!given(c, "--momentum")) c->cfg.optim.momentum = 0.0f;
   if (!c->lr_set) {
     c->lr_set = 1;
@@ -865,7 +867,7 @@ static int bert_options(cli *c) {
     c->cfg.optim.kind = DPT_OPTIM_ADAMW;
   }
   if (!given(c, "--schedule")) c->cfg.optim.schedule = DPT_SCHEDULE_LINEAR;
-  if (!given(c, "--global-batch")) c->cfg.global_batch = 32;
+  if (!given(c, "--global-batch")) c->cfg.schedule.global_batch = 32;
   if (!given(c, "--clip-norm")) c->cfg.optim.clip_norm = 1.0f;
   if (!given(c, "--no-decay")) c->cfg.optim.no_decay = BERT_NO_DECAY;
   if (!c->lr_set) {
@@ -876,7 +878,7 @@ static int bert_options(cli *c) {
     c->wd_set = 1;
     c->cfg.optim.weight_decay = 0.01f;
   }
-  c->text.mask_seed = c->cfg.seed;
+  c->text.mask_seed = c->cfg.schedule.seed;
   c->text.for_training = 1;
   return KEEP_GOING;
 }
@@ -917,20 +919,20 @@ static int check_options(cli *c) {
     return 2;
   }
   if (c->norm.num_mean) {
-    c->cfg.transform.channels = c->norm.num_mean;
-    c->cfg.transform.mean = c->norm.mean;
-    c->cfg.transform.std = c->norm.std;
+    c->cfg.data.transform.channels = c->norm.num_mean;
+    c->cfg.data.transform.mean = c->norm.mean;
+    c->cfg.data.transform.std = c->norm.std;
   }
-  c->cfg.transform.seed = c->cfg.seed;
-  c->cfg.rollback_lr_scale = c->rollback_scale;
+  c->cfg.data.transform.seed = c->cfg.schedule.seed;
+  c->cfg.checks.rollback_lr_scale = c->rollback_scale;
   if (c->ckpt_minutes < 0 || c->rollback_scale <= 0 || c->rollback_scale > 1) {
     fprintf(stderr, "dptrain train: --checkpoint-minutes must be >= 0 and --rollback-lr-scale "
                     "in (0, 1]\n");
     return 2;
   }
-  if (c->cfg.checkpoint_dir)
-    c->cfg.checkpoint_minutes = isnan(c->ckpt_minutes) ? 10 : c->ckpt_minutes;
-  if (given(c, "--split-every") && c->cfg.split != DPT_SPLIT_PROPORTIONAL)
+  if (c->cfg.checkpoints.checkpoint_dir)
+    c->cfg.checkpoints.checkpoint_minutes = isnan(c->ckpt_minutes) ? 10 : c->ckpt_minutes;
+  if (given(c, "--split-every") && c->cfg.devices.split != DPT_SPLIT_PROPORTIONAL)
     return usage_error("--split-every needs --split proportional");
   if (check_backend_list(c->backend) != 0) {
     fprintf(stderr,
@@ -946,7 +948,7 @@ static int check_options(cli *c) {
  * the exit code. */
 static int open_comm(cli *c, dpt_comm **comm) {
   if (dpt_comm_mpi_launched()) {
-    if (c->cfg.replicas != 1) {
+    if (c->cfg.devices.replicas != 1) {
       fprintf(stderr, "dptrain train: --replicas is for one process; under mpirun every rank is "
                       "one replica\n");
       return 2;
@@ -961,14 +963,14 @@ static int open_comm(cli *c, dpt_comm **comm) {
     *comm = NULL;
     return 2;
   }
-  pick_backend(c->backend, c->rank, &c->cfg.backend);
+  pick_backend(c->backend, c->rank, &c->cfg.devices.backend);
   /* Replicas as threads with a backend list: one backend per replica, in one process. */
   int mixed = 0;
-  for (int i = 0; !*comm && i < c->cfg.replicas && i < 256; ++i) {
+  for (int i = 0; !*comm && i < c->cfg.devices.replicas && i < 256; ++i) {
     pick_backend(c->backend, i, &c->replica_kinds[i]);
-    mixed |= c->replica_kinds[i] != c->cfg.backend;
+    mixed |= c->replica_kinds[i] != c->cfg.devices.backend;
   }
-  if (mixed) c->cfg.replica_backends = c->replica_kinds;
+  if (mixed) c->cfg.devices.replica_backends = c->replica_kinds;
   return KEEP_GOING;
 }
 
@@ -1026,8 +1028,8 @@ static dpt_status load_data(cli *c, dpt_dataset **train, dpt_dataset **test, cha
  * library's messages name the pattern or the file (no match, fewer shards than ranks, a
  * truncated or corrupt shard, an id outside its table). */
 static dpt_status open_shards(cli *c, dpt_comm *comm) {
-  const int world = comm ? dpt_comm_size(comm) : c->cfg.replicas;
-  c->nreaders = comm ? 1 : c->cfg.replicas;
+  const int world = comm ? dpt_comm_size(comm) : c->cfg.devices.replicas;
+  c->nreaders = comm ? 1 : c->cfg.devices.replicas;
   c->rtrain = calloc((size_t)c->nreaders, sizeof *c->rtrain);
   c->rval = c->val_data ? calloc((size_t)c->nreaders, sizeof *c->rval) : NULL;
   if (!c->rtrain || (c->val_data && !c->rval)) {
@@ -1090,15 +1092,17 @@ static dpt_status build_model(cli *c, const dpt_dataset *train) {
  * longer than the whole run refused (the rate would never reach --lr, or never decay). The
  * tool's own message goes to other[cap]. */
 static dpt_status plan_schedule(cli *c, const dpt_dataset *train, char *other, size_t cap) {
-  size_t per_epoch = c->dlrm ? (size_t)dpt_interactions_steps(c->rtrain[0], c->cfg.global_batch)
-                             : dpt_sampler_num_batches(dpt_dataset_count(train),
-                                                       c->cfg.global_batch, c->cfg.keep_last);
-  int64_t total = per_epoch > 0 && c->cfg.epochs > INT64_MAX / (int64_t)per_epoch
+  size_t per_epoch =
+      c->dlrm ? (size_t)dpt_interactions_steps(c->rtrain[0], c->cfg.schedule.global_batch)
+              : dpt_sampler_num_batches(dpt_dataset_count(train), c->cfg.schedule.global_batch,
+                                        c->cfg.schedule.keep_last);
+  int64_t total = per_epoch > 0 && c->cfg.schedule.epochs > INT64_MAX / (int64_t)per_epoch
                       ? INT64_MAX
-                      : (int64_t)per_epoch * c->cfg.epochs;
-  if (c->cfg.max_steps > 0 && c->cfg.max_steps < total) total = c->cfg.max_steps;
-  if (c->cfg.checkpoint_dir && c->cfg.checkpoint_every == 0)
-    c->cfg.checkpoint_every = (int64_t)per_epoch;
+                      : (int64_t)per_epoch * c->cfg.schedule.epochs;
+  if (c->cfg.schedule.max_steps > 0 && c->cfg.schedule.max_steps < total)
+    total = c->cfg.schedule.max_steps;
+  if (c->cfg.checkpoints.checkpoint_dir && c->cfg.checkpoints.checkpoint_every == 0)
+    c->cfg.checkpoints.checkpoint_every = (int64_t)per_epoch;
   if (c->cfg.optim.warmup_steps < 0 && c->bert) { /* BERT's recipe: a tenth of the run */
     c->cfg.optim.warmup_steps = total / 10;
   } else if (c->cfg.optim.warmup_steps < 0) { /* the ResNet recipe warms up one epoch */
@@ -1258,7 +1262,7 @@ static size_t total_rows(const cli *c) {
 /* The run's opening line, from rank 0. */
 static void announce(const cli *c, dpt_comm *comm) {
   const char *schedule = dpt_schedule_kind_name(c->cfg.optim.schedule);
-  const int nrep = comm ? dpt_comm_size(comm) : c->cfg.replicas;
+  const int nrep = comm ? dpt_comm_size(comm) : c->cfg.devices.replicas;
   char text[1024];
   dpt_text_options_describe(&c->text, text, sizeof text);
   if (c->rank == 0 && !c->json && c->bert) {
@@ -1282,7 +1286,7 @@ static void announce(const cli *c, dpt_comm *comm) {
            "batch))",
            dpt_interactions_num_shards(d), c->node_shards ? " on rank 0's node" : "",
            (unsigned long long)dpt_interactions_total_records(d),
-           (unsigned long long)dpt_interactions_steps(d, c->cfg.global_batch));
+           (unsigned long long)dpt_interactions_steps(d, c->cfg.schedule.global_batch));
     if (c->rval)
       printf("; %zu validation (%s), %llu records", dpt_interactions_num_shards(c->rval[0]),
              c->val_data, (unsigned long long)dpt_interactions_total_records(c->rval[0]));
@@ -1293,8 +1297,8 @@ static void announce(const cli *c, dpt_comm *comm) {
   if (c->rank == 0 && !c->json)
     printf("training %s on %s: %d %s%s, global batch %zu, %lld epochs, %s lr %g (%s)%s\n",
            c->mc.model, c->bert ? text : c->data_dir, nrep, comm ? "rank" : "replica",
-           nrep == 1 ? "" : "s", c->cfg.global_batch, (long long)c->cfg.epochs, c->optimizer,
-           (double)c->cfg.optim.lr, schedule ? schedule : "?",
+           nrep == 1 ? "" : "s", c->cfg.schedule.global_batch, (long long)c->cfg.schedule.epochs,
+           c->optimizer, (double)c->cfg.optim.lr, schedule ? schedule : "?",
            c->has_test ? "" : "; no test set: no test evaluation");
 }
 
@@ -1310,7 +1314,7 @@ int dpt_cmd_train(int argc, char **argv) {
   if (rc != KEEP_GOING) return rc;
   c.tty = isatty(STDERR_FILENO);
   install_stop_handlers(); /* after MPI's start-up, so these are the handlers in place */
-  c.cfg.stop_request = &stop_signal;
+  c.cfg.checks.stop_request = &stop_signal;
 
   char other[512] = ""; /* a message of the tool's own, replacing dpt_last_error() */
   dpt_dataset *train = NULL, *test = NULL;
@@ -1325,22 +1329,22 @@ int dpt_cmd_train(int argc, char **argv) {
    * stays quiet when rank 0 reports the very same failure (the same file, the same problem). */
   int quiet_failure = 0;
   if (comm) {
-    st = dpt_train_agree_ready(comm, st, other[0] ? other : dpt_last_error(), "rank",
-                               &quiet_failure);
+    st =
+        dpt_comm_agree_ready(comm, st, other[0] ? other : dpt_last_error(), "rank", &quiet_failure);
     other[0] = '\0'; /* the outcome's message is the thread's last error */
   }
   if (st == DPT_OK) {
-    c.cfg.train = train;
-    c.cfg.test = test;
+    c.cfg.data.train = train;
+    c.cfg.data.test = test;
     if (c.dlrm) {
-      c.cfg.local_train = c.rtrain;
-      c.cfg.local_test = c.rval;
+      c.cfg.data.local_train = c.rtrain;
+      c.cfg.data.local_test = c.rval;
     }
-    c.cfg.on_report = on_report;
-    c.cfg.on_progress = on_progress;
-    c.cfg.on_log = on_log;
-    c.cfg.on_split = on_split;
-    c.cfg.user = &c;
+    c.cfg.callbacks.on_report = on_report;
+    c.cfg.callbacks.on_progress = on_progress;
+    c.cfg.callbacks.on_log = on_log;
+    c.cfg.callbacks.on_split = on_split;
+    c.cfg.callbacks.user = &c;
     announce(&c, comm);
     st = dpt_train(&c.cfg, comm, NULL);
   }

@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "base/size.h"
 #include "base/rng.h"
+#include "dptrain/fingerprint.h"
 #include "dptrain/train.h"
 
 dpt_status dpt_dataset_adopt_shaped(void *storage, const uint8_t *pixels, const float *values,

@@ -117,3 +117,25 @@ dpt_status dpt_model_logits(dpt_model *m, const dpt_buffer *x, size_t b, float *
   return dpt_buffer_download(last_layer(m)->out, 0, logits,
                              loss_rows(m, b) * m->spec.num_classes * sizeof(float));
 }
+
+/* Host samples through dpt_model_logits, in pieces of at most max_batch through one buffer. */
+dpt_status dpt_model_predict(dpt_model *m, const float *x, size_t b, float *logits) {
+  if (!m || !x || !logits || b == 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_model_predict: %s",
+                         !m        ? "model is NULL"
+                         : !x      ? "x is NULL"
+                         : !logits ? "logits is NULL"
+                                   : "batch is 0");
+  const size_t in = dpt_model_input_size(m), piece = b < m->max_batch ? b : m->max_batch;
+  dpt_buffer *dx = NULL;
+  DPT_TRY(dpt_buffer_alloc(m->be, piece * in * sizeof(float), &dx));
+  dpt_status st = DPT_OK;
+  for (size_t at = 0; st == DPT_OK && at < b; at += piece) {
+    const size_t n = b - at < piece ? b - at : piece;
+    st = dpt_buffer_upload(dx, 0, x + at * in, n * in * sizeof(float));
+    if (st == DPT_OK)
+      st = dpt_model_logits(m, dx, n, logits + loss_rows(m, at) * m->spec.num_classes);
+  }
+  dpt_buffer_free(dx);
+  return st;
+}

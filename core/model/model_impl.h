@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dptrain/model.h"
+#include "dptrain/model_device.h"
 #include "dptrain/safetensors.h"
 
 /* The shape of one sample between two layers. After a flatten or linear layer the sample is a

@@ -8,7 +8,7 @@
 
 #include "base/error.h"
 #include "dptrain/metrics.h"
-#include "dptrain/train.h"
+#include "dptrain/comm.h"
 
 typedef struct pair {
   float score, label;
@@ -148,10 +148,10 @@ dpt_status dpt_auc_comm(dpt_comm *comm, const float *scores, const float *labels
   uint64_t mine = n, inline_counts[64];
   uint64_t *counts = world <= 64 ? inline_counts : malloc((size_t)world * sizeof *counts);
   dpt_status st = counts ? dpt_allgather_host(comm, &mine, sizeof mine, counts)
-                         : dpt_train_agree_ready(comm, DPT_ERR_OUT_OF_MEMORY,
-                                                 "AUC: out of host "
-                                                 "memory for the counts",
-                                                 "rank", NULL);
+                         : dpt_comm_agree_ready(comm, DPT_ERR_OUT_OF_MEMORY,
+                                                "AUC: out of host "
+                                                "memory for the counts",
+                                                "rank", NULL);
   uint64_t max = 0;
   for (int r = 0; counts && r < world; r++)
     max = counts[r] > max ? counts[r] : max;
@@ -164,7 +164,7 @@ dpt_status dpt_auc_comm(dpt_comm *comm, const float *scores, const float *labels
   char why[96] = "";
   if (!send || !all)
     snprintf(why, sizeof why, "AUC: out of host memory for %d x %zu pairs", world, m);
-  st = dpt_train_agree_ready(comm, why[0] ? DPT_ERR_OUT_OF_MEMORY : DPT_OK, why, "rank", NULL);
+  st = dpt_comm_agree_ready(comm, why[0] ? DPT_ERR_OUT_OF_MEMORY : DPT_OK, why, "rank", NULL);
   if (st != DPT_OK) {
     free(send);
     free(all);

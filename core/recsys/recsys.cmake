@@ -1,4 +1,3 @@
-# Recommendation data: binary interaction shards and their per-rank reader, Criteo's text layout,
-# synthetic interactions with planted factors, and the metrics (AUC, logloss, recall@k).
-list(APPEND DPT_SOURCES core/recsys/interactions.c core/recsys/interactions_criteo.c
-     core/recsys/interactions_synth.c core/recsys/metrics.c)
+# Recommendation data: binary interaction shards and their per-rank reader, and the metrics (AUC,
+# logloss, recall@k). Shards are written by tools/prep/.
+list(APPEND DPT_SOURCES core/recsys/interactions.c core/recsys/metrics.c)

@@ -13,6 +13,7 @@ static int word_byte(uint8_t b) {
 }
 
 size_t dpt_bpe_word_len(const uint8_t *t, size_t n) {
+  if (!t || n == 0) return 0;
   const size_t max = n < DPT_BPE_MAX_WORD ? n : DPT_BPE_MAX_WORD;
   size_t i = 0;
   if (word_byte(t[0]) || (t[0] == ' ' && n > 1 && word_byte(t[1]))) {
@@ -97,7 +98,7 @@ static dpt_status build_tokens(dpt_bpe *b, const char *origin) {
   return DPT_OK;
 }
 
-dpt_status dpt_bpe_from_merges(int32_t *merges, size_t count, const char *origin, dpt_bpe **out) {
+dpt_status dpt_bpe_adopt_merges(int32_t *merges, size_t count, const char *origin, dpt_bpe **out) {
   *out = NULL;
   dpt_bpe *b = calloc(1, sizeof *b);
   if (!b) {
@@ -113,6 +114,21 @@ dpt_status dpt_bpe_from_merges(int32_t *merges, size_t count, const char *origin
   }
   *out = b;
   return DPT_OK;
+}
+
+dpt_status dpt_bpe_from_merges(const int32_t *merges, size_t count, const char *origin,
+                               dpt_bpe **out) {
+  if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "bpe_from_merges: out is NULL");
+  *out = NULL;
+  if (!merges && count)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "bpe_from_merges: merges is NULL");
+  if (count > DPT_BPE_MAX_VOCAB - DPT_TOKEN_FIRST_MERGE)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "bpe_from_merges: %zu merges, at most %d", count,
+                         DPT_BPE_MAX_VOCAB - DPT_TOKEN_FIRST_MERGE);
+  int32_t *own = malloc((2 * count + 1) * sizeof *own);
+  if (!own) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "bpe_from_merges: out of memory");
+  if (count) memcpy(own, merges, 2 * count * sizeof *own);
+  return dpt_bpe_adopt_merges(own, count, origin ? origin : "merges", out);
 }
 
 size_t dpt_bpe_vocab_size(const dpt_bpe *bpe) {

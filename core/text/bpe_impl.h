@@ -1,12 +1,12 @@
-/* Internal: the tokenizer's state, shared by bpe.c (encode, decode), bpe_train.c and
- * bpe_json.c (save, load). */
+/* Internal: the tokenizer's state, shared by bpe.c (encode, decode) and bpe_json.c
+ * (load). */
 #ifndef DPTRAIN_CORE_BPE_IMPL_H
 #define DPTRAIN_CORE_BPE_IMPL_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/text/text_map.h"
+#include "base/text_map.h"
 #include "dptrain/text.h"
 
 /* Words the encoder caches at most; past that, words are encoded every time. */
@@ -29,12 +29,9 @@ static inline uint64_t dpt_bpe_pair_key(int32_t left, int32_t right) {
   return (uint64_t)(uint32_t)left << 32 | (uint32_t)right;
 }
 
-/* The length of the word that starts text[0..n), n > 0 (the pre-tokenizer; dptrain/text.h). */
-size_t dpt_bpe_word_len(const uint8_t *text, size_t n);
-
 /* A tokenizer from `count` merges (taken over: freed on failure too). Each merge must join two
  * non-special tokens below its own id into a token of at most DPT_BPE_MAX_WORD bytes, and no
  * pair may repeat: DPT_ERR_BAD_FORMAT "<origin>: merge r: ..." otherwise. */
-dpt_status dpt_bpe_from_merges(int32_t *merges, size_t count, const char *origin, dpt_bpe **out);
+dpt_status dpt_bpe_adopt_merges(int32_t *merges, size_t count, const char *origin, dpt_bpe **out);
 
 #endif

@@ -1,5 +1,5 @@
-/* The vocabulary file: JSON (docs/text.md) written by hand, one merge per line, and read back
- * through jansson (duplicate keys rejected, unknown keys refused). */
+/* The vocabulary file read: JSON (docs/text.md) through jansson (duplicate keys rejected, unknown
+ * keys refused); tools/prep/bpe_save.c writes it. */
 #if !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200809L /* fileno, fsync */
 #endif
@@ -17,37 +17,6 @@
 
 #define FORMAT_NAME    "dptrain-bpe"
 #define FORMAT_VERSION 1
-
-static const char *const special_names[] = {"[PAD]", "[CLS]", "[SEP]", "[MASK]"};
-
-static int write_vocab(FILE *f, const dpt_bpe *b) {
-  const size_t merges = b->vocab - DPT_TOKEN_FIRST_MERGE;
-  int ok = fprintf(f,
-                   "{\n  \"format\": \"" FORMAT_NAME "\",\n  \"version\": %d,\n"
-                   "  \"vocab_size\": %zu,\n  \"special_tokens\": {",
-                   FORMAT_VERSION, b->vocab) > 0;
-  for (int i = 0; i < DPT_TOKEN_BYTE0; i++)
-    ok = ok && fprintf(f, "%s\"%s\": %d", i ? ", " : "", special_names[i], i) > 0;
-  ok = ok && fprintf(f,
-                     "},\n  \"byte_offset\": %d,\n  \"max_word_bytes\": %d,\n"
-                     "  \"merges\": [%s",
-                     DPT_TOKEN_BYTE0, DPT_BPE_MAX_WORD, merges ? "\n" : "") > 0;
-  for (size_t r = 0; ok && r < merges; r++)
-    ok = fprintf(f, "    [%d, %d]%s\n", (int)b->merges[2 * r], (int)b->merges[2 * r + 1],
-                 r + 1 < merges ? "," : "") > 0;
-  return ok && fprintf(f, "%s]\n}\n", merges ? "  " : "") > 0;
-}
-
-static int write_vocab_file(FILE *f, const void *bpe) {
-  return write_vocab(f, bpe);
-}
-
-dpt_status dpt_bpe_save(const dpt_bpe *bpe, const char *path) {
-  if (!bpe || !path)
-    return dpt_set_error(DPT_ERR_INVALID_ARG, "bpe_save: %s is NULL", !bpe ? "bpe" : "path");
-  /* Flushed to the disk, then renamed over path: never a half-written vocabulary. */
-  return dpt_write_file_atomic(path, "", 1, write_vocab_file, bpe);
-}
 
 static dpt_status bad(const char *path, const char *fmt, ...) {
   char msg[320];
@@ -95,9 +64,9 @@ static dpt_status check_header(const char *path, json_t *root) {
     return bad(path, "\"special_tokens\" must be an object of the %d special tokens",
                DPT_TOKEN_BYTE0);
   for (int i = 0; i < DPT_TOKEN_BYTE0; i++) {
-    const json_t *id = json_object_get(sp, special_names[i]);
+    const json_t *id = json_object_get(sp, dpt_text_special_name(i));
     if (!json_is_integer(id) || json_integer_value(id) != i)
-      return bad(path, "special token %s must have id %d", special_names[i], i);
+      return bad(path, "special token %s must have id %d", dpt_text_special_name(i), i);
   }
   return DPT_OK;
 }
@@ -144,5 +113,5 @@ dpt_status dpt_bpe_load(const char *path, dpt_bpe **out) {
   if (st == DPT_OK) st = read_merges(path, root, &merges, &count);
   json_decref(root);
   if (st != DPT_OK) return st;
-  return dpt_bpe_from_merges(merges, count, path, out);
+  return dpt_bpe_adopt_merges(merges, count, path, out);
 }

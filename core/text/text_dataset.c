@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "core/data/dataset_impl.h"
+#include "dptrain/fingerprint.h"
 #include "dptrain/text.h"
 #include "dptrain/train.h"
 

@@ -18,9 +18,9 @@
 
 /* Data-parallel evaluation: replica r takes a contiguous shard of the test set. */
 dpt_status dpt_train_evaluate(replica *r, replica_state *s, double *loss, double *accuracy) {
-  const dpt_dataset *ds = r->cfg->test;
+  const dpt_dataset *ds = r->cfg->data.test;
   /* The test set is normalized like the training set, never augmented. */
-  dpt_data_transform norm = r->cfg->transform;
+  dpt_data_transform norm = r->cfg->data.transform;
   norm.crop_pad = 0;
   norm.hflip = 0;
   size_t start, count;
@@ -43,7 +43,7 @@ dpt_status dpt_train_evaluate(replica *r, replica_state *s, double *loss, double
     done += b;
   }
   /* Every replica joins the exchange, even after a local failure, so nobody waits forever. */
-  DPT_TRY(dpt_train_exchange(r, s, &mine, &sum, st, "evaluation"));
+  DPT_TRY(dpt_train_exchange_stats(r, s, &mine, &sum, st, "evaluation"));
   /* Per target: per sample for a classifier, per masked token for a token model. */
   *loss = sum.targets ? sum.loss_sum / (double)sum.targets : NAN;
   *accuracy = sum.targets ? (double)sum.correct / (double)sum.targets : NAN;
@@ -87,7 +87,7 @@ dpt_status dpt_train_evaluate_records(replica *r, replica_state *s, dpt_train_re
                       ? score_records(s, logits, labels, &mine)
                       : dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "evaluation: %zu records", n);
   /* Every replica joins the exchange, even after a local failure, so nobody waits forever. */
-  st = dpt_train_exchange(r, s, &mine, &sum, st, "evaluation");
+  st = dpt_train_exchange_stats(r, s, &mine, &sum, st, "evaluation");
   if (st == DPT_OK) {
     rep->test_loss = sum.targets ? sum.loss_sum / (double)sum.targets : NAN;
     rep->test_accuracy = sum.targets ? (double)sum.correct / (double)sum.targets : NAN;

@@ -8,6 +8,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "core/train/exchange.h"
+#include "core/train/optimizer.h"
 
 const dpt_range *dpt_train_own_ranges(const replica_state *s, dpt_range *whole, size_t *n) {
   if (s->mode == STEP_SHARDED) {
@@ -121,7 +122,7 @@ dpt_status dpt_train_exchange_sharded_gather(replica *r, replica_state *s) {
 /* A local failure is kept and the all-reduce joined regardless. */
 static dpt_status half_reduce(replica *r, replica_state *s, exchange_times *t) {
   const double t0 = dpt_now();
-  const dpt_comm_dtype dt = r->cfg->grad_dtype;
+  const dpt_comm_dtype dt = r->cfg->exchange.grad_dtype;
   const size_t np = dpt_model_num_params(s->model);
   dpt_status st = s->pending;
   if (st == DPT_OK) st = dpt_train_narrow_16(s, dt, 0, np);

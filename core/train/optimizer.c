@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "dptrain/optim.h"
+#include "core/train/optimizer.h"
 
 struct dpt_optimizer {
   dpt_model *model;

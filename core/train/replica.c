@@ -21,13 +21,13 @@ void dpt_train_keep_failure(replica_state *s, dpt_status st) {
 }
 
 void dpt_train_log(const replica *r, const char *fmt, ...) {
-  if (r->index != 0 || !r->cfg->on_log) return;
+  if (r->index != 0 || !r->cfg->callbacks.on_log) return;
   char line[1536];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
-  r->cfg->on_log(line, r->cfg->user);
+  r->cfg->callbacks.on_log(line, r->cfg->callbacks.user);
 }
 
 /* Whether a collective's failure means the replicas are out of step (one stalled or gone, or
@@ -90,8 +90,8 @@ static dpt_status pending_outcome(const replica *r, const replica_state *s, cons
  * everywhere). `local` is this replica's outcome since the last exchange: a failure is kept
  * (with its message) and announced, so every replica stops at the same exchange, the failed
  * one with its own message, the others with DPT_ERR_PEER saying where it happened. */
-dpt_status dpt_train_exchange(replica *r, replica_state *s, step_stats *mine, step_stats *sum,
-                              dpt_status local, const char *what) {
+dpt_status dpt_train_exchange_stats(replica *r, replica_state *s, step_stats *mine, step_stats *sum,
+                                    dpt_status local, const char *what) {
   dpt_train_keep_failure(s, local);
   mine->failed = s->pending == DPT_OK         ? 0
                  : s->pending == DPT_ERR_COMM ? FAILED_ELSEWHERE
@@ -134,7 +134,7 @@ dpt_status dpt_train_check_drift(replica *r, replica_state *s, int64_t step) {
     for (size_t i = 0; i < n && !mine.bad_params; ++i)
       mine.bad_params = !isfinite(s->hparams[i]);
   }
-  DPT_TRY(dpt_train_exchange(r, s, &mine, &sum, st, "the parameter fingerprint"));
+  DPT_TRY(dpt_train_exchange_stats(r, s, &mine, &sum, st, "the parameter fingerprint"));
   s->t.hash = mine.hash;
   char list[512] = "";
   size_t len = 0;

@@ -8,6 +8,10 @@
 
 #include "core/train/run_terms.h"
 #include "core/train/trace.h"
+#include "dptrain/comm.h"
+#include "dptrain/fingerprint.h"
+#include "dptrain/model_device.h"
+#include "dptrain/optimizer.h"
 #include "dptrain/train.h"
 
 /* What every replica contributes to a step's decision. */
@@ -23,7 +27,8 @@ typedef struct step_stats {
   double compute;     /* seconds of the step's batch loading, forward and backward (steps only) */
   int64_t bad_grads;  /* non-finite values in the replica's range of the reduced gradient */
   int64_t bad_params; /* 1 when the replica found non-finite parameters (see check_params) */
-  int64_t stop;     /* the replica's stop request (cfg->stop_request), 0: none; the largest wins */
+  int64_t
+      stop; /* the replica's stop request (cfg->checks.stop_request), 0: none; the largest wins */
   int64_t ckpt_due; /* replica 0: checkpoint_minutes have passed since the last checkpoint */
 } step_stats;
 
@@ -99,11 +104,11 @@ typedef struct replica_state {
   int32_t *hbatch;                /* token models: the whole global batch's labels [B, labels], for
                                      its target count; NULL otherwise */
   uint64_t *perm;                 /* epoch permutation [n_train] (NULL with per-replica data) */
-  dpt_interactions *ltrain;       /* this replica's training records (cfg->local_train), or NULL */
-  dpt_interactions *ltest;        /* this replica's validation records (cfg->local_test), or NULL */
-  uint64_t *idx;                  /* the slice's sample indices [max_slice] */
-  float *hparams;   /* [state size] host copy of parameters and buffers for fingerprints */
-  dpt_range *shard; /* this replica's shard of the parameters (sharded step), [nshard] */
+  dpt_interactions *ltrain; /* this replica's training records (cfg->data.local_train), or NULL */
+  dpt_interactions *ltest;  /* this replica's validation records (cfg->data.local_test), or NULL */
+  uint64_t *idx;            /* the slice's sample indices [max_slice] */
+  float *hparams;           /* [state size] host copy of parameters and buffers for fingerprints */
+  dpt_range *shard;         /* this replica's shard of the parameters (sharded step), [nshard] */
   size_t nshard;
   size_t max_slice;   /* largest slice of a global batch; evaluation reuses the batch buffers */
   size_t max_micro;   /* the model's batch: the largest of a slice's accumulate micro-batches */
@@ -137,7 +142,7 @@ void dpt_train_keep_failure(replica_state *s, dpt_status st);
 int dpt_train_out_of_step(dpt_status st);
 /* The failure to stop with after a collective failed, quoting this replica's earlier one. */
 dpt_status dpt_train_stop_after(replica_state *s, dpt_status st);
-/* A line of news for cfg->on_log, from replica 0 only. */
+/* A line of news for cfg->callbacks.on_log, from replica 0 only. */
 void dpt_train_log(const replica *r, const char *fmt, ...);
 
 /* grad_dtype F16 / BF16 (dt), elements [off, off + n): the gradient, plus the kept rounding
@@ -151,8 +156,8 @@ dpt_status dpt_train_widen_16(replica_state *s, dpt_comm_dtype dt, size_t off, s
  * `local`, its outcome since the last exchange, kept with its message) gathered from all
  * replicas into s->gather and summed in replica order into *sum; every replica stops at the
  * same exchange, the failed one with its own message, the others with DPT_ERR_PEER. */
-dpt_status dpt_train_exchange(replica *r, replica_state *s, step_stats *mine, step_stats *sum,
-                              dpt_status local, const char *what);
+dpt_status dpt_train_exchange_stats(replica *r, replica_state *s, step_stats *mine, step_stats *sum,
+                                    dpt_status local, const char *what);
 /* Fingerprints the parameters on every replica and compares them (DPT_ERR_MISMATCH naming the
  * replicas that drifted); keeps the fingerprint in s->t.hash for the reports. */
 dpt_status dpt_train_check_drift(replica *r, replica_state *s, int64_t step);

@@ -46,7 +46,7 @@ static dpt_status report_epoch(replica *r, replica_state *s, int64_t epoch, doub
   rep.test_auc = rep.test_logloss = NAN;
   /* The epoch's closing fingerprint: the report's param_hash is the current one. */
   DPT_TRY(dpt_train_check_drift(r, s, s->t.step));
-  if (cfg->test && dpt_dataset_count(cfg->test) > 0)
+  if (cfg->data.test && dpt_dataset_count(cfg->data.test) > 0)
     DPT_TRY(dpt_train_evaluate(r, s, &rep.test_loss, &rep.test_accuracy));
   else if (s->ltest)
     DPT_TRY(dpt_train_evaluate_records(r, s, &rep));
@@ -69,7 +69,8 @@ static dpt_status report_epoch(replica *r, replica_state *s, int64_t epoch, doub
   rep.exposed_seconds = s->t.exposed;
   rep.optimizer_seconds = s->t.optimizer;
   rep.imbalance_seconds = s->t.imbalance;
-  if (r->index == 0 && cfg->on_report) cfg->on_report(&rep, cfg->user);
+  if (r->index == 0 && cfg->callbacks.on_report)
+    cfg->callbacks.on_report(&rep, cfg->callbacks.user);
   r->final = rep;
   return DPT_OK;
 }
@@ -94,8 +95,9 @@ static dpt_status after_step(replica *r, replica_state *s, const step_outcome *o
     return o->stop ? interrupted(s, o->stop) : DPT_OK;
   }
   dpt_train_ckpt_poll(r, s);
-  const int every = cfg->checkpoint_every > 0 && s->t.step % cfg->checkpoint_every == 0;
-  if (cfg->checkpoint_dir && (every || o->ckpt_due || o->stop)) {
+  const int every =
+      cfg->checkpoints.checkpoint_every > 0 && s->t.step % cfg->checkpoints.checkpoint_every == 0;
+  if (cfg->checkpoints.checkpoint_dir && (every || o->ckpt_due || o->stop)) {
     const double tc = dpt_now();
     DPT_TRY(dpt_train_ckpt_save(r, s, o->stop != 0));
     dpt_train_trace_since(s, DPT_TRACE_CHECKPOINT, "checkpoint", tc);
@@ -110,14 +112,14 @@ static dpt_status train_epoch(replica *r, replica_state *s, int *stop) {
   const int64_t epoch = s->at.epoch;
   const double t0 = dpt_now();
   if (!s->ltrain)
-    DPT_TRY(dpt_sampler_permutation(cfg->seed, (uint64_t)epoch, cfg->shuffle,
-                                    dpt_dataset_count(cfg->train), s->perm));
+    DPT_TRY(dpt_sampler_permutation(cfg->schedule.seed, (uint64_t)epoch, cfg->schedule.shuffle,
+                                    dpt_dataset_count(cfg->data.train), s->perm));
   while (s->at.batch < s->batches && !*stop) {
     step_outcome o;
     DPT_TRY(dpt_train_step(r, s, epoch, s->at.batch, &s->at.loss, &s->at.samples, &o));
     ++s->at.batch;
     DPT_TRY(after_step(r, s, &o));
-    *stop = cfg->max_steps > 0 && s->t.step >= cfg->max_steps;
+    *stop = cfg->schedule.max_steps > 0 && s->t.step >= cfg->schedule.max_steps;
   }
   s->t.train_time += dpt_now() - t0;
   DPT_TRY(report_epoch(r, s, epoch, t0, s->at.loss, s->at.samples));
@@ -133,25 +135,25 @@ static dpt_status start_run(replica *r, replica_state *s) {
   /* Out of memory before anything else: the others time out. */
   DPT_TRY(dpt_train_alloc_exchange(r, s));
   const int mine = r->over_mpi ? 0 : r->index; /* this replica's reader */
-  s->ltrain = cfg->local_train ? cfg->local_train[mine] : NULL;
-  s->ltest = cfg->local_train && cfg->local_test ? cfg->local_test[mine] : NULL;
+  s->ltrain = cfg->data.local_train ? cfg->data.local_train[mine] : NULL;
+  s->ltest = cfg->data.local_train && cfg->data.local_test ? cfg->data.local_test[mine] : NULL;
   /* A configuration this replica refuses is announced like any failure to start. */
   dpt_status st = dpt_train_check_config(cfg, r->over_mpi ? r->comm : NULL);
   if (st == DPT_OK) st = dpt_train_replica_setup(r, s);
-  DPT_TRY(dpt_train_agree_ready(r->comm, st, dpt_last_error(), "replica", NULL));
+  DPT_TRY(dpt_comm_agree_ready(r->comm, st, dpt_last_error(), "replica", NULL));
   DPT_TRY(dpt_train_agree_on_run(r, s));
   DPT_TRY(dpt_train_broadcast_params(r, s));
   DPT_TRY(dpt_train_ckpt_share_resumed(r, s));
   if (s->trace) DPT_TRY(dpt_trace_align(r->comm, s->trace));
-  if (cfg->bucket_bytes == DPT_BUCKET_AUTO && s->mode != STEP_LOCAL && !s->sparse) {
+  if (cfg->exchange.bucket_bytes == DPT_BUCKET_AUTO && s->mode != STEP_LOCAL && !s->sparse) {
     size_t bytes = 0;
     char table[512] = "";
-    DPT_TRY(dpt_train_buckets_measure(r, s->gh ? cfg->grad_dtype : DPT_COMM_F32, &bytes, table,
-                                      sizeof table));
+    DPT_TRY(dpt_train_buckets_measure(r, s->gh ? cfg->exchange.grad_dtype : DPT_COMM_F32, &bytes,
+                                      table, sizeof table));
     dpt_train_log(r, "gradient buckets of %zu KiB (all-reduce bus bandwidth: %s)", bytes >> 10,
                   table);
     const dpt_status bs = dpt_train_buckets_setup(r, s, bytes);
-    DPT_TRY(dpt_train_agree_ready(r->comm, bs, dpt_last_error(), "replica", NULL));
+    DPT_TRY(dpt_comm_agree_ready(r->comm, bs, dpt_last_error(), "replica", NULL));
   }
   if (s->buckets) {
     char line[256];
@@ -172,7 +174,7 @@ static dpt_status finish_run(replica *r, replica_state *s) {
     DPT_TRY(report_epoch(r, s, s->at.epoch > 0 ? s->at.epoch - 1 : 0, dpt_now(), s->at.loss,
                          s->at.samples));
   }
-  if (cfg->checkpoint_dir) DPT_TRY(dpt_train_ckpt_save(r, s, 1));
+  if (cfg->checkpoints.checkpoint_dir) DPT_TRY(dpt_train_ckpt_save(r, s, 1));
   if (s->trace) {
     DPT_TRY(dpt_trace_write(r->comm, s->trace, cfg->trace));
     dpt_train_log(r, "timeline written: %s (%zu events of replica 0)", cfg->trace,
@@ -192,7 +194,8 @@ static dpt_status finish_run(replica *r, replica_state *s) {
   r->final.checkpoint = dpt_train_ckpt_path(s);
   dpt_status st = DPT_OK;
   if (cfg->final_params && r->index == 0) st = dpt_model_get_state(s->model, cfg->final_params);
-  if (r->index == 0 && cfg->on_report) cfg->on_report(&r->final, cfg->user);
+  if (r->index == 0 && cfg->callbacks.on_report)
+    cfg->callbacks.on_report(&r->final, cfg->callbacks.user);
   r->final.checkpoint = NULL; /* the path and the shares live as long as the replica's state */
   r->final.backend = dpt_backend_kind_name(dpt_train_backend_of(r));
   r->final.shares = NULL;
@@ -204,10 +207,10 @@ static dpt_status replica_run(replica *r, replica_state *s) {
   DPT_TRY(start_run(r, s));
   s->t.run_start = s->t.last_ckpt = dpt_now();
   /* A rollback needs a checkpoint to go back to. */
-  if (cfg->on_nonfinite == DPT_NONFINITE_ROLLBACK && !dpt_train_ckpt_taken(s))
+  if (cfg->checks.on_nonfinite == DPT_NONFINITE_ROLLBACK && !dpt_train_ckpt_taken(s))
     DPT_TRY(dpt_train_ckpt_save(r, s, 0));
-  int stop = cfg->max_steps > 0 && s->t.step >= cfg->max_steps;
-  while (s->at.epoch < cfg->epochs && !stop)
+  int stop = cfg->schedule.max_steps > 0 && s->t.step >= cfg->schedule.max_steps;
+  while (s->at.epoch < cfg->schedule.epochs && !stop)
     DPT_TRY(train_epoch(r, s, &stop));
   return finish_run(r, s);
 }
@@ -223,7 +226,7 @@ static void *replica_thread(void *arg) {
 }
 
 /* This process's index among the ranks of its node, from the launcher's environment (Open MPI,
- * MPICH, Slurm), else the global rank: picks the device when cfg->device is -1. */
+ * MPICH, Slurm), else the global rank: picks the device when cfg->devices.device is -1. */
 static int local_rank(int rank) {
   static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
                                      "SLURM_LOCALID"};
@@ -269,9 +272,9 @@ static int worst_replica(const replica *reps, int started) {
   return worst;
 }
 
-/* cfg->replicas replicas as threads of this process, joined by the threads transport. */
+/* cfg->devices.replicas replicas as threads of this process, joined by the threads transport. */
 static dpt_status train_as_threads(const dpt_train_config *cfg, dpt_train_report *final) {
-  const int R = cfg->replicas;
+  const int R = cfg->devices.replicas;
   dpt_comm_group *group = NULL;
   replica *reps = calloc((size_t)R, sizeof *reps);
   pthread_t *threads = calloc((size_t)R, sizeof *threads);
@@ -307,10 +310,13 @@ static dpt_status train_as_threads(const dpt_train_config *cfg, dpt_train_report
 }
 
 dpt_status dpt_train(const dpt_train_config *cfg, dpt_comm *comm, dpt_train_report *final) {
-  if (!cfg) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_train: config is NULL");
+  dpt_train_config full; /* the caller's layout read into this library's */
+  const dpt_status st = dpt_train_config_import(cfg, &full);
+  if (st != DPT_OK)
+    return comm ? dpt_comm_agree_ready(comm, st, dpt_last_error(), "rank", NULL) : st;
   /* Under MPI every rank checks its configuration inside the start-up agreement, so that one
    * rank's refusal stops the others at once. */
-  if (comm) return train_as_rank(cfg, comm, final);
-  DPT_TRY(dpt_train_check_config(cfg, NULL));
-  return train_as_threads(cfg, final);
+  if (comm) return train_as_rank(&full, comm, final);
+  DPT_TRY(dpt_train_check_config(&full, NULL));
+  return train_as_threads(&full, final);
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "dptrain/fingerprint.h"
 
 typedef enum term_kind { TERM_INT, TERM_FLOAT, TERM_HASH } term_kind;
 
@@ -181,13 +182,13 @@ static void optim_words(const dpt_optim_config *o, uint64_t *w) {
 }
 
 void dpt_run_terms(const dpt_train_config *cfg, uint64_t *w) {
-  w[TERM_TRAIN_SAMPLES] = int_word((int64_t)dpt_dataset_count(cfg->train));
-  w[TERM_TEST_SAMPLES] = int_word(cfg->test ? (int64_t)dpt_dataset_count(cfg->test) : -1);
-  w[TERM_TRAIN_DATA] = dpt_dataset_fingerprint(cfg->train);
-  w[TERM_TEST_DATA] = dpt_dataset_fingerprint(cfg->test);
-  if (cfg->local_train) { /* per-replica shards: every reader has the headers of all of them */
-    const dpt_interactions *tr = cfg->local_train[0];
-    const dpt_interactions *te = cfg->local_test ? cfg->local_test[0] : NULL;
+  w[TERM_TRAIN_SAMPLES] = int_word((int64_t)dpt_dataset_count(cfg->data.train));
+  w[TERM_TEST_SAMPLES] = int_word(cfg->data.test ? (int64_t)dpt_dataset_count(cfg->data.test) : -1);
+  w[TERM_TRAIN_DATA] = dpt_dataset_fingerprint(cfg->data.train);
+  w[TERM_TEST_DATA] = dpt_dataset_fingerprint(cfg->data.test);
+  if (cfg->data.local_train) { /* per-replica shards: every reader has the headers of all of them */
+    const dpt_interactions *tr = cfg->data.local_train[0];
+    const dpt_interactions *te = cfg->data.local_test ? cfg->data.local_test[0] : NULL;
     w[TERM_TRAIN_SAMPLES] = int_word((int64_t)dpt_interactions_total_records(tr));
     w[TERM_TEST_SAMPLES] = int_word(te ? (int64_t)dpt_interactions_total_records(te) : -1);
     w[TERM_TRAIN_DATA] = dpt_interactions_fingerprint(tr);
@@ -195,31 +196,33 @@ void dpt_run_terms(const dpt_train_config *cfg, uint64_t *w) {
   }
   w[TERM_MODEL] = model_word(&cfg->model);
   optim_words(&cfg->optim, w);
-  w[TERM_GLOBAL_BATCH] = int_word((int64_t)cfg->global_batch);
-  w[TERM_EPOCHS] = int_word(cfg->epochs);
-  w[TERM_MAX_STEPS] = int_word(cfg->max_steps);
-  w[TERM_SEED] = cfg->seed;
-  w[TERM_SHUFFLE] = int_word(cfg->shuffle);
-  w[TERM_KEEP_LAST] = int_word(cfg->keep_last);
-  w[TERM_CHECK_EVERY] = int_word(cfg->check_every);
-  w[TERM_NONFINITE] = int_word(cfg->on_nonfinite);
-  w[TERM_MAX_SKIPPED] = int_word(cfg->max_skipped);
-  w[TERM_SKIP_ALLREDUCE] = int_word(cfg->skip_allreduce);
-  w[TERM_FULL_STEP] = int_word(cfg->full_optimizer_step);
-  w[TERM_SYNC_BN] = int_word(cfg->sync_bn);
-  w[TERM_SPARSE_TABLES] = int_word(cfg->sparse_tables);
-  w[TERM_SPARSE_DENSE_ABOVE] = float_word(cfg->sparse_dense_above);
-  w[TERM_TABLE_OPTIMIZER] = int_word(cfg->table_optimizer);
-  w[TERM_BUCKET_BYTES] = int_word((int64_t)cfg->bucket_bytes);
+  w[TERM_GLOBAL_BATCH] = int_word((int64_t)cfg->schedule.global_batch);
+  w[TERM_EPOCHS] = int_word(cfg->schedule.epochs);
+  w[TERM_MAX_STEPS] = int_word(cfg->schedule.max_steps);
+  w[TERM_SEED] = cfg->schedule.seed;
+  w[TERM_SHUFFLE] = int_word(cfg->schedule.shuffle);
+  w[TERM_KEEP_LAST] = int_word(cfg->schedule.keep_last);
+  w[TERM_CHECK_EVERY] = int_word(cfg->checks.check_every);
+  w[TERM_NONFINITE] = int_word(cfg->checks.on_nonfinite);
+  w[TERM_MAX_SKIPPED] = int_word(cfg->checks.max_skipped);
+  w[TERM_SKIP_ALLREDUCE] = int_word(cfg->exchange.skip_allreduce);
+  w[TERM_FULL_STEP] = int_word(cfg->exchange.full_optimizer_step);
+  w[TERM_SYNC_BN] = int_word(cfg->exchange.sync_bn);
+  w[TERM_SPARSE_TABLES] = int_word(cfg->exchange.sparse_tables);
+  w[TERM_SPARSE_DENSE_ABOVE] = float_word(cfg->exchange.sparse_dense_above);
+  w[TERM_TABLE_OPTIMIZER] = int_word(cfg->exchange.table_optimizer);
+  w[TERM_BUCKET_BYTES] = int_word((int64_t)cfg->exchange.bucket_bytes);
   /* f32 0, f16 1 (2 with error feedback), bf16 3 (4): the f16 words predate bf16. */
-  const int64_t dtype_word = cfg->grad_dtype == DPT_COMM_BF16 ? 3 : (int64_t)cfg->grad_dtype;
-  w[TERM_GRAD_DTYPE] = int_word(dtype_word + (cfg->grad_error_feedback ? 1 : 0));
-  w[TERM_SPLIT] = int_word(cfg->split != DPT_SPLIT_PROPORTIONAL ? 0
-                           : cfg->split_every > 0               ? cfg->split_every
-                                                                : DPT_SPLIT_EVERY_DEFAULT);
-  w[TERM_ACCUMULATE] = int_word(cfg->accumulate > 1 ? (int64_t)cfg->accumulate : 0);
-  w[TERM_BUCKET_WHOLE_UPDATE] = int_word(cfg->bucket_whole_update);
-  transform_words(&cfg->transform, w);
+  const int64_t dtype_word =
+      cfg->exchange.grad_dtype == DPT_COMM_BF16 ? 3 : (int64_t)cfg->exchange.grad_dtype;
+  w[TERM_GRAD_DTYPE] = int_word(dtype_word + (cfg->exchange.grad_error_feedback ? 1 : 0));
+  w[TERM_SPLIT] = int_word(cfg->devices.split != DPT_SPLIT_PROPORTIONAL ? 0
+                           : cfg->devices.split_every > 0               ? cfg->devices.split_every
+                                                                        : DPT_SPLIT_EVERY_DEFAULT);
+  w[TERM_ACCUMULATE] =
+      int_word(cfg->schedule.accumulate > 1 ? (int64_t)cfg->schedule.accumulate : 0);
+  w[TERM_BUCKET_WHOLE_UPDATE] = int_word(cfg->exchange.bucket_whole_update);
+  transform_words(&cfg->data.transform, w);
 }
 
 static void word_str(int term, uint64_t w, char *out, size_t cap) {

@@ -12,6 +12,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "core/train/optimizer.h"
 #include "core/train/setup.h"
 #include "core/train/train_buckets.h"
 #include "core/train/train_checkpoint.h"
@@ -20,13 +21,13 @@
 #include "dptrain/train.h"
 
 static step_mode step_mode_of(const dpt_train_config *cfg, int replicas) {
-  if (cfg->skip_allreduce) return STEP_LOCAL;
-  if (cfg->sparse_tables) return STEP_FULL; /* the dense ranges all-reduced, see train.h */
-  if (cfg->grad_dtype != DPT_COMM_F32) return STEP_FULL; /* shards are cut for float32 */
+  if (cfg->exchange.skip_allreduce) return STEP_LOCAL;
+  if (cfg->exchange.sparse_tables) return STEP_FULL; /* the dense ranges all-reduced, see train.h */
+  if (cfg->exchange.grad_dtype != DPT_COMM_F32) return STEP_FULL; /* shards are cut for float32 */
   /* Every element is updated by one replica from the same sum the ring all-reduce gives, so
    * the parameters are bit for bit those of the full step, with 1/R of the optimizer's work
    * and state per replica. */
-  if (replicas > 1 && !cfg->full_optimizer_step) return STEP_SHARDED;
+  if (replicas > 1 && !cfg->exchange.full_optimizer_step) return STEP_SHARDED;
   return STEP_FULL;
 }
 
@@ -113,26 +114,28 @@ static dpt_status check_records_model(const dpt_train_config *cfg, replica_state
   return DPT_OK;
 }
 
-/* This replica's backend: its entry of replica_backends, else cfg->backend. */
+/* This replica's backend: its entry of replica_backends, else cfg->devices.backend. */
 dpt_backend_kind dpt_train_backend_of(const replica *r) {
   const dpt_train_config *cfg = r->cfg;
-  return cfg->replica_backends && !r->over_mpi ? cfg->replica_backends[r->index] : cfg->backend;
+  return cfg->devices.replica_backends && !r->over_mpi ? cfg->devices.replica_backends[r->index]
+                                                       : cfg->devices.backend;
 }
 
-/* The reports' backend name: cfg->backend's, or the replicas' list with replica_backends. */
+/* The reports' backend name: cfg->devices.backend's, or the replicas' list with replica_backends.
+ */
 static void name_backends(const replica *r, replica_state *s) {
   const dpt_train_config *cfg = r->cfg;
   snprintf(s->backend_names, sizeof s->backend_names, "%s",
            dpt_backend_kind_name(dpt_train_backend_of(r)));
-  if (!cfg->replica_backends || r->over_mpi) return;
+  if (!cfg->devices.replica_backends || r->over_mpi) return;
   size_t len = 0;
   for (int i = 0; i < r->count && len < sizeof s->backend_names; ++i)
     len += (size_t)snprintf(s->backend_names + len, sizeof s->backend_names - len, "%s%s",
-                            i ? "," : "", dpt_backend_kind_name(cfg->replica_backends[i]));
+                            i ? "," : "", dpt_backend_kind_name(cfg->devices.replica_backends[i]));
 }
 
-/* This replica's backend on its device: cfg->device, else its place among the replicas of its
- * node (or, with mixed backends, of its own backend) modulo the devices. */
+/* This replica's backend on its device: cfg->devices.device, else its place among the replicas of
+ * its node (or, with mixed backends, of its own backend) modulo the devices. */
 static dpt_status create_backend(replica *r, replica_state *s) {
   const dpt_train_config *cfg = r->cfg;
   const dpt_backend_kind kind = dpt_train_backend_of(r);
@@ -142,12 +145,12 @@ static dpt_status create_backend(replica *r, replica_state *s) {
     return dpt_error_context(DPT_ERR_UNSUPPORTED, "no %s device", dpt_backend_kind_name(kind));
   /* With mixed backends, the replica's place among those of its own backend. */
   int nth = r->local_index;
-  if (cfg->replica_backends && !r->over_mpi) {
+  if (cfg->devices.replica_backends && !r->over_mpi) {
     nth = 0;
     for (int i = 0; i < r->index; ++i)
-      nth += cfg->replica_backends[i] == kind;
+      nth += cfg->devices.replica_backends[i] == kind;
   }
-  int device = cfg->device >= 0 ? cfg->device : nth % devices;
+  int device = cfg->devices.device >= 0 ? cfg->devices.device : nth % devices;
   DPT_TRY(dpt_backend_create(kind, device, &s->be));
   name_backends(r, s);
   return DPT_OK;
@@ -157,17 +160,17 @@ static dpt_status create_backend(replica *r, replica_state *s) {
  * token sequences, a classifier one label a sample), a token model's vocabulary. */
 static dpt_status check_data_model(const dpt_train_config *cfg, replica_state *s) {
   size_t input = dpt_model_input_size(s->model);
-  if (input != dpt_dataset_dim(cfg->train))
+  if (input != dpt_dataset_dim(cfg->data.train))
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "the model takes %zu inputs per sample but the data set has %zu", input,
-                         dpt_dataset_dim(cfg->train));
-  if (cfg->test && dpt_dataset_dim(cfg->test) != input)
+                         dpt_dataset_dim(cfg->data.train));
+  if (cfg->data.test && dpt_dataset_dim(cfg->data.test) != input)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "the test set has %zu values per sample, the model takes %zu",
-                         dpt_dataset_dim(cfg->test), input);
+                         dpt_dataset_dim(cfg->data.test), input);
   s->labels = dpt_model_labels_per_sample(s->model);
   for (int k = 0; k < 2; ++k) {
-    const dpt_dataset *ds = k ? cfg->test : cfg->train;
+    const dpt_dataset *ds = k ? cfg->data.test : cfg->data.train;
     if (!ds || dpt_dataset_labels_per_sample(ds) == s->labels) continue;
     const char *which = k ? "test" : "training";
     if (s->labels > 1)
@@ -182,7 +185,7 @@ static dpt_status check_data_model(const dpt_train_config *cfg, replica_state *s
   }
   const size_t classes = dpt_model_num_classes(s->model);
   for (int k = 0; s->labels > 1 && k < 2; ++k) {
-    const dpt_dataset *ds = k ? cfg->test : cfg->train;
+    const dpt_dataset *ds = k ? cfg->data.test : cfg->data.train;
     if (ds && (size_t)dpt_dataset_num_classes(ds) > classes)
       return dpt_set_error(DPT_ERR_INVALID_ARG,
                            "the %s set's vocabulary has %d tokens, the model only %zu",
@@ -195,18 +198,18 @@ static dpt_status create_backend_and_model(replica *r, replica_state *s) {
   const dpt_train_config *cfg = r->cfg;
   DPT_TRY(create_backend(r, s));
   /* No batch holds more samples than the training set. */
-  const size_t n = s->ltrain ? cfg->global_batch : dpt_dataset_count(cfg->train);
-  const size_t batch = cfg->global_batch < n ? cfg->global_batch : n;
-  s->max_slice = dpt_train_split_cap(cfg, r->count, cfg->global_batch);
+  const size_t n = s->ltrain ? cfg->schedule.global_batch : dpt_dataset_count(cfg->data.train);
+  const size_t batch = cfg->schedule.global_batch < n ? cfg->schedule.global_batch : n;
+  s->max_slice = dpt_train_split_cap(cfg, r->count, cfg->schedule.global_batch);
   if (s->max_slice > batch) s->max_slice = batch;
-  const size_t K = cfg->accumulate > 1 ? cfg->accumulate : 1;
+  const size_t K = cfg->schedule.accumulate > 1 ? cfg->schedule.accumulate : 1;
   s->max_micro = (s->max_slice + K - 1) / K;
   DPT_TRY(dpt_model_create(s->be, &cfg->model, s->max_micro, &s->model));
   const size_t np = dpt_model_num_params(s->model);
   if (K > 1) DPT_TRY(dpt_buffer_alloc(s->be, np * sizeof(float), &s->acc));
-  if (cfg->grad_dtype != DPT_COMM_F32 && r->count > 1 && !cfg->skip_allreduce) {
+  if (cfg->exchange.grad_dtype != DPT_COMM_F32 && r->count > 1 && !cfg->exchange.skip_allreduce) {
     DPT_TRY(dpt_buffer_alloc(s->be, np * sizeof(uint16_t), &s->gh));
-    if (cfg->grad_error_feedback) {
+    if (cfg->exchange.grad_error_feedback) {
       DPT_TRY(dpt_buffer_alloc(s->be, np * sizeof(float), &s->resid));
       DPT_TRY(dpt_buffer_fill_f32(s->resid, 0, np, 0.0f));
     }
@@ -235,17 +238,17 @@ static dpt_status create_optimizer(replica *r, replica_state *s) {
 static dpt_status alloc_batch(replica *r, replica_state *s) {
   const size_t input = dpt_model_input_size(s->model);
   const size_t max_slice = s->max_slice;
-  const size_t n = s->ltrain ? 0 : dpt_dataset_count(r->cfg->train);
+  const size_t n = s->ltrain ? 0 : dpt_dataset_count(r->cfg->data.train);
   DPT_TRY(dpt_buffer_alloc(s->be, max_slice * input * sizeof(float), &s->x));
   const size_t L = s->labels;
   DPT_TRY(dpt_buffer_alloc(s->be, max_slice * L * sizeof(int32_t), &s->y));
   const size_t nb = dpt_model_num_buffer_floats(s->model);
-  if (nb && r->cfg->on_nonfinite == DPT_NONFINITE_SKIP)
+  if (nb && r->cfg->checks.on_nonfinite == DPT_NONFINITE_SKIP)
     DPT_TRY(dpt_buffer_alloc(s->be, nb * sizeof(float), &s->kept_buffers));
   s->hx = malloc(max_slice * input * sizeof(float));
   s->hy = malloc(max_slice * L * sizeof(int32_t));
   if (L > 1) {
-    const size_t B = r->cfg->global_batch < n ? r->cfg->global_batch : n;
+    const size_t B = r->cfg->schedule.global_batch < n ? r->cfg->schedule.global_batch : n;
     s->hbatch = malloc(B * L * sizeof(int32_t));
     if (!s->hbatch) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "training: out of host memory");
   }
@@ -297,8 +300,8 @@ dpt_status dpt_train_replica_setup(replica *r, replica_state *s) {
   DPT_TRY(alloc_batch(r, s));
   DPT_TRY(dpt_train_sparse_setup(r, s));
   DPT_TRY(create_optimizer(r, s));
-  if (r->cfg->bucket_bytes != DPT_BUCKET_AUTO)
-    DPT_TRY(dpt_train_buckets_setup(r, s, r->cfg->bucket_bytes));
+  if (r->cfg->exchange.bucket_bytes != DPT_BUCKET_AUTO)
+    DPT_TRY(dpt_train_buckets_setup(r, s, r->cfg->exchange.bucket_bytes));
   if (r->cfg->trace && r->index == 0) DPT_TRY(check_trace_path(r->cfg->trace));
   if (r->cfg->trace) {
     char who[64];
@@ -306,13 +309,14 @@ dpt_status dpt_train_replica_setup(replica *r, replica_state *s) {
              dpt_backend_kind_name(dpt_train_backend_of(r)));
     DPT_TRY(dpt_trace_create(r->index, who, &s->trace));
   }
-  if (r->cfg->bucket_bytes || s->trace) DPT_TRY(dpt_model_set_layer_hook(s->model, on_layer, s));
-  if (r->cfg->sync_bn && r->count > 1)
+  if (r->cfg->exchange.bucket_bytes || s->trace)
+    DPT_TRY(dpt_model_set_layer_hook(s->model, on_layer, s));
+  if (r->cfg->exchange.sync_bn && r->count > 1)
     DPT_TRY(dpt_model_set_sync_bn(s->model, dpt_train_sum_over_replicas, r));
   if (r->cfg->init_params)
     DPT_TRY(dpt_model_set_state(s->model, r->cfg->init_params));
   else
-    DPT_TRY(dpt_model_init(s->model, r->cfg->seed));
+    DPT_TRY(dpt_model_init(s->model, r->cfg->schedule.seed));
   return dpt_train_ckpt_setup(r, s);
 }
 
@@ -326,13 +330,15 @@ dpt_status dpt_train_agree_on_run(replica *r, replica_state *s) {
   DPT_TRY(dpt_allgather_host(r->comm, mine, sizeof mine, s->terms));
   DPT_TRY(dpt_run_terms_compare(s->terms, r->count));
   /* At least one: check_config refused a run without a batch. */
-  s->batches = s->ltrain ? (size_t)dpt_interactions_steps(s->ltrain, cfg->global_batch)
-                         : dpt_sampler_num_batches(dpt_dataset_count(cfg->train), cfg->global_batch,
-                                                   cfg->keep_last);
+  s->batches = s->ltrain
+                   ? (size_t)dpt_interactions_steps(s->ltrain, cfg->schedule.global_batch)
+                   : dpt_sampler_num_batches(dpt_dataset_count(cfg->data.train),
+                                             cfg->schedule.global_batch, cfg->schedule.keep_last);
   const int64_t per_epoch = (int64_t)s->batches;
-  s->t.planned_steps = cfg->epochs > INT64_MAX / per_epoch ? INT64_MAX : cfg->epochs * per_epoch;
-  if (cfg->max_steps > 0 && cfg->max_steps < s->t.planned_steps)
-    s->t.planned_steps = cfg->max_steps;
+  s->t.planned_steps =
+      cfg->schedule.epochs > INT64_MAX / per_epoch ? INT64_MAX : cfg->schedule.epochs * per_epoch;
+  if (cfg->schedule.max_steps > 0 && cfg->schedule.max_steps < s->t.planned_steps)
+    s->t.planned_steps = cfg->schedule.max_steps;
   return DPT_OK;
 }
 

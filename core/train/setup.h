@@ -15,7 +15,7 @@ dpt_status dpt_train_replica_setup(replica *r, replica_state *s);
 dpt_status dpt_train_agree_on_run(replica *r, replica_state *s);
 /* Collective: replica 0's parameters to every replica, then the first drift check. */
 dpt_status dpt_train_broadcast_params(replica *r, replica_state *s);
-/* This replica's backend: its entry of replica_backends, else cfg->backend. */
+/* This replica's backend: its entry of replica_backends, else cfg->devices.backend. */
 dpt_backend_kind dpt_train_backend_of(const replica *r);
 /* Frees everything the set-up made (waits for a checkpoint being written first). */
 void dpt_train_state_free(replica_state *s);

@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "core/train/batch.h"
 #include "core/train/exchange.h"
+#include "core/train/optimizer.h"
 #include "core/train/step.h"
 #include "core/train/train_buckets.h"
 #include "core/train/train_sparse.h"
@@ -44,8 +45,9 @@ static dpt_status global_targets(const replica *r, replica_state *s, int64_t epo
     *targets = (int64_t)bcount;
     return DPT_OK;
   }
-  DPT_TRY(dpt_dataset_gather_transformed(r->cfg->train, s->perm + bstart, bcount,
-                                         &r->cfg->transform, (uint64_t)epoch, NULL, s->hbatch));
+  DPT_TRY(dpt_dataset_gather_transformed(r->cfg->data.train, s->perm + bstart, bcount,
+                                         &r->cfg->data.transform, (uint64_t)epoch, NULL,
+                                         s->hbatch));
   *targets = dpt_train_count_targets(s->hbatch, bcount * s->labels);
   return DPT_OK;
 }
@@ -61,15 +63,16 @@ static dpt_status micro_batch(replica *r, replica_state *s, int64_t epoch, size_
     st = dpt_train_load_records(s, s->ltrain, s->idx + ms, mc);
     if (st == DPT_OK) s->slice = mc;
   } else {
-    st = dpt_train_load_batch(s, r->cfg->train, s->perm + bstart + start + ms, mc,
-                              &r->cfg->transform, epoch);
+    st = dpt_train_load_batch(s, r->cfg->data.train, s->perm + bstart + start + ms, mc,
+                              &r->cfg->data.transform, epoch);
   }
   dpt_train_trace_since(s, DPT_TRACE_DATA, "load", tl);
   if (st == DPT_OK)
     mine->targets += s->labels == 1 ? (int64_t)mc : dpt_train_count_targets(s->hy, mc * s->labels);
   /* Dropout's mask is keyed by the sample's place in the global batch, not in the slice. */
   if (st == DPT_OK)
-    st = dpt_model_set_step(s->model, r->cfg->seed, (uint64_t)s->t.step, (uint32_t)(start + ms));
+    st = dpt_model_set_step(s->model, r->cfg->schedule.seed, (uint64_t)s->t.step,
+                            (uint32_t)(start + ms));
   double loss = 0;
   int64_t correct = 0;
   s->in_step = 1;
@@ -98,8 +101,8 @@ static dpt_status forward_backward(replica *r, replica_state *s, int64_t epoch, 
   /* Per-replica records: the replica's slice of step k by the epoch rule, from its own shards
    * (its dpt_interactions_local_batch is this split's count). */
   if (st == DPT_OK && s->ltrain)
-    st = dpt_interactions_step_indices(s->ltrain, r->cfg->seed, (uint64_t)epoch,
-                                       r->cfg->global_batch, (uint64_t)k, s->idx);
+    st = dpt_interactions_step_indices(s->ltrain, r->cfg->schedule.seed, (uint64_t)epoch,
+                                       r->cfg->schedule.global_batch, (uint64_t)k, s->idx);
   /* The loss gradient is scaled by 1/(targets in this global batch): the sum over replicas is
    * the batch's mean over its targets, whatever the split (and for a kept, smaller last batch
    * too). For a classifier that is 1/(samples), as before targets existed. A batch without a
@@ -107,10 +110,10 @@ static dpt_status forward_backward(replica *r, replica_state *s, int64_t epoch, 
   const float scale = targets > 0 ? 1.0f / (float)targets : 0.0f;
   if (st == DPT_OK && s->sparse) st = dpt_train_sparse_prepare(s);
   /* The slice as micro-batches (one without accumulate), their gradients summed. */
-  const size_t K = s->acc ? r->cfg->accumulate : 1;
+  const size_t K = s->acc ? r->cfg->schedule.accumulate : 1;
   int summed = 0; /* micro-batches whose gradient acc holds */
   /* Buckets start during backward when its gradient is the step's (no micro-batches to add). */
-  dpt_train_buckets_arm(s, K == 1 && !r->cfg->sync_bn); /* sync-bn sums in backward */
+  dpt_train_buckets_arm(s, K == 1 && !r->cfg->exchange.sync_bn); /* sync-bn sums in backward */
   for (size_t j = 0; j < K && st == DPT_OK; ++j) {
     size_t ms = 0, mc = count;
     if (K > 1) st = dpt_batch_split(count, (int)K, (int)j, &ms, &mc);
@@ -136,7 +139,8 @@ static dpt_status forward_backward(replica *r, replica_state *s, int64_t epoch, 
 static int needs_norm(const replica *r, const replica_state *s) {
   const dpt_train_config *cfg = r->cfg;
   if (cfg->optim.clip_norm <= 0.0f) return 0;
-  return s->mode == STEP_SHARDED || (cfg->on_nonfinite != DPT_NONFINITE_STOP && r->count > 1);
+  return s->mode == STEP_SHARDED ||
+         (cfg->checks.on_nonfinite != DPT_NONFINITE_STOP && r->count > 1);
 }
 
 /* Sums the gradients over the replicas: the complete sum of this replica's shard (sharded
@@ -174,7 +178,7 @@ static dpt_status agree_grad_norm(replica *r, replica_state *s, double *sumsq) {
   const dpt_range *rg = dpt_train_own_ranges(s, &whole, &n);
   dpt_status local = DPT_OK;
   if (s->pending == DPT_OK) local = dpt_optimizer_grad_sumsq(s->opt, rg, n, &mine.sumsq);
-  DPT_TRY(dpt_train_exchange(r, s, &mine, &sum, local, "the gradient norm"));
+  DPT_TRY(dpt_train_exchange_stats(r, s, &mine, &sum, local, "the gradient norm"));
   *sumsq = sum.sumsq;
   return DPT_OK;
 }
@@ -195,7 +199,7 @@ static dpt_status agree_on_step(replica *r, replica_state *s, const step_stats *
     if (!isfinite(*sumsq)) what = "the gradient norm is";
   }
   if (!what) return DPT_OK;
-  if (cfg->on_nonfinite == DPT_NONFINITE_STOP)
+  if (cfg->checks.on_nonfinite == DPT_NONFINITE_STOP)
     return dpt_set_error(DPT_ERR_NONFINITE,
                          "%s not finite at step %lld (epoch %lld, batch %zu); lower the "
                          "learning rate, or pass --on-nonfinite skip or rollback",
@@ -219,12 +223,12 @@ static dpt_status optimizer_step(replica *r, replica_state *s, double sumsq, int
   const double t0 = dpt_now();
   dpt_status st = x->update(r, s, sumsq);
   if (dpt_train_out_of_step(st)) return st;
-  *skipped = st == DPT_ERR_NONFINITE && r->cfg->on_nonfinite != DPT_NONFINITE_STOP;
+  *skipped = st == DPT_ERR_NONFINITE && r->cfg->checks.on_nonfinite != DPT_NONFINITE_STOP;
   if (!*skipped) dpt_train_keep_failure(s, st);
   /* With DPT_NONFINITE_SKIP an update that made parameters non-finite stops the run at the next
    * exchange: no later step can undo it, and skipping would hide it. */
   int64_t bad = 0;
-  if (!*skipped && st == DPT_OK && r->cfg->on_nonfinite == DPT_NONFINITE_SKIP &&
+  if (!*skipped && st == DPT_OK && r->cfg->checks.on_nonfinite == DPT_NONFINITE_SKIP &&
       s->pending == DPT_OK) {
     dpt_train_keep_failure(s, dpt_train_count_nonfinite_own(s, dpt_model_params(s->model), &bad));
     s->bad_params = bad > 0;
@@ -237,7 +241,7 @@ static dpt_status optimizer_step(replica *r, replica_state *s, double sumsq, int
 /* Skipping cannot hide a diverged run: past the limit (max_skipped) the run fails. The counts
  * are the same on every replica. */
 static dpt_status check_skipped(const replica *r, const replica_state *s) {
-  const int64_t limit = r->cfg->max_skipped, share = s->t.planned_steps / 100;
+  const int64_t limit = r->cfg->checks.max_skipped, share = s->t.planned_steps / 100;
   const int64_t total = share > limit ? share : limit;
   if (limit < 0) return DPT_OK;
   if (s->t.skipped_in_a_row > limit)
@@ -270,7 +274,7 @@ static dpt_status keep_buffers(replica_state *s, int restore) {
  * stay identical. With sync-bn they are identical already. */
 static dpt_status share_buffers(replica *r, replica_state *s) {
   const size_t nb = dpt_model_num_buffer_floats(s->model);
-  if (nb == 0 || r->cfg->sync_bn || s->mode == STEP_LOCAL || r->count == 1) return DPT_OK;
+  if (nb == 0 || r->cfg->exchange.sync_bn || s->mode == STEP_LOCAL || r->count == 1) return DPT_OK;
   dpt_status st =
       dpt_broadcast_buffer(r->comm, dpt_model_buffers(s->model), 0, nb * sizeof(float), 0);
   if (dpt_train_out_of_step(st)) return st;
@@ -282,15 +286,15 @@ static dpt_status share_buffers(replica *r, replica_state *s) {
  * whether checkpoint_minutes have passed since the last checkpoint. */
 static void step_requests(const replica *r, const replica_state *s, step_stats *mine) {
   const dpt_train_config *cfg = r->cfg;
-  if (cfg->stop_request) mine->stop = *cfg->stop_request;
-  if (r->index == 0 && cfg->checkpoint_dir && cfg->checkpoint_minutes > 0)
-    mine->ckpt_due = dpt_now() - s->t.last_ckpt >= cfg->checkpoint_minutes * 60.0;
+  if (cfg->checks.stop_request) mine->stop = *cfg->checks.stop_request;
+  if (r->index == 0 && cfg->checkpoints.checkpoint_dir && cfg->checkpoints.checkpoint_minutes > 0)
+    mine->ckpt_due = dpt_now() - s->t.last_ckpt >= cfg->checkpoints.checkpoint_minutes * 60.0;
 }
 
 /* A step that was not finite under a policy other than stop: skipped, its buffers put back, or
  * left for the caller to roll back. */
 static dpt_status give_up_step(replica *r, replica_state *s, step_outcome *out) {
-  if (r->cfg->on_nonfinite == DPT_NONFINITE_ROLLBACK) {
+  if (r->cfg->checks.on_nonfinite == DPT_NONFINITE_ROLLBACK) {
     out->rollback = 1;
     return DPT_OK;
   }
@@ -305,9 +309,9 @@ static dpt_status give_up_step(replica *r, replica_state *s, step_outcome *out) 
  * policy, rolled back like a non-finite step: every replica finds it in the exchanged sums. */
 static dpt_status check_after_step(replica *r, replica_state *s, step_outcome *out) {
   const dpt_train_config *cfg = r->cfg;
-  if (cfg->check_every <= 0 || s->t.step % cfg->check_every != 0) return DPT_OK;
+  if (cfg->checks.check_every <= 0 || s->t.step % cfg->checks.check_every != 0) return DPT_OK;
   dpt_status st = dpt_train_check_drift(r, s, s->t.step);
-  if (st == DPT_ERR_NONFINITE && cfg->on_nonfinite == DPT_NONFINITE_ROLLBACK) {
+  if (st == DPT_ERR_NONFINITE && cfg->checks.on_nonfinite == DPT_NONFINITE_ROLLBACK) {
     dpt_clear_error();
     out->rollback = 1;
     return DPT_OK;
@@ -320,10 +324,11 @@ static dpt_status check_after_step(replica *r, replica_state *s, step_outcome *o
 dpt_status dpt_train_step(replica *r, replica_state *s, int64_t epoch, size_t k, double *loss,
                           int64_t *samples, step_outcome *out) {
   const dpt_train_config *cfg = r->cfg;
-  size_t bstart = 0, bcount = cfg->global_batch; /* per-replica records: every step whole */
+  size_t bstart = 0,
+         bcount = cfg->schedule.global_batch; /* per-replica records: every step whole */
   if (!s->ltrain)
-    DPT_TRY(dpt_sampler_batch(dpt_dataset_count(cfg->train), cfg->global_batch, cfg->keep_last, k,
-                              &bstart, &bcount));
+    DPT_TRY(dpt_sampler_batch(dpt_dataset_count(cfg->data.train), cfg->schedule.global_batch,
+                              cfg->schedule.keep_last, k, &bstart, &bcount));
   step_stats mine, sum;
   memset(&mine, 0, sizeof mine);
   memset(out, 0, sizeof *out);
@@ -345,7 +350,7 @@ dpt_status dpt_train_step(replica *r, replica_state *s, int64_t epoch, size_t k,
   char what[64];
   snprintf(what, sizeof what, "step %lld", (long long)s->t.step + 1);
   step_requests(r, s, &mine); /* as late as can be: a request during this step ends it */
-  DPT_TRY(dpt_train_exchange(r, s, &mine, &sum, st, what));
+  DPT_TRY(dpt_train_exchange_stats(r, s, &mine, &sum, st, what));
   s->t.imbalance += train_imbalance(s->gather, r->count);
   dpt_train_split_after_step(r, s);
   out->stop = sum.stop;
@@ -367,8 +372,9 @@ dpt_status dpt_train_step(replica *r, replica_state *s, int64_t epoch, size_t k,
   DPT_TRY(share_buffers(r, s));
   DPT_TRY(check_after_step(r, s, out));
   if (out->rollback) return DPT_OK;
-  if (r->index == 0 && cfg->on_progress)
-    cfg->on_progress(epoch + 1, k + 1, s->batches,
-                     sum.targets ? sum.loss_sum / (double)sum.targets : NAN, cfg->user);
+  if (r->index == 0 && cfg->callbacks.on_progress)
+    cfg->callbacks.on_progress(epoch + 1, k + 1, s->batches,
+                               sum.targets ? sum.loss_sum / (double)sum.targets : NAN,
+                               cfg->callbacks.user);
   return DPT_OK;
 }

@@ -4,4 +4,4 @@
 list(APPEND DPT_SOURCES core/train/run.c core/train/setup.c core/train/step.c core/train/exchange.c core/train/exchange_kinds.c
      core/train/evaluate.c core/train/batch.c core/train/config.c core/train/replica.c core/train/train_buckets.c
      core/train/train_checkpoint.c core/train/train_sparse.c core/train/train_split.c
-     core/train/run_terms.c core/train/agree.c core/train/optimizer.c core/train/trace.c)
+     core/train/run_terms.c core/train/optimizer.c core/train/trace.c)

@@ -22,6 +22,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "backends/backend_impl.h"
+#include "core/train/optimizer.h"
 #include "core/train/trace.h"
 #include "core/train/exchange.h"
 #include "core/train/replica.h"
@@ -104,8 +105,8 @@ void dpt_train_buckets_on_layer(replica_state *s, int backward, size_t ready_fro
  * update sums that are not complete, so it fails the set-up. */
 static dpt_status setup_parts(train_buckets *b, const dpt_train_config *cfg) {
   replica_state *s = b->s;
-  b->whole_why = cfg->bucket_whole_update ? "asked for (bucket_whole_update)"
-                 : cfg->on_nonfinite == DPT_NONFINITE_SKIP
+  b->whole_why = cfg->exchange.bucket_whole_update ? "asked for (bucket_whole_update)"
+                 : cfg->checks.on_nonfinite == DPT_NONFINITE_SKIP
                      ? "a skipped step must leave the parameters as they were"
                  : dpt_optimizer_steps_in_parts(s->opt) ? NULL
                  : cfg->optim.kind == DPT_OPTIM_LAMB    ? "LAMB's trust ratios need whole tensors"
@@ -160,7 +161,7 @@ dpt_status dpt_train_buckets_setup(replica *r, replica_state *s, size_t bucket_b
   DPT_TRY(dpt_comm_get_options(r->comm, &o));
   const size_t np = dpt_model_num_params(s->model);
   /* The 16-bit exchange's buffer s->gh exists with more than one replica (else float32). */
-  const dpt_comm_dtype dtype = s->gh ? r->cfg->grad_dtype : DPT_COMM_F32;
+  const dpt_comm_dtype dtype = s->gh ? r->cfg->exchange.grad_dtype : DPT_COMM_F32;
   const size_t esize = dtype == DPT_COMM_F32 ? sizeof(float) : sizeof(uint16_t);
   const size_t block = o.block_bytes / esize ? o.block_bytes / esize : 1; /* ring block, elements */
   size_t per = bucket_bytes / o.block_bytes;                              /* blocks per bucket */
@@ -340,8 +341,8 @@ dpt_status dpt_train_buckets_measure(replica *r, dpt_comm_dtype dtype, size_t *b
   const size_t largest = o.block_bytes << (SIZES - 1);
   float *buf = calloc(largest / sizeof(float), sizeof(float));
   /* every replica joins the measurement, so one short of memory says so first */
-  DPT_TRY(dpt_train_agree_ready(r->comm, buf ? DPT_OK : DPT_ERR_OUT_OF_MEMORY,
-                                "bucket size: out of host memory", "replica", NULL));
+  DPT_TRY(dpt_comm_agree_ready(r->comm, buf ? DPT_OK : DPT_ERR_OUT_OF_MEMORY,
+                               "bucket size: out of host memory", "replica", NULL));
   double bw[SIZES] = {0}, peak = 0;
   dpt_status st = DPT_OK;
   for (int k = 0; k < SIZES && st == DPT_OK; ++k) {

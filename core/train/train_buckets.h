@@ -1,4 +1,4 @@
-/* Internal: the trainer's gradient buckets, cfg->bucket_bytes (train_buckets.c). */
+/* Internal: the trainer's gradient buckets, cfg->exchange.bucket_bytes (train_buckets.c). */
 #ifndef DPTRAIN_CORE_TRAIN_TRAIN_BUCKETS_H
 #define DPTRAIN_CORE_TRAIN_TRAIN_BUCKETS_H
 

@@ -3,7 +3,7 @@
  * thread of replica 0; resume at any world size; rollback after a non-finite step.
  *
  * Every decision here is taken alike on every replica: the moments to save come from the
- * step's exchange, the outcome of a read on replica 0 is agreed (dpt_train_agree_ready) before
+ * step's exchange, the outcome of a read on replica 0 is agreed (dpt_comm_agree_ready) before
  * anyone uses it, and the optimizer state of a sharded step is gathered whole, so a checkpoint
  * does not depend on the world size that wrote it. */
 #define _POSIX_C_SOURCE 200809L
@@ -50,8 +50,8 @@ struct train_ckpt {
   size_t ntensors;
   char *model_json, *terms_json, *mean, *std;
   const char *meta[MAX_META];
-  const char *dir; /* cfg->checkpoint_dir */
-  int keep;        /* cfg->keep_checkpoints */
+  const char *dir; /* cfg->checkpoints.checkpoint_dir */
+  int keep;        /* cfg->checkpoints.keep_checkpoints */
   pthread_t writer;
   int writing;
   atomic_int written; /* set by the writer when it is done */
@@ -86,9 +86,9 @@ static dpt_status make_metadata(const replica *r, struct train_ckpt *ck) {
                         "dptrain.model", ck->model_json, DPT_CKPT_TERMS_KEY, ck->terms_json};
   for (; n < sizeof base / sizeof base[0]; ++n)
     ck->meta[n] = base[n];
-  if (cfg->transform.mean) {
-    ck->mean = float_list(cfg->transform.mean, cfg->transform.channels);
-    ck->std = float_list(cfg->transform.std, cfg->transform.channels);
+  if (cfg->data.transform.mean) {
+    ck->mean = float_list(cfg->data.transform.mean, cfg->data.transform.channels);
+    ck->std = float_list(cfg->data.transform.std, cfg->data.transform.channels);
     if (!ck->mean || !ck->std)
       return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "checkpoints: out of host memory");
     const char *norm[] = {"dptrain.mean", ck->mean, "dptrain.std", ck->std};
@@ -158,7 +158,7 @@ static void log_change(const char *line, void *user) {
  * progress); *found 0 when there is none. `check_terms`: compare its configuration. */
 static dpt_status read_newest(replica *r, replica_state *s, int check_terms, int *found) {
   struct train_ckpt *ck = s->ck;
-  DPT_TRY(dpt_checkpoint_find_latest(r->cfg->checkpoint_dir, log_skipped, r, ck->path,
+  DPT_TRY(dpt_checkpoint_find_latest(r->cfg->checkpoints.checkpoint_dir, log_skipped, r, ck->path,
                                      sizeof ck->path, found, NULL));
   if (!*found) return DPT_OK;
   dpt_safetensors *st = NULL;
@@ -196,23 +196,23 @@ static dpt_status read_newest(replica *r, replica_state *s, int check_terms, int
  * roll back to, and a later resume would take for its own. */
 static dpt_status check_dir(const dpt_train_config *cfg) {
   int64_t newest = -1;
-  DPT_TRY(dpt_ckpt_prepare_dir(cfg->checkpoint_dir, &newest));
-  if (cfg->resume || newest < 0) return DPT_OK;
+  DPT_TRY(dpt_ckpt_prepare_dir(cfg->checkpoints.checkpoint_dir, &newest));
+  if (cfg->checkpoints.resume || newest < 0) return DPT_OK;
   char path[4096];
-  dpt_ckpt_path(cfg->checkpoint_dir, newest, path, sizeof path);
+  dpt_ckpt_path(cfg->checkpoints.checkpoint_dir, newest, path, sizeof path);
   return dpt_set_error(DPT_ERR_INVALID_ARG,
                        "checkpoint directory %s holds checkpoints of another run (%s): resume "
                        "from them (--resume), or name an empty or new directory",
-                       cfg->checkpoint_dir, path);
+                       cfg->checkpoints.checkpoint_dir, path);
 }
 
 dpt_status dpt_train_ckpt_setup(replica *r, replica_state *s) {
-  if (!r->cfg->checkpoint_dir) return DPT_OK;
+  if (!r->cfg->checkpoints.checkpoint_dir) return DPT_OK;
   struct train_ckpt *ck = s->ck = calloc(1, sizeof *ck);
   if (!ck) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "checkpoints: out of host memory");
   ck->saved_step = -1;
-  ck->dir = r->cfg->checkpoint_dir;
-  ck->keep = r->cfg->keep_checkpoints;
+  ck->dir = r->cfg->checkpoints.checkpoint_dir;
+  ck->keep = r->cfg->checkpoints.keep_checkpoints;
   ck->slots = dpt_optimizer_num_slots(s->opt);
   const size_t np = dpt_model_num_params(s->model);
   for (int k = 0; k < ck->slots; ++k)
@@ -233,9 +233,10 @@ dpt_status dpt_train_ckpt_setup(replica *r, replica_state *s) {
   DPT_TRY(make_metadata(r, ck));
   DPT_TRY(make_tensors(s, ck));
   int found = 0;
-  if (r->cfg->resume) DPT_TRY(read_newest(r, s, 1, &found));
-  if (r->cfg->resume && !found)
-    dpt_train_log(r, "no checkpoint in %s: starting from the beginning", r->cfg->checkpoint_dir);
+  if (r->cfg->checkpoints.resume) DPT_TRY(read_newest(r, s, 1, &found));
+  if (r->cfg->checkpoints.resume && !found)
+    dpt_train_log(r, "no checkpoint in %s: starting from the beginning",
+                  r->cfg->checkpoints.checkpoint_dir);
   return DPT_OK;
 }
 
@@ -390,7 +391,7 @@ static void fill_progress(const replica *r, const replica_state *s) {
   p->epoch_samples = s->at.samples;
   p->lr_scale = s->t.lr_scale;
   p->world_size = r->count;
-  p->seed = r->cfg->seed;
+  p->seed = r->cfg->schedule.seed;
   p->state_hash = dpt_fingerprint(s->ck->state, dpt_model_state_size(s->model) * sizeof(float));
 }
 
@@ -434,7 +435,7 @@ dpt_status dpt_train_ckpt_save(replica *r, replica_state *s, int wait) {
   s->t.ckpt_time += dpt_now() - t0;
   if (!wait) return DPT_OK; /* a failure is announced at the next step's exchange */
   /* No exchange follows: the replicas agree on the outcome here. */
-  return dpt_train_agree_ready(r->comm, s->pending, s->pending_msg, "replica", NULL);
+  return dpt_comm_agree_ready(r->comm, s->pending, s->pending_msg, "replica", NULL);
 }
 
 /* ---- rollback ----------------------------------------------------------------------------- */
@@ -456,7 +457,7 @@ static dpt_status share_state(replica *r, replica_state *s) {
 dpt_status dpt_train_ckpt_rollback(replica *r, replica_state *s) {
   const dpt_train_config *cfg = r->cfg;
   const int64_t diverged = s->t.step;
-  if (s->t.rollbacks >= cfg->max_rollbacks)
+  if (s->t.rollbacks >= cfg->checks.max_rollbacks)
     return dpt_set_error(DPT_ERR_NONFINITE,
                          "non-finite values at step %lld after %lld rollbacks (max_rollbacks): "
                          "the run keeps diverging; lower the learning rate",
@@ -467,14 +468,15 @@ dpt_status dpt_train_ckpt_rollback(replica *r, replica_state *s) {
     st = join_writer(r, s->ck);
     if (st == DPT_OK) st = read_newest(r, s, 0, &found);
     if (st == DPT_OK && !found)
-      st = dpt_set_error(DPT_ERR_IO, "rollback: no checkpoint left in %s", cfg->checkpoint_dir);
+      st = dpt_set_error(DPT_ERR_IO, "rollback: no checkpoint left in %s",
+                         cfg->checkpoints.checkpoint_dir);
   }
-  DPT_TRY(dpt_train_agree_ready(r->comm, st, dpt_last_error(), "replica", NULL));
+  DPT_TRY(dpt_comm_agree_ready(r->comm, st, dpt_last_error(), "replica", NULL));
   DPT_TRY(share_state(r, s));
   dpt_checkpoint_progress p;
   int loaded = 0;
   DPT_TRY(share_loaded(r, s, &p, &loaded));
-  s->t.lr_scale *= cfg->rollback_lr_scale;
+  s->t.lr_scale *= cfg->checks.rollback_lr_scale;
   DPT_TRY(dpt_optimizer_set_lr_scale(s->opt, s->t.lr_scale));
   s->t.step = p.step;
   s->t.skipped_in_a_row = 0;
@@ -484,7 +486,7 @@ dpt_status dpt_train_ckpt_rollback(replica *r, replica_state *s) {
                 "batch %zu of epoch %lld; learning rate factor %g (rollback %lld of at most %d)",
                 (long long)diverged, s->ck->path, (long long)p.step, s->at.batch + 1,
                 (long long)s->at.epoch + 1, s->t.lr_scale, (long long)s->t.rollbacks,
-                cfg->max_rollbacks);
+                cfg->checks.max_rollbacks);
   return DPT_OK;
 }
 

@@ -4,9 +4,9 @@
 
 #include "core/train/replica.h"
 
-/* Set-up, before the start-up agreement: the host copies and, on replica 0 with cfg->resume,
- * the newest valid checkpoint read into the model (the others get it from the broadcast of
- * the parameters). A no-op without checkpoint_dir. */
+/* Set-up, before the start-up agreement: the host copies and, on replica 0 with
+ * cfg->checkpoints.resume, the newest valid checkpoint read into the model (the others get it from
+ * the broadcast of the parameters). A no-op without checkpoint_dir. */
 dpt_status dpt_train_ckpt_setup(replica *r, replica_state *s);
 /* After the parameters' broadcast: replica 0's resumed progress and optimizer state to every
  * replica (s->first_*, s->t, the optimizer's steps, state and rate factor). */

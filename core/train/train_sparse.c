@@ -14,6 +14,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "core/train/exchange.h"
+#include "core/train/optimizer.h"
 #include "core/train/replica.h"
 #include "core/train/train_sparse.h"
 #include "dptrain/sparse.h"
@@ -107,12 +108,13 @@ static dpt_status add_table(train_sparse *p, const dpt_train_config *cfg, const 
     return dpt_set_error(DPT_ERR_INVALID_ARG, "sparse tables: %s holds %zu floats, not %zu x %zu",
                          want, ti->count, t->rows, t->dim);
   snprintf(t->name, sizeof t->name, "%s", want);
-  if (cfg->table_optimizer == DPT_TABLE_ROWWISE_ADAGRAD &&
+  if (cfg->exchange.table_optimizer == DPT_TABLE_ROWWISE_ADAGRAD &&
       !(t->acc = calloc(t->rows ? t->rows : 1, sizeof *t->acc)))
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "sparse tables: out of host memory");
   DPT_TRY(dpt_sparse_exchange_create(&t->x));
-  DPT_TRY(dpt_sparse_exchange_set_dense_above(
-      t->x, cfg->sparse_dense_above > 0 ? cfg->sparse_dense_above : DPT_SPARSE_DENSE_ABOVE));
+  DPT_TRY(dpt_sparse_exchange_set_dense_above(t->x, cfg->exchange.sparse_dense_above > 0
+                                                        ? cfg->exchange.sparse_dense_above
+                                                        : DPT_SPARSE_DENSE_ABOVE));
   return DPT_OK;
 }
 
@@ -167,7 +169,7 @@ static dpt_status alloc_scratch(train_sparse *p, size_t max_slice, size_t max_ba
 /* The tables: every embedding_bag layer's weight tensor "<name>.weight". */
 dpt_status dpt_train_sparse_setup(replica *r, replica_state *s) {
   const dpt_train_config *cfg = r->cfg;
-  if (!cfg->sparse_tables) return DPT_OK;
+  if (!cfg->exchange.sparse_tables) return DPT_OK;
   const char *fn = "sparse tables";
   train_sparse *p = calloc(1, sizeof *p);
   if (!p) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);

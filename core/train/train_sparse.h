@@ -1,4 +1,4 @@
-/* Internal: the trainer's sparse table gradients, cfg->sparse_tables (train_sparse.c). */
+/* Internal: the trainer's sparse table gradients, cfg->exchange.sparse_tables (train_sparse.c). */
 #ifndef DPTRAIN_CORE_TRAIN_TRAIN_SPARSE_H
 #define DPTRAIN_CORE_TRAIN_TRAIN_SPARSE_H
 

@@ -35,7 +35,7 @@ enum {
 
 struct train_split {
   int count;        /* replicas */
-  int proportional; /* cfg->split == DPT_SPLIT_PROPORTIONAL with more than one replica */
+  int proportional; /* cfg->devices.split == DPT_SPLIT_PROPORTIONAL with more than one replica */
   size_t batch;     /* B: the global batch the shares cut */
   size_t cap;       /* most samples a replica takes (the activations are sized for it) */
   int64_t every;    /* steps per window after the first */
@@ -54,7 +54,7 @@ struct train_split {
 
 size_t dpt_train_split_cap(const dpt_train_config *cfg, int count, size_t batch) {
   const size_t even = (batch + (size_t)count - 1) / (size_t)count;
-  if (cfg->split != DPT_SPLIT_PROPORTIONAL || count == 1) return even;
+  if (cfg->devices.split != DPT_SPLIT_PROPORTIONAL || count == 1) return even;
   const size_t most = batch - (size_t)(count - 1); /* the others keep one sample each */
   return 2 * even < most ? 2 * even : most;
 }
@@ -78,10 +78,10 @@ dpt_status dpt_train_split_setup(replica *r, replica_state *s) {
   s->split = p;
   const size_t n = (size_t)r->count;
   p->count = r->count;
-  p->proportional = cfg->split == DPT_SPLIT_PROPORTIONAL && r->count > 1;
-  p->batch = cfg->global_batch;
-  p->cap = dpt_train_split_cap(cfg, r->count, cfg->global_batch);
-  p->every = cfg->split_every > 0 ? cfg->split_every : DPT_SPLIT_EVERY_DEFAULT;
+  p->proportional = cfg->devices.split == DPT_SPLIT_PROPORTIONAL && r->count > 1;
+  p->batch = cfg->schedule.global_batch;
+  p->cap = dpt_train_split_cap(cfg, r->count, cfg->schedule.global_batch);
+  p->every = cfg->devices.split_every > 0 ? cfg->devices.split_every : DPT_SPLIT_EVERY_DEFAULT;
   p->first = 1;
   p->shares = calloc(n, sizeof *p->shares);
   p->next = calloc(n, sizeof *p->next);
@@ -264,6 +264,6 @@ void dpt_train_split_after_step(replica *r, replica_state *s) {
   }
   if (moved < least) return;
   memcpy(p->shares, p->next, (size_t)R * sizeof *p->shares);
-  if (r->index == 0 && r->cfg->on_split)
-    r->cfg->on_split(s->t.step, p->shares, p->per, R, r->cfg->user);
+  if (r->index == 0 && r->cfg->callbacks.on_split)
+    r->cfg->callbacks.on_split(s->t.step, p->shares, p->per, R, r->cfg->callbacks.user);
 }

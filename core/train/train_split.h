@@ -1,4 +1,4 @@
-/* Internal: the trainer's batch split, cfg->split (train_split.c). */
+/* Internal: the trainer's batch split, cfg->devices.split (train_split.c). */
 #ifndef DPTRAIN_CORE_TRAIN_TRAIN_SPLIT_H
 #define DPTRAIN_CORE_TRAIN_TRAIN_SPLIT_H
 
@@ -14,7 +14,7 @@ void dpt_train_split_free(replica_state *s);
 dpt_status dpt_train_split_slice(const replica *r, const replica_state *s, size_t bcount,
                                  size_t *start, size_t *count);
 /* After a step's exchange (s->gather holds every replica's stats): the window's times, and at
- * its end new shares, the same on every replica; cfg->on_split when they change. */
+ * its end new shares, the same on every replica; cfg->callbacks.on_split when they change. */
 void dpt_train_split_after_step(replica *r, replica_state *s);
 /* Whether the split measures the replicas' compute times (proportional, several replicas). */
 int dpt_train_split_measures(const replica_state *s);

@@ -1,4 +1,5 @@
-/* dptrain: compute backends, device memory and the op set.
+/* dptrain: compute backends, device memory and the op set (advanced tier; backend kinds, devices
+ * and creating a backend: dptrain/device.h).
  *
  * A dpt_backend is one device driven through one API (CPU, OpenCL, Vulkan). It owns device
  * memory (dpt_buffer), host<->device transfers and every op of the op set below. Work
@@ -33,76 +34,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dptrain/device.h"
 #include "dptrain/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef struct dpt_backend dpt_backend;
-typedef struct dpt_buffer dpt_buffer;
-
 /* A range of elements: [offset, offset + count). */
 typedef struct dpt_range {
   size_t offset, count;
 } dpt_range;
 
-/* The one list of backend kinds: X(ENUM_SUFFIX, "name"). */
-#define DPT_BACKEND_KIND_MAP(X)                                                                    \
-  X(CPU, "cpu")                                                                                    \
-  X(OPENCL, "opencl")                                                                              \
-  X(VULKAN, "vulkan")
-
-typedef enum dpt_backend_kind {
-#define DPT_BACKEND_KIND_ENUM_(name, text) DPT_BACKEND_##name,
-  DPT_BACKEND_KIND_MAP(DPT_BACKEND_KIND_ENUM_)
-#undef DPT_BACKEND_KIND_ENUM_
-      DPT_BACKEND_KIND_COUNT
-} dpt_backend_kind;
-
-typedef enum dpt_device_type {
-  DPT_DEVICE_CPU = 0,
-  DPT_DEVICE_GPU_DISCRETE = 1,
-  DPT_DEVICE_GPU_INTEGRATED = 2,
-  DPT_DEVICE_GPU_VIRTUAL = 3,
-  DPT_DEVICE_ACCELERATOR = 4,
-  DPT_DEVICE_OTHER = 5
-} dpt_device_type;
-
-typedef struct dpt_device_info {
-  dpt_backend_kind backend; /* which backend drives it */
-  int index;                /* device index within that backend, 0-based */
-  dpt_device_type type;
-  char name[128];        /* device name as the driver reports it, NUL-terminated */
-  char vendor[64];       /* vendor name, NUL-terminated */
-  char driver[128];      /* driver / platform / API version, NUL-terminated */
-  uint64_t memory_bytes; /* global memory in bytes (0 if unknown) */
-} dpt_device_info;
-
-/* "cpu", "opencl", "vulkan"; NULL for values outside the list. */
-DPT_API const char *dpt_backend_kind_name(dpt_backend_kind kind);
-/* Parses a backend name; DPT_ERR_INVALID_ARG naming the valid names otherwise. */
-DPT_API dpt_status dpt_backend_kind_parse(const char *name, dpt_backend_kind *out);
-/* "cpu", "discrete gpu", "integrated gpu", ... */
-DPT_API const char *dpt_device_type_name(dpt_device_type type);
-
-/* 1 if support for the backend kind was compiled into this library, else 0. */
-DPT_API int dpt_backend_compiled(dpt_backend_kind kind);
-
-/* Number of devices of a backend present on this machine. A backend that is compiled in but
- * has no driver reports 0 devices and returns DPT_OK (the reason is in dpt_last_error()); a
- * backend that is not compiled in returns DPT_ERR_UNSUPPORTED. */
-DPT_API dpt_status dpt_device_count(dpt_backend_kind kind, int *count);
-DPT_API dpt_status dpt_device_get_info(dpt_backend_kind kind, int index, dpt_device_info *out);
-
-/* Creates a backend on device `device` (0-based within the kind). */
-DPT_API dpt_status dpt_backend_create(dpt_backend_kind kind, int device, dpt_backend **out);
-/* Waits for outstanding work, frees everything. NULL does nothing. Buffers still allocated
- * on the backend must be freed first; destroying a backend with live buffers frees them too
- * (their handles become invalid). */
-DPT_API void dpt_backend_destroy(dpt_backend *backend);
-DPT_API dpt_status dpt_backend_get_info(const dpt_backend *backend, dpt_device_info *out);
-DPT_API dpt_backend_kind dpt_backend_get_kind(const dpt_backend *backend);
 /* Waits until all work submitted to the backend has finished. */
 DPT_API dpt_status dpt_backend_synchronize(dpt_backend *backend);
 
@@ -229,7 +172,6 @@ DPT_API dpt_status dpt_relu_bwd(dpt_backend *be, size_t n, const dpt_buffer *x, 
  * row, never correct (PyTorch's ignore_index). Any other label outside [0, cols) makes that
  * row's loss NaN, its gradient row zero, and it is never correct. Requesting loss_sum or
  * correct waits for the result. cols >= 1. */
-#define DPT_IGNORE_INDEX (-100)
 DPT_API dpt_status dpt_softmax_xent(dpt_backend *be, size_t rows, size_t cols,
                                     const dpt_buffer *logits, size_t logits_off,
                                     const dpt_buffer *labels, size_t labels_off, float scale,
@@ -488,9 +430,6 @@ DPT_API dpt_status dpt_layernorm_bwd_params(
     size_t x_off, const dpt_buffer *mean, size_t mean_off, const dpt_buffer *rstd, size_t rstd_off,
     dpt_buffer *dgamma, size_t dgamma_off, dpt_buffer *dbeta, size_t dbeta_off);
 
-/* GELU's two forms, as PyTorch's approximate='none' and 'tanh'. */
-typedef enum dpt_gelu_approx { DPT_GELU_ERF = 0, DPT_GELU_TANH = 1 } dpt_gelu_approx;
-
 /* y = x * Phi(x) over n elements: erf form 0.5 x (1 + erf(x / sqrt 2)); tanh form
  * 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))). y may equal x. The CPU backend evaluates in
  * double and rounds once. */
@@ -526,7 +465,6 @@ DPT_API dpt_status dpt_softmax_bwd(dpt_backend *be, size_t rows, size_t cols, co
  * holding dense floats and ids side by side); an id < 0 is an empty slot. out[i, :] is the sum
  * of table[id, :] over the sample's ids (DPT_BAG_SUM) or their mean (DPT_BAG_MEAN; 0 for a bag
  * with no id); an id >= vocab gives a row of NaN. idx_stride >= bag. */
-typedef enum dpt_bag_mode { DPT_BAG_SUM = 0, DPT_BAG_MEAN = 1 } dpt_bag_mode;
 DPT_API dpt_status dpt_embed_bag(dpt_backend *be, size_t n, size_t bag, size_t vocab, size_t dim,
                                  dpt_bag_mode mode, const dpt_buffer *table, size_t table_off,
                                  const dpt_buffer *idx, size_t idx_off, size_t idx_stride,

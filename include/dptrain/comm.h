@@ -1,4 +1,5 @@
-/* dptrain: communicators and collectives (all-reduce, broadcast, allgather, barrier).
+/* dptrain: collectives on a communicator (all-reduce, broadcast, allgather, barrier; the
+ * advanced tier). Creating a communicator: dptrain/communicator.h.
  *
  * A dpt_comm is one member (rank) of a group of `size` ranks that run collectives together.
  * Two transports sit behind the same calls:
@@ -59,23 +60,12 @@
 #include <stdint.h>
 
 #include "dptrain/backend.h"
+#include "dptrain/communicator.h"
 #include "dptrain/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef struct dpt_comm dpt_comm;
-typedef struct dpt_comm_group dpt_comm_group;
-
-/* Element types of reductions. F16 is IEEE binary16 and BF16 bfloat16 (a float32's top 16
- * bits), both stored as uint16_t; their sums are computed in float32 and rounded to the
- * 16-bit type after every addition. The values travel in hello headers: never renumber. */
-typedef enum dpt_comm_dtype {
-  DPT_COMM_F32 = 0,
-  DPT_COMM_F16 = 1,
-  DPT_COMM_BF16 = 2
-} dpt_comm_dtype;
 
 /* All-reduce algorithms, the one list: X(ENUM_SUFFIX, value, "name"); the name is what
  * DPT_ALLREDUCE_ALGO accepts and dpt_allreduce_algo_name() returns. AUTO picks by payload
@@ -137,65 +127,6 @@ typedef struct dpt_comm_options {
                                  are staged in blocks of this many bytes (>= piece_bytes) */
   dpt_staging_mode staging;   /* default AUTO */
 } dpt_comm_options;
-
-/* ---- creation ------------------------------------------------------------------------------ */
-
-/* Threads transport: a group of `size` (>= 1) members in this process. Each thread obtains
- * its member with dpt_comm_group_member() (once per rank) and destroys it with
- * dpt_comm_destroy(). The group is freed once dpt_comm_group_destroy() was called and every
- * member obtained from it was destroyed, in any order. */
-DPT_API dpt_status dpt_comm_group_create(int size, dpt_comm_group **out);
-DPT_API dpt_status dpt_comm_group_member(dpt_comm_group *group, int rank, dpt_comm **out);
-DPT_API void dpt_comm_group_destroy(dpt_comm_group *group);
-
-/* 1 if the MPI transport was compiled into this library, else 0. */
-DPT_API int dpt_comm_mpi_compiled(void);
-/* 1 if this process was started by an MPI launcher (mpirun, mpiexec, srun with PMI/PMIx),
- * from the environment it sets; whether or not MPI is compiled in. */
-DPT_API int dpt_comm_mpi_launched(void);
-/* DPT_OK unless a scheduler started more tasks than the MPI world holds, so that each task
- * would train alone as a duplicate: Slurm's SLURM_STEP_NUM_TASKS (srun sets it in each task
- * of a step) above 1 with `comm` NULL (the process was not started as an MPI rank), or above
- * comm's size when srun started the ranks itself. Ranks that mpirun started are not compared
- * (under Slurm its daemons are the step's tasks). DPT_ERR_MISMATCH names both numbers and
- * the fix (srun --mpi=pmix). */
-DPT_API dpt_status dpt_comm_check_launch(const dpt_comm *comm);
-
-/* MPI transport: `mpi_comm` points to an MPI_Comm (the caller's variable: `MPI_Comm c; ...
- * dpt_comm_create_mpi(&c, &comm)`), or is NULL for MPI_COMM_WORLD. Collective over that
- * communicator (it calls MPI_Comm_dup). If the application has not initialized MPI, this
- * initializes it (MPI_Init_thread, MPI_THREAD_SERIALIZED requested), and MPI is finalized
- * when the last communicator created that way is destroyed (MPI cannot be initialized
- * twice: creating one after that fails). DPT_ERR_MISMATCH on every rank when the ranks'
- * DPT_COMM_* / DPT_ALLREDUCE_* settings differ (the message names the variable and the
- * ranks). DPT_ERR_UNSUPPORTED when MPI is not compiled in. */
-DPT_API dpt_status dpt_comm_create_mpi(const void *mpi_comm, dpt_comm **out);
-
-/* Frees the member. NULL does nothing. Local: it never waits for other ranks, except that
- * destroying the last communicator of a library that initialized MPI itself calls
- * MPI_Finalize, which waits for every rank; so does the application's own MPI_Finalize.
- * After DPT_ERR_TIMEOUT (or DPT_ERR_COMM) under MPI a peer may be stopped or gone, and that
- * wait would last for ever: end the job with dpt_comm_abort instead. */
-DPT_API void dpt_comm_destroy(dpt_comm *comm);
-
-/* Ends the whole job at once: MPI_Abort(comm's processes, code), which stops every rank
- * (the launcher usually exits with `code`) without waiting for any of them, and ends this
- * process with _exit(code) 1.5 s later where MPI_Abort cannot reach the launcher; for when a
- * collective failed with DPT_ERR_TIMEOUT or DPT_ERR_COMM and MPI_Finalize could wait for a
- * stopped peer for ever. Returns only when it could not: DPT_ERR_UNSUPPORTED for a threads
- * communicator (nothing to end: its members are threads of this process; nothing is done) or
- * when MPI is already finalized, DPT_ERR_COMM when MPI_Abort fails, DPT_ERR_INVALID_ARG for
- * NULL (nothing is done). */
-DPT_API dpt_status dpt_comm_abort(dpt_comm *comm, int code);
-
-DPT_API int dpt_comm_rank(const dpt_comm *comm);
-DPT_API int dpt_comm_size(const dpt_comm *comm);
-/* "mpi" or "threads". */
-DPT_API const char *dpt_comm_transport(const dpt_comm *comm);
-
-/* Nodes (machines) the ranks run on: 1 for a threads communicator, or when every MPI rank
- * shares this one; 0 for NULL. */
-DPT_API int dpt_comm_nodes(const dpt_comm *comm);
 
 /* Which ways this rank's messages go, and how many bytes went each way: for benchmarks and
  * checks. Counts the point-to-point messages this rank has posted (sends), not the
@@ -293,6 +224,17 @@ DPT_API dpt_status dpt_allgather_host(dpt_comm *comm, const void *send, size_t b
 
 /* Returns once every rank has entered the barrier. */
 DPT_API dpt_status dpt_barrier(dpt_comm *comm);
+
+/* The start-up agreement of the members of `comm`: each says whether it is ready (`mine` is
+ * DPT_OK) or why not (`mine` and `message`), and all learn the outcome together, so a member
+ * that could not start stops the others at once instead of leaving them at their first
+ * collective. Returns DPT_OK when every member is ready; else a failed member returns its own
+ * status and message, and the others DPT_ERR_PEER naming the first that failed ("<member> N
+ * could not start"; `member` is the word for a member, e.g. "rank" or "replica").
+ * *same_as_first (may be NULL) is set to 1 on a member other than 0 whose failure is exactly
+ * member 0's (status and message), which member 0 reports for all. comm NULL: returns `mine`. */
+DPT_API dpt_status dpt_comm_agree_ready(dpt_comm *comm, dpt_status mine, const char *message,
+                                        const char *member, int *same_as_first);
 
 /* ---- nonblocking collectives ---------------------------------------------------------------
  *

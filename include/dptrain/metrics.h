@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dptrain/comm.h"
+#include "dptrain/communicator.h"
 #include "dptrain/status.h"
 
 #ifdef __cplusplus

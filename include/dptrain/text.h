@@ -87,12 +87,16 @@ DPT_API int dpt_utf8_valid(const void *text, size_t len, size_t *bad_offset);
 
 typedef struct dpt_bpe dpt_bpe;
 
-/* Learns a vocabulary of at most vocab_size tokens (>= DPT_TOKEN_FIRST_MERGE, at most
- * DPT_BPE_MAX_VOCAB) from every document of the corpus: the words are counted, then the most
- * frequent adjacent pair of tokens (counted over words times their frequency) becomes the next
- * merge, ties going to the lowest (left, right) ids, until the vocabulary is full or no pair
- * occurs twice. Errors: DPT_ERR_INVALID_ARG, DPT_ERR_OUT_OF_MEMORY. */
-DPT_API dpt_status dpt_bpe_train(const dpt_text_corpus *corpus, size_t vocab_size, dpt_bpe **out);
+/* A tokenizer from `count` merges in the order they were learned: merges[2r] and merges[2r + 1]
+ * make token DPT_TOKEN_FIRST_MERGE + r (the list is copied). Each merge must join two
+ * non-special tokens below its own id into a token of at most DPT_BPE_MAX_WORD bytes, and no
+ * pair may repeat: DPT_ERR_BAD_FORMAT "<origin>: merge r: ..." otherwise. */
+DPT_API dpt_status dpt_bpe_from_merges(const int32_t *merges, size_t count, const char *origin,
+                                       dpt_bpe **out);
+
+/* The length in bytes of the word that starts text[0..n), n > 0 (the pre-tokenizer at the top
+ * of this header); 0 for n == 0. */
+DPT_API size_t dpt_bpe_word_len(const uint8_t *text, size_t n);
 
 /* Frees a tokenizer; NULL does nothing. */
 DPT_API void dpt_bpe_destroy(dpt_bpe *bpe);
@@ -125,20 +129,16 @@ DPT_API dpt_status dpt_bpe_encode(dpt_bpe *bpe, const void *text, size_t len, in
 DPT_API dpt_status dpt_bpe_decode(const dpt_bpe *bpe, const int32_t *ids, size_t count,
                                   uint8_t *out, size_t cap, size_t *len);
 
-/* Writes the vocabulary as JSON (docs/text.md: format "dptrain-bpe", version 1, the special
- * tokens, the merges in order), through "<path>.tmp" renamed over path. DPT_ERR_IO naming the
- * file on failure. */
-DPT_API dpt_status dpt_bpe_save(const dpt_bpe *bpe, const char *path);
-
 /* 64-bit fingerprint of the vocabulary: its size and its merges in order (dpt_fingerprint of
  * little-endian int32 words). Two vocabularies that encode alike have the same value. 0 for
  * NULL. */
 DPT_API uint64_t dpt_bpe_fingerprint(const dpt_bpe *bpe);
 
-/* Reads a vocabulary dpt_bpe_save wrote. DPT_ERR_IO (cannot read) or DPT_ERR_BAD_FORMAT, each
- * naming the file and the problem (not JSON, another format or version, special tokens other
- * than the layout above, a merge that is not two earlier non-special tokens, a merge repeated,
- * a vocab_size that does not match the merges). */
+/* Reads a vocabulary file (docs/text.md: format "dptrain-bpe", version 1, the special tokens,
+ * the merges in order), as `dptrain tokenize` writes it. DPT_ERR_IO (cannot read) or
+ * DPT_ERR_BAD_FORMAT, each naming the file and the problem (not JSON, another format or version,
+ * special tokens other than the layout above, a merge that is not two earlier non-special tokens, a
+ * merge repeated, a vocab_size that does not match the merges). */
 DPT_API dpt_status dpt_bpe_load(const char *path, dpt_bpe **out);
 
 /* ---- sequences and masking ------------------------------------------------------------------- */

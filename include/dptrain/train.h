@@ -3,7 +3,7 @@
  * dpt_train() runs the whole job on the calling process: R replicas in all, each holding the
  * whole model on its own device and processing its own slice of every global batch of B
  * samples. Replicas are either the ranks of an MPI communicator (one replica per rank) or
- * threads of this process (`replicas` > 1 with no MPI communicator, one device each).
+ * threads of this process (`devices.replicas` > 1 with no MPI communicator, one device each).
  *
  * One step, on every replica alike:
  *   1. take the replica's slice of global batch k (sizes differ by at most one);
@@ -33,10 +33,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dptrain/backend.h"
-#include "dptrain/comm.h"
+#include "dptrain/communicator.h"
 #include "dptrain/data.h"
-#include "dptrain/fingerprint.h"
+#include "dptrain/device.h"
 #include "dptrain/interactions.h"
 #include "dptrain/model.h"
 #include "dptrain/optim.h"
@@ -114,7 +113,7 @@ typedef void (*dpt_train_report_fn)(const dpt_train_report *report, void *user);
 typedef void (*dpt_train_progress_fn)(int64_t epoch, size_t batch, size_t batches, double loss,
                                       void *user);
 
-/* What a step with non-finite values does (dpt_train_config.on_nonfinite). */
+/* What a step with non-finite values does (dpt_train_config.checks.on_nonfinite). */
 typedef enum dpt_nonfinite_policy {
   DPT_NONFINITE_STOP = 0,    /* stop the run with DPT_ERR_NONFINITE */
   DPT_NONFINITE_SKIP = 1,    /* skip the step on every replica (max_skipped bounds it) */
@@ -126,12 +125,12 @@ typedef enum dpt_nonfinite_policy {
  * rollback, a checkpoint passed over, a setting changed since the checkpoint. */
 typedef void (*dpt_train_log_fn)(const char *line, void *user);
 
-/* How a global batch is cut into the replicas' slices (dpt_train_config.split). */
+/* How a global batch is cut into the replicas' slices (dpt_train_config.devices.split). */
 typedef enum dpt_split_mode {
   DPT_SPLIT_EVEN = 0,        /* dpt_batch_split: slices differ by at most one sample */
   DPT_SPLIT_PROPORTIONAL = 1 /* slices in proportion to each replica's measured speed */
 } dpt_split_mode;
-#define DPT_SPLIT_EVERY_DEFAULT 50 /* dpt_train_config.split_every when 0 */
+#define DPT_SPLIT_EVERY_DEFAULT 50 /* dpt_train_config.devices.split_every when 0 */
 
 /* Called on replica 0 of rank 0 when the proportional split changes, after step `step`:
  * shares[replicas] are the samples each replica takes of a full global batch from the next
@@ -139,68 +138,25 @@ typedef enum dpt_split_mode {
 typedef void (*dpt_train_split_fn)(int64_t step, const size_t *shares,
                                    const double *seconds_per_sample, int replicas, void *user);
 
-/* The update of the embedding tables under sparse_tables (dpt_train_config.table_optimizer). */
+/* The update of the embedding tables under sparse_tables
+ * (dpt_train_config.exchange.table_optimizer). */
 typedef enum dpt_table_optimizer {
   DPT_TABLE_SGD = 0,
   DPT_TABLE_ROWWISE_ADAGRAD = 1
 } dpt_table_optimizer;
 #define DPT_TABLE_ADAGRAD_EPS 1e-8f
 
-typedef struct dpt_train_config {
-  dpt_model_spec model;
-  dpt_optim_config optim;
+/* Where the replicas run, and how a global batch is cut among them. */
+typedef struct dpt_train_devices {
   dpt_backend_kind backend; /* backend of every replica (but see replica_backends) */
   /* Threads transport: [replicas] replica i's backend (mixed vendors in one process; the
    * exchange stages every replica's data through host memory), or NULL: backend for all. The
    * device of a replica is its index among the replicas of its backend, modulo the devices
-   * (cfg->device -1). */
+   * (device -1). */
   const dpt_backend_kind *replica_backends;
-  int device;               /* device index; -1: replica/local-rank index modulo devices */
-  int replicas;             /* threads transport: replicas in this process (>= 1); must be
-                               1 with an MPI communicator */
-  const dpt_dataset *train; /* training set (required) */
-  const dpt_dataset *test;  /* test set, may be NULL */
-  /* Per-replica data instead of train/test (recommendation shards, dptrain/interactions.h):
-   * each replica draws its slice of global step k from records only it holds. Element i is
-   * replica i's reader: with threads, cfg->replicas readers, reader i opened as rank i of
-   * cfg->replicas (dpt_interactions_open(pattern, i, replicas)); with MPI one reader, this
-   * rank's (rank, world of the communicator). Each replica uses only its own reader (the
-   * epoch order is cached in it). Set train = test = NULL with it. The epoch has
-   * dpt_interactions_steps(global_batch) steps (from the shard headers, the same everywhere);
-   * replica r's slice of step k is its dpt_interactions_step_indices (dpt_batch_split's count
-   * of the global batch: the epoch rule keyed by seed, epoch, replica), written as the record
-   * [num_dense floats][num_sparse ids as int32 bits] with label 0/1; the loss gradient is
-   * scaled by 1/global_batch and dropout is keyed by the slice's start as for a data set.
-   * shuffle must be 1 (the rule always permutes), keep_last 0, no transform. The model takes
-   * num_dense + num_sparse inputs (bag 1), one label; every embedding_bag table must hold the
-   * shards' tables. local_test (may be NULL; readers as local_train's, of the validation
-   * shards): each replica scores its own records, and the reports carry the exact AUC and
-   * logloss over all of them (test_auc, test_logloss). The run terms hold the total records
-   * and dpt_interactions_fingerprint, so replicas or a resume on other shards are refused. */
-  dpt_interactions *const *local_train;
-  dpt_interactions *const *local_test;
-  size_t global_batch;               /* B, >= replicas */
-  int64_t epochs;                    /* >= 1 */
-  int64_t max_steps;                 /* > 0: stop after this many steps (0: no limit) */
-  uint64_t seed;                     /* initialization and shuffling */
-  int shuffle;                       /* 1: a new permutation every epoch */
-  int keep_last;                     /* 1: keep the final partial batch */
-  int64_t check_every;               /* fingerprint comparison period in steps (0: only at start and
-                                        at the end of every epoch) */
-  dpt_nonfinite_policy on_nonfinite; /* a step whose loss, reduced gradient or (when
-                               clipping) gradient norm is not finite: stop (default), skip it,
-                               or roll back (every replica alike) */
-  int64_t max_skipped; /* with DPT_NONFINITE_SKIP: the run fails once more than this many
-                          steps in a row were skipped, or more than this many or 1 % of
-                          the run's steps, whichever is larger (default 10; < 0: no
-                          limit) */
-  int skip_allreduce;  /* benchmarking only: no gradient all-reduce (replicas drift) */
-  /* Gradient accumulation: each replica runs its slice of a global batch as this many
-   * micro-batches (dpt_batch_split of the slice), summing their gradients, and exchanges once
-   * (DDP's no_sync): the model holds activations for one micro-batch, the step is the global
-   * batch's within float rounding. 0 or 1: none (the step as without). Refused with
-   * sparse_tables and sync_bn. */
-  size_t accumulate;
+  int device;   /* device index; -1: replica/local-rank index modulo devices */
+  int replicas; /* threads transport: replicas in this process (>= 1); must be
+                   1 with an MPI communicator */
   /* The split of every global batch into slices. DPT_SPLIT_EVEN (default): dpt_batch_split.
    * DPT_SPLIT_PROPORTIONAL: each replica's forward+backward time (batch loading included, the
    * exchange not; the backend synchronized, so a GPU's queued kernels count) is gathered with
@@ -220,8 +176,56 @@ typedef struct dpt_train_config {
    * (replicas must agree on it) that a resume may change; a resume starts from the even split
    * and measures again. */
   dpt_split_mode split;
-  int64_t split_every;         /* >= 0; 0: DPT_SPLIT_EVERY_DEFAULT */
-  dpt_train_split_fn on_split; /* may be NULL */
+  int64_t split_every; /* >= 0; 0: DPT_SPLIT_EVERY_DEFAULT */
+} dpt_train_devices;
+
+/* What the replicas train and test on. */
+typedef struct dpt_train_data {
+  const dpt_dataset *train; /* training set (required) */
+  const dpt_dataset *test;  /* test set, may be NULL */
+  /* Per-replica data instead of train/test (recommendation shards, dptrain/interactions.h):
+   * each replica draws its slice of global step k from records only it holds. Element i is
+   * replica i's reader: with threads, cfg->devices.replicas readers, reader i opened as rank i of
+   * cfg->devices.replicas (dpt_interactions_open(pattern, i, replicas)); with MPI one reader, this
+   * rank's (rank, world of the communicator). Each replica uses only its own reader (the
+   * epoch order is cached in it). Set train = test = NULL with it. The epoch has
+   * dpt_interactions_steps(global_batch) steps (from the shard headers, the same everywhere);
+   * replica r's slice of step k is its dpt_interactions_step_indices (dpt_batch_split's count
+   * of the global batch: the epoch rule keyed by seed, epoch, replica), written as the record
+   * [num_dense floats][num_sparse ids as int32 bits] with label 0/1; the loss gradient is
+   * scaled by 1/global_batch and dropout is keyed by the slice's start as for a data set.
+   * shuffle must be 1 (the rule always permutes), keep_last 0, no transform. The model takes
+   * num_dense + num_sparse inputs (bag 1), one label; every embedding_bag table must hold the
+   * shards' tables. local_test (may be NULL; readers as local_train's, of the validation
+   * shards): each replica scores its own records, and the reports carry the exact AUC and
+   * logloss over all of them (test_auc, test_logloss). The run terms hold the total records
+   * and dpt_interactions_fingerprint, so replicas or a resume on other shards are refused. */
+  dpt_interactions *const *local_train;
+  dpt_interactions *const *local_test;
+  /* Applied to samples as they are gathered (all zero: none): the training set gets all of it,
+   * keyed by the epoch (see dpt_data_transform), the test set the normalization only. */
+  dpt_data_transform transform;
+} dpt_train_data;
+
+/* The run's length, batches and order. */
+typedef struct dpt_train_schedule {
+  size_t global_batch; /* B, >= replicas */
+  int64_t epochs;      /* >= 1 */
+  int64_t max_steps;   /* > 0: stop after this many steps (0: no limit) */
+  uint64_t seed;       /* initialization and shuffling */
+  int shuffle;         /* 1: a new permutation every epoch */
+  int keep_last;       /* 1: keep the final partial batch */
+  /* Gradient accumulation: each replica runs its slice of a global batch as this many
+   * micro-batches (dpt_batch_split of the slice), summing their gradients, and exchanges once
+   * (DDP's no_sync): the model holds activations for one micro-batch, the step is the global
+   * batch's within float rounding. 0 or 1: none (the step as without). Refused with
+   * sparse_tables and sync_bn. */
+  size_t accumulate;
+} dpt_train_schedule;
+
+/* How the replicas exchange gradients (and batch norm statistics), and how the step uses them. */
+typedef struct dpt_train_exchange {
+  int skip_allreduce; /* benchmarking only: no gradient all-reduce (replicas drift) */
   /* Gradient buckets: > 0 cuts the flat gradient into ranges of about this many bytes (whole
    * blocks of the ring, comm block_bytes; the first one, the gradient backward completes first,
    * is a single block) exchanged by nonblocking collectives as soon as backward has completed
@@ -254,12 +258,6 @@ typedef struct dpt_train_config {
    * the next step's gradient. */
   dpt_comm_dtype grad_dtype;
   int grad_error_feedback;
-  /* A timeline of the run: a Chrome trace-event JSON file (Perfetto, chrome://tracing) that
-   * replica 0 of rank 0 writes at the end with every replica's events (batch loading, each
-   * layer's forward and backward, each gradient exchange or bucket, the optimizer step,
-   * checkpoints), the replicas' clocks aligned at start-up; NULL: none. A GPU backend's layer
-   * events time their submission, not the device's work. */
-  const char *trace;
   int full_optimizer_step; /* 1: all-reduce the gradients and run the whole optimizer step on
                               every replica; 0 (default): the sharded step (see above) */
   /* 1: sparse table gradients (dptrain/sparse.h), with local_train only. Each embedding_bag
@@ -286,19 +284,15 @@ typedef struct dpt_train_config {
    * every replica and saved in checkpoints ("optimizer.row_sum.<table>"); a row no replica
    * touched is left as it is. */
   int table_optimizer;
-  /* Applied to samples as they are gathered (all zero: none): the training set gets all of it,
-   * keyed by the epoch (see dpt_data_transform), the test set the normalization only. */
-  dpt_data_transform transform;
-  int sync_bn;              /* 1: batch norm statistics over the whole global batch (every
-                               replica must then hold a sample in every step); 0: each replica
-                               normalizes over its slice, and replica 0's running statistics
-                               are given to all after every step, as PyTorch DDP does */
-  const float *init_params; /* [dpt_model_state_size] initial parameters, then buffers, instead
-                               of the seed, or NULL */
-  float *final_params;      /* [dpt_model_state_size] receives the final parameters, then
-                               buffers, or NULL */
-  /* Checkpoints (dptrain/checkpoint.h), written by replica 0 of rank 0 into its
-   * checkpoint_dir from a copy in host memory, on a thread of their own. */
+  int sync_bn; /* 1: batch norm statistics over the whole global batch (every
+                  replica must then hold a sample in every step); 0: each replica
+                  normalizes over its slice, and replica 0's running statistics
+                  are given to all after every step, as PyTorch DDP does */
+} dpt_train_exchange;
+
+/* Checkpoints (dptrain/checkpoint.h), written by replica 0 of rank 0 into its checkpoint_dir
+ * from a copy in host memory, on a thread of their own. */
+typedef struct dpt_train_checkpoints {
   const char *checkpoint_dir; /* NULL: no checkpoints */
   int64_t checkpoint_every;   /* > 0: a checkpoint after every this many steps */
   double checkpoint_minutes;  /* > 0: a checkpoint at the first step boundary this many
@@ -307,39 +301,87 @@ typedef struct dpt_train_config {
   int resume;                 /* 1: continue from the newest valid checkpoint in checkpoint_dir
                                  (none there: start afresh); the parameters end bit for bit as
                                  an uninterrupted run's at the same world size */
-  int max_rollbacks;          /* DPT_NONFINITE_ROLLBACK: the run fails at the rollback after
-                                 this many (default 3) */
-  double rollback_lr_scale;   /* DPT_NONFINITE_ROLLBACK: factor on the learning rate at each
-                                 rollback, in (0, 1] (default 1) */
+} dpt_train_checkpoints;
+
+/* The checks of a run: replica drift, non-finite steps, rollbacks, stop requests. */
+typedef struct dpt_train_checks {
+  int64_t check_every;               /* fingerprint comparison period in steps (0: only at start and
+                                        at the end of every epoch) */
+  dpt_nonfinite_policy on_nonfinite; /* a step whose loss, reduced gradient or (when
+                               clipping) gradient norm is not finite: stop (default), skip it,
+                               or roll back (every replica alike) */
+  int64_t max_skipped;      /* with DPT_NONFINITE_SKIP: the run fails once more than this many
+                               steps in a row were skipped, or more than this many or 1 % of
+                               the run's steps, whichever is larger (default 10; < 0: no
+                               limit) */
+  int max_rollbacks;        /* DPT_NONFINITE_ROLLBACK: the run fails at the rollback after
+                               this many (default 3) */
+  double rollback_lr_scale; /* DPT_NONFINITE_ROLLBACK: factor on the learning rate at each
+                               rollback, in (0, 1] (default 1) */
   /* Non-zero (a signal number, say): every replica finishes its step, a checkpoint is written
    * (with checkpoint_dir) and dpt_train returns DPT_ERR_INTERRUPTED. Read at every step's
    * exchange; set it from a signal handler. May be NULL. */
   const volatile sig_atomic_t *stop_request;
+} dpt_train_checks;
+
+/* Called on replica 0 of rank 0 (each may be NULL), with `user`. */
+typedef struct dpt_train_callbacks {
+  dpt_train_split_fn on_split; /* may be NULL */
   dpt_train_report_fn on_report;
   dpt_train_progress_fn on_progress;
   dpt_train_log_fn on_log; /* may be NULL */
   void *user;
+} dpt_train_callbacks;
+
+/* How dpt_train_config grows without breaking programs built against an older dptrain: its
+ * first field, `size`, is sizeof(dpt_train_config) as the caller compiled it, set by
+ * dpt_train_config_default. New settings are only ever added at the end of dpt_train_config
+ * (the groups above are never changed once released: a new group is added instead), so an
+ * older caller's configuration is a prefix of the library's: the library reads the first
+ * `size` bytes, gives the fields past them their defaults, and refuses a size it does not
+ * know (a caller built against a newer dptrain, or a configuration not from
+ * dpt_train_config_default). A size field rather than setters keeps the configuration a plain
+ * struct that programs fill and copy field by field, as they do now. */
+typedef struct dpt_train_config {
+  size_t size; /* sizeof(dpt_train_config) as the caller compiled it (dpt_train_config_default) */
+  dpt_model_spec model;
+  const float *init_params; /* [dpt_model_state_size] initial parameters, then buffers, instead
+                               of the seed, or NULL */
+  float *final_params;      /* [dpt_model_state_size] receives the final parameters, then
+                               buffers, or NULL */
+  dpt_optim_config optim;
+  dpt_train_devices devices;
+  dpt_train_data data;
+  dpt_train_schedule schedule;
+  dpt_train_exchange exchange;
+  dpt_train_checkpoints checkpoints;
+  dpt_train_checks checks;
+  dpt_train_callbacks callbacks;
+  /* A timeline of the run: a Chrome trace-event JSON file (Perfetto, chrome://tracing) that
+   * replica 0 of rank 0 writes at the end with every replica's events (batch loading, each
+   * layer's forward and backward, each gradient exchange or bucket, the optimizer step,
+   * checkpoints), the replicas' clocks aligned at start-up; NULL: none. A GPU backend's layer
+   * events time their submission, not the device's work. */
+  const char *trace;
 } dpt_train_config;
 
-/* Defaults: CPU backend, device -1, 1 replica, B = 256, 10 epochs, seed 0, shuffle, drop last,
- * check_every 100, SGD lr 0.05 momentum 0.9, no model (fill cfg->model). */
-DPT_API void dpt_train_config_default(dpt_train_config *cfg);
+/* Fills the first `size` bytes of *cfg with the defaults and sets cfg->size = size: CPU backend,
+ * device -1, 1 replica, B = 256, 10 epochs, seed 0, shuffle, drop last, check_every 100, SGD lr
+ * 0.05 momentum 0.9, no model (fill cfg->model). DPT_ERR_INVALID_ARG (and cfg->size 0, which
+ * dpt_train refuses) for a size this library does not know. Call it through
+ * dpt_train_config_default, which passes the caller's sizeof. */
+DPT_API dpt_status dpt_train_config_init(dpt_train_config *cfg, size_t size);
 
-/* Runs training. comm: an MPI communicator made with dpt_comm_create_mpi (one replica per
- * rank), or NULL to run cfg->replicas replicas as threads of this process. `final` (may be
- * NULL) receives the closing report. Every rank returns the same status. */
+/* The defaults, for the dpt_train_config this program was compiled with (see above). */
+static inline dpt_status dpt_train_config_default(dpt_train_config *cfg) {
+  return dpt_train_config_init(cfg, sizeof *cfg);
+}
+
+/* Runs training with the configuration's first cfg->size bytes (see dpt_train_config). comm: an MPI
+ * communicator made with dpt_comm_create_mpi (one replica per rank), or NULL to run
+ * cfg->devices.replicas replicas as threads of this process. `final` (may be NULL) receives the
+ * closing report. Every rank returns the same status. */
 DPT_API dpt_status dpt_train(const dpt_train_config *cfg, dpt_comm *comm, dpt_train_report *final);
-
-/* The start-up agreement of the members of `comm`: each says whether it is ready (`mine` is
- * DPT_OK) or why not (`mine` and `message`), and all learn the outcome together, so a member
- * that could not start stops the others at once instead of leaving them at their first
- * collective. Returns DPT_OK when every member is ready; else a failed member returns its own
- * status and message, and the others DPT_ERR_PEER naming the first that failed ("<member> N
- * could not start"; `member` is the word for a member, e.g. "rank" or "replica").
- * *same_as_first (may be NULL) is set to 1 on a member other than 0 whose failure is exactly
- * member 0's (status and message), which member 0 reports for all. comm NULL: returns `mine`. */
-DPT_API dpt_status dpt_train_agree_ready(dpt_comm *comm, dpt_status mine, const char *message,
-                                         const char *member, int *same_as_first);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the built tree into a scratch prefix, then builds and runs a program outside the tree
-# against it three ways: find_package (shared and static targets) and pkg-config.
+# against it three ways: find_package (shared and static targets) and pkg-config; the program uses
+# the training tier (dptrain.h) only, and a second one checks that the advanced tier is installed.
 # Usage: install_test.sh <build-dir> <source-dir> <scratch-dir> <c-compiler> [sanitizer flags]
 set -euo pipefail
 build=$1 src=$2 scratch=$3 cc=$4 san=${5:-}
@@ -18,6 +19,12 @@ export PKG_CONFIG_PATH="$libdir/pkgconfig"
 "$cc" $san -o "$scratch/consumer_pc" "$src/tests/fixtures/install_consumer/consumer.c" \
   $(pkg-config --cflags --libs dptrain)
 LD_LIBRARY_PATH="$libdir" "$scratch/consumer_pc"
+# The advanced tier is installed beside the training tier (the consumer uses only dptrain.h).
+printf '#include <dptrain/advanced.h>\nint main(void) { return dpt_op_name(DPT_OP_GEMM) == 0; }\n' \
+  >"$scratch/advanced.c"
+# shellcheck disable=SC2046
+"$cc" $san -o "$scratch/advanced" "$scratch/advanced.c" $(pkg-config --cflags --libs dptrain)
+LD_LIBRARY_PATH="$libdir" "$scratch/advanced"
 # Only dpt_ symbols leave the shared library.
 leaked=$(nm -D --defined-only "$libdir/libdptrain.so" | awk '$2 ~ /[TDBRW]/ {print $3}' |
   grep -v '^dpt_' || true)
@@ -26,4 +33,4 @@ if [ -n "$leaked" ]; then
   echo "$leaked" >&2
   exit 1
 fi
-echo "install test: find_package (shared, static), pkg-config and symbol visibility ok"
+echo "install test: find_package (shared, static), pkg-config, the advanced tier and symbol visibility ok"

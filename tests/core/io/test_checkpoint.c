@@ -16,7 +16,7 @@
 
 #include "core/io/checkpoint.h"
 #include "core/train/run_terms.h"
-#include "dptrain/dptrain.h"
+#include "dptrain/advanced.h"
 #include "test_util.h"
 #include "tmp_dir.h"
 
@@ -106,7 +106,7 @@ START_TEST(run_terms_resume_check) {
   }
   ck_assert_ptr_null(strstr(old, "sparse"));
   TU_OK(dpt_run_terms_check_resume(old, "old", now, NULL, NULL));
-  cfg.table_optimizer = DPT_TABLE_ROWWISE_ADAGRAD;
+  cfg.exchange.table_optimizer = DPT_TABLE_ROWWISE_ADAGRAD;
   dpt_run_terms(&cfg, now);
   EXPECT_FAIL(dpt_run_terms_check_resume(old, "old", now, NULL, NULL), DPT_ERR_MISMATCH,
               "the tables' optimizer", "0", NULL);

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dptrain/dptrain.h"
+#include "dptrain/advanced.h"
 #include "grad_check.h"
 #include "test_util.h"
 #include "train_data.h"
@@ -618,13 +618,13 @@ END_TEST
 static void bn_config(dpt_train_config *cfg, dpt_dataset *train, int sync_bn) {
   dpt_train_config_default(cfg);
   mini_resnet(&cfg->model, 0.2f);
-  cfg->train = train;
-  cfg->global_batch = 24;
-  cfg->epochs = 100;
-  cfg->max_steps = 20;
-  cfg->seed = 7;
-  cfg->check_every = 5;
-  cfg->sync_bn = sync_bn;
+  cfg->data.train = train;
+  cfg->schedule.global_batch = 24;
+  cfg->schedule.epochs = 100;
+  cfg->schedule.max_steps = 20;
+  cfg->schedule.seed = 7;
+  cfg->checks.check_every = 5;
+  cfg->exchange.sync_bn = sync_bn;
   cfg->optim.lr = 0.05f;
 }
 
@@ -664,7 +664,7 @@ static double worst_tensor(const dpt_model *m, const float *a, const float *b) {
 
 static float *train_state(dpt_train_config cfg, int replicas, size_t n) {
   float *out = malloc(n * sizeof(float));
-  cfg.replicas = replicas;
+  cfg.devices.replicas = replicas;
   cfg.final_params = out;
   dpt_train_report rep;
   dpt_status st = dpt_train(&cfg, NULL, &rep);
@@ -688,7 +688,7 @@ START_TEST(sync_bn_equivalence) {
     free(got);
   }
   /* Without sync-bn each replica normalizes over its own 12 samples: another model. */
-  cfg.sync_bn = 0;
+  cfg.exchange.sync_bn = 0;
   float *own = train_state(cfg, 2, n);
   double d = worst_tensor(m, own, ref);
   ck_assert_msg(d > 1e-3, "per-replica batch norm matches one replica (%g): the test is blind", d);
@@ -709,9 +709,9 @@ START_TEST(skipped_step_keeps_buffers) {
   bn_config(&cfg, ds, 0);
   cfg.optim.lr = 1e30f;
   cfg.optim.momentum = 0.0f;
-  cfg.on_nonfinite = DPT_NONFINITE_SKIP;
-  cfg.max_skipped = -1;
-  cfg.max_steps = 4;
+  cfg.checks.on_nonfinite = DPT_NONFINITE_SKIP;
+  cfg.checks.max_skipped = -1;
+  cfg.schedule.max_steps = 4;
   dpt_backend *be;
   dpt_model *m;
   size_t n = state_size(&cfg.model, &m, &be);
@@ -736,8 +736,8 @@ START_TEST(sync_bn_small_last_batch) {
   dpt_dataset *ds = make_data(49, 5);
   dpt_train_config cfg;
   bn_config(&cfg, ds, 1);
-  cfg.keep_last = 1;
-  cfg.replicas = 2; /* 49 = 2 * 24 + 1 */
+  cfg.schedule.keep_last = 1;
+  cfg.devices.replicas = 2; /* 49 = 2 * 24 + 1 */
   EXPECT_FAIL(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG, "sync-bn", "1 samples", NULL);
   dpt_dataset_destroy(ds);
 }
@@ -759,7 +759,7 @@ START_TEST(device_matches_cpu) {
   dpt_model *m;
   size_t n = state_size(&cfg.model, &m, &be);
   float *ref = train_state(cfg, 1, n);
-  cfg.backend = device_kind;
+  cfg.devices.backend = device_kind;
   float *got = train_state(cfg, 2, n);
   double d = worst_tensor(m, got, ref);
   printf("%s, 2 replicas, sync-bn: worst tensor differs from one CPU replica by %.3g\n",

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dptrain/dptrain.h"
+#include "dptrain/advanced.h"
 #include "test_util.h"
 
 static void expect_same(const dpt_model_spec *a, const dpt_model_spec *b) {

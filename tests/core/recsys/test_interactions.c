@@ -16,9 +16,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dptrain/dptrain.h"
+#include "dptrain/advanced.h"
 #include "test_util.h"
 #include "tmp_dir.h"
+#include "tools/prep/shards.h"
 
 static void setup(void) {
   tu_tmp_make("inter");

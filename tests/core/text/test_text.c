@@ -16,9 +16,10 @@
 #include <unistd.h>
 
 #include "core/text/bpe_impl.h"
-#include "dptrain/dptrain.h"
+#include "dptrain/advanced.h"
 #include "test_util.h"
 #include "tmp_dir.h"
+#include "tools/prep/vocab.h"
 
 #define FORTUNES_DIR "/usr/share/games/fortunes"
 #define BYTE(c)      (DPT_TOKEN_BYTE0 + (int32_t)(unsigned char)(c))

@@ -15,7 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dptrain/dptrain.h"
+#include "core/train/optimizer.h"
+#include "dptrain/advanced.h"
 #include "grad_check.h"
 #include "test_util.h"
 

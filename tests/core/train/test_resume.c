@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dptrain/dptrain.h"
+#include "dptrain/advanced.h"
 #include "train_data.h"
 
 static char tmpdir[64];
@@ -92,12 +92,12 @@ static void config(dpt_train_config *cfg, dpt_dataset *ds, int model, dpt_optim_
   }
   cfg->optim.schedule = DPT_SCHEDULE_COSINE;
   cfg->optim.total_steps = 14;
-  cfg->train = ds;
-  cfg->global_batch = 24;
-  cfg->epochs = 100;
-  cfg->max_steps = 14;
-  cfg->seed = 11;
-  cfg->check_every = 3;
+  cfg->data.train = ds;
+  cfg->schedule.global_batch = 24;
+  cfg->schedule.epochs = 100;
+  cfg->schedule.max_steps = 14;
+  cfg->schedule.seed = 11;
+  cfg->checks.check_every = 3;
 }
 
 static size_t state_floats(const dpt_model_spec *spec) {
@@ -117,15 +117,15 @@ static float *run(dpt_train_config cfg, int replicas, watch *w, dpt_status want,
                   dpt_train_report *rep) {
   const size_t n = state_floats(&cfg.model);
   float *out = calloc(n, sizeof(float));
-  cfg.replicas = replicas;
+  cfg.devices.replicas = replicas;
   cfg.final_params = out;
   if (w) {
     w->steps = 0;
     w->stop = 0;
-    cfg.user = w;
-    cfg.on_progress = on_progress;
-    cfg.on_log = on_log;
-    cfg.stop_request = &w->stop;
+    cfg.callbacks.user = w;
+    cfg.callbacks.on_progress = on_progress;
+    cfg.callbacks.on_log = on_log;
+    cfg.checks.stop_request = &w->stop;
   }
   dpt_train_report local;
   dpt_status st = dpt_train(&cfg, NULL, rep ? rep : &local);
@@ -141,12 +141,12 @@ static float *run(dpt_train_config cfg, int replicas, watch *w, dpt_status want,
 static void stop_and_resume(dpt_train_config cfg, int before, int after, int64_t stop_at,
                             float **ref, float **resumed) {
   *ref = run(cfg, before, NULL, DPT_OK, NULL);
-  cfg.checkpoint_dir = tmpdir;
-  cfg.checkpoint_every = 4;
+  cfg.checkpoints.checkpoint_dir = tmpdir;
+  cfg.checkpoints.checkpoint_every = 4;
   watch w = {.stop_at = stop_at};
   run(cfg, before, &w, DPT_ERR_INTERRUPTED, NULL);
   ck_assert_msg(strstr(dpt_last_error(), "checkpoint"), "%s", dpt_last_error());
-  cfg.resume = 1;
+  cfg.checkpoints.resume = 1;
   memset(&w, 0, sizeof w);
   dpt_train_report rep;
   *resumed = run(cfg, after, &w, DPT_OK, &rep);
@@ -166,7 +166,7 @@ START_TEST(resume_bit_for_bit) {
       for (int v = 0; v < 3; ++v) {
         dpt_train_config cfg;
         config(&cfg, ds, models[m], opts[o]);
-        cfg.full_optimizer_step = full[v];
+        cfg.exchange.full_optimizer_step = full[v];
         float *ref, *res;
         stop_and_resume(cfg, reps[v], reps[v], 6, &ref, &res);
         const size_t n = state_floats(&cfg.model);
@@ -200,7 +200,7 @@ START_TEST(resume_other_world_size) {
   for (int i = 0; i < 4; ++i) {
     dpt_train_config cfg;
     config(&cfg, ds, model[i], DPT_OPTIM_ADAMW);
-    cfg.sync_bn = model[i] == MODEL_BN;
+    cfg.exchange.sync_bn = model[i] == MODEL_BN;
     float *ref, *res;
     stop_and_resume(cfg, from[i], to[i], 5, &ref, &res);
     double d = max_rel(res, ref, state_floats(&cfg.model));
@@ -219,9 +219,9 @@ END_TEST
 
 /* Checkpoints at steps 4 and 8 of an 8-step run (and at the end: the same step). */
 static void two_checkpoints(dpt_train_config cfg) {
-  cfg.checkpoint_dir = tmpdir;
-  cfg.checkpoint_every = 4;
-  cfg.max_steps = 8;
+  cfg.checkpoints.checkpoint_dir = tmpdir;
+  cfg.checkpoints.checkpoint_every = 4;
+  cfg.schedule.max_steps = 8;
   free(run(cfg, 1, NULL, DPT_OK, NULL));
 }
 
@@ -230,8 +230,8 @@ START_TEST(resume_refuses_changes) {
   dpt_train_config cfg;
   config(&cfg, ds, MODEL_MLP, DPT_OPTIM_SGD);
   two_checkpoints(cfg);
-  cfg.checkpoint_dir = tmpdir;
-  cfg.resume = 1;
+  cfg.checkpoints.checkpoint_dir = tmpdir;
+  cfg.checkpoints.resume = 1;
   struct {
     const char *field;
     dpt_train_config c;
@@ -239,12 +239,12 @@ START_TEST(resume_refuses_changes) {
   for (int i = 0; i < 4; ++i)
     cases[i].c = cfg;
   cases[0].field = "global batch";
-  cases[0].c.global_batch = 12;
+  cases[0].c.schedule.global_batch = 12;
   cases[1].field = "the model";
   const size_t hidden[2] = {32, 8};
   ck_assert_int_eq(dpt_model_spec_mlp(&cases[1].c.model, 1, 8, 8, hidden, 2, 10), DPT_OK);
   cases[2].field = "the seed";
-  cases[2].c.seed = 12;
+  cases[2].c.schedule.seed = 12;
   cases[3].field = "momentum";
   cases[3].c.optim.momentum = 0.5f;
   for (int i = 0; i < 4; ++i) {
@@ -283,8 +283,8 @@ START_TEST(corrupt_newest_is_passed_over) {
   char newest[160];
   snprintf(newest, sizeof newest, "%s/ckpt-000000000008.safetensors", tmpdir);
   flip_byte(newest, 8);
-  cfg.checkpoint_dir = tmpdir;
-  cfg.resume = 1;
+  cfg.checkpoints.checkpoint_dir = tmpdir;
+  cfg.checkpoints.resume = 1;
   watch w = {0};
   float *res = run(cfg, 1, &w, DPT_OK, NULL);
   ck_assert_msg(strstr(w.log, "passing over") && strstr(w.log, "ckpt-000000000008") &&
@@ -329,11 +329,11 @@ static dpt_dataset *poisoned_data(size_t n, size_t poison) {
  * of the first epoch), 9 steps, checkpoints every 4, rollback. */
 static void rollback_config(dpt_train_config *cfg, dpt_dataset *ds) {
   config(cfg, ds, MODEL_BN, DPT_OPTIM_SGD);
-  cfg->shuffle = 0;
-  cfg->max_steps = 9;
-  cfg->checkpoint_dir = tmpdir;
-  cfg->checkpoint_every = 4;
-  cfg->on_nonfinite = DPT_NONFINITE_ROLLBACK;
+  cfg->schedule.shuffle = 0;
+  cfg->schedule.max_steps = 9;
+  cfg->checkpoints.checkpoint_dir = tmpdir;
+  cfg->checkpoints.checkpoint_every = 4;
+  cfg->checks.on_nonfinite = DPT_NONFINITE_ROLLBACK;
 }
 
 START_TEST(rollback_after_poisoned_sample) {
@@ -345,8 +345,8 @@ START_TEST(rollback_after_poisoned_sample) {
   for (int replicas = 1; replicas <= 2; ++replicas) {
     dpt_train_config cfg;
     rollback_config(&cfg, ds);
-    cfg.sync_bn = 1;
-    cfg.rollback_lr_scale = 0.5;
+    cfg.exchange.sync_bn = 1;
+    cfg.checks.rollback_lr_scale = 0.5;
     watch w = {0};
     dpt_train_report rep;
     clear_tmp();
@@ -368,7 +368,7 @@ START_TEST(rollback_after_poisoned_sample) {
       setenv("DPT_COMM_BLOCK", "4096", 1);
       setenv("DPT_COMM_PIECE", "1024", 1);
       dpt_train_config bc = cfg;
-      bc.bucket_bytes = 4096;
+      bc.exchange.bucket_bytes = 4096;
       watch bw = {0};
       clear_tmp();
       float *bres = run(bc, replicas, &bw, DPT_OK, &rep);
@@ -387,12 +387,12 @@ START_TEST(rollback_after_poisoned_sample) {
       first = res;
     }
     /* With no rollback allowed, the same run stops and says why. */
-    cfg.max_rollbacks = 0;
+    cfg.checks.max_rollbacks = 0;
     clear_tmp();
     run(cfg, replicas, NULL, DPT_ERR_NONFINITE, NULL);
     ck_assert_msg(strstr(dpt_last_error(), "max_rollbacks"), "%s", dpt_last_error());
     /* Without a policy, the poisoned step stops the run, naming it. */
-    cfg.on_nonfinite = DPT_NONFINITE_STOP;
+    cfg.checks.on_nonfinite = DPT_NONFINITE_STOP;
     clear_tmp();
     run(cfg, replicas, NULL, DPT_ERR_NONFINITE, NULL);
     ck_assert_msg(strstr(dpt_last_error(), "step 6"), "%s", dpt_last_error());
@@ -408,8 +408,8 @@ START_TEST(resume_after_skipped_step) {
   dpt_dataset *ds = poisoned_data(240, 130);
   dpt_train_config cfg;
   config(&cfg, ds, MODEL_MLP, DPT_OPTIM_ADAMW);
-  cfg.shuffle = 0;
-  cfg.on_nonfinite = DPT_NONFINITE_SKIP;
+  cfg.schedule.shuffle = 0;
+  cfg.checks.on_nonfinite = DPT_NONFINITE_SKIP;
   dpt_train_report rep;
   free(run(cfg, 2, NULL, DPT_OK, &rep));
   ck_assert_int_eq(rep.skipped_steps, 1);
@@ -427,9 +427,9 @@ START_TEST(checkpoint_by_time) {
   dpt_dataset *ds = make_data(240, 3);
   dpt_train_config cfg;
   config(&cfg, ds, MODEL_MLP, DPT_OPTIM_SGD);
-  cfg.checkpoint_dir = tmpdir;
-  cfg.checkpoint_minutes = 1e-9;
-  cfg.keep_checkpoints = 2;
+  cfg.checkpoints.checkpoint_dir = tmpdir;
+  cfg.checkpoints.checkpoint_minutes = 1e-9;
+  cfg.checkpoints.keep_checkpoints = 2;
   dpt_train_report rep;
   free(run(cfg, 2, NULL, DPT_OK, &rep));
   ck_assert_int_eq(rep.checkpoints, 14);
@@ -449,7 +449,7 @@ START_TEST(checkpoint_dir_refused) {
   dpt_train_config cfg;
   config(&cfg, ds, MODEL_MLP, DPT_OPTIM_SGD);
   two_checkpoints(cfg);
-  cfg.checkpoint_dir = tmpdir;
+  cfg.checkpoints.checkpoint_dir = tmpdir;
   watch w = {0};
   run(cfg, 2, &w, DPT_ERR_INVALID_ARG, NULL);
   ck_assert_msg(strstr(dpt_last_error(), "holds checkpoints of another run") &&
@@ -458,7 +458,7 @@ START_TEST(checkpoint_dir_refused) {
   ck_assert_int_eq(w.steps, 0);
   char bad[160];
   snprintf(bad, sizeof bad, "%s/ckpt-000000000004.safetensors/sub", tmpdir);
-  cfg.checkpoint_dir = bad;
+  cfg.checkpoints.checkpoint_dir = bad;
   run(cfg, 1, NULL, DPT_ERR_IO, NULL);
   ck_assert_msg(strstr(dpt_last_error(), bad) && strstr(dpt_last_error(), "cannot create"), "%s",
                 dpt_last_error());
@@ -477,10 +477,10 @@ START_TEST(stop_without_checkpoints) {
                 "%s", dpt_last_error());
   ck_assert_int_eq(w.steps, 4);
   /* Resuming or rolling back needs a directory. */
-  cfg.resume = 1;
+  cfg.checkpoints.resume = 1;
   run(cfg, 1, NULL, DPT_ERR_INVALID_ARG, NULL);
-  cfg.resume = 0;
-  cfg.on_nonfinite = DPT_NONFINITE_ROLLBACK;
+  cfg.checkpoints.resume = 0;
+  cfg.checks.on_nonfinite = DPT_NONFINITE_ROLLBACK;
   run(cfg, 1, NULL, DPT_ERR_INVALID_ARG, NULL);
   ck_assert_msg(strstr(dpt_last_error(), "checkpoint directory"), "%s", dpt_last_error());
   dpt_dataset_destroy(ds);
@@ -492,8 +492,8 @@ START_TEST(resume_without_checkpoint_starts) {
   dpt_train_config cfg;
   config(&cfg, ds, MODEL_MLP, DPT_OPTIM_SGD);
   float *ref = run(cfg, 1, NULL, DPT_OK, NULL);
-  cfg.checkpoint_dir = tmpdir;
-  cfg.resume = 1;
+  cfg.checkpoints.checkpoint_dir = tmpdir;
+  cfg.checkpoints.resume = 1;
   watch w = {0};
   float *res = run(cfg, 1, &w, DPT_OK, NULL);
   ck_assert_msg(strstr(w.log, "starting from the beginning"), "%s", w.log);
@@ -520,10 +520,10 @@ static float *run_mpi(dpt_train_config cfg, dpt_comm *comm, watch *w, dpt_status
   float *out = calloc(state_floats(&cfg.model), sizeof(float));
   cfg.final_params = out;
   if (w) {
-    cfg.user = w;
-    cfg.on_progress = on_progress;
-    cfg.on_log = on_log;
-    cfg.stop_request = &w->stop;
+    cfg.callbacks.user = w;
+    cfg.callbacks.on_progress = on_progress;
+    cfg.callbacks.on_log = on_log;
+    cfg.checks.stop_request = &w->stop;
   }
   dpt_train_report local;
   dpt_status st = dpt_train(&cfg, comm, rep ? rep : &local);
@@ -542,11 +542,11 @@ static int mpi_stop_and_resume(dpt_train_config cfg, dpt_comm *comm) {
   snprintf(cmd, sizeof cmd, "rm -f %s/ckpt-*", tmpdir);
   ck_assert_int_eq(system(cmd), 0);
   float *ref = run_mpi(cfg, comm, NULL, DPT_OK, NULL);
-  cfg.checkpoint_dir = tmpdir;
-  cfg.checkpoint_every = 4;
+  cfg.checkpoints.checkpoint_dir = tmpdir;
+  cfg.checkpoints.checkpoint_every = 4;
   watch w = {.stop_at = rank == 0 ? 6 : -1};
   float *none = run_mpi(cfg, comm, &w, DPT_ERR_INTERRUPTED, NULL);
-  cfg.resume = 1;
+  cfg.checkpoints.resume = 1;
   memset(&w, 0, sizeof w);
   float *res = run_mpi(cfg, comm, &w, DPT_OK, NULL);
   int bad = !ref || !none || !res;
@@ -570,7 +570,7 @@ START_TEST(mpi_resume) {
   for (int i = 0; i < 3; ++i) {
     dpt_train_config cfg;
     config(&cfg, ds, models[i], opts[i]);
-    cfg.full_optimizer_step = full[i];
+    cfg.exchange.full_optimizer_step = full[i];
     ck_assert_msg(!mpi_stop_and_resume(cfg, world), "case %d", i);
   }
   dpt_dataset_destroy(ds);

@@ -13,19 +13,21 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dptrain/dptrain.h"
+#include "core/train/optimizer.h"
+#include "dptrain/advanced.h"
+#include "tools/prep/vocab.h"
 #include "train_data.h"
 
 static void mlp_config(dpt_train_config *cfg, dpt_dataset *train, size_t batch) {
   dpt_train_config_default(cfg);
   const size_t hidden[2] = {32, 16};
   ck_assert_int_eq(dpt_model_spec_mlp(&cfg->model, 1, 8, 8, hidden, 2, 10), DPT_OK);
-  cfg->train = train;
-  cfg->global_batch = batch;
-  cfg->epochs = 100;
-  cfg->max_steps = 20;
-  cfg->seed = 7;
-  cfg->check_every = 5;
+  cfg->data.train = train;
+  cfg->schedule.global_batch = batch;
+  cfg->schedule.epochs = 100;
+  cfg->schedule.max_steps = 20;
+  cfg->schedule.seed = 7;
+  cfg->checks.check_every = 5;
   cfg->optim.lr = 0.05f;
   cfg->optim.momentum = 0.9f;
 }
@@ -58,7 +60,7 @@ static size_t num_params(const dpt_model_spec *spec) {
 static float *train_threads(dpt_train_config cfg, int replicas, dpt_train_report *rep) {
   size_t n = num_params(&cfg.model);
   float *out = malloc(n * sizeof(float));
-  cfg.replicas = replicas;
+  cfg.devices.replicas = replicas;
   cfg.final_params = out;
   dpt_status st = dpt_train(&cfg, NULL, rep);
   ck_assert_msg(st == DPT_OK, "%d replicas: %s: %s", replicas, dpt_status_str(st),
@@ -70,7 +72,7 @@ static void check_equivalence(size_t n_samples, size_t batch, int keep_last, int
   dpt_dataset *ds = make_data(n_samples, 11);
   dpt_train_config cfg;
   mlp_config(&cfg, ds, batch);
-  cfg.keep_last = keep_last;
+  cfg.schedule.keep_last = keep_last;
   size_t n = num_params(&cfg.model);
   dpt_train_report r1, rr;
   float *ref = train_threads(cfg, 1, &r1);
@@ -91,7 +93,7 @@ static void check_equivalence(size_t n_samples, size_t batch, int keep_last, int
   }
   /* Training moved the parameters away from their initialization. */
   dpt_train_config c0 = cfg;
-  c0.max_steps = 1;
+  c0.schedule.max_steps = 1;
   c0.optim.lr = 1e-30f;
   float *init = train_threads(c0, 1, &rr);
   ck_assert_double_gt(max_rel_diff(ref, init, n), 1e-3);
@@ -122,7 +124,7 @@ START_TEST(cnn_equivalence) {
   dpt_train_config cfg;
   mlp_config(&cfg, ds, 32);
   ck_assert_int_eq(dpt_model_spec_cnn(&cfg.model, 1, 8, 8, 4, 6, 10), DPT_OK);
-  cfg.max_steps = 6;
+  cfg.schedule.max_steps = 6;
   size_t n = num_params(&cfg.model);
   dpt_train_report rep;
   float *ref = train_threads(cfg, 1, &rep);
@@ -164,7 +166,7 @@ START_TEST(sharded_matches_full_step) {
       for (int r = 2; r <= 4; ++r) {
         float *sharded = train_threads(cfg, r, &rep);
         dpt_train_config full_cfg = cfg;
-        full_cfg.full_optimizer_step = 1;
+        full_cfg.exchange.full_optimizer_step = 1;
         float *full = train_threads(full_cfg, r, &rep);
         if (o == 3)
           ck_assert_msg(max_rel_diff(sharded, full, n) <= 1e-6, "clip R=%d: %g", r,
@@ -471,7 +473,7 @@ START_TEST(lamb_equivalence) {
   const size_t n = num_params(&cfg.model);
   const int reps[] = {2, 3, 2}, full[] = {0, 0, 1};
   for (int i = 0; i < 3; ++i) {
-    cfg.full_optimizer_step = full[i];
+    cfg.exchange.full_optimizer_step = full[i];
     float *many = train_threads(cfg, reps[i], NULL);
     const double d = max_rel_diff(many, one, n);
     ck_assert_msg(d < 1e-5, "%d replicas (full step %d): %g from one", reps[i], full[i], d);
@@ -659,7 +661,7 @@ START_TEST(accumulate_equivalence) {
   const size_t n = num_params(&cfg.model);
   dpt_train_report r1, rr;
   float *ref = train_threads(cfg, 1, &r1);
-  cfg.accumulate = 1;
+  cfg.schedule.accumulate = 1;
   float *one = train_threads(cfg, 1, &rr);
   ck_assert_int_eq(memcmp(one, ref, n * sizeof(float)), 0);
   ck_assert_uint_eq(rr.activation_bytes, r1.activation_bytes);
@@ -667,7 +669,7 @@ START_TEST(accumulate_equivalence) {
   static const size_t ks[3] = {3, 5, 40};
   for (int R = 1; R <= 3; ++R)
     for (int k = 0; k < 3; ++k) {
-      cfg.accumulate = ks[k];
+      cfg.schedule.accumulate = ks[k];
       float *got = train_threads(cfg, R, &rr);
       const double d = max_rel_diff(got, ref, n);
       ck_assert_msg(d <= 1e-5, "R=%d K=%zu: %g from one replica's step (rel)", R, ks[k], d);
@@ -676,13 +678,13 @@ START_TEST(accumulate_equivalence) {
       ck_assert_uint_lt(rr.activation_bytes, r1.activation_bytes);
       free(got);
     }
-  cfg.replicas = 2;
-  cfg.accumulate = 65;
+  cfg.devices.replicas = 2;
+  cfg.schedule.accumulate = 65;
   ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG);
   ck_assert_msg(strstr(dpt_last_error(), "accumulate 65") && strstr(dpt_last_error(), "64"),
                 "message: %s", dpt_last_error());
-  cfg.accumulate = 2;
-  cfg.sync_bn = 1;
+  cfg.schedule.accumulate = 2;
+  cfg.exchange.sync_bn = 1;
   ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG);
   ck_assert_msg(strstr(dpt_last_error(), "does not combine with sync_bn"), "message: %s",
                 dpt_last_error());
@@ -728,15 +730,15 @@ START_TEST(buckets_bit_for_bit) {
   const size_t n = num_params(&cfg.model);
   for (int full = 0; full <= 1; ++full)
     for (int R = 2; R <= 3; ++R) {
-      cfg.full_optimizer_step = full;
-      cfg.bucket_bytes = 0;
+      cfg.exchange.full_optimizer_step = full;
+      cfg.exchange.bucket_bytes = 0;
       dpt_train_report r0;
       float *ref = train_threads(cfg, R, &r0);
       ck_assert_double_eq(r0.exposed_seconds, r0.exchange_seconds);
       ck_assert(r0.exchange_seconds > 0);
       static const size_t sizes[2] = {4096, 3 * 4096};
       for (int k = 0; k < 2; ++k) {
-        cfg.bucket_bytes = sizes[k];
+        cfg.exchange.bucket_bytes = sizes[k];
         char what[64];
         snprintf(what, sizeof what, "R=%d full=%d bucket %zu", R, full, sizes[k]);
         expect_bucketed_same(cfg, R, ref, &r0, n, what);
@@ -760,28 +762,28 @@ START_TEST(buckets_bit_for_bit) {
       {DPT_OPTIM_ADAMW, 0.0f, DPT_NONFINITE_STOP, "waits for the last bucket: asked for", 1}};
   for (int v = 0; v < 5; ++v) {
     dpt_train_config vc = cfg;
-    vc.full_optimizer_step = 0;
+    vc.exchange.full_optimizer_step = 0;
     dpt_optim_config_default(&vc.optim, variants[v].kind);
     vc.optim.lr = 0.01f;
     vc.optim.clip_norm = variants[v].clip;
-    vc.on_nonfinite = variants[v].policy;
-    vc.bucket_bytes = 0;
+    vc.checks.on_nonfinite = variants[v].policy;
+    vc.exchange.bucket_bytes = 0;
     float *ref = train_threads(vc, 2, NULL);
-    vc.bucket_bytes = 4096;
-    vc.bucket_whole_update = variants[v].whole;
+    vc.exchange.bucket_bytes = 4096;
+    vc.exchange.bucket_whole_update = variants[v].whole;
     char log[4096] = "";
-    vc.on_log = keep_log;
-    vc.user = log;
+    vc.callbacks.on_log = keep_log;
+    vc.callbacks.user = log;
     expect_bucketed_same(vc, 2, ref, NULL, n, variants[v].says);
     ck_assert_msg(strstr(log, variants[v].says), "log: %s", log);
     free(ref);
   }
   /* With micro-batches the buckets start after the last one: still the same bits. */
-  cfg.full_optimizer_step = 0;
-  cfg.accumulate = 3;
-  cfg.bucket_bytes = 0;
+  cfg.exchange.full_optimizer_step = 0;
+  cfg.schedule.accumulate = 3;
+  cfg.exchange.bucket_bytes = 0;
   float *ref = train_threads(cfg, 2, NULL);
-  cfg.bucket_bytes = 4096;
+  cfg.exchange.bucket_bytes = 4096;
   expect_bucketed_same(cfg, 2, ref, NULL, n, "accumulate 3");
   free(ref);
   unsetenv("DPT_COMM_BLOCK");
@@ -812,21 +814,21 @@ START_TEST(buckets_16bit_bit_for_bit) {
   static const dpt_comm_dtype dtypes[2] = {DPT_COMM_F16, DPT_COMM_BF16};
   static const size_t sizes[2] = {1024, 3 * 1024};
   for (int R = 2; R <= 3; ++R) {
-    cfg.grad_dtype = DPT_COMM_F32;
-    cfg.grad_error_feedback = 0;
-    cfg.bucket_bytes = 0;
+    cfg.exchange.grad_dtype = DPT_COMM_F32;
+    cfg.exchange.grad_error_feedback = 0;
+    cfg.exchange.bucket_bytes = 0;
     float *f32 = train_threads(cfg, R, NULL);
     for (int d = 0; d < 2; ++d)
       for (int ef = 0; ef <= 1; ++ef) {
-        cfg.grad_dtype = dtypes[d];
-        cfg.grad_error_feedback = ef;
-        cfg.bucket_bytes = 0;
+        cfg.exchange.grad_dtype = dtypes[d];
+        cfg.exchange.grad_error_feedback = ef;
+        cfg.exchange.bucket_bytes = 0;
         dpt_train_report r0;
         float *ref = train_threads(cfg, R, &r0);
         ck_assert_msg(memcmp(ref, f32, n * sizeof(float)) != 0, "dtype %d: float32's bits",
                       (int)dtypes[d]);
         for (int k = 0; k < 2; ++k) {
-          cfg.bucket_bytes = sizes[k];
+          cfg.exchange.bucket_bytes = sizes[k];
           char what[80];
           snprintf(what, sizeof what, "R=%d dtype %d feedback %d bucket %zu", R, (int)dtypes[d], ef,
                    sizes[k]);
@@ -837,26 +839,26 @@ START_TEST(buckets_16bit_bit_for_bit) {
     free(f32);
   }
   /* With micro-batches the buckets start after the last one: still the same bits. */
-  cfg.grad_dtype = DPT_COMM_BF16;
-  cfg.grad_error_feedback = 1;
-  cfg.accumulate = 3;
-  cfg.bucket_bytes = 0;
+  cfg.exchange.grad_dtype = DPT_COMM_BF16;
+  cfg.exchange.grad_error_feedback = 1;
+  cfg.schedule.accumulate = 3;
+  cfg.exchange.bucket_bytes = 0;
   float *acc_ref = train_threads(cfg, 3, NULL);
-  cfg.bucket_bytes = 1024;
+  cfg.exchange.bucket_bytes = 1024;
   expect_bucketed_same(cfg, 3, acc_ref, NULL, n, "accumulate 3");
   free(acc_ref);
-  cfg.accumulate = 1;
+  cfg.schedule.accumulate = 1;
   unsetenv("DPT_ALLREDUCE_ALGO");
   const size_t hidden[2] = {128, 64}; /* 17226 parameters: 34 KB in 16 bits */
   ck_assert_int_eq(dpt_model_spec_mlp(&cfg.model, 1, 8, 8, hidden, 2, 10), DPT_OK);
   const size_t nb = num_params(&cfg.model);
-  cfg.grad_error_feedback = 0;
+  cfg.exchange.grad_error_feedback = 0;
   for (int R = 2; R <= 3; ++R)
     for (int d = 0; d < 2; ++d) {
-      cfg.grad_dtype = dtypes[d];
-      cfg.bucket_bytes = 0;
+      cfg.exchange.grad_dtype = dtypes[d];
+      cfg.exchange.bucket_bytes = 0;
       float *ref = train_threads(cfg, R, NULL);
-      cfg.bucket_bytes = 8 * 1024;
+      cfg.exchange.bucket_bytes = 8 * 1024;
       float *got = train_threads(cfg, R, NULL);
       const int same = memcmp(got, ref, nb * sizeof(float)) == 0;
       const double rel = max_rel_diff(got, ref, nb);
@@ -882,8 +884,8 @@ START_TEST(trace_file) {
   dpt_dataset *ds = make_data(640, 11);
   dpt_train_config cfg;
   mlp_config(&cfg, ds, 64);
-  cfg.max_steps = 4;
-  cfg.bucket_bytes = 8192;
+  cfg.schedule.max_steps = 4;
+  cfg.exchange.bucket_bytes = 8192;
   char path[] = "/tmp/dpt_trace_XXXXXX";
   int fd = mkstemp(path);
   ck_assert_int_ge(fd, 0);
@@ -943,7 +945,7 @@ START_TEST(trace_file) {
   json_decref(root);
   unlink(path);
   cfg.trace = "/nonexistent-dir/trace.json";
-  cfg.replicas = 2;
+  cfg.devices.replicas = 2;
   ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_IO);
   ck_assert_msg(strstr(dpt_last_error(), "/nonexistent-dir/trace.json"), "message: %s",
                 dpt_last_error());
@@ -968,19 +970,19 @@ static double mean_abs_diff(const float *a, const float *b, size_t n) {
 static void check_16bit_exchange(dpt_train_config cfg, dpt_comm_dtype dtype) {
   const size_t n = num_params(&cfg.model);
   float *ref1 = train_threads(cfg, 1, NULL);
-  cfg.grad_dtype = dtype;
+  cfg.exchange.grad_dtype = dtype;
   float *one = train_threads(cfg, 1, NULL);
   ck_assert_int_eq(memcmp(one, ref1, n * sizeof(float)), 0);
   free(one);
   free(ref1);
   for (int R = 2; R <= 3; ++R) {
-    cfg.grad_dtype = DPT_COMM_F32;
-    cfg.grad_error_feedback = 0;
+    cfg.exchange.grad_dtype = DPT_COMM_F32;
+    cfg.exchange.grad_error_feedback = 0;
     float *ref = train_threads(cfg, R, NULL);
-    cfg.grad_dtype = dtype;
+    cfg.exchange.grad_dtype = dtype;
     double drift[2];
     for (int ef = 0; ef <= 1; ++ef) {
-      cfg.grad_error_feedback = ef;
+      cfg.exchange.grad_error_feedback = ef;
       dpt_train_report rep;
       float *got = train_threads(cfg, R, &rep);
       const double d = max_rel_diff(got, ref, n);
@@ -1004,9 +1006,9 @@ START_TEST(f16_exchange) {
   dpt_train_config cfg;
   mlp_config(&cfg, ds, 64);
   check_16bit_exchange(cfg, DPT_COMM_F16);
-  cfg.replicas = 2;
-  cfg.grad_dtype = DPT_COMM_F32;
-  cfg.grad_error_feedback = 1;
+  cfg.devices.replicas = 2;
+  cfg.exchange.grad_dtype = DPT_COMM_F32;
+  cfg.exchange.grad_error_feedback = 1;
   ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG);
   ck_assert_msg(strstr(dpt_last_error(), "needs a 16-bit exchange"), "message: %s",
                 dpt_last_error());
@@ -1029,26 +1031,26 @@ START_TEST(bad_config) {
   dpt_dataset *ds = make_data(64, 1);
   dpt_train_config cfg;
   mlp_config(&cfg, ds, 8);
-  cfg.replicas = 4;
-  cfg.global_batch = 3; /* fewer samples than replicas */
+  cfg.devices.replicas = 4;
+  cfg.schedule.global_batch = 3; /* fewer samples than replicas */
   ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG);
   ck_assert_ptr_nonnull(strstr(dpt_last_error(), "global batch 3"));
-  cfg.global_batch = 0;
+  cfg.schedule.global_batch = 0;
   ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG);
-  cfg.global_batch = 8;
-  cfg.replicas = 0;
+  cfg.schedule.global_batch = 8;
+  cfg.devices.replicas = 0;
   ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG);
-  cfg.replicas = 1;
-  cfg.global_batch = 100; /* more than the 64 samples, last batch dropped: nothing to do */
+  cfg.devices.replicas = 1;
+  cfg.schedule.global_batch = 100; /* more than the 64 samples, last batch dropped: nothing to do */
   ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG);
   ck_assert_ptr_nonnull(strstr(dpt_last_error(), "global batch 100"));
-  cfg.global_batch = 8;
-  cfg.bucket_whole_update = 1; /* without buckets */
+  cfg.schedule.global_batch = 8;
+  cfg.exchange.bucket_whole_update = 1; /* without buckets */
   ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG);
   ck_assert_msg(strstr(dpt_last_error(), "bucket_whole_update needs gradient buckets"), "%s",
                 dpt_last_error());
-  cfg.bucket_whole_update = 0;
-  cfg.train = NULL;
+  cfg.exchange.bucket_whole_update = 0;
+  cfg.data.train = NULL;
   ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG);
   /* A model whose input does not match the data. */
   mlp_config(&cfg, ds, 8);
@@ -1066,7 +1068,7 @@ START_TEST(nonfinite_loss) {
   mlp_config(&cfg, ds, 32);
   cfg.optim.lr = 1e30f; /* diverges at once */
   cfg.optim.momentum = 0.0f;
-  cfg.replicas = 2;
+  cfg.devices.replicas = 2;
   dpt_status st = dpt_train(&cfg, NULL, NULL);
   ck_assert_int_eq(st, DPT_ERR_NONFINITE);
   ck_assert_ptr_nonnull(strstr(dpt_last_error(), "step"));
@@ -1077,20 +1079,20 @@ START_TEST(nonfinite_loss) {
   snprintf(msg, sizeof msg, "%s", dpt_last_error());
   setenv("DPT_COMM_BLOCK", "4096", 1);
   setenv("DPT_COMM_PIECE", "1024", 1);
-  cfg.bucket_bytes = 4096;
+  cfg.exchange.bucket_bytes = 4096;
   for (int full = 0; full <= 1; ++full) {
-    cfg.full_optimizer_step = full;
+    cfg.exchange.full_optimizer_step = full;
     ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_NONFINITE);
     ck_assert_msg(full || strcmp(dpt_last_error(), msg) == 0, "buckets: %s; without: %s",
                   dpt_last_error(), msg);
   }
-  cfg.full_optimizer_step = 0;
-  cfg.bucket_bytes = 0;
+  cfg.exchange.full_optimizer_step = 0;
+  cfg.exchange.bucket_bytes = 0;
   unsetenv("DPT_COMM_BLOCK");
   unsetenv("DPT_COMM_PIECE");
   /* Skipping cannot hide the divergence: the run fails once too many steps were skipped (or
    * the parameters went non-finite), alike on every replica. */
-  cfg.on_nonfinite = DPT_NONFINITE_SKIP;
+  cfg.checks.on_nonfinite = DPT_NONFINITE_SKIP;
   st = dpt_train(&cfg, NULL, NULL);
   ck_assert_int_eq(st, DPT_ERR_NONFINITE);
   ck_assert_msg(strstr(dpt_last_error(), "skipped") || strstr(dpt_last_error(), "not finite"), "%s",
@@ -1132,12 +1134,12 @@ START_TEST(nonfinite_gradient_norm) {
     *p++ = 0.0f;
   cfg.init_params = init;
   cfg.optim.clip_norm = 1.0f;
-  cfg.max_steps = 6;
+  cfg.schedule.max_steps = 6;
   for (int full = 0; full < 2; ++full)
     for (int R = 1; R <= 2; ++R) {
-      cfg.full_optimizer_step = full;
-      cfg.replicas = R;
-      cfg.on_nonfinite = DPT_NONFINITE_STOP;
+      cfg.exchange.full_optimizer_step = full;
+      cfg.devices.replicas = R;
+      cfg.checks.on_nonfinite = DPT_NONFINITE_STOP;
       /* Caught at the first step: by the count of the reduced gradient's non-finite values, or
        * (sharded step) by the agreed gradient norm. */
       ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_NONFINITE);
@@ -1145,14 +1147,14 @@ START_TEST(nonfinite_gradient_norm) {
       /* With DPT_NONFINITE_SKIP (and with clipping off too: the reduced gradient is checked)
        * every step is skipped alike, the parameters stay as they started, and a run that
        * trained nothing fails; past max_skipped steps in a row it fails earlier. */
-      cfg.on_nonfinite = DPT_NONFINITE_SKIP;
-      cfg.max_skipped = -1;
+      cfg.checks.on_nonfinite = DPT_NONFINITE_SKIP;
+      cfg.checks.max_skipped = -1;
       for (int clip = 0; clip < 2; ++clip) {
         dpt_train_report rep;
         memset(&rep, 0, sizeof rep);
         cfg.optim.clip_norm = clip ? 1.0f : 0.0f;
-        cfg.on_report = keep_report;
-        cfg.user = &rep;
+        cfg.callbacks.on_report = keep_report;
+        cfg.callbacks.user = &rep;
         ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_NONFINITE);
         ck_assert_msg(strstr(dpt_last_error(), "every one of the 6 steps was skipped"), "%s",
                       dpt_last_error());
@@ -1160,20 +1162,20 @@ START_TEST(nonfinite_gradient_norm) {
         ck_assert_int_eq(rep.skipped_steps, 6);
         ck_assert(rep.param_hash == dpt_fingerprint(init, sizeof init));
       }
-      cfg.on_report = NULL;
-      cfg.max_skipped = 3;
+      cfg.callbacks.on_report = NULL;
+      cfg.checks.max_skipped = 3;
       ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_NONFINITE);
       ck_assert_msg(strstr(dpt_last_error(), "4 steps in a row"), "%s", dpt_last_error());
-      cfg.max_skipped = 10;
+      cfg.checks.max_skipped = 10;
       cfg.optim.clip_norm = 1.0f;
     }
   /* Without clipping or skipping, the reduced gradient's non-finite values stop the run at the
    * step, before its update makes the parameters non-finite. */
-  cfg.on_nonfinite = DPT_NONFINITE_STOP;
+  cfg.checks.on_nonfinite = DPT_NONFINITE_STOP;
   cfg.optim.clip_norm = 0.0f;
-  cfg.max_steps = 1;
+  cfg.schedule.max_steps = 1;
   for (int R = 1; R <= 2; ++R) {
-    cfg.replicas = R;
+    cfg.devices.replicas = R;
     ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_NONFINITE);
     ck_assert_msg(strstr(dpt_last_error(), "reduced gradient has values that are not finite at "
                                            "step 1"),
@@ -1238,10 +1240,10 @@ START_TEST(learns) {
   dpt_dataset *train = make_data(2000, 21), *test = make_data(500, 22);
   dpt_train_config cfg;
   mlp_config(&cfg, train, 50);
-  cfg.test = test;
-  cfg.max_steps = 0;
-  cfg.epochs = 5;
-  cfg.replicas = 2;
+  cfg.data.test = test;
+  cfg.schedule.max_steps = 0;
+  cfg.schedule.epochs = 5;
+  cfg.devices.replicas = 2;
   dpt_train_report rep;
   ck_assert_int_eq(dpt_train(&cfg, NULL, &rep), DPT_OK);
   ck_assert_int_eq(rep.final, 1);
@@ -1299,13 +1301,13 @@ START_TEST(bert_equivalence) {
   dpt_train_config cfg;
   dpt_train_config_default(&cfg);
   ck_assert_int_eq(dpt_model_spec_bert(&cfg.model, &bo), DPT_OK);
-  cfg.train = train;
-  cfg.test = valid;
-  cfg.global_batch = 10;
-  cfg.max_steps = 20;
-  cfg.epochs = 10;
-  cfg.seed = 5;
-  cfg.check_every = 1;
+  cfg.data.train = train;
+  cfg.data.test = valid;
+  cfg.schedule.global_batch = 10;
+  cfg.schedule.max_steps = 20;
+  cfg.schedule.epochs = 10;
+  cfg.schedule.seed = 5;
+  cfg.checks.check_every = 1;
   dpt_optim_config_default(&cfg.optim, DPT_OPTIM_ADAMW);
   cfg.optim.lr = 1e-3f;
   cfg.optim.clip_norm = 1.0f;
@@ -1337,7 +1339,7 @@ START_TEST(bert_equivalence) {
   /* Micro-batches: 2 replicas of 5 sequences as 2 and 3 (the targets, dropout's masks keyed by
    * the global sample and the loss summed over them). */
   dpt_train_config ca = cfg;
-  ca.accumulate = 3;
+  ca.schedule.accumulate = 3;
   float *acc = train_threads(ca, 2, &rr);
   ck_assert_double_le(max_rel_diff(acc, ref, dpt_model_num_params(m)), 1e-4);
   ck_assert_double_eq_tol(rr.train_loss, r1.train_loss, 1e-4 * r1.train_loss);
@@ -1345,7 +1347,7 @@ START_TEST(bert_equivalence) {
   free(acc);
   /* The steps moved the parameters; a classifier's data is refused with a clear line. */
   dpt_train_config c0 = cfg;
-  c0.max_steps = 1;
+  c0.schedule.max_steps = 1;
   c0.optim.lr = 1e-30f;
   float *init = train_threads(c0, 1, &rr);
   ck_assert_double_gt(max_rel_diff(ref, init, dpt_model_num_params(m)), 1e-4);
@@ -1353,13 +1355,13 @@ START_TEST(bert_equivalence) {
   int32_t lab[64] = {0};
   dpt_dataset *images = NULL; /* 16 values a sample, as the sequences */
   ck_assert_int_eq(dpt_dataset_from_memory(px, lab, 64, 4, 4, 10, &images), DPT_OK);
-  c0.train = images;
-  c0.test = NULL;
+  c0.data.train = images;
+  c0.data.test = NULL;
   ck_assert_int_ne(dpt_train(&c0, NULL, NULL), DPT_OK);
   ck_assert_ptr_nonnull(strstr(dpt_last_error(), "token model"));
   dpt_train_config c1;
   mlp_config(&c1, images, 8);
-  c1.train = train; /* an MLP on text: refused too */
+  c1.data.train = train; /* an MLP on text: refused too */
   c1.model.in_h = 1;
   c1.model.in_w = 16;
   ck_assert_int_eq(dpt_model_spec_mlp(&c1.model, 1, 1, 16, (const size_t[]){8}, 1, 10), DPT_OK);
@@ -1434,9 +1436,9 @@ static void tiny_mlp_config(dpt_train_config *cfg, const dpt_dataset *ds) {
   dpt_train_config_default(cfg);
   const size_t hidden[1] = {8};
   dpt_model_spec_mlp(&cfg->model, 1, 8, 8, hidden, 1, 10);
-  cfg->train = ds;
-  cfg->global_batch = 64;
-  cfg->max_steps = 5;
+  cfg->data.train = ds;
+  cfg->schedule.global_batch = 64;
+  cfg->schedule.max_steps = 5;
 }
 
 /* Under mpiexec: every rank trains one replica over MPI, rank r on backends[r % count]; each
@@ -1478,16 +1480,16 @@ static int mpi_main(const char *backends) {
     dpt_train_config_default(&cfg);
     const size_t hidden[2] = {32, 16};
     dpt_model_spec_mlp(&cfg.model, 1, 8, 8, hidden, 2, 10);
-    cfg.train = ds;
-    cfg.global_batch = batches[t];
-    cfg.max_steps = 20;
-    cfg.seed = 7;
-    cfg.check_every = 5;
+    cfg.data.train = ds;
+    cfg.schedule.global_batch = batches[t];
+    cfg.schedule.max_steps = 20;
+    cfg.schedule.seed = 7;
+    cfg.checks.check_every = 5;
     const size_t n = num_params(&cfg.model);
     float *ref = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
     dpt_train_report rep;
     cfg.final_params = got;
-    cfg.backend = kinds[rank % nk];
+    cfg.devices.backend = kinds[rank % nk];
     st = dpt_train(&cfg, comm, &rep);
     if (st != DPT_OK) {
       fprintf(stderr, "rank %d: mpi training failed: %s\n", rank, dpt_last_error());
@@ -1503,8 +1505,8 @@ static int mpi_main(const char *backends) {
       ++failures;
     }
     cfg.final_params = ref;
-    cfg.replicas = 1;
-    cfg.backend = DPT_BACKEND_CPU;
+    cfg.devices.replicas = 1;
+    cfg.devices.backend = DPT_BACKEND_CPU;
     if (dpt_train(&cfg, NULL, NULL) != DPT_OK) {
       fprintf(stderr, "rank %d: reference failed: %s\n", rank, dpt_last_error());
       ++failures;
@@ -1512,7 +1514,7 @@ static int mpi_main(const char *backends) {
     if (rank == 0 && st == DPT_OK) {
       double d = max_rel_diff(got, ref, n);
       printf("%d ranks (%s), B=%zu: max relative difference to one CPU replica %.3g\n", size,
-             backends, cfg.global_batch, d);
+             backends, cfg.schedule.global_batch, d);
       if (!(d <= tolerance)) ++failures;
     }
     free(ref);
@@ -1531,14 +1533,14 @@ static int mpi_main(const char *backends) {
     dpt_dataset *ds = make_data(1000, 11);
     dpt_train_config cfg;
     tiny_mlp_config(&cfg, ds);
-    cfg.backend = kinds[rank % nk];
+    cfg.devices.backend = kinds[rank % nk];
     const size_t n = num_params(&cfg.model);
     float *ref = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
     dpt_train_report r0, rb;
     cfg.final_params = ref;
     st = dpt_train(&cfg, comm, &r0);
     cfg.final_params = got;
-    cfg.bucket_bytes = 1024;
+    cfg.exchange.bucket_bytes = 1024;
     if (st == DPT_OK) st = dpt_train(&cfg, comm, &rb);
     if (st != DPT_OK) {
       fprintf(stderr, "rank %d: bucketed training failed: %s\n", rank, dpt_last_error());
@@ -1588,9 +1590,9 @@ static int mpi_main(const char *backends) {
     tiny_mlp_config(&cfg, ds);
     if (odd && f == 0) dpt_optim_config_default(&cfg.optim, DPT_OPTIM_ADAMW);
     if (odd && f == 1) cfg.optim.lr = 0.1f;
-    if (odd && f == 2) cfg.seed = 8;
-    if (odd && f == 3) cfg.global_batch = 32;
-    if (odd && f == 4) cfg.max_steps = 4;
+    if (odd && f == 2) cfg.schedule.seed = 8;
+    if (odd && f == 3) cfg.schedule.global_batch = 32;
+    if (odd && f == 4) cfg.schedule.max_steps = 4;
     st = dpt_train(&cfg, comm, NULL);
     if (st != DPT_ERR_MISMATCH || !strstr(dpt_last_error(), fields[f])) {
       fprintf(stderr, "rank %d: different %s: %s: %s\n", rank, fields[f], dpt_status_name(st),
@@ -1606,7 +1608,7 @@ static int mpi_main(const char *backends) {
     dpt_dataset *ds = make_data(1000, 11);
     dpt_train_config cfg;
     tiny_mlp_config(&cfg, ds);
-    cfg.device = rank == size - 1 ? 1000 : -1;
+    cfg.devices.device = rank == size - 1 ? 1000 : -1;
     st = dpt_train(&cfg, comm, NULL);
     char want[64];
     snprintf(want, sizeof want, "replica %d could not start", size - 1);
@@ -1635,7 +1637,7 @@ START_TEST(backend_matches_cpu) {
   size_t n = num_params(&cfg.model);
   dpt_train_report rep;
   float *ref = train_threads(cfg, 1, &rep);
-  cfg.backend = g_backend;
+  cfg.devices.backend = g_backend;
   float *got = train_threads(cfg, 2, &rep);
   ck_assert_str_eq(rep.backend, dpt_backend_kind_name(g_backend));
   double d = max_rel_diff(got, ref, n);
@@ -1661,20 +1663,20 @@ START_TEST(backend_buckets) {
   dpt_train_config cfg;
   mlp_config(&cfg, ds, 64);
   const size_t n = num_params(&cfg.model);
-  cfg.backend = g_backend;
-  cfg.grad_dtype = DPT_COMM_BF16;
-  cfg.grad_error_feedback = 1;
+  cfg.devices.backend = g_backend;
+  cfg.exchange.grad_dtype = DPT_COMM_BF16;
+  cfg.exchange.grad_error_feedback = 1;
   float *ref = train_threads(cfg, 3, NULL);
-  cfg.bucket_bytes = 1024;
+  cfg.exchange.bucket_bytes = 1024;
   float *got = train_threads(cfg, 3, NULL);
   ck_assert_msg(memcmp(got, ref, n * sizeof(float)) == 0, "bfloat16: buckets differ");
   free(ref);
   free(got);
-  cfg.grad_dtype = DPT_COMM_F32;
-  cfg.grad_error_feedback = 0;
-  cfg.bucket_bytes = 0;
+  cfg.exchange.grad_dtype = DPT_COMM_F32;
+  cfg.exchange.grad_error_feedback = 0;
+  cfg.exchange.bucket_bytes = 0;
   ref = train_threads(cfg, 3, NULL);
-  cfg.bucket_bytes = 2048;
+  cfg.exchange.bucket_bytes = 2048;
   got = train_threads(cfg, 3, NULL);
   ck_assert_msg(memcmp(got, ref, n * sizeof(float)) == 0, "float32, sharded: buckets differ");
   free(ref);

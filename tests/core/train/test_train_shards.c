@@ -18,9 +18,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dptrain/dptrain.h"
+#include "dptrain/advanced.h"
 #include "test_util.h"
 #include "tmp_dir.h"
+#include "tools/prep/shards.h"
 
 enum { DENSE = 2, TABLES = 3, ROWS = 50, BATCH = 24, EPOCHS = 2, SEED = 7, MAXR = 3 };
 static const int train_sizes[5] = {37, 50, 23, 41, 29}; /* 180 records: 7 steps of 24 */
@@ -110,13 +111,13 @@ static void config(dpt_train_config *cfg, int R, dpt_interactions **tr, dpt_inte
   dlrm_spec(&cfg->model, 0);
   cfg->optim.lr = 0.1f;
   cfg->optim.momentum = 0.0f;
-  cfg->replicas = R;
-  cfg->local_train = tr;
-  cfg->local_test = va;
-  cfg->global_batch = BATCH;
-  cfg->epochs = EPOCHS;
-  cfg->seed = SEED;
-  cfg->check_every = 5;
+  cfg->devices.replicas = R;
+  cfg->data.local_train = tr;
+  cfg->data.local_test = va;
+  cfg->schedule.global_batch = BATCH;
+  cfg->schedule.epochs = EPOCHS;
+  cfg->schedule.seed = SEED;
+  cfg->checks.check_every = 5;
 }
 
 static void open_readers(const char *prefix, int R, dpt_interactions **out) {
@@ -283,8 +284,8 @@ START_TEST(replicas_train_on_their_shards) {
     dpt_train_config cfg;
     config(&cfg, R, tr, va);
     seen rep = {0};
-    cfg.on_report = on_report;
-    cfg.user = &rep;
+    cfg.callbacks.on_report = on_report;
+    cfg.callbacks.user = &rep;
     dpt_model *probe = NULL;
     dpt_backend *be = tu_cpu();
     TU_OK(dpt_model_create(be, &cfg.model, 1, &probe));
@@ -362,7 +363,7 @@ START_TEST(sparse_tables_equal_dense) {
     dpt_train_config cfg;
     config(&cfg, R, tr, NULL);
     cfg.optim.weight_decay = 0.0f;
-    cfg.check_every = 1;
+    cfg.checks.check_every = 1;
     dpt_model *probe = NULL;
     dpt_backend *be = tu_cpu();
     TU_OK(dpt_model_create(be, &cfg.model, 1, &probe));
@@ -373,14 +374,14 @@ START_TEST(sparse_tables_equal_dense) {
     TU_OK(dpt_model_get_state(probe, init));
     cfg.final_params = dense;
     TU_OK(dpt_train(&cfg, NULL, NULL));
-    cfg.sparse_tables = 1;
+    cfg.exchange.sparse_tables = 1;
     cfg.final_params = sparse;
     dpt_train_report fin;
     /* the default choice (dense here: the rows are a third of the table), always dense,
      * always sparse: the same parameters */
     static const double above[3] = {0, 1e-12, 1e30};
     for (int a = 0; a < 3; ++a) { /* fin: the last, always sparse */
-      cfg.sparse_dense_above = above[a];
+      cfg.exchange.sparse_dense_above = above[a];
       TU_OK(dpt_train(&cfg, NULL, &fin));
       ck_assert_int_eq((int)fin.steps, EPOCHS * 7);
       if (R > 1 && a == 1)
@@ -410,19 +411,19 @@ START_TEST(sparse_tables_equal_dense) {
     } else {
       ck_assert(fin.sparse_sent_bytes == 0);
     }
-    cfg.sparse_dense_above = -1;
+    cfg.exchange.sparse_dense_above = -1;
     EXPECT_FAIL(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG, "sparse_dense_above", NULL, NULL);
-    cfg.sparse_dense_above = 0;
+    cfg.exchange.sparse_dense_above = 0;
     /* AdamW on the dense part: the replicas stay identical (every step's drift check). */
     dpt_optim_config_default(&cfg.optim, DPT_OPTIM_ADAMW);
-    cfg.epochs = 1;
+    cfg.schedule.epochs = 1;
     cfg.final_params = NULL;
     TU_OK(dpt_train(&cfg, NULL, NULL));
     /* Refused: clipping, and data sets instead of per-replica records. */
     cfg.optim.clip_norm = 1.0f;
     EXPECT_FAIL(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG, "does not clip", NULL, NULL);
     cfg.optim.clip_norm = 0.0f;
-    cfg.skip_allreduce = 1;
+    cfg.exchange.skip_allreduce = 1;
     EXPECT_FAIL(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG, "skip_allreduce", NULL, NULL);
     dpt_model_destroy(probe);
     dpt_backend_destroy(be);
@@ -458,37 +459,37 @@ START_TEST(rowwise_adagrad_tables) {
     hand_built_with(R, tr, sgd, touched, 0);
     ck_assert(worst_diff(probe, want, sgd, "emb_l.") > 1e-3);
     config(&cfg, R, tr, NULL);
-    cfg.sparse_tables = 1;
-    cfg.table_optimizer = DPT_TABLE_ROWWISE_ADAGRAD;
+    cfg.exchange.sparse_tables = 1;
+    cfg.exchange.table_optimizer = DPT_TABLE_ROWWISE_ADAGRAD;
     cfg.final_params = got;
     static const double above[2] = {1e30, 1e-12}; /* always sparse, always dense */
     for (int a = 0; a < 2; ++a) {
-      cfg.sparse_dense_above = above[a];
+      cfg.exchange.sparse_dense_above = above[a];
       TU_OK(dpt_train(&cfg, NULL, NULL));
       const double d = worst_diff(probe, want, got, "");
       ck_assert_msg(d <= 1e-5, "R=%d, dense above %g: %g from the hand-built run", R, above[a], d);
     }
     if (R == 2) { /* stopped after step 5 (a checkpoint), then resumed */
-      cfg.sparse_dense_above = 0;
+      cfg.exchange.sparse_dense_above = 0;
       cfg.final_params = want;
       TU_OK(dpt_train(&cfg, NULL, NULL));
-      cfg.checkpoint_dir = tpath("ckpt");
-      cfg.checkpoint_every = 5;
-      cfg.max_steps = 5;
+      cfg.checkpoints.checkpoint_dir = tpath("ckpt");
+      cfg.checkpoints.checkpoint_every = 5;
+      cfg.schedule.max_steps = 5;
       cfg.final_params = NULL;
       TU_OK(dpt_train(&cfg, NULL, NULL));
-      cfg.max_steps = 0;
-      cfg.resume = 1;
+      cfg.schedule.max_steps = 0;
+      cfg.checkpoints.resume = 1;
       cfg.final_params = got;
       TU_OK(dpt_train(&cfg, NULL, NULL));
       ck_assert_int_eq(memcmp(want, got, np * sizeof(float)), 0);
-      cfg.table_optimizer = DPT_TABLE_SGD;
+      cfg.exchange.table_optimizer = DPT_TABLE_SGD;
       EXPECT_FAIL(dpt_train(&cfg, NULL, NULL), DPT_ERR_MISMATCH, "the tables' optimizer", NULL,
                   NULL);
-      cfg.checkpoint_dir = NULL;
-      cfg.resume = 0;
-      cfg.table_optimizer = DPT_TABLE_ROWWISE_ADAGRAD;
-      cfg.sparse_tables = 0;
+      cfg.checkpoints.checkpoint_dir = NULL;
+      cfg.checkpoints.resume = 0;
+      cfg.exchange.table_optimizer = DPT_TABLE_ROWWISE_ADAGRAD;
+      cfg.exchange.sparse_tables = 0;
       EXPECT_FAIL(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG, "needs sparse_tables", NULL,
                   NULL);
     }
@@ -509,25 +510,25 @@ START_TEST(bad_readers_refused) {
   open_readers("train", 2, tr);
   dpt_train_config cfg;
   config(&cfg, 2, tr, NULL);
-  cfg.epochs = 1;
-  cfg.max_steps = 1;
+  cfg.schedule.epochs = 1;
+  cfg.schedule.max_steps = 1;
   /* Readers opened for another world size, or swapped. */
   TU_OK(dpt_interactions_open(pattern("train"), 0, 1, &wrong[0]));
   wrong[1] = tr[1];
-  cfg.local_train = wrong;
+  cfg.data.local_train = wrong;
   EXPECT_FAIL(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG, "opened as rank 0 of 1", NULL,
               NULL);
   dpt_interactions *swapped[2] = {tr[1], tr[0]};
-  cfg.local_train = swapped;
+  cfg.data.local_train = swapped;
   EXPECT_FAIL(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG, "replica 0", NULL, NULL);
-  cfg.local_train = tr;
+  cfg.data.local_train = tr;
   /* A global batch beyond the records, settings that do not apply. */
-  cfg.global_batch = 181;
+  cfg.schedule.global_batch = 181;
   EXPECT_FAIL(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG, "180 training records", NULL, NULL);
-  cfg.global_batch = BATCH;
-  cfg.shuffle = 0;
+  cfg.schedule.global_batch = BATCH;
+  cfg.schedule.shuffle = 0;
   EXPECT_FAIL(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG, "epoch rule", NULL, NULL);
-  cfg.shuffle = 1;
+  cfg.schedule.shuffle = 1;
   /* The model's tables smaller than the shards' (ids beyond a table). */
   dlrm_spec(&cfg.model, ROWS - 10);
   EXPECT_FAIL(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG, "beyond the 40 rows", "emb_l.0",
@@ -571,9 +572,9 @@ START_TEST(device_big_tables) {
       dpt_train_config cfg;
       config(&cfg, R, tr, NULL);
       dlrm_spec(&cfg.model, BIG_ROWS);
-      cfg.backend = k ? device_kind : DPT_BACKEND_CPU;
-      cfg.check_every = 1;
-      cfg.sparse_tables = sparse;
+      cfg.devices.backend = k ? device_kind : DPT_BACKEND_CPU;
+      cfg.checks.check_every = 1;
+      cfg.exchange.sparse_tables = sparse;
       if (!sparse) {
         dpt_optim_config_default(&cfg.optim, DPT_OPTIM_ADAMW);
         cfg.optim.lr = 0.01f;

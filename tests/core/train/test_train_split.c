@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dptrain/dptrain.h"
+#include "dptrain/advanced.h"
 #include "tmp_dir.h"
 #include "train_data.h"
 
@@ -87,18 +87,18 @@ static void config(dpt_train_config *cfg, dpt_dataset *train, size_t batch, seen
   memset(w, 0, sizeof *w);
   dpt_train_config_default(cfg);
   model(&cfg->model);
-  cfg->train = train;
-  cfg->global_batch = batch;
-  cfg->epochs = 100;
-  cfg->max_steps = 30;
-  cfg->seed = 3;
-  cfg->check_every = 5;
+  cfg->data.train = train;
+  cfg->schedule.global_batch = batch;
+  cfg->schedule.epochs = 100;
+  cfg->schedule.max_steps = 30;
+  cfg->schedule.seed = 3;
+  cfg->checks.check_every = 5;
   cfg->optim.lr = 0.05f;
   cfg->optim.momentum = 0.9f;
-  cfg->on_split = on_split;
-  cfg->on_report = on_report;
-  cfg->on_log = on_log;
-  cfg->user = w;
+  cfg->callbacks.on_split = on_split;
+  cfg->callbacks.on_report = on_report;
+  cfg->callbacks.on_log = on_log;
+  cfg->callbacks.user = w;
   w->batch = batch;
 }
 
@@ -116,7 +116,7 @@ static size_t state_size(const dpt_model_spec *spec) {
 
 static float *train(dpt_train_config cfg, int replicas, dpt_train_report *rep) {
   float *out = malloc(state_size(&cfg.model) * sizeof(float));
-  cfg.replicas = replicas;
+  cfg.devices.replicas = replicas;
   cfg.final_params = out;
   const dpt_status st = dpt_train(&cfg, NULL, rep);
   ck_assert_msg(st == DPT_OK, "%d replicas: %s: %s", replicas, dpt_status_str(st),
@@ -141,7 +141,7 @@ static void check_slowed(int R, size_t n, size_t B, int keep_last) {
   seen w;
   dpt_train_config cfg;
   config(&cfg, ds, B, &w);
-  cfg.keep_last = keep_last;
+  cfg.schedule.keep_last = keep_last;
   const size_t np = state_size(&cfg.model);
   dpt_train_report rep;
   float *even = train(cfg, R, &rep);
@@ -149,8 +149,8 @@ static void check_slowed(int R, size_t n, size_t B, int keep_last) {
   char knob[32];
   snprintf(knob, sizeof knob, "%d:4", R - 1);
   setenv("DPT_TEST_SLOW_REPLICA", knob, 1);
-  cfg.split = DPT_SPLIT_PROPORTIONAL;
-  cfg.split_every = 4;
+  cfg.devices.split = DPT_SPLIT_PROPORTIONAL;
+  cfg.devices.split_every = 4;
   memset(&w, 0, sizeof w);
   w.batch = B;
   float *prop = train(cfg, R, &rep);
@@ -200,9 +200,9 @@ START_TEST(equal_speed_stays_even) {
   seen w;
   dpt_train_config cfg;
   config(&cfg, ds, 64, &w);
-  cfg.split = DPT_SPLIT_PROPORTIONAL;
-  cfg.split_every = 5;
-  cfg.max_steps = 40;
+  cfg.devices.split = DPT_SPLIT_PROPORTIONAL;
+  cfg.devices.split_every = 5;
+  cfg.schedule.max_steps = 40;
   dpt_train_report rep;
   free(train(cfg, 2, &rep));
   printf("equal speed: %d split changes, final shares %zu %zu\n", w.changes, w.final_shares[0],
@@ -224,14 +224,14 @@ START_TEST(slowed_accumulate) {
   seen w;
   dpt_train_config cfg;
   config(&cfg, ds, 64, &w);
-  cfg.accumulate = 3;
-  cfg.max_steps = 20;
+  cfg.schedule.accumulate = 3;
+  cfg.schedule.max_steps = 20;
   const size_t np = state_size(&cfg.model);
   dpt_train_report rep;
   float *even = train(cfg, 2, &rep);
   setenv("DPT_TEST_SLOW_REPLICA", "0:4", 1);
-  cfg.split = DPT_SPLIT_PROPORTIONAL;
-  cfg.split_every = 3;
+  cfg.devices.split = DPT_SPLIT_PROPORTIONAL;
+  cfg.devices.split_every = 3;
   float *prop = train(cfg, 2, &rep);
   unsetenv("DPT_TEST_SLOW_REPLICA");
   const double d = max_rel_diff(prop, even, np);
@@ -252,18 +252,18 @@ START_TEST(resume_changes_split) {
   seen w;
   dpt_train_config cfg;
   config(&cfg, ds, 64, &w);
-  cfg.max_steps = 20;
+  cfg.schedule.max_steps = 20;
   const size_t np = state_size(&cfg.model);
   dpt_train_report rep;
   float *ref = train(cfg, 2, &rep);
-  cfg.checkpoint_dir = tmp_dir;
-  cfg.checkpoint_every = 10;
-  cfg.max_steps = 10;
+  cfg.checkpoints.checkpoint_dir = tmp_dir;
+  cfg.checkpoints.checkpoint_every = 10;
+  cfg.schedule.max_steps = 10;
   free(train(cfg, 2, &rep));
-  cfg.max_steps = 20;
-  cfg.resume = 1;
-  cfg.split = DPT_SPLIT_PROPORTIONAL;
-  cfg.split_every = 2;
+  cfg.schedule.max_steps = 20;
+  cfg.checkpoints.resume = 1;
+  cfg.devices.split = DPT_SPLIT_PROPORTIONAL;
+  cfg.devices.split_every = 2;
   memset(&w, 0, sizeof w);
   w.batch = 64;
   setenv("DPT_TEST_SLOW_REPLICA", "1:4", 1);
@@ -287,12 +287,12 @@ START_TEST(bad_settings) {
   seen w;
   dpt_train_config cfg;
   config(&cfg, ds, 32, &w);
-  cfg.replicas = 2;
-  cfg.split = (dpt_split_mode)7;
+  cfg.devices.replicas = 2;
+  cfg.devices.split = (dpt_split_mode)7;
   ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG);
   ck_assert_ptr_nonnull(strstr(dpt_last_error(), "split"));
-  cfg.split = DPT_SPLIT_PROPORTIONAL;
-  cfg.split_every = -1;
+  cfg.devices.split = DPT_SPLIT_PROPORTIONAL;
+  cfg.devices.split_every = -1;
   ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG);
   ck_assert_ptr_nonnull(strstr(dpt_last_error(), "split_every"));
   dpt_dataset_destroy(ds);
@@ -315,13 +315,13 @@ START_TEST(mixed_backends) {
   seen w;
   dpt_train_config cfg;
   config(&cfg, ds, 64, &w);
-  cfg.max_steps = 20;
+  cfg.schedule.max_steps = 20;
   const size_t np = state_size(&cfg.model);
   dpt_train_report rep;
   float *ref = train(cfg, 2, &rep);
   const uint64_t ref_hash = rep.param_hash;
   const dpt_backend_kind kinds[2] = {DPT_BACKEND_CPU, g_other};
-  cfg.replica_backends = kinds;
+  cfg.devices.replica_backends = kinds;
   float *got = train(cfg, 2, &rep);
   char want[64];
   snprintf(want, sizeof want, "cpu,%s", dpt_backend_kind_name(g_other));
@@ -334,8 +334,8 @@ START_TEST(mixed_backends) {
   ck_assert_msg(d <= 1e-5, "cpu,%s differs from cpu,cpu by %g (rel)",
                 dpt_backend_kind_name(g_other), d);
   /* The proportional split over the two backends trains the same too. */
-  cfg.split = DPT_SPLIT_PROPORTIONAL;
-  cfg.split_every = 4;
+  cfg.devices.split = DPT_SPLIT_PROPORTIONAL;
+  cfg.devices.split_every = 4;
   free(got);
   got = train(cfg, 2, &rep);
   const double dp = max_rel_diff(got, ref, np);

@@ -1,8 +1,8 @@
-/* Internal: the tokenizer's hash maps (open addressing, linear probing, no deletion): byte
- * strings to 32-bit values (words, the encoder's cache) and 64-bit keys to 32-bit values
- * (token pairs). */
-#ifndef DPTRAIN_CORE_TEXT_MAP_H
-#define DPTRAIN_CORE_TEXT_MAP_H
+/* Internal: hash maps of the tokenizer and its trainer (open addressing, linear probing, no
+ * deletion): byte strings to 32-bit values (words, the encoder's cache) and 64-bit keys to
+ * 32-bit values (token pairs). */
+#ifndef DPTRAIN_BASE_TEXT_MAP_H
+#define DPTRAIN_BASE_TEXT_MAP_H
 
 #include <stddef.h>
 #include <stdint.h>

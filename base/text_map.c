@@ -1,5 +1,6 @@
-/* The tokenizer's hash maps; see core/text/text_map.h. */
-#include "core/text/text_map.h"
+/* Hash maps of byte strings and 64-bit keys (the tokenizer's, its trainer's); see base/text_map.h.
+ */
+#include "base/text_map.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* Criteo's text layout to interaction shards: the categorical hash, DLRM's dense transform, and
- * the converter (include/dptrain/interactions.h). */
+ * the converter (tools/prep/shards.h). */
 #define _POSIX_C_SOURCE 200809L /* getline */
 #include <errno.h>
 #include <math.h>
@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 
 #include "base/error.h"
-#include "dptrain/interactions.h"
+#include "tools/prep/shards.h"
 
 #define MAX_SHARDS 512 /* open files at once */
 

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "dptrain/train.h"
+#include "dptrain/comm.h"
 
 /* One member's word, the same size on every member (allgather of fixed-size records). */
 typedef struct ready_word {
@@ -17,8 +17,8 @@ typedef struct ready_word {
 /* Members whose words fit on the stack (no allocation, so the agreement itself cannot fail). */
 enum { READY_INLINE = 64 };
 
-dpt_status dpt_train_agree_ready(dpt_comm *comm, dpt_status mine, const char *message,
-                                 const char *member, int *same_as_first) {
+dpt_status dpt_comm_agree_ready(dpt_comm *comm, dpt_status mine, const char *message,
+                                const char *member, int *same_as_first) {
   if (same_as_first) *same_as_first = 0;
   if (!comm) return mine;
   char own[1024]; /* kept whole: the word carries the start of it */

@@ -1,4 +1,4 @@
-/* Synthetic interactions with planted latent factors (include/dptrain/interactions.h,
+/* Synthetic interactions with planted latent factors (tools/prep/shards.h,
  * docs/recommendation.md): every draw is keyed by (seed, what, index), so record i and the
  * factors of (table, row) are computed on the fly in O(1) memory. */
 #include <math.h>
@@ -6,7 +6,7 @@
 
 #include "base/error.h"
 #include "base/rng.h"
-#include "dptrain/interactions.h"
+#include "tools/prep/shards.h"
 
 #define DOMAIN_SAMPLE UINT64_C(0x53594e5453414d50) /* "SYNTSAMP" */
 #define DOMAIN_FACTOR UINT64_C(0x53594e5446414354) /* "SYNTFACT" */

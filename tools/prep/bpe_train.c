@@ -6,7 +6,13 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "core/text/bpe_impl.h"
+#include "base/text_map.h"
+#include "tools/prep/vocab.h"
+
+/* The key of the pair (left, right) in pair_ids. */
+static uint64_t pair_key(int32_t left, int32_t right) {
+  return (uint64_t)(uint32_t)left << 32 | (uint32_t)right;
+}
 
 typedef struct word {
   size_t off;     /* its tokens: syms[off, + len) */
@@ -140,7 +146,7 @@ static heap_item heap_pop(trainer *t) {
 
 /* The index of pair (l, r), created with count 0 when new. */
 static dpt_status pair_of(trainer *t, int32_t l, int32_t r, uint32_t *out) {
-  const uint64_t key = dpt_bpe_pair_key(l, r);
+  const uint64_t key = pair_key(l, r);
   *out = dpt_u64_map_get(&t->pair_ids, key);
   if (*out != DPT_MAP_NONE) return DPT_OK;
   DPT_TRY(reserve((void **)&t->pairs, &t->capp, t->npairs, sizeof *t->pairs));
@@ -274,5 +280,7 @@ dpt_status dpt_bpe_train(const dpt_text_corpus *corpus, size_t vocab_size, dpt_b
     free(merges);
     return st;
   }
-  return dpt_bpe_from_merges(merges, made, "bpe_train", out);
+  const dpt_status built = dpt_bpe_from_merges(merges, made, "bpe_train", out);
+  free(merges);
+  return built;
 }
