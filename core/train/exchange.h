@@ -5,8 +5,8 @@
  * exchange, gradient buckets over each of those, sparse tables, and no exchange at all. The
  * kind is chosen once per run (dpt_train_exchange_pick) and the step calls it at three points:
  * after backward (reduce), to count what is not finite, and to update. A new way of exchanging
- * is a new file with its table of these calls and a line in exchange_kinds.c's list
- * (docs/training.md, *Adding an exchange kind*). */
+ * is a new file exchange_<kind>.c with its table of these calls and a line in the list of
+ * exchange_kinds.c (docs/training.md, *Adding an exchange kind*). */
 #ifndef DPTRAIN_CORE_TRAIN_EXCHANGE_H
 #define DPTRAIN_CORE_TRAIN_EXCHANGE_H
 
