@@ -48,7 +48,7 @@ extern const train_exchange *const dpt_train_exchange_kinds[];
  * that applies, or the one whose name DPT_EXCHANGE gives (every replica must see the same);
  * DPT_ERR_INVALID_ARG when that names no kind, or one that does not apply to the run. */
 dpt_status dpt_train_exchange_pick(const replica_state *s, const train_exchange **out);
-/* DPT_EXCHANGE, the name of the kind a run is to take; NULL when unset. */
+/* DPT_EXCHANGE, the name of the kind a run is to take; NULL when unset or empty. */
 const char *dpt_train_exchange_forced(void);
 
 /* The kinds of exchange.c, and what other kinds reuse of them. */

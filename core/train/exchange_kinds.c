@@ -32,7 +32,8 @@ const train_exchange *const dpt_train_exchange_kinds[] = {
 };
 
 const char *dpt_train_exchange_forced(void) {
-  return getenv("DPT_EXCHANGE");
+  const char *v = getenv("DPT_EXCHANGE");
+  return v && *v ? v : NULL;
 }
 
 /* The first kind of the list that applies. */

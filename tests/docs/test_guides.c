@@ -218,8 +218,8 @@ START_TEST(halves_matches_full) {
 }
 END_TEST
 
-/* DPT_EXCHANGE naming the kind a run has anyway changes nothing; a name of no kind, or a kind
- * that does not serve the run, stops it at start-up saying why. */
+/* DPT_EXCHANGE naming the kind a run has anyway, or empty, changes nothing; a name of no kind,
+ * or a kind that does not serve the run, stops it at start-up saying why. */
 START_TEST(forced_by_name) {
   dpt_dataset *ds = make_data(96, 5);
   dpt_train_config cfg;
@@ -230,6 +230,9 @@ START_TEST(forced_by_name) {
   TU_OK(train_with(cfg, 2, NULL, ref, log));
   TU_OK(train_with(cfg, 2, "sharded", got, log));
   ck_assert(memcmp(ref, got, n * sizeof(float)) == 0);
+  TU_OK(train_with(cfg, 2, "", got, log)); /* empty: as unset */
+  ck_assert(memcmp(ref, got, n * sizeof(float)) == 0);
+  ck_assert_ptr_null(strstr(log, "DPT_EXCHANGE"));
   ck_assert_int_eq(train_with(cfg, 2, "quarters", got, log), DPT_ERR_INVALID_ARG);
   ck_assert_msg(strstr(dpt_last_error(), "DPT_EXCHANGE='quarters' names no exchange kind") &&
                     strstr(dpt_last_error(), "'full', 'halves')"),
