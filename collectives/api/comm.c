@@ -1,4 +1,5 @@
-/* The communicator's public calls: its handle, and the collectives' entry points. Each entry
+/* The communicator's public calls: its handle (created by a transport, handed the common
+ * set-up: transport.h, dpt_comm_setup), and the collectives' entry points. Each entry
  * point checks its arguments, numbers and describes the collective (an argument this rank
  * rejects is announced to the others, dpt_coll_fail), picks the algorithm, and hands the data
  * to dpt_coll_run with the hello round and the algorithm to run on it. */
@@ -19,8 +20,10 @@
 
 /* ---- the handle ------------------------------------------------------------------------------ */
 
-dpt_status dpt_comm_init(dpt_comm *c, const dpt_transport *tp, void *impl, int rank, int size,
-                         int tag_ub) {
+/* The communicator's common part, which a transport's create call sets up through
+ * dpt_comm_setup.init: impl is the transport's state, tag_ub the largest usable tag. */
+static dpt_status comm_init(dpt_comm *c, const dpt_transport *tp, void *impl, int rank, int size,
+                            int tag_ub) {
   c->tp = tp;
   c->impl = impl;
   c->rank = rank;
@@ -49,6 +52,23 @@ dpt_status dpt_comm_init(dpt_comm *c, const dpt_transport *tp, void *impl, int r
   }
   return st;
 }
+
+/* The transports build the communicator; what they need from this layer is handed down. */
+dpt_status dpt_comm_group_member(dpt_comm_group *group, int rank, dpt_comm **out) {
+  const dpt_comm_setup up = {comm_init, 0.0};
+  return dpt_transport_threads_member(group, rank, &up, out);
+}
+
+#ifdef DPT_HAVE_MPI
+dpt_status dpt_comm_create_mpi(const void *mpi_comm, dpt_comm **out) {
+  if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_comm_create_mpi: out is NULL");
+  *out = NULL;
+  /* No MPI call while a progress thread may be making one. */
+  DPT_TRY(dpt_comm_check_idle_slow(NULL, 1, "dpt_comm_create_mpi"));
+  const dpt_comm_setup up = {comm_init, dpt_comm_env_timeout()};
+  return dpt_transport_mpi_create(mpi_comm, &up, out);
+}
+#endif
 
 void dpt_comm_destroy(dpt_comm *c) {
   if (!c) return;

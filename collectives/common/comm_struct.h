@@ -50,7 +50,7 @@ struct dpt_comm {
   atomic_int pending;
   /* Nodes, for the hierarchical collectives: node[r] is rank r's node, 0 .. nnodes-1 numbered
    * in order of first appearance by rank; NULL with nnodes 1 when every rank is on one node.
-   * Set by the transport after dpt_comm_init (owner: this struct). */
+   * Set by the transport after the common set-up (owner: this struct). */
   int nnodes;
   int *node;
   /* Ranks per node when every node has as many, -1 when they differ, 0 until first asked

@@ -1,6 +1,6 @@
 /* Internal: the transports' contract: one nonblocking send or receive (dpt_req), the
- * transport's vtable (dpt_transport), what a transport calls to set up a communicator
- * (dpt_comm_init, api/comm.c) and to deliver a message into a receive (transport.c). */
+ * transport's vtable (dpt_transport), the transports' create calls with what they are handed
+ * from above (dpt_comm_setup) and delivering a message into a receive (transport.c). */
 #ifndef DPTRAIN_COLLECTIVES_TRANSPORTS_TRANSPORT_H
 #define DPTRAIN_COLLECTIVES_TRANSPORTS_TRANSPORT_H
 
@@ -111,10 +111,22 @@ typedef struct dpt_transport {
  * r->reduce (transports with recv_reduce). */
 void dpt_req_deliver(dpt_req *r, size_t at, const void *src, size_t bytes);
 
-/* The communicator's common part, set up by a transport that creates one (api/comm.c): impl is
- * the transport's state, tag_ub the largest usable tag. */
-dpt_status dpt_comm_init(dpt_comm *c, const dpt_transport *tp, void *impl, int rank, int size,
-                         int tag_ub);
+/* What a transport's create call needs from the layer above, handed down by the public create
+ * calls (api/comm.c) so that no transport calls up: the communicator's common part set up (impl
+ * the transport's state, tag_ub the largest usable tag; the options from the environment), and
+ * the seconds the set-up's blocking calls may wait (DPT_COMM_TIMEOUT). */
+typedef struct dpt_comm_setup {
+  dpt_status (*init)(dpt_comm *c, const dpt_transport *tp, void *impl, int rank, int size,
+                     int tag_ub);
+  double timeout_s;
+} dpt_comm_setup;
+
+/* dpt_comm_create_mpi's work once api/ has checked that no request is pending (out not NULL,
+ * *out NULL): transport_mpi.c. */
+dpt_status dpt_transport_mpi_create(const void *mpi_comm, const dpt_comm_setup *up, dpt_comm **out);
+/* dpt_comm_group_member's work (transport_threads.c). */
+dpt_status dpt_transport_threads_member(dpt_comm_group *g, int rank, const dpt_comm_setup *up,
+                                        dpt_comm **out);
 
 /* Threads transport, for tests of the hierarchical collectives: the members obtained from g
  * afterwards see `node` (size entries: node[r] is rank r's node, any ids >= 0) as their nodes,

@@ -40,13 +40,11 @@
 #include "collectives/transports/transport.h"
 #include "collectives/transports/backoff.h"
 #include "collectives/transports/shm.h"
-#include "collectives/api/request.h"
 #include "collectives/common/reduce.h"
 #include "collectives/common/comm_util.h"
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/watchdog.h"
-#include "collectives/api/comm_options.h"
 #include "base/env.h"
 
 _Static_assert(sizeof(MPI_Request) <= sizeof(((dpt_req *)0)->mpi), "MPI_Request too large");
@@ -447,8 +445,8 @@ static int launcher_rank(void) {
   return -1;
 }
 
-/* Initializes MPI when nobody has (lock held). */
-static dpt_status mpi_ensure_init(void) {
+/* Initializes MPI when nobody has (lock held), waiting at most timeout_s. */
+static dpt_status mpi_ensure_init(double timeout_s) {
   int init = 0, fin = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
@@ -461,8 +459,8 @@ static dpt_status mpi_ensure_init(void) {
   /* MPI_Init_thread waits for every rank of the job: one stopped or unreachable would keep it
    * from ever returning. */
   dpt_watch w;
-  DPT_TRY(dpt_watch_arm(&w, dpt_comm_env_timeout(), DPT_EXIT_STALLED, launcher_rank(),
-                        "MPI_Init_thread", SETUP_WHY));
+  DPT_TRY(dpt_watch_arm(&w, timeout_s, DPT_EXIT_STALLED, launcher_rank(), "MPI_Init_thread",
+                        SETUP_WHY));
   int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
   dpt_watch_disarm(&w);
   if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Init_thread", -1);
@@ -761,13 +759,10 @@ int dpt_comm_mpi_large_slots(const dpt_comm *c, uint64_t out[2]) {
   return 1;
 }
 
-dpt_status dpt_comm_create_mpi(const void *mpi_comm, dpt_comm **out) {
-  if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_comm_create_mpi: out is NULL");
-  *out = NULL;
-  /* No MPI call while a progress thread may be making one. */
-  DPT_TRY(dpt_comm_check_idle_slow(NULL, 1, "dpt_comm_create_mpi"));
+dpt_status dpt_transport_mpi_create(const void *mpi_comm, const dpt_comm_setup *up,
+                                    dpt_comm **out) {
   pthread_mutex_lock(&g_mpi_lock);
-  dpt_status st = mpi_ensure_init();
+  dpt_status st = mpi_ensure_init(up->timeout_s);
   if (st == DPT_OK) ++g_mpi_live;
   pthread_mutex_unlock(&g_mpi_lock);
   if (st != DPT_OK) return st;
@@ -775,7 +770,7 @@ dpt_status dpt_comm_create_mpi(const void *mpi_comm, dpt_comm **out) {
   /* The set-up's collectives (MPI_Comm_dup, MPI_Comm_split_type, the agreements) block until
    * every rank takes part. */
   dpt_watch setup_watch;
-  st = dpt_watch_arm(&setup_watch, dpt_comm_env_timeout(), DPT_EXIT_STALLED, launcher_rank(),
+  st = dpt_watch_arm(&setup_watch, up->timeout_s, DPT_EXIT_STALLED, launcher_rank(),
                      "the communicator's set-up (dpt_comm_create_mpi)", SETUP_WHY);
   dpt_comm *c = st == DPT_OK ? calloc(1, sizeof *c) : NULL;
   mpi_state *s = st == DPT_OK ? calloc(1, sizeof *s) : NULL;
@@ -814,7 +809,7 @@ dpt_status dpt_comm_create_mpi(const void *mpi_comm, dpt_comm **out) {
   if (!local) local = dpt_env_get("MPI_LOCALNRANKS");
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   s->oversubscribed = local && cores > 0 && atol(local) > cores;
-  st = dpt_comm_init(c, &mpi_transport, s, rank, size, flag && tag_ub ? *tag_ub : 32767);
+  st = up->init(c, &mpi_transport, s, rank, size, flag && tag_ub ? *tag_ub : 32767);
   const char *copy_env = dpt_env_get("DPT_COMM_SHM_COPY");
   dpt_shm_copy copy = DPT_SHM_COPY_AUTO;
   if (st == DPT_OK && copy_env) st = dpt_shm_copy_parse(copy_env, &copy);

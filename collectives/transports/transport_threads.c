@@ -287,7 +287,8 @@ dpt_status dpt_comm_group_create(int size, dpt_comm_group **out) {
   return DPT_OK;
 }
 
-dpt_status dpt_comm_group_member(dpt_comm_group *g, int rank, dpt_comm **out) {
+dpt_status dpt_transport_threads_member(dpt_comm_group *g, int rank, const dpt_comm_setup *up,
+                                        dpt_comm **out) {
   if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_comm_group_member: out is NULL");
   *out = NULL;
   if (!g) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_comm_group_member: group is NULL");
@@ -307,7 +308,7 @@ dpt_status dpt_comm_group_member(dpt_comm_group *g, int rank, dpt_comm **out) {
   g->refs++;
   g->obtained = 1;
   pthread_mutex_unlock(&g->lock);
-  dpt_status st = dpt_comm_init(c, &threads_transport, g, rank, g->size, INT_MAX);
+  dpt_status st = up->init(c, &threads_transport, g, rank, g->size, INT_MAX);
   c->recv_reduce = 1;
   if (st == DPT_OK && g->node) { /* fixed since the first member: read without the lock */
     c->node = malloc((size_t)g->size * sizeof *c->node);

@@ -17,6 +17,13 @@ const char *dpt_layer_kind_name(dpt_layer_kind kind) {
   }
 }
 
+/* ", linear, relu, ...": every kind's name, for the message about an unknown one. */
+static const char kind_names[] =
+#define DPT_LAYER_KIND_LIST_(name, value, text) ", " text
+    DPT_LAYER_KIND_MAP(DPT_LAYER_KIND_LIST_)
+#undef DPT_LAYER_KIND_LIST_
+    ;
+
 dpt_status dpt_layer_kind_parse(const char *name, dpt_layer_kind *out) {
   if (!name || !out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_layer_kind_parse: NULL");
   for (int k = 0; k < DPT_LAYER_KIND_COUNT; ++k)
@@ -24,10 +31,5 @@ dpt_status dpt_layer_kind_parse(const char *name, dpt_layer_kind *out) {
       *out = (dpt_layer_kind)k;
       return DPT_OK;
     }
-  return dpt_set_error(
-      DPT_ERR_INVALID_ARG,
-      "unknown layer kind '%s' (linear, relu, conv2d, maxpool, flatten, add, "
-      "batchnorm2d, batchnorm1d, avgpool, global_avgpool, dropout, layernorm, gelu, embedding, "
-      "position_embedding, attention, slice, embedding_bag, concat, interaction)",
-      name);
+  return dpt_set_error(DPT_ERR_INVALID_ARG, "unknown layer kind '%s' (%s)", name, kind_names + 2);
 }

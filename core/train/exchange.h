@@ -5,7 +5,8 @@
  * exchange, gradient buckets over each of those, sparse tables, and no exchange at all. The
  * kind is chosen once per run (dpt_train_exchange_pick) and the step calls it at three points:
  * after backward (reduce), to count what is not finite, and to update. A new way of exchanging
- * is a new table of these calls and a line in the pick. */
+ * is a new file exchange_<kind>.c with its table of these calls and a line in the list of
+ * exchange_kinds.c (docs/training.md, *Adding an exchange kind*). */
 #ifndef DPTRAIN_CORE_TRAIN_EXCHANGE_H
 #define DPTRAIN_CORE_TRAIN_EXCHANGE_H
 
@@ -19,7 +20,7 @@ typedef struct exchange_times {
 } exchange_times;
 
 struct train_exchange {
-  const char *name; /* for messages and the docs */
+  const char *name; /* for messages, the docs and DPT_EXCHANGE */
   /* Whether this kind serves the replica's run (its step mode, s->gh, s->buckets, s->sparse);
    * the first kind of the list that applies is the run's. */
   int (*applies)(const replica_state *s);
@@ -43,9 +44,12 @@ struct train_exchange {
 
 /* The kinds, in the order they are tried (exchange_kinds.c): the first that applies. */
 extern const train_exchange *const dpt_train_exchange_kinds[];
-/* The kind for this replica's run: the first of the list that applies, so after the buckets are
- * set up. */
-const train_exchange *dpt_train_exchange_pick(const replica_state *s);
+/* The kind for this replica's run into *out, once the buckets are set up: the first of the list
+ * that applies, or the one whose name DPT_EXCHANGE gives (every replica must see the same);
+ * DPT_ERR_INVALID_ARG when that names no kind, or one that does not apply to the run. */
+dpt_status dpt_train_exchange_pick(const replica_state *s, const train_exchange **out);
+/* DPT_EXCHANGE, the name of the kind a run is to take; NULL when unset or empty. */
+const char *dpt_train_exchange_forced(void);
 
 /* The kinds of exchange.c, and what other kinds reuse of them. */
 extern const train_exchange dpt_train_exchange_none, dpt_train_exchange_full,

@@ -140,6 +140,7 @@ static dpt_status start_run(replica *r, replica_state *s) {
   /* A configuration this replica refuses is announced like any failure to start. */
   dpt_status st = dpt_train_check_config(cfg, r->over_mpi ? r->comm : NULL);
   if (st == DPT_OK) st = dpt_train_replica_setup(r, s);
+  if (st == DPT_OK) st = dpt_train_exchange_pick(s, &s->exchange); /* again if buckets change */
   DPT_TRY(dpt_comm_agree_ready(r->comm, st, dpt_last_error(), "replica", NULL));
   DPT_TRY(dpt_train_agree_on_run(r, s));
   DPT_TRY(dpt_train_broadcast_params(r, s));
@@ -152,7 +153,8 @@ static dpt_status start_run(replica *r, replica_state *s) {
                                       table, sizeof table));
     dpt_train_log(r, "gradient buckets of %zu KiB (all-reduce bus bandwidth: %s)", bytes >> 10,
                   table);
-    const dpt_status bs = dpt_train_buckets_setup(r, s, bytes);
+    dpt_status bs = dpt_train_buckets_setup(r, s, bytes);
+    if (bs == DPT_OK) bs = dpt_train_exchange_pick(s, &s->exchange);
     DPT_TRY(dpt_comm_agree_ready(r->comm, bs, dpt_last_error(), "replica", NULL));
   }
   if (s->buckets) {
@@ -160,7 +162,8 @@ static dpt_status start_run(replica *r, replica_state *s) {
     dpt_train_buckets_describe(s, line, sizeof line);
     dpt_train_log(r, "%s", line);
   }
-  s->exchange = dpt_train_exchange_pick(s); /* after the buckets, which it depends on */
+  if (dpt_train_exchange_forced())
+    dpt_train_log(r, "exchange kind '%s' (DPT_EXCHANGE)", s->exchange->name);
   return DPT_OK;
 }
 
