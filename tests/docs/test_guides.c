@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dptrain/dptrain.h"
+#include "dptrain/advanced.h"
 #include "grad_check.h"
 #include "test_util.h"
 #include "train_data.h"
