@@ -19,8 +19,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
+#include "base/crc.h"
 #include "base/error.h"
 #include "base/size.h"
 #include "core/io/checkpoint.h"
@@ -166,24 +166,12 @@ static int host_little_endian(void) {
   return b == 1;
 }
 
-/* zlib's crc32 over n bytes, in pieces that fit its uInt length. */
-static uint32_t crc_bytes(uint32_t crc, const void *p, size_t n) {
-  const unsigned char *b = p;
-  while (n > 0) {
-    const size_t m = n < (1u << 30) ? n : (1u << 30);
-    crc = (uint32_t)crc32(crc, b, (uInt)m);
-    b += m;
-    n -= m;
-  }
-  return crc;
-}
-
 /* The CRC32 of tensor t's bytes as the file holds them (floats little-endian). */
 static uint32_t crc_tensor(const dpt_st_tensor *t, size_t nbytes) {
-  const uint32_t crc = (uint32_t)crc32(0L, Z_NULL, 0);
+  const uint32_t crc = dpt_crc32_start();
   if (nbytes == 0) return crc;
-  if (t->dtype && strcmp(t->dtype, "F32")) return crc_bytes(crc, t->bytes, nbytes);
-  if (host_little_endian()) return crc_bytes(crc, t->data, nbytes);
+  if (t->dtype && strcmp(t->dtype, "F32")) return dpt_crc32(crc, t->bytes, nbytes);
+  if (host_little_endian()) return dpt_crc32(crc, t->data, nbytes);
   uint32_t c = crc;
   unsigned char chunk[4096];
   for (size_t done = 0, n = nbytes / 4; done < n;) {
@@ -194,7 +182,7 @@ static uint32_t crc_tensor(const dpt_st_tensor *t, size_t nbytes) {
       for (int b = 0; b < 4; ++b)
         chunk[4 * k + (size_t)b] = (unsigned char)(u >> (8 * b));
     }
-    c = crc_bytes(c, chunk, 4 * m);
+    c = dpt_crc32(c, chunk, 4 * m);
     done += m;
   }
   return c;
@@ -488,7 +476,7 @@ static dpt_status check_tensor(const dpt_safetensors *st, const char *path, cons
     return dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: tensor '%s' has no CRC32 entry in \"%s\"", path,
                          info.name, DPT_CKPT_CRC_KEY);
   const char *stored = json_string_value(v);
-  const uint32_t got = crc_bytes((uint32_t)crc32(0L, Z_NULL, 0), info.data, info.nbytes);
+  const uint32_t got = dpt_crc32(dpt_crc32_start(), info.data, info.nbytes);
   uint64_t want = 0;
   if (!stored || !parse_hex(stored, 8, &want))
     return dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: tensor '%s': its CRC32 entry is not 8 hex digits",

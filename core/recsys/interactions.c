@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
+#include "base/crc.h"
 #include "base/error.h"
 #include "base/rng.h"
 #include "dptrain/comm.h"
@@ -40,18 +40,6 @@ static float get_f32(const unsigned char *p) {
   float f;
   memcpy(&f, &v, 4);
   return f;
-}
-
-/* zlib's crc32 over n bytes, in pieces that fit its uInt length. */
-static uint32_t crc_bytes(uint32_t crc, const void *p, size_t n) {
-  const unsigned char *b = p;
-  while (n > 0) {
-    const size_t m = n < (1u << 30) ? n : (1u << 30);
-    crc = (uint32_t)crc32(crc, b, (uInt)m);
-    b += m;
-    n -= m;
-  }
-  return crc;
 }
 
 static size_t header_bytes(uint32_t num_sparse) {
@@ -87,8 +75,8 @@ static dpt_status read_header(FILE *f, const char *path, long long size, dpt_sha
       fread(h + DPT_SHARD_HEADER_FIXED, 1, tb, f) != tb)
     return dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: truncated inside its header (%lld bytes)", path,
                          size);
-  uint32_t crc = crc_bytes((uint32_t)crc32(0L, Z_NULL, 0), h, 36);
-  crc = crc_bytes(crc, h + DPT_SHARD_HEADER_FIXED, tb);
+  uint32_t crc = dpt_crc32(dpt_crc32_start(), h, 36);
+  crc = dpt_crc32(crc, h + DPT_SHARD_HEADER_FIXED, tb);
   if (crc != get_u32(h + 36))
     return dpt_set_error(DPT_ERR_BAD_FORMAT, "%s: corrupt header (CRC32 %08lx, computed %08lx)",
                          path, (unsigned long)get_u32(h + 36), (unsigned long)crc);
@@ -192,7 +180,7 @@ static dpt_status load_shard(dpt_interactions *d, size_t s, size_t at) {
   unsigned char *buf = st == DPT_OK ? malloc(rb * chunk) : NULL;
   if (st == DPT_OK && !buf) st = dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: read buffer", path);
   /* The whole payload's CRC first; the first bad record is named with it (or alone). */
-  uint32_t crc = (uint32_t)crc32(0L, Z_NULL, 0);
+  uint32_t crc = dpt_crc32_start();
   char bad[256] = "";
   for (uint64_t r = 0; st == DPT_OK && r < h.num_records;) {
     const size_t m = (size_t)(h.num_records - r < chunk ? h.num_records - r : chunk);
@@ -200,7 +188,7 @@ static dpt_status load_shard(dpt_interactions *d, size_t s, size_t at) {
       st = dpt_set_error(DPT_ERR_IO, "%s: read failed at record %llu", path, (unsigned long long)r);
       break;
     }
-    crc = crc_bytes(crc, buf, m * rb);
+    crc = dpt_crc32(crc, buf, m * rb);
     for (size_t k = 0; k < m; k++, r++) {
       if (*bad) continue;
       const unsigned char *p = buf + k * rb;

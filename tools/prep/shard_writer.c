@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
+#include "base/crc.h"
 #include "base/error.h"
 #include "tools/prep/shards.h"
 
@@ -25,18 +25,6 @@ static void put_f32(unsigned char *p, float f) {
   uint32_t v;
   memcpy(&v, &f, 4);
   put_u32(p, v);
-}
-
-/* zlib's crc32 over n bytes, in pieces that fit its uInt length. */
-static uint32_t crc_bytes(uint32_t crc, const void *p, size_t n) {
-  const unsigned char *b = p;
-  while (n > 0) {
-    const size_t m = n < (1u << 30) ? n : (1u << 30);
-    crc = (uint32_t)crc32(crc, b, (uInt)m);
-    b += m;
-    n -= m;
-  }
-  return crc;
 }
 
 static size_t header_bytes(uint32_t num_sparse) {
@@ -70,8 +58,8 @@ static void encode_header(unsigned char *h, uint32_t num_dense, uint32_t num_spa
   put_u32(h + 32, payload_crc);
   for (uint32_t j = 0; j < num_sparse; j++)
     put_u64(h + DPT_SHARD_HEADER_FIXED + 8 * (size_t)j, table_sizes[j]);
-  uint32_t crc = crc_bytes((uint32_t)crc32(0L, Z_NULL, 0), h, 36);
-  crc = crc_bytes(crc, h + DPT_SHARD_HEADER_FIXED, 8 * (size_t)num_sparse);
+  uint32_t crc = dpt_crc32(dpt_crc32_start(), h, 36);
+  crc = dpt_crc32(crc, h + DPT_SHARD_HEADER_FIXED, 8 * (size_t)num_sparse);
   put_u32(h + 36, crc);
 }
 
@@ -126,7 +114,7 @@ dpt_status dpt_shard_writer_open(const char *path, uint32_t num_dense, uint32_t 
   memcpy(w->table_sizes, table_sizes, num_sparse * sizeof *w->table_sizes);
   w->num_dense = num_dense;
   w->num_sparse = num_sparse;
-  w->crc = (uint32_t)crc32(0L, Z_NULL, 0);
+  w->crc = dpt_crc32_start();
   w->f = fopen(w->tmp, "wb");
   if (!w->f) {
     const int e = errno;
@@ -168,7 +156,7 @@ dpt_status dpt_shard_writer_add(dpt_shard_writer *w, float label, const float *d
   const size_t n = (size_t)(p - w->rec);
   if (fwrite(w->rec, 1, n, w->f) != n)
     return dpt_set_error(DPT_ERR_IO, "%s: write failed: %s", w->tmp, strerror(errno));
-  w->crc = crc_bytes(w->crc, w->rec, n);
+  w->crc = dpt_crc32(w->crc, w->rec, n);
   w->count++;
   return DPT_OK;
 }
