@@ -5,6 +5,7 @@
  * and temporary files a killed writer left are removed. One writer per directory at a time. */
 #if !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200809L /* fsync, opendir */
+#define _DEFAULT_SOURCE         /* flock, gethostname */
 #endif
 
 #include <dirent.h>
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -324,6 +326,45 @@ dpt_status dpt_ckpt_prepare_dir(const char *dir, int64_t *newest) {
   if (n > 0) *newest = steps[0];
   free(steps);
   return DPT_OK;
+}
+
+dpt_status dpt_ckpt_lock_dir(const char *dir, int *fd) {
+  *fd = -1;
+  char path[4096], holder[256] = "";
+  snprintf(path, sizeof path, "%s/lock", dir);
+  const int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (f < 0)
+    return dpt_set_error(DPT_ERR_IO, "checkpoint directory %s: cannot open %s: %s", dir, path,
+                         strerror(errno));
+  if (flock(f, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    const ssize_t n = pread(f, holder, sizeof holder - 1, 0);
+    holder[n > 0 ? n : 0] = '\0';
+    holder[strcspn(holder, "\n")] = '\0';
+    close(f);
+    if (err != EWOULDBLOCK)
+      return dpt_set_error(DPT_ERR_IO, "checkpoint directory %s: cannot lock %s: %s", dir, path,
+                           strerror(err));
+    return dpt_set_error(DPT_ERR_IO,
+                         "checkpoint directory %s is in use by another run (%s holds %s): give "
+                         "each run its own directory",
+                         dir, holder[0] ? holder : "a process", path);
+  }
+  char host[200] = "?";
+  gethostname(host, sizeof host - 1);
+  const int len = snprintf(holder, sizeof holder, "host %s pid %ld\n", host, (long)getpid());
+  if (ftruncate(f, 0) != 0 || pwrite(f, holder, (size_t)len, 0) != len) {
+    const int err = errno;
+    close(f);
+    return dpt_set_error(DPT_ERR_IO, "checkpoint directory %s: cannot write %s: %s", dir, path,
+                         strerror(err));
+  }
+  *fd = f;
+  return DPT_OK;
+}
+
+void dpt_ckpt_unlock_dir(int fd) {
+  if (fd >= 0) close(fd); /* the lock goes with the file; the file stays for the next run */
 }
 
 /* dir exists as a directory, created (one level) when missing. */

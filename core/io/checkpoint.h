@@ -35,6 +35,13 @@ dpt_status dpt_ckpt_write(const char *dir, const dpt_checkpoint_progress *progre
                           const dpt_st_tensor *tensors, size_t count,
                           const char *const *metadata_kv, int keep, char *path, size_t cap);
 
+/* One run per directory: takes an exclusive lock (flock) on "<dir>/lock", which the kernel
+ * drops when the process ends, and writes "host pid" into it; *fd receives the lock's file.
+ * DPT_ERR_IO naming the holder (host, pid) when another process holds it. Unlock with
+ * dpt_ckpt_unlock_dir (fd < 0: nothing). */
+dpt_status dpt_ckpt_lock_dir(const char *dir, int *fd);
+void dpt_ckpt_unlock_dir(int fd);
+
 /* Before a run writes into dir: makes it (one level) when missing and checks that it is a
  * writable directory; *newest receives the step of its newest checkpoint (by name), -1 when it
  * holds none. */

@@ -51,6 +51,7 @@ struct train_ckpt {
   char *model_json, *terms_json, *mean, *std;
   const char *meta[MAX_META];
   const char *dir; /* cfg->checkpoints.checkpoint_dir */
+  int lock_fd;     /* replica 0: the directory's lock (dpt_ckpt_lock_dir), else -1 */
   int keep;        /* cfg->checkpoints.keep_checkpoints */
   pthread_t writer;
   int writing;
@@ -191,12 +192,13 @@ static dpt_status read_newest(replica *r, replica_state *s, int check_terms, int
   return dpt_model_set_state(s->model, ck->state);
 }
 
-/* Replica 0, before the first step: the directory exists (made when missing) and is writable,
- * and a run that does not resume finds no checkpoint there, which it would otherwise prune and
- * roll back to, and a later resume would take for its own. */
-static dpt_status check_dir(const dpt_train_config *cfg) {
+/* Replica 0, before the first step: the directory exists (made when missing), is writable and
+ * locked for this run (*lock_fd), and a run that does not resume finds no checkpoint there, which
+ * it would otherwise prune and roll back to, and a later resume would take for its own. */
+static dpt_status check_dir(const dpt_train_config *cfg, int *lock_fd) {
   int64_t newest = -1;
   DPT_TRY(dpt_ckpt_prepare_dir(cfg->checkpoints.checkpoint_dir, &newest));
+  DPT_TRY(dpt_ckpt_lock_dir(cfg->checkpoints.checkpoint_dir, lock_fd));
   if (cfg->checkpoints.resume || newest < 0) return DPT_OK;
   char path[4096];
   dpt_ckpt_path(cfg->checkpoints.checkpoint_dir, newest, path, sizeof path);
@@ -211,6 +213,7 @@ dpt_status dpt_train_ckpt_setup(replica *r, replica_state *s) {
   struct train_ckpt *ck = s->ck = calloc(1, sizeof *ck);
   if (!ck) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "checkpoints: out of host memory");
   ck->saved_step = -1;
+  ck->lock_fd = -1;
   ck->dir = r->cfg->checkpoints.checkpoint_dir;
   ck->keep = r->cfg->checkpoints.keep_checkpoints;
   ck->slots = dpt_optimizer_num_slots(s->opt);
@@ -227,7 +230,7 @@ dpt_status dpt_train_ckpt_setup(replica *r, replica_state *s) {
   if (ck->row_floats && !(ck->row_sum = calloc(ck->row_floats, sizeof(float))))
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "checkpoints: out of host memory");
   if (r->index != 0) return DPT_OK;
-  DPT_TRY(check_dir(r->cfg));
+  DPT_TRY(check_dir(r->cfg, &ck->lock_fd));
   ck->state = malloc(dpt_model_state_size(s->model) * sizeof(float));
   if (!ck->state) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "checkpoints: out of host memory");
   DPT_TRY(make_metadata(r, ck));
@@ -509,6 +512,7 @@ void dpt_train_ckpt_free(replica_state *s) {
   struct train_ckpt *ck = s->ck;
   if (!ck) return;
   if (ck->writing) pthread_join(ck->writer, NULL);
+  dpt_ckpt_unlock_dir(ck->lock_fd); /* after the last write */
   for (int k = 0; k < MAX_SLOTS; ++k)
     free(ck->opt[k]);
   for (size_t i = 0; ck->opt_names && i < (size_t)ck->slots * dpt_model_num_tensors(s->model); ++i)

@@ -10,8 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/io/checkpoint.h"
 #include "dptrain/advanced.h"
 #include "train_data.h"
 
@@ -456,6 +458,24 @@ START_TEST(checkpoint_dir_refused) {
                     strstr(dpt_last_error(), "--resume"),
                 "%s", dpt_last_error());
   ck_assert_int_eq(w.steps, 0);
+  /* A directory another run holds (its lock) is refused before step 1, naming the holder. */
+  char other[160];
+  snprintf(other, sizeof other, "%s/other", tmpdir);
+  ck_assert_int_eq(mkdir(other, 0777), 0);
+  int held = -1;
+  ck_assert_int_eq(dpt_ckpt_lock_dir(other, &held), DPT_OK);
+  cfg.checkpoints.checkpoint_dir = other;
+  watch wl = {0};
+  run(cfg, 2, &wl, DPT_ERR_IO, NULL);
+  char pid[32];
+  snprintf(pid, sizeof pid, "pid %ld", (long)getpid());
+  ck_assert_msg(strstr(dpt_last_error(), "in use by another run") && strstr(dpt_last_error(), pid),
+                "%s", dpt_last_error());
+  ck_assert_int_eq(wl.steps, 0);
+  dpt_ckpt_unlock_dir(held);
+  run(cfg, 1, NULL, DPT_OK, NULL); /* free again: this run takes it, and lets it go */
+  ck_assert_int_eq(dpt_ckpt_lock_dir(other, &held), DPT_OK);
+  dpt_ckpt_unlock_dir(held);
   char bad[160];
   snprintf(bad, sizeof bad, "%s/ckpt-000000000004.safetensors/sub", tmpdir);
   cfg.checkpoints.checkpoint_dir = bad;
