@@ -473,7 +473,7 @@ START_TEST(checkpoint_dir_refused) {
                 "%s", dpt_last_error());
   ck_assert_int_eq(wl.steps, 0);
   dpt_ckpt_unlock_dir(held);
-  run(cfg, 1, NULL, DPT_OK, NULL); /* free again: this run takes it, and lets it go */
+  free(run(cfg, 1, NULL, DPT_OK, NULL)); /* free again: this run takes it, and lets it go */
   ck_assert_int_eq(dpt_ckpt_lock_dir(other, &held), DPT_OK);
   dpt_ckpt_unlock_dir(held);
   char bad[160];
