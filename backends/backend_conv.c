@@ -15,11 +15,11 @@ static dpt_status conv_begin(dpt_op_check *ck, const char *fn, dpt_backend *be, 
   if (!g) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: geometry is NULL", fn);
   dpt_status st = dpt_conv_out_size(g, &n->oh, &n->ow);
   if (st != DPT_OK) return dpt_error_context(st, "%s", fn);
-  size_t t;
-  if (!dpt_mul_ok(g->n, g->c, &n->nx) || !dpt_mul_ok(n->nx, g->h * g->w, &n->nx) ||
-      !dpt_mul_ok(co, g->c, &n->nw) || !dpt_mul_ok(n->nw, g->kh * g->kw, &n->nw) ||
-      !dpt_mul_ok(g->n, co, &t) || !dpt_mul_ok(t, n->oh * n->ow, &n->ny) ||
-      !dpt_mul_ok(g->h, g->w, &t) || !dpt_mul_ok(g->kh, g->kw, &t))
+  size_t hw, kk, plane, t;
+  if (!dpt_mul_ok(g->h, g->w, &hw) || !dpt_mul_ok(g->kh, g->kw, &kk) ||
+      !dpt_mul_ok(n->oh, n->ow, &plane) || !dpt_mul_ok(g->n, g->c, &t) ||
+      !dpt_mul_ok(t, hw, &n->nx) || !dpt_mul_ok(co, g->c, &t) || !dpt_mul_ok(t, kk, &n->nw) ||
+      !dpt_mul_ok(g->n, co, &t) || !dpt_mul_ok(t, plane, &n->ny))
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: tensor sizes overflow", fn);
   return DPT_OK;
 }
