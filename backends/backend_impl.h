@@ -214,9 +214,13 @@ typedef struct dpt_gemm_batched_args {
   size_t batch, stride_a, stride_b, stride_c;
 } dpt_gemm_batched_args;
 
-/* bn_stats, bn_fwd, bn_bwd_reduce, bn_bwd: one struct; each op reads the tensors it names. */
+/* bn_stats, bn_fwd, bn_bwd_reduce, bn_bwd and their bn_relu forms: one struct; each op reads
+ * the tensors it names. relu is set for the bn_relu forms (a backend may give both slots one
+ * function); act is then the fused forward's output y, otherwise dy again. */
 typedef struct dpt_bn_args {
   dpt_bn_geom g;
+  int relu;
+  dpt_ref act;                     /* bn_relu_bwd_reduce, bn_relu_bwd */
   size_t count;                    /* bn_bwd */
   dpt_ref x, mean, var;            /* all */
   dpt_ref gamma, beta, y;          /* bn_fwd */
@@ -227,6 +231,9 @@ typedef dpt_bn_args dpt_bn_stats_args;
 typedef dpt_bn_args dpt_bn_fwd_args;
 typedef dpt_bn_args dpt_bn_bwd_reduce_args;
 typedef dpt_bn_args dpt_bn_bwd_args;
+typedef dpt_bn_args dpt_bn_relu_fwd_args;
+typedef dpt_bn_args dpt_bn_relu_bwd_reduce_args;
+typedef dpt_bn_args dpt_bn_relu_bwd_args;
 
 typedef struct dpt_avgpool_args {
   dpt_pool_geom g;

@@ -114,13 +114,16 @@ dpt_status dpt_bn_stats(dpt_backend *be, const dpt_bn_geom *g, const dpt_buffer 
   return DPT_BE_CALL(be, be->vt->bn_stats(be, &args));
 }
 
-dpt_status dpt_bn_fwd(dpt_backend *be, const dpt_bn_geom *g, const dpt_buffer *x, size_t x_off,
-                      const dpt_buffer *mean, size_t mean_off, const dpt_buffer *var,
-                      size_t var_off, const dpt_buffer *gamma, size_t gamma_off,
-                      const dpt_buffer *beta, size_t beta_off, dpt_buffer *y, size_t y_off) {
+/* bn_fwd and bn_relu_fwd (relu set). */
+static dpt_status bn_forward(dpt_backend *be, int relu, const dpt_bn_geom *g, const dpt_buffer *x,
+                             size_t x_off, const dpt_buffer *mean, size_t mean_off,
+                             const dpt_buffer *var, size_t var_off, const dpt_buffer *gamma,
+                             size_t gamma_off, const dpt_buffer *beta, size_t beta_off,
+                             dpt_buffer *y, size_t y_off) {
   dpt_op_check ck;
   size_t nx;
-  DPT_TRY(dpt_op_begin(&ck, "dpt_bn_fwd", be, be && be->vt->bn_fwd));
+  const char *fn = relu ? "dpt_bn_relu_fwd" : "dpt_bn_fwd";
+  DPT_TRY(dpt_op_begin(&ck, fn, be, be && (relu ? be->vt->bn_relu_fwd : be->vt->bn_fwd)));
   DPT_TRY(bn_geom(&ck, g, &nx));
   DPT_TRY(dpt_op_tensor(&ck, "x", x, x_off, nx, F32));
   DPT_TRY(bn_vec(&ck, "mean", mean, mean_off, g->c));
@@ -134,25 +137,98 @@ dpt_status dpt_bn_fwd(dpt_backend *be, const dpt_bn_geom *g, const dpt_buffer *x
   DPT_TRY(dpt_op_alias(&ck, "y", y, y_off, nx, F32, "gamma", gamma, gamma_off, g->c, F32, 0));
   DPT_TRY(dpt_op_alias(&ck, "y", y, y_off, nx, F32, "beta", beta, beta_off, g->c, F32, 0));
   dpt_bn_args args = {.g = *g,
+                      .relu = relu,
                       .x = dpt_op_ref(x, x_off),
                       .mean = dpt_op_ref(mean, mean_off),
                       .var = dpt_op_ref(var, var_off),
                       .gamma = dpt_op_ref(gamma, gamma_off),
                       .beta = dpt_op_ref(beta, beta_off),
                       .y = dpt_op_ref(y, y_off)};
-  return DPT_BE_CALL(be, be->vt->bn_fwd(be, &args));
+  return DPT_BE_CALL(be, (relu ? be->vt->bn_relu_fwd : be->vt->bn_fwd)(be, &args));
 }
 
-/* dy, x [n, c, p] and mean, var [c]: the inputs of both backward ops. */
+dpt_status dpt_bn_fwd(dpt_backend *be, const dpt_bn_geom *g, const dpt_buffer *x, size_t x_off,
+                      const dpt_buffer *mean, size_t mean_off, const dpt_buffer *var,
+                      size_t var_off, const dpt_buffer *gamma, size_t gamma_off,
+                      const dpt_buffer *beta, size_t beta_off, dpt_buffer *y, size_t y_off) {
+  return bn_forward(be, 0, g, x, x_off, mean, mean_off, var, var_off, gamma, gamma_off, beta,
+                    beta_off, y, y_off);
+}
+
+dpt_status dpt_bn_relu_fwd(dpt_backend *be, const dpt_bn_geom *g, const dpt_buffer *x, size_t x_off,
+                           const dpt_buffer *mean, size_t mean_off, const dpt_buffer *var,
+                           size_t var_off, const dpt_buffer *gamma, size_t gamma_off,
+                           const dpt_buffer *beta, size_t beta_off, dpt_buffer *y, size_t y_off) {
+  return bn_forward(be, 1, g, x, x_off, mean, mean_off, var, var_off, gamma, gamma_off, beta,
+                    beta_off, y, y_off);
+}
+
+/* A named tensor argument, for the alias checks of the backward ops. */
+typedef struct bn_operand {
+  const char *name;
+  const dpt_buffer *buf;
+  size_t off, count;
+} bn_operand;
+
+/* dy, x [n, c, p] and mean, var [c]: the inputs of both backward ops; with `act` (the fused
+ * ReLU's output, [n, c, p]) for their bn_relu forms. */
 static dpt_status bn_bwd_inputs(dpt_op_check *ck, const dpt_bn_geom *g, size_t *nx,
-                                const dpt_buffer *dy, size_t dy_off, const dpt_buffer *x,
-                                size_t x_off, const dpt_buffer *mean, size_t mean_off,
-                                const dpt_buffer *var, size_t var_off) {
+                                const bn_operand *in) {
   DPT_TRY(bn_geom(ck, g, nx));
-  DPT_TRY(dpt_op_tensor(ck, "dy", dy, dy_off, *nx, F32));
-  DPT_TRY(dpt_op_tensor(ck, "x", x, x_off, *nx, F32));
-  DPT_TRY(bn_vec(ck, "mean", mean, mean_off, g->c));
-  return bn_vec(ck, "var", var, var_off, g->c);
+  DPT_TRY(dpt_op_tensor(ck, "dy", in[0].buf, in[0].off, *nx, F32));
+  DPT_TRY(dpt_op_tensor(ck, "x", in[1].buf, in[1].off, *nx, F32));
+  DPT_TRY(bn_vec(ck, "mean", in[2].buf, in[2].off, g->c));
+  DPT_TRY(bn_vec(ck, "var", in[3].buf, in[3].off, g->c));
+  return in[4].name ? dpt_op_tensor(ck, "y", in[4].buf, in[4].off, *nx, F32) : DPT_OK;
+}
+
+/* Output `name` overlaps none of the k inputs (those named: a NULL name is an absent one). */
+static dpt_status bn_apart(dpt_op_check *ck, const char *name, const dpt_buffer *buf, size_t off,
+                           size_t count, const bn_operand *in, int k) {
+  for (int i = 0; i < k; ++i)
+    if (in[i].name)
+      DPT_TRY(dpt_op_alias(ck, name, buf, off, count, F32, in[i].name, in[i].buf, in[i].off,
+                           in[i].count, F32, 0));
+  return DPT_OK;
+}
+
+/* bn_bwd_reduce and bn_relu_bwd_reduce (act non-NULL). */
+static dpt_status bn_bwd_reduce_call(dpt_backend *be, const dpt_bn_geom *g, const dpt_buffer *dy,
+                                     size_t dy_off, const dpt_buffer *act, size_t act_off,
+                                     const dpt_buffer *x, size_t x_off, const dpt_buffer *mean,
+                                     size_t mean_off, const dpt_buffer *var, size_t var_off,
+                                     dpt_buffer *sum_dy_xhat, size_t sum_dy_xhat_off,
+                                     dpt_buffer *sum_dy, size_t sum_dy_off) {
+  dpt_op_check ck;
+  size_t nx = 0;
+  const int relu = act != NULL;
+  const char *fn = relu ? "dpt_bn_relu_bwd_reduce" : "dpt_bn_bwd_reduce";
+  DPT_TRY(
+      dpt_op_begin(&ck, fn, be, be && (relu ? be->vt->bn_relu_bwd_reduce : be->vt->bn_bwd_reduce)));
+  bn_operand in[5] = {{"dy", dy, dy_off, 0},
+                      {"x", x, x_off, 0},
+                      {"mean", mean, mean_off, 0},
+                      {"var", var, var_off, 0},
+                      {relu ? "y" : NULL, act, act_off, 0}};
+  DPT_TRY(bn_bwd_inputs(&ck, g, &nx, in));
+  in[0].count = in[1].count = in[4].count = nx;
+  in[2].count = in[3].count = g->c;
+  DPT_TRY(bn_vec(&ck, "sum_dy_xhat", sum_dy_xhat, sum_dy_xhat_off, g->c));
+  DPT_TRY(bn_vec(&ck, "sum_dy", sum_dy, sum_dy_off, g->c));
+  DPT_TRY(bn_apart(&ck, "sum_dy_xhat", sum_dy_xhat, sum_dy_xhat_off, g->c, in, 5));
+  DPT_TRY(bn_apart(&ck, "sum_dy", sum_dy, sum_dy_off, g->c, in, 5));
+  DPT_TRY(dpt_op_alias(&ck, "sum_dy", sum_dy, sum_dy_off, g->c, F32, "sum_dy_xhat", sum_dy_xhat,
+                       sum_dy_xhat_off, g->c, F32, 0));
+  dpt_bn_args args = {.g = *g,
+                      .relu = relu,
+                      .x = dpt_op_ref(x, x_off),
+                      .mean = dpt_op_ref(mean, mean_off),
+                      .var = dpt_op_ref(var, var_off),
+                      .dy = dpt_op_ref(dy, dy_off),
+                      .act = relu ? dpt_op_ref(act, act_off) : dpt_op_ref(dy, dy_off),
+                      .sum_dy_xhat = dpt_op_ref(sum_dy_xhat, sum_dy_xhat_off),
+                      .sum_dy = dpt_op_ref(sum_dy, sum_dy_off)};
+  return DPT_BE_CALL(be, (relu ? be->vt->bn_relu_bwd_reduce : be->vt->bn_bwd_reduce)(be, &args));
 }
 
 dpt_status dpt_bn_bwd_reduce(dpt_backend *be, const dpt_bn_geom *g, const dpt_buffer *dy,
@@ -160,36 +236,67 @@ dpt_status dpt_bn_bwd_reduce(dpt_backend *be, const dpt_bn_geom *g, const dpt_bu
                              const dpt_buffer *mean, size_t mean_off, const dpt_buffer *var,
                              size_t var_off, dpt_buffer *sum_dy_xhat, size_t sum_dy_xhat_off,
                              dpt_buffer *sum_dy, size_t sum_dy_off) {
+  return bn_bwd_reduce_call(be, g, dy, dy_off, NULL, 0, x, x_off, mean, mean_off, var, var_off,
+                            sum_dy_xhat, sum_dy_xhat_off, sum_dy, sum_dy_off);
+}
+
+dpt_status dpt_bn_relu_bwd_reduce(dpt_backend *be, const dpt_bn_geom *g, const dpt_buffer *dy,
+                                  size_t dy_off, const dpt_buffer *y, size_t y_off,
+                                  const dpt_buffer *x, size_t x_off, const dpt_buffer *mean,
+                                  size_t mean_off, const dpt_buffer *var, size_t var_off,
+                                  dpt_buffer *sum_dy_xhat, size_t sum_dy_xhat_off,
+                                  dpt_buffer *sum_dy, size_t sum_dy_off) {
+  if (!y) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_bn_relu_bwd_reduce: y is NULL");
+  return bn_bwd_reduce_call(be, g, dy, dy_off, y, y_off, x, x_off, mean, mean_off, var, var_off,
+                            sum_dy_xhat, sum_dy_xhat_off, sum_dy, sum_dy_off);
+}
+
+/* The per-channel operands of bn_bwd. */
+typedef struct bn_bwd_vecs {
+  const dpt_buffer *mean, *var, *gamma, *sum_dy_xhat, *sum_dy;
+  size_t mean_off, var_off, gamma_off, sum_dy_xhat_off, sum_dy_off;
+} bn_bwd_vecs;
+
+/* bn_bwd and bn_relu_bwd (act non-NULL). */
+static dpt_status bn_bwd_call(dpt_backend *be, const dpt_bn_geom *g, size_t count,
+                              const dpt_buffer *dy, size_t dy_off, const dpt_buffer *act,
+                              size_t act_off, const dpt_buffer *x, size_t x_off,
+                              const bn_bwd_vecs *v, dpt_buffer *dx, size_t dx_off) {
   dpt_op_check ck;
-  size_t nx;
-  DPT_TRY(dpt_op_begin(&ck, "dpt_bn_bwd_reduce", be, be && be->vt->bn_bwd_reduce));
-  DPT_TRY(bn_bwd_inputs(&ck, g, &nx, dy, dy_off, x, x_off, mean, mean_off, var, var_off));
-  DPT_TRY(bn_vec(&ck, "sum_dy_xhat", sum_dy_xhat, sum_dy_xhat_off, g->c));
-  DPT_TRY(bn_vec(&ck, "sum_dy", sum_dy, sum_dy_off, g->c));
-  const struct {
-    const char *name;
-    const dpt_buffer *buf;
-    size_t off, count;
-  } in[4] = {{"dy", dy, dy_off, nx},
-             {"x", x, x_off, nx},
-             {"mean", mean, mean_off, g->c},
-             {"var", var, var_off, g->c}};
-  for (int i = 0; i < 4; ++i) {
-    DPT_TRY(dpt_op_alias(&ck, "sum_dy_xhat", sum_dy_xhat, sum_dy_xhat_off, g->c, F32, in[i].name,
-                         in[i].buf, in[i].off, in[i].count, F32, 0));
-    DPT_TRY(dpt_op_alias(&ck, "sum_dy", sum_dy, sum_dy_off, g->c, F32, in[i].name, in[i].buf,
-                         in[i].off, in[i].count, F32, 0));
-  }
-  DPT_TRY(dpt_op_alias(&ck, "sum_dy", sum_dy, sum_dy_off, g->c, F32, "sum_dy_xhat", sum_dy_xhat,
-                       sum_dy_xhat_off, g->c, F32, 0));
+  size_t nx = 0;
+  const int relu = act != NULL;
+  DPT_TRY(dpt_op_begin(&ck, relu ? "dpt_bn_relu_bwd" : "dpt_bn_bwd", be,
+                       be && (relu ? be->vt->bn_relu_bwd : be->vt->bn_bwd)));
+  bn_operand in[8] = {{"dy", dy, dy_off, 0},
+                      {"x", x, x_off, 0},
+                      {"mean", v->mean, v->mean_off, 0},
+                      {"var", v->var, v->var_off, 0},
+                      {relu ? "y" : NULL, act, act_off, 0},
+                      {"gamma", v->gamma, v->gamma_off, 0},
+                      {"sum_dy_xhat", v->sum_dy_xhat, v->sum_dy_xhat_off, 0},
+                      {"sum_dy", v->sum_dy, v->sum_dy_off, 0}};
+  DPT_TRY(bn_bwd_inputs(&ck, g, &nx, in));
+  if (count == 0) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: count is 0", ck.fn);
+  in[0].count = in[1].count = in[4].count = nx;
+  in[2].count = in[3].count = in[5].count = in[6].count = in[7].count = g->c;
+  DPT_TRY(bn_vec(&ck, "gamma", v->gamma, v->gamma_off, g->c));
+  DPT_TRY(bn_vec(&ck, "sum_dy_xhat", v->sum_dy_xhat, v->sum_dy_xhat_off, g->c));
+  DPT_TRY(bn_vec(&ck, "sum_dy", v->sum_dy, v->sum_dy_off, g->c));
+  DPT_TRY(dpt_op_tensor(&ck, "dx", dx, dx_off, nx, F32));
+  DPT_TRY(bn_apart(&ck, "dx", dx, dx_off, nx, in, 8));
   dpt_bn_args args = {.g = *g,
+                      .count = count,
+                      .relu = relu,
                       .x = dpt_op_ref(x, x_off),
-                      .mean = dpt_op_ref(mean, mean_off),
-                      .var = dpt_op_ref(var, var_off),
+                      .mean = dpt_op_ref(v->mean, v->mean_off),
+                      .var = dpt_op_ref(v->var, v->var_off),
+                      .gamma = dpt_op_ref(v->gamma, v->gamma_off),
                       .dy = dpt_op_ref(dy, dy_off),
-                      .sum_dy_xhat = dpt_op_ref(sum_dy_xhat, sum_dy_xhat_off),
-                      .sum_dy = dpt_op_ref(sum_dy, sum_dy_off)};
-  return DPT_BE_CALL(be, be->vt->bn_bwd_reduce(be, &args));
+                      .act = relu ? dpt_op_ref(act, act_off) : dpt_op_ref(dy, dy_off),
+                      .sum_dy_xhat = dpt_op_ref(v->sum_dy_xhat, v->sum_dy_xhat_off),
+                      .sum_dy = dpt_op_ref(v->sum_dy, v->sum_dy_off),
+                      .dx = dpt_op_ref(dx, dx_off)};
+  return DPT_BE_CALL(be, (relu ? be->vt->bn_relu_bwd : be->vt->bn_bwd)(be, &args));
 }
 
 dpt_status dpt_bn_bwd(dpt_backend *be, const dpt_bn_geom *g, size_t count, const dpt_buffer *dy,
@@ -198,40 +305,22 @@ dpt_status dpt_bn_bwd(dpt_backend *be, const dpt_bn_geom *g, size_t count, const
                       const dpt_buffer *gamma, size_t gamma_off, const dpt_buffer *sum_dy_xhat,
                       size_t sum_dy_xhat_off, const dpt_buffer *sum_dy, size_t sum_dy_off,
                       dpt_buffer *dx, size_t dx_off) {
-  dpt_op_check ck;
-  size_t nx;
-  DPT_TRY(dpt_op_begin(&ck, "dpt_bn_bwd", be, be && be->vt->bn_bwd));
-  DPT_TRY(bn_bwd_inputs(&ck, g, &nx, dy, dy_off, x, x_off, mean, mean_off, var, var_off));
-  if (count == 0) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_bn_bwd: count is 0");
-  DPT_TRY(bn_vec(&ck, "gamma", gamma, gamma_off, g->c));
-  DPT_TRY(bn_vec(&ck, "sum_dy_xhat", sum_dy_xhat, sum_dy_xhat_off, g->c));
-  DPT_TRY(bn_vec(&ck, "sum_dy", sum_dy, sum_dy_off, g->c));
-  DPT_TRY(dpt_op_tensor(&ck, "dx", dx, dx_off, nx, F32));
-  const struct {
-    const char *name;
-    const dpt_buffer *buf;
-    size_t off, count;
-  } in[7] = {{"dy", dy, dy_off, nx},
-             {"x", x, x_off, nx},
-             {"mean", mean, mean_off, g->c},
-             {"var", var, var_off, g->c},
-             {"gamma", gamma, gamma_off, g->c},
-             {"sum_dy_xhat", sum_dy_xhat, sum_dy_xhat_off, g->c},
-             {"sum_dy", sum_dy, sum_dy_off, g->c}};
-  for (int i = 0; i < 7; ++i)
-    DPT_TRY(dpt_op_alias(&ck, "dx", dx, dx_off, nx, F32, in[i].name, in[i].buf, in[i].off,
-                         in[i].count, F32, 0));
-  dpt_bn_args args = {.g = *g,
-                      .count = count,
-                      .x = dpt_op_ref(x, x_off),
-                      .mean = dpt_op_ref(mean, mean_off),
-                      .var = dpt_op_ref(var, var_off),
-                      .gamma = dpt_op_ref(gamma, gamma_off),
-                      .dy = dpt_op_ref(dy, dy_off),
-                      .sum_dy_xhat = dpt_op_ref(sum_dy_xhat, sum_dy_xhat_off),
-                      .sum_dy = dpt_op_ref(sum_dy, sum_dy_off),
-                      .dx = dpt_op_ref(dx, dx_off)};
-  return DPT_BE_CALL(be, be->vt->bn_bwd(be, &args));
+  const bn_bwd_vecs v = {mean,     var,     gamma,     sum_dy_xhat,     sum_dy,
+                         mean_off, var_off, gamma_off, sum_dy_xhat_off, sum_dy_off};
+  return bn_bwd_call(be, g, count, dy, dy_off, NULL, 0, x, x_off, &v, dx, dx_off);
+}
+
+dpt_status dpt_bn_relu_bwd(dpt_backend *be, const dpt_bn_geom *g, size_t count,
+                           const dpt_buffer *dy, size_t dy_off, const dpt_buffer *y, size_t y_off,
+                           const dpt_buffer *x, size_t x_off, const dpt_buffer *mean,
+                           size_t mean_off, const dpt_buffer *var, size_t var_off,
+                           const dpt_buffer *gamma, size_t gamma_off, const dpt_buffer *sum_dy_xhat,
+                           size_t sum_dy_xhat_off, const dpt_buffer *sum_dy, size_t sum_dy_off,
+                           dpt_buffer *dx, size_t dx_off) {
+  if (!y) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_bn_relu_bwd: y is NULL");
+  const bn_bwd_vecs v = {mean,     var,     gamma,     sum_dy_xhat,     sum_dy,
+                         mean_off, var_off, gamma_off, sum_dy_xhat_off, sum_dy_off};
+  return bn_bwd_call(be, g, count, dy, dy_off, y, y_off, x, x_off, &v, dx, dx_off);
 }
 
 /* ---- average pooling ---------------------------------------------------------------------- */

@@ -1,9 +1,9 @@
-/* The layer ops of the opencl backend: batch normalization, average pooling, dropout,
- * layer normalization, GELU, attention's softmax and the softmax's backward, embedding bags,
- * column gathers and binary cross-entropy (include/dptrain/backend.h states what each computes;
- * the kernels are in kernels/layers.cl, the softmaxes' and bce_logits in kernels/softmax.cl,
- * embedding bags and column gathers in kernels/embed.cl). gemm_batched is in ocl_gemm.c with the
- * other CLBlast calls. */
+/* The layer ops of the opencl backend: batch normalization (with a fused ReLU), average pooling,
+ * dropout, layer normalization, GELU, attention's softmax and the softmax's backward, embedding
+ * bags, column gathers and binary cross-entropy (include/dptrain/backend.h states what each
+ * computes; the kernels are in kernels/layers.cl, the softmaxes' and bce_logits in
+ * kernels/softmax.cl, embedding bags and column gathers in kernels/embed.cl). gemm_batched is in
+ * ocl_gemm.c with the other CLBlast calls. */
 #include <stdlib.h>
 
 #include "backends/opencl/ocl_internal.h"
@@ -29,10 +29,14 @@ dpt_status dpt_ocl_bn_stats(dpt_backend *be, const dpt_bn_stats_args *a) {
 }
 
 dpt_status dpt_ocl_bn_fwd(dpt_backend *be, const dpt_bn_fwd_args *a) {
-  const uint64_t u[] = {a->g.c, a->g.p};
+  const uint64_t u[] = {a->g.c, a->g.p, (uint64_t)a->relu};
   const dpt_ref refs[] = {a->x, a->mean, a->var, a->gamma, a->beta, a->y};
-  return dpt_ocl_launch_flat(be, DPT_OCL_K_bn_fwd, a->g.n * a->g.c * a->g.p, 2, u, 1, &a->g.eps, 6,
+  return dpt_ocl_launch_flat(be, DPT_OCL_K_bn_fwd, a->g.n * a->g.c * a->g.p, 3, u, 1, &a->g.eps, 6,
                              refs);
+}
+
+dpt_status dpt_ocl_bn_relu_fwd(dpt_backend *be, const dpt_bn_relu_fwd_args *a) {
+  return dpt_ocl_bn_fwd(be, a);
 }
 
 dpt_status dpt_ocl_bn_bwd_reduce(dpt_backend *be, const dpt_bn_bwd_reduce_args *a) {
@@ -43,8 +47,10 @@ dpt_status dpt_ocl_bn_bwd_reduce(dpt_backend *be, const dpt_bn_bwd_reduce_args *
   dpt_ocl_arg_u64(&l, a->g.n);
   dpt_ocl_arg_u64(&l, a->g.c);
   dpt_ocl_arg_u64(&l, a->g.p);
+  dpt_ocl_arg_u64(&l, (uint64_t)a->relu);
   dpt_ocl_arg_f32(&l, a->g.eps);
   dpt_ocl_arg_ref(&l, a->dy);
+  dpt_ocl_arg_ref(&l, a->act);
   dpt_ocl_arg_ref(&l, a->x);
   dpt_ocl_arg_ref(&l, a->mean);
   dpt_ocl_arg_ref(&l, a->var);
@@ -55,11 +61,20 @@ dpt_status dpt_ocl_bn_bwd_reduce(dpt_backend *be, const dpt_bn_bwd_reduce_args *
   return dpt_ocl_launch_groups(&l, a->g.c);
 }
 
+dpt_status dpt_ocl_bn_relu_bwd_reduce(dpt_backend *be, const dpt_bn_relu_bwd_reduce_args *a) {
+  return dpt_ocl_bn_bwd_reduce(be, a);
+}
+
 dpt_status dpt_ocl_bn_bwd(dpt_backend *be, const dpt_bn_bwd_args *a) {
-  const uint64_t u[] = {a->g.c, a->g.p, a->count};
-  const dpt_ref refs[] = {a->dy, a->x, a->mean, a->var, a->gamma, a->sum_dy_xhat, a->sum_dy, a->dx};
-  return dpt_ocl_launch_flat(be, DPT_OCL_K_bn_bwd, a->g.n * a->g.c * a->g.p, 3, u, 1, &a->g.eps, 8,
+  const uint64_t u[] = {a->g.c, a->g.p, a->count, (uint64_t)a->relu};
+  const dpt_ref refs[] = {a->dy,    a->act,         a->x,      a->mean, a->var,
+                          a->gamma, a->sum_dy_xhat, a->sum_dy, a->dx};
+  return dpt_ocl_launch_flat(be, DPT_OCL_K_bn_bwd, a->g.n * a->g.c * a->g.p, 4, u, 1, &a->g.eps, 9,
                              refs);
+}
+
+dpt_status dpt_ocl_bn_relu_bwd(dpt_backend *be, const dpt_bn_relu_bwd_args *a) {
+  return dpt_ocl_bn_bwd(be, a);
 }
 
 /* ---- average pooling ----------------------------------------------------------------------- */

@@ -199,7 +199,7 @@ enum {
   X(GEMM_TEX_15, "gemm_tex.spv", 3, 1, 1, 1, 1)                                                    \
   X(BN_STATS, "bn_stats.spv", 3, 0, 0, 0, 0)                                                       \
   X(BN_FWD, "bn_fwd.spv", 6, 0, 0, 0, 0)                                                           \
-  X(BN_BWD_REDUCE, "bn_bwd_reduce.spv", 6, 0, 0, 0, 0)                                             \
+  X(BN_BWD_REDUCE, "bn_bwd_reduce.spv", 7, 0, 0, 0, 0)                                             \
   X(BN_BWD, "bn_bwd.spv", 8, 0, 0, 0, 0)                                                           \
   X(AVGPOOL_FWD, "avgpool_fwd.spv", 2, 0, 0, 0, 0)                                                 \
   X(AVGPOOL_BWD, "avgpool_bwd.spv", 2, 0, 0, 0, 0)                                                 \

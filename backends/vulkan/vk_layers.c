@@ -85,11 +85,15 @@ dpt_status dpt_vk_bn_fwd(dpt_backend *be, const dpt_bn_fwd_args *a) {
   dpt_vk_win w[6];
   uint32_t e[6];
   DPT_TRY(vk_windows(ctx, t, counts, 6, w, e));
-  uint32_t push[10] = {
-      (uint32_t)total, (uint32_t)c, (uint32_t)a->g.p, e[0], e[1], e[2], e[3], e[4], e[5],
-      vk_f2u(a->g.eps)};
+  uint32_t push[11] = {
+      (uint32_t)total,   (uint32_t)c,     (uint32_t)a->g.p, e[0], e[1], e[2], e[3], e[4], e[5],
+      (uint32_t)a->relu, vk_f2u(a->g.eps)};
   return dpt_vk_leave(be, dpt_vk_dispatch(ctx, DPT_VK_PIPE_BN_FWD, w, 6, push, sizeof push,
                                           vk_div_up(total, DPT_VK_WG)));
+}
+
+dpt_status dpt_vk_bn_relu_fwd(dpt_backend *be, const dpt_bn_relu_fwd_args *a) {
+  return dpt_vk_bn_fwd(be, a);
 }
 
 dpt_status dpt_vk_bn_bwd_reduce(dpt_backend *be, const dpt_bn_bwd_reduce_args *a) {
@@ -98,16 +102,29 @@ dpt_status dpt_vk_bn_bwd_reduce(dpt_backend *be, const dpt_bn_bwd_reduce_args *a
   size_t total, c = a->g.c;
   DPT_TRY(vk_bn_total(&a->g, "bn_bwd_reduce", &total));
   DPT_TRY(vk_bn_channel_len(&a->g, "bn_bwd_reduce"));
-  dpt_ref t[6] = {a->dy, a->x, a->mean, a->var, a->sum_dy_xhat, a->sum_dy};
-  size_t counts[6] = {total, total, c, c, c, c};
-  dpt_vk_win w[6];
-  uint32_t e[6];
-  DPT_TRY(vk_windows(ctx, t, counts, 6, w, e));
-  uint32_t push[10] = {
-      (uint32_t)a->g.n, (uint32_t)c, (uint32_t)a->g.p, e[0], e[1], e[2], e[3], e[4], e[5],
-      vk_f2u(a->g.eps)};
+  dpt_ref t[7] = {a->dy, a->x, a->mean, a->var, a->sum_dy_xhat, a->sum_dy, a->act};
+  size_t counts[7] = {total, total, c, c, c, c, total};
+  dpt_vk_win w[7];
+  uint32_t e[7];
+  DPT_TRY(vk_windows(ctx, t, counts, 7, w, e));
+  uint32_t push[12] = {(uint32_t)a->g.n,
+                       (uint32_t)c,
+                       (uint32_t)a->g.p,
+                       e[0],
+                       e[1],
+                       e[2],
+                       e[3],
+                       e[4],
+                       e[5],
+                       e[6],
+                       (uint32_t)a->relu,
+                       vk_f2u(a->g.eps)};
   return dpt_vk_leave(be,
-                      dpt_vk_dispatch(ctx, DPT_VK_PIPE_BN_BWD_REDUCE, w, 6, push, sizeof push, c));
+                      dpt_vk_dispatch(ctx, DPT_VK_PIPE_BN_BWD_REDUCE, w, 7, push, sizeof push, c));
+}
+
+dpt_status dpt_vk_bn_relu_bwd_reduce(dpt_backend *be, const dpt_bn_relu_bwd_reduce_args *a) {
+  return dpt_vk_bn_bwd_reduce(be, a);
 }
 
 dpt_status dpt_vk_bn_bwd(dpt_backend *be, const dpt_bn_bwd_args *a) {
@@ -135,6 +152,16 @@ dpt_status dpt_vk_bn_bwd(dpt_backend *be, const dpt_bn_bwd_args *a) {
                        vk_f2u((float)a->count)};
   return dpt_vk_leave(be, dpt_vk_dispatch(ctx, DPT_VK_PIPE_BN_BWD, w, 8, push, sizeof push,
                                           vk_div_up(total, DPT_VK_WG)));
+}
+
+/* Two dispatches: dx = dy masked by y (relu_bwd), then bn_bwd over dx in place. One shader
+ * would bind nine buffers, more than some devices give a shader (lavapipe: eight). */
+dpt_status dpt_vk_bn_relu_bwd(dpt_backend *be, const dpt_bn_relu_bwd_args *a) {
+  const dpt_relu_bwd_args r = {a->g.n * a->g.c * a->g.p, a->act, a->dy, a->dx};
+  DPT_TRY(dpt_vk_relu_bwd(be, &r));
+  dpt_bn_bwd_args b = *a;
+  b.dy = a->dx;
+  return dpt_vk_bn_bwd(be, &b);
 }
 
 /* ---- average pooling ----------------------------------------------------------------------- */

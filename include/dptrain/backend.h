@@ -102,6 +102,9 @@ DPT_API dpt_status dpt_buffer_fill_f32(dpt_buffer *dst, size_t offset, size_t co
   X(BN_FWD, bn_fwd)                                                                                \
   X(BN_BWD_REDUCE, bn_bwd_reduce)                                                                  \
   X(BN_BWD, bn_bwd)                                                                                \
+  X(BN_RELU_FWD, bn_relu_fwd)                                                                      \
+  X(BN_RELU_BWD_REDUCE, bn_relu_bwd_reduce)                                                        \
+  X(BN_RELU_BWD, bn_relu_bwd)                                                                      \
   X(AVGPOOL_FWD, avgpool_fwd)                                                                      \
   X(AVGPOOL_BWD, avgpool_bwd)                                                                      \
   X(DROPOUT, dropout)                                                                              \
@@ -368,6 +371,31 @@ DPT_API dpt_status dpt_bn_bwd(dpt_backend *be, const dpt_bn_geom *g, size_t coun
                               size_t gamma_off, const dpt_buffer *sum_dy_xhat,
                               size_t sum_dy_xhat_off, const dpt_buffer *sum_dy, size_t sum_dy_off,
                               dpt_buffer *dx, size_t dx_off);
+
+/* Batch normalization with the ReLU after it, in one pass: y = max(bn(x), 0) with bn as
+ * dpt_bn_fwd's (NaN kept, as dpt_relu_fwd). */
+DPT_API dpt_status dpt_bn_relu_fwd(dpt_backend *be, const dpt_bn_geom *g, const dpt_buffer *x,
+                                   size_t x_off, const dpt_buffer *mean, size_t mean_off,
+                                   const dpt_buffer *var, size_t var_off, const dpt_buffer *gamma,
+                                   size_t gamma_off, const dpt_buffer *beta, size_t beta_off,
+                                   dpt_buffer *y, size_t y_off);
+/* The gradient of dpt_bn_relu_fwd: dpt_bn_bwd_reduce and dpt_bn_bwd of dy taken as 0 wherever
+ * y, the fused forward's output, is not > 0 (dpt_relu_bwd's rule). */
+DPT_API dpt_status dpt_bn_relu_bwd_reduce(dpt_backend *be, const dpt_bn_geom *g,
+                                          const dpt_buffer *dy, size_t dy_off, const dpt_buffer *y,
+                                          size_t y_off, const dpt_buffer *x, size_t x_off,
+                                          const dpt_buffer *mean, size_t mean_off,
+                                          const dpt_buffer *var, size_t var_off,
+                                          dpt_buffer *sum_dy_xhat, size_t sum_dy_xhat_off,
+                                          dpt_buffer *sum_dy, size_t sum_dy_off);
+DPT_API dpt_status dpt_bn_relu_bwd(dpt_backend *be, const dpt_bn_geom *g, size_t count,
+                                   const dpt_buffer *dy, size_t dy_off, const dpt_buffer *y,
+                                   size_t y_off, const dpt_buffer *x, size_t x_off,
+                                   const dpt_buffer *mean, size_t mean_off, const dpt_buffer *var,
+                                   size_t var_off, const dpt_buffer *gamma, size_t gamma_off,
+                                   const dpt_buffer *sum_dy_xhat, size_t sum_dy_xhat_off,
+                                   const dpt_buffer *sum_dy, size_t sum_dy_off, dpt_buffer *dx,
+                                   size_t dx_off);
 
 /* Average pooling without padding (PyTorch's AvgPool2d, padding 0), geometry as max-pool:
  * y[p, oy, ox] = mean of the kh*kw window. A global average pool is the window h x w. */

@@ -28,7 +28,7 @@
 
 #include "dptrain/backend.h"
 
-#define CONF_MAX_TENSORS 8
+#define CONF_MAX_TENSORS 9
 #define CONF_MAX_SCALARS 4
 #define CONF_PARAM_BYTES 256
 

@@ -1146,6 +1146,81 @@ static void gen_bn_bwd(conf_list *l) {
   }
 }
 
+/* The bn_relu forms: the same cases, the ReLU's output y (an input of the backward ops, about
+ * half of it <= 0) masking dy. */
+static dpt_status run_bn_relu_fwd(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                  const size_t *off, double *scalars) {
+  (void)scalars;
+  return dpt_bn_relu_fwd(be, &CONF_PARAMS(c, bn_p)->g, buf[0], off[0], buf[1], off[1], buf[2],
+                         off[2], buf[3], off[3], buf[4], off[4], buf[5], off[5]);
+}
+
+static void gen_bn_relu_fwd(conf_list *l) {
+  for (size_t i = 0; i < N_BN; i++) {
+    conf_case *c;
+    bn_p p = bn_case(l, i, "", &c);
+    CONF_SET_PARAMS(c, p);
+    bn_add_inputs(c, &p, 0);
+    conf_tensor *gamma = conf_add_tensor(c, "gamma", CONF_F32, CONF_IN, 1, p.g.c);
+    gamma->lo = 0.5;
+    gamma->hi = 1.5;
+    conf_add_tensor(c, "beta", CONF_F32, CONF_IN, 1, p.g.c);
+    conf_add_tensor(c, "y", CONF_F32, CONF_OUT, p.g.n, p.g.c * p.g.p)->tol = 1e-5;
+    c->run = run_bn_relu_fwd;
+  }
+}
+
+static dpt_status run_bn_relu_bwd_reduce(dpt_backend *be, const conf_case *c,
+                                         dpt_buffer *const *buf, const size_t *off,
+                                         double *scalars) {
+  (void)scalars;
+  return dpt_bn_relu_bwd_reduce(be, &CONF_PARAMS(c, bn_p)->g, buf[0], off[0], buf[1], off[1],
+                                buf[2], off[2], buf[3], off[3], buf[4], off[4], buf[5], off[5],
+                                buf[6], off[6]);
+}
+
+static void gen_bn_relu_bwd_reduce(conf_list *l) {
+  for (size_t i = 0; i < N_BN; i++) {
+    conf_case *c;
+    bn_p p = bn_case(l, i, "", &c);
+    CONF_SET_PARAMS(c, p);
+    conf_add_tensor(c, "dy", CONF_F32, CONF_IN, p.g.n, p.g.c * p.g.p);
+    conf_add_tensor(c, "y", CONF_F32, CONF_IN, p.g.n, p.g.c * p.g.p);
+    bn_add_inputs(c, &p, 0);
+    conf_add_tensor(c, "sum_dy_xhat", CONF_F32, CONF_OUT, 1, p.g.c)->tol = bn_sum_tol(&p);
+    conf_add_tensor(c, "sum_dy", CONF_F32, CONF_OUT, 1, p.g.c)->tol = bn_sum_tol(&p);
+    c->run = run_bn_relu_bwd_reduce;
+  }
+}
+
+static dpt_status run_bn_relu_bwd(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                  const size_t *off, double *scalars) {
+  const bn_p *p = CONF_PARAMS(c, bn_p);
+  (void)scalars;
+  return dpt_bn_relu_bwd(be, &p->g, p->count, buf[0], off[0], buf[1], off[1], buf[2], off[2],
+                         buf[3], off[3], buf[4], off[4], buf[5], off[5], buf[6], off[6], buf[7],
+                         off[7], buf[8], off[8]);
+}
+
+static void gen_bn_relu_bwd(conf_list *l) {
+  for (size_t i = 0; i < N_BN; i++) {
+    conf_case *c;
+    bn_p p = bn_case(l, i, "", &c);
+    CONF_SET_PARAMS(c, p);
+    conf_add_tensor(c, "dy", CONF_F32, CONF_IN, p.g.n, p.g.c * p.g.p);
+    conf_add_tensor(c, "y", CONF_F32, CONF_IN, p.g.n, p.g.c * p.g.p);
+    bn_add_inputs(c, &p, 0);
+    conf_add_tensor(c, "gamma", CONF_F32, CONF_IN, 1, p.g.c);
+    double s = sqrt((double)p.count);
+    conf_tensor *sdx = conf_add_tensor(c, "sum_dy_xhat", CONF_F32, CONF_IN, 1, p.g.c);
+    conf_tensor *sdy = conf_add_tensor(c, "sum_dy", CONF_F32, CONF_IN, 1, p.g.c);
+    sdx->lo = sdy->lo = -s;
+    sdx->hi = sdy->hi = s;
+    conf_add_tensor(c, "dx", CONF_F32, CONF_OUT, p.g.n, p.g.c * p.g.p)->tol = 1e-5;
+    c->run = run_bn_relu_bwd;
+  }
+}
+
 /* ---- avgpool ------------------------------------------------------------------------------- */
 
 static const dpt_pool_geom avgpool_geoms[] = {
@@ -1870,6 +1945,9 @@ const conf_generator conf_generators[] = {
     {DPT_OP_BN_FWD, gen_bn_fwd},
     {DPT_OP_BN_BWD_REDUCE, gen_bn_bwd_reduce},
     {DPT_OP_BN_BWD, gen_bn_bwd},
+    {DPT_OP_BN_RELU_FWD, gen_bn_relu_fwd},
+    {DPT_OP_BN_RELU_BWD_REDUCE, gen_bn_relu_bwd_reduce},
+    {DPT_OP_BN_RELU_BWD, gen_bn_relu_bwd},
     {DPT_OP_AVGPOOL_FWD, gen_avgpool_fwd},
     {DPT_OP_AVGPOOL_BWD, gen_avgpool_bwd},
     {DPT_OP_DROPOUT, gen_dropout},

@@ -1280,17 +1280,45 @@ typedef struct bn_ctx {
   dpt_bn_geom g;
   dpt_buffer *x, *stats, *gamma, *beta; /* stats: mean [c] then var [c] */
   weighted w;
+  int relu; /* the bn_relu ops: y = max(bn(x), 0) */
 } bn_ctx;
 
 static double bn_loss(void *p) {
   bn_ctx *c = p;
   TU_OK(dpt_bn_stats(be, &c->g, c->x, 0, c->stats, 0, c->stats, c->g.c));
-  TU_OK(dpt_bn_fwd(be, &c->g, c->x, 0, c->stats, 0, c->stats, c->g.c, c->gamma, 0, c->beta, 0,
-                   c->w.out, 0));
+  TU_OK((c->relu ? dpt_bn_relu_fwd : dpt_bn_fwd)(be, &c->g, c->x, 0, c->stats, 0, c->stats, c->g.c,
+                                                 c->gamma, 0, c->beta, 0, c->w.out, 0));
   return weighted_sum(&c->w);
 }
 
-static void expect_bn_grads(const dpt_bn_geom *g, uint64_t seed) {
+/* The bn_relu ops against their unfused composition (bn_fwd, relu_fwd; relu_bwd, then the bn
+ * backward ops), bit for bit: y, the sums and dx. */
+static void expect_bn_relu_composed(bn_ctx *c, dpt_buffer *bw, const float *sums, const float *dx) {
+  const dpt_bn_geom *g = &c->g;
+  const size_t nx = g->n * g->c * g->p;
+  float y[BN_MAX], y2[BN_MAX], sums2[16], dx2[BN_MAX];
+  dpt_buffer *t = tu_f32_fill(be, nx, NAN), *d = tu_f32_fill(be, nx, NAN);
+  dpt_buffer *s2 = tu_f32_fill(be, 2 * g->c, NAN), *dx2b = tu_f32_fill(be, nx, NAN);
+  TU_OK(dpt_bn_fwd(be, g, c->x, 0, c->stats, 0, c->stats, g->c, c->gamma, 0, c->beta, 0, t, 0));
+  TU_OK(dpt_relu_fwd(be, nx, t, 0, t, 0));
+  TU_OK(dpt_relu_bwd(be, nx, t, 0, bw, 0, d, 0));
+  TU_OK(dpt_bn_bwd_reduce(be, g, d, 0, c->x, 0, c->stats, 0, c->stats, g->c, s2, 0, s2, g->c));
+  TU_OK(dpt_bn_bwd(be, g, g->n * g->p, d, 0, c->x, 0, c->stats, 0, c->stats, g->c, c->gamma, 0, s2,
+                   0, s2, g->c, dx2b, 0));
+  tu_get(c->w.out, 0, y, nx);
+  tu_get(t, 0, y2, nx);
+  tu_get(s2, 0, sums2, 2 * g->c);
+  tu_get(dx2b, 0, dx2, nx);
+  ck_assert(memcmp(y, y2, nx * sizeof(float)) == 0);
+  ck_assert(memcmp(sums, sums2, 2 * g->c * sizeof(float)) == 0);
+  ck_assert(memcmp(dx, dx2, nx * sizeof(float)) == 0);
+  dpt_buffer_free(t);
+  dpt_buffer_free(d);
+  dpt_buffer_free(s2);
+  dpt_buffer_free(dx2b);
+}
+
+static void expect_bn_grads(const dpt_bn_geom *g, uint64_t seed, int relu) {
   const size_t nx = g->n * g->c * g->p;
   ck_assert(nx <= BN_MAX && g->c <= 8);
   float x[BN_MAX], w[BN_MAX], y[BN_MAX], dx[BN_MAX], gamma[8], beta[8], sums[16];
@@ -1304,21 +1332,48 @@ static void expect_bn_grads(const dpt_bn_geom *g, uint64_t seed) {
               tu_f32_fill(be, 2 * g->c, NAN),
               tu_f32(be, gamma, g->c),
               tu_f32(be, beta, g->c),
-              {tu_f32_fill(be, nx, NAN), w, nx, y}};
+              {tu_f32_fill(be, nx, NAN), w, nx, y},
+              relu};
   dpt_buffer *bw = tu_f32(be, w, nx), *bsums = tu_f32_fill(be, 2 * g->c, NAN);
   dpt_buffer *bdx = tu_f32_fill(be, nx, NAN);
   bn_loss(&c); /* the batch statistics into c.stats */
-  TU_OK(dpt_bn_bwd_reduce(be, g, bw, 0, c.x, 0, c.stats, 0, c.stats, g->c, bsums, 0, bsums, g->c));
-  TU_OK(dpt_bn_bwd(be, g, g->n * g->p, bw, 0, c.x, 0, c.stats, 0, c.stats, g->c, c.gamma, 0, bsums,
-                   0, bsums, g->c, bdx, 0));
+  if (relu) {
+    TU_OK(dpt_bn_relu_bwd_reduce(be, g, bw, 0, c.w.out, 0, c.x, 0, c.stats, 0, c.stats, g->c, bsums,
+                                 0, bsums, g->c));
+    TU_OK(dpt_bn_relu_bwd(be, g, g->n * g->p, bw, 0, c.w.out, 0, c.x, 0, c.stats, 0, c.stats, g->c,
+                          c.gamma, 0, bsums, 0, bsums, g->c, bdx, 0));
+  } else {
+    TU_OK(
+        dpt_bn_bwd_reduce(be, g, bw, 0, c.x, 0, c.stats, 0, c.stats, g->c, bsums, 0, bsums, g->c));
+    TU_OK(dpt_bn_bwd(be, g, g->n * g->p, bw, 0, c.x, 0, c.stats, 0, c.stats, g->c, c.gamma, 0,
+                     bsums, 0, bsums, g->c, bdx, 0));
+  }
   tu_get(bsums, 0, sums, 2 * g->c);
   tu_get(bdx, 0, dx, nx);
-  /* nonlinear in x: a small step, float rounding of L over 2h bounds the tolerance */
-  expect_fd("bn dx", c.x, x, dx, (int)nx, 1e-2f, 2e-3, bn_loss, &c);
-  expect_fd("bn dgamma", c.gamma, gamma, sums, (int)g->c, 0.25f, 1e-4, bn_loss, &c); /* linear */
-  expect_fd("bn dbeta", c.beta, beta, sums + g->c, (int)g->c, 0.25f, 1e-4, bn_loss, &c);
+  float pre[BN_MAX]; /* the normalized values, before the ReLU */
+  dpt_buffer *bpre = tu_f32_fill(be, nx, NAN);
+  TU_OK(dpt_bn_fwd(be, g, c.x, 0, c.stats, 0, c.stats, g->c, c.gamma, 0, c.beta, 0, bpre, 0));
+  tu_get(bpre, 0, pre, nx);
+  dpt_buffer_free(bpre);
+  if (relu) expect_bn_relu_composed(&c, bw, sums, dx);
+  /* nonlinear in x: a small step, float rounding of L over 2h bounds the tolerance; with the
+   * ReLU, an output within reach of its kink has no difference to compare with */
+  int checked = 0;
+  for (size_t i = 0; i < nx; i++) {
+    if (relu && fabsf(pre[i]) < 0.1f) continue;
+    double fd = central_diff(c.x, x, (int)i, 1e-2f, bn_loss, &c);
+    ck_assert_msg(fabs(fd - dx[i]) < 2e-3, "bn dx[%zu] = %.9g, finite difference %.9g", i,
+                  (double)dx[i], fd);
+    checked++;
+  }
+  ck_assert_int_ge(checked, (int)nx / 2);
+  /* linear in gamma and beta but for the ReLU's kinks */
+  const float hp = relu ? 1e-3f : 0.25f;
+  const double tp = relu ? 2e-3 : 1e-4;
+  expect_fd("bn dgamma", c.gamma, gamma, sums, (int)g->c, hp, tp, bn_loss, &c);
+  expect_fd("bn dbeta", c.beta, beta, sums + g->c, (int)g->c, hp, tp, bn_loss, &c);
   /* the input gradient of a normalization sums to 0 per channel */
-  for (size_t ch = 0; ch < g->c; ch++) {
+  for (size_t ch = 0; ch < g->c && !relu; ch++) {
     double s = 0;
     for (size_t i = 0; i < g->n; i++)
       for (size_t j = 0; j < g->p; j++)
@@ -1337,9 +1392,17 @@ static void expect_bn_grads(const dpt_bn_geom *g, uint64_t seed) {
 
 START_TEST(bn_train_grads_vs_fd) {
   const dpt_bn_geom g2d = {3, 2, 5, 1e-5f}, g1d = {8, 3, 1, 1e-5f}, wide = {2, 4, 7, 1e-2f};
-  expect_bn_grads(&g2d, 21);
-  expect_bn_grads(&g1d, 22);
-  expect_bn_grads(&wide, 23);
+  expect_bn_grads(&g2d, 21, 0);
+  expect_bn_grads(&g1d, 22, 0);
+  expect_bn_grads(&wide, 23, 0);
+}
+END_TEST
+
+START_TEST(bn_relu_grads_vs_fd) {
+  const dpt_bn_geom g2d = {3, 2, 5, 1e-5f}, g1d = {8, 3, 1, 1e-5f}, wide = {2, 4, 7, 1e-2f};
+  expect_bn_grads(&g2d, 31, 1);
+  expect_bn_grads(&g1d, 32, 1);
+  expect_bn_grads(&wide, 33, 1);
 }
 END_TEST
 
@@ -1878,6 +1941,7 @@ static Suite *cpu_ops_suite(void) {
   tcase_add_test(grad, softmax_xent_grad_vs_fd);
   tcase_add_test(grad, gemm_grad_vs_fd);
   tcase_add_test(grad, bn_train_grads_vs_fd);
+  tcase_add_test(grad, bn_relu_grads_vs_fd);
   tcase_add_test(grad, layernorm_grads_vs_fd);
   tcase_add_test(grad, gelu_values_and_grads_vs_fd);
   tcase_add_test(grad, softmax_bwd_vs_fd);

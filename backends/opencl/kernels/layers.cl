@@ -86,8 +86,9 @@ inline float dpt_bn_invstd(float var, float eps) {
   return 1.0f / sqrt(var + eps);
 }
 
-/* y = (x - mean) * invstd * gamma + beta; one work-item per element (total = n * c * p). */
-__kernel void bn_fwd(ulong total, ulong c, ulong p, float eps, __global const float *x,
+/* y = (x - mean) * invstd * gamma + beta, then max(y, 0) (NaN kept) with relu; one work-item
+ * per element (total = n * c * p). */
+__kernel void bn_fwd(ulong total, ulong c, ulong p, ulong relu, float eps, __global const float *x,
                      ulong x_off, __global const float *mean, ulong mean_off,
                      __global const float *var, ulong var_off, __global const float *gamma,
                      ulong gamma_off, __global const float *beta, ulong beta_off,
@@ -97,13 +98,16 @@ __kernel void bn_fwd(ulong total, ulong c, ulong p, float eps, __global const fl
   ulong ch = (g / p) % c;
   float invstd = dpt_bn_invstd(var[var_off + ch], eps);
   float xhat = (x[x_off + g] - mean[mean_off + ch]) * invstd;
-  y[y_off + g] = xhat * gamma[gamma_off + ch] + beta[beta_off + ch];
+  float v = xhat * gamma[gamma_off + ch] + beta[beta_off + ch];
+  y[y_off + g] = relu && !(v > 0.0f || isnan(v)) ? 0.0f : v;
 }
 
-/* sum_dy[c] and sum_dy_xhat[c] with xhat = (x - mean) * invstd in float, accumulated in acc_t.
- * One work-group per channel; s_dy, s_dyx: local size acc_t each. */
-__kernel void bn_bwd_reduce(ulong n, ulong c, ulong p, float eps, __global const float *dy,
-                            ulong dy_off, __global const float *x, ulong x_off,
+/* sum_dy[c] and sum_dy_xhat[c] with xhat = (x - mean) * invstd in float, accumulated in acc_t;
+ * with relu, dy is taken as 0 where act (the fused forward's output) is not > 0. One
+ * work-group per channel; s_dy, s_dyx: local size acc_t each. */
+__kernel void bn_bwd_reduce(ulong n, ulong c, ulong p, ulong relu, float eps,
+                            __global const float *dy, ulong dy_off, __global const float *act,
+                            ulong act_off, __global const float *x, ulong x_off,
                             __global const float *mean, ulong mean_off, __global const float *var,
                             ulong var_off, __global float *sum_dy_xhat, ulong sum_dy_xhat_off,
                             __global float *sum_dy, ulong sum_dy_off, __local acc_t *s_dy,
@@ -114,7 +118,7 @@ __kernel void bn_bwd_reduce(ulong n, ulong c, ulong p, float eps, __global const
   acc_t a_dy = 0, a_dyx = 0;
   for (dpt_bn_walk w = dpt_bn_walk_start(p); w.img < n; dpt_bn_walk_next(&w, p)) {
     ulong i = (w.img * c + ch) * p + w.pos;
-    float d = dy[dy_off + i];
+    float d = !relu || act[act_off + i] > 0.0f ? dy[dy_off + i] : 0.0f;
     float xhat = (x[x_off + i] - m) * invstd;
     a_dy += (acc_t)d;
     a_dyx += (acc_t)(d * xhat);
@@ -136,10 +140,11 @@ __kernel void bn_bwd_reduce(ulong n, ulong c, ulong p, float eps, __global const
   }
 }
 
-/* dx = gamma * invstd * (dy - sum_dy / count - xhat * sum_dy_xhat / count); one work-item per
- * element (total = n * c * p). */
-__kernel void bn_bwd(ulong total, ulong c, ulong p, ulong count, float eps,
-                     __global const float *dy, ulong dy_off, __global const float *x, ulong x_off,
+/* dx = gamma * invstd * (dy - sum_dy / count - xhat * sum_dy_xhat / count), dy masked as in
+ * bn_bwd_reduce with relu; one work-item per element (total = n * c * p). */
+__kernel void bn_bwd(ulong total, ulong c, ulong p, ulong count, ulong relu, float eps,
+                     __global const float *dy, ulong dy_off, __global const float *act,
+                     ulong act_off, __global const float *x, ulong x_off,
                      __global const float *mean, ulong mean_off, __global const float *var,
                      ulong var_off, __global const float *gamma, ulong gamma_off,
                      __global const float *sum_dy_xhat, ulong sum_dy_xhat_off,
@@ -153,7 +158,8 @@ __kernel void bn_bwd(ulong total, ulong c, ulong p, ulong count, float eps,
   float a = sum_dy[sum_dy_off + ch] / (float)count;
   float b = sum_dy_xhat[sum_dy_xhat_off + ch] / (float)count;
   float xhat = (x[x_off + g] - mean[mean_off + ch]) * invstd;
-  dx[dx_off + g] = k * (dy[dy_off + g] - a - xhat * b);
+  float d = !relu || act[act_off + g] > 0.0f ? dy[dy_off + g] : 0.0f;
+  dx[dx_off + g] = k * (d - a - xhat * b);
 }
 
 /* ---- average pooling (no padding) ----------------------------------------------------------- */
