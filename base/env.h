@@ -41,6 +41,7 @@ typedef enum dpt_env_kind {
     "the CPU backend's convolutions: onednn, im2col (gemm), reference (loops)")                    \
   X(DPT_EXCHANGE, USER, "the kind the settings call for",                                          \
     "force the step's exchange kind by name (docs/training.md, Exchange kinds)")                   \
+  X(DPT_FUSE, USER, "1", "0: every layer runs alone, without the planner's fused ops")             \
   X(DPT_VULKAN_VALIDATION, USER, "0",                                                              \
     "1: Vulkan validation layers on; an error message fails the next call")                        \
   X(DPT_COMM_FAKE_NODES, TEST, "",                                                                 \

@@ -14,6 +14,7 @@
 
 #include "base/error.h"
 #include "base/size.h"
+#include "core/model/fuse.h"
 #include "core/model/layer.h"
 #include "core/model/layer_util.h"
 #include "core/model/model_impl.h"
@@ -534,7 +535,9 @@ static dpt_status plan(dpt_model *m) {
   DPT_TRY(plan_check_names(m));
   for (size_t i = 0; i < s->num_layers; ++i)
     DPT_TRY(plan_layer(m, i));
-  return plan_check_graph(m);
+  DPT_TRY(plan_check_graph(m));
+  dpt_model_plan_fusions(m);
+  return DPT_OK;
 }
 
 /* ---- memory -------------------------------------------------------------------------------- */
@@ -544,7 +547,7 @@ static int consumers_of(const dpt_model *m, int s) {
   int n = 0;
   for (size_t j = 0; j < m->num_layers; ++j) {
     const dpt_node *L = &m->layers[j];
-    for (int k = 0; k < L->num_src && !dpt_layer_has(L->spec.kind, DPT_LAYER_ALIAS); ++k)
+    for (int k = 0; k < L->num_src && !dpt_node_is_alias(L); ++k)
       n += L->src[k] >= 0 && m->layers[L->src[k]].store == s;
   }
   return n;
@@ -558,7 +561,7 @@ static dpt_status alloc_layer(dpt_model *m, size_t i, shared_sizes *sh) {
   size_t n;
   if (!dpt_mul_ok(m->max_batch, L->out_size, &n))
     return LAYER_ERR(m, i, "output for %zu samples is too large", m->max_batch);
-  if (dpt_layer_has(L->spec.kind, DPT_LAYER_ALIAS)) return DPT_OK;
+  if (dpt_node_is_alias(L)) return DPT_OK;
   if (consumers_of(m, (int)i) > 1 && n > sh->scratch) sh->scratch = n;
   DPT_TRY(dpt_layer_alloc_floats(m, n, sizeof(float), &L->out));
   DPT_TRY(dpt_layer_alloc_floats(m, n, sizeof(float), &L->dout));

@@ -16,6 +16,7 @@
 /* ---- forward ------------------------------------------------------------------------------- */
 
 static dpt_status forward_layer(dpt_model *m, const dpt_node *L, const dpt_buffer *x, size_t b) {
+  if (L->absorbed) return DPT_OK; /* its input's layer ran it */
   const dpt_buffer *in = dpt_model_out_of(m, L->src[0], x);
   const dpt_layer_ops *ops = dpt_layer_ops_of(L->spec.kind);
   return ops->forward ? ops->forward(m, L, in, x, b) : DPT_OK; /* flatten: an alias */
@@ -36,6 +37,7 @@ dpt_status dpt_model_forward(dpt_model *m, const dpt_buffer *x, size_t b) {
  * whose gradient goes where grad_target says (flatten: nothing). */
 static dpt_status backward_layer(dpt_model *m, const dpt_node *L, const dpt_buffer *x, size_t b) {
   const dpt_layer_ops *ops = dpt_layer_ops_of(L->spec.kind);
+  if (L->absorbed) return DPT_OK; /* its dout is its input's layer's */
   if (ops->backward_all) return ops->backward_all(m, L, x, b);
   if (!ops->backward) return DPT_OK;
   int add = 0;

@@ -29,7 +29,10 @@ typedef struct dpt_node {
   size_t w2_index, b2_index;       /* attention: out_proj.weight and out_proj.bias */
   size_t buf_offset;               /* batch norm: running_mean's float offset in the buffers */
   int store;                       /* the layer whose out/dout hold this one's (itself; a flatten's
-                                      input's store, or DPT_LAYER_INPUT_MODEL) */
+                                      or an absorbed layer's input's store, or
+                                      DPT_LAYER_INPUT_MODEL) */
+  int fuse_relu;                   /* batch norm: runs the ReLU reading it (core/model/fuse.c) */
+  int absorbed;                    /* run inside its input's fused op: no memory, no work */
   dpt_buffer *out;                 /* [max_batch, out_size]; NULL for flatten (aliases its input) */
   dpt_buffer *dout;                /* gradient wrt out, same size; NULL for flatten */
   dpt_buffer *aux;                 /* maxpool: int32 argmax [max_batch, out_size]; batch norm: the

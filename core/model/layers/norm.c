@@ -119,16 +119,19 @@ static dpt_status bn_batch_stats(dpt_model *m, const dpt_node *L, const dpt_buff
   return dpt_axpy(be, 1, 1.0f, m->ones, 0, m->bufs, rv + C); /* num_batches_tracked += 1 */
 }
 
+/* With fuse_relu the ReLU reading this layer runs here (bn_relu ops): out holds its output. */
 static dpt_status bn_forward(dpt_model *m, const dpt_node *L, const dpt_buffer *in, size_t b) {
   size_t C = L->oshape.c, w = m->tensors[L->w_index].offset, bias = m->tensors[L->b_index].offset;
   dpt_bn_geom g = bn_geom(L, b);
+  const dpt_buffer *stats = m->bufs;
+  size_t at = L->buf_offset;
   if (m->training) {
     DPT_TRY(bn_batch_stats(m, L, in, b));
-    return dpt_bn_fwd(m->be, &g, in, 0, L->aux, 0, L->aux, C, m->params, w, m->params, bias, L->out,
-                      0);
+    stats = L->aux;
+    at = 0;
   }
-  return dpt_bn_fwd(m->be, &g, in, 0, m->bufs, L->buf_offset, m->bufs, L->buf_offset + C, m->params,
-                    w, m->params, bias, L->out, 0);
+  return (L->fuse_relu ? dpt_bn_relu_fwd : dpt_bn_fwd)(m->be, &g, in, 0, stats, at, stats, at + C,
+                                                       m->params, w, m->params, bias, L->out, 0);
 }
 
 static dpt_status bn_fwd(dpt_model *m, const dpt_node *L, const dpt_buffer *in, const dpt_buffer *x,
@@ -143,8 +146,12 @@ static dpt_status bn_backward(dpt_model *m, const dpt_node *L, const dpt_buffer 
                               dpt_buffer *din, size_t b) {
   size_t C = L->oshape.c, w = m->tensors[L->w_index].offset, bias = m->tensors[L->b_index].offset;
   dpt_bn_geom g = bn_geom(L, b);
-  DPT_TRY(dpt_bn_bwd_reduce(m->be, &g, L->dout, 0, in, 0, L->aux, 0, L->aux, C, m->grads, w,
-                            m->grads, bias));
+  if (L->fuse_relu)
+    DPT_TRY(dpt_bn_relu_bwd_reduce(m->be, &g, L->dout, 0, L->out, 0, in, 0, L->aux, 0, L->aux, C,
+                                   m->grads, w, m->grads, bias));
+  else
+    DPT_TRY(dpt_bn_bwd_reduce(m->be, &g, L->dout, 0, in, 0, L->aux, 0, L->aux, C, m->grads, w,
+                              m->grads, bias));
   const dpt_buffer *sums = m->grads;
   size_t s_xhat = w, s_dy = bias;
   double count = (double)(b * g.p);
@@ -155,6 +162,9 @@ static dpt_status bn_backward(dpt_model *m, const dpt_node *L, const dpt_buffer 
     s_dy = 3 * C;
   }
   if (!din) return DPT_OK;
+  if (L->fuse_relu)
+    return dpt_bn_relu_bwd(m->be, &g, (size_t)count, L->dout, 0, L->out, 0, in, 0, L->aux, 0,
+                           L->aux, C, m->params, w, sums, s_xhat, sums, s_dy, din, 0);
   return dpt_bn_bwd(m->be, &g, (size_t)count, L->dout, 0, in, 0, L->aux, 0, L->aux, C, m->params, w,
                     sums, s_xhat, sums, s_dy, din, 0);
 }

@@ -110,6 +110,55 @@ START_TEST(gradient_graph) {
 }
 END_TEST
 
+/* The planner's fusions (a batch norm with the ReLU after it) against every layer alone
+ * (DPT_FUSE=0): one training step gives the same loss and gradients bit for bit on the CPU, and
+ * the fused model keeps fewer activations. */
+START_TEST(fusion_matches_unfused) {
+  dpt_model_spec spec;
+  mini_resnet(&spec, 0.0f);
+  const size_t b = 6;
+  dpt_backend *be = tu_cpu();
+  dpt_model *m[2];
+  float *g[2];
+  double loss[2];
+  int64_t correct[2];
+  size_t in = 0, np = 0;
+  float x[6 * 64];
+  const int32_t y[6] = {0, 3, 9, 3, 7, 1};
+  for (size_t i = 0; i < sizeof x / sizeof x[0]; ++i)
+    x[i] = (float)((i * 37u) % 101u) / 50.0f - 1.0f;
+  for (int k = 0; k < 2; ++k) {
+    if (k == 1) ck_assert_int_eq(setenv("DPT_FUSE", "0", 1), 0);
+    TU_OK(dpt_model_create(be, &spec, b, &m[k]));
+    unsetenv("DPT_FUSE");
+    TU_OK(dpt_model_init(m[k], 5));
+    in = dpt_model_input_size(m[k]);
+    np = dpt_model_num_params(m[k]);
+    dpt_buffer *bx, *by;
+    TU_OK(dpt_buffer_alloc(be, b * in * sizeof(float), &bx));
+    TU_OK(dpt_buffer_alloc(be, sizeof y, &by));
+    TU_OK(dpt_buffer_upload(bx, 0, x, b * in * sizeof(float)));
+    TU_OK(dpt_buffer_upload(by, 0, y, sizeof y));
+    TU_OK(dpt_model_train_step(m[k], bx, by, b, 1.0f, &loss[k], &correct[k]));
+    g[k] = malloc(np * sizeof(float));
+    TU_OK(dpt_buffer_download(dpt_model_grads(m[k]), 0, g[k], np * sizeof(float)));
+    dpt_buffer_free(bx);
+    dpt_buffer_free(by);
+  }
+  ck_assert(in * b <= sizeof x / sizeof x[0]);
+  ck_assert(loss[0] == loss[1] && correct[0] == correct[1]);
+  ck_assert(memcmp(g[0], g[1], np * sizeof(float)) == 0);
+  /* two ReLUs absorbed, each an output and its gradient of 6 samples */
+  const size_t saved = 2 * b * (4 * 8 * 8 + 8) * sizeof(float);
+  ck_assert_uint_eq(dpt_model_activation_bytes(m[1]) - dpt_model_activation_bytes(m[0]), saved);
+  for (int k = 0; k < 2; ++k) {
+    free(g[k]);
+    dpt_model_destroy(m[k]);
+  }
+  dpt_backend_destroy(be);
+}
+END_TEST
+
 /* A tiny BERT: token and position embeddings, attention with [PAD] keys masked, dropout on the
  * hidden states and the attention probabilities, the MLM head tied to the token embedding, and
  * the loss over the labelled positions only. Samples 1 and 3 end in padding. */
@@ -882,6 +931,7 @@ int main(int argc, char **argv) {
   TCase *graph = tcase_create("graph");
   tcase_set_timeout(graph, 120);
   tcase_add_test(graph, gradient_graph);
+  tcase_add_test(graph, fusion_matches_unfused);
   tcase_add_test(graph, gradient_bert);
   tcase_add_test(graph, layer_hook);
   tcase_add_test(graph, bert_spec);

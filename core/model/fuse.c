@@ -1,0 +1,54 @@
+/* The planner's fusions: layers the model runs as one fused op where the backend has it, which
+ * a model file never mentions. A batch norm whose output only a ReLU reads runs the bn_relu ops;
+ * the ReLU then owns no memory and does no work (its output is the batch norm's). DPT_FUSE=0
+ * runs every layer alone. */
+#include <string.h>
+
+#include "base/env.h"
+#include "core/model/fuse.h"
+#include "core/model/layer.h"
+
+/* How many layers read layer i's output (directly: an alias of it counts as a reader). */
+static int readers_of(const dpt_model *m, size_t i) {
+  int n = 0;
+  for (size_t j = i + 1; j < m->num_layers; ++j)
+    for (int k = 0; k < m->layers[j].num_src; ++k)
+      n += m->layers[j].src[k] == (int)i;
+  return n;
+}
+
+static int is_batchnorm(dpt_layer_kind k) {
+  return k == DPT_LAYER_BATCHNORM2D || k == DPT_LAYER_BATCHNORM1D;
+}
+
+static int backend_has_bn_relu(const dpt_backend *be) {
+  return dpt_backend_supports(be, DPT_OP_BN_RELU_FWD) &&
+         dpt_backend_supports(be, DPT_OP_BN_RELU_BWD_REDUCE) &&
+         dpt_backend_supports(be, DPT_OP_BN_RELU_BWD);
+}
+
+int dpt_node_is_alias(const dpt_node *L) {
+  return L->absorbed || dpt_layer_has(L->spec.kind, DPT_LAYER_ALIAS);
+}
+
+void dpt_model_plan_fusions(dpt_model *m) {
+  const char *env = dpt_env_get("DPT_FUSE");
+  if (env && strcmp(env, "0") == 0) return;
+  const int bn_relu = backend_has_bn_relu(m->be);
+  for (size_t i = 0; i + 1 < m->num_layers; ++i) { /* the last layer keeps its logits */
+    dpt_node *R = &m->layers[i];
+    const int a = R->src[0];
+    if (R->spec.kind != DPT_LAYER_RELU || a < 0) continue;
+    dpt_node *B = &m->layers[a];
+    if (bn_relu && is_batchnorm(B->spec.kind) && readers_of(m, (size_t)a) == 1) {
+      B->fuse_relu = 1;
+      R->absorbed = 1;
+    }
+  }
+  /* An absorbed layer's output is its input's, as a flatten's: stores follow. */
+  for (size_t i = 0; i < m->num_layers; ++i) {
+    dpt_node *L = &m->layers[i];
+    const int a = L->src[0];
+    L->store = dpt_node_is_alias(L) ? (a < 0 ? a : m->layers[a].store) : (int)i;
+  }
+}
