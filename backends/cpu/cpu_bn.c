@@ -3,6 +3,8 @@
  * order the contract gives; sums accumulate in double, each row of a channel in eight lanes
  * added in a fixed tree, so a result depends on the shape alone and the loops vectorize. */
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "backends/cpu/cpu_internal.h"
 
@@ -28,20 +30,34 @@ static inline double lanes_sum(const double *l) {
   return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
 }
 
-/* Sum of row[0..p) - shift, and of its squares, in double (lane j % 8 takes value j). */
+/* Four floats, four doubles and the comparison mask of four floats (GCC and Clang vectors). */
+typedef float bn_f4 __attribute__((vector_size(16)));
+typedef double bn_d4 __attribute__((vector_size(32)));
+typedef int32_t bn_i4 __attribute__((vector_size(16)));
+
+static inline bn_f4 load4(const float *p) {
+  bn_f4 v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
+/* Sum of row[0..p) - shift, and of its squares, in double: lane j % 8 takes value j (lanes 0-3
+ * and 4-7 as two vectors), the lanes added in a fixed tree. */
 BN_CLONES static void row_sums(const float *row, size_t p, double shift, int squares, double *out) {
-  double l[BN_LANES] = {0};
+  bn_d4 l[2] = {{0}};
   size_t j = 0;
   for (; j + BN_LANES <= p; j += BN_LANES)
-    for (int k = 0; k < BN_LANES; ++k) {
-      const double d = (double)row[j + k] - shift;
-      l[k] += squares ? d * d : d;
+    for (int h = 0; h < 2; ++h) {
+      const bn_d4 d = __builtin_convertvector(load4(row + j + 4 * (size_t)h), bn_d4) - shift;
+      l[h] += squares ? d * d : d;
     }
+  double t[BN_LANES];
+  memcpy(t, l, sizeof t);
   for (int k = 0; j < p; ++j, ++k) {
     const double d = (double)row[j] - shift;
-    l[k] += squares ? d * d : d;
+    t[k] += squares ? d * d : d;
   }
-  *out += lanes_sum(l);
+  *out += lanes_sum(t);
 }
 
 /* Biased mean and variance, two passes in double: the mean, then the mean squared deviation. */
@@ -104,26 +120,33 @@ dpt_status dpt_cpu_bn_relu_fwd(dpt_backend *be, const dpt_bn_relu_fwd_args *a) {
 }
 
 /* One row's sums of dy and dy * xhat (xhat = (x - m) * inv in float), dy taken as 0 where
- * act is not > 0 with relu. */
+ * act is not > 0 with relu: lanes 0-3 and 4-7 of row_sums' eight, as vectors. */
 BN_CLONES static void bwd_row_sums(const float *x, const float *dy, const float *act, size_t p,
                                    float m, float inv, int relu, double *s, double *sx) {
-  double l[BN_LANES] = {0}, lx[BN_LANES] = {0};
+  bn_d4 l[2] = {{0}}, lx[2] = {{0}};
+  const bn_i4 all = {-1, -1, -1, -1};
   size_t j = 0;
   for (; j + BN_LANES <= p; j += BN_LANES)
-    for (int k = 0; k < BN_LANES; ++k) {
-      const float d = !relu || act[j + k] > 0.0f ? dy[j + k] : 0.0f;
-      const float xhat = (x[j + k] - m) * inv;
-      l[k] += (double)d;
-      lx[k] += (double)d * (double)xhat;
+    for (int h = 0; h < 2; ++h) {
+      const size_t o = j + 4 * (size_t)h;
+      const bn_i4 keep = relu ? (bn_i4)(load4(act + o) > 0.0f) : all;
+      const bn_f4 d = (bn_f4)((bn_i4)load4(dy + o) & keep);
+      const bn_f4 xhat = (load4(x + o) - m) * inv;
+      const bn_d4 dd = __builtin_convertvector(d, bn_d4);
+      l[h] += dd;
+      lx[h] += dd * __builtin_convertvector(xhat, bn_d4);
     }
+  double t[BN_LANES], tx[BN_LANES];
+  memcpy(t, l, sizeof t);
+  memcpy(tx, lx, sizeof tx);
   for (int k = 0; j < p; ++j, ++k) {
     const float d = !relu || act[j] > 0.0f ? dy[j] : 0.0f;
     const float xhat = (x[j] - m) * inv;
-    l[k] += (double)d;
-    lx[k] += (double)d * (double)xhat;
+    t[k] += (double)d;
+    tx[k] += (double)d * (double)xhat;
   }
-  *s += lanes_sum(l);
-  *sx += lanes_sum(lx);
+  *s += lanes_sum(t);
+  *sx += lanes_sum(tx);
 }
 
 /* sum_dy and sum_dy_xhat per channel. */
