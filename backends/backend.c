@@ -608,6 +608,20 @@ dpt_status dpt_relu_bwd(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x
   return DPT_BE_CALL(be, be->vt->relu_bwd(be, &args));
 }
 
+dpt_status dpt_add_relu(dpt_backend *be, size_t n, const dpt_buffer *a, size_t a_off,
+                        const dpt_buffer *b, size_t b_off, dpt_buffer *y, size_t y_off) {
+  dpt_op_check ck;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_add_relu", be, be && be->vt->add_relu));
+  DPT_TRY(dpt_op_tensor(&ck, "a", a, a_off, n, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "b", b, b_off, n, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "y", y, y_off, n, F32));
+  DPT_TRY(dpt_op_alias(&ck, "y", y, y_off, n, F32, "a", a, a_off, n, F32, 1));
+  DPT_TRY(dpt_op_alias(&ck, "y", y, y_off, n, F32, "b", b, b_off, n, F32, 1));
+  if (n == 0) return DPT_OK;
+  dpt_add_relu_args args = {n, dpt_op_ref(a, a_off), dpt_op_ref(b, b_off), dpt_op_ref(y, y_off)};
+  return DPT_BE_CALL(be, be->vt->add_relu(be, &args));
+}
+
 dpt_status dpt_softmax_xent(dpt_backend *be, size_t rows, size_t cols, const dpt_buffer *logits,
                             size_t logits_off, const dpt_buffer *labels, size_t labels_off,
                             float scale, dpt_buffer *dlogits, size_t dlogits_off, double *loss_sum,

@@ -74,6 +74,11 @@ typedef struct dpt_relu_bwd_args {
   dpt_ref x, dy, dx;
 } dpt_relu_bwd_args;
 
+typedef struct dpt_add_relu_args {
+  size_t n;
+  dpt_ref a, b, y;
+} dpt_add_relu_args;
+
 typedef struct dpt_softmax_xent_args {
   size_t rows, cols;
   dpt_ref logits, labels; /* labels: int32 */

@@ -56,6 +56,17 @@ dpt_status dpt_cpu_relu_fwd(dpt_backend *be, const dpt_relu_fwd_args *a) {
   return DPT_OK;
 }
 
+dpt_status dpt_cpu_add_relu(dpt_backend *be, const dpt_add_relu_args *a) {
+  (void)be;
+  const float *x = dpt_cpu_f32(a->a), *z = dpt_cpu_f32(a->b);
+  float *y = dpt_cpu_f32(a->y); /* may equal x or z */
+  for (size_t i = 0; i < a->n; ++i) {
+    const float v = x[i] + z[i];
+    y[i] = v > 0.0f || isnan(v) ? v : 0.0f;
+  }
+  return DPT_OK;
+}
+
 dpt_status dpt_cpu_relu_bwd(dpt_backend *be, const dpt_relu_bwd_args *a) {
   (void)be;
   const float *x = dpt_cpu_f32(a->x);

@@ -21,6 +21,7 @@
  * name. */
 #define DPT_OCL_KERNEL_MAP(X)                                                                      \
   X(relu_fwd)                                                                                      \
+  X(add_relu)                                                                                      \
   X(relu_bwd)                                                                                      \
   X(bias_add)                                                                                      \
   X(bias_grad)                                                                                     \

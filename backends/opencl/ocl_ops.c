@@ -29,6 +29,11 @@ dpt_status dpt_ocl_relu_fwd(dpt_backend *be, const dpt_relu_fwd_args *a) {
   return dpt_ocl_launch_flat(be, DPT_OCL_K_relu_fwd, a->n, 0, NULL, 0, NULL, 2, refs);
 }
 
+dpt_status dpt_ocl_add_relu(dpt_backend *be, const dpt_add_relu_args *a) {
+  const dpt_ref refs[] = {a->a, a->b, a->y};
+  return dpt_ocl_launch_flat(be, DPT_OCL_K_add_relu, a->n, 0, NULL, 0, NULL, 3, refs);
+}
+
 dpt_status dpt_ocl_relu_bwd(dpt_backend *be, const dpt_relu_bwd_args *a) {
   const dpt_ref refs[] = {a->x, a->dy, a->dx};
   return dpt_ocl_launch_flat(be, DPT_OCL_K_relu_bwd, a->n, 0, NULL, 0, NULL, 3, refs);

@@ -157,6 +157,7 @@ enum {
   X(BIAS_ADD, "bias_add.spv", 2, 0, 0, 0, 0)                                                       \
   X(BIAS_GRAD, "bias_grad.spv", 2, 0, 0, 0, 0)                                                     \
   X(RELU_FWD, "relu_fwd.spv", 2, 0, 0, 0, 0)                                                       \
+  X(ADD_RELU, "add_relu.spv", 3, 0, 0, 0, 0)                                                       \
   X(RELU_BWD, "relu_bwd.spv", 3, 0, 0, 0, 0)                                                       \
   X(SOFTMAX_XENT, "softmax_xent.spv", 4, 0, 0, 0, 0)                                               \
   X(IM2COL, "im2col.spv", 2, 0, 0, 0, 0)                                                           \

@@ -85,6 +85,15 @@ dpt_status dpt_vk_relu_fwd(dpt_backend *be, const dpt_relu_fwd_args *a) {
   return dpt_vk_leave(be, vk_elementwise(ctx, DPT_VK_PIPE_RELU_FWD, a->n, t, 2, push, 3));
 }
 
+dpt_status dpt_vk_add_relu(dpt_backend *be, const dpt_add_relu_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);
+  vk_tensor t[3] = {
+      {vk_al(&a->a), a->a.off, 4}, {vk_al(&a->b), a->b.off, 4}, {vk_al(&a->y), a->y.off, 4}};
+  uint32_t push[4];
+  return dpt_vk_leave(be, vk_elementwise(ctx, DPT_VK_PIPE_ADD_RELU, a->n, t, 3, push, 4));
+}
+
 dpt_status dpt_vk_relu_bwd(dpt_backend *be, const dpt_relu_bwd_args *a) {
   DPT_TRY(dpt_vk_enter(be));
   dpt_vk_ctx *ctx = dpt_vk_ctx_of(be);

@@ -1,7 +1,7 @@
 /* The planner's fusions: layers the model runs as one fused op where the backend has it, which
- * a model file never mentions. A batch norm whose output only a ReLU reads runs the bn_relu ops;
- * the ReLU then owns no memory and does no work (its output is the batch norm's). DPT_FUSE=0
- * runs every layer alone. */
+ * a model file never mentions. A batch norm or a residual add whose output only a ReLU reads
+ * runs the ReLU itself (the bn_relu ops, add_relu); the ReLU then owns no memory and does no
+ * work (its output is its input's). DPT_FUSE=0 runs every layer alone. */
 #include <string.h>
 
 #include "base/env.h"
@@ -21,10 +21,14 @@ static int is_batchnorm(dpt_layer_kind k) {
   return k == DPT_LAYER_BATCHNORM2D || k == DPT_LAYER_BATCHNORM1D;
 }
 
-static int backend_has_bn_relu(const dpt_backend *be) {
-  return dpt_backend_supports(be, DPT_OP_BN_RELU_FWD) &&
-         dpt_backend_supports(be, DPT_OP_BN_RELU_BWD_REDUCE) &&
-         dpt_backend_supports(be, DPT_OP_BN_RELU_BWD);
+/* Whether layer B can run the ReLU after it on this backend. */
+static int takes_relu(const dpt_backend *be, const dpt_node *B) {
+  if (is_batchnorm(B->spec.kind))
+    return dpt_backend_supports(be, DPT_OP_BN_RELU_FWD) &&
+           dpt_backend_supports(be, DPT_OP_BN_RELU_BWD_REDUCE) &&
+           dpt_backend_supports(be, DPT_OP_BN_RELU_BWD);
+  return B->spec.kind == DPT_LAYER_ADD && dpt_backend_supports(be, DPT_OP_ADD_RELU) &&
+         dpt_backend_supports(be, DPT_OP_RELU_BWD);
 }
 
 int dpt_node_is_alias(const dpt_node *L) {
@@ -34,13 +38,12 @@ int dpt_node_is_alias(const dpt_node *L) {
 void dpt_model_plan_fusions(dpt_model *m) {
   const char *env = dpt_env_get("DPT_FUSE");
   if (env && strcmp(env, "0") == 0) return;
-  const int bn_relu = backend_has_bn_relu(m->be);
   for (size_t i = 0; i + 1 < m->num_layers; ++i) { /* the last layer keeps its logits */
     dpt_node *R = &m->layers[i];
     const int a = R->src[0];
     if (R->spec.kind != DPT_LAYER_RELU || a < 0) continue;
     dpt_node *B = &m->layers[a];
-    if (bn_relu && is_batchnorm(B->spec.kind) && readers_of(m, (size_t)a) == 1) {
+    if (takes_relu(m->be, B) && readers_of(m, (size_t)a) == 1) {
       B->fuse_relu = 1;
       R->absorbed = 1;
     }

@@ -31,19 +31,19 @@ typedef struct dpt_node {
   int store;                       /* the layer whose out/dout hold this one's (itself; a flatten's
                                       or an absorbed layer's input's store, or
                                       DPT_LAYER_INPUT_MODEL) */
-  int fuse_relu;                   /* batch norm: runs the ReLU reading it (core/model/fuse.c) */
-  int absorbed;                    /* run inside its input's fused op: no memory, no work */
-  dpt_buffer *out;                 /* [max_batch, out_size]; NULL for flatten (aliases its input) */
-  dpt_buffer *dout;                /* gradient wrt out, same size; NULL for flatten */
-  dpt_buffer *aux;                 /* maxpool: int32 argmax [max_batch, out_size]; batch norm: the
-                                      step's mean and var [2C], then the combined sums [2C];
-                                      layernorm: each row's mean, then each row's rstd;
-                                      attention: q, k, v [max_batch, S, 3F] */
-  dpt_buffer *probs;               /* attention: probabilities [heads, batch, S, S] */
-  dpt_buffer *probs_drop;          /* attention: the same after dropout (NULL when p is 0) */
-  dpt_buffer *ctx;                 /* attention: the heads' outputs [max_batch, S, F] */
-  dpt_buffer *map;                 /* interaction: int32 [K (K - 1) / 2], the flat indices i K + j
-                                      (i > j, torch.tril_indices order) of the pairs in Z [K, K] */
+  int fuse_relu;          /* batch norm, add: runs the ReLU reading it (core/model/fuse.c) */
+  int absorbed;           /* run inside its input's fused op: no memory, no work */
+  dpt_buffer *out;        /* [max_batch, out_size]; NULL for flatten (aliases its input) */
+  dpt_buffer *dout;       /* gradient wrt out, same size; NULL for flatten */
+  dpt_buffer *aux;        /* maxpool: int32 argmax [max_batch, out_size]; batch norm: the
+                             step's mean and var [2C], then the combined sums [2C];
+                             layernorm: each row's mean, then each row's rstd;
+                             attention: q, k, v [max_batch, S, 3F] */
+  dpt_buffer *probs;      /* attention: probabilities [heads, batch, S, S] */
+  dpt_buffer *probs_drop; /* attention: the same after dropout (NULL when p is 0) */
+  dpt_buffer *ctx;        /* attention: the heads' outputs [max_batch, S, F] */
+  dpt_buffer *map;        /* interaction: int32 [K (K - 1) / 2], the flat indices i K + j
+                             (i > j, torch.tril_indices order) of the pairs in Z [K, K] */
 } dpt_node;
 
 struct dpt_model {

@@ -79,6 +79,7 @@ DPT_API dpt_status dpt_buffer_fill_f32(dpt_buffer *dst, size_t offset, size_t co
   X(BIAS_GRAD, bias_grad)                                                                          \
   X(RELU_FWD, relu_fwd)                                                                            \
   X(RELU_BWD, relu_bwd)                                                                            \
+  X(ADD_RELU, add_relu)                                                                            \
   X(SOFTMAX_XENT, softmax_xent)                                                                    \
   X(IM2COL, im2col)                                                                                \
   X(COL2IM, col2im)                                                                                \
@@ -165,6 +166,12 @@ DPT_API dpt_status dpt_relu_fwd(dpt_backend *be, size_t n, const dpt_buffer *x, 
  * equal dy (in place). */
 DPT_API dpt_status dpt_relu_bwd(dpt_backend *be, size_t n, const dpt_buffer *x, size_t x_off,
                                 const dpt_buffer *dy, size_t dy_off, dpt_buffer *dx, size_t dx_off);
+
+/* y = max(a + b, 0) over n elements (the sum in float; NaN kept as dpt_relu_fwd): a residual
+ * sum with the ReLU after it in one pass. y may equal a or b (in place). Its gradient is
+ * dpt_relu_bwd's over y, for both inputs. */
+DPT_API dpt_status dpt_add_relu(dpt_backend *be, size_t n, const dpt_buffer *a, size_t a_off,
+                                const dpt_buffer *b, size_t b_off, dpt_buffer *y, size_t y_off);
 
 /* Softmax cross-entropy over logits [rows, cols] with int32 labels [rows]:
  *   p = softmax(logits[r]);  loss_r = -log p[label_r];

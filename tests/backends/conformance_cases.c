@@ -179,6 +179,50 @@ static void gen_relu_fwd(conf_list *l) {
   }
 }
 
+static dpt_status run_add_relu(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                               const size_t *off, double *scalars) {
+  (void)scalars;
+  return dpt_add_relu(be, CONF_PARAMS(c, n_p)->n, buf[0], off[0], buf[1], off[1], buf[2], off[2]);
+}
+
+/* In place: y is a. */
+static dpt_status run_add_relu_inplace(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                       const size_t *off, double *scalars) {
+  (void)scalars;
+  return dpt_add_relu(be, CONF_PARAMS(c, n_p)->n, buf[0], off[0], buf[1], off[1], buf[0], off[0]);
+}
+
+/* A float sum, then the ReLU: exact on every device (NaN and infinities included). */
+static void gen_add_relu(conf_list *l) {
+  for (size_t i = 0; i <= N_SIZES; i++) {
+    for (int inplace = 0; inplace < 2; inplace++) {
+      const int special = i == N_SIZES;
+      n_p p = {special ? 1000 : elementwise_sizes[i], 0.0f};
+      conf_case *c = conf_new_case(l, "n=%zu%s%s", p.n, special ? " NaN/inf inputs" : "",
+                                   inplace ? " in-place" : "");
+      CONF_SET_PARAMS(c, p);
+      conf_tensor *a = conf_add_tensor(c, "a", CONF_F32, inplace ? CONF_INOUT : CONF_IN, 1, p.n);
+      conf_tensor *b = conf_add_tensor(c, "b", CONF_F32, CONF_IN, 1, p.n);
+      a->tol = 0.0;
+      if (special) {
+        a->init = CONF_INIT_SPECIAL_F32;
+        a->finite = 0;
+      }
+      if (i == 2) { /* sums of exactly 0 */
+        a->init = b->init = CONF_INIT_INT;
+        a->lo = b->lo = -2;
+        a->hi = b->hi = 2;
+      }
+      if (!inplace) {
+        conf_tensor *y = conf_add_tensor(c, "y", CONF_F32, CONF_OUT, 1, p.n);
+        y->tol = 0.0;
+        y->finite = !special;
+      }
+      c->run = inplace ? run_add_relu_inplace : run_add_relu;
+    }
+  }
+}
+
 static dpt_status run_relu_bwd(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
                                const size_t *off, double *scalars) {
   (void)scalars;
@@ -1945,6 +1989,7 @@ const conf_generator conf_generators[] = {
     {DPT_OP_BN_FWD, gen_bn_fwd},
     {DPT_OP_BN_BWD_REDUCE, gen_bn_bwd_reduce},
     {DPT_OP_BN_BWD, gen_bn_bwd},
+    {DPT_OP_ADD_RELU, gen_add_relu},
     {DPT_OP_BN_RELU_FWD, gen_bn_relu_fwd},
     {DPT_OP_BN_RELU_BWD_REDUCE, gen_bn_relu_bwd_reduce},
     {DPT_OP_BN_RELU_BWD, gen_bn_relu_bwd},

@@ -9,6 +9,15 @@ __kernel void relu_fwd(ulong n, __global const float *x, ulong x_off, __global f
   y[y_off + i] = v > 0.0f || isnan(v) ? v : 0.0f;
 }
 
+/* y = max(a + b, 0), NaN kept; y may equal a or b. */
+__kernel void add_relu(ulong n, __global const float *a, ulong a_off, __global const float *b,
+                       ulong b_off, __global float *y, ulong y_off) {
+  size_t i = get_global_id(0);
+  if (i >= n) return;
+  float v = a[a_off + i] + b[b_off + i];
+  y[y_off + i] = v > 0.0f || isnan(v) ? v : 0.0f;
+}
+
 __kernel void relu_bwd(ulong n, __global const float *x, ulong x_off, __global const float *dy,
                        ulong dy_off, __global float *dx, ulong dx_off) {
   size_t i = get_global_id(0);

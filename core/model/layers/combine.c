@@ -19,17 +19,20 @@ static dpt_status plan_add(dpt_model *m, size_t i, dpt_sample_shape *x) {
   return DPT_OK;
 }
 
+/* With fuse_relu the ReLU reading this layer runs here (add_relu): out holds its output. */
 static dpt_status add_forward(dpt_model *m, const dpt_node *L, const dpt_buffer *a,
                               const dpt_buffer *x, size_t b) {
   size_t n = b * L->out_size;
   const dpt_buffer *other = dpt_model_out_of(m, L->src[1], x);
+  if (L->fuse_relu) return dpt_add_relu(m->be, n, a, 0, other, 0, L->out, 0);
   DPT_TRY(dpt_buffer_copy(L->out, 0, a, 0, n * sizeof(float)));
   return dpt_axpy(m->be, n, 1.0f, other, 0, L->out, 0);
 }
 
-/* add: the output gradient goes to both inputs unchanged. */
+/* add: the output gradient goes to both inputs unchanged (with fuse_relu, masked first). */
 static dpt_status add_backward(dpt_model *m, const dpt_node *L, size_t b) {
   size_t n = b * L->out_size;
+  if (L->fuse_relu) DPT_TRY(dpt_relu_bwd(m->be, n, L->out, 0, L->dout, 0, L->dout, 0));
   for (int j = 0; j < 2; ++j) {
     int src = L->src[j];
     int s = src < 0 ? -1 : m->layers[src].store;
