@@ -426,7 +426,7 @@ if selected gemm; then
       if command -v nvcc >/dev/null; then
         cc_cmd=(nvcc -O2 -x c) rpath=(-Xlinker -rpath -Xlinker "$lib")
       else
-        cc_cmd=(cc -O2 -std=c11) rpath=(-Wl,-rpath,"$lib")
+        cc_cmd=(cc -O2 -std=c11) rpath=("-Wl,-rpath,$lib")
       fi
       run_timed "$tmp/cublas-cc.log" 60 "${cc_cmd[@]}" -I"$inc" \
         "$src/bench/gpu-check/cublas_sgemm.c" -o "$exe" -L"$lib" "${rpath[@]}" -lcublas \
@@ -490,7 +490,8 @@ if selected train; then
         "${resnet_args[*]:+(ResNet: ${resnet_args[*]}) }${bert_args[*]:+(BERT: ${bert_args[*]})}"
       echo "1 rank: \`--replicas 1\`; 2 ranks: under \`mpirun -np 2\`. samples/s: the sharded"
       echo "step (the default); full step: the step of \`dptrain train --full-step\`; speedup: 2"
-      echo "ranks over rank 0 alone in the same run. Threads per rank: the cores shared out."
+      echo "ranks over rank 0 alone in the same run. Threads: 1 rank $(thread_env 1); 2 ranks"
+      echo "$(thread_env 2) per rank."
       echo
       echo "| model | backend | ranks | samples/s | tokens/s | full step samples/s | speedup | result |"
       echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
