@@ -494,7 +494,8 @@ if selected train; then
         "${resnet_args[*]:+(ResNet: ${resnet_args[*]}) }${bert_args[*]:+(BERT: ${bert_args[*]})}"
       echo "1 rank: \`--replicas 1\`; 2 ranks: under \`mpirun -np 2\`. samples/s: the sharded"
       echo "step (the default); full step: the step of \`dptrain train --full-step\`; speedup: 2"
-      echo "ranks over rank 0 alone in the same run. Threads: 1 rank $(thread_env 1); 2 ranks"
+      echo "ranks over rank 0 alone in the same run. Each backend's device 0 (GPUs come before"
+      echo "CPU drivers). Threads: 1 rank $(thread_env 1); 2 ranks"
       echo "$(thread_env 2) per rank."
       echo
       echo "| model | backend | ranks | samples/s | tokens/s | full step samples/s | speedup | result |"
@@ -583,7 +584,7 @@ if selected allreduce; then
     {
       echo "\`mpirun -np 2 dptrain bench allreduce --buffer B ${ar_args[*]}\`: float32, times in"
       echo "us (the slowest rank's median), busbw in GB/s; mpi_us: download, MPI_Allreduce,"
-      echo "upload of the same data; ratio = mpi_us / dpt_us. $notes"
+      echo "upload of the same data; ratio = mpi_us / dpt_us; device 0 of the backend. $notes"
       echo
       if [ -s "$table" ]; then
         read -r -a cols <"$table.hdr"
