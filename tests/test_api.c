@@ -464,6 +464,7 @@ START_TEST(ops_null_backend) {
   EXPECT_INVALID(dpt_bias_grad(NULL, 2, 2, x, 0, 0, y, 0), "backend");
   EXPECT_INVALID(dpt_relu_fwd(NULL, 4, x, 0, y, 0), "backend");
   EXPECT_INVALID(dpt_relu_bwd(NULL, 4, x, 0, x, 8, y, 0), "backend");
+  EXPECT_INVALID(dpt_add_relu(NULL, 4, x, 0, x, 8, y, 0), "backend");
   EXPECT_INVALID(dpt_softmax_xent(NULL, 2, 2, x, 0, idx, 0, 1, y, 0, &d, &i64), "backend");
   EXPECT_INVALID(dpt_im2col(NULL, &cg, x, 0, y, 0), "backend");
   EXPECT_INVALID(dpt_col2im(NULL, &cg, x, 0, y, 0), "backend");
@@ -573,6 +574,12 @@ START_TEST(elementwise_bad) {
   EXPECT_INVALID(dpt_relu_bwd(be, 4, x, 0, x, 4, y, 9), "dx");
   EXPECT_INVALID(dpt_relu_bwd(be, 4, x, 0, x, 4, x, 2), "dx"); /* dx overlaps x */
   EXPECT_INVALID(dpt_relu_bwd(be, 4, x, 0, NULL, 4, y, 0), "dy");
+  EXPECT_INVALID(dpt_add_relu(be, 4, NULL, 0, x, 4, y, 0), "a");
+  EXPECT_INVALID(dpt_add_relu(be, 4, x, 0, NULL, 4, y, 0), "b");
+  EXPECT_INVALID(dpt_add_relu(be, 4, x, 0, x, 5, y, 0), "b");
+  EXPECT_INVALID(dpt_add_relu(be, 4, x, 0, x, 4, y, 5), "y");
+  EXPECT_INVALID(dpt_add_relu(be, 4, x, 0, x, 4, x, 2), "y"); /* partial overlap */
+  EXPECT_INVALID(dpt_add_relu(be, 4, x, 0, o, 0, y, 0), "b");
   EXPECT_INVALID(dpt_axpy(be, 8, 1, NULL, 0, y, 0), "x");
   EXPECT_INVALID(dpt_axpy(be, 8, 1, x, 0, y, 4), "y");
   EXPECT_INVALID(dpt_axpy(be, 4, 1, y, 0, y, 2), "y");
@@ -866,6 +873,24 @@ START_TEST(bn_bad) {
   EXPECT_INVALID(dpt_bn_bwd(be, &g, 8, dy, 0, x, 0, v, 0, v, 3, v, 6, v, 12, v, 15, dy, 0), "dx");
   EXPECT_INVALID(dpt_bn_bwd(be, &g, 8, dy, 0, x, 0, v, 0, v, 3, v, 6, v, 12, v, 15, x, 0), "dx");
   EXPECT_INVALID(dpt_bn_bwd(be, &g, 8, dy, 0, x, 0, v, 0, v, 3, v, 6, v, 12, v, 15, y, 1), "dx");
+
+  /* the bn_relu forms: the same checks, and y (the fused forward's output) beside dy */
+  EXPECT_INVALID(dpt_bn_relu_fwd(be, &g, x, 0, v, 0, v, 3, v, 6, v, 9, x, 0), "y");
+  EXPECT_INVALID(dpt_bn_relu_fwd(NULL, &g, x, 0, v, 0, v, 3, v, 6, v, 9, y, 0), "backend");
+  EXPECT_INVALID(dpt_bn_relu_bwd_reduce(be, &g, dy, 0, NULL, 0, x, 0, v, 0, v, 3, v, 12, v, 15),
+                 "y");
+  EXPECT_INVALID(dpt_bn_relu_bwd_reduce(be, &g, dy, 0, y, 1, x, 0, v, 0, v, 3, v, 12, v, 15), "y");
+  EXPECT_INVALID(dpt_bn_relu_bwd_reduce(be, &g, dy, 0, o, 0, x, 0, v, 0, v, 3, v, 12, v, 15), "y");
+  EXPECT_INVALID(dpt_bn_relu_bwd_reduce(be, &g, dy, 0, y, 0, x, 0, v, 0, v, 3, y, 0, v, 15),
+                 "sum_dy_xhat"); /* over y */
+  EXPECT_INVALID(
+      dpt_bn_relu_bwd(be, &g, 8, dy, 0, NULL, 0, x, 0, v, 0, v, 3, v, 6, v, 12, v, 15, y, 0), "y");
+  EXPECT_INVALID(
+      dpt_bn_relu_bwd(be, &g, 0, dy, 0, y, 0, x, 0, v, 0, v, 3, v, 6, v, 12, v, 15, dy, 0),
+      "count");
+  EXPECT_INVALID(
+      dpt_bn_relu_bwd(be, &g, 8, dy, 0, y, 0, x, 0, v, 0, v, 3, v, 6, v, 12, v, 15, y, 0),
+      "dx"); /* over y */
   expect_all(x, 24, 1.0f, "x");
   expect_all(v, 18, 1.0f, "vectors");
   expect_all(y, 24, 9.0f, "y");
@@ -874,6 +899,11 @@ START_TEST(bn_bad) {
   TU_OK(dpt_bn_fwd(be, &g, x, 0, v, 0, v, 3, v, 6, v, 9, y, 0));
   TU_OK(dpt_bn_bwd_reduce(be, &g, dy, 0, x, 0, v, 0, v, 3, v, 12, v, 15));
   TU_OK(dpt_bn_bwd(be, &g, 8, dy, 0, x, 0, v, 0, v, 3, v, 6, v, 12, v, 15, y, 0));
+  TU_OK(dpt_bn_relu_fwd(be, &g, x, 0, v, 0, v, 3, v, 6, v, 9, y, 0));
+  TU_OK(dpt_bn_relu_bwd_reduce(be, &g, dy, 0, y, 0, x, 0, v, 0, v, 3, v, 12, v, 15));
+  dpt_buffer *dx = tu_f32_fill(be, 24, 0.0f);
+  TU_OK(dpt_bn_relu_bwd(be, &g, 8, dy, 0, y, 0, x, 0, v, 0, v, 3, v, 6, v, 12, v, 15, dx, 0));
+  dpt_buffer_free(dx);
   dpt_buffer_free(x);
   dpt_buffer_free(dy);
   dpt_buffer_free(v);
