@@ -24,6 +24,7 @@
 #include "core/train/step.h"
 #include "core/train/train_buckets.h"
 #include "core/train/train_checkpoint.h"
+#include "core/train/train_runlog.h"
 #include "core/train/train_split.h"
 #include "dptrain/train.h"
 #include "base/env.h"
@@ -69,6 +70,7 @@ static dpt_status report_epoch(replica *r, replica_state *s, int64_t epoch, doub
   rep.exposed_seconds = s->t.exposed;
   rep.optimizer_seconds = s->t.optimizer;
   rep.imbalance_seconds = s->t.imbalance;
+  dpt_train_runlog_eval(r, s, &rep);
   if (r->index == 0 && cfg->callbacks.on_report)
     cfg->callbacks.on_report(&rep, cfg->callbacks.user);
   r->final = rep;
@@ -116,7 +118,10 @@ static dpt_status train_epoch(replica *r, replica_state *s, int *stop) {
                                     dpt_dataset_count(cfg->data.train), s->perm));
   while (s->at.batch < s->batches && !*stop) {
     step_outcome o;
+    runlog_mark m;
+    dpt_train_runlog_mark(s, &m);
     DPT_TRY(dpt_train_step(r, s, epoch, s->at.batch, &s->at.loss, &s->at.samples, &o));
+    dpt_train_runlog_step(r, s, epoch, &m, &o);
     ++s->at.batch;
     DPT_TRY(after_step(r, s, &o));
     *stop = cfg->schedule.max_steps > 0 && s->t.step >= cfg->schedule.max_steps;
@@ -146,6 +151,7 @@ static dpt_status start_run(replica *r, replica_state *s) {
   DPT_TRY(dpt_train_broadcast_params(r, s));
   DPT_TRY(dpt_train_ckpt_share_resumed(r, s));
   if (s->trace) DPT_TRY(dpt_trace_align(r->comm, s->trace));
+  DPT_TRY(dpt_train_runlog_start(r, s));
   if (cfg->exchange.bucket_bytes == DPT_BUCKET_AUTO && s->mode != STEP_LOCAL && !s->sparse) {
     size_t bytes = 0;
     char table[512] = "";
