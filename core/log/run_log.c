@@ -5,7 +5,6 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,7 +52,7 @@ static dpt_status make_dir(const char *dir) {
   return DPT_OK;
 }
 
-/* The name of a file a log leaves in its directory, NULL when name is none of them. */
+/* Whether name is one of the files a log leaves in its directory. */
 static int is_log_file(const char *name) {
   return !strcmp(name, "settings.json") || !strcmp(name, file_names[0]) ||
          !strcmp(name, file_names[1]) || !strncmp(name, "events.out.tfevents.", 20);

@@ -134,7 +134,7 @@ static dpt_status train_epoch(replica *r, replica_state *s, int *stop) {
 
 /* From nothing to the first step: the exchange arrays, the configuration and set-up agreed by
  * every replica, the run's terms, the parameters, a resumed run's progress, the timeline's
- * clocks, the gradient buckets. */
+ * clocks, the gradient buckets, the log directory. */
 static dpt_status start_run(replica *r, replica_state *s) {
   const dpt_train_config *cfg = r->cfg;
   /* Out of memory before anything else: the others time out. */
@@ -151,7 +151,6 @@ static dpt_status start_run(replica *r, replica_state *s) {
   DPT_TRY(dpt_train_broadcast_params(r, s));
   DPT_TRY(dpt_train_ckpt_share_resumed(r, s));
   if (s->trace) DPT_TRY(dpt_trace_align(r->comm, s->trace));
-  DPT_TRY(dpt_train_runlog_start(r, s));
   if (cfg->exchange.bucket_bytes == DPT_BUCKET_AUTO && s->mode != STEP_LOCAL && !s->sparse) {
     size_t bytes = 0;
     char table[512] = "";
@@ -170,7 +169,7 @@ static dpt_status start_run(replica *r, replica_state *s) {
   }
   if (dpt_train_exchange_forced())
     dpt_train_log(r, "exchange kind '%s' (DPT_EXCHANGE)", s->exchange->name);
-  return DPT_OK;
+  return dpt_train_runlog_start(r, s); /* the settings are all known now */
 }
 
 /* After the last epoch: the report (even of a run resumed at its end), the last checkpoint, the
