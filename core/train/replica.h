@@ -135,6 +135,7 @@ typedef struct replica_state {
   struct train_ckpt *ck;      /* checkpoints (train_checkpoint.c); NULL without checkpoint_dir */
   train_cursor at;            /* where the next step starts */
   struct dpt_run_log *runlog; /* cfg->log_dir, on replica 0 (train_runlog.c); NULL otherwise */
+  double grad_norm; /* the full step's gradient norm when its optimizer clipped, else NaN */
 } replica_state;
 
 /* Keeps this replica's first local failure (with its message) for the next exchange. */

@@ -297,6 +297,7 @@ static void on_layer(void *ctx, size_t layer, int backward, size_t ready_from) {
 
 dpt_status dpt_train_replica_setup(replica *r, replica_state *s) {
   s->mode = step_mode_of(r->cfg, r->count);
+  s->grad_norm = NAN;
   DPT_TRY(create_backend_and_model(r, s));
   DPT_TRY(dpt_train_split_setup(r, s));
   DPT_TRY(alloc_batch(r, s));

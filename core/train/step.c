@@ -320,12 +320,13 @@ static dpt_status check_after_step(replica *r, replica_state *s, step_outcome *o
 }
 
 /* The step's figures for the run's log, from the agreed sums. */
-static void note_step(const replica *r, const replica_state *s, const step_stats *sum, int bad,
+static void note_step(const replica *r, replica_state *s, const step_stats *sum, int bad,
                       double sumsq, step_outcome *out) {
   out->given_up = bad;
   out->loss = sum->targets ? sum->loss_sum / (double)sum->targets : NAN;
-  out->grad_norm = needs_norm(r, s) && !bad ? sqrt(sumsq) : NAN;
+  out->grad_norm = bad ? NAN : needs_norm(r, s) ? sqrt(sumsq) : s->grad_norm;
   out->samples = sum->samples;
+  s->grad_norm = NAN; /* until the next step's optimizer sets it */
 }
 
 /* One synchronized step on global batch k of the epoch (see train.h). Adds the batch's loss

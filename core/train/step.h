@@ -12,7 +12,7 @@ typedef struct step_outcome {
   /* The step's figures for the run's log (the same on every replica but compute): */
   int given_up;     /* the step was not finite: skipped, or rolled back with rollback */
   double loss;      /* the global batch's mean loss over its targets (NaN: no targets) */
-  double grad_norm; /* the reduced gradient's norm where the step agreed on it, else NaN */
+  double grad_norm; /* the reduced gradient's norm where clipping computed it, else NaN */
   double compute;   /* this replica's batch loading, forward and backward, seconds */
   int64_t samples;  /* samples of the global batch */
 } step_outcome;
