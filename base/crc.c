@@ -1,4 +1,5 @@
-/* CRC-32 through zlib, in pieces that fit its uInt length. */
+/* CRC-32 through zlib, in pieces that fit its uInt length; CRC-32C bit by bit (its
+ * records are small: event files). */
 #include "base/crc.h"
 
 #include <zlib.h>
@@ -16,4 +17,19 @@ uint32_t dpt_crc32(uint32_t crc, const void *p, size_t n) {
     n -= m;
   }
   return crc;
+}
+
+uint32_t dpt_crc32c(uint32_t crc, const void *p, size_t n) {
+  const unsigned char *b = p;
+  crc = ~crc;
+  for (size_t i = 0; i < n; ++i) {
+    crc ^= b[i];
+    for (int k = 0; k < 8; ++k)
+      crc = crc & 1u ? (crc >> 1) ^ 0x82F63B78u : crc >> 1;
+  }
+  return ~crc;
+}
+
+uint32_t dpt_crc32c_mask(uint32_t crc) {
+  return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
 }

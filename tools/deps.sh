@@ -16,6 +16,7 @@ packages=(
   libjansson-dev                                # JSON: model files, safetensors headers
   dataset-fashion-mnist                         # the real data set
   fortunes                                      # English text for MLM pretraining (dptrain tokenize)
+  python3-protobuf                              # reads TensorBoard event files back (tests)
 )
 
 missing=()

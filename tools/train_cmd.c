@@ -394,6 +394,11 @@ static const dpt_opt options[] = {
      "write a timeline of the run (Chrome trace JSON: Perfetto,\n"
      "chrome://tracing): each replica's loading, layers, exchanges",
      STRING(cfg.trace)},
+    {"--log-dir", "DIR",
+     "write the run's log into DIR (made if missing): settings.json,\n"
+     "steps.jsonl, evals.jsonl and a TensorBoard event file\n"
+     "(tensorboard --logdir DIR)",
+     STRING(cfg.log_dir)},
     {"--epochs", "E", "(default 10)", I64(cfg.schedule.epochs, 1)},
     {"--max-steps", "S", "stop after S steps (default: no limit)", I64(cfg.schedule.max_steps, 1)},
     {"--keep-last", NULL, "keep each epoch's final partial batch (default: drop it)",

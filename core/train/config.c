@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +15,8 @@
 #include "dptrain/train.h"
 
 /* Each released layout's sizeof(dpt_train_config), oldest first: the sizes a caller may pass. */
-static const size_t known_sizes[] = {sizeof(dpt_train_config)};
+static const size_t known_sizes[] = {offsetof(dpt_train_config, log_dir), /* before log_dir */
+                                     sizeof(dpt_train_config)};
 
 static int known_size(size_t size) {
   for (size_t i = 0; i < sizeof known_sizes / sizeof known_sizes[0]; i++)

@@ -56,9 +56,10 @@ static dpt_status full_reduce(replica *r, replica_state *s, exchange_times *t) {
 }
 
 dpt_status dpt_train_exchange_full_update(replica *r, replica_state *s, double sumsq) {
-  (void)r;
   (void)sumsq;
-  return s->pending == DPT_OK ? dpt_optimizer_step(s->opt, NULL) : DPT_OK;
+  /* Clipping computes the gradient norm: kept for the run's log. */
+  double *norm = r->cfg->optim.clip_norm > 0.0f ? &s->grad_norm : NULL;
+  return s->pending == DPT_OK ? dpt_optimizer_step(s->opt, norm) : DPT_OK;
 }
 
 /* ---- sharded: reduce-scatter, each replica updates its shard, all-gather ---- */

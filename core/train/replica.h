@@ -124,16 +124,18 @@ typedef struct replica_state {
   dpt_status pending; /* a local failure the other replicas have not been told of yet */
   char pending_msg[1024];
   run_totals t;
-  train_sparse *sparse;    /* sparse_tables: the tables and their exchanges; NULL otherwise */
-  train_buckets *buckets;  /* bucket_bytes: the gradient's buckets; NULL otherwise */
-  train_split *split;      /* the shares of the batch split */
-  char backend_names[64];  /* the reports' backend: this process's replicas' backends */
-  struct dpt_trace *trace; /* cfg->trace: this replica's timeline; NULL otherwise */
-  double trace_t;          /* the timeline: when the layer being timed began */
-  int in_step;             /* forward_backward is running (the layer hook times its layers) */
-  size_t slice;            /* records of this step's slice loaded in hx (per-replica data) */
-  struct train_ckpt *ck;   /* checkpoints (train_checkpoint.c); NULL without checkpoint_dir */
-  train_cursor at;         /* where the next step starts */
+  train_sparse *sparse;       /* sparse_tables: the tables and their exchanges; NULL otherwise */
+  train_buckets *buckets;     /* bucket_bytes: the gradient's buckets; NULL otherwise */
+  train_split *split;         /* the shares of the batch split */
+  char backend_names[64];     /* the reports' backend: this process's replicas' backends */
+  struct dpt_trace *trace;    /* cfg->trace: this replica's timeline; NULL otherwise */
+  double trace_t;             /* the timeline: when the layer being timed began */
+  int in_step;                /* forward_backward is running (the layer hook times its layers) */
+  size_t slice;               /* records of this step's slice loaded in hx (per-replica data) */
+  struct train_ckpt *ck;      /* checkpoints (train_checkpoint.c); NULL without checkpoint_dir */
+  train_cursor at;            /* where the next step starts */
+  struct dpt_run_log *runlog; /* cfg->log_dir, on replica 0 (train_runlog.c); NULL otherwise */
+  double grad_norm; /* the full step's gradient norm when its optimizer clipped, else NaN */
 } replica_state;
 
 /* Keeps this replica's first local failure (with its message) for the next exchange. */

@@ -24,6 +24,7 @@
 #include "core/train/step.h"
 #include "core/train/train_buckets.h"
 #include "core/train/train_checkpoint.h"
+#include "core/train/train_runlog.h"
 #include "core/train/train_split.h"
 #include "dptrain/train.h"
 #include "base/env.h"
@@ -69,6 +70,7 @@ static dpt_status report_epoch(replica *r, replica_state *s, int64_t epoch, doub
   rep.exposed_seconds = s->t.exposed;
   rep.optimizer_seconds = s->t.optimizer;
   rep.imbalance_seconds = s->t.imbalance;
+  dpt_train_runlog_eval(r, s, &rep);
   if (r->index == 0 && cfg->callbacks.on_report)
     cfg->callbacks.on_report(&rep, cfg->callbacks.user);
   r->final = rep;
@@ -116,7 +118,10 @@ static dpt_status train_epoch(replica *r, replica_state *s, int *stop) {
                                     dpt_dataset_count(cfg->data.train), s->perm));
   while (s->at.batch < s->batches && !*stop) {
     step_outcome o;
+    runlog_mark m;
+    dpt_train_runlog_mark(s, &m);
     DPT_TRY(dpt_train_step(r, s, epoch, s->at.batch, &s->at.loss, &s->at.samples, &o));
+    dpt_train_runlog_step(r, s, epoch, &m, &o);
     ++s->at.batch;
     DPT_TRY(after_step(r, s, &o));
     *stop = cfg->schedule.max_steps > 0 && s->t.step >= cfg->schedule.max_steps;
@@ -129,7 +134,7 @@ static dpt_status train_epoch(replica *r, replica_state *s, int *stop) {
 
 /* From nothing to the first step: the exchange arrays, the configuration and set-up agreed by
  * every replica, the run's terms, the parameters, a resumed run's progress, the timeline's
- * clocks, the gradient buckets. */
+ * clocks, the gradient buckets, the log directory. */
 static dpt_status start_run(replica *r, replica_state *s) {
   const dpt_train_config *cfg = r->cfg;
   /* Out of memory before anything else: the others time out. */
@@ -164,7 +169,7 @@ static dpt_status start_run(replica *r, replica_state *s) {
   }
   if (dpt_train_exchange_forced())
     dpt_train_log(r, "exchange kind '%s' (DPT_EXCHANGE)", s->exchange->name);
-  return DPT_OK;
+  return dpt_train_runlog_start(r, s); /* the settings are all known now */
 }
 
 /* After the last epoch: the report (even of a run resumed at its end), the last checkpoint, the

@@ -16,6 +16,7 @@
 #include "core/train/setup.h"
 #include "core/train/train_buckets.h"
 #include "core/train/train_checkpoint.h"
+#include "core/train/train_runlog.h"
 #include "core/train/train_sparse.h"
 #include "core/train/train_split.h"
 #include "dptrain/train.h"
@@ -35,6 +36,7 @@ void dpt_train_state_free(replica_state *s) {
   dpt_train_ckpt_free(s);    /* first: it waits for a checkpoint being written */
   dpt_train_buckets_free(s); /* waits for requests still running */
   dpt_trace_destroy(s->trace);
+  dpt_train_runlog_free(s);
   dpt_train_sparse_free(s);
   dpt_train_split_free(s);
   dpt_buffer_free(s->x);
@@ -295,6 +297,7 @@ static void on_layer(void *ctx, size_t layer, int backward, size_t ready_from) {
 
 dpt_status dpt_train_replica_setup(replica *r, replica_state *s) {
   s->mode = step_mode_of(r->cfg, r->count);
+  s->grad_norm = NAN;
   DPT_TRY(create_backend_and_model(r, s));
   DPT_TRY(dpt_train_split_setup(r, s));
   DPT_TRY(alloc_batch(r, s));

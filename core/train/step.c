@@ -319,6 +319,16 @@ static dpt_status check_after_step(replica *r, replica_state *s, step_outcome *o
   return st;
 }
 
+/* The step's figures for the run's log, from the agreed sums. */
+static void note_step(const replica *r, replica_state *s, const step_stats *sum, int bad,
+                      double sumsq, step_outcome *out) {
+  out->given_up = bad;
+  out->loss = sum->targets ? sum->loss_sum / (double)sum->targets : NAN;
+  out->grad_norm = bad ? NAN : needs_norm(r, s) ? sqrt(sumsq) : s->grad_norm;
+  out->samples = sum->samples;
+  s->grad_norm = NAN; /* until the next step's optimizer sets it */
+}
+
 /* One synchronized step on global batch k of the epoch (see train.h). Adds the batch's loss
  * and samples to *loss and *samples unless the step was given up. */
 dpt_status dpt_train_step(replica *r, replica_state *s, int64_t epoch, size_t k, double *loss,
@@ -343,7 +353,7 @@ dpt_status dpt_train_step(replica *r, replica_state *s, int64_t epoch, size_t k,
       (dpt_train_split_measures(s) || (device_behind && s->mode != STEP_LOCAL && !s->buckets)))
     st = dpt_backend_synchronize(s->be);
   dpt_train_split_slow_down(s, dpt_now() - t0);
-  mine.compute = dpt_now() - t0;
+  out->compute = mine.compute = dpt_now() - t0;
   s->t.compute += mine.compute;
   st = reduce_gradients(r, s, st, &mine);
   if (dpt_train_out_of_step(st)) return st;
@@ -360,6 +370,7 @@ dpt_status dpt_train_step(replica *r, replica_state *s, int64_t epoch, size_t k,
   double sumsq = 0;
   DPT_TRY(agree_on_step(r, s, &sum, epoch, k, &bad, &sumsq));
   if (!bad) DPT_TRY(optimizer_step(r, s, sumsq, &bad));
+  note_step(r, s, &sum, bad, sumsq, out);
   if (bad) {
     DPT_TRY(give_up_step(r, s, out));
   } else {
@@ -373,8 +384,6 @@ dpt_status dpt_train_step(replica *r, replica_state *s, int64_t epoch, size_t k,
   DPT_TRY(check_after_step(r, s, out));
   if (out->rollback) return DPT_OK;
   if (r->index == 0 && cfg->callbacks.on_progress)
-    cfg->callbacks.on_progress(epoch + 1, k + 1, s->batches,
-                               sum.targets ? sum.loss_sum / (double)sum.targets : NAN,
-                               cfg->callbacks.user);
+    cfg->callbacks.on_progress(epoch + 1, k + 1, s->batches, out->loss, cfg->callbacks.user);
   return DPT_OK;
 }

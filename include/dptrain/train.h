@@ -363,6 +363,14 @@ typedef struct dpt_train_config {
    * checkpoints), the replicas' clocks aligned at start-up; NULL: none. A GPU backend's layer
    * events time their submission, not the device's work. */
   const char *trace;
+  /* A log directory (created when missing; NULL: none) that replica 0 of rank 0 writes as the
+   * run goes: settings.json (the run's settings), steps.jsonl (a JSON line per optimizer step:
+   * loss, learning rate, gradient norm, speed, times), evals.jsonl (a line per epoch's
+   * evaluation) and a TensorBoard event file events.out.tfevents.<time>.<host> of the same
+   * scalars, each flushed after every record. A directory holding another run's log is refused,
+   * unless this run resumes from a checkpoint: its lines are then appended and a new event file
+   * started. See docs/training.md, "Logs". */
+  const char *log_dir;
 } dpt_train_config;
 
 /* Fills the first `size` bytes of *cfg with the defaults and sets cfg->size = size: CPU backend,

@@ -424,6 +424,59 @@ START_TEST(resume_after_skipped_step) {
 }
 END_TEST
 
+/* The steps of a log's steps.jsonl, in order ("1 2 3"), and which of them a line marks with
+ * `mark` (e.g. "\"skipped\":true"), each line's "loss":null with it. */
+static void log_steps(const char *dir, const char *mark, char *steps, char *marked) {
+  char path[160], line[1024];
+  snprintf(path, sizeof path, "%s/steps.jsonl", dir);
+  FILE *f = fopen(path, "r");
+  ck_assert_ptr_nonnull(f);
+  steps[0] = marked[0] = '\0';
+  while (fgets(line, sizeof line, f)) {
+    const char *at = strstr(line, "{\"step\":");
+    ck_assert_ptr_nonnull(at);
+    const long step = strtol(at + 8, NULL, 10);
+    sprintf(steps + strlen(steps), "%s%ld", *steps ? " " : "", step);
+    if (strstr(line, mark))
+      sprintf(marked + strlen(marked), "%s%ld%s", *marked ? " " : "", step,
+              strstr(line, "\"loss\":null") ? " (loss null)" : "");
+  }
+  fclose(f);
+}
+
+/* The log directory marks the steps the policy gave up: a skipped one (its loss null), and a
+ * rolled back one, after which the steps from the checkpoint on are logged again. */
+START_TEST(log_marks_given_up_steps) {
+  dpt_dataset *ds = poisoned_data(240, 130);
+  char dir[160], steps[256], marked[256];
+  dpt_train_config cfg;
+  config(&cfg, ds, MODEL_MLP, DPT_OPTIM_SGD);
+  cfg.schedule.shuffle = 0;
+  cfg.schedule.max_steps = 9;
+  cfg.checks.on_nonfinite = DPT_NONFINITE_SKIP;
+  snprintf(dir, sizeof dir, "%s/log_skip", tmpdir);
+  cfg.log_dir = dir;
+  dpt_train_report rep;
+  free(run(cfg, 2, NULL, DPT_OK, &rep));
+  ck_assert_int_eq(rep.skipped_steps, 1);
+  log_steps(dir, "\"skipped\":true", steps, marked);
+  ck_assert_str_eq(steps, "1 2 3 4 5 6 7 8 9");
+  ck_assert_str_eq(marked, "6 (loss null)");
+  rollback_config(&cfg, ds);
+  snprintf(dir, sizeof dir, "%s/log_rollback", tmpdir);
+  cfg.log_dir = dir;
+  clear_tmp();
+  free(run(cfg, 1, NULL, DPT_OK, &rep));
+  ck_assert_int_eq(rep.rollbacks, 1);
+  log_steps(dir, "\"rolled_back\":true", steps, marked);
+  ck_assert_str_eq(steps, "1 2 3 4 5 6 5 6 7 8 9");
+  ck_assert_str_eq(marked, "6"); /* batch norm keeps this model's loss finite */
+  log_steps(dir, "\"skipped\":true", steps, marked);
+  ck_assert_str_eq(marked, "");
+  dpt_dataset_destroy(ds);
+}
+END_TEST
+
 /* checkpoint_minutes: a checkpoint at every step boundary once the time has passed. */
 START_TEST(checkpoint_by_time) {
   dpt_dataset *ds = make_data(240, 3);
@@ -653,6 +706,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, rollback_after_poisoned_sample);
   tcase_add_test(tc, stop_without_checkpoints);
   tcase_add_test(tc, resume_after_skipped_step);
+  tcase_add_test(tc, log_marks_given_up_steps);
   tcase_add_test(tc, checkpoint_by_time);
   tcase_add_test(tc, checkpoint_dir_refused);
   tcase_add_test(tc, resume_without_checkpoint_starts);
