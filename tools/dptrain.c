@@ -21,6 +21,7 @@ static void usage(FILE *f) {
              "  run                a command restarted after failures (dptrain run --help)\n"
              "  tokenize           learn a BPE vocabulary from text (dptrain tokenize --help)\n"
              "  data               recommendation data: convert Criteo text, synth, debian, info\n"
+             "  report             one HTML file of a run's --log-dir: charts and settings\n"
              "  devices            list every backend and device found, one per line\n"
              "  bench gemm         gemm GFLOP/s per backend and size (dptrain bench gemm --help)\n"
              "  bench train        training samples/s: 1 replica bare, 1 replica, R replicas\n"
@@ -116,6 +117,7 @@ static int reference(void) {
       dpt_data_synth_options,
       dpt_data_debian_options,
       dpt_data_info_options,
+      dpt_report_options,
   };
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; ++i)
     dpt_opt_markdown(cmds[i](), stdout);
@@ -150,6 +152,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "run")) return dpt_cmd_run(argc - 1, argv + 1);
   if (!strcmp(cmd, "tokenize")) return dpt_cmd_tokenize(argc - 1, argv + 1);
   if (!strcmp(cmd, "data")) return dpt_cmd_data(argc - 1, argv + 1);
+  if (!strcmp(cmd, "report")) return dpt_cmd_report(argc - 1, argv + 1);
   if (!strcmp(cmd, "devices")) return cmd_devices(argc - 1, argv + 1);
   if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
   if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
