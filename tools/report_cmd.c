@@ -47,22 +47,41 @@ const dpt_opt_cmd *dpt_report_options(void) {
   return &report_cmd;
 }
 
-/* A .jsonl file's columns: one double per line (NaN for null or absent) or a flag. */
-typedef struct column {
-  const char *key;
-  double *v;
-} column;
-
+/* A .jsonl file read as columns: for each key one double per line (a number, true as 1 and
+ * false as 0, else NaN), so a long run costs a few doubles a step, not its JSON. */
 typedef struct table {
-  size_t n;
-  json_t *rows; /* an array of the lines' objects */
+  const char *const *keys;
+  int nkeys;
+  size_t n, cap;
+  double **col; /* nkeys arrays of n */
 } table;
 
-/* Every line of path as a JSON object into t->rows; a missing file is an empty table unless
- * required. Blank lines are skipped. */
+/* One line's object into the columns, grown as needed; -1 when out of memory. */
+static int add_row(table *t, const json_t *j) {
+  if (t->n == t->cap) {
+    const size_t cap = t->cap ? 2 * t->cap : 256;
+    for (int k = 0; k < t->nkeys; ++k) {
+      double *v = realloc(t->col[k], cap * sizeof *v);
+      if (!v) return -1;
+      t->col[k] = v;
+    }
+    t->cap = cap;
+  }
+  for (int k = 0; k < t->nkeys; ++k) {
+    const json_t *v = json_object_get(j, t->keys[k]);
+    t->col[k][t->n] = json_is_number(v)    ? json_number_value(v)
+                      : json_is_boolean(v) ? json_is_true(v)
+                                           : NAN;
+  }
+  ++t->n;
+  return 0;
+}
+
+/* Every line of path (a JSON object each; blank lines skipped) into t's columns, which start
+ * with room for a line; a missing file is an empty table unless required. */
 static int read_jsonl(const char *path, int required, table *t) {
+  if (add_row(t, NULL) != 0) goto oom;
   t->n = 0;
-  t->rows = json_array();
   FILE *f = fopen(path, "r");
   if (!f) {
     if (!required && errno == ENOENT) return 0;
@@ -72,18 +91,19 @@ static int read_jsonl(const char *path, int required, table *t) {
   char *line = NULL;
   size_t cap = 0;
   int rc = 0;
-  for (long number = 1; getline(&line, &cap, f) > 0; ++number) {
+  for (long number = 1; !rc && getline(&line, &cap, f) > 0; ++number) {
     if (strspn(line, " \t\r\n") == strlen(line)) continue;
     json_error_t err;
     json_t *j = json_loads(line, JSON_DECODE_ANY, &err);
     if (!j || !json_is_object(j)) {
       fprintf(stderr, "dptrain report: %s:%ld: malformed line: %s\n", path, number,
               j ? "not a JSON object" : err.text);
-      json_decref(j);
       rc = -1;
-      break;
+    } else if (add_row(t, j) != 0) {
+      fprintf(stderr, "dptrain report: %s: out of memory\n", path);
+      rc = -1;
     }
-    json_array_append_new(t->rows, j);
+    json_decref(j);
   }
   if (!rc && ferror(f)) {
     fprintf(stderr, "dptrain report: %s: read error\n", path);
@@ -91,19 +111,10 @@ static int read_jsonl(const char *path, int required, table *t) {
   }
   free(line);
   fclose(f);
-  t->n = json_array_size(t->rows);
   return rc;
-}
-
-/* Column key of t: a number, true as 1 and false as 0, else NaN. NULL when out of memory. */
-static double *column_of(const table *t, const char *key) {
-  double *v = malloc((t->n ? t->n : 1) * sizeof *v);
-  if (!v) return NULL;
-  for (size_t i = 0; i < t->n; ++i) {
-    const json_t *j = json_object_get(json_array_get(t->rows, i), key);
-    v[i] = json_is_number(j) ? json_number_value(j) : json_is_boolean(j) ? json_is_true(j) : NAN;
-  }
-  return v;
+oom:
+  fprintf(stderr, "dptrain report: out of memory\n");
+  return -1;
 }
 
 static int any_finite(const double *v, size_t n) {
@@ -201,7 +212,8 @@ static void summary(FILE *f, const report *r) {
   fprintf(f, "<table>\n<tr><td>steps logged</td><td>%zu</td></tr>\n", n);
   if (n) {
     fprintf(f, "<tr><td>last step</td><td>%.0f</td></tr>\n", r->col[STEP][n - 1]);
-    fprintf(f, "<tr><td>last loss</td><td>%.6g</td></tr>\n", r->col[LOSS][n - 1]);
+    if (isfinite(r->col[LOSS][n - 1]))
+      fprintf(f, "<tr><td>last loss</td><td>%.6g</td></tr>\n", r->col[LOSS][n - 1]);
   }
   fprintf(f, "<tr><td>skipped steps</td><td>%zu</td></tr>\n", r->num_skipped);
   fprintf(f, "<tr><td>rolled back steps</td><td>%zu</td></tr>\n", r->num_rolled);
@@ -295,6 +307,8 @@ static void find_trace(report *r) {
 
 /* Reads DIR's files into r; prints the message and returns -1 on failure. */
 static int load(report *r, char *path, size_t size) {
+  r->steps = (table){step_keys, E_STEP, 0, 0, r->col};
+  r->evals = (table){eval_keys, COLUMNS - E_STEP, 0, 0, r->col + E_STEP};
   snprintf(path, size, "%s/steps.jsonl", r->dir);
   if (read_jsonl(path, 1, &r->steps) != 0) return -1;
   snprintf(path, size, "%s/evals.jsonl", r->dir);
@@ -306,28 +320,21 @@ static int load(report *r, char *path, size_t size) {
     fprintf(stderr, "dptrain report: %s:%d: malformed JSON: %s\n", path, err.line, err.text);
     return -1;
   }
-  for (int k = 0; k < COLUMNS; ++k) {
-    r->col[k] = k < E_STEP ? column_of(&r->steps, step_keys[k])
-                           : column_of(&r->evals, eval_keys[k - E_STEP]);
-    if (!r->col[k]) goto oom;
-  }
   r->skipped_x = malloc((r->steps.n + 1) * sizeof(double));
   r->rolled_x = malloc((r->steps.n + 1) * sizeof(double));
-  if (!r->skipped_x || !r->rolled_x) goto oom;
+  if (!r->skipped_x || !r->rolled_x) {
+    fprintf(stderr, "dptrain report: out of memory\n");
+    return -1;
+  }
   r->num_skipped = flagged(r->col[SKIPPED], r->col[STEP], r->steps.n, r->skipped_x);
   r->num_rolled = flagged(r->col[ROLLED], r->col[STEP], r->steps.n, r->rolled_x);
   find_trace(r);
   return 0;
-oom:
-  fprintf(stderr, "dptrain report: out of memory\n");
-  return -1;
 }
 
 static void release(report *r) {
   json_decref(r->settings);
   json_decref(r->trace);
-  json_decref(r->steps.rows);
-  json_decref(r->evals.rows);
   for (int k = 0; k < COLUMNS; ++k)
     free(r->col[k]);
   free(r->skipped_x);

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # dptrain report: the HTML of a short real run (one <svg> per chart, the model's layers, axis
-# labels around the losses, the trace's table, no script), of hand-written logs (skipped and rolled back steps,
-# nulls, one step, no evals, a perplexity), and the refusals (exit 1 or 2, a message, no file
-# left behind).
+# labels around the losses, the trace's table, no script), of hand-written logs (skipped and
+# rolled back steps, nulls, one step, no evals, a perplexity, 200000 steps in a bounded file),
+# and the refusals (exit 1 or 2, a message, no file left behind).
 # Usage: report_test.sh <dptrain> <scratch dir>
 set -uo pipefail
 dptrain=$1 scratch=$2
@@ -92,6 +92,26 @@ if "$dptrain" report "$log" 2>"$scratch/err"; then
   echo "ok: report with marks, nulls and a perplexity"
 else
   fail "report with marks: $(cat "$scratch/err")"
+fi
+# A long run: every line of every chart decimated, so the file stays small.
+long="$scratch/long"
+mkdir -p "$long"
+"$python" - "$long/steps.jsonl" <<'PY'
+import sys
+with open(sys.argv[1], "w") as f:
+    for i in range(1, 200001):
+        f.write('{"step":%d,"epoch":0,"loss":%g,"lr":0.01,"grad_norm":null,"samples_per_sec":%d,'
+                '"seconds":0.01,"compute_seconds":0.008,"exchange_seconds":0.002,'
+                '"exposed_seconds":0.001,"skipped":false,"rolled_back":false}\n'
+                % (i, 1 + 1 / i, 1000 + i % 13))
+PY
+if "$dptrain" report "$long" 2>"$scratch/err"; then
+  size=$(stat -c %s "$long/report.html")
+  most=$(grep -o '<polyline[^>]*' "$long/report.html" | awk -F, '{ print NF - 1 }' | sort -n | tail -1)
+  [ "$size" -lt 500000 ] && [ "$most" -le 2000 ] || fail "200000 steps: $size bytes, $most points"
+  echo "ok: a report of 200000 steps: $size bytes, at most $most points a line"
+else
+  fail "report of 200000 steps: $(cat "$scratch/err")"
 fi
 one="$scratch/one"
 mkdir -p "$one"
