@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # dptrain report: the HTML of a short real run (one <svg> per chart, the model's layers, axis
-# labels around the losses, the trace's table, no script), of hand-written logs (skipped and
-# rolled back steps, nulls, one step, no evals, a perplexity, 200000 steps in a bounded file),
-# and the refusals (exit 1 or 2, a message, no file left behind).
+# labels around the losses, the trace's table, no script, nothing loaded), of hand-written logs
+# (skipped and rolled back steps, nulls, one step, no evals, a perplexity, 200000 steps in a
+# bounded file), and the refusals (exit 1 or 2, a message, no file left behind).
 # Usage: report_test.sh <dptrain> <scratch dir>
 set -uo pipefail
 dptrain=$1 scratch=$2
@@ -34,6 +34,7 @@ if "$dptrain" report "$run" 2>"$scratch/err"; then
   [ -s "$html" ] || fail "no $html"
   [ "$(svgs "$html")" -eq 5 ] || fail "$(svgs "$html") charts, not 5"
   ! grep -qi '<script' "$html" || fail "a script in the report"
+  ! grep -qiE 'src=|href=|url\(|@import|<link' "$html" || fail "the report loads a resource"
   ! grep -q 'no data' "$html" || fail "a chart without data in a run with evals"
   # settings.json describes the mlp by its layers (it holds no model name) and says sgd.
   grep -q '<td>model.layers\[1\].kind</td><td>linear</td>' "$html" &&
