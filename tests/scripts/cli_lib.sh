@@ -1,5 +1,6 @@
 # Shared by the CLI script tests that source it: `fail` counts a failure, `refused` checks a
-# refusal. The sourcing script sets $dptrain and failures=0, and exits non-zero when failures > 0.
+# refusal, `make_idx` writes a small IDX data set. The sourcing script sets $dptrain and
+# failures=0, and exits non-zero when failures > 0.
 
 fail() {
   echo "FAIL: $*" >&2
@@ -23,4 +24,15 @@ refused() {
   else
     echo "ok: $name: $(head -1 <<<"$err")"
   fi
+}
+
+# be32 N: N as 4 big-endian bytes.
+be32() { printf "\\x$(printf %02x $(($1 >> 24 & 255)))\\x$(printf %02x $(($1 >> 16 & 255)))\\x$(printf %02x $(($1 >> 8 & 255)))\\x$(printf %02x $(($1 & 255)))"; }
+
+# make_idx DIR SPLIT COUNT [SIDE]: random SIDExSIDE images (default 8x8), labels cycling 0..9.
+make_idx() {
+  local dir=$1 split=$2 n=$3 side=${4:-8}
+  mkdir -p "$dir"
+  { be32 2051; be32 "$n"; be32 "$side"; be32 "$side"; head -c $((n * side * side)) /dev/urandom; } >"$dir/$split-images-idx3-ubyte"
+  { be32 2049; be32 "$n"; for ((i = 0; i < n; ++i)); do printf "\\x0$((i % 10))"; done; } >"$dir/$split-labels-idx1-ubyte"
 }

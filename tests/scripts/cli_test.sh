@@ -7,17 +7,10 @@ dptrain=$1 scratch=$2 mpiexec=${3:-} gen=${4:-} ckgen=${5:-}
 rm -rf "$scratch" && mkdir -p "$scratch"
 export OPENBLAS_NUM_THREADS=1 POCL_MAX_PTHREAD_COUNT=1
 failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+# shellcheck source=cli_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
 
-be32() { printf "\\x$(printf %02x $(($1 >> 24 & 255)))\\x$(printf %02x $(($1 >> 16 & 255)))\\x$(printf %02x $(($1 >> 8 & 255)))\\x$(printf %02x $(($1 & 255)))"; }
 
-# make_idx DIR SPLIT COUNT [SIDE]: random SIDExSIDE images (default 8x8), labels cycling 0..9.
-make_idx() {
-  local dir=$1 split=$2 n=$3 side=${4:-8}
-  mkdir -p "$dir"
-  { be32 2051; be32 "$n"; be32 "$side"; be32 "$side"; head -c $((n * side * side)) /dev/urandom; } >"$dir/$split-images-idx3-ubyte"
-  { be32 2049; be32 "$n"; for ((i = 0; i < n; ++i)); do printf "\\x0$((i % 10))"; done; } >"$dir/$split-labels-idx1-ubyte"
-}
 
 good="$scratch/good"
 make_idx "$good" train 300

@@ -10,15 +10,9 @@ dptrain=$1 scratch=$2 mpiexec=$3
 rm -rf "$scratch" && mkdir -p "$scratch"
 export OPENBLAS_NUM_THREADS=1 POCL_MAX_PTHREAD_COUNT=1
 failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+# shellcheck source=cli_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
 
-be32() { printf "\\x$(printf %02x $(($1 >> 24 & 255)))\\x$(printf %02x $(($1 >> 16 & 255)))\\x$(printf %02x $(($1 >> 8 & 255)))\\x$(printf %02x $(($1 & 255)))"; }
-make_idx() { # DIR SPLIT COUNT: random 8x8 images, labels cycling 0..9
-  local dir=$1 split=$2 n=$3
-  mkdir -p "$dir"
-  { be32 2051; be32 "$n"; be32 8; be32 8; head -c $((n * 64)) /dev/urandom; } >"$dir/$split-images-idx3-ubyte"
-  { be32 2049; be32 "$n"; for ((i = 0; i < n; ++i)); do printf "\\x0$((i % 10))"; done; } >"$dir/$split-labels-idx1-ubyte"
-}
 data="$scratch/data"
 make_idx "$data" train 320
 make_idx "$data" t10k 40
