@@ -1,7 +1,7 @@
 # CPU backend: always built. OpenBLAS gemm when DPT_WITH_OPENBLAS, oneDNN convolution when
 # DPT_WITH_ONEDNN.
 list(APPEND DPT_SOURCES backends/cpu/cpu_backend.c backends/cpu/cpu_gemm.c backends/cpu/cpu_ops.c backends/cpu/cpu_layers.c
-     backends/cpu/cpu_openblas.c backends/cpu/cpu_conv.c
+     backends/cpu/cpu_openblas.c backends/cpu/cpu_conv.c backends/cpu/cpu_fused.c
      backends/half.c)
 if(DPT_WITH_ONEDNN)
   # oneDNN's OpenMP runtime: the backend sets its thread count (omp_set_num_threads)
@@ -27,6 +27,6 @@ endif()
 # instead): -O3 lets the compiler do it (and unswitch the loops). It changes no result: ISO C
 # mode keeps contraction off, and sums are never reassociated without -ffast-math.
 if(CMAKE_C_COMPILER_ID MATCHES "GNU|Clang")
-  set_property(SOURCE backends/cpu/cpu_ops.c APPEND PROPERTY COMPILE_OPTIONS
+  set_property(SOURCE backends/cpu/cpu_ops.c backends/cpu/cpu_fused.c APPEND PROPERTY COMPILE_OPTIONS
                                                            $<$<NOT:$<CONFIG:Debug>>:-O3>)
 endif()
