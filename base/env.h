@@ -39,6 +39,8 @@ typedef enum dpt_env_kind {
     "the CPU backend's gemm: openblas, portable, portable-baseline")                               \
   X(DPT_CPU_CONV, USER, "onednn when built with it, else im2col",                                  \
     "the CPU backend's convolutions: onednn, im2col (gemm), reference (loops)")                    \
+  X(DPT_FUSE, USER, "1",                                                                           \
+    "0: every layer runs its own ops (no fused linear bias + GELU), for comparison")               \
   X(DPT_EXCHANGE, USER, "the kind the settings call for",                                          \
     "force the step's exchange kind by name (docs/training.md, Exchange kinds)")                   \
   X(DPT_VULKAN_VALIDATION, USER, "0",                                                              \

@@ -612,6 +612,7 @@ dpt_status dpt_model_create(dpt_backend *be, const dpt_model_spec *spec, size_t 
   m->spec = *spec;
   m->max_batch = max_batch;
   dpt_status st = plan(m);
+  if (st == DPT_OK) dpt_model_plan_fusions(m);
   if (st == DPT_OK) st = alloc_all(m);
   if (st != DPT_OK) {
     dpt_model_destroy(m);

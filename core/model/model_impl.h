@@ -18,6 +18,10 @@ typedef struct dpt_sample_shape {
   int seq;
 } dpt_sample_shape;
 
+/* Fused layer pairs (core/model/model_fuse.c): a linear whose bias the GELU after it adds
+ * (dpt_bias_gelu_fwd, and the bias gradient in dpt_bias_gelu_bwd), and that GELU. */
+enum { DPT_FUSE_NONE = 0, DPT_FUSE_BIAS_TO_NEXT = 1, DPT_FUSE_BIAS_GELU = 2 };
+
 typedef struct dpt_node {
   dpt_layer_spec spec;
   int src[DPT_LAYER_MAX_INPUTS]; /* input layers (DPT_LAYER_INPUT_MODEL: the model input) */
@@ -39,6 +43,7 @@ typedef struct dpt_node {
   dpt_buffer *probs;               /* attention: probabilities [heads, batch, S, S] */
   dpt_buffer *probs_drop;          /* attention: the same after dropout (NULL when p is 0) */
   dpt_buffer *ctx;                 /* attention: the heads' outputs [max_batch, S, F] */
+  int fuse;                        /* DPT_FUSE_*: how this layer shares an op with a neighbour */
   dpt_buffer *map;                 /* interaction: int32 [K (K - 1) / 2], the flat indices i K + j
                                       (i > j, torch.tril_indices order) of the pairs in Z [K, K] */
 } dpt_node;
@@ -88,6 +93,9 @@ struct dpt_model {
   void *hook_ctx;
   size_t *ready_from; /* [num_layers]: the lowest tensor offset of layers >= i (num_params: none) */
 };
+
+/* Marks the layer pairs the backend runs as one op (dpt_node.fuse), unless DPT_FUSE is 0. */
+void dpt_model_plan_fusions(dpt_model *m);
 
 /* Forward over b samples (training or evaluation mode as m->training says), then the loss
  * gradient's backward (core/model/model_exec.c). */
