@@ -30,3 +30,8 @@ if(CMAKE_C_COMPILER_ID MATCHES "GNU|Clang")
   set_property(SOURCE backends/cpu/cpu_ops.c backends/cpu/cpu_fused.c APPEND PROPERTY COMPILE_OPTIONS
                                                            $<$<NOT:$<CONFIG:Debug>>:-O3>)
 endif()
+# The fused ops' selects (cpu_fused.c) if-convert only when comparisons may be assumed not to
+# trap; no result depends on floating-point exception flags, so nothing changes but the speed.
+if(CMAKE_C_COMPILER_ID MATCHES "GNU|Clang")
+  set_property(SOURCE backends/cpu/cpu_fused.c APPEND PROPERTY COMPILE_OPTIONS -fno-trapping-math)
+endif()

@@ -1,6 +1,7 @@
-/* The CPU backend's fused layer ops: a linear layer's bias with GELU, forward and backward, in
- * one pass over the activations, in float with branch-free exp and erfc so the loops vectorize
- * (AVX2 where the machine has it, the same results either way: no contraction, no libm). */
+/* The CPU backend's vectorized layer ops: a linear layer's bias with GELU (fused), forward and
+ * backward, in one pass over the activations, in float with branch-free exp and erfc; and the
+ * dropout mask. The loops vectorize (AVX2 where the machine has it, the same results either
+ * way: no contraction, no libm). */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -139,5 +140,28 @@ dpt_status dpt_cpu_bias_gelu_bwd(dpt_backend *be, const dpt_bias_gelu_bwd_args *
     for (size_t j = 0; j < width; ++j)
       db[c0 + j] = a->beta == 0.0f ? (float)acc[j] : (float)((double)a->beta * db[c0 + j] + acc[j]);
   }
+  return DPT_OK;
+}
+
+/* ---- dropout ------------------------------------------------------------------------------ */
+
+CPU_FUSED_CLONES
+static void dropout_row(size_t cols, uint32_t hr, uint32_t threshold, float scale, const float *x,
+                        float *y) {
+  for (size_t c = 0; c < cols; ++c) {
+    const uint32_t h = dpt_mix32(hr ^ (uint32_t)c);
+    y[c] = (h >> 8) >= threshold ? x[c] * scale : 0.0f;
+  }
+}
+
+/* y = keep ? x * scale : 0, the mask hashed from (key, global row, column) alone, so it does
+ * not depend on how rows are split across calls or devices. y may equal x. */
+dpt_status dpt_cpu_dropout(dpt_backend *be, const dpt_dropout_args *a) {
+  (void)be;
+  const float *x = dpt_cpu_f32(a->x);
+  float *y = dpt_cpu_f32(a->y);
+  for (size_t r = 0; r < a->rows; ++r)
+    dropout_row(a->cols, dpt_mix32(a->key ^ (uint32_t)(a->first_row + r)), a->threshold, a->scale,
+                x + r * a->cols, y + r * a->cols);
   return DPT_OK;
 }
