@@ -288,6 +288,17 @@ typedef struct dpt_gelu_args {
 typedef dpt_gelu_args dpt_gelu_fwd_args;
 typedef dpt_gelu_args dpt_gelu_bwd_args;
 
+/* bias_gelu_fwd (x += bias in place, y = gelu(x)) and bias_gelu_bwd (x, dy -> dx, db). */
+typedef struct dpt_bias_gelu_args {
+  size_t rows, cols;
+  dpt_gelu_approx approx;
+  float beta;         /* bwd: db's factor */
+  dpt_ref x, bias, y; /* fwd */
+  dpt_ref dy, dx, db; /* bwd, with x */
+} dpt_bias_gelu_args;
+typedef dpt_bias_gelu_args dpt_bias_gelu_fwd_args;
+typedef dpt_bias_gelu_args dpt_bias_gelu_bwd_args;
+
 /* attn_softmax: scores -> probs with the key mask of ids (has_ids 0: no mask). */
 typedef struct dpt_attn_softmax_args {
   dpt_attn_geom g;

@@ -1,6 +1,7 @@
 /* The op wrappers for layers beyond the first five kinds: batched gemm, batch normalization,
- * average pooling, dropout, layer normalization and GELU. Each checks its arguments
- * (backends/op_check.h) and calls the backend's entry with valid, non-empty arguments. */
+ * average pooling, dropout, layer normalization, GELU and GELU with a linear layer's bias. Each
+ * checks its arguments (backends/op_check.h) and calls the backend's entry with valid, non-empty
+ * arguments. */
 #include <math.h>
 
 #include "backends/backend_impl.h"
@@ -547,6 +548,72 @@ dpt_status dpt_gelu_bwd(dpt_backend *be, size_t n, dpt_gelu_approx approx, const
                         .dy = dpt_op_ref(dy, dy_off),
                         .y = dpt_op_ref(dx, dx_off)};
   return DPT_BE_CALL(be, be->vt->gelu_bwd(be, &args));
+}
+
+/* ---- bias and GELU, fused ------------------------------------------------------------------ */
+
+dpt_status dpt_bias_gelu_fwd(dpt_backend *be, size_t rows, size_t cols, dpt_gelu_approx approx,
+                             dpt_buffer *x, size_t x_off, const dpt_buffer *bias, size_t bias_off,
+                             dpt_buffer *y, size_t y_off) {
+  dpt_op_check ck;
+  size_t n = 0;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_bias_gelu_fwd", be, be && be->vt->bias_gelu_fwd));
+  DPT_TRY(gelu_approx(&ck, approx));
+  DPT_TRY(dpt_op_elems2(&ck, "x", rows, cols, &n));
+  DPT_TRY(dpt_op_tensor(&ck, "x", x, x_off, n, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "bias", bias, bias_off, cols, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "y", y, y_off, n, F32));
+  DPT_TRY(dpt_op_alias(&ck, "x", x, x_off, n, F32, "bias", bias, bias_off, cols, F32, 0));
+  DPT_TRY(dpt_op_alias(&ck, "y", y, y_off, n, F32, "x", x, x_off, n, F32, 0));
+  DPT_TRY(dpt_op_alias(&ck, "y", y, y_off, n, F32, "bias", bias, bias_off, cols, F32, 0));
+  if (n == 0) return DPT_OK;
+  dpt_bias_gelu_args args = {.rows = rows,
+                             .cols = cols,
+                             .approx = approx,
+                             .x = dpt_op_ref(x, x_off),
+                             .bias = dpt_op_ref(bias, bias_off),
+                             .y = dpt_op_ref(y, y_off)};
+  return DPT_BE_CALL(be, be->vt->bias_gelu_fwd(be, &args));
+}
+
+/* Checks bias_gelu_bwd's tensors: x, dy, dx [rows, cols] (dx may be dy), db [cols]. */
+static dpt_status bias_gelu_bwd_check(dpt_op_check *ck, size_t n, size_t cols,
+                                      const dpt_bias_gelu_args *a) {
+  DPT_TRY(dpt_op_tensor(ck, "x", a->x.buf, a->x.off, n, F32));
+  DPT_TRY(dpt_op_tensor(ck, "dy", a->dy.buf, a->dy.off, n, F32));
+  DPT_TRY(dpt_op_tensor(ck, "dx", a->dx.buf, a->dx.off, n, F32));
+  DPT_TRY(dpt_op_tensor(ck, "db", a->db.buf, a->db.off, cols, F32));
+  DPT_TRY(dpt_op_alias(ck, "dx", a->dx.buf, a->dx.off, n, F32, "x", a->x.buf, a->x.off, n, F32, 0));
+  DPT_TRY(
+      dpt_op_alias(ck, "dx", a->dx.buf, a->dx.off, n, F32, "dy", a->dy.buf, a->dy.off, n, F32, 1));
+  DPT_TRY(
+      dpt_op_alias(ck, "db", a->db.buf, a->db.off, cols, F32, "x", a->x.buf, a->x.off, n, F32, 0));
+  DPT_TRY(dpt_op_alias(ck, "db", a->db.buf, a->db.off, cols, F32, "dy", a->dy.buf, a->dy.off, n,
+                       F32, 0));
+  return dpt_op_alias(ck, "db", a->db.buf, a->db.off, cols, F32, "dx", a->dx.buf, a->dx.off, n, F32,
+                      0);
+}
+
+dpt_status dpt_bias_gelu_bwd(dpt_backend *be, size_t rows, size_t cols, dpt_gelu_approx approx,
+                             const dpt_buffer *x, size_t x_off, const dpt_buffer *dy, size_t dy_off,
+                             dpt_buffer *dx, size_t dx_off, float beta, dpt_buffer *db,
+                             size_t db_off) {
+  dpt_op_check ck;
+  size_t n = 0;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_bias_gelu_bwd", be, be && be->vt->bias_gelu_bwd));
+  DPT_TRY(gelu_approx(&ck, approx));
+  DPT_TRY(dpt_op_elems2(&ck, "x", rows, cols, &n));
+  dpt_bias_gelu_args args = {.rows = rows,
+                             .cols = cols,
+                             .approx = approx,
+                             .beta = beta,
+                             .x = dpt_op_ref(x, x_off),
+                             .dy = dpt_op_ref(dy, dy_off),
+                             .dx = dpt_op_ref(dx, dx_off),
+                             .db = dpt_op_ref(db, db_off)};
+  DPT_TRY(bias_gelu_bwd_check(&ck, n, cols, &args));
+  if (cols == 0) return DPT_OK;
+  return DPT_BE_CALL(be, be->vt->bias_gelu_bwd(be, &args));
 }
 
 /* ---- attention's softmax ------------------------------------------------------------------- */

@@ -1,7 +1,8 @@
 # CPU backend: always built. OpenBLAS gemm when DPT_WITH_OPENBLAS, oneDNN convolution when
 # DPT_WITH_ONEDNN.
-list(APPEND DPT_SOURCES backends/cpu/cpu_backend.c backends/cpu/cpu_gemm.c backends/cpu/cpu_ops.c backends/cpu/cpu_layers.c backends/cpu/cpu_bn.c
-     backends/cpu/cpu_openblas.c backends/cpu/cpu_conv.c
+list(APPEND DPT_SOURCES backends/cpu/cpu_backend.c backends/cpu/cpu_gemm.c backends/cpu/cpu_ops.c
+     backends/cpu/cpu_layers.c backends/cpu/cpu_bn.c backends/cpu/cpu_openblas.c
+     backends/cpu/cpu_conv.c backends/cpu/cpu_fused.c
      backends/half.c)
 if(DPT_WITH_ONEDNN)
   # oneDNN's OpenMP runtime: the backend sets its thread count (omp_set_num_threads)
@@ -27,6 +28,11 @@ endif()
 # instead): -O3 lets the compiler do it (and unswitch the loops). It changes no result: ISO C
 # mode keeps contraction off, and sums are never reassociated without -ffast-math.
 if(CMAKE_C_COMPILER_ID MATCHES "GNU|Clang")
-  set_property(SOURCE backends/cpu/cpu_ops.c backends/cpu/cpu_bn.c APPEND PROPERTY COMPILE_OPTIONS
-                                                           $<$<NOT:$<CONFIG:Debug>>:-O3>)
+  set_property(SOURCE backends/cpu/cpu_ops.c backends/cpu/cpu_bn.c backends/cpu/cpu_fused.c
+               APPEND PROPERTY COMPILE_OPTIONS $<$<NOT:$<CONFIG:Debug>>:-O3>)
+endif()
+# The fused ops' selects (cpu_fused.c) if-convert only when comparisons may be assumed not to
+# trap; no result depends on floating-point exception flags, so nothing changes but the speed.
+if(CMAKE_C_COMPILER_ID MATCHES "GNU|Clang")
+  set_property(SOURCE backends/cpu/cpu_fused.c APPEND PROPERTY COMPILE_OPTIONS -fno-trapping-math)
 endif()

@@ -1,8 +1,8 @@
-/* The layer ops of the cpu backend: batched gemm, average pooling, dropout, layer normalization,
- * GELU (include/dptrain/backend.h states what each computes; batch normalization is in cpu_bn.c).
- * Like cpu_ops.c these are plain loops that spell out the contract, since the other backends are
- * tested against them: sums accumulate in double, element-wise formulas run in float in the
- * documented order. */
+/* The layer ops of the cpu backend: batched gemm, average pooling, layer normalization, GELU
+ * (include/dptrain/backend.h states what each computes; batch normalization is in cpu_bn.c,
+ * dropout and the fused linear bias + GELU in cpu_fused.c). Like cpu_ops.c these are plain loops
+ * that spell out the contract, since the other backends are tested against them: sums
+ * accumulate in double, element-wise formulas run in float in the documented order. */
 #include <math.h>
 #include <string.h>
 
@@ -68,26 +68,6 @@ dpt_status dpt_cpu_avgpool_bwd(dpt_backend *be, const dpt_avgpool_bwd_args *a) {
           for (size_t kj = 0; kj < g->kw; ++kj)
             win[ki * g->w + kj] += v;
       }
-  }
-  return DPT_OK;
-}
-
-/* ---- dropout ------------------------------------------------------------------------------ */
-
-/* y = keep ? x * scale : 0, the mask hashed from (key, global row, column) alone, so it does
- * not depend on how rows are split across calls or devices. y may equal x. */
-dpt_status dpt_cpu_dropout(dpt_backend *be, const dpt_dropout_args *a) {
-  (void)be;
-  const float *x = dpt_cpu_f32(a->x);
-  float *y = dpt_cpu_f32(a->y);
-  for (size_t r = 0; r < a->rows; ++r) {
-    const uint32_t hr = dpt_mix32(a->key ^ (uint32_t)(a->first_row + r));
-    const float *xr = x + r * a->cols;
-    float *yr = y + r * a->cols;
-    for (size_t c = 0; c < a->cols; ++c) {
-      const uint32_t h = dpt_mix32(hr ^ (uint32_t)c);
-      yr[c] = (h >> 8) >= a->threshold ? xr[c] * a->scale : 0.0f;
-    }
   }
   return DPT_OK;
 }

@@ -55,6 +55,8 @@
   X(layernorm_bwd_params)                                                                          \
   X(gelu_fwd)                                                                                      \
   X(gelu_bwd)                                                                                      \
+  X(bias_gelu_fwd)                                                                                 \
+  X(bias_gelu_bwd)                                                                                 \
   X(attn_softmax)                                                                                  \
   X(softmax_bwd)                                                                                   \
   X(embed_bag)                                                                                     \

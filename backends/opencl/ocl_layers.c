@@ -1,9 +1,9 @@
 /* The layer ops of the opencl backend: batch normalization (with a fused ReLU), average pooling,
- * dropout, layer normalization, GELU, attention's softmax and the softmax's backward, embedding
- * bags, column gathers and binary cross-entropy (include/dptrain/backend.h states what each
- * computes; the kernels are in kernels/layers.cl, the softmaxes' and bce_logits in
- * kernels/softmax.cl, embedding bags and column gathers in kernels/embed.cl). gemm_batched is in
- * ocl_gemm.c with the other CLBlast calls. */
+ * dropout, layer normalization, GELU (alone and with a linear layer's bias), attention's softmax
+ * and the softmax's backward, embedding bags, column gathers and binary cross-entropy
+ * (include/dptrain/backend.h states what each computes; the kernels are in kernels/layers.cl,
+ * the softmaxes' and bce_logits in kernels/softmax.cl, embedding bags and column gathers in
+ * kernels/embed.cl). gemm_batched is in ocl_gemm.c with the other CLBlast calls. */
 #include <stdlib.h>
 
 #include "backends/opencl/ocl_internal.h"
@@ -147,6 +147,22 @@ dpt_status dpt_ocl_gelu_bwd(dpt_backend *be, const dpt_gelu_bwd_args *a) {
   const uint64_t u[] = {(uint64_t)a->approx};
   const dpt_ref refs[] = {a->x, a->dy, a->y};
   return dpt_ocl_launch_flat(be, DPT_OCL_K_gelu_bwd, a->n, 1, u, 0, NULL, 3, refs);
+}
+
+/* ---- bias and GELU, fused ------------------------------------------------------------------ */
+
+/* fwd: one work-item per element; bwd: one per column, summing its rows in order. */
+dpt_status dpt_ocl_bias_gelu_fwd(dpt_backend *be, const dpt_bias_gelu_fwd_args *a) {
+  const uint64_t u[] = {a->cols, (uint64_t)a->approx};
+  const dpt_ref refs[] = {a->x, a->bias, a->y};
+  return dpt_ocl_launch_flat(be, DPT_OCL_K_bias_gelu_fwd, a->rows * a->cols, 2, u, 0, NULL, 3,
+                             refs);
+}
+
+dpt_status dpt_ocl_bias_gelu_bwd(dpt_backend *be, const dpt_bias_gelu_bwd_args *a) {
+  const uint64_t u[] = {a->rows, (uint64_t)a->approx};
+  const dpt_ref refs[] = {a->x, a->dy, a->dx, a->db};
+  return dpt_ocl_launch_flat(be, DPT_OCL_K_bias_gelu_bwd, a->cols, 2, u, 1, &a->beta, 4, refs);
 }
 
 /* ---- attention's softmax ------------------------------------------------------------------- */

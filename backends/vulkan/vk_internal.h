@@ -210,6 +210,8 @@ enum {
   X(LAYERNORM_BWD_PARAMS, "layernorm_bwd_params.spv", 6, 0, 0, 0, 0)                               \
   X(GELU_FWD, "gelu_fwd.spv", 2, 0, 0, 0, 0)                                                       \
   X(GELU_BWD, "gelu_bwd.spv", 3, 0, 0, 0, 0)                                                       \
+  X(BIAS_GELU_FWD, "bias_gelu_fwd.spv", 3, 0, 0, 0, 0)                                             \
+  X(BIAS_GELU_BWD, "bias_gelu_bwd.spv", 4, 0, 0, 0, 0)                                             \
   X(ATTN_SOFTMAX, "attn_softmax.spv", 3, 0, 0, 0, 0)                                               \
   X(SOFTMAX_BWD, "softmax_bwd.spv", 3, 0, 0, 0, 0)                                                 \
   X(EMBED_BAG, "embed_bag.spv", 3, 0, 0, 0, 0)                                                     \

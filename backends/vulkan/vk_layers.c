@@ -1,15 +1,16 @@
 /* The layer ops of the vulkan backend: batch normalization, average pooling, dropout, layer
- * normalization, GELU, attention's softmax and the softmax's backward, embedding bags, column
- * gathers and binary cross-entropy (include/dptrain/backend.h states what each computes;
- * gemm_batched lives with gemm in vk_ops.c). Each binds its tensors as windows and records its
- * dispatches like the ops of vk_ops.c; a tensor larger than one window or a size beyond 32 bits
- * is DPT_ERR_UNSUPPORTED, except where an op splits its work over several dispatches (dropout,
- * GELU, the softmaxes, column gathers, binary cross-entropy, embedding bags: their samples and the
- * rows of their table). */
+ * normalization, GELU (alone and with a linear layer's bias), attention's softmax and the softmax's
+ * backward, embedding bags, column gathers and binary cross-entropy (include/dptrain/backend.h
+ * states what each computes; gemm_batched lives with gemm in vk_ops.c). Each binds its tensors as
+ * windows and records its dispatches like the ops of vk_ops.c; a tensor larger than one window or a
+ * size beyond 32 bits is DPT_ERR_UNSUPPORTED, except where an op splits its work over several
+ * dispatches (dropout, GELU, the softmaxes, column gathers, binary cross-entropy, embedding bags:
+ * their samples and the rows of their table). */
 #include <string.h>
 
 #include "backends/vulkan/vk_internal.h"
 #include "base/error.h"
+#include "base/size.h"
 
 static dpt_vk_alloc *vk_al(const dpt_ref *r) {
   return r->buf->handle;
@@ -332,6 +333,54 @@ dpt_status dpt_vk_gelu_fwd(dpt_backend *be, const dpt_gelu_fwd_args *a) {
 dpt_status dpt_vk_gelu_bwd(dpt_backend *be, const dpt_gelu_bwd_args *a) {
   DPT_TRY(dpt_vk_enter(be));
   return dpt_vk_leave(be, vk_gelu(dpt_vk_ctx_of(be), a, 1));
+}
+
+/* ---- bias and GELU, fused ------------------------------------------------------------------ */
+
+/* fwd: element-wise in chunks of whole rows (each chunk starts at column 0); binds x, bias, y. */
+static dpt_status vk_bias_gelu_fwd(dpt_vk_ctx *ctx, const dpt_bias_gelu_args *a) {
+  size_t n;
+  if (!dpt_mul_ok(a->rows, a->cols, &n) || a->cols > UINT32_MAX) return vk_too_large("bias_gelu");
+  const size_t chunk_rows = dpt_vk_chunk_elems(ctx, 4) / a->cols;
+  if (chunk_rows == 0) return vk_too_large("bias_gelu");
+  dpt_vk_win w[3];
+  DPT_TRY(dpt_vk_window(ctx, vk_al(&a->bias), a->bias.off, a->cols, 4, &w[1]));
+  for (size_t r = 0; r < a->rows; r += chunk_rows) {
+    const size_t rows = a->rows - r < chunk_rows ? a->rows - r : chunk_rows, m = rows * a->cols;
+    DPT_TRY(dpt_vk_window(ctx, vk_al(&a->x), a->x.off + r * a->cols, m, 4, &w[0]));
+    DPT_TRY(dpt_vk_window(ctx, vk_al(&a->y), a->y.off + r * a->cols, m, 4, &w[2]));
+    uint32_t push[6] = {(uint32_t)m, w[0].elem,         w[1].elem,
+                        w[2].elem,   (uint32_t)a->cols, (uint32_t)a->approx};
+    DPT_TRY(dpt_vk_dispatch(ctx, DPT_VK_PIPE_BIAS_GELU_FWD, w, 3, push, sizeof push,
+                            vk_div_up(m, DPT_VK_WG)));
+  }
+  return DPT_OK;
+}
+
+/* bwd: one dispatch, a workgroup per 32 columns summing the rows in a fixed order (as
+ * bias_grad); binds x, dy, dx, db (with no rows, db stands in for the empty matrices). */
+static dpt_status vk_bias_gelu_bwd(dpt_vk_ctx *ctx, const dpt_bias_gelu_args *a) {
+  size_t n;
+  if (!dpt_mul_ok(a->rows, a->cols, &n) || n > UINT32_MAX) return vk_too_large("bias_gelu");
+  const dpt_ref t[4] = {a->rows ? a->x : a->db, a->rows ? a->dy : a->db, a->rows ? a->dx : a->db,
+                        a->db};
+  dpt_vk_win w[4];
+  for (int k = 0; k < 4; ++k)
+    DPT_TRY(dpt_vk_window(ctx, vk_al(&t[k]), t[k].off, k < 3 && a->rows ? n : a->cols, 4, &w[k]));
+  uint32_t push[8] = {(uint32_t)a->rows, (uint32_t)a->cols, w[0].elem,       w[1].elem,
+                      w[2].elem,         w[3].elem,         vk_f2u(a->beta), (uint32_t)a->approx};
+  return dpt_vk_dispatch(ctx, DPT_VK_PIPE_BIAS_GELU_BWD, w, 4, push, sizeof push,
+                         vk_div_up(a->cols, 32));
+}
+
+dpt_status dpt_vk_bias_gelu_fwd(dpt_backend *be, const dpt_bias_gelu_fwd_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  return dpt_vk_leave(be, vk_bias_gelu_fwd(dpt_vk_ctx_of(be), a));
+}
+
+dpt_status dpt_vk_bias_gelu_bwd(dpt_backend *be, const dpt_bias_gelu_bwd_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  return dpt_vk_leave(be, vk_bias_gelu_bwd(dpt_vk_ctx_of(be), a));
 }
 
 /* ---- attention's softmax ------------------------------------------------------------------- */

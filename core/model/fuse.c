@@ -1,7 +1,10 @@
 /* The planner's fusions: layers the model runs as one fused op where the backend has it, which
  * a model file never mentions. A batch norm or a residual add whose output only a ReLU reads
  * runs the ReLU itself (the bn_relu ops, add_relu); the ReLU then owns no memory and does no
- * work (its output is its input's). DPT_FUSE=0 runs every layer alone. */
+ * work (its output is its input's). A linear with a bias whose output only a GELU reads leaves
+ * its bias to the GELU, which runs both in one pass (bias_gelu_fwd, bias_gelu_bwd). DPT_FUSE=0
+ * runs every layer alone. */
+#include <stdint.h>
 #include <string.h>
 
 #include "base/env.h"
@@ -31,6 +34,15 @@ static int takes_relu(const dpt_backend *be, const dpt_node *B) {
          dpt_backend_supports(be, DPT_OP_RELU_BWD);
 }
 
+/* Layer i is a linear with a bias whose output only GELU layer i + 1 reads. */
+static int linear_then_gelu(const dpt_model *m, size_t i) {
+  const dpt_node *L = &m->layers[i], *G = &m->layers[i + 1];
+  return L->spec.kind == DPT_LAYER_LINEAR && L->b_index != SIZE_MAX &&
+         G->spec.kind == DPT_LAYER_GELU && G->num_src == 1 && G->src[0] == (int)i &&
+         readers_of(m, i) == 1 && dpt_backend_supports(m->be, DPT_OP_BIAS_GELU_FWD) &&
+         dpt_backend_supports(m->be, DPT_OP_BIAS_GELU_BWD);
+}
+
 int dpt_node_is_alias(const dpt_node *L) {
   return L->absorbed || dpt_layer_has(L->spec.kind, DPT_LAYER_ALIAS);
 }
@@ -48,6 +60,11 @@ void dpt_model_plan_fusions(dpt_model *m) {
       R->absorbed = 1;
     }
   }
+  for (size_t i = 0; i + 1 < m->num_layers; ++i)
+    if (linear_then_gelu(m, i)) {
+      m->layers[i].fuse = DPT_FUSE_BIAS_TO_NEXT;
+      m->layers[i + 1].fuse = DPT_FUSE_BIAS_GELU;
+    }
   /* An absorbed layer's output is its input's, as a flatten's: stores follow. */
   for (size_t i = 0; i < m->num_layers; ++i) {
     dpt_node *L = &m->layers[i];

@@ -18,6 +18,10 @@ typedef struct dpt_sample_shape {
   int seq;
 } dpt_sample_shape;
 
+/* dpt_node.fuse (core/model/fuse.c): a linear whose bias the GELU after it adds
+ * (dpt_bias_gelu_fwd, and the bias gradient in dpt_bias_gelu_bwd), and that GELU. */
+enum { DPT_FUSE_NONE = 0, DPT_FUSE_BIAS_TO_NEXT = 1, DPT_FUSE_BIAS_GELU = 2 };
+
 typedef struct dpt_node {
   dpt_layer_spec spec;
   int src[DPT_LAYER_MAX_INPUTS]; /* input layers (DPT_LAYER_INPUT_MODEL: the model input) */
@@ -33,6 +37,7 @@ typedef struct dpt_node {
                                       DPT_LAYER_INPUT_MODEL) */
   int fuse_relu;          /* batch norm, add: runs the ReLU reading it (core/model/fuse.c) */
   int absorbed;           /* run inside its input's fused op: no memory, no work */
+  int fuse;               /* DPT_FUSE_*: how this layer shares an op with a neighbour */
   dpt_buffer *out;        /* [max_batch, out_size]; NULL for flatten (aliases its input) */
   dpt_buffer *dout;       /* gradient wrt out, same size; NULL for flatten */
   dpt_buffer *aux;        /* maxpool: int32 argmax [max_batch, out_size]; batch norm: the

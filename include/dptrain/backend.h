@@ -123,7 +123,9 @@ DPT_API dpt_status dpt_buffer_fill_f32(dpt_buffer *dst, size_t offset, size_t co
   X(BCE_LOGITS, bce_logits)                                                                        \
   X(CONV2D_FWD, conv2d_fwd)                                                                        \
   X(CONV2D_BWD_DATA, conv2d_bwd_data)                                                              \
-  X(CONV2D_BWD_WEIGHTS, conv2d_bwd_weights)
+  X(CONV2D_BWD_WEIGHTS, conv2d_bwd_weights)                                                        \
+  X(BIAS_GELU_FWD, bias_gelu_fwd)                                                                  \
+  X(BIAS_GELU_BWD, bias_gelu_bwd)
 
 typedef enum dpt_op {
 #define DPT_OP_ENUM_(NAME, name) DPT_OP_##NAME,
@@ -474,6 +476,21 @@ DPT_API dpt_status dpt_gelu_fwd(dpt_backend *be, size_t n, dpt_gelu_approx appro
 DPT_API dpt_status dpt_gelu_bwd(dpt_backend *be, size_t n, dpt_gelu_approx approx,
                                 const dpt_buffer *x, size_t x_off, const dpt_buffer *dy,
                                 size_t dy_off, dpt_buffer *dx, size_t dx_off);
+
+/* A linear layer's bias and GELU in one pass over x [rows, cols]: x[r,c] += bias[c] (x then
+ * holds the pre-activation that dpt_bias_gelu_bwd reads) and y[r,c] = gelu(x[r,c]); y must not
+ * overlap x or bias. Agrees with dpt_bias_add then dpt_gelu_fwd within float rounding. */
+DPT_API dpt_status dpt_bias_gelu_fwd(dpt_backend *be, size_t rows, size_t cols,
+                                     dpt_gelu_approx approx, dpt_buffer *x, size_t x_off,
+                                     const dpt_buffer *bias, size_t bias_off, dpt_buffer *y,
+                                     size_t y_off);
+/* Its backward in one pass: dx = dy * gelu'(x) (x: the pre-activation, [rows, cols]) and the
+ * bias gradient db[c] = beta * db[c] + sum_r dx[r,c], rows summed in order (beta == 0: db is
+ * not read). dx may equal dy, not x; db overlaps none of them. */
+DPT_API dpt_status dpt_bias_gelu_bwd(dpt_backend *be, size_t rows, size_t cols,
+                                     dpt_gelu_approx approx, const dpt_buffer *x, size_t x_off,
+                                     const dpt_buffer *dy, size_t dy_off, dpt_buffer *dx,
+                                     size_t dx_off, float beta, dpt_buffer *db, size_t db_off);
 
 /* Host-side reference conversions, the same rounding as the ops above. */
 /* Attention's softmax over the keys, with a key padding mask. Scores and probabilities are

@@ -1520,6 +1520,77 @@ static void gen_gelu_bwd(conf_list *l) {
   gen_gelu(l, 1);
 }
 
+/* ---- bias + GELU, fused: x in [-6, 6), both forms, rows x cols ------------------------------ */
+
+typedef struct bias_gelu_p {
+  size_t rows, cols;
+  dpt_gelu_approx approx;
+  float beta;
+} bias_gelu_p;
+
+static const size_t bias_gelu_shapes[][2] = {{1, 1}, {3, 7}, {17, 33}, {40, 257}, {0, 5}, {5, 0}};
+#define N_BIAS_GELU (sizeof bias_gelu_shapes / sizeof bias_gelu_shapes[0])
+
+static dpt_status run_bias_gelu_fwd(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                    const size_t *off, double *scalars) {
+  const bias_gelu_p *p = CONF_PARAMS(c, bias_gelu_p);
+  (void)scalars;
+  return dpt_bias_gelu_fwd(be, p->rows, p->cols, p->approx, buf[0], off[0], buf[1], off[1], buf[2],
+                           off[2]);
+}
+
+static void gen_bias_gelu_fwd(conf_list *l) {
+  for (size_t i = 0; i < N_BIAS_GELU; i++)
+    for (int a = 0; a < 2; a++) {
+      bias_gelu_p p = {bias_gelu_shapes[i][0], bias_gelu_shapes[i][1],
+                       a ? DPT_GELU_TANH : DPT_GELU_ERF, 0.0f};
+      conf_case *c = conf_new_case(l, "rows=%zu cols=%zu %s", p.rows, p.cols, a ? "tanh" : "erf");
+      CONF_SET_PARAMS(c, p);
+      conf_tensor *x = conf_add_tensor(c, "x", CONF_F32, CONF_INOUT, p.rows, p.cols);
+      x->lo = -5.0;
+      x->hi = 5.0;
+      x->tol = 1e-6; /* one float addition */
+      conf_add_tensor(c, "bias", CONF_F32, CONF_IN, 1, p.cols);
+      conf_add_tensor(c, "y", CONF_F32, CONF_OUT, p.rows, p.cols)->tol = 1e-5;
+      c->run = run_bias_gelu_fwd;
+    }
+}
+
+static dpt_status run_bias_gelu_bwd(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                    const size_t *off, double *scalars) {
+  const bias_gelu_p *p = CONF_PARAMS(c, bias_gelu_p);
+  (void)scalars;
+  const int inplace = c->ntensors == 3, d = inplace ? 1 : 2;
+  return dpt_bias_gelu_bwd(be, p->rows, p->cols, p->approx, buf[0], off[0], buf[1], off[1], buf[d],
+                           off[d], p->beta, buf[d + 1], off[d + 1]);
+}
+
+static void gen_bias_gelu_bwd(conf_list *l) {
+  for (size_t i = 0; i < N_BIAS_GELU; i++)
+    for (int v = 0; v < 4; v++) {
+      const int a = v & 1, inplace = v >> 1;
+      bias_gelu_p p = {bias_gelu_shapes[i][0], bias_gelu_shapes[i][1],
+                       a ? DPT_GELU_TANH : DPT_GELU_ERF, inplace ? 0.5f : 0.0f};
+      conf_case *c = conf_new_case(l, "rows=%zu cols=%zu %s beta=%g%s", p.rows, p.cols,
+                                   a ? "tanh" : "erf", p.beta, inplace ? " in-place" : "");
+      CONF_SET_PARAMS(c, p);
+      conf_tensor *x = conf_add_tensor(c, "x", CONF_F32, CONF_IN, p.rows, p.cols);
+      x->lo = -6.0;
+      x->hi = 6.0;
+      conf_tensor *dy =
+          conf_add_tensor(c, "dy", CONF_F32, inplace ? CONF_INOUT : CONF_IN, p.rows, p.cols);
+      if (inplace)
+        dy->tol = 1e-5;
+      else
+        conf_add_tensor(c, "dx", CONF_F32, CONF_OUT, p.rows, p.cols)->tol = 1e-5;
+      /* beta == 0: db is not read (NaN in, finite out) */
+      conf_tensor *db =
+          conf_add_tensor(c, "db", CONF_F32, p.beta == 0.0f ? CONF_OUT : CONF_INOUT, 1, p.cols);
+      db->tol = 1e-5 + 2e-7 * (double)p.rows;
+      c->run = run_bias_gelu_bwd;
+    }
+}
+
 /* ---- attention's softmax and the softmax's backward -----------------------------------------
  * Rows of probabilities sum in float on a GPU: 1e-5. */
 
@@ -2011,5 +2082,7 @@ const conf_generator conf_generators[] = {
     {DPT_OP_CONV2D_BWD_WEIGHTS, gen_conv2d_bwd_weights},
     {DPT_OP_SCATTER_COLS_ADD, gen_scatter_cols_add},
     {DPT_OP_BCE_LOGITS, gen_bce_logits},
+    {DPT_OP_BIAS_GELU_FWD, gen_bias_gelu_fwd},
+    {DPT_OP_BIAS_GELU_BWD, gen_bias_gelu_bwd},
 };
 const size_t conf_generator_count = sizeof conf_generators / sizeof conf_generators[0];

@@ -1544,6 +1544,89 @@ START_TEST(gelu_values_and_grads_vs_fd) {
 }
 END_TEST
 
+/* bias_gelu_fwd / bias_gelu_bwd: the same as bias_add then gelu_fwd, and gelu_bwd then
+ * bias_grad (the fused ops' float exp and erfc within 1e-5 of the double reference); the bias
+ * gradient against finite differences of L = sum(gelu(x + bias) * W). */
+enum { BG_R = 5, BG_C = 37 };
+typedef struct bias_gelu_ctx {
+  dpt_gelu_approx a;
+  const float *x;      /* the pre-activation before the bias */
+  dpt_buffer *bx, *bb; /* x (overwritten by each forward), bias */
+  weighted w;
+} bias_gelu_ctx;
+
+static double bias_gelu_loss(void *p) {
+  bias_gelu_ctx *c = p;
+  TU_OK(dpt_buffer_upload(c->bx, 0, c->x, BG_R * BG_C * 4));
+  TU_OK(dpt_bias_gelu_fwd(be, BG_R, BG_C, c->a, c->bx, 0, c->bb, 0, c->w.out, 0));
+  return weighted_sum(&c->w);
+}
+
+static void expect_close(const char *what, const float *got, const float *want, int n, double tol) {
+  double top = 0.0;
+  for (int i = 0; i < n; i++)
+    top = fmax(top, fabs(want[i]));
+  for (int i = 0; i < n; i++)
+    ck_assert_msg(fabs(got[i] - want[i]) <= tol * fmax(top, 1e-30), "%s[%d] = %.9g, want %.9g",
+                  what, i, (double)got[i], (double)want[i]);
+}
+
+/* The unfused composition of one form into y (forward) and dx, db (backward). */
+static void bias_gelu_unfused(dpt_gelu_approx a, const float *x, const float *bias, const float *g,
+                              float *pre, float *y, float *dx, float *db) {
+  enum { N = BG_R * BG_C };
+  dpt_buffer *bx = tu_f32(be, x, N), *bb = tu_f32(be, bias, BG_C), *by = tu_f32_fill(be, N, NAN);
+  dpt_buffer *bg = tu_f32(be, g, N), *bdx = tu_f32_fill(be, N, NAN);
+  dpt_buffer *bdb = tu_f32_fill(be, BG_C, NAN);
+  TU_OK(dpt_bias_add(be, BG_R, BG_C, bx, 0, bb, 0));
+  TU_OK(dpt_gelu_fwd(be, N, a, bx, 0, by, 0));
+  TU_OK(dpt_gelu_bwd(be, N, a, bx, 0, bg, 0, bdx, 0));
+  TU_OK(dpt_bias_grad(be, BG_R, BG_C, bdx, 0, 0.0f, bdb, 0));
+  tu_get(bx, 0, pre, N);
+  tu_get(by, 0, y, N);
+  tu_get(bdx, 0, dx, N);
+  tu_get(bdb, 0, db, BG_C);
+  dpt_buffer *all[] = {bx, bb, by, bg, bdx, bdb};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    dpt_buffer_free(all[i]);
+}
+
+START_TEST(bias_gelu_vs_unfused_and_fd) {
+  enum { N = BG_R * BG_C };
+  float x[N], bias[BG_C], g[N], pre[N], y[N], dx[N], db[BG_C], out[N];
+  float fpre[N], fy[N], fdx[N], fdb[BG_C];
+  tu_rng r = {53};
+  tu_fill(&r, x, N, -6, 6);
+  tu_fill(&r, bias, BG_C, -1, 1);
+  tu_fill(&r, g, N, -1, 1);
+  for (int a = 0; a < 2; a++) {
+    const dpt_gelu_approx ap = a ? DPT_GELU_TANH : DPT_GELU_ERF;
+    bias_gelu_unfused(ap, x, bias, g, pre, y, dx, db);
+    bias_gelu_ctx c = {
+        ap, x, tu_f32(be, x, N), tu_f32(be, bias, BG_C), {tu_f32_fill(be, N, NAN), g, N, out}};
+    bias_gelu_loss(&c);
+    tu_get(c.bx, 0, fpre, N);
+    tu_get(c.w.out, 0, fy, N);
+    ck_assert_mem_eq(fpre, pre, sizeof pre); /* the same float additions */
+    expect_close(a ? "tanh y" : "erf y", fy, y, N, 1e-5);
+    dpt_buffer *bg = tu_f32(be, g, N), *bdb = tu_f32_fill(be, BG_C, NAN);
+    TU_OK(
+        dpt_bias_gelu_bwd(be, BG_R, BG_C, ap, c.bx, 0, bg, 0, bg, 0, 0.0f, bdb, 0)); /* in place */
+    tu_get(bg, 0, fdx, N);
+    tu_get(bdb, 0, fdb, BG_C);
+    expect_close(a ? "tanh dx" : "erf dx", fdx, dx, N, 1e-5);
+    expect_close(a ? "tanh db" : "erf db", fdb, db, BG_C, 1e-5);
+    expect_fd(a ? "bias_gelu tanh db" : "bias_gelu erf db", c.bb, bias, fdb, BG_C, 1e-2f, 5e-3,
+              bias_gelu_loss, &c);
+    dpt_buffer_free(c.bx);
+    dpt_buffer_free(c.bb);
+    dpt_buffer_free(c.w.out);
+    dpt_buffer_free(bg);
+    dpt_buffer_free(bdb);
+  }
+}
+END_TEST
+
 /* softmax_bwd against finite differences of L = sum(attn_softmax(x) * W) over rows of 7 keys
  * (scale 1): without a mask, and with padding keys, whose probabilities are 0 whatever their
  * scores (a zero gradient there, and the kept keys' softmax alone elsewhere). */
@@ -1944,6 +2027,7 @@ static Suite *cpu_ops_suite(void) {
   tcase_add_test(grad, bn_relu_grads_vs_fd);
   tcase_add_test(grad, layernorm_grads_vs_fd);
   tcase_add_test(grad, gelu_values_and_grads_vs_fd);
+  tcase_add_test(grad, bias_gelu_vs_unfused_and_fd);
   tcase_add_test(grad, softmax_bwd_vs_fd);
   tcase_add_test(grad, avgpool_bwd_is_adjoint_and_fd);
   tcase_add_test(grad, dropout_adjoint_and_fraction);

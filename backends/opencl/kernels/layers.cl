@@ -1,7 +1,7 @@
 /* The layer ops beyond convolution: the batch sum of a summed batched gemm, batch
- * normalization, average pooling, dropout, layer normalization and GELU. Same conventions as
- * every kernel (common.cl); no atomics: each work-item owns the elements it writes, each
- * work-group the channels it reduces. */
+ * normalization, average pooling, dropout, layer normalization and GELU (alone and with a linear
+ * layer's bias). Same conventions as every kernel (common.cl); no atomics: each work-item owns
+ * the elements it writes, each work-group the channels it reduces. */
 
 /* c [m, n] (leading dimension ldc) = beta * c + s_0 + s_1 + ... + s_{batch-1}, where s_i [m, n]
  * (dense) is item i of a batched gemm already scaled by alpha, stored at s + i * m * n. The
@@ -336,4 +336,36 @@ __kernel void gelu_bwd(ulong n, ulong approx, __global const float *x, ulong x_o
   float slope;
   dpt_gelu_eval(x[x_off + g], approx, &slope);
   dx[dx_off + g] = dy[dy_off + g] * slope;
+}
+
+/* Linear's bias and GELU fused: x[r, c] += bias[c] (x keeps the pre-activation), y = x Phi(x);
+ * one work-item per element. */
+__kernel void bias_gelu_fwd(ulong n, ulong cols, ulong approx, __global float *x, ulong x_off,
+                            __global const float *bias, ulong bias_off, __global float *y,
+                            ulong y_off) {
+  size_t g = get_global_id(0);
+  if (g >= n) return;
+  float v = x[x_off + g] + bias[bias_off + g % cols], slope;
+  x[x_off + g] = v;
+  y[y_off + g] = v * dpt_gelu_eval(v, approx, &slope);
+}
+
+/* Its backward: dx = dy * gelu'(x) and db = beta * db + column sums of dx; one work-item per
+ * column walks down the rows in order. dx may be dy; beta == 0 does not read db. */
+__kernel void bias_gelu_bwd(ulong cols, ulong rows, ulong approx, float beta,
+                            __global const float *x, ulong x_off, __global const float *dy,
+                            ulong dy_off, __global float *dx, ulong dx_off, __global float *db,
+                            ulong db_off) {
+  size_t c = get_global_id(0);
+  if (c >= cols) return;
+  acc_t acc = 0;
+  for (ulong r = 0; r < rows; ++r) {
+    float slope;
+    dpt_gelu_eval(x[x_off + r * cols + c], approx, &slope);
+    float d = dy[dy_off + r * cols + c] * slope;
+    dx[dx_off + r * cols + c] = d;
+    acc += d;
+  }
+  acc_t old = beta == 0.0f ? 0 : (acc_t)beta * db[db_off + c];
+  db[db_off + c] = (float)(old + acc);
 }

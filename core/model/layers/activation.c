@@ -1,5 +1,5 @@
-/* The element-wise layers: relu, gelu and dropout (identity in evaluation), each a plan check,
- * forward and backward. */
+/* The element-wise layers: relu, gelu (with the bias of the linear before it when the planner
+ * fused them) and dropout (identity in evaluation), each a plan check, forward and backward. */
 #include "base/error.h"
 #include "core/model/layer.h"
 #include "core/model/layer_util.h"
@@ -30,15 +30,39 @@ static dpt_status plan_gelu(dpt_model *m, size_t i, dpt_sample_shape *x) {
   return DPT_OK;
 }
 
+/* A GELU fused with the linear before it (DPT_FUSE_BIAS_GELU): the linear's rows and features,
+ * its output (the pre-activation, bias added here) and its bias's offset. */
+static dpt_buffer *fused_linear(dpt_model *m, const dpt_node *L, size_t b, size_t *rows,
+                                size_t *cols, size_t *bias_off) {
+  const dpt_node *F = &m->layers[L->src[0]];
+  *cols = F->oshape.seq ? F->oshape.w : F->out_size;
+  *rows = b * (F->out_size / *cols);
+  *bias_off = m->tensors[F->b_index].offset;
+  return F->out;
+}
+
 static dpt_status gelu_forward(dpt_model *m, const dpt_node *L, const dpt_buffer *in,
                                const dpt_buffer *x, size_t b) {
   (void)x;
+  if (L->fuse == DPT_FUSE_BIAS_GELU) {
+    size_t rows, cols, bo;
+    dpt_buffer *pre = fused_linear(m, L, b, &rows, &cols, &bo);
+    return dpt_bias_gelu_fwd(m->be, rows, cols, (dpt_gelu_approx)L->spec.approximate, pre, 0,
+                             m->params, bo, L->out, 0);
+  }
   return dpt_gelu_fwd(m->be, b * L->out_size, (dpt_gelu_approx)L->spec.approximate, in, 0, L->out,
                       0);
 }
 
 static dpt_status gelu_backward(dpt_model *m, const dpt_node *L, const dpt_buffer *in,
                                 dpt_buffer *din, size_t b) {
+  if (L->fuse == DPT_FUSE_BIAS_GELU) { /* dx of the pre-activation and the linear's bias grad */
+    size_t rows, cols, bo;
+    fused_linear(m, L, b, &rows, &cols, &bo);
+    return dpt_bias_gelu_bwd(m->be, rows, cols, (dpt_gelu_approx)L->spec.approximate, in, 0,
+                             L->dout, 0, din ? din : m->layers[L->src[0]].dout, 0, 0.0f, m->grads,
+                             bo);
+  }
   if (!din) return DPT_OK;
   return dpt_gelu_bwd(m->be, b * L->out_size, (dpt_gelu_approx)L->spec.approximate, in, 0, L->dout,
                       0, din, 0);

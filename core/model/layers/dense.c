@@ -54,7 +54,7 @@ static dpt_status linear_forward(dpt_model *m, const dpt_node *L, const dpt_buff
   /* y[b, out] = x[b, in] * W[out, in]^T + bias */
   DPT_TRY(dpt_gemm(m->be, 0, 1, b, out_f, in_f, 1.0f, in, 0, in_f, m->params, W->offset, in_f, 0.0f,
                    L->out, 0, out_f));
-  if (L->b_index == SIZE_MAX) return DPT_OK;
+  if (L->b_index == SIZE_MAX || L->fuse == DPT_FUSE_BIAS_TO_NEXT) return DPT_OK; /* GELU adds it */
   return dpt_bias_add(m->be, b, out_f, L->out, 0, m->params, m->tensors[L->b_index].offset);
 }
 
@@ -73,7 +73,7 @@ static dpt_status linear_backward(dpt_model *m, const dpt_node *L, const dpt_buf
   /* dW[out, in] = dy[b, out]^T * x[b, in];  db = column sums of dy;  dx = dy * W */
   DPT_TRY(dpt_gemm(be, 1, 0, out_f, in_f, b, 1.0f, L->dout, 0, out_f, in, 0, in_f,
                    dpt_layer_weight_beta(m, L->w_index), m->grads, W->offset, in_f));
-  if (L->b_index != SIZE_MAX)
+  if (L->b_index != SIZE_MAX && L->fuse != DPT_FUSE_BIAS_TO_NEXT) /* else GELU's backward did */
     DPT_TRY(dpt_bias_grad(be, b, out_f, L->dout, 0, 0.0f, m->grads, m->tensors[L->b_index].offset));
   if (!din) return DPT_OK;
   return dpt_gemm(be, 0, 0, b, in_f, out_f, 1.0f, L->dout, 0, out_f, m->params, W->offset, in_f,

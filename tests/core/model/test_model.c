@@ -216,6 +216,55 @@ START_TEST(gradient_bert) {
 }
 END_TEST
 
+/* The planner's fusions (linear bias + GELU) change no more than rounding: the gradients of one
+ * training step with them and with DPT_FUSE=0 agree within 1e-4 of the largest. */
+static void bert_step_grads(float *g, double *loss) {
+  dpt_model_spec spec;
+  tiny_bert(&spec, 2, 0.2f);
+  dpt_backend *be = tu_cpu();
+  dpt_model *m;
+  TU_OK(dpt_model_create(be, &spec, TB_BATCH, &m));
+  TU_OK(dpt_model_init(m, 3));
+  TU_OK(dpt_model_set_step(m, 1, 4, 8));
+  dpt_buffer *bx, *by;
+  tb_upload(be, &bx, &by);
+  TU_OK(dpt_model_train_step(m, bx, by, TB_BATCH, 1.0f, loss, NULL));
+  TU_OK(dpt_buffer_download(dpt_model_grads(m), 0, g, dpt_model_num_params(m) * sizeof(float)));
+  dpt_buffer_free(bx);
+  dpt_buffer_free(by);
+  dpt_model_destroy(m);
+  dpt_backend_destroy(be);
+}
+
+START_TEST(bert_fused_matches_unfused) {
+  enum { MAXP = 1 << 16 };
+  float *fused = malloc(MAXP * sizeof(float)), *plain = malloc(MAXP * sizeof(float));
+  double lf = 0.0, lp = 0.0;
+  bert_step_grads(fused, &lf);
+  setenv("DPT_FUSE", "0", 1);
+  bert_step_grads(plain, &lp);
+  unsetenv("DPT_FUSE");
+  dpt_model_spec spec;
+  tiny_bert(&spec, 2, 0.2f);
+  dpt_backend *be = tu_cpu();
+  dpt_model *m;
+  TU_OK(dpt_model_create(be, &spec, TB_BATCH, &m));
+  const size_t np = dpt_model_num_params(m);
+  dpt_model_destroy(m);
+  dpt_backend_destroy(be);
+  ck_assert_uint_le(np, MAXP);
+  ck_assert_msg(fabs(lf - lp) <= 1e-5 * fabs(lp), "loss %.9g fused, %.9g not", lf, lp);
+  double top = 0.0;
+  for (size_t i = 0; i < np; ++i)
+    top = fmax(top, fabs(plain[i]));
+  for (size_t i = 0; i < np; ++i)
+    ck_assert_msg(fabs(fused[i] - plain[i]) <= 1e-4 * top, "grad %zu: %.9g fused, %.9g not", i,
+                  (double)fused[i], (double)plain[i]);
+  free(fused);
+  free(plain);
+}
+END_TEST
+
 /* The layer hook: forward calls in layer order, backward calls in reverse with ready_from never
  * increasing and 0 after the first layer; the gradients it declares complete are final (the
  * same bytes after the whole backward), also for BERT's decoder tied to the token embedding. */
@@ -933,6 +982,7 @@ int main(int argc, char **argv) {
   tcase_add_test(graph, gradient_graph);
   tcase_add_test(graph, fusion_matches_unfused);
   tcase_add_test(graph, gradient_bert);
+  tcase_add_test(graph, bert_fused_matches_unfused);
   tcase_add_test(graph, layer_hook);
   tcase_add_test(graph, bert_spec);
   tcase_add_test(graph, bn_buffers);
