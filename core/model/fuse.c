@@ -65,10 +65,4 @@ void dpt_model_plan_fusions(dpt_model *m) {
       m->layers[i].fuse = DPT_FUSE_BIAS_TO_NEXT;
       m->layers[i + 1].fuse = DPT_FUSE_BIAS_GELU;
     }
-  /* An absorbed layer's output is its input's, as a flatten's: stores follow. */
-  for (size_t i = 0; i < m->num_layers; ++i) {
-    dpt_node *L = &m->layers[i];
-    const int a = L->src[0];
-    L->store = dpt_node_is_alias(L) ? (a < 0 ? a : m->layers[a].store) : (int)i;
-  }
 }

@@ -126,9 +126,12 @@ const dpt_buffer *dpt_model_out_of(const dpt_model *m, int i, const dpt_buffer *
 /* Where layer L's input j gradient goes: the input's dout when it is the first contribution,
  * else the scratch buffer (*add set: the caller adds it with dpt_layer_add_gradient). NULL when the
  * input is the model input, which needs no gradient. */
+int dpt_layer_store_of(const dpt_model *m, int src) {
+  return src < 0 ? -1 : m->layers[src].store;
+}
+
 dpt_buffer *dpt_layer_grad_target(dpt_model *m, const dpt_node *L, int j, int *add) {
-  int src = L->src[j];
-  int s = src < 0 ? -1 : m->layers[src].store;
+  int s = dpt_layer_store_of(m, L->src[j]);
   *add = 0;
   if (s < 0) return NULL;
   if (!m->grad_written[s]) {

@@ -32,6 +32,8 @@ dpt_status dpt_layer_alloc_floats(dpt_model *m, size_t count, size_t elem, dpt_b
 /* An int32 device buffer holding host[n] (not activation memory: a constant of the model). */
 dpt_status dpt_layer_upload_i32(dpt_model *m, const int32_t *host, size_t n, dpt_buffer **out);
 
+/* The layer holding input src's output and its gradient (its store), -1 for the model input. */
+int dpt_layer_store_of(const dpt_model *m, int src);
 /* Where layer L's input j gradient goes: the input's dout for the first contribution, else the
  * scratch buffer (*add set: add it with dpt_layer_add_gradient); NULL for the model input. */
 dpt_buffer *dpt_layer_grad_target(dpt_model *m, const dpt_node *L, int j, int *add);

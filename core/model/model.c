@@ -437,10 +437,16 @@ static dpt_status plan_layer(dpt_model *m, size_t i) {
   L->oshape = x;
   if (!dpt_mul_ok(x.c, x.h, &L->out_size) || !dpt_mul_ok(L->out_size, x.w, &L->out_size))
     return LAYER_ERR(m, i, "output too large");
-  L->store = dpt_layer_has(L->spec.kind, DPT_LAYER_ALIAS)
-                 ? (a == DPT_LAYER_INPUT_MODEL ? a : m->layers[a].store)
-                 : (int)i;
   return DPT_OK;
+}
+
+/* Each layer's store: itself, or for an alias (a flatten, an absorbed layer) its input's. */
+static void plan_stores(dpt_model *m) {
+  for (size_t i = 0; i < m->num_layers; ++i) {
+    dpt_node *L = &m->layers[i];
+    const int a = L->src[0];
+    L->store = dpt_node_is_alias(L) ? (a < 0 ? a : m->layers[a].store) : (int)i;
+  }
 }
 
 /* The spec's model-wide fields: input shape, layer count, classes. */
@@ -537,6 +543,7 @@ static dpt_status plan(dpt_model *m) {
     DPT_TRY(plan_layer(m, i));
   DPT_TRY(plan_check_graph(m));
   dpt_model_plan_fusions(m);
+  plan_stores(m);
   return DPT_OK;
 }
 

@@ -29,17 +29,13 @@ static dpt_status add_forward(dpt_model *m, const dpt_node *L, const dpt_buffer 
   return dpt_axpy(m->be, n, 1.0f, other, 0, L->out, 0);
 }
 
-static int store_of(const dpt_model *m, int src) {
-  return src < 0 ? -1 : m->layers[src].store;
-}
-
 /* With fuse_relu, the masked gradient (relu_bwd over out): written straight into the first
  * input's dout where that is its first contribution, else into dout in place. *g is where it
  * is, *first whether the first input has it. */
 static dpt_status add_relu_backward(dpt_model *m, const dpt_node *L, size_t n, const dpt_buffer **g,
                                     int *first) {
-  const int s0 = store_of(m, L->src[0]);
-  *first = s0 >= 0 && s0 != store_of(m, L->src[1]) && !m->grad_written[s0];
+  const int s0 = dpt_layer_store_of(m, L->src[0]);
+  *first = s0 >= 0 && s0 != dpt_layer_store_of(m, L->src[1]) && !m->grad_written[s0];
   dpt_buffer *to = *first ? m->layers[s0].dout : L->dout;
   if (*first) m->grad_written[s0] = 1;
   *g = to;
@@ -53,7 +49,7 @@ static dpt_status add_backward(dpt_model *m, const dpt_node *L, size_t b) {
   int first = 0;
   if (L->fuse_relu) DPT_TRY(add_relu_backward(m, L, n, &g, &first));
   for (int j = first; j < 2; ++j) {
-    int s = store_of(m, L->src[j]);
+    int s = dpt_layer_store_of(m, L->src[j]);
     if (s < 0) continue;
     if (m->grad_written[s]) {
       DPT_TRY(dpt_axpy(m->be, n, 1.0f, g, 0, m->layers[s].dout, 0));
