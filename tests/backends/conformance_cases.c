@@ -1067,6 +1067,7 @@ static void gen_gemm_batched(conf_list *l) {
 typedef struct bn_p {
   dpt_bn_geom g;
   size_t count; /* bn_bwd */
+  int relu;     /* the bn_relu form */
 } bn_p;
 
 static const struct {
@@ -1078,7 +1079,7 @@ static const struct {
 #define N_BN (sizeof bn_shapes / sizeof bn_shapes[0])
 
 static bn_p bn_case(conf_list *l, size_t i, const char *what, conf_case **out) {
-  bn_p p = {{bn_shapes[i].n, bn_shapes[i].c, bn_shapes[i].p, bn_shapes[i].eps}, 0};
+  bn_p p = {{bn_shapes[i].n, bn_shapes[i].c, bn_shapes[i].p, bn_shapes[i].eps}, 0, 0};
   p.count = p.g.n * p.g.p;
   *out = conf_new_case(l, "x=[%zu,%zu,%zu] eps=%g%s", p.g.n, p.g.c, p.g.p, p.g.eps, what);
   return p;
@@ -1119,17 +1120,23 @@ static void gen_bn_stats(conf_list *l) {
   }
 }
 
+/* bn_fwd, bn_bwd_reduce, bn_bwd and (relu set) their bn_relu forms, on the same cases: the
+ * ReLU's output y, an input of the backward forms (about half of it <= 0) masking dy, is their
+ * last tensor. */
 static dpt_status run_bn_fwd(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
                              const size_t *off, double *scalars) {
+  const bn_p *p = CONF_PARAMS(c, bn_p);
   (void)scalars;
-  return dpt_bn_fwd(be, &CONF_PARAMS(c, bn_p)->g, buf[0], off[0], buf[1], off[1], buf[2], off[2],
-                    buf[3], off[3], buf[4], off[4], buf[5], off[5]);
+  return (p->relu ? dpt_bn_relu_fwd : dpt_bn_fwd)(be, &p->g, buf[0], off[0], buf[1], off[1], buf[2],
+                                                  off[2], buf[3], off[3], buf[4], off[4], buf[5],
+                                                  off[5]);
 }
 
-static void gen_bn_fwd(conf_list *l) {
+static void bn_fwd_cases(conf_list *l, int relu) {
   for (size_t i = 0; i < N_BN; i++) {
     conf_case *c;
     bn_p p = bn_case(l, i, "", &c);
+    p.relu = relu;
     CONF_SET_PARAMS(c, p);
     bn_add_inputs(c, &p, 0);
     conf_tensor *gamma = conf_add_tensor(c, "gamma", CONF_F32, CONF_IN, 1, p.g.c);
@@ -1141,40 +1148,67 @@ static void gen_bn_fwd(conf_list *l) {
   }
 }
 
-static dpt_status run_bn_bwd_reduce(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
-                                    const size_t *off, double *scalars) {
-  (void)scalars;
-  return dpt_bn_bwd_reduce(be, &CONF_PARAMS(c, bn_p)->g, buf[0], off[0], buf[1], off[1], buf[2],
-                           off[2], buf[3], off[3], buf[4], off[4], buf[5], off[5]);
+static void gen_bn_fwd(conf_list *l) {
+  bn_fwd_cases(l, 0);
 }
 
-static void gen_bn_bwd_reduce(conf_list *l) {
+static void gen_bn_relu_fwd(conf_list *l) {
+  bn_fwd_cases(l, 1);
+}
+
+static dpt_status run_bn_bwd_reduce(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                    const size_t *off, double *scalars) {
+  const bn_p *p = CONF_PARAMS(c, bn_p);
+  (void)scalars;
+  if (p->relu)
+    return dpt_bn_relu_bwd_reduce(be, &p->g, buf[0], off[0], buf[6], off[6], buf[1], off[1], buf[2],
+                                  off[2], buf[3], off[3], buf[4], off[4], buf[5], off[5]);
+  return dpt_bn_bwd_reduce(be, &p->g, buf[0], off[0], buf[1], off[1], buf[2], off[2], buf[3],
+                           off[3], buf[4], off[4], buf[5], off[5]);
+}
+
+static void bn_bwd_reduce_cases(conf_list *l, int relu) {
   for (size_t i = 0; i < N_BN; i++) {
     conf_case *c;
     bn_p p = bn_case(l, i, "", &c);
+    p.relu = relu;
     CONF_SET_PARAMS(c, p);
     bn_add_inputs(c, &p, 1);
     conf_add_tensor(c, "sum_dy_xhat", CONF_F32, CONF_OUT, 1, p.g.c)->tol = bn_sum_tol(&p);
     conf_add_tensor(c, "sum_dy", CONF_F32, CONF_OUT, 1, p.g.c)->tol = bn_sum_tol(&p);
+    if (relu) conf_add_tensor(c, "y", CONF_F32, CONF_IN, p.g.n, p.g.c * p.g.p);
     c->run = run_bn_bwd_reduce;
   }
+}
+
+static void gen_bn_bwd_reduce(conf_list *l) {
+  bn_bwd_reduce_cases(l, 0);
+}
+
+static void gen_bn_relu_bwd_reduce(conf_list *l) {
+  bn_bwd_reduce_cases(l, 1);
 }
 
 static dpt_status run_bn_bwd(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
                              const size_t *off, double *scalars) {
   const bn_p *p = CONF_PARAMS(c, bn_p);
   (void)scalars;
+  if (p->relu)
+    return dpt_bn_relu_bwd(be, &p->g, p->count, buf[0], off[0], buf[8], off[8], buf[1], off[1],
+                           buf[2], off[2], buf[3], off[3], buf[4], off[4], buf[5], off[5], buf[6],
+                           off[6], buf[7], off[7]);
   return dpt_bn_bwd(be, &p->g, p->count, buf[0], off[0], buf[1], off[1], buf[2], off[2], buf[3],
                     off[3], buf[4], off[4], buf[5], off[5], buf[6], off[6], buf[7], off[7]);
 }
 
-static void gen_bn_bwd(conf_list *l) {
+static void bn_bwd_cases(conf_list *l, int relu) {
   for (size_t i = 0; i < N_BN; i++) {
     for (int replicas = 1; replicas <= 4; replicas *= 4) {
       if (replicas > 1 && i % 3 != 2) continue; /* a few cases with statistics of 4 replicas */
       conf_case *c;
       bn_p p = bn_case(l, i, replicas > 1 ? " count of 4 replicas" : "", &c);
       p.count *= (size_t)replicas;
+      p.relu = relu;
       CONF_SET_PARAMS(c, p);
       bn_add_inputs(c, &p, 1);
       conf_add_tensor(c, "gamma", CONF_F32, CONF_IN, 1, p.g.c);
@@ -1185,84 +1219,18 @@ static void gen_bn_bwd(conf_list *l) {
       sdx->lo = sdy->lo = -s;
       sdx->hi = sdy->hi = s;
       conf_add_tensor(c, "dx", CONF_F32, CONF_OUT, p.g.n, p.g.c * p.g.p)->tol = 1e-5;
+      if (relu) conf_add_tensor(c, "y", CONF_F32, CONF_IN, p.g.n, p.g.c * p.g.p);
       c->run = run_bn_bwd;
     }
   }
 }
 
-/* The bn_relu forms: the same cases, the ReLU's output y (an input of the backward ops, about
- * half of it <= 0) masking dy. */
-static dpt_status run_bn_relu_fwd(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
-                                  const size_t *off, double *scalars) {
-  (void)scalars;
-  return dpt_bn_relu_fwd(be, &CONF_PARAMS(c, bn_p)->g, buf[0], off[0], buf[1], off[1], buf[2],
-                         off[2], buf[3], off[3], buf[4], off[4], buf[5], off[5]);
-}
-
-static void gen_bn_relu_fwd(conf_list *l) {
-  for (size_t i = 0; i < N_BN; i++) {
-    conf_case *c;
-    bn_p p = bn_case(l, i, "", &c);
-    CONF_SET_PARAMS(c, p);
-    bn_add_inputs(c, &p, 0);
-    conf_tensor *gamma = conf_add_tensor(c, "gamma", CONF_F32, CONF_IN, 1, p.g.c);
-    gamma->lo = 0.5;
-    gamma->hi = 1.5;
-    conf_add_tensor(c, "beta", CONF_F32, CONF_IN, 1, p.g.c);
-    conf_add_tensor(c, "y", CONF_F32, CONF_OUT, p.g.n, p.g.c * p.g.p)->tol = 1e-5;
-    c->run = run_bn_relu_fwd;
-  }
-}
-
-static dpt_status run_bn_relu_bwd_reduce(dpt_backend *be, const conf_case *c,
-                                         dpt_buffer *const *buf, const size_t *off,
-                                         double *scalars) {
-  (void)scalars;
-  return dpt_bn_relu_bwd_reduce(be, &CONF_PARAMS(c, bn_p)->g, buf[0], off[0], buf[1], off[1],
-                                buf[2], off[2], buf[3], off[3], buf[4], off[4], buf[5], off[5],
-                                buf[6], off[6]);
-}
-
-static void gen_bn_relu_bwd_reduce(conf_list *l) {
-  for (size_t i = 0; i < N_BN; i++) {
-    conf_case *c;
-    bn_p p = bn_case(l, i, "", &c);
-    CONF_SET_PARAMS(c, p);
-    conf_add_tensor(c, "dy", CONF_F32, CONF_IN, p.g.n, p.g.c * p.g.p);
-    conf_add_tensor(c, "y", CONF_F32, CONF_IN, p.g.n, p.g.c * p.g.p);
-    bn_add_inputs(c, &p, 0);
-    conf_add_tensor(c, "sum_dy_xhat", CONF_F32, CONF_OUT, 1, p.g.c)->tol = bn_sum_tol(&p);
-    conf_add_tensor(c, "sum_dy", CONF_F32, CONF_OUT, 1, p.g.c)->tol = bn_sum_tol(&p);
-    c->run = run_bn_relu_bwd_reduce;
-  }
-}
-
-static dpt_status run_bn_relu_bwd(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
-                                  const size_t *off, double *scalars) {
-  const bn_p *p = CONF_PARAMS(c, bn_p);
-  (void)scalars;
-  return dpt_bn_relu_bwd(be, &p->g, p->count, buf[0], off[0], buf[1], off[1], buf[2], off[2],
-                         buf[3], off[3], buf[4], off[4], buf[5], off[5], buf[6], off[6], buf[7],
-                         off[7], buf[8], off[8]);
+static void gen_bn_bwd(conf_list *l) {
+  bn_bwd_cases(l, 0);
 }
 
 static void gen_bn_relu_bwd(conf_list *l) {
-  for (size_t i = 0; i < N_BN; i++) {
-    conf_case *c;
-    bn_p p = bn_case(l, i, "", &c);
-    CONF_SET_PARAMS(c, p);
-    conf_add_tensor(c, "dy", CONF_F32, CONF_IN, p.g.n, p.g.c * p.g.p);
-    conf_add_tensor(c, "y", CONF_F32, CONF_IN, p.g.n, p.g.c * p.g.p);
-    bn_add_inputs(c, &p, 0);
-    conf_add_tensor(c, "gamma", CONF_F32, CONF_IN, 1, p.g.c);
-    double s = sqrt((double)p.count);
-    conf_tensor *sdx = conf_add_tensor(c, "sum_dy_xhat", CONF_F32, CONF_IN, 1, p.g.c);
-    conf_tensor *sdy = conf_add_tensor(c, "sum_dy", CONF_F32, CONF_IN, 1, p.g.c);
-    sdx->lo = sdy->lo = -s;
-    sdx->hi = sdy->hi = s;
-    conf_add_tensor(c, "dx", CONF_F32, CONF_OUT, p.g.n, p.g.c * p.g.p)->tol = 1e-5;
-    c->run = run_bn_relu_bwd;
-  }
+  bn_bwd_cases(l, 1);
 }
 
 /* ---- avgpool ------------------------------------------------------------------------------- */
