@@ -15,11 +15,11 @@ mkdir -p "$scratch"
 n=100
 "$gen" make "$scratch/imgs" $n || { echo "FAIL: image_folder_gen make" >&2; exit 1; }
 
-# 1. Converted: 3n + 7 images, the 5 bad ones named with their reason, 1 other file ignored.
+# 1. Converted: 3n + 8 images, the 5 bad ones named with their reason, 1 other file ignored.
 out=$("$dptrain" data images "$scratch/imgs" --size 8 --out "$scratch/img.safetensors" \
   2>"$scratch/err")
 [ $? -eq 0 ] || fail "conversion failed: $(cat "$scratch/err")"
-want="converted $((3 * n + 7)) images of 3 classes (8x8, 3 channels) into $scratch/img.safetensors"
+want="converted $((3 * n + 8)) images of 3 classes (8x8, 3 channels) into $scratch/img.safetensors"
 [[ $out == "$want"* ]] && [[ $out == *"; 5 skipped, 1 other files ignored" ]] ||
   fail "summary: '$out'"
 [ "$(grep -c '(skipped)$' "$scratch/err")" -eq 5 ] || fail "not 5 skipped lines: $(cat "$scratch/err")"
@@ -41,7 +41,7 @@ done
 # 3. Grayscale at 6x4: x [N, 1, 6, 4].
 "$dptrain" data images "$scratch/imgs" --size 6x4 --channels 1 --out "$scratch/gray.safetensors" \
   >/dev/null 2>&1 || fail "--channels 1 --size 6x4 failed"
-head -c 400 "$scratch/gray.safetensors" | grep -aq "\"shape\":\[$((3 * n + 7)),1,6,4\]" ||
+head -c 400 "$scratch/gray.safetensors" | grep -aq "\"shape\":\[$((3 * n + 8)),1,6,4\]" ||
   fail "--channels 1 --size 6x4: $(head -c 300 "$scratch/gray.safetensors")"
 
 # 4. Bad input: one line, no crash.
