@@ -32,10 +32,12 @@ done
 "$gen" check "$scratch/img.safetensors" $n || fail "the converted data set (above)"
 
 # 2. --on-bad-image stop: the first bad file in order fails the conversion, nothing written.
-"$dptrain" data images "$scratch/imgs" --size 8 --out "$scratch/stop.safetensors" \
+# (DIR with a trailing '/': the paths named have one '/' there.)
+"$dptrain" data images "$scratch/imgs/" --size 8 --out "$scratch/stop.safetensors" \
   --on-bad-image stop >/dev/null 2>"$scratch/err"
 [ $? -eq 1 ] && [ "$(wc -l <"$scratch/err")" -eq 1 ] &&
-  grep -q "Banana/cut.png: truncated PNG" "$scratch/err" && [ ! -e "$scratch/stop.safetensors" ] ||
+  grep -q "$scratch/imgs/Banana/cut.png: truncated PNG" "$scratch/err" &&
+  [ ! -e "$scratch/stop.safetensors" ] ||
   fail "--on-bad-image stop: $(cat "$scratch/err")"
 
 # 3. Grayscale at 6x4: x [N, 1, 6, 4].

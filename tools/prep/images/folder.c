@@ -45,9 +45,12 @@ static dpt_status oom(void) {
   return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "out of memory listing the images");
 }
 
-/* "dir/name", malloc'd. */
+/* "dir/name" (one '/' between them when dir ends in '/' already), malloc'd. */
 static char *join(const char *dir, const char *name) {
-  const size_t a = strlen(dir), b = strlen(name);
+  size_t a = strlen(dir);
+  const size_t b = strlen(name);
+  while (a > 1 && dir[a - 1] == '/')
+    a--;
   char *p = malloc(a + b + 2);
   if (!p) return NULL;
   memcpy(p, dir, a);
@@ -135,7 +138,10 @@ static dpt_status find_classes(list *l, const char *dir) {
       if (l->num_classes == l->class_cap) {
         const size_t cap = l->class_cap ? 2 * l->class_cap : 16;
         char **c = realloc(l->classes, cap * sizeof *c);
-        if (c) l->classes = c, l->class_cap = cap;
+        if (c) {
+          l->classes = c;
+          l->class_cap = cap;
+        }
       }
       char *name = l->num_classes < l->class_cap ? strdup(de->d_name) : NULL;
       if (name)
