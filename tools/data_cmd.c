@@ -3,6 +3,7 @@
  *   synth    synthetic interactions with planted factors, and the planted model's AUC
  *   debian   the Debian package dependency graph as link prediction
  *   info     what shards hold (and a few records)
+ *   images   an image folder to a tensor data set (tools/data_images.c)
  * Each failure is one line on stderr and exit 1; usage errors exit 2. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, getline, strdup */
 #include <errno.h>
@@ -469,12 +470,13 @@ static int cmd_synth(int argc, char **argv) {
 /* ---- the command --------------------------------------------------------------------------- */
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: dptrain data convert|synth|debian|info [options]\n"
+  fprintf(f, "usage: dptrain data convert|synth|debian|info|images [options]\n"
              "\n"
              "  convert   Criteo-layout text to interaction shards\n"
              "  synth     synthetic clicks from planted factors, with the planted model's AUC\n"
              "  debian    the Debian package dependency graph as link prediction shards\n"
              "  info      what shards hold, which rank reads which, a few records\n"
+             "  images    an image folder (a class per subfolder) to a tensor data set\n"
              "(each takes --help; docs/recommendation.md)\n");
 }
 
@@ -486,6 +488,7 @@ int dpt_cmd_data(int argc, char **argv) {
   if (!strcmp(argv[1], "convert")) return cmd_convert(argc - 1, argv + 1);
   if (!strcmp(argv[1], "synth")) return cmd_synth(argc - 1, argv + 1);
   if (!strcmp(argv[1], "debian")) return dpt_cmd_data_debian(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "images")) return dpt_cmd_data_images(argc - 1, argv + 1);
   if (!strcmp(argv[1], "info")) return cmd_info(argc - 1, argv + 1);
   fprintf(stderr, "dptrain data: unknown subcommand '%s'\n", argv[1]);
   usage(stderr);

@@ -8,3 +8,4 @@ add_library(dptrain_prep STATIC
 target_include_directories(dptrain_prep PUBLIC "${PROJECT_SOURCE_DIR}")
 target_compile_options(dptrain_prep PRIVATE ${DPT_WARNINGS})
 target_link_libraries(dptrain_prep PUBLIC dptrain_static PRIVATE m)
+include(${CMAKE_CURRENT_LIST_DIR}/images/images.cmake)
