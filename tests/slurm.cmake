@@ -9,7 +9,7 @@ if(DPT_WITH_MPI AND DPT_BUILD_TOOLS)
                    "${MPIEXEC_EXECUTABLE} --oversubscribe"
                    "${PROJECT_SOURCE_DIR}/examples/slurm/train.sbatch"
                    "${PROJECT_SOURCE_DIR}/docs/slurm.md")
-  set_tests_properties(slurm PROPERTIES TIMEOUT 240 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE
+  set_tests_properties(slurm PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE
                        LABELS "cli;mpi;slurm"
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endif()

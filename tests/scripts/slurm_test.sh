@@ -152,22 +152,22 @@ fi
 
 # c. The batch script: stopped by SIGUSR1 after its first checkpoint, requeued, resumed.
 ckpt="$scratch/ckpt" out="$scratch/job.out"
-long=(--backend cpu --data "$data" --hidden 64 --epochs 400 --global-batch 32 --seed 5
+long=(--backend cpu --data "$data" --hidden 64 --epochs 200 --global-batch 32 --seed 5
   --checkpoint-every 50 --quiet --json)
 job=$(DPTRAIN=$dptrain sbatch --parsable -o "$out" -D "$scratch" "$script" "$ckpt" "${long[@]}")
 if [ -n "$job" ]; then jobs+=("$job"); else fail "sbatch: no job id"; fi
 # job_field NAME: the job's NAME=value (scontrol keeps a finished job for MinJobAge, 300 s).
 job_field() { scontrol show job "$job" -o 2>/dev/null | grep -o "\b$1=[^ ]*" | cut -d= -f2; }
 i=0
-while [ $i -lt 600 ] && ! compgen -G "$ckpt/ckpt-*.safetensors" >/dev/null; do
+while [ $i -lt 1200 ] && ! compgen -G "$ckpt/ckpt-*.safetensors" >/dev/null; do
   sleep 0.1
   i=$((i + 1))
 done
-compgen -G "$ckpt/ckpt-*.safetensors" >/dev/null || fail "sbatch: no checkpoint after 60 s"
+compgen -G "$ckpt/ckpt-*.safetensors" >/dev/null || fail "sbatch: no checkpoint after 120 s"
 scancel --signal=USR1 "$job" || fail "scancel --signal=USR1 $job"
-# The second run ends the job: COMPLETED within 90 s (5 s of cred_expire, a few of training).
+# The second run ends the job: COMPLETED within 150 s (5 s of cred_expire, some of training).
 i=0 state=""
-while [ $i -lt 450 ]; do
+while [ $i -lt 750 ]; do
   state=$(job_field JobState)
   case $state in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) break ;; esac
   sleep 0.2
