@@ -12,9 +12,12 @@
 # saying why) without root, slurm-wlm, its PMIx plugin or mpiexec, or when the daemons do not
 # come up. A requeued job waits cred_expire seconds before it runs again (120 by default), then
 # for the scheduler's next pass (60 s by default): this cluster sets 5 s and 1 s.
+# With tools/cluster.sh as a sixth argument: the same Slurm over two nodes (network namespaces,
+# a slurmd in each), and d. srun -N 2 -n 4 --mpi=pmix trains as mpiexec's 2 nodes of 2 ranks.
 # Usage: slurm_test.sh <dptrain> <scratch dir> <mpiexec> <sbatch script> <docs/slurm.md>
+#                      [<tools/cluster.sh>]
 set -uo pipefail
-dptrain=$1 scratch=$2 mpiexec=$3 script=$4 doc=$5
+dptrain=$1 scratch=$2 mpiexec=$3 script=$4 doc=$5 cluster=${6:-}
 skip() {
   echo "SKIP: $*"
   exit 77
@@ -47,14 +50,31 @@ free_port() {
     [ -z "$(ss -Hltn "sport = :$p")" ] && { echo "$p"; return; }
   done
 }
-host=$(hostname)
 ctld_port=$(free_port) slurmd_port=$(free_port)
 [ "$ctld_port" != "$slurmd_port" ] || slurmd_port=$((ctld_port + 1))
 cpus=$(nproc)
-[ "$cpus" -ge 2 ] || cpus=2 # two tasks; config_overrides lets slurmd accept more than it has
-cat >"$SLURM_CONF" <<EOF
+[ "$cpus" -ge 2 ] || cpus=2 # two tasks a node; config_overrides lets slurmd accept more
+if [ -n "$cluster" ]; then
+  # Two nodes as network namespaces (tools/cluster.sh): slurmctld in the bridge's namespace,
+  # a slurmd in each node's, each with a /tmp of its own (PMIx's per-step directories there
+  # would collide); the clients run in the bridge's namespace.
+  case $scratch in /tmp/*) skip "the scratch directory is under /tmp, which each node hides" ;; esac
+  command -v nsenter >/dev/null && command -v unshare >/dev/null || skip "no nsenter or unshare"
+  export DPT_CLUSTER_PREFIX=dptsl DPT_CLUSTER_SUBNET=10.233.0
+  bash "$cluster" up 2 >"$scratch/cluster.out" 2>&1 ||
+    { cat "$scratch/cluster.out"; bash "$cluster" down; skip "no network namespaces here"; }
+  brns=${DPT_CLUSTER_PREFIX}br ctld_host=${DPT_CLUSTER_PREFIX}head ctld_addr=$DPT_CLUSTER_SUBNET.1
+  nodes=("${DPT_CLUSTER_PREFIX}n1" "${DPT_CLUSTER_PREFIX}n2")
+  addrs=("$DPT_CLUSTER_SUBNET.11" "$DPT_CLUSTER_SUBNET.12")
+  sl() { nsenter --net="/var/run/netns/$brns" "$@"; }
+else
+  ctld_host=$(hostname) ctld_addr=127.0.0.1 nodes=("$(hostname)") addrs=(127.0.0.1)
+  sl() { "$@"; }
+fi
+{
+  cat <<EOF
 ClusterName=dptest
-SlurmctldHost=$host(127.0.0.1)
+SlurmctldHost=$ctld_host($ctld_addr)
 SlurmctldPort=$ctld_port
 SlurmdPort=$slurmd_port
 SlurmUser=root
@@ -63,11 +83,11 @@ AuthType=auth/none
 CredType=cred/none
 AuthInfo=cred_expire=5
 StateSaveLocation=$scratch/state
-SlurmdSpoolDir=$scratch/spool
+SlurmdSpoolDir=$scratch/spool-%n
 SlurmctldPidFile=$scratch/slurmctld.pid
-SlurmdPidFile=$scratch/slurmd.pid
+SlurmdPidFile=$scratch/slurmd-%n.pid
 SlurmctldLogFile=$scratch/slurmctld.log
-SlurmdLogFile=$scratch/slurmd.log
+SlurmdLogFile=$scratch/slurmd-%n.log
 SlurmdParameters=config_overrides
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -78,46 +98,60 @@ SchedulerParameters=sched_interval=1,bf_interval=1
 MpiDefault=none
 MailProg=/bin/true
 ReturnToService=2
-NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=256 State=UNKNOWN
-PartitionName=test Nodes=$host Default=YES MaxTime=INFINITE State=UP
 EOF
+  for k in "${!nodes[@]}"; do
+    echo "NodeName=${nodes[$k]} NodeAddr=${addrs[$k]} CPUs=$cpus RealMemory=256 State=UNKNOWN"
+    mkdir -p "$scratch/spool-${nodes[$k]}"
+  done
+  echo "PartitionName=test Nodes=$(IFS=,; echo "${nodes[*]}") Default=YES MaxTime=INFINITE State=UP"
+} >"$SLURM_CONF"
 
-ctld="" slurmd="" jobs=()
+daemons=() jobs=()
 stop_cluster() {
-  [ ${#jobs[@]} -gt 0 ] && scancel "${jobs[@]}" 2>/dev/null
-  local i=0
-  while [ $i -lt 50 ] && [ -n "$(squeue -h 2>/dev/null)" ]; do
+  [ ${#jobs[@]} -gt 0 ] && sl scancel "${jobs[@]}" 2>/dev/null
+  local i=0 p
+  while [ $i -lt 50 ] && [ -n "$(sl squeue -h 2>/dev/null)" ]; do
     sleep 0.2
     i=$((i + 1))
   done
-  [ -n "$slurmd" ] && kill "$slurmd" 2>/dev/null
-  [ -n "$ctld" ] && kill "$ctld" 2>/dev/null
-  [ -n "$slurmd" ] && wait "$slurmd" 2>/dev/null
-  [ -n "$ctld" ] && wait "$ctld" 2>/dev/null
+  for p in "${daemons[@]}"; do kill "$p" 2>/dev/null; done
+  for p in "${daemons[@]}"; do wait "$p" 2>/dev/null; done
+  [ -z "$cluster" ] || bash "$cluster" down
 }
 trap stop_cluster EXIT
 
-slurmctld -D -f "$SLURM_CONF" >"$scratch/slurmctld.out" 2>&1 &
-ctld=$!
-slurmd -D -f "$SLURM_CONF" -N "$host" >"$scratch/slurmd.out" 2>&1 &
-slurmd=$!
-# The node idle within 30 s, else the daemons could not start here (a container without the
+if [ -n "$cluster" ]; then
+  sl unshare --uts sh -c 'hostname "$0" && exec slurmctld -D -f "$SLURM_CONF"' "$ctld_host" \
+    >"$scratch/slurmctld.out" 2>&1 &
+  daemons+=($!)
+  for n in "${nodes[@]}"; do
+    nsenter --net="/var/run/netns/$n" unshare --mount --uts sh -c \
+      'mount -t tmpfs tmpfs /tmp && hostname "$0" && exec slurmd -D -f "$SLURM_CONF" -N "$0"' \
+      "$n" >"$scratch/slurmd-$n.out" 2>&1 &
+    daemons+=($!)
+  done
+else
+  slurmctld -D -f "$SLURM_CONF" >"$scratch/slurmctld.out" 2>&1 &
+  daemons+=($!)
+  slurmd -D -f "$SLURM_CONF" -N "${nodes[0]}" >"$scratch/slurmd-${nodes[0]}.out" 2>&1 &
+  daemons+=($!)
+fi
+# Every node idle within 30 s, else the daemons could not start here (a container without the
 # privileges, a port taken meanwhile): skipped, with their last words.
-state="" i=0
-while [ $i -lt 150 ]; do
-  state=$(sinfo -h -n "$host" -o %t 2>/dev/null)
-  [ "$state" = idle ] && break
-  kill -0 "$ctld" 2>/dev/null && kill -0 "$slurmd" 2>/dev/null || break
+state="" i=0 alive=1
+while [ $i -lt 150 ] && [ $alive = 1 ]; do
+  state=$(sl sinfo -h -o %t 2>/dev/null | sort -u | tr '\n' ' ')
+  [ "$state" = "idle " ] && break
+  for p in "${daemons[@]}"; do kill -0 "$p" 2>/dev/null || alive=0; done
   sleep 0.2
   i=$((i + 1))
 done
-if [ "$state" != idle ]; then
-  tail -n 3 "$scratch/slurmctld.log" "$scratch/slurmd.log" "$scratch/slurmctld.out" \
-    "$scratch/slurmd.out" 2>/dev/null
+if [ "$state" != "idle " ]; then
+  tail -n 3 "$scratch"/slurm*.log "$scratch"/slurm*.out 2>/dev/null
   skip "the Slurm daemons did not come up (node state '${state:-none}'; logs above)"
 fi
-srun --mpi=list 2>&1 | grep -qw pmix || skip "this Slurm has no PMIx plugin (srun --mpi=list)"
-echo "ok: one-node Slurm up ($host, ports $ctld_port and $slurmd_port, $cpus CPUs) [${SECONDS} s]"
+sl srun --mpi=list 2>&1 | grep -qw pmix || skip "this Slurm has no PMIx plugin (srun --mpi=list)"
+echo "ok: Slurm up (${nodes[*]}, ports $ctld_port and $slurmd_port, $cpus CPUs each) [${SECONDS} s]"
 
 # ---- the runs -----------------------------------------------------------------------------------
 data="$scratch/data"
@@ -126,6 +160,24 @@ make_idx "$data" t10k 40
 hash_of() { grep '"final"' "$1" | sed 's/.*"param_hash": "\([0-9a-f]*\)".*/\1/' | sort -u; }
 run=(train --backend cpu --data "$data" --hidden 64 --epochs 2 --global-batch 32 --seed 5
   --quiet --json)
+
+# d. (two nodes) srun's ranks over two nodes, two on each, train as mpiexec's four ranks told
+# that every two of them are a node (DPT_COMM_FAKE_NODES=2: the same hierarchical exchange).
+if [ -n "$cluster" ]; then
+  DPT_COMM_FAKE_NODES=2 $mpiexec -np 4 "$dptrain" "${run[@]}" >"$scratch/mpi4.json" \
+    2>"$scratch/mpi4.err" || fail "mpiexec -np 4: $(tail -n 2 "$scratch/mpi4.err")"
+  timeout 120 nsenter --net="/var/run/netns/$brns" srun -N 2 -n 4 --mpi=pmix "$dptrain" \
+    "${run[@]}" >"$scratch/srun4.json" 2>"$scratch/srun4.err" ||
+    fail "srun -N 2 -n 4 --mpi=pmix: $(tail -n 2 "$scratch/srun4.err")"
+  ref=$(hash_of "$scratch/mpi4.json") got=$(hash_of "$scratch/srun4.json")
+  if [ -n "$ref" ] && [ "$got" = "$ref" ] && grep -q '"final".*"ranks": 4,' "$scratch/srun4.json"; then
+    echo "ok: srun -N 2 -n 4 --mpi=pmix: param_hash $got, as mpiexec's 2 nodes of 2 [${SECONDS} s]"
+  else
+    fail "srun -N 2 -n 4 --mpi=pmix: param_hash '$got', mpiexec's '$ref'"
+  fi
+  [ $failures -eq 0 ] && echo "slurm (two nodes): all passed"
+  exit $((failures > 0))
+fi
 
 # a. srun's ranks are MPI's ranks: the same training as mpiexec's, bit for bit.
 $mpiexec -np 2 "$dptrain" "${run[@]}" >"$scratch/mpi.json" 2>"$scratch/mpi.err" ||
