@@ -184,17 +184,29 @@ else
   fi
 fi
 
-# --table-optimizer rowwise-adagrad: the loss falls, other parameters than SGD's.
-out=$("$dptrain" "${sparse[@]}" --replicas 2 --table-optimizer rowwise-adagrad 2>"$dir/err")
-rc=$?
-ahash=$(grep '"final": true' <<<"$out" | grep -o '"param_hash": "[0-9a-f]*"')
-losses=$(grep -o '"train_loss": [0-9.]*' <<<"$out" | cut -d' ' -f2 | head -1)
-if [ $rc -ne 0 ] || [ -z "$ahash" ] || [ "$ahash" = "${shash:-}" ] ||
-  ! awk -v l="$losses" 'BEGIN { exit !(l > 0 && l < 0.6931) }'; then
-  fail "--table-optimizer rowwise-adagrad: exit $rc, '$ahash' (sgd '${shash:-}'), loss '$losses': $(tail -3 "$dir/err")"
-else
-  echo "ok: --table-optimizer rowwise-adagrad: loss $losses, $ahash"
-fi
+# The tables' default is row-wise Adagrad at --table-lr 0.1: naming both gives the same
+# parameters; --table-optimizer sgd and another --table-lr give others, and the loss falls.
+ahash=$("$dptrain" "${sparse[@]}" --replicas 2 --table-optimizer rowwise-adagrad --table-lr 0.1 \
+  2>"$dir/err" | grep '"final": true' | grep -o '"param_hash": "[0-9a-f]*"')
+[ -n "$ahash" ] && [ "$ahash" = "${shash:-}" ] ||
+  fail "default table optimizer: '${shash:-}', rowwise-adagrad at 0.1: '$ahash'"
+for opt in "--table-optimizer sgd" "--table-lr 0.05"; do
+  # shellcheck disable=SC2086
+  out=$("$dptrain" "${sparse[@]}" --replicas 2 $opt 2>"$dir/err")
+  rc=$?
+  ohash=$(grep '"final": true' <<<"$out" | grep -o '"param_hash": "[0-9a-f]*"')
+  losses=$(grep -o '"train_loss": [0-9.]*' <<<"$out" | cut -d' ' -f2 | head -1)
+  if [ $rc -ne 0 ] || [ -z "$ohash" ] || [ "$ohash" = "${shash:-}" ] ||
+    ! awk -v l="$losses" 'BEGIN { exit !(l > 0 && l < 0.6931) }'; then
+    fail "$opt: exit $rc, '$ohash' (default '${shash:-}'), loss '$losses': $(tail -3 "$dir/err")"
+  else
+    echo "ok: $opt: loss $losses, $ohash"
+  fi
+done
+refused "--table-lr without --sparse-tables" "--table-lr needs --sparse-tables" "${base[@]}" \
+  --table-lr 0.1
+refused "bad --table-lr" "bad value '-1' for --table-lr" "${base[@]}" --sparse-tables \
+  --table-lr -1
 
 # A checkpoint on these shards; resuming it on other shards is refused.
 "$dptrain" "${base[@]}" --global-batch 512 --epochs 1 --checkpoint-dir "$dir/ck" >/dev/null 2>&1 ||
