@@ -24,6 +24,7 @@ const dpt_opt_cmd *dpt_checkpoint_info_options(void);
 const dpt_opt_cmd *dpt_checkpoint_export_options(void);
 const dpt_opt_cmd *dpt_run_options(void);
 const dpt_opt_cmd *dpt_data_convert_options(void);
+const dpt_opt_cmd *dpt_data_npy_options(void);
 const dpt_opt_cmd *dpt_data_info_options(void);
 const dpt_opt_cmd *dpt_data_synth_options(void);
 const dpt_opt_cmd *dpt_data_debian_options(void);

@@ -115,6 +115,7 @@ static int reference(void) {
       dpt_run_options,
       dpt_tokenize_options,
       dpt_data_convert_options,
+      dpt_data_npy_options,
       dpt_data_synth_options,
       dpt_data_debian_options,
       dpt_data_images_options,
