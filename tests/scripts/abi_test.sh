@@ -29,7 +29,7 @@ fi
 if ! readelf -S "$lib" | grep -q '\.debug_info'; then
   # No types to compare: a symbol of the baseline that is gone breaks every program using it.
   want=$(grep -o "<elf-symbol name='[^']*'" "$baseline" | cut -d"'" -f2 | sort -u)
-  have=$(sed 's/@.*//' <<<"$exported" | sort -u)
+  have=$(cut -d@ -f1 <<<"$exported" | sort -u)
   gone=$(comm -23 <(echo "$want") <(echo "$have"))
   if [ -n "$gone" ]; then
     echo "abi: symbols of the $abi baseline missing from $lib:" >&2

@@ -48,8 +48,8 @@ want='[[4, 5], [10, 11]]'
 # examples/ through pkg-config.
 mkdir -p "$scratch/pc"
 for c in "$src"/examples/*.c; do
-  # shellcheck disable=SC2046
-  PKG_CONFIG_PATH="$libdir/pkgconfig" "$cc" $san -o "$scratch/pc/$(basename "$c" .c)" "$c" \
+  # shellcheck disable=SC2046,SC2086 # flags split into words on purpose
+  "$cc" $san -o "$scratch/pc/$(basename "$c" .c)" "$c" \
     $(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --cflags --libs dptrain)
 done
 out=$(LD_LIBRARY_PATH="$libdir" "$scratch/pc/gemm_on_device" cpu | tail -n 1)
