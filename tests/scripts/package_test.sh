@@ -44,6 +44,16 @@ missing=$(cd "$scratch/plain" && find . ! -type d | while read -r f; do
 pc=$(find "$root" -name dptrain.pc)
 libdir=$(dirname "$(dirname "$pc")")
 [ -e "$libdir/libdptrain.so.$abi" ] || fail "no $libdir/libdptrain.so.$abi"
+# find_package(dptrain X) accepts the versions of this soname only (SameMinorVersion below 1.0).
+# shellcheck disable=SC2016 # CMake's ${...}, not the shell's
+printf '%s\n' 'string(REGEX MATCH "^([0-9]+)\\.([0-9]+)" _ "${PACKAGE_FIND_VERSION}")' \
+  'set(PACKAGE_FIND_VERSION_MAJOR ${CMAKE_MATCH_1})' 'set(PACKAGE_FIND_VERSION_MINOR ${CMAKE_MATCH_2})' \
+  "include(\"$(find "$root" -name dptrainConfigVersion.cmake)\")" \
+  'message("${PACKAGE_VERSION_COMPATIBLE}")' >"$scratch/version_probe.cmake"
+for req in "$abi:TRUE" "$ver:TRUE" "${abi%.*}.$((${abi##*.} + 1)):FALSE"; do
+  got=$(cmake -DPACKAGE_FIND_VERSION="${req%%:*}" -P "$scratch/version_probe.cmake" 2>&1)
+  [ "$got" = "${req##*:}" ] || fail "find_package(dptrain ${req%%:*}): compatible '$got', not ${req##*:}"
+done
 want='[[4, 5], [10, 11]]'
 # examples/ through pkg-config.
 mkdir -p "$scratch/pc"
