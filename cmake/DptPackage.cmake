@@ -26,12 +26,15 @@ set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS_POLICY ">=")
 set(CPACK_PACKAGE_DIRECTORY "${PROJECT_BINARY_DIR}/packages")
 
-# python3-dptrain only when some install rule fills the python component.
+# A package for each component some install rule fills: python3-dptrain only once the Python
+# module installs, dptrain only when the tools are built (DPT_BUILD_TOOLS).
 get_cmake_property(_dpt_installed COMPONENTS)
-set(CPACK_COMPONENTS_ALL ${DPT_COMPONENT_LIB} ${DPT_COMPONENT_DEV} ${DPT_COMPONENT_TOOL})
-if(DPT_COMPONENT_PYTHON IN_LIST _dpt_installed)
-  list(APPEND CPACK_COMPONENTS_ALL ${DPT_COMPONENT_PYTHON})
-endif()
+set(CPACK_COMPONENTS_ALL "")
+foreach(_dpt_comp IN LISTS DPT_COMPONENTS)
+  if(_dpt_comp IN_LIST _dpt_installed)
+    list(APPEND CPACK_COMPONENTS_ALL ${_dpt_comp})
+  endif()
+endforeach()
 
 # The -dev package's CMake config and pkg-config file name the libraries the static library
 # needs (find_dependency, Requires.private): their -dev packages come with it.

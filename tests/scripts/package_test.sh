@@ -21,13 +21,15 @@ abi=${abi#libdptrain.so.}
 (cd "$build" && cpack -G DEB -B "$scratch/debs") >"$scratch/cpack.log" 2>&1 ||
   { cat "$scratch/cpack.log" >&2; fail "cpack failed"; }
 debs=$(cd "$scratch/debs" && ls -- *.deb)
-for p in "libdptrain${abi}" libdptrain-dev dptrain; do
+want_pkgs=("libdptrain${abi}" libdptrain-dev)
+[ ! -e "$build/tools/dptrain" ] || want_pkgs+=(dptrain)
+for p in "${want_pkgs[@]}"; do
   grep -q "^${p}_${ver}_.*\.deb\$" <<<"$debs" || fail "no package $p $ver among: $debs"
 done
 field() { dpkg-deb -f "$scratch/debs/$1_${ver}_"*.deb "$2"; }
 field libdptrain-dev Depends | grep -q "libdptrain${abi} (= ${ver})" ||
   fail "libdptrain-dev does not depend on libdptrain${abi} (= ${ver})"
-for p in "libdptrain${abi}" dptrain; do # dpkg-shlibdeps ran
+for p in "libdptrain${abi}" "${want_pkgs[@]:2}"; do # dpkg-shlibdeps ran
   field "$p" Depends | grep -q 'libc6 (>=' || fail "$p: no libc6 in Depends (dpkg-shlibdeps)"
 done
 dpkg-deb --ctrl-tarfile "$scratch/debs/libdptrain${abi}_${ver}_"*.deb | tar -xO ./shlibs |
