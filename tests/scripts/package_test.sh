@@ -6,6 +6,8 @@
 # Skips (77) without cpack, dpkg-deb or dpkg-shlibdeps (dpkg-dev).
 # Usage: package_test.sh <build-dir> <source-dir> <scratch-dir> <c-compiler> [sanitizer flags]
 set -euo pipefail
+# `grep -q` reads captured output, never a pipe: it stops at the first match, and the writer's
+# SIGPIPE would then fail the pipeline (pipefail).
 build=$1 src=$2 scratch=$3 cc=$4 san=${5:-}
 for t in cpack dpkg-deb dpkg-shlibdeps; do
   command -v "$t" >/dev/null || { echo "package: $t not found (apt-get install dpkg-dev)"; exit 77; }
@@ -27,13 +29,13 @@ for p in "${want_pkgs[@]}"; do
   grep -q "^${p}_${ver}_.*\.deb\$" <<<"$debs" || fail "no package $p $ver among: $debs"
 done
 field() { dpkg-deb -f "$scratch/debs/$1_${ver}_"*.deb "$2"; }
-field libdptrain-dev Depends | grep -q "libdptrain${abi} (= ${ver})" ||
+grep -qF "libdptrain${abi} (= ${ver})" <<<"$(field libdptrain-dev Depends)" ||
   fail "libdptrain-dev does not depend on libdptrain${abi} (= ${ver})"
 for p in "libdptrain${abi}" "${want_pkgs[@]:2}"; do # dpkg-shlibdeps ran
-  field "$p" Depends | grep -q 'libc6 (>=' || fail "$p: no libc6 in Depends (dpkg-shlibdeps)"
+  grep -qF 'libc6 (>=' <<<"$(field "$p" Depends)" || fail "$p: no libc6 in Depends (dpkg-shlibdeps)"
 done
-dpkg-deb --ctrl-tarfile "$scratch/debs/libdptrain${abi}_${ver}_"*.deb | tar -xO ./shlibs |
-  grep -qx "libdptrain ${abi} libdptrain${abi} (>= ${ver})" || fail "libdptrain${abi}: bad shlibs"
+shlibs=$(dpkg-deb --ctrl-tarfile "$scratch/debs/libdptrain${abi}_${ver}_"*.deb | tar -xO ./shlibs)
+[ "$shlibs" = "libdptrain ${abi} libdptrain${abi} (>= ${ver})" ] || fail "libdptrain${abi}: bad shlibs"
 
 root="$scratch/root"
 for d in "$scratch"/debs/*.deb; do dpkg-deb -x "$d" "$root"; done
@@ -72,7 +74,7 @@ cmake -S "$src/examples" -B "$scratch/cm" -DCMAKE_PREFIX_PATH="$root/usr" -DCMAK
   { cat "$scratch/cm.log" >&2; fail "configuring examples/ against the packages failed"; }
 cmake --build "$scratch/cm" >>"$scratch/cm.log" 2>&1 ||
   { cat "$scratch/cm.log" >&2; fail "building examples/ against the packages failed"; }
-ldd "$scratch/cm/example_gemm_on_device" | grep -q "libdptrain.so.$abi => $libdir/" ||
+grep -qF "libdptrain.so.$abi => $libdir/" <<<"$(ldd "$scratch/cm/example_gemm_on_device")" ||
   fail "example_gemm_on_device (find_package) does not load the packaged libdptrain.so.$abi"
 out=$("$scratch/cm/example_gemm_on_device" cpu | tail -n 1)
 [ "$out" = "$want" ] || fail "gemm_on_device (find_package) printed '$out', not '$want'"
