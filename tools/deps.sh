@@ -19,6 +19,8 @@ packages=(
   dataset-fashion-mnist                         # the real data set
   fortunes                                      # English text for MLM pretraining (dptrain tokenize)
   python3-protobuf                              # reads TensorBoard event files back (tests)
+  dpkg-dev file lintian                         # Debian packages: cpack -G DEB, dpkg-shlibdeps
+  abigail-tools                                 # ABI check against the stored baseline (abidiff)
 )
 
 missing=()
