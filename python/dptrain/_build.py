@@ -177,6 +177,7 @@ typedef struct dpt_train_schedule {
   size_t global_batch; int64_t epochs; int64_t max_steps; uint64_t seed; int shuffle;
   int keep_last; size_t accumulate; ...;
 } dpt_train_schedule;
+#define DPT_BUCKET_AUTO ...
 typedef struct dpt_train_exchange {
   size_t bucket_bytes; int bucket_whole_update; dpt_comm_dtype grad_dtype;
   int grad_error_feedback; int full_optimizer_step; int sync_bn; ...;

@@ -139,8 +139,9 @@ class Model:
         self.state = np.zeros(n, dtype=np.float32) if state is None else state
         if self.state.shape != (n,) or self.state.dtype != np.float32:
             raise ValueError(f"state must be float32 [{n}]")
-        self.mean = None if mean is None else [float(v) for v in mean]
-        self.std = None if std is None else [float(v) for v in std]
+        # float32 values, as the library normalizes with
+        self.mean = None if mean is None else [float(np.float32(v)) for v in mean]
+        self.std = None if std is None else [float(np.float32(v)) for v in std]
         self.report = None  # train(): the closing report
         self.reports = []  # train(): the per-epoch reports (rank 0)
 
@@ -275,7 +276,7 @@ def _metadata_floats(path, key):
         text = string(lib.dpt_safetensors_metadata(st[0], cstr(key)))
     finally:
         lib.dpt_safetensors_close(st[0])
-    return None if not text else [float(v) for v in text.split(",")]
+    return None if not text else [float(np.float32(v)) for v in text.split(",")]
 
 
 def load(path):

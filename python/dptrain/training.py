@@ -114,9 +114,9 @@ def _set_optim(o, kw):
     lib.dpt_optim_config_default(ffi.addressof(o), o.kind)
     if o.kind == lib.DPT_OPTIM_SGD:  # dptrain train's SGD: lr 0.05, momentum 0.9, no decay
         o.lr, o.momentum, o.weight_decay = 0.05, 0.9, 0.0
-    o.schedule = _choice(kw.pop("lr_schedule"),
+    o.schedule = _choice(kw.pop("schedule"),
                          _names(lib.DPT_SCHEDULE_KIND_COUNT, lib.dpt_schedule_kind_name),
-                         "lr_schedule")
+                         "schedule")
     for key, field in (("lr", "lr"), ("momentum", "momentum"), ("nesterov", "nesterov"),
                        ("weight_decay", "weight_decay"), ("eps", "eps"),
                        ("warmup", "warmup_steps"), ("step_size", "step_size"),
@@ -132,19 +132,19 @@ def _set_optim(o, kw):
 
 _DEFAULTS = dict(
     # schedule
-    batch=256, epochs=10, max_steps=0, seed=0, shuffle=True, keep_last=False, accumulate=0,
+    global_batch=256, epochs=10, max_steps=0, seed=0, shuffle=True, keep_last=False, accumulate=0,
     # optimizer: dptrain train's defaults
     optimizer="sgd", lr=None, momentum=None, nesterov=None, weight_decay=None, betas=None,
-    eps=None, lr_schedule="cosine", warmup=None, step_size=None, gamma=None, total_steps=None,
+    eps=None, schedule="cosine", warmup=None, step_size=None, gamma=None, total_steps=None,
     min_lr=None, clip_norm=None, decay_weights_only=None, no_decay=None,
     # devices
     backend="auto", device=-1, replicas=1, split="even", split_every=0,
     # data
     mean=None, std=None, random_crop=0, hflip=False,
     # exchange
-    bucket_mb=0.0, full_step=False, grad_dtype="f32", error_feedback=False, sync_bn=False,
+    bucket_mb=0.0, bucket_whole_update=False, full_step=False, grad_dtype="f32", error_feedback=False, sync_bn=False,
     # checkpoints
-    checkpoint_dir=None, checkpoint_every=0, checkpoint_minutes=0.0, keep_checkpoints=3,
+    checkpoint_dir=None, checkpoint_every=0, checkpoint_minutes=None, keep_checkpoints=3,
     resume=False,
     # checks
     check_every=100, on_nonfinite="stop", max_skipped=10, max_rollbacks=3, rollback_lr_scale=1.0,
@@ -183,7 +183,8 @@ class _Run:
 
     def _schedule(self, kw):
         s = self.cfg.schedule
-        s.global_batch, s.epochs, s.max_steps = kw.pop("batch"), kw.pop("epochs"), kw.pop("max_steps")
+        s.global_batch, s.epochs = kw.pop("global_batch"), kw.pop("epochs")
+        s.max_steps = kw.pop("max_steps")
         s.seed, s.shuffle, s.keep_last = kw.pop("seed"), kw.pop("shuffle"), kw.pop("keep_last")
         s.accumulate = kw.pop("accumulate")
 
@@ -206,7 +207,7 @@ class _Run:
                 raise ValueError(f"mean and std differ in length ({m.size} and {sd.size})")
             self.keep += [ffi.new("float[]", list(m)), ffi.new("float[]", list(sd))]
             t.channels, t.mean, t.std = m.size, self.keep[-2], self.keep[-1]
-            self.mean, self.std = list(m), list(sd)
+            self.mean, self.std = [float(v) for v in m], [float(v) for v in sd]
         else:
             self.mean = self.std = None
         t.crop_pad, t.hflip = kw.pop("random_crop"), kw.pop("hflip")
@@ -214,7 +215,9 @@ class _Run:
 
     def _exchange(self, kw):
         e = self.cfg.exchange
-        e.bucket_bytes = int(kw.pop("bucket_mb") * (1 << 20))
+        mb = kw.pop("bucket_mb")
+        e.bucket_bytes = lib.DPT_BUCKET_AUTO if mb == "auto" else int(mb * (1 << 20))
+        e.bucket_whole_update = kw.pop("bucket_whole_update")
         e.full_optimizer_step, e.sync_bn = kw.pop("full_step"), kw.pop("sync_bn")
         e.grad_dtype = _choice(kw.pop("grad_dtype"), {"f32": lib.DPT_COMM_F32, "f16": lib.DPT_COMM_F16,
                                                       "bf16": lib.DPT_COMM_BF16}, "grad_dtype")
@@ -223,7 +226,10 @@ class _Run:
     def _checkpoints(self, kw):
         c = self.cfg.checkpoints
         c.checkpoint_dir = self._str(kw.pop("checkpoint_dir"))
-        c.checkpoint_every, c.checkpoint_minutes = kw.pop("checkpoint_every"), kw.pop("checkpoint_minutes")
+        c.checkpoint_every = kw.pop("checkpoint_every")
+        minutes = kw.pop("checkpoint_minutes")
+        # As dptrain train: with a directory, one every 10 minutes unless said otherwise.
+        c.checkpoint_minutes = minutes if minutes is not None else (10 if c.checkpoint_dir else 0)
         c.keep_checkpoints, c.resume = kw.pop("keep_checkpoints"), kw.pop("resume")
 
     def _checks(self, kw):
@@ -238,12 +244,16 @@ class _Run:
         """A cosine or linear schedule anneals over the whole run after the warmup, as
         `dptrain train` plans it, unless total_steps is given."""
         o, s = self.cfg.optim, self.cfg.schedule
+        per_epoch = int(lib.dpt_sampler_num_batches(n, s.global_batch, s.keep_last))
+        ck = self.cfg.checkpoints
+        if ck.checkpoint_dir != ffi.NULL and ck.checkpoint_every == 0:
+            ck.checkpoint_every = per_epoch  # as dptrain train: one per epoch
         if total_steps is not None:
             o.total_steps = total_steps
             return
         if o.schedule not in (lib.DPT_SCHEDULE_COSINE, lib.DPT_SCHEDULE_LINEAR):
             return
-        total = int(lib.dpt_sampler_num_batches(n, s.global_batch, s.keep_last)) * s.epochs
+        total = per_epoch * s.epochs
         if s.max_steps > 0:
             total = min(total, s.max_steps)
         o.total_steps = max(total - o.warmup_steps, 1)
@@ -318,13 +328,14 @@ def train(model, data, test=None, *, on_step=None, on_epoch=None, on_log=None, m
     exception in a callback stops the run after its step, and train() raises it.
 
     config: keyword arguments for dpt_train_config, with `dptrain train`'s defaults (see
-    docs/python.md): batch, epochs, max_steps, seed, shuffle, keep_last, accumulate; optimizer,
-    lr, momentum, nesterov, weight_decay, betas, eps, lr_schedule, warmup, step_size, gamma,
-    total_steps, min_lr, clip_norm, decay_weights_only, no_decay; backend, device, replicas,
-    split, split_every; mean, std, random_crop, hflip; bucket_mb, full_step, grad_dtype,
+    docs/python.md; each named as the option of `dptrain train`): global_batch, epochs,
+    max_steps, seed, shuffle, keep_last, accumulate; optimizer, lr, momentum, nesterov,
+    weight_decay, betas, eps, schedule, warmup, step_size, gamma, total_steps, min_lr,
+    clip_norm, decay_weights_only, no_decay; backend, device, replicas, split, split_every;
+    mean, std, random_crop, hflip; bucket_mb, bucket_whole_update, full_step, grad_dtype,
     error_feedback, sync_bn; checkpoint_dir, checkpoint_every, checkpoint_minutes,
     keep_checkpoints, resume; check_every, on_nonfinite, max_skipped, max_rollbacks,
-    rollback_lr_scale; trace, log_dir.
+    rollback_lr_scale; trace, log_dir; init (a Model to start from).
     """
     unknown = sorted(set(config) - set(_DEFAULTS))
     if unknown:
