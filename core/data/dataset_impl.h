@@ -10,7 +10,8 @@
 #include "dptrain/text.h"
 
 struct dpt_dataset {
-  void *storage;         /* owned allocation that holds the samples (may hold more around them) */
+  void *storage;         /* owned allocation that holds the samples (may hold more around them),
+                            or NULL: the samples are the caller's (dpt_dataset_wrap) */
   const uint8_t *pixels; /* [count, channels, rows, cols] uint8 row-major inside storage, or NULL
                             when the samples are floats */
   const float *values;   /* [count, channels, rows, cols] float32 inside storage, or NULL */
