@@ -118,6 +118,10 @@ dpt_status dpt_dataset_load_dir(const char *dir, const char *split, int num_clas
                                 dpt_dataset **out);
 dpt_status dpt_dataset_from_memory(const uint8_t *pixels, const int32_t *labels, size_t count,
                                    size_t rows, size_t cols, int num_classes, dpt_dataset **out);
+typedef enum dpt_sample_type { DPT_SAMPLES_U8, DPT_SAMPLES_F32, ... } dpt_sample_type;
+dpt_status dpt_dataset_wrap(const void *samples, dpt_sample_type type, const int32_t *labels,
+                            size_t count, size_t channels, size_t rows, size_t cols,
+                            int num_classes, dpt_dataset **out);
 dpt_status dpt_dataset_load_safetensors(const char *path, int num_classes, dpt_dataset **out);
 void dpt_dataset_destroy(dpt_dataset *ds);
 size_t dpt_dataset_count(const dpt_dataset *ds);

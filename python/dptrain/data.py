@@ -40,30 +40,35 @@ class Dataset:
 
     @classmethod
     def from_numpy(cls, x, y, num_classes=None):
-        """Images x, uint8 of shape [N, rows, cols] (or [N, 1, rows, cols]), and labels y, any
-        integer type, [N], each in [0, num_classes) (default: the largest label + 1). The
-        library reads x in place through the array's buffer (no copy on the Python side; the
-        data set keeps its own copy, as dpt_dataset_from_memory does); y is passed as int32."""
+        """Samples x and labels y as a data set, x used in place (dpt_dataset_wrap): uint8
+        pixels (gathered as pixel / 255) or float32 values, of shape [N, C, H, W], [N, H, W]
+        (one channel) or [N, F] (F features); y of any integer type, [N], each in
+        [0, num_classes) (default: the largest label + 1), copied. The data set holds x (a
+        C-contiguous array is not copied; another is copied once), which must not change
+        while the data set lives: the replicas compare a fingerprint taken here."""
         x = np.asarray(x)
         y = np.asarray(y)
-        if x.dtype != np.uint8:
-            raise TypeError(f"from_numpy: x must be uint8 pixels, not {x.dtype}")
-        if x.ndim == 4 and x.shape[1] == 1:
-            x = x.reshape(x.shape[0], x.shape[2], x.shape[3])
-        if x.ndim != 3:
-            raise ValueError(f"from_numpy: x must be [N, rows, cols] or [N, 1, rows, cols], "
-                             f"not shape {x.shape}")
+        types = {np.dtype(np.uint8): lib.DPT_SAMPLES_U8, np.dtype(np.float32): lib.DPT_SAMPLES_F32}
+        if x.dtype not in types:
+            raise TypeError(f"from_numpy: x must be uint8 or float32, not {x.dtype}")
+        shapes = {2: lambda s: (1, 1, s[1]), 3: lambda s: (1, s[1], s[2]), 4: lambda s: s[1:]}
+        if x.ndim not in shapes:
+            raise ValueError(f"from_numpy: x must be [N, C, H, W], [N, H, W] or [N, F], not "
+                             f"shape {x.shape}")
         if y.ndim != 1 or y.shape[0] != x.shape[0]:
             raise ValueError(f"from_numpy: y must be [N] = [{x.shape[0]}], not shape {y.shape}")
         if not np.issubdtype(y.dtype, np.integer):
             raise TypeError(f"from_numpy: y must hold integer labels, not {y.dtype}")
+        c, h, w = shapes[x.ndim](x.shape)
         x = np.ascontiguousarray(x)
         labels = np.ascontiguousarray(y, dtype=np.int32)
         if num_classes is None:
             num_classes = int(labels.max()) + 1 if labels.size else 1
-        return cls._make(lib.dpt_dataset_from_memory, ffi.from_buffer("uint8_t[]", x),
-                         ffi.from_buffer("int32_t[]", labels), x.shape[0], x.shape[1],
-                         x.shape[2], int(num_classes))
+        ds = cls._make(lib.dpt_dataset_wrap, ffi.from_buffer(x), types[x.dtype],
+                       ffi.from_buffer("int32_t[]", labels), x.shape[0], c, h, w,
+                       int(num_classes))
+        ds._samples = x  # borrowed by the library for the data set's life
+        return ds
 
     def __len__(self):
         return int(lib.dpt_dataset_count(self._ptr))

@@ -75,7 +75,13 @@ x, y = train.gather()
 pixels = np.rint(x * 255).astype(np.uint8).reshape(600, 28, 28)
 arrays = dptrain.Dataset.from_numpy(pixels, y.astype(np.int64))
 same = dptrain.train(dptrain.mlp(hidden=(64, 32)), arrays, test, **settings)
-expect(same.report.param_hash == model.report.param_hash, "Dataset.from_numpy: the same run")
+expect(same.report.param_hash == model.report.param_hash,
+       "Dataset.from_numpy, uint8 [N, H, W]: the same run")
+floats = dptrain.Dataset.from_numpy(x, y)  # float32 [N, 1, H, W]: pixel / 255 as gathered
+expect(floats.shape == (1, 28, 28) and floats._samples is x, "from_numpy uses x in place")
+same = dptrain.train(dptrain.mlp(hidden=(64, 32)), floats, test, **settings)
+expect(same.report.param_hash == model.report.param_hash,
+       "Dataset.from_numpy, float32 [N, C, H, W]: the same run")
 
 # Normalization, and weights files both ways.
 norm = dptrain.train(dptrain.mlp(hidden=(64, 32)), train, test, mean=0.25, std=0.3, **settings)
@@ -138,6 +144,12 @@ def stop(epoch, batch, batches, loss):
 expect(raises(lambda: dptrain.train(dptrain.mlp(), train, backend="cpu", on_step=stop),
               KeyError, "stop here") and seen == [1, 1, 2],
        f"a callback's exception ends the run after its step and is raised: steps {seen}")
+expect(raises(lambda: dptrain.Dataset.from_numpy(x.astype(np.float64), y), TypeError, "float32"),
+       "from_numpy: float64 samples refused")
+bad = x.copy()
+bad[5, 0, 3, 4] = np.inf
+expect(raises(lambda: dptrain.Dataset.from_numpy(bad, y), dptrain.Error, "sample 5"),
+       "from_numpy: a non-finite value named by its sample")
 expect(raises(lambda: dptrain.from_json('{"layers": []}'), dptrain.Error, "input"),
        "bad model JSON: dptrain.Error")
 
