@@ -212,6 +212,8 @@ dpt_status dpt_train(const dpt_train_config *cfg, dpt_comm *comm, dpt_train_repo
 typedef struct { dpt_train_config cfg; ...; } dpt_py_run;
 void dpt_py_arm_stop(dpt_py_run *run);
 void dpt_py_request_stop(dpt_py_run *run);
+void dpt_py_catch_signals(dpt_py_run *run);
+int dpt_py_release_signals(dpt_py_run *run);
 void free(void *p);
 
 extern "Python" void dpt_py_on_report(const dpt_train_report *, void *);
@@ -225,6 +227,7 @@ extern "Python" void dpt_py_on_log(const char *, void *);
 SOURCE = r"""
 #include <signal.h>
 #include <stdlib.h>
+#include <string.h>
 #include <dptrain/dptrain.h>
 #include <dptrain/fingerprint.h>
 #include <dptrain/safetensors.h>
@@ -241,6 +244,33 @@ static void dpt_py_arm_stop(dpt_py_run *run) {
 
 static void dpt_py_request_stop(dpt_py_run *run) {
   run->stop = 1;
+}
+
+/* While the main thread waits in dpt_train, Python's own SIGINT handler cannot run: SIGINT and
+ * SIGTERM set the run's stop flag instead (every replica stops after its step, as `dptrain
+ * train` does), and the previous handlers come back afterwards. Returns the signal, or 0. */
+static volatile sig_atomic_t *dpt_py_signal_flag;
+static struct sigaction dpt_py_old_int, dpt_py_old_term;
+
+static void dpt_py_on_signal(int sig) {
+  if (dpt_py_signal_flag) *dpt_py_signal_flag = sig;
+}
+
+static void dpt_py_catch_signals(dpt_py_run *run) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = dpt_py_on_signal;
+  sigemptyset(&sa.sa_mask);
+  dpt_py_signal_flag = &run->stop;
+  sigaction(SIGINT, &sa, &dpt_py_old_int);
+  sigaction(SIGTERM, &sa, &dpt_py_old_term);
+}
+
+static int dpt_py_release_signals(dpt_py_run *run) {
+  sigaction(SIGINT, &dpt_py_old_int, NULL);
+  sigaction(SIGTERM, &dpt_py_old_term, NULL);
+  dpt_py_signal_flag = NULL;
+  return run->stop == SIGINT || run->stop == SIGTERM ? (int)run->stop : 0;
 }
 """
 

@@ -1,6 +1,8 @@
 """train(): dpt_train with a Pythonic configuration, callbacks, and MPI ranks."""
 
 import atexit
+import signal
+import threading
 
 import numpy as np
 
@@ -325,7 +327,8 @@ def train(model, data, test=None, *, on_step=None, on_epoch=None, on_log=None, m
 
     on_step(epoch, batch, batches, loss) after every step and on_epoch(report) after every
     epoch run on rank 0; on_log(line) gets the library's news (checkpoints, resumes). An
-    exception in a callback stops the run after its step, and train() raises it.
+    exception in a callback stops the run after its step, and train() raises it; so does
+    SIGINT (KeyboardInterrupt) while train() runs on the main thread.
 
     config: keyword arguments for dpt_train_config, with `dptrain train`'s defaults (see
     docs/python.md; each named as the option of `dptrain train`): global_batch, epochs,
@@ -371,9 +374,17 @@ def train(model, data, test=None, *, on_step=None, on_epoch=None, on_log=None, m
     lib.dpt_py_arm_stop(run.mem)
 
     rep = ffi.new("dpt_train_report *")
-    st = lib.dpt_train(cfg, comm, rep)
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        lib.dpt_py_catch_signals(run.mem)
+    try:
+        st = lib.dpt_train(cfg, comm, rep)
+    finally:
+        sig = lib.dpt_py_release_signals(run.mem) if main else 0
     if cb.error is not None:
         raise cb.error
+    if sig == signal.SIGINT and st == lib.DPT_ERR_INTERRUPTED:
+        raise KeyboardInterrupt(string(lib.dpt_last_error()))
     if st != lib.DPT_OK:
         raise Error(st, string(lib.dpt_last_error()))
     if comm != ffi.NULL and lib.dpt_comm_rank(comm) != 0:

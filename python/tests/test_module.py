@@ -6,6 +6,7 @@ Usage: test_module.py DATA_DIR DPTRAIN SCRATCH"""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -144,6 +145,20 @@ def stop(epoch, batch, batches, loss):
 expect(raises(lambda: dptrain.train(dptrain.mlp(), train, backend="cpu", on_step=stop),
               KeyError, "stop here") and seen == [1, 1, 2],
        f"a callback's exception ends the run after its step and is raised: steps {seen}")
+interrupted = []
+
+
+def ctrl_c(epoch, batch, batches, loss):
+    interrupted.append(epoch)
+    if len(interrupted) == 1:
+        os.kill(os.getpid(), signal.SIGINT)
+
+
+expect(raises(lambda: dptrain.train(dptrain.mlp(), train, backend="cpu", epochs=3,
+                                    on_step=ctrl_c), KeyboardInterrupt, "after step 2") and
+       interrupted == [1, 1] and signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+       f"SIGINT stops the run at the next step's exchange (2 of 6): KeyboardInterrupt, "
+       f"steps {interrupted}")
 expect(raises(lambda: dptrain.Dataset.from_numpy(x.astype(np.float64), y), TypeError, "float32"),
        "from_numpy: float64 samples refused")
 bad = x.copy()
