@@ -12,7 +12,8 @@ weights files. A failed call raises dptrain.Error with the library's message. do
 
 from dptrain._lib import Error, ffi, lib
 from dptrain.data import FASHION_MNIST, Dataset
-from dptrain.model import Model, Spec, cnn, from_json, load, mlp, model_file, resnet, spec_from_weights
+from dptrain.model import (Model, Spec, cnn, from_json, load, mlp, model_file, resnet,
+                           spec_from_weights)
 from dptrain.training import Report, mpi_launched, rank, train, world_size
 
 __version__ = "0.1.0"

@@ -154,8 +154,8 @@ class Model:
         return model
 
     def _pull(self):
-        check(lib.dpt_model_get_state(self._host.model,
-                                      ffi.from_buffer("float[]", self.state, require_writable=True)))
+        out = ffi.from_buffer("float[]", self.state, require_writable=True)
+        check(lib.dpt_model_get_state(self._host.model, out))
 
     def _push(self, host):
         check(lib.dpt_model_set_state(host.model, ffi.from_buffer("float[]", self.state)))
@@ -261,8 +261,8 @@ class Model:
             vals = [",".join(f"{v:.9g}" for v in self.mean), ",".join(f"{v:.9g}" for v in self.std)]
             keep += [cstr(t) for t in ("dptrain.mean", vals[0], "dptrain.std", vals[1])]
             extra = ffi.new("char *[]", keep[1:] + [ffi.NULL])
-        check(lib.dpt_model_save_params_meta(self._host.model, ffi.from_buffer("float[]", self.state),
-                                             keep[0], extra))
+        state = ffi.from_buffer("float[]", self.state)
+        check(lib.dpt_model_save_params_meta(self._host.model, state, keep[0], extra))
 
     def __repr__(self):
         return (f"Model({self.num_params} parameters, input {self.input_shape}, "

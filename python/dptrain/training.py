@@ -144,7 +144,8 @@ _DEFAULTS = dict(
     # data
     mean=None, std=None, random_crop=0, hflip=False,
     # exchange
-    bucket_mb=0.0, bucket_whole_update=False, full_step=False, grad_dtype="f32", error_feedback=False, sync_bn=False,
+    bucket_mb=0.0, bucket_whole_update=False, full_step=False, grad_dtype="f32",
+    error_feedback=False, sync_bn=False,
     # checkpoints
     checkpoint_dir=None, checkpoint_every=0, checkpoint_minutes=None, keep_checkpoints=3,
     resume=False,
@@ -193,7 +194,8 @@ class _Run:
     def _devices(self, kw):
         d = self.cfg.devices
         d.backend = _backend(kw.pop("backend"))
-        d.device, d.replicas, d.split_every = kw.pop("device"), kw.pop("replicas"), kw.pop("split_every")
+        d.device, d.replicas = kw.pop("device"), kw.pop("replicas")
+        d.split_every = kw.pop("split_every")
         d.split = _choice(kw.pop("split"), {"even": lib.DPT_SPLIT_EVEN,
                                             "proportional": lib.DPT_SPLIT_PROPORTIONAL}, "split")
 
@@ -221,8 +223,8 @@ class _Run:
         e.bucket_bytes = lib.DPT_BUCKET_AUTO if mb == "auto" else int(mb * (1 << 20))
         e.bucket_whole_update = kw.pop("bucket_whole_update")
         e.full_optimizer_step, e.sync_bn = kw.pop("full_step"), kw.pop("sync_bn")
-        e.grad_dtype = _choice(kw.pop("grad_dtype"), {"f32": lib.DPT_COMM_F32, "f16": lib.DPT_COMM_F16,
-                                                      "bf16": lib.DPT_COMM_BF16}, "grad_dtype")
+        dtypes = {"f32": lib.DPT_COMM_F32, "f16": lib.DPT_COMM_F16, "bf16": lib.DPT_COMM_BF16}
+        e.grad_dtype = _choice(kw.pop("grad_dtype"), dtypes, "grad_dtype")
         e.grad_error_feedback = kw.pop("error_feedback")
 
     def _checkpoints(self, kw):

@@ -41,6 +41,6 @@ b=$(cd / && "$scratch/venv/bin/python" -c "$run") ||
 echo "cmake: $a"
 echo "pip:   $b"
 case $a in "$site"/dptrain/*) ;; *) echo "FAIL: not the CMake-installed module" >&2; exit 1 ;; esac
-case $b in "$scratch/venv"/*/dptrain/*) ;; *) echo "FAIL: not the pip-installed module" >&2; exit 1 ;; esac
+case $b in "$scratch/venv"/*/dptrain/*) ;; *) echo "FAIL: not pip's module" >&2; exit 1 ;; esac
 [ "${a##* }" = "${b##* }" ] || { echo "FAIL: the two modules' runs differ" >&2; exit 1; }
 echo "ok: both installs train to param_hash ${a##* }"
