@@ -2,10 +2,13 @@
 # The Python module installed both ways: by CMake (`cmake --install`, the python component
 # into lib/python3/dist-packages) and by pip (--no-build-isolation --no-index, offline, against
 # that installed library through pkg-config); each trains the same tiny run to the same
-# param_hash. Usage: install_test.sh <python3> <build dir> <python source dir> <scratch>
+# param_hash. Usage: install_test.sh <python3> <build dir> <python source dir> <scratch> [asan]
+# asan: the sanitizer runtime to preload where the library was built with -fsanitize=address.
 # Exit 77 (skipped) without NumPy, cffi, pip or venv in that python3.
 set -uo pipefail
-python=$1 build=$2 src=$3 scratch=$4
+python=$1 build=$2 src=$3 scratch=$4 asan=${5:-}
+pre=()
+[ -z "$asan" ] || pre=(env "LD_PRELOAD=$asan" ASAN_OPTIONS=detect_leaks=0)
 "$python" -c 'import numpy, cffi' 2>/dev/null ||
   { echo "SKIP: $python lacks numpy or cffi (python3-numpy python3-cffi)"; exit 77; }
 "$python" -m pip --version >/dev/null 2>&1 && "$python" -c 'import venv, setuptools' 2>/dev/null ||
@@ -34,9 +37,9 @@ y = (x.reshape(64, -1).mean(1) > 127).astype(np.int32)
 m = dptrain.train(dptrain.mlp(hidden=(16,)), dptrain.Dataset.from_numpy(x, y, 2), backend="cpu",
                   global_batch=16, epochs=2, seed=1)
 print(dptrain.__file__, f"{m.report.param_hash:016x}")'
-a=$(cd / && PYTHONPATH=$site LD_LIBRARY_PATH=$libdir "$python" -c "$run") ||
+a=$(cd / && PYTHONPATH=$site LD_LIBRARY_PATH=$libdir "${pre[@]}" "$python" -c "$run") ||
   { echo "FAIL: the CMake-installed module does not run" >&2; exit 1; }
-b=$(cd / && "$scratch/venv/bin/python" -c "$run") ||
+b=$(cd / && "${pre[@]}" "$scratch/venv/bin/python" -c "$run") ||
   { echo "FAIL: the pip-installed module does not run (without LD_LIBRARY_PATH)" >&2; exit 1; }
 echo "cmake: $a"
 echo "pip:   $b"
