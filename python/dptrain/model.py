@@ -80,8 +80,10 @@ def model_file(path):
 
 def _fixed(spec, text):
     def build(c, h, w, classes):
-        if (c or h or w or classes) and (c, h, w, classes) != (
-                spec.in_c, spec.in_h, spec.in_w, spec.num_classes):
+        # The values per sample must agree (an MLP takes 1 x 28 x 28 or 1 x 1 x 784 alike);
+        # the library checks the rest.
+        if (c or h or w or classes) and (c * h * w, classes) != (
+                spec.in_c * spec.in_h * spec.in_w, spec.num_classes):
             raise ValueError(f"{text} is for samples {(spec.in_c, spec.in_h, spec.in_w)} and "
                              f"{spec.num_classes} classes, not {(c, h, w)} and {classes}")
         return spec
