@@ -358,7 +358,9 @@ def train(model, data, test=None, *, on_step=None, on_epoch=None, on_log=None, m
     final_model = Model(spec, mean=run.mean, std=run.std)
     final_model.state.fill(np.nan)  # rank 0 gets the weights; other ranks see None
     cfg = run.cfg
-    if start is not None:
+    # A model from an earlier run under MPI holds its state on rank 0 only; dpt_train broadcasts
+    # rank 0's parameters and buffers at the start, so the other ranks need none.
+    if start is not None and start.state is not None:
         init = np.ascontiguousarray(start.state, dtype=np.float32)
         if init.shape != final_model.state.shape:
             raise ValueError(f"init has {init.size} values, the model {final_model.state.size}")
