@@ -164,6 +164,7 @@ dpt_status dpt_dataset_wrap(const void *samples, dpt_sample_type type, const int
 void dpt_dataset_destroy(dpt_dataset *ds) {
   if (!ds) return;
   free(ds->storage);
+  dpt_safetensors_close(ds->file);
   free(ds->labels);
   free(ds);
 }
