@@ -371,6 +371,10 @@ typedef struct dpt_train_config {
    * unless this run resumes from a checkpoint: its lines are then appended and a new event file
    * started. See docs/training.md, "Logs". */
   const char *log_dir;
+  /* The caller's own settings as the text of a JSON object (dptrain train's options, as its
+   * --print-config prints them), or NULL: settings.json keeps the object as "options", and
+   * every checkpoint the text as its metadata "dptrain.options". */
+  const char *options_json;
 } dpt_train_config;
 
 /* Fills the first `size` bytes of *cfg with the defaults and sets cfg->size = size: CPU backend,
