@@ -118,7 +118,7 @@ static int parse_conv_shards(void *p, const char *v) {
 
 static const dpt_opt convert_options[] = {
     {"--input", "FILE", "a text file; '-' or none: stdin (repeatable, at most 256)",
-     CUSTOM(add_input)},
+     CUSTOM(add_input), .multi = 1},
     {"--out", "DIR", "the output directory (created if missing)", STRING(out)},
     {"--dense", "N", "dense features per line (default 13)", CUSTOM(parse_conv_dense)},
     {"--sparse", "N", "categorical features per line (default 26)", CUSTOM(parse_conv_sparse)},
