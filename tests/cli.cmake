@@ -29,7 +29,7 @@ if(DPT_BUILD_TOOLS)
   add_test(NAME cli_docs COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/scripts/cli_docs_test.sh"
                                  $<TARGET_FILE:dptrain_cli> "${PROJECT_SOURCE_DIR}/docs/reference.md"
                                  "${PROJECT_BINARY_DIR}/tools/dptrain.bash-completion"
-                                 "${PROJECT_BINARY_DIR}/tools/dptrain.1")
+                                 "${PROJECT_BINARY_DIR}/tools/dptrain.1" "${PROJECT_BINARY_DIR}")
   set_tests_properties(cli_docs PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 LABELS "cli;lint")
 endif()
 

@@ -3,11 +3,12 @@
 # part of docs/reference.md (and the reverse), in what the bash completion offers after
 # `dptrain <command> --`, and in its part of the man page; the completion completes commands,
 # files after file options, directories after directory options and the choices an option lists;
-# the man page has the commands and the exit statuses. Exit 77 (skipped) when everything else
+# the man page has the commands and the exit statuses; `cmake --install --component tool`
+# installs the tool, its completion and its man page. Exit 77 (skipped) when everything else
 # passed but the man page was not made (no help2man).
-# Usage: cli_docs_test.sh <dptrain> <reference.md> <completion script> <man page>
+# Usage: cli_docs_test.sh <dptrain> <reference.md> <completion script> <man page> [build dir]
 set -uo pipefail
-dptrain=$1 reference=$2 completion=$3 man=$4
+dptrain=$1 reference=$2 completion=$3 man=$4 build=${5:-}
 failures=0
 fail() {
   echo "FAIL: $*" >&2
@@ -39,23 +40,29 @@ for c in "${commands[@]}"; do
   mapfile -t help < <("$dptrain" $c --help | sed -n 's/^  \(--[a-z0-9-]*\).*/\1/p')
   mapfile -t ref < <(awk -v h="## dptrain $c" '$0 == h { on = 1; next } /^## / { on = 0 }
     on' "$reference" | sed -n 's/^- `\(--[a-z0-9-]*\).*/\1/p')
-  offered=$(complete_words $c --)
+  # shellcheck disable=SC2086
+  mapfile -t offered < <(complete_words $c --)
   section=""
   [ $has_man -eq 1 ] && section=$(awk -v h=".SS \"dptrain $c\"" '$0 == h { on = 1; next }
     /^\.S[SH] / { on = 0 } on' "$man")
+  declare -A in_help=() in_ref=() in_offered=()
+  for o in "${help[@]}"; do in_help[$o]=1; done
+  for o in "${ref[@]}"; do in_ref[$o]=1; done
+  for o in "${offered[@]}"; do in_offered[$o]=1; done
   for o in "${help[@]}"; do
     checked=$((checked + 1))
     if [[ " $common " != *" $o "* ]]; then
-      printf '%s\n' "${ref[@]}" | grep -qx -- "$o" || fail "$c: $o is not in $reference"
-      [ $has_man -eq 0 ] || grep -qF -- "${o//-/\\-}" <<<"$section" || fail "$c: $o is not in the man page"
+      [ -n "${in_ref[$o]:-}" ] || fail "$c: $o is not in $reference"
+      [ $has_man -eq 0 ] || [[ $section == *"${o//-/\\-}"* ]] || fail "$c: $o is not in the man page"
     fi
-    grep -qx -- "$o" <<<"$offered" || fail "$c: the completion does not offer $o"
+    [ -n "${in_offered[$o]:-}" ] || fail "$c: the completion does not offer $o"
   done
   for o in "${ref[@]}"; do
-    printf '%s\n' "${help[@]}" | grep -qx -- "$o" || fail "$c: $o of $reference is not in --help"
+    [ -n "${in_help[$o]:-}" ] || fail "$c: $o of $reference is not in --help"
   done
-  [ "$(grep -c . <<<"$offered")" -eq ${#help[@]} ] ||
-    fail "$c: the completion offers $(grep -c . <<<"$offered") options, --help lists ${#help[@]}"
+  [ ${#offered[@]} -eq ${#help[@]} ] ||
+    fail "$c: the completion offers ${#offered[@]} options, --help lists ${#help[@]}"
+  unset in_help in_ref in_offered
 done
 [ $checked -ge 150 ] || fail "only $checked options checked"
 for o in $common; do
@@ -89,6 +96,17 @@ if [ $has_man -eq 1 ]; then
     grep -qx "\\\\fB$code\\\\fR" <<<"$status" || fail "the man page's EXIT STATUS lacks $code"
   done
   grep -q '^\.SS "dptrain train"' "$man" || fail "the man page lacks dptrain train"
+fi
+
+if [ -n "$build" ]; then
+  cmake --install "$build" --component tool --prefix "$tmp/prefix" >/dev/null ||
+    fail "cmake --install --component tool failed"
+  installed=(bin/dptrain share/bash-completion/completions/dptrain)
+  [ $has_man -eq 0 ] || installed+=(share/man/man1/dptrain.1)
+  for f in "${installed[@]}"; do
+    [ -s "$tmp/prefix/$f" ] || fail "the tool component lacks $f"
+  done
+  [ ! -e "$tmp/prefix/include" ] || fail "the tool component installs the headers"
 fi
 
 [ $failures -eq 0 ] || { echo "$failures failure(s)" >&2; exit 1; }
