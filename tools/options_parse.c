@@ -49,6 +49,7 @@ typedef struct parse {
   struct option *longs; /* [cmd->count + COMMON_COUNT + 1] */
   setting *set;         /* in the order applied */
   size_t nset, cap;
+  char spec[64];      /* getopt's optstring */
   const char *config; /* --config FILE, or NULL */
   int print_config, help;
 } parse;
@@ -65,22 +66,37 @@ static int add_setting(parse *p, const dpt_opt *o, const char *v, int from_cli) 
   return 0;
 }
 
-/* getopt_long's table: the command's rows, then the common ones. */
-static int make_longs(parse *p) {
+/* getopt_long's tables: the command's rows, then the common ones; a row named "-x" is the
+ * short option x. */
+static int make_longs(parse *p, int until) {
   const size_t cap = p->cmd->count + COMMON_COUNT;
-  p->rows = calloc(cap, sizeof *p->rows);
+  p->rows = calloc(cap + 1, sizeof *p->rows);
   p->longs = calloc(cap + 1, sizeof *p->longs);
   if (!p->rows || !p->longs) return -1;
-  size_t n = 0;
+  size_t n = 0, nlong = 0,
+         nspec = (size_t)snprintf(p->spec, sizeof p->spec, "%s", until ? "+:h" : "-:h");
   for (size_t i = 0; i < cap; ++i) {
     const dpt_opt *o = i < p->cmd->count ? &p->cmd->opts[i] : common_row((int)(i - p->cmd->count));
     if (!o->name || !dpt_opt_in(p->cmd, o)) continue;
     p->rows[n] = o;
-    p->longs[n] = (struct option){o->name + 2, o->value ? required_argument : no_argument, NULL,
-                                  256 + (int)n};
+    if (o->name[1] != '-' && nspec + 2 < sizeof p->spec) {
+      p->spec[nspec++] = o->name[1];
+      if (o->value) p->spec[nspec++] = ':';
+      p->spec[nspec] = '\0';
+    } else if (o->name[1] == '-') {
+      p->longs[nlong++] = (struct option){o->name + 2, o->value ? required_argument : no_argument,
+                                          NULL, 256 + (int)n};
+    }
     ++n;
   }
   return 0;
+}
+
+/* The row of short option c, or NULL. */
+static const dpt_opt *short_row(const parse *p, int c) {
+  for (size_t i = 0; p->rows[i]; ++i)
+    if (p->rows[i]->name[1] == c && !p->rows[i]->name[2]) return p->rows[i];
+  return NULL;
 }
 
 static void free_parse(parse *p) {
@@ -125,10 +141,12 @@ static int take_option(parse *p, int c, const char *token) {
     p->help = 1;
     return 0;
   }
-  if (c < 256) return refuse(p, token, c);
-  const dpt_opt *o = p->rows[c - 256];
+  const dpt_opt *o = c < 256 && c != '?' && c != ':' ? short_row(p, c) : NULL;
+  if (c < 256 && !o) return refuse(p, token, c);
+  if (!o) o = p->rows[c - 256];
   const size_t len = strcspn(token, "=");
-  if (strncmp(token, "--", 2) || strlen(o->name) != len) return refuse(p, token, '?');
+  if (o->name[1] == '-' && (strncmp(token, "--", 2) || strlen(o->name) != len))
+    return refuse(p, token, '?');
   if (o == common_row(COMMON_HELP)) {
     p->help = 1;
   } else if (o == common_row(COMMON_PRINT)) {
@@ -147,12 +165,11 @@ static int take_option(parse *p, int c, const char *token) {
  * exit code of a usage error. */
 static int read_argv(parse *p, void *target, int argc, char **argv, dpt_opt_positional positional,
                      int *until) {
-  const char *spec = until ? "+:h" : "-:h";
   optind = 0; /* glibc: start afresh */
   opterr = 0;
   for (;;) {
     const int at = optind ? optind : 1;
-    const int c = getopt_long(argc, argv, spec, p->longs, NULL);
+    const int c = getopt_long(argc, argv, p->spec, p->longs, NULL);
     if (c == -1) break;
     if (c == 1) { /* an argument that is not an option, in order */
       if (!positional || positional(target, optarg) != 0)
@@ -270,7 +287,7 @@ static int apply_config(parse *p, void *target, unsigned char *given) {
   json_object_foreach(root, key, v) {
     if (rc) break;
     char name[256];
-    snprintf(name, sizeof name, "--%s", key);
+    snprintf(name, sizeof name, "%s%s", strlen(key) == 1 ? "-" : "--", key);
     const dpt_opt *o = dpt_opt_find(p->cmd, name);
     size_t ncommon = 0;
     for (; ncommon < COMMON_COUNT && strcmp(common_row((int)ncommon)->name, name); ++ncommon) {
@@ -340,7 +357,7 @@ static json_t *settings_of(const parse *p) {
       last = setting_json(&p->set[i]);
       json_array_append(all, last);
     }
-    if (last) json_object_set(out, o->name + 2, o->multi ? all : last);
+    if (last) json_object_set(out, o->name + strspn(o->name, "-"), o->multi ? all : last);
     json_decref(last);
     json_decref(all);
   }
@@ -351,7 +368,7 @@ static int parse_all(const dpt_opt_cmd *cmd, void *target, int argc, char **argv
                      unsigned char *given, dpt_opt_positional positional, json_t **settings,
                      int *print_config, int *until) {
   parse p = {.cmd = cmd};
-  int rc = make_longs(&p) != 0 ? dpt_opt_usage_error(cmd, "out of memory") : 0;
+  int rc = make_longs(&p, until != NULL) != 0 ? dpt_opt_usage_error(cmd, "out of memory") : 0;
   if (!rc) rc = read_argv(&p, target, argc, argv, positional, until);
   if (!rc && p.help) {
     dpt_opt_usage(cmd, stdout);

@@ -32,6 +32,12 @@ same_json "a value starting with '-'" "$("$dptrain" train --max-skipped=-1 --pri
   '{"max-skipped": -1, "model": "mlp"}'
 same_json "another command" "$("$dptrain" tokenize --vocab-size=300 --print-config)" \
   '{"vocab-size": 300}'
+same_json "a short option" "$("$dptrain" report "$scratch" -o "$scratch/r.html" --print-config)" \
+  "{\"o\": \"$scratch/r.html\"}"
+same_json "a short option's value attached" "$("$dptrain" report "$scratch" -o"$scratch/r.html" \
+  --print-config)" "{\"o\": \"$scratch/r.html\"}"
+refused "a short option without its value" "dptrain report: -o needs a value" report "$scratch" -o
+refused "an unknown short option" "dptrain report: unknown option '-x'" report "$scratch" -x
 refused "a flag given a value" "--quiet takes no value" train --quiet=1
 refused "a value missing at the end" "dptrain train: --epochs needs a value" train --epochs
 
