@@ -86,8 +86,11 @@ static int reference(void) {
          "keeps its meaning when an option is added. A `--config FILE` holds a JSON object of\n"
          "options, keys without the dashes (`{\"epochs\": 3, \"lr\": 0.1, \"model\": \"mlp\"}`;\n"
          "a flag is `true`, a repeatable option takes an array); the command line's options\n"
-         "override the file's. Unknown keys and values of the wrong type are usage errors.\n\n"
-         "## Every command\n\n");
+         "override the file's. Unknown keys and values of the wrong type are usage errors.\n"
+         "`dptrain train --print-config` adds the model's name when `--model` is not given, and\n"
+         "the run keeps what it prints in `--log-dir`'s settings.json and in its checkpoints.\n\n"
+         "## Every command\n\n"
+         "Every command below takes these (the benchmarks, `dptrain bench`, only `--help`):\n\n");
   size_t ncommon;
   const dpt_opt *common = dpt_opt_common(&ncommon);
   for (size_t i = 0; i < ncommon; ++i) {

@@ -45,7 +45,7 @@ typedef struct setting {
 /* A parse in progress. */
 typedef struct parse {
   const dpt_opt_cmd *cmd;
-  const dpt_opt **rows; /* [cmd->count + COMMON_COUNT] getopt's index -> row */
+  const dpt_opt **rows; /* the rows getopt takes, NULL-terminated; 256 + i: rows[i] */
   struct option *longs; /* [cmd->count + COMMON_COUNT + 1] */
   setting *set;         /* in the order applied */
   size_t nset, cap;
