@@ -28,8 +28,10 @@ static const command commands[] = {
     {"tokenize", dpt_tokenize_options, 0,
      "learn a BPE vocabulary from text (dptrain tokenize --help)"},
     {"data convert", dpt_data_convert_options, 0, "Criteo text to interaction shards"},
+    {"data npy", dpt_data_npy_options, 0, "NumPy arrays (TorchRec's Criteo) to interaction shards"},
     {"data synth", dpt_data_synth_options, 0, "synthetic interaction shards with a planted AUC"},
     {"data debian", dpt_data_debian_options, 0, "Debian's dependency graph as interaction shards"},
+    {"data images", dpt_data_images_options, 'd', "an image folder to a tensor data set"},
     {"data info", dpt_data_info_options, 'f', "what interaction shards hold"},
     {"report", dpt_report_options, 'd', "one HTML file of a run's --log-dir: charts and settings"},
     {"devices", dpt_devices_options, 0, "list every backend and device found, one per line"},
@@ -196,8 +198,8 @@ static int completion(void) {
          "    case ${COMP_WORDS[1]} in\n"
          "      checkpoint) [ \"$COMP_CWORD\" -eq 2 ] && COMPREPLY=($(compgen -W \"info export\" "
          "-- \"$cur\")) ;;\n"
-         "      data) [ \"$COMP_CWORD\" -eq 2 ] && COMPREPLY=($(compgen -W \"convert synth debian "
-         "info\" -- \"$cur\")) ;;\n"
+         "      data) [ \"$COMP_CWORD\" -eq 2 ] && COMPREPLY=($(compgen -W \"convert npy synth "
+         "debian images info\" -- \"$cur\")) ;;\n"
          "      bench) [ \"$COMP_CWORD\" -eq 2 ] && COMPREPLY=($(compgen -W \"gemm train "
          "allreduce\" -- \"$cur\")) ;;\n"
          "      *) COMPREPLY=($(compgen -W \"");
