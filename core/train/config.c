@@ -17,10 +17,11 @@
 #include "dptrain/train.h"
 
 /* Each released layout's sizeof(dpt_train_config), oldest first: the sizes a caller may pass. */
-static const size_t known_sizes[] = {offsetof(dpt_train_config, log_dir),      /* before log_dir */
-                                     offsetof(dpt_train_config, table_lr),     /* before table_lr */
-                                     offsetof(dpt_train_config, options_json), /* before options_json */
-                                     sizeof(dpt_train_config)};
+static const size_t known_sizes[] = {
+    offsetof(dpt_train_config, log_dir),      /* before log_dir */
+    offsetof(dpt_train_config, table_lr),     /* before table_lr */
+    offsetof(dpt_train_config, options_json), /* before options_json */
+    sizeof(dpt_train_config)};
 
 static int known_size(size_t size) {
   for (size_t i = 0; i < sizeof known_sizes / sizeof known_sizes[0]; i++)
