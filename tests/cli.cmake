@@ -19,6 +19,20 @@ if(DPT_BUILD_TOOLS)
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endif()
 
+# Command-line conventions: --opt=value, "--", prefixes refused, --config under the command line,
+# bad config files, --print-config read back, the options in settings.json and checkpoints.
+if(DPT_BUILD_TOOLS)
+  add_test(NAME cli_options COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/scripts/cli_options_test.sh"
+                                    $<TARGET_FILE:dptrain_cli> "${CMAKE_CURRENT_BINARY_DIR}/cli-options-scratch")
+  set_tests_properties(cli_options PROPERTIES TIMEOUT 120 LABELS "cli")
+  # --help, docs/reference.md, the bash completion and the man page list the same options.
+  add_test(NAME cli_docs COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/scripts/cli_docs_test.sh"
+                                 $<TARGET_FILE:dptrain_cli> "${PROJECT_SOURCE_DIR}/docs/reference.md"
+                                 "${PROJECT_BINARY_DIR}/tools/dptrain.bash-completion"
+                                 "${PROJECT_BINARY_DIR}/tools/dptrain.1" "${PROJECT_BINARY_DIR}")
+  set_tests_properties(cli_docs PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 LABELS "cli;lint")
+endif()
+
 # The param_hash of fixed training runs on Fashion-MNIST (tests/scripts/param_hash_test.sh).
 if(DPT_BUILD_TOOLS)
   add_test(NAME param_hash COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/scripts/param_hash_test.sh"

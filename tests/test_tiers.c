@@ -177,6 +177,16 @@ START_TEST(config_size) {
   cfg.size = sizeof cfg;
   ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_IO);
   ck_assert_msg(strstr(dpt_last_error(), "/dev/null/log") != NULL, "%s", dpt_last_error());
+  /* A caller built before options_json: not read; read, it must be a JSON object. */
+  cfg.log_dir = NULL;
+  cfg.options_json = "[1, 2]";
+  cfg.size = offsetof(dpt_train_config, options_json);
+  ck_assert_msg(dpt_train(&cfg, NULL, NULL) == DPT_OK, "%s", dpt_last_error());
+  cfg.size = sizeof cfg;
+  ck_assert_int_eq(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG);
+  ck_assert_msg(strstr(dpt_last_error(), "options_json") != NULL, "%s", dpt_last_error());
+  cfg.options_json = "{\"epochs\": 1}";
+  ck_assert_msg(dpt_train(&cfg, NULL, NULL) == DPT_OK, "%s", dpt_last_error());
   dpt_dataset_destroy(ds);
 }
 END_TEST

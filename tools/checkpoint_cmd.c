@@ -56,7 +56,8 @@ static json_t *metadata_json(const dpt_safetensors *st, const char *key) {
 
 /* Everything info reports about the open checkpoint `file`, as one JSON object: the tensors'
  * count and bytes, the optimizer's slots ("optimizer.<slot>.<name>") with how many tensors each
- * has, the progress as stored, the run's terms and the model. */
+ * has, the progress as stored, the run's terms, the model and the options it was started with
+ * (null where the checkpoint has none). */
 static json_t *info_json(const dpt_safetensors *st, const char *file, const skipped *sk) {
   const size_t count = dpt_safetensors_count(st);
   size_t bytes = 0;
@@ -72,10 +73,11 @@ static json_t *info_json(const dpt_safetensors *st, const char *file, const skip
     json_t *n = json_object_get(slots, slot);
     json_object_set_new(slots, slot, json_integer(n ? json_integer_value(n) + 1 : 1));
   }
-  return json_pack("{sssbsIsIsOsosososo}", "file", file, "valid", 1, "tensors", (json_int_t)count,
+  return json_pack("{sssbsIsIsOsososososo}", "file", file, "valid", 1, "tensors", (json_int_t)count,
                    "bytes", (json_int_t)bytes, "skipped", sk->list, "progress",
                    metadata_json(st, "dptrain.checkpoint"), "optimizer", slots, "terms",
-                   metadata_json(st, "dptrain.terms"), "model", metadata_json(st, "dptrain.model"));
+                   metadata_json(st, "dptrain.terms"), "model", metadata_json(st, "dptrain.model"),
+                   "options", metadata_json(st, "dptrain.options"));
 }
 
 /* A JSON value on one line: strings as they are, numbers with the fewest digits that read back
@@ -152,6 +154,13 @@ static void print_info(const json_t *info, const dpt_checkpoint_progress *p) {
     }
   } else if (!json_is_null(terms)) {
     print_value("raw", terms);
+  }
+  const json_t *options = json_object_get(info, "options");
+  if (json_is_object(options)) {
+    printf("options:\n");
+    json_object_foreach((json_t *)options, key, v) {
+      print_value(key, v);
+    }
   }
 }
 
@@ -439,28 +448,15 @@ const dpt_opt_cmd *dpt_run_options(void) {
   return &run_cmd;
 }
 
-/* Options before the command; *cmd its index in argv. 0, or the exit code of a usage error. */
+/* Options before the command (or before "--"); *cmd its index in argv, 0 when there is nothing
+ * to run. 0, or the exit code (of a usage error, or 0 after --help). */
 static int run_parse(int argc, char **argv, run_opts *o, int *cmd) {
-  int i = 1;
-  for (; i < argc && argv[i][0] == '-'; ++i) {
-    if (!strcmp(argv[i], "--")) {
-      ++i;
-      break;
-    }
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      *cmd = 0; /* nothing to run */
-      dpt_opt_usage(&run_cmd, stdout);
-      return 0;
-    }
-    const dpt_opt *opt = dpt_opt_find(&run_cmd, argv[i]);
-    if (!opt) return dpt_opt_usage_error(&run_cmd, "unknown option '%s'", argv[i]);
-    if (i + 1 == argc) return dpt_opt_usage_error(&run_cmd, "%s needs a value", argv[i]);
-    if (dpt_opt_set(opt, o, argv[i + 1]) != 0)
-      return dpt_opt_usage_error(&run_cmd, "bad value '%s' for %s", argv[i + 1], argv[i]);
-    ++i;
+  const int rc = dpt_opt_parse_until(&run_cmd, o, argc, argv, cmd);
+  if (rc != DPT_OPT_KEEP_GOING) {
+    *cmd = 0;
+    return rc;
   }
-  if (i == argc) return dpt_opt_usage_error(&run_cmd, "no command given");
-  *cmd = i;
+  if (*cmd >= argc) return dpt_opt_usage_error(&run_cmd, "no command given");
   return 0;
 }
 

@@ -2,6 +2,8 @@
 #ifndef DPTRAIN_TOOLS_COMMANDS_H
 #define DPTRAIN_TOOLS_COMMANDS_H
 
+#include <stdio.h>
+
 #include "tools/options.h"
 
 int dpt_cmd_train(int argc, char **argv);
@@ -14,8 +16,13 @@ int dpt_cmd_data(int argc, char **argv);
 int dpt_cmd_data_debian(int argc, char **argv);
 int dpt_cmd_data_images(int argc, char **argv);
 int dpt_cmd_report(int argc, char **argv);
+int dpt_cmd_help(int argc, char **argv);
+int dpt_cmd_devices(int argc, char **argv);
 
-/* Each command's options (tools/options.h), for dptrain help --reference. */
+/* The tool's usage: its commands, one line each (tools/help_cmd.c). */
+void dpt_tool_usage(FILE *f);
+
+/* Each command's options (tools/options.h), for dptrain help. */
 const dpt_opt_cmd *dpt_train_options(void);
 const dpt_opt_cmd *dpt_eval_options(void);
 const dpt_opt_cmd *dpt_predict_options(void);
@@ -30,5 +37,6 @@ const dpt_opt_cmd *dpt_data_synth_options(void);
 const dpt_opt_cmd *dpt_data_debian_options(void);
 const dpt_opt_cmd *dpt_data_images_options(void);
 const dpt_opt_cmd *dpt_report_options(void);
+const dpt_opt_cmd *dpt_devices_options(void);
 
 #endif

@@ -140,7 +140,7 @@ static const dpt_opt convert_options[] = {
     {"--input", "FILE",
      "a text file, plain or gzip-compressed (day_0.gz); '-' or none:\n"
      "stdin (repeatable, at most 256)",
-     CUSTOM(add_input)},
+     CUSTOM(add_input), .multi = 1},
     {"--out", "DIR", "the output directory (created if missing)", STRING(out)},
     {"--dense", "N", "dense features per line (default 13)", CUSTOM(parse_conv_dense)},
     {"--sparse", "N", "categorical features per line (default 26)", CUSTOM(parse_conv_sparse)},

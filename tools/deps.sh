@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config check        # toolchain, Check unit tests
   universal-ctags clang-format                  # the house check (tools/check_house.sh)
+  help2man                                      # the man page, made at build time
   libopenblas-dev                               # CPU backend gemm
   libdnnl-dev                                   # CPU backend convolutions (oneDNN)
   ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd   # OpenCL + CPU driver

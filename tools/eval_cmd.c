@@ -122,7 +122,7 @@ static const dpt_opt options[] = {
     {"--text", "PATH",
      "the text whose validation sequences are scored; repeatable\n"
      "(default " DPT_TEXT_DEFAULT_DIR ")",
-     .cmds = EVAL, CUSTOM(parse_text)},
+     .cmds = EVAL, CUSTOM(parse_text), .multi = 1},
     {"--vocab", "FILE",
      "the vocabulary (default: beside the weights, W.vocab.json\n"
      "for W.safetensors); checked against the weights' metadata",

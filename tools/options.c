@@ -1,4 +1,5 @@
-/* The option tables' reader, usage printer and Markdown writer (tools/options.h). */
+/* The option tables' values, usage printer and Markdown writer (tools/options.h); the reader is
+ * options_parse.c. */
 #include "tools/options.h"
 
 #include <errno.h>
@@ -25,6 +26,33 @@ int dpt_opt_parse_float(const char *s, float *out) {
   if (end == s || *end || errno || !isfinite(v) || fabs(v) > FLT_MAX || (v != 0 && (float)v == 0))
     return -1;
   *out = (float)v;
+  return 0;
+}
+
+/* The options every command takes, read by options_parse.c; their order is its COMMON_*. */
+static const dpt_opt common[] = {
+    {"--config", "FILE",
+     "options from a JSON object, keys without the dashes, e.g.\n"
+     "{\"epochs\": 3, \"lr\": 0.1}; the command line overrides it",
+     .kind = DPT_OPT_CUSTOM},
+    {"--print-config", NULL,
+     "print the options set (--config's and the command line's)\n"
+     "as --config reads them, and exit",
+     .kind = DPT_OPT_CUSTOM},
+    {"--help", NULL, "this text, and exit (also -h)", .kind = DPT_OPT_CUSTOM},
+};
+
+const dpt_opt *dpt_opt_common(size_t *count) {
+  *count = sizeof common / sizeof common[0];
+  return common;
+}
+
+int dpt_opt_value_path(const dpt_opt *o) {
+  static const char *const files[] = {"FILE", "PATH", "OUT", "PATTERN"};
+  if (!o->value) return 0;
+  if (!strcmp(o->value, "DIR")) return 'd';
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; ++i)
+    if (!strcmp(o->value, files[i])) return 'f';
   return 0;
 }
 
@@ -73,32 +101,46 @@ int dpt_opt_set(const dpt_opt *o, void *target, const char *v) {
   return -1;
 }
 
+/* Row o in the usage's column layout: "  --name VALUE", then each line of help from column
+ * width + 4. */
+static void usage_row(const dpt_opt *o, int width, FILE *f) {
+  int used = fprintf(f, "  %s%s%s", o->name, o->value ? " " : "", o->value ? o->value : "");
+  for (const char *line = o->help;; used = 0) {
+    const char *nl = strchr(line, '\n');
+    const int len = nl ? (int)(nl - line) : (int)strlen(line);
+    fprintf(f, "%*s%.*s\n", width + 4 - used, "", len, line);
+    if (!nl) break;
+    line = nl + 1;
+  }
+}
+
+static int row_width(const dpt_opt *o) {
+  return o->name ? (int)(strlen(o->name) + (o->value ? 1 + strlen(o->value) : 0)) : 0;
+}
+
 void dpt_opt_usage(const dpt_opt_cmd *cmd, FILE *f) {
   fputs(cmd->synopsis, f);
+  size_t ncommon;
+  const dpt_opt *common = dpt_opt_common(&ncommon);
   int width = 0; /* of the widest "--name VALUE": the help texts start in one column */
   for (size_t i = 0; i < cmd->count; ++i) {
     const dpt_opt *o = &cmd->opts[i];
-    int w = o->name ? (int)(strlen(o->name) + (o->value ? 1 + strlen(o->value) : 0)) : 0;
-    if (dpt_opt_in(cmd, o) && w > width) width = w;
+    if (dpt_opt_in(cmd, o) && row_width(o) > width) width = row_width(o);
   }
-  if (cmd->count) fputc('\n', f);
+  for (size_t i = 0; i < ncommon; ++i)
+    if (row_width(&common[i]) > width) width = row_width(&common[i]);
+  fputc('\n', f);
   for (size_t i = 0; i < cmd->count; ++i) {
     const dpt_opt *o = &cmd->opts[i];
     if (!dpt_opt_in(cmd, o)) continue;
-    if (!o->name) {
+    if (o->name)
+      usage_row(o, width, f);
+    else
       fprintf(f, "%s\n", o->help);
-      continue;
-    }
-    /* "  --name VALUE", then each line of help from column width + 4 */
-    int used = fprintf(f, "  %s%s%s", o->name, o->value ? " " : "", o->value ? o->value : "");
-    for (const char *line = o->help;; used = 0) {
-      const char *nl = strchr(line, '\n');
-      const int len = nl ? (int)(nl - line) : (int)strlen(line);
-      fprintf(f, "%*s%.*s\n", width + 4 - used, "", len, line);
-      if (!nl) break;
-      line = nl + 1;
-    }
   }
+  fprintf(f, "%s", cmd->count ? "every command:\n" : "");
+  for (size_t i = 0; i < ncommon; ++i)
+    usage_row(&common[i], width, f);
 }
 
 int dpt_opt_usage_error(const dpt_opt_cmd *cmd, const char *fmt, ...) {
@@ -110,29 +152,6 @@ int dpt_opt_usage_error(const dpt_opt_cmd *cmd, const char *fmt, ...) {
   va_end(ap);
   dpt_opt_usage(cmd, stderr);
   return 2;
-}
-
-int dpt_opt_parse(const dpt_opt_cmd *cmd, void *target, int argc, char **argv, unsigned char *given,
-                  dpt_opt_positional positional) {
-  for (int i = 1; i < argc; ++i) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      dpt_opt_usage(cmd, stdout);
-      return 0;
-    }
-    if (a[0] != '-' && positional) {
-      if (positional(target, a) != 0) return dpt_opt_usage_error(cmd, "unknown argument '%s'", a);
-      continue;
-    }
-    const dpt_opt *o = dpt_opt_find(cmd, a);
-    if (!o) return dpt_opt_usage_error(cmd, "unknown option '%s'", a);
-    if (o->value && i + 1 == argc) return dpt_opt_usage_error(cmd, "%s needs a value", a);
-    const char *v = o->value ? argv[++i] : NULL;
-    if (dpt_opt_set(o, target, v) != 0)
-      return dpt_opt_usage_error(cmd, "bad value '%s' for %s", v, a);
-    if (given) given[o - cmd->opts] = 1;
-  }
-  return DPT_OPT_KEEP_GOING;
 }
 
 /* s on one Markdown line: '\n' as a space, '*' escaped (no emphasis in "'*.bias,*norm*'"). */

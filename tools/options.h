@@ -1,11 +1,14 @@
 /* Option tables of the dptrain commands: one row per option gives the --help text, the
- * takes-a-value check, the parser and the docs/reference.md entry (dptrain help --reference). */
+ * takes-a-value check, the parser (getopt_long, exact names only; --config's JSON keys), the
+ * docs/reference.md entry (dptrain help --reference), the bash completion and the man page. */
 #ifndef DPTRAIN_TOOLS_OPTIONS_H
 #define DPTRAIN_TOOLS_OPTIONS_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+
+#include <jansson.h>
 
 /* How an option's value is read and where it goes. */
 typedef enum dpt_opt_kind {
@@ -29,6 +32,7 @@ typedef struct dpt_opt {
   int64_t lo, hi; /* integers: the accepted range; FLAG: lo is the value stored */
   int (*parse)(void *target, const char *v); /* CUSTOM: 0, or -1 for a bad value */
   unsigned cmds; /* the commands of a shared table that take it (their `mask`); 0: all */
+  int multi;     /* repeatable: each use adds a value (a JSON array in --config, one per item) */
 } dpt_opt;
 
 /* A command: its name, its text before the options, and its rows of a table. */
@@ -73,11 +77,35 @@ int dpt_opt_usage_error(const dpt_opt_cmd *cmd, const char *fmt, ...)
 /* An argument that is not an option: 0 taken, -1 refused (a usage error). */
 typedef int (*dpt_opt_positional)(void *target, const char *arg);
 
-/* Reads argv[1..argc) into target, in order. --help or -h prints the usage on stdout (exit 0).
- * given (cmd->count entries, or NULL) marks the rows seen. positional takes the arguments that
- * do not start with '-' (NULL: each is a usage error). DPT_OPT_KEEP_GOING, or the exit code. */
+/* Reads argv[1..argc) into target through getopt_long: "--opt value", "--opt=value", "--" ends
+ * the options; names are matched exactly (a prefix is refused). --help or -h prints the usage on
+ * stdout (exit 0). --config FILE applies a JSON object's keys (option names without the dashes)
+ * first, except those the command line gives; then the command line's options, in order.
+ * --print-config prints the resulting options as --config reads them (exit 0). given
+ * (cmd->count entries, or NULL) marks the rows set. positional takes the arguments that are not
+ * options (NULL: each is a usage error). DPT_OPT_KEEP_GOING, or the exit code. */
 int dpt_opt_parse(const dpt_opt_cmd *cmd, void *target, int argc, char **argv, unsigned char *given,
                   dpt_opt_positional positional);
+
+/* dpt_opt_parse that hands the options set (by --config and the command line) to the caller:
+ * *settings (a new JSON object, or NULL on an exit) and *print_config (--print-config given:
+ * the caller prints dpt_opt_settings_text(*settings) when it is ready, and exits 0). */
+int dpt_opt_parse_settings(const dpt_opt_cmd *cmd, void *target, int argc, char **argv,
+                           unsigned char *given, dpt_opt_positional positional, json_t **settings,
+                           int *print_config);
+/* settings as --config reads it: one key a line, numbers in the fewest digits that read back the
+ * same (malloc'd; NULL when out of memory). */
+char *dpt_opt_settings_text(const json_t *settings);
+
+/* Where the first argument that is not an option stands, for a command that runs the rest
+ * (dptrain run): options before it (or before "--") only; *first receives its index. */
+int dpt_opt_parse_until(const dpt_opt_cmd *cmd, void *target, int argc, char **argv, int *first);
+
+/* The options every command takes besides its table's (--config, --print-config, --help). */
+const dpt_opt *dpt_opt_common(size_t *count);
+/* Whether row o's value names a file (FILE, PATH, OUT, PATTERN) or a directory (DIR): 'f',
+ * 'd', or 0. */
+int dpt_opt_value_path(const dpt_opt *o);
 
 /* cmd as Markdown: a heading, the synopsis, a list of its options by section. */
 void dpt_opt_markdown(const dpt_opt_cmd *cmd, FILE *f);

@@ -52,7 +52,7 @@ static const dpt_opt options[] = {
     {"--data", "PATH",
      "a text file, or a directory's files (repeatable, at most 256;\n"
      "default " DPT_TEXT_DEFAULT_DIR ")",
-     CUSTOM(add_data)},
+     CUSTOM(add_data), .multi = 1},
     {"--vocab-size", "N", "tokens in the vocabulary, 260 to 2^20 (default 4096)",
      SIZE_IN(vocab_size, DPT_TOKEN_FIRST_MERGE, DPT_BPE_MAX_VOCAB)},
     {"--out", "FILE", "write the learned vocabulary here (JSON)", STRING(out)},

@@ -333,7 +333,7 @@ static const dpt_opt options[] = {
     {"--text", "PATH",
      "a text file or a directory's files; repeatable\n"
      "(default " DPT_TEXT_DEFAULT_DIR ")",
-     CUSTOM(parse_text)},
+     CUSTOM(parse_text), .multi = 1},
     {"--vocab", "FILE", "use this vocabulary (dptrain tokenize --out)", STRING(text.vocab)},
     {"--vocab-size", "N", "learn a vocabulary of N tokens from the text (default 4096)",
      SIZE(text.vocab_size, DPT_TOKEN_FIRST_MERGE)},
@@ -1329,14 +1329,43 @@ static void announce(const cli *c, dpt_comm *comm) {
 
 /* Options, communicator, data, model, weights; then every rank agrees to start, trains, and
  * rank 0 saves the weights. */
+/* The options (--config's and the command line's) as the library keeps them (settings.json,
+ * checkpoints), with the model's name where --model was not given; --print-config prints
+ * them. KEEP_GOING, or the exit code. */
+static int parse_options(cli *c, int argc, char **argv, char **options_json) {
+  json_t *settings = NULL;
+  int print = 0;
+  int rc = dpt_opt_parse_settings(&train_cmd, c, argc, argv, c->given, NULL, &settings, &print);
+  if (rc == KEEP_GOING) rc = check_options(c);
+  if (rc == KEEP_GOING && !json_object_get(settings, "model"))
+    json_object_set_new(settings, "model", json_string(c->mc.model));
+  *options_json = rc == KEEP_GOING ? dpt_opt_settings_text(settings) : NULL;
+  json_decref(settings);
+  if (rc == KEEP_GOING && !*options_json) {
+    fprintf(stderr, "dptrain train: out of memory\n");
+    return 1;
+  }
+  if (rc == KEEP_GOING && print) {
+    fputs(*options_json, stdout);
+    free(*options_json);
+    *options_json = NULL;
+    return fflush(stdout) == 0 ? 0 : 1;
+  }
+  return rc;
+}
+
 int dpt_cmd_train(int argc, char **argv) {
   cli c;
   set_defaults(&c);
-  int rc = dpt_opt_parse(&train_cmd, &c, argc, argv, c.given, NULL);
-  if (rc == KEEP_GOING) rc = check_options(&c);
+  char *options_json = NULL;
+  int rc = parse_options(&c, argc, argv, &options_json);
+  c.cfg.options_json = options_json;
   dpt_comm *comm = NULL;
   if (rc == KEEP_GOING) rc = open_comm(&c, &comm);
-  if (rc != KEEP_GOING) return rc;
+  if (rc != KEEP_GOING) {
+    free(options_json);
+    return rc;
+  }
   c.tty = isatty(STDERR_FILENO);
   install_stop_handlers(); /* after MPI's start-up, so these are the handlers in place */
   c.cfg.checks.stop_request = &stop_signal;
@@ -1391,5 +1420,6 @@ int dpt_cmd_train(int argc, char **argv) {
     dpt_dataset_destroy(test);
   }
   dpt_comm_destroy(comm);
+  free(options_json);
   return rc;
 }

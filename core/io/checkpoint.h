@@ -13,6 +13,7 @@
 #define DPT_CKPT_PROGRESS_KEY "dptrain.checkpoint"
 #define DPT_CKPT_TERMS_KEY    "dptrain.terms"
 #define DPT_CKPT_CRC_KEY      "dptrain.crc32"
+#define DPT_CKPT_OPTIONS_KEY  "dptrain.options" /* cfg->options_json, when given */
 
 /* The progress as the JSON object stored under DPT_CKPT_PROGRESS_KEY (malloc'd), and back.
  * 64-bit integers are written as decimal strings where they may exceed 2^53 (seed,

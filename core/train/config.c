@@ -10,14 +10,18 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "base/error.h"
 #include "core/train/config.h"
 #include "dptrain/train.h"
 
 /* Each released layout's sizeof(dpt_train_config), oldest first: the sizes a caller may pass. */
-static const size_t known_sizes[] = {offsetof(dpt_train_config, log_dir),  /* before log_dir */
-                                     offsetof(dpt_train_config, table_lr), /* before table_lr */
-                                     sizeof(dpt_train_config)};
+static const size_t known_sizes[] = {
+    offsetof(dpt_train_config, log_dir),      /* before log_dir */
+    offsetof(dpt_train_config, table_lr),     /* before table_lr */
+    offsetof(dpt_train_config, options_json), /* before options_json */
+    sizeof(dpt_train_config)};
 
 static int known_size(size_t size) {
   for (size_t i = 0; i < sizeof known_sizes / sizeof known_sizes[0]; i++)
@@ -285,6 +289,19 @@ static dpt_status check_data_set(const dpt_train_config *cfg, int total) {
   return DPT_OK;
 }
 
+/* The caller's settings, when given, are a JSON object. */
+static dpt_status check_options_json(const dpt_train_config *cfg) {
+  if (!cfg->options_json) return DPT_OK;
+  json_error_t err;
+  json_t *j = json_loads(cfg->options_json, 0, &err);
+  const int object = json_is_object(j), parsed = j != NULL;
+  json_decref(j);
+  if (!object)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_train: options_json is not a JSON object%s%s",
+                         parsed ? "" : ": ", parsed ? "" : err.text);
+  return DPT_OK;
+}
+
 dpt_status dpt_train_check_config(const dpt_train_config *cfg, dpt_comm *comm) {
   const char *fn = "dpt_train";
   if (!cfg) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: config is NULL", fn);
@@ -300,5 +317,6 @@ dpt_status dpt_train_check_config(const dpt_train_config *cfg, dpt_comm *comm) {
     DPT_TRY(check_data_set(cfg, total));
   }
   DPT_TRY(check_checkpoints(cfg));
+  DPT_TRY(check_options_json(cfg));
   return dpt_optim_config_check(&cfg->optim);
 }

@@ -75,7 +75,7 @@ static char *float_list(const float *v, size_t n) {
 }
 
 /* The metadata every checkpoint of the run carries: the model file's, the normalization, the
- * configuration. */
+ * configuration, the caller's settings. */
 static dpt_status make_metadata(const replica *r, struct train_ckpt *ck) {
   const dpt_train_config *cfg = r->cfg;
   uint64_t words[DPT_RUN_TERM_COUNT];
@@ -95,6 +95,10 @@ static dpt_status make_metadata(const replica *r, struct train_ckpt *ck) {
     const char *norm[] = {"dptrain.mean", ck->mean, "dptrain.std", ck->std};
     for (size_t i = 0; i < 4; ++i)
       ck->meta[n++] = norm[i];
+  }
+  if (cfg->options_json) {
+    ck->meta[n++] = DPT_CKPT_OPTIONS_KEY;
+    ck->meta[n++] = cfg->options_json;
   }
   ck->meta[n] = NULL;
   return DPT_OK;

@@ -81,6 +81,8 @@ static json_t *settings_json(const replica *r, const replica_state *s) {
       (json_int_t)cfg->checkpoints.checkpoint_every, "minutes", cfg->checkpoints.checkpoint_minutes,
       "resume", cfg->checkpoints.resume);
   if (j) json_object_set_new(j, "world_size", json_integer(r->count));
+  if (j && cfg->options_json) /* a JSON object: checked by dpt_train_check_config */
+    json_object_set_new(j, "options", json_loads(cfg->options_json, 0, NULL));
   return j;
 }
 

@@ -382,6 +382,10 @@ typedef struct dpt_train_config {
    * DPT_TABLE_ADAGRAD_LR. Embedding rows want a far larger rate than the dense layers' AdamW
    * (docs/recommendation.md, "Sparse table gradients"). */
   double table_lr;
+  /* The caller's own settings as the text of a JSON object (dptrain train's options, as its
+   * --print-config prints them), or NULL: settings.json keeps the object as "options", and
+   * every checkpoint the text as its metadata "dptrain.options". */
+  const char *options_json;
 } dpt_train_config;
 
 /* Fills the first `size` bytes of *cfg with the defaults and sets cfg->size = size: CPU backend,

@@ -42,6 +42,7 @@ awk 'length($0) > 100 { exit 1 }' "$scratch/help" || fail "--help has lines over
 options=0
 while read -r opt value; do
   options=$((options + 1))
+  [ "$opt" = --help ] && continue # prints the usage at once, whatever follows
   if [ -n "$value" ]; then
     "$dptrain" train "$opt" >/dev/null 2>"$scratch/err"; rc=$?
     [ $rc -eq 2 ] && grep -q "^dptrain train: $opt needs a value$" "$scratch/err" ||
