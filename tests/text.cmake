@@ -13,3 +13,6 @@ if(DPT_BUILD_TOOLS)
                                  $<TARGET_FILE:dptrain_cli> "${CMAKE_CURRENT_BINARY_DIR}/bert-cli-scratch")
   set_tests_properties(bert_cli PROPERTIES TIMEOUT 300 LABELS "cli;text")
 endif()
+# BERT's WordPiece tokenizer against the documented rules; sequences and masking with its ids.
+dpt_add_check_test(NAME test_wordpiece SOURCES core/text/test_wordpiece.c LABELS unit text
+                   TIMEOUT 60)

@@ -14,6 +14,7 @@ packages=(
   oclgrind                                      # OpenCL kernel checker (tests)
   zlib1g-dev                                    # gzip IDX files
   libjansson-dev                                # JSON: model files, safetensors headers
+  libutf8proc-dev                               # Unicode for the WordPiece tokenizer
   dataset-fashion-mnist                         # the real data set
   fortunes                                      # English text for MLM pretraining (dptrain tokenize)
   python3-protobuf                              # reads TensorBoard event files back (tests)

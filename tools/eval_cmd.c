@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "bench/bench.h"
 #include "bench/text_setup.h"
@@ -121,11 +122,14 @@ static const dpt_opt options[] = {
     {.help = "bert weights (masked-language model; docs/text.md):", .cmds = EVAL},
     {"--text", "PATH",
      "the text whose validation sequences are scored; repeatable\n"
-     "(default " DPT_TEXT_DEFAULT_DIR ")",
+     "(default " DPT_TEXT_DEFAULT_DIR "); FILE.jsonl: JSON lines",
      .cmds = EVAL, CUSTOM(parse_text)},
+    {"--text-field", "NAME", "the string field of .jsonl lines (default text)", .cmds = EVAL,
+     STRING(text.text_field)},
     {"--vocab", "FILE",
      "the vocabulary (default: beside the weights, W.vocab.json\n"
-     "for W.safetensors); checked against the weights' metadata",
+     "or W.vocab.txt for W.safetensors); checked against the\n"
+     "weights' metadata",
      .cmds = EVAL, STRING(text.vocab)},
     {"--seq-len", "N", "tokens per sequence (default: the model's)", .cmds = EVAL,
      SIZE(text.seq_len, 3)},
@@ -476,9 +480,9 @@ static int meta_u64(const dpt_safetensors *wf, const char *key, int base, uint64
 /* The vocabulary against the weights: the size the model predicts and, when the file names
  * them, the training run's vocabulary size and fingerprint. */
 static dpt_status check_vocab(const opts *o, const dpt_safetensors *wf, const dpt_model_spec *s,
-                              const dpt_bpe *bpe) {
-  const size_t v = dpt_bpe_vocab_size(bpe);
-  const uint64_t fp = dpt_bpe_fingerprint(bpe);
+                              const dpt_tokenizer *tok) {
+  const size_t v = dpt_tokenizer_vocab_size(tok);
+  const uint64_t fp = dpt_tokenizer_fingerprint(tok);
   uint64_t want_v = 0, want_fp = 0;
   const int has_v = meta_u64(wf, DPT_META_VOCAB_SIZE, 10, &want_v) == 0;
   const int has_fp = meta_u64(wf, DPT_META_VOCAB_FP, 16, &want_fp) == 0;
@@ -533,7 +537,13 @@ static dpt_status eval_text(opts *o, const dpt_model_spec *spec) {
   }
   o->text.seq_len = s.seq_len;
   if (!o->text.vocab) {
-    if (dpt_text_vocab_path(o->weights, vocab, sizeof vocab) != 0) {
+    /* W.vocab.json (BPE), else W.vocab.txt (WordPiece) when only that one exists. */
+    const int too_long = dpt_text_vocab_path(o->weights, 0, vocab, sizeof vocab) != 0;
+    char txt[4200];
+    if (!too_long && access(vocab, F_OK) != 0 &&
+        dpt_text_vocab_path(o->weights, 1, txt, sizeof txt) == 0 && access(txt, F_OK) == 0)
+      snprintf(vocab, sizeof vocab, "%s", txt);
+    if (too_long) {
       dpt_safetensors_close(wf);
       return own_error(DPT_ERR_INVALID_ARG, "--weights: the path is too long");
     }
@@ -542,7 +552,7 @@ static dpt_status eval_text(opts *o, const dpt_model_spec *spec) {
   char msg[2048];
   dpt_status st = dpt_text_run_load(&o->text, &tr, msg, sizeof msg);
   if (st != DPT_OK) own_error(st, "%s", msg);
-  if (st == DPT_OK) st = check_vocab(o, wf, spec, tr.bpe);
+  if (st == DPT_OK) st = check_vocab(o, wf, spec, tr.tok);
   if (st == DPT_OK && !tr.valid) {
     char text[1024];
     dpt_text_options_describe(&o->text, text, sizeof text);
@@ -940,9 +950,11 @@ static int command(int cmd, int argc, char **argv) {
                    "%s is a masked-language model: dptrain eval scores it on text", o.weights);
   else if (token_model)
     st = eval_text(&o, spec);
-  else if (o.text.num_paths || o.text.vocab || o.text.seq_len || o.val_every_set)
+  else if (o.text.num_paths || o.text.text_field || o.text.vocab || o.text.seq_len ||
+           o.val_every_set)
     st = own_error(DPT_ERR_INVALID_ARG,
-                   "--text, --vocab, --seq-len and --val-every are for bert weights; %s holds "
+                   "--text, --text-field, --vocab, --seq-len and --val-every are for bert "
+                   "weights; %s holds "
                    "a classifier",
                    o.weights);
   free(spec);

@@ -318,9 +318,14 @@ static const dpt_opt options[] = {
     {.help = "bert (--model bert):"},
     {"--text", "PATH",
      "a text file or a directory's files; repeatable\n"
-     "(default " DPT_TEXT_DEFAULT_DIR ")",
+     "(default " DPT_TEXT_DEFAULT_DIR "); FILE.jsonl: JSON lines",
      CUSTOM(parse_text)},
-    {"--vocab", "FILE", "use this vocabulary (dptrain tokenize --out)", STRING(text.vocab)},
+    {"--text-field", "NAME", "the string field of .jsonl lines (default text)",
+     STRING(text.text_field)},
+    {"--vocab", "FILE",
+     "use this vocabulary: dptrain tokenize --out's BPE (JSON) or\n"
+     "a WordPiece vocab.txt (one token per line, as BERT's)",
+     STRING(text.vocab)},
     {"--vocab-size", "N", "learn a vocabulary of N tokens from the text (default 4096)",
      SIZE(text.vocab_size, DPT_TOKEN_FIRST_MERGE)},
     {"--seq-len", "N", "tokens per sequence, [CLS] and [SEP] included (default 128)",
@@ -840,10 +845,10 @@ static int dlrm_options(cli *c) {
  * checks that need no text. KEEP_GOING or the exit code 2. */
 static int bert_options(cli *c) {
   if (!c->bert) {
-    static const char *const text_only[] = {"--text",    "--vocab",         "--vocab-size",
-                                            "--seq-len", "--max-positions", "--val-every",
-                                            "--layers",  "--hidden-size",   "--heads",
-                                            "--ffn",     "--dropout",       "--attn-dropout"};
+    static const char *const text_only[] = {
+        "--text",          "--text-field", "--vocab",       "--vocab-size",  "--seq-len",
+        "--max-positions", "--val-every",  "--layers",      "--hidden-size", "--heads",
+        "--ffn",           "--dropout",    "--attn-dropout"};
     for (size_t i = 0; i < sizeof text_only / sizeof text_only[0]; ++i)
       if (given(c, text_only[i])) return usage_error("%s is for --model bert", text_only[i]);
     return KEEP_GOING;
@@ -1083,7 +1088,7 @@ static dpt_status build_dlrm(cli *c) {
 /* The model's shape, from the options and the data: its channels, size and classes. */
 static dpt_status build_model(cli *c, const dpt_dataset *train) {
   if (c->bert) {
-    c->bo.vocab = dpt_bpe_vocab_size(c->tr.bpe);
+    c->bo.vocab = dpt_tokenizer_vocab_size(c->tr.tok);
     return dpt_model_spec_bert(&c->cfg.model, &c->bo);
   }
   return dpt_model_choice_spec(&c->mc, dpt_dataset_channels(train), dpt_dataset_rows(train),
@@ -1228,12 +1233,13 @@ static dpt_status save_weights(const cli *c, const weights *w, char *other, size
   if (c->bert) {
     /* The vocabulary beside the weights, and what identifies it in their metadata. */
     char vocab[4200], size[32], fp[32], val[32], seed[32];
-    if (dpt_text_vocab_path(c->save_weights, vocab, sizeof vocab) != 0) {
+    const int wordpiece = dpt_tokenizer_wordpiece(c->tr.tok) != NULL;
+    if (dpt_text_vocab_path(c->save_weights, wordpiece, vocab, sizeof vocab) != 0) {
       snprintf(other, cap, "--save-weights: the path is too long");
       return DPT_ERR_INVALID_ARG;
     }
-    snprintf(size, sizeof size, "%zu", dpt_bpe_vocab_size(c->tr.bpe));
-    snprintf(fp, sizeof fp, "%016llx", (unsigned long long)dpt_bpe_fingerprint(c->tr.bpe));
+    snprintf(size, sizeof size, "%zu", dpt_tokenizer_vocab_size(c->tr.tok));
+    snprintf(fp, sizeof fp, "%016llx", (unsigned long long)dpt_tokenizer_fingerprint(c->tr.tok));
     snprintf(val, sizeof val, "%zu", c->text.val_every);
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->text.mask_seed);
     const char *const extra[] = {DPT_META_VOCAB_SIZE,
@@ -1245,7 +1251,7 @@ static dpt_status save_weights(const cli *c, const weights *w, char *other, size
                                  DPT_META_MASK_SEED,
                                  seed,
                                  NULL};
-    const dpt_status st = dpt_bpe_save(c->tr.bpe, vocab);
+    const dpt_status st = dpt_text_vocab_save(c->tr.tok, vocab);
     if (st != DPT_OK) return st;
     return dpt_model_save_params_meta(w->host_model, w->final_params, c->save_weights, extra);
   }
@@ -1274,7 +1280,7 @@ static void announce(const cli *c, dpt_comm *comm) {
     const dpt_text_run *t = &c->tr;
     printf("text: %s: %zu files, %zu documents, %zu bytes; vocabulary %zu tokens (%s)\n", text,
            dpt_text_corpus_files(t->corpus), dpt_text_corpus_documents(t->corpus),
-           dpt_text_corpus_bytes(t->corpus), dpt_bpe_vocab_size(t->bpe),
+           dpt_text_corpus_bytes(t->corpus), dpt_tokenizer_vocab_size(t->tok),
            c->text.vocab ? c->text.vocab : "learned from the text");
     printf("sequences of %zu tokens: %zu training, %zu validation (document d validates when "
            "d %% %zu = %zu)\n",
