@@ -195,9 +195,12 @@ static const dpt_opt_cmd eval_cmd = {
 
 static const dpt_opt_cmd predict_cmd = {
     "dptrain predict",
-    "usage: dptrain predict --weights FILE --data DIR [--top K] [--output FILE]\n\n"
+    "usage: dptrain predict --weights FILE --data DIR [--top K] [--output FILE]\n"
+    "       dptrain predict --weights BERT.safetensors --data IDS.safetensors --output "
+    "OUT.safetensors\n\n"
     "Class probabilities (softmax of the logits) for each input, or the K likeliest\n"
-    "classes; one row per input, in the data's order.\n",
+    "classes; one row per input, in the data's order. For a BERT: the logits [N, seq_len,\n"
+    "vocab] of the int32 ids \"inputs\" (or \"val_inputs\") [N, seq_len] of IDS.\n",
     options,
     NUM_OPTIONS,
     PREDICT,
@@ -604,6 +607,64 @@ static dpt_status eval_text(opts *o, const dpt_model_spec *spec) {
   return st;
 }
 
+/* ---- predict with a BERT: logits of given token ids ------------------------------------ */
+
+/* The token ids to predict on: int32 tensor "inputs" (or "val_inputs", as dptrain tokenize
+ * --export writes) [N, seq_len] of o->data, into *ids (malloc'd) and *n. */
+static dpt_status read_token_ids(const opts *o, size_t L, int32_t **ids, size_t *n) {
+  dpt_safetensors *f = NULL;
+  TRY(dpt_safetensors_open(o->data, &f));
+  dpt_st_info info;
+  const char *name = dpt_safetensors_find(f, "inputs", &info) == DPT_OK ? "inputs" : "val_inputs";
+  dpt_status st = dpt_safetensors_find(f, name, &info);
+  if (st != DPT_OK || strcmp(info.dtype, "I32") != 0 || info.ndim != 2 ||
+      info.shape[1] != (int64_t)L)
+    st = own_error(DPT_ERR_BAD_FORMAT,
+                   "%s: a token model predicts on an int32 tensor \"inputs\" (or \"val_inputs\") "
+                   "of [N, %zu]",
+                   o->data, L);
+  *n = st == DPT_OK ? info.count / L : 0;
+  *ids = st == DPT_OK ? malloc((info.count ? info.count : 1) * sizeof **ids) : NULL;
+  if (st == DPT_OK && !*ids) st = own_error(DPT_ERR_OUT_OF_MEMORY, "out of memory");
+  if (st == DPT_OK && info.count) memcpy(*ids, info.data, info.count * sizeof **ids);
+  dpt_safetensors_close(f);
+  return st;
+}
+
+/* The logits [N, seq_len, vocab] of a BERT on given ids, to --output (safetensors). */
+static dpt_status predict_text(const opts *o, const dpt_model_spec *spec) {
+  if (!o->output || !o->data || o->top)
+    return own_error(DPT_ERR_INVALID_ARG,
+                     "%s is a masked-language model: predict takes --data IDS.safetensors "
+                     "and --output LOGITS.safetensors (no --top)",
+                     o->weights);
+  const size_t L = spec->seq_len, V = spec->num_classes;
+  int32_t *ids = NULL;
+  size_t n = 0;
+  TRY(read_token_ids(o, L, &ids, &n));
+  dpt_backend *be = NULL;
+  dpt_model *model = NULL;
+  const size_t count = n * L * V; /* n * L ids were read: no overflow unless V is huge */
+  float *logits = malloc((count > 0 ? count : 1) * sizeof *logits);
+  dpt_status st = logits ? DPT_OK : own_error(DPT_ERR_OUT_OF_MEMORY, "out of memory");
+  const size_t batch = o->batch < n ? o->batch : (n ? n : 1);
+  if (st == DPT_OK) st = dpt_backend_create(pick_backend(o->backend), 0, &be);
+  if (st == DPT_OK) st = dpt_model_create(be, spec, batch, &model);
+  if (st == DPT_OK) st = dpt_model_load(model, o->weights);
+  /* The ids go into the float slots bit for bit, as dpt_model_predict reads a token model. */
+  if (st == DPT_OK && n) st = dpt_model_predict(model, (const float *)ids, n, logits);
+  const dpt_st_tensor t = {
+      .name = "logits", .data = logits, .ndim = 3, .shape = {(int64_t)n, (int64_t)L, (int64_t)V}};
+  static const char *const meta[] = {"producer", "dptrain predict", NULL};
+  if (st == DPT_OK) st = dpt_safetensors_write(o->output, &t, 1, meta);
+  if (st == DPT_OK) printf("wrote %s: logits [%zu, %zu, %zu]\n", o->output, n, L, V);
+  free(ids);
+  free(logits);
+  dpt_model_destroy(model);
+  dpt_backend_destroy(be);
+  return st;
+}
+
 /* ---- eval of a DLRM on interaction shards ------------------------------------------------- */
 
 /* A DLRM (a click model on records): one logit per sample, embedding tables on the record. */
@@ -946,8 +1007,7 @@ static int command(int cmd, int argc, char **argv) {
                    "interaction shards are scored with dptrain train --model dlrm's weights",
                    o.weights, DPT_MODEL_METADATA_KEY);
   else if (token_model && cmd == PREDICT)
-    st = own_error(DPT_ERR_INVALID_ARG,
-                   "%s is a masked-language model: dptrain eval scores it on text", o.weights);
+    st = predict_text(&o, spec);
   else if (token_model)
     st = eval_text(&o, spec);
   else if (o.text.num_paths || o.text.text_field || o.text.vocab || o.text.seq_len ||

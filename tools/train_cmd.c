@@ -341,7 +341,10 @@ static const dpt_opt options[] = {
     {"--dropout", "X", "hidden dropout (default 0.1)", FLOAT(bo.dropout)},
     {"--attn-dropout", "X", "attention-probability dropout (default 0.1)", FLOAT(bo.attn_dropout)},
     {.help = "weights:"},
-    {"--init-weights", "FILE", "start from these weights (safetensors, PyTorch names)",
+    {"--init-weights", "PATH",
+     "start from these weights (safetensors, PyTorch names), or\n"
+     "a Hugging Face BERT directory (config.json, model.safetensors;\n"
+     "docs/hf.md)",
      STRING(init_weights)},
     {"--save-weights", "FILE",
      "write the final weights (safetensors); bert: the vocabulary\n"
@@ -841,6 +844,43 @@ static int dlrm_options(cli *c) {
   return KEEP_GOING;
 }
 
+static int is_dir(const char *path) {
+  struct stat sb;
+  return path && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* --init-weights DIR (a Hugging Face BERT directory): the encoder's sizes from its config.json
+ * where not given (given ones must agree), its vocab.txt unless --vocab says otherwise. */
+static int hf_options(cli *c) {
+  dpt_bert_options h = c->bo;
+  if (dpt_hf_bert_read_config(c->init_weights, &h) != DPT_OK)
+    return usage_error("--init-weights: %s", dpt_last_error());
+  static const struct {
+    const char *opt;
+    size_t offset;
+  } sizes[] = {{"--layers", offsetof(dpt_bert_options, layers)},
+               {"--hidden-size", offsetof(dpt_bert_options, hidden)},
+               {"--heads", offsetof(dpt_bert_options, heads)},
+               {"--ffn", offsetof(dpt_bert_options, ffn)},
+               {"--max-positions", offsetof(dpt_bert_options, max_positions)}};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i) {
+    size_t *mine = (size_t *)((char *)&c->bo + sizes[i].offset);
+    const size_t theirs = *(const size_t *)((const char *)&h + sizes[i].offset);
+    if (given(c, sizes[i].opt) && *mine != theirs)
+      return usage_error("%s %zu, but %s/config.json says %zu", sizes[i].opt, *mine,
+                         c->init_weights, theirs);
+    *mine = theirs;
+  }
+  c->bo.ln_eps = h.ln_eps;
+  static char vocab[4200];
+  static const char *const names[] = {"vocab.txt", "dptrain_bpe.json"};
+  for (size_t i = 0; !c->text.vocab && !given(c, "--vocab-size") && i < 2; ++i) {
+    snprintf(vocab, sizeof vocab, "%s/%s", c->init_weights, names[i]);
+    if (access(vocab, R_OK) == 0) c->text.vocab = vocab;
+  }
+  return KEEP_GOING;
+}
+
 /* --model bert: BERT's recipe for whatever was not given (docs/training.md), and the option
  * checks that need no text. KEEP_GOING or the exit code 2. */
 static int bert_options(cli *c) {
@@ -863,6 +903,10 @@ static int bert_options(cli *c) {
   if (given(c, "--vocab") && given(c, "--vocab-size"))
     return usage_error("--vocab and --vocab-size exclude each other (a vocabulary is read or "
                        "learned)");
+  if (is_dir(c->init_weights)) {
+    const int rc = hf_options(c);
+    if (rc != KEEP_GOING) return rc;
+  }
   c->bo.seq_len = c->text.seq_len;
   if (c->bo.max_positions && c->text.seq_len > c->bo.max_positions)
     return usage_error("--seq-len %zu is beyond the position table (--max-positions %zu)",
@@ -1191,7 +1235,11 @@ static dpt_status prepare_weights(cli *c, weights *w, char *other, size_t cap) {
   size_t np = w->host_model ? dpt_model_state_size(w->host_model) : 0;
   if (st == DPT_OK && c->init_weights) {
     w->init = malloc(np * sizeof(float));
-    if (w->init) {
+    if (w->init && is_dir(c->init_weights)) {
+      dpt_bert_options o;
+      st = dpt_bert_options_from_spec(&c->cfg.model, &o);
+      if (st == DPT_OK) st = dpt_hf_bert_load(w->host_model, &o, c->init_weights, w->init);
+    } else if (w->init) {
       st = dpt_model_load_params(w->host_model, c->init_weights, w->init);
     } else {
       snprintf(other, cap, "cannot allocate %zu parameters", np);
