@@ -16,3 +16,12 @@ endif()
 # BERT's WordPiece tokenizer against the documented rules; sequences and masking with its ids.
 dpt_add_check_test(NAME test_wordpiece SOURCES core/text/test_wordpiece.c LABELS unit text
                    TIMEOUT 60)
+# BERT in the Hugging Face layout: export, --init-weights DIR round trip, logits against
+# tools/hf_bert_reference.py (skipped, 77, without python3-torch).
+if(DPT_BUILD_TOOLS)
+  add_test(NAME hf_bert
+           COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/scripts/hf_bert_test.sh"
+                   $<TARGET_FILE:dptrain_cli> "${PROJECT_SOURCE_DIR}/tools/hf_bert_reference.py"
+                   "${CMAKE_CURRENT_BINARY_DIR}/hf-bert-scratch")
+  set_tests_properties(hf_bert PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "cli;text;pytorch")
+endif()

@@ -1235,7 +1235,7 @@ static dpt_status prepare_weights(cli *c, weights *w, char *other, size_t cap) {
   size_t np = w->host_model ? dpt_model_state_size(w->host_model) : 0;
   if (st == DPT_OK && c->init_weights) {
     w->init = malloc(np * sizeof(float));
-    if (w->init && is_dir(c->init_weights)) {
+    if (w->init && c->bert && is_dir(c->init_weights)) { /* a Hugging Face directory */
       dpt_bert_options o;
       st = dpt_bert_options_from_spec(&c->cfg.model, &o);
       if (st == DPT_OK) st = dpt_hf_bert_load(w->host_model, &o, c->init_weights, w->init);

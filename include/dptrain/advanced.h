@@ -3,7 +3,8 @@
  * start-up agreement, nonblocking requests (comm.h); a model's device buffers, hooks and
  * device-batch steps (model_device.h); the optimizer object (optimizer.h); the sparse
  * exchange of embedding rows (sparse.h); safetensors files (safetensors.h); BERT in the
- * Hugging Face layout (hf.h); the 64-bit fingerprint (fingerprint.h). It includes the training tier (dptrain.h) as well.
+ * Hugging Face layout (hf.h); the 64-bit fingerprint (fingerprint.h). It includes the training tier
+ * (dptrain.h) as well.
  */
 #ifndef DPTRAIN_ADVANCED_H
 #define DPTRAIN_ADVANCED_H
