@@ -25,3 +25,6 @@ if(DPT_BUILD_TOOLS)
                    "${CMAKE_CURRENT_BINARY_DIR}/hf-bert-scratch")
   set_tests_properties(hf_bert PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "cli;text;pytorch")
 endif()
+# BERT in the Hugging Face layout at the library: save -> load -> save bit for bit, token types
+# folded, old LayerNorm names, refusals.
+dpt_add_check_test(NAME test_hf_bert SOURCES core/io/test_hf_bert.c LABELS unit text TIMEOUT 60)

@@ -644,9 +644,10 @@ static dpt_status predict_text(const opts *o, const dpt_model_spec *spec) {
   TRY(read_token_ids(o, L, &ids, &n));
   dpt_backend *be = NULL;
   dpt_model *model = NULL;
-  const size_t count = n * L * V; /* n * L ids were read: no overflow unless V is huge */
-  float *logits = malloc((count > 0 ? count : 1) * sizeof *logits);
-  dpt_status st = logits ? DPT_OK : own_error(DPT_ERR_OUT_OF_MEMORY, "out of memory");
+  const size_t count = n * L * V; /* n * L ids are in memory; V is checked below */
+  const int fits = V == 0 || n * L <= ((size_t)-1) / sizeof(float) / V;
+  float *logits = fits ? malloc((count > 0 ? count : 1) * sizeof *logits) : NULL;
+  dpt_status st = logits ? DPT_OK : own_error(DPT_ERR_OUT_OF_MEMORY, "out of memory for logits");
   const size_t batch = o->batch < n ? o->batch : (n ? n : 1);
   if (st == DPT_OK) st = dpt_backend_create(pick_backend(o->backend), 0, &be);
   if (st == DPT_OK) st = dpt_model_create(be, spec, batch, &model);
