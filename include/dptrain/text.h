@@ -1,7 +1,8 @@
-/* dptrain: text for masked-language-model pretraining: a byte-level BPE tokenizer, text corpora,
- * fixed-length token sequences with a train/validation split, and BERT's masking.
+/* dptrain: text for masked-language-model pretraining: a byte-level BPE tokenizer and BERT's
+ * WordPiece tokenizer, text corpora (plain or JSON lines), fixed-length token sequences with a
+ * train/validation split, and BERT's masking.
  *
- * Token ids (a fixed layout; docs/text.md):
+ * BPE token ids (a fixed layout; docs/text.md; a WordPiece vocabulary names its own):
  *   0 [PAD], 1 [CLS], 2 [SEP], 3 [MASK]           the special tokens
  *   4 + b for each byte b in 0..255                 byte fallback: every input encodes
  *   260 + r for merge r (r = 0, 1, ...)             in the order training learned them
