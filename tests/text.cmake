@@ -28,3 +28,10 @@ endif()
 # BERT in the Hugging Face layout at the library: save -> load -> save bit for bit, token types
 # folded, old LayerNorm names, refusals.
 dpt_add_check_test(NAME test_hf_bert SOURCES core/io/test_hf_bert.c LABELS unit text TIMEOUT 60)
+# WordPiece against tokenization.py's rules written out in Python, on 150 random strings.
+if(DPT_BUILD_TOOLS)
+  add_test(NAME wordpiece_rules
+           COMMAND /usr/bin/python3 "${CMAKE_CURRENT_SOURCE_DIR}/scripts/wordpiece_rules_test.py"
+                   $<TARGET_FILE:dptrain_cli> "${CMAKE_CURRENT_BINARY_DIR}/wordpiece-rules-scratch")
+  set_tests_properties(wordpiece_rules PROPERTIES TIMEOUT 120 LABELS "cli;text")
+endif()
