@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """dptrain's WordPiece encoding against the rules of google-research/bert tokenization.py,
 written out here in Python (BasicTokenizer: clean, CJK split, lowercase, NFD without Mn,
-punctuation split; WordpieceTokenizer: greedy longest match first, 100 characters), on 300
+punctuation split; WordpieceTokenizer: greedy longest match first, 100 characters), on 150
 random strings over letters, accented letters, punctuation, CJK, control and format
 characters, Unicode spaces and Hangul, with an uncased vocabulary of random pieces.
 Python's lower() maps a final capital sigma to the final form, utf8proc's simple mapping does
