@@ -7,7 +7,7 @@
 #include "dptrain/train.h"
 
 /* Words per replica: one per field of the run's terms. */
-#define DPT_RUN_TERM_COUNT 44
+#define DPT_RUN_TERM_COUNT 45
 
 /* This replica's terms: words[DPT_RUN_TERM_COUNT] from the configuration and the data sets'
  * sizes and fingerprints. */
