@@ -109,6 +109,58 @@ dpt_status dpt_dataset_from_memory(const uint8_t *pixels, const int32_t *labels,
   return dpt_dataset_adopt(px, px, lb, count, rows, cols, num_classes, out);
 }
 
+/* The checks of dpt_dataset_wrap's arguments, before anything is allocated. */
+static dpt_status check_wrap(const void *samples, dpt_sample_type type, const int32_t *labels,
+                             size_t count, size_t channels, size_t rows, size_t cols,
+                             int num_classes, size_t *dim) {
+  if (!samples || !labels)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "dataset_wrap: %s is NULL",
+                         !samples ? "samples" : "labels");
+  if (type != DPT_SAMPLES_U8 && type != DPT_SAMPLES_F32)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "dataset_wrap: unknown sample type %d", (int)type);
+  if (count == 0 || channels == 0 || rows == 0 || cols == 0 || num_classes < 1)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "dataset_wrap: count %zu, channels %zu, rows %zu, cols %zu, num_classes "
+                         "%d: each must be > 0",
+                         count, channels, rows, cols, num_classes);
+  size_t hw, bytes;
+  if (!dpt_mul_ok(rows, cols, &hw) || !dpt_mul_ok(hw, channels, dim) ||
+      !dpt_mul_ok(*dim, count, &bytes) || !dpt_mul_ok(bytes, sizeof(float), &bytes))
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "dataset_wrap: %zu samples of %zux%zux%zu overflow the address space",
+                         count, channels, rows, cols);
+  for (size_t i = 0; i < count; i++)
+    if (labels[i] < 0 || labels[i] >= num_classes)
+      return dpt_set_error(DPT_ERR_INVALID_ARG,
+                           "dataset_wrap: label %" PRId32 " at index %zu is outside [0, %d)",
+                           labels[i], i, num_classes);
+  const float *v = type == DPT_SAMPLES_F32 ? samples : NULL;
+  for (size_t i = 0; v && i < count * *dim; i++)
+    if (!isfinite(v[i]))
+      return dpt_set_error(DPT_ERR_INVALID_ARG,
+                           "dataset_wrap: sample %zu holds a non-finite value (%g at element %zu)",
+                           i / *dim, (double)v[i], i % *dim);
+  return DPT_OK;
+}
+
+dpt_status dpt_dataset_wrap(const void *samples, dpt_sample_type type, const int32_t *labels,
+                            size_t count, size_t channels, size_t rows, size_t cols,
+                            int num_classes, dpt_dataset **out) {
+  if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dataset_wrap: out is NULL");
+  *out = NULL;
+  size_t dim;
+  DPT_TRY(check_wrap(samples, type, labels, count, channels, rows, cols, num_classes, &dim));
+  int32_t *lb = malloc(count * sizeof *lb);
+  if (!lb)
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dataset_wrap: out of memory for %zu labels",
+                         count);
+  memcpy(lb, labels, count * sizeof *lb);
+  /* No storage of its own: the samples stay the caller's. */
+  return dpt_dataset_adopt_shaped(NULL, type == DPT_SAMPLES_U8 ? samples : NULL,
+                                  type == DPT_SAMPLES_F32 ? samples : NULL, lb, count, channels,
+                                  rows, cols, num_classes, out);
+}
+
 void dpt_dataset_destroy(dpt_dataset *ds) {
   if (!ds) return;
   free(ds->storage);

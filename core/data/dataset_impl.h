@@ -13,7 +13,8 @@
 struct dpt_dataset {
   void *storage;         /* owned allocation that holds the samples (may hold more around them) */
   dpt_safetensors *file; /* or the open file whose read-only mapping holds them (storage NULL);
-                            closed with the dataset */
+                            closed with the dataset; both NULL: the samples are the caller's
+                            (dpt_dataset_wrap) */
   const uint8_t *pixels; /* [count, channels, rows, cols] uint8 row-major inside storage or file,
                             or NULL when the samples are floats */
   const float *values;   /* [count, channels, rows, cols] float32 inside storage or file, or NULL */

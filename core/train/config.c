@@ -302,10 +302,3 @@ dpt_status dpt_train_check_config(const dpt_train_config *cfg, dpt_comm *comm) {
   DPT_TRY(check_checkpoints(cfg));
   return dpt_optim_config_check(&cfg->optim);
 }
-
-double dpt_train_table_lr(const dpt_train_config *cfg) {
-  if (!cfg->exchange.sparse_tables) return 0;
-  if (cfg->table_lr > 0) return cfg->table_lr;
-  return cfg->exchange.table_optimizer == DPT_TABLE_ROWWISE_ADAGRAD ? DPT_TABLE_ADAGRAD_LR
-                                                                    : DPT_TABLE_SGD_LR;
-}

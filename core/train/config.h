@@ -12,8 +12,4 @@ dpt_status dpt_train_check_config(const dpt_train_config *cfg, dpt_comm *comm);
  * library's, the fields past that size at their defaults; DPT_ERR_INVALID_ARG otherwise. */
 dpt_status dpt_train_config_import(const dpt_train_config *in, dpt_train_config *out);
 
-/* The tables' learning rate at the schedule's start: table_lr, or the table optimizer's default;
- * 0 without sparse_tables. */
-double dpt_train_table_lr(const dpt_train_config *cfg);
-
 #endif

@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "core/train/config.h"
 #include "dptrain/fingerprint.h"
 
 typedef enum term_kind { TERM_INT, TERM_FLOAT, TERM_HASH } term_kind;
@@ -385,4 +384,11 @@ dpt_status dpt_run_terms_check_resume(const char *saved_json, const char *origin
     st = check_field(t, obj, origin, now[t], log, user);
   json_decref(obj);
   return st;
+}
+
+double dpt_train_table_lr(const dpt_train_config *cfg) {
+  if (!cfg->exchange.sparse_tables) return 0;
+  if (cfg->table_lr > 0) return cfg->table_lr;
+  return cfg->exchange.table_optimizer == DPT_TABLE_ROWWISE_ADAGRAD ? DPT_TABLE_ADAGRAD_LR
+                                                                    : DPT_TABLE_SGD_LR;
 }

@@ -31,4 +31,8 @@ typedef void (*dpt_run_terms_log_fn)(const char *line, void *user);
 dpt_status dpt_run_terms_check_resume(const char *saved_json, const char *origin,
                                       const uint64_t *now, dpt_run_terms_log_fn log, void *user);
 
+/* The tables' learning rate at the schedule's start: table_lr, or the table optimizer's default;
+ * 0 without sparse_tables. */
+double dpt_train_table_lr(const dpt_train_config *cfg);
+
 #endif

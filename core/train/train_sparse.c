@@ -13,10 +13,10 @@
 #include "backends/backend_impl.h"
 #include "base/clock.h"
 #include "base/error.h"
-#include "core/train/config.h"
 #include "core/train/exchange.h"
 #include "core/train/optimizer.h"
 #include "core/train/replica.h"
+#include "core/train/run_terms.h"
 #include "core/train/train_sparse.h"
 #include "dptrain/sparse.h"
 

@@ -65,6 +65,24 @@ DPT_API dpt_status dpt_dataset_from_memory(const uint8_t *pixels, const int32_t 
                                            size_t count, size_t rows, size_t cols, int num_classes,
                                            dpt_dataset **out);
 
+/* How the samples given to dpt_dataset_wrap are stored. */
+typedef enum dpt_sample_type {
+  DPT_SAMPLES_U8 = 0, /* uint8 pixels, gathered as pixel / 255.0f */
+  DPT_SAMPLES_F32 = 1 /* float32 values, gathered as they are; each must be finite */
+} dpt_sample_type;
+
+/* Builds a dataset over the caller's samples without copying them (a NumPy array, a mapped
+ * file):
+ *   samples: [count, channels, rows, cols] of `type`, row-major, borrowed: they must stay
+ *            allocated and unchanged until dpt_dataset_destroy (the fingerprint that the
+ *            replicas compare is taken here);
+ *   labels:  [count] int32, each in [0, num_classes), copied.
+ * count, channels, rows, cols and num_classes must be positive. DPT_ERR_INVALID_ARG names the
+ * first offending argument, label, or non-finite value (with its sample). */
+DPT_API dpt_status dpt_dataset_wrap(const void *samples, dpt_sample_type type,
+                                    const int32_t *labels, size_t count, size_t channels,
+                                    size_t rows, size_t cols, int num_classes, dpt_dataset **out);
+
 /* Loads a tensor dataset from a safetensors file (see include/dptrain/safetensors.h), as
  * `safetensors.numpy.save_file({"x": x, "y": y}, path)` writes it:
  *   x: uint8 or float32, shape [N, C, H, W] or [N, F] (F features: read as C = 1, H = 1, W = F);

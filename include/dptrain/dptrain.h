@@ -6,9 +6,10 @@
  *   1. Build or load a model: fill a dpt_model_spec, with a builder (dpt_model_spec_mlp, _cnn,
  *      _resnet, _bert, _dlrm), layer by layer (dpt_model_spec_init, dpt_model_spec_add), from a
  *      model file (dpt_model_spec_load_json) or from a weights file (dpt_model_spec_from_weights).
- *   2. Load data: dpt_dataset_load_dir / _load_idx / _load_safetensors / _from_memory; text for
- *      masked-language models (dpt_text_corpus_load, dpt_bpe_load, dpt_text_sequences_build,
- *      dpt_dataset_from_text); per-rank recommendation shards (dpt_interactions_open).
+ *   2. Load data: dpt_dataset_load_dir / _load_idx / _load_safetensors / _from_memory (a copy)
+ *      / _wrap (the caller's samples in place); text for masked-language models
+ *      (dpt_text_corpus_load, dpt_bpe_load, dpt_text_sequences_build, dpt_dataset_from_text);
+ *      per-rank recommendation shards (dpt_interactions_open).
  *   3. Configure: dpt_train_config_default(&cfg), then fill its groups: cfg.model (the spec),
  *      cfg.data (training and test sets), cfg.optim (dpt_optim_config), cfg.schedule (batch,
  *      epochs, seed), cfg.devices (backend kind, replicas; dpt_backend_compiled,

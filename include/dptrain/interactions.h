@@ -86,8 +86,8 @@ struct dpt_comm; /* dptrain/comm.h */
  * the table sizes), and loads the records of rank `rank`'s shards (of `world` ranks, see the
  * top of this header) into memory, each CRC and record checked. Local record i counts through
  * the rank's shards (or its record range) in shard order. Errors: DPT_ERR_INVALID_ARG (no match
- * or fewer records than ranks, naming the pattern; bad rank/world), DPT_ERR_IO, DPT_ERR_BAD_FORMAT (naming the
- * file), DPT_ERR_OUT_OF_MEMORY. *out is NULL on failure. */
+ * or fewer records than ranks, naming the pattern; bad rank/world), DPT_ERR_IO, DPT_ERR_BAD_FORMAT
+ * (naming the file), DPT_ERR_OUT_OF_MEMORY. *out is NULL on failure. */
 DPT_API dpt_status dpt_interactions_open(const char *pattern, int rank, int world,
                                          dpt_interactions **out);
 
@@ -98,8 +98,9 @@ DPT_API dpt_status dpt_interactions_open(const char *pattern, int rank, int worl
  * ranks, the k-th of n record ranges as above); the epoch's total is the sum over ranks, and
  * the fingerprint covers every rank's shards in rank order. The rank and world are comm's. A
  * rank that cannot read or load its shards makes every rank fail (its own message there, the
- * others naming it); so do layouts that differ. dpt_interactions_num_shards, _shard_path and _shard_records then describe the files
- * this rank sees, and dpt_interactions_local_shard indexes among them. */
+ * others naming it); so do layouts that differ. dpt_interactions_num_shards, _shard_path and
+ * _shard_records then describe the files this rank sees, and dpt_interactions_local_shard indexes
+ * among them. */
 DPT_API dpt_status dpt_interactions_open_node(const char *pattern, struct dpt_comm *comm,
                                               dpt_interactions **out);
 

@@ -147,8 +147,8 @@ typedef enum dpt_table_optimizer {
 #define DPT_TABLE_ADAGRAD_EPS 1e-8f
 /* The tables' default learning rates (dpt_train_config.table_lr 0), measured in
  * docs/recommendation.md, "Sparse table gradients". */
-#define DPT_TABLE_SGD_LR          30.0
-#define DPT_TABLE_SGD_LR_TEXT     "30"
+#define DPT_TABLE_SGD_LR          10.0
+#define DPT_TABLE_SGD_LR_TEXT     "10"
 #define DPT_TABLE_ADAGRAD_LR      0.1
 #define DPT_TABLE_ADAGRAD_LR_TEXT "0.1"
 

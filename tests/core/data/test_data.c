@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L /* mkdtemp */
 
 #include <check.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -195,6 +196,56 @@ START_TEST(from_memory) {
               "count 0", NULL, NULL);
   EXPECT_FAIL(dpt_dataset_from_memory(pixels, lab, N, ROWS, COLS, 0, &ds), DPT_ERR_INVALID_ARG,
               "num_classes 0", NULL, NULL);
+}
+END_TEST
+
+/* dpt_dataset_wrap borrows the samples (a change shows in the next gather) and copies the
+ * labels; uint8 and float32 samples of several channels; refusals name the argument. */
+START_TEST(wrap_borrows) {
+  make_pixels();
+  int32_t lab[N] = {3, 0, 9, 1, 7};
+  dpt_dataset *ds = NULL;
+  TU_OK(dpt_dataset_wrap(pixels, DPT_SAMPLES_U8, lab, N, 1, ROWS, COLS, 10, &ds));
+  lab[2] = 4; /* the dataset keeps its own labels */
+  check_good(ds);
+  float x[DIM];
+  int32_t y;
+  const uint64_t idx = 4;
+  pixels[DIM * 4] = 255; /* the dataset reads the caller's pixels */
+  TU_OK(dpt_dataset_gather(ds, &idx, 1, x, &y));
+  ck_assert_float_eq(x[0], 1.0f);
+  dpt_dataset_destroy(ds);
+
+  float v[12]; /* [2, 3, 1, 2]: 2 samples of 3 channels of 1 x 2 */
+  for (int i = 0; i < 12; ++i)
+    v[i] = 0.5f * (float)i - 2.0f;
+  const int32_t two[2] = {1, 0};
+  TU_OK(dpt_dataset_wrap(v, DPT_SAMPLES_F32, two, 2, 3, 1, 2, 2, &ds));
+  ck_assert_uint_eq(dpt_dataset_dim(ds), 6);
+  ck_assert_uint_eq(dpt_dataset_channels(ds), 3);
+  float got[12];
+  int32_t gy[2];
+  const uint64_t both[2] = {1, 0};
+  TU_OK(dpt_dataset_gather(ds, both, 2, got, gy));
+  ck_assert_mem_eq(got, v + 6, 6 * sizeof(float));
+  ck_assert_mem_eq(got + 6, v, 6 * sizeof(float));
+  ck_assert_int_eq(gy[0], 0);
+  ck_assert_int_eq(gy[1], 1);
+  dpt_dataset_destroy(ds);
+
+  v[7] = NAN;
+  EXPECT_FAIL(dpt_dataset_wrap(v, DPT_SAMPLES_F32, two, 2, 3, 1, 2, 2, &ds), DPT_ERR_INVALID_ARG,
+              "sample 1 holds a non-finite value", NULL, NULL);
+  ck_assert_ptr_null(ds);
+  const int32_t bad[2] = {1, 2};
+  EXPECT_FAIL(dpt_dataset_wrap(pixels, DPT_SAMPLES_U8, bad, 2, 1, ROWS, COLS, 2, &ds),
+              DPT_ERR_INVALID_ARG, "label 2 at index 1", NULL, NULL);
+  EXPECT_FAIL(dpt_dataset_wrap(pixels, DPT_SAMPLES_U8, two, 2, 0, ROWS, COLS, 2, &ds),
+              DPT_ERR_INVALID_ARG, "channels 0", NULL, NULL);
+  EXPECT_FAIL(dpt_dataset_wrap(NULL, DPT_SAMPLES_U8, two, 2, 1, ROWS, COLS, 2, &ds),
+              DPT_ERR_INVALID_ARG, "samples is NULL", NULL, NULL);
+  EXPECT_FAIL(dpt_dataset_wrap(pixels, (dpt_sample_type)7, two, 2, 1, ROWS, COLS, 2, &ds),
+              DPT_ERR_INVALID_ARG, "unknown sample type 7", NULL, NULL);
 }
 END_TEST
 
@@ -794,6 +845,7 @@ int main(void) {
   suite_add_tcase(s, tc);
   tc = tcase_create("memory");
   tcase_add_test(tc, from_memory);
+  tcase_add_test(tc, wrap_borrows);
   suite_add_tcase(s, tc);
   tc = tcase_create("safetensors");
   tcase_add_checked_fixture(tc, setup, teardown);
