@@ -43,7 +43,7 @@ static dpt_status load(const dpt_text_options *o, dpt_text_run *r, char *msg, si
   const size_t n = o->num_paths ? o->num_paths : 1;
   char what[1024];
   dpt_text_options_describe(o, what, sizeof what);
-  dpt_status st = dpt_text_corpus_load(paths, n, &r->corpus);
+  dpt_status st = dpt_text_corpus_load_field(paths, n, o->text_field, &r->corpus);
   if (st != DPT_OK) {
     snprintf(msg, cap, "%s", dpt_last_error());
     return st;
@@ -57,14 +57,16 @@ static dpt_status load(const dpt_text_options *o, dpt_text_run *r, char *msg, si
     return st;
   }
   if (o->vocab) {
-    st = dpt_bpe_load(o->vocab, &r->bpe);
+    st = dpt_tokenizer_load(o->vocab, &r->tok);
   } else {
     const double t0 = now();
-    st = dpt_bpe_train(r->corpus, o->vocab_size, &r->bpe);
+    dpt_bpe *bpe = NULL;
+    st = dpt_bpe_train(r->corpus, o->vocab_size, &bpe);
+    if (st == DPT_OK) st = dpt_tokenizer_from_bpe(bpe, &r->tok);
     r->learn_seconds = now() - t0;
   }
   if (st == DPT_OK)
-    st = dpt_text_sequences_build(r->corpus, r->bpe, o->seq_len, o->val_every, &r->seqs);
+    st = dpt_text_sequences_build_with(r->corpus, r->tok, o->seq_len, o->val_every, &r->seqs);
   if (st != DPT_OK) {
     snprintf(msg, cap, "%s", dpt_last_error());
     return st;
@@ -95,15 +97,21 @@ void dpt_text_run_free(dpt_text_run *r) {
   dpt_dataset_destroy(r->train);
   dpt_dataset_destroy(r->valid);
   dpt_text_sequences_destroy(r->seqs);
-  dpt_bpe_destroy(r->bpe);
+  dpt_tokenizer_destroy(r->tok);
   dpt_text_corpus_destroy(r->corpus);
   memset(r, 0, sizeof *r);
 }
 
-int dpt_text_vocab_path(const char *weights, char *out, size_t cap) {
+int dpt_text_vocab_path(const char *weights, int wordpiece, char *out, size_t cap) {
   static const char ext[] = ".safetensors";
   const size_t n = strlen(weights), e = sizeof ext - 1;
   const size_t stem = n >= e && strcmp(weights + n - e, ext) == 0 ? n - e : n;
-  const int len = snprintf(out, cap, "%.*s.vocab.json", (int)stem, weights);
+  const int len =
+      snprintf(out, cap, "%.*s.vocab.%s", (int)stem, weights, wordpiece ? "txt" : "json");
   return len < 0 || (size_t)len >= cap ? -1 : 0;
+}
+
+dpt_status dpt_text_vocab_save(const dpt_tokenizer *tok, const char *path) {
+  const dpt_wordpiece *wp = dpt_tokenizer_wordpiece(tok);
+  return wp ? dpt_wordpiece_save(wp, path) : dpt_bpe_save(dpt_tokenizer_bpe(tok), path);
 }

@@ -14,17 +14,19 @@
 typedef struct dpt_text_options {
   const char *paths[DPT_TEXT_MAX_PATHS]; /* --text, in order; none: DPT_TEXT_DEFAULT_DIR */
   size_t num_paths;
-  const char *vocab;  /* --vocab: read this vocabulary; NULL: learn one from the text */
-  size_t vocab_size;  /* --vocab-size when learning (default 4096) */
-  size_t seq_len;     /* --seq-len (default 128) */
-  size_t val_every;   /* --val-every (default 20) */
-  uint64_t mask_seed; /* the masking's seed (the run's --seed) */
-  int for_training;   /* 1: UTF-8 checked, at least one full training sequence required */
+  const char *text_field; /* --text-field: the string member of .jsonl lines; NULL: "text" */
+  const char *vocab;      /* --vocab: read this vocabulary (BPE JSON or WordPiece lines); NULL:
+                           * learn a BPE one from the text */
+  size_t vocab_size;      /* --vocab-size when learning (default 4096) */
+  size_t seq_len;         /* --seq-len (default 128) */
+  size_t val_every;       /* --val-every (default 20) */
+  uint64_t mask_seed;     /* the masking's seed (the run's --seed) */
+  int for_training;       /* 1: UTF-8 checked, at least one full training sequence required */
 } dpt_text_options;
 
 typedef struct dpt_text_run {
   dpt_text_corpus *corpus;
-  dpt_bpe *bpe;
+  dpt_tokenizer *tok; /* BPE (read or learned) or WordPiece (read) */
   dpt_text_sequences *seqs;
   dpt_dataset *train;   /* the training split */
   dpt_dataset *valid;   /* the validation split; NULL when it holds no sequence */
@@ -44,8 +46,12 @@ dpt_status dpt_text_run_load(const dpt_text_options *o, dpt_text_run *r, char *m
 void dpt_text_run_free(dpt_text_run *r);
 
 /* The vocabulary file beside weights file W: W with ".safetensors" replaced by ".vocab.json"
- * (appended when W does not end so). -1 when it does not fit in cap. */
-int dpt_text_vocab_path(const char *weights, char *out, size_t cap);
+ * (BPE) or ".vocab.txt" (wordpiece 1; appended when W does not end so). -1 when it does not
+ * fit in cap. */
+int dpt_text_vocab_path(const char *weights, int wordpiece, char *out, size_t cap);
+
+/* Writes tok's vocabulary to path in its own format (BPE JSON, WordPiece lines). */
+dpt_status dpt_text_vocab_save(const dpt_tokenizer *tok, const char *path);
 
 /* Safetensors metadata keys a BERT weights file carries beside the model. */
 #define DPT_META_VOCAB_SIZE "dptrain.vocab_size"

@@ -253,7 +253,7 @@ int dpt_bench_train(int argc, char **argv) {
     dpt_bert_options bo;
     dpt_bert_options_default(&bo);
     bo.seq_len = seq_len;
-    bo.vocab = dpt_bpe_vocab_size(text.bpe);
+    bo.vocab = dpt_tokenizer_vocab_size(text.tok);
     ms = dpt_model_spec_bert(&cfg.model, &bo);
     snprintf(title, sizeof title, "BERT 4x256 seq %zu vocab %zu", seq_len, bo.vocab);
   }

@@ -15,6 +15,7 @@
 
 #include "dptrain/advanced.h"
 #include "tools/commands.h"
+#include "tools/hf_export.h"
 #include "tools/options.h"
 
 /* ---- checkpoint info / export ------------------------------------------------------------- */
@@ -166,7 +167,7 @@ static void print_info(const json_t *info, const dpt_checkpoint_progress *p) {
 
 static int checkpoint_usage(FILE *f, int rc) {
   fprintf(f, "usage: dptrain checkpoint info PATH [--json]\n"
-             "       dptrain checkpoint export PATH --weights OUT\n"
+             "       dptrain checkpoint export PATH --weights OUT [--format hf]\n"
              "PATH is a checkpoint file, or a directory of them: then its newest valid one.\n"
              "info checks every tensor's CRC32 and prints the run's position and configuration;\n"
              "it exits 0 for a valid checkpoint, 1 otherwise. export writes the model's weights\n"
@@ -221,6 +222,32 @@ static int cmd_info(const char *path, int json) {
   return 0;
 }
 
+/* --format hf: PATH a checkpoint (its weights exported beside OUT first) or a weights file. */
+static int cmd_export_hf(const char *path, const char *out, const char *vocab) {
+  char file[4096], tmp[4200], msg[1024];
+  skipped sk = {json_array()};
+  dpt_status st = resolve(path, file, sizeof file, &sk, NULL);
+  json_decref(sk.list);
+  const int checkpoint = st == DPT_OK;
+  snprintf(tmp, sizeof tmp, "%s.weights.tmp", out);
+  if (checkpoint && !vocab) {
+    fprintf(stderr,
+            "dptrain checkpoint export: %s is a checkpoint: give its vocabulary with "
+            "--vocab\n",
+            file);
+    return 1;
+  }
+  if (checkpoint) st = dpt_checkpoint_export(file, tmp);
+  if (checkpoint && st != DPT_OK) return fail_line("export", file, st, 0);
+  st = dpt_hf_export(checkpoint ? tmp : path, vocab, out, msg, sizeof msg);
+  if (checkpoint) remove(tmp);
+  if (st != DPT_OK) {
+    fprintf(stderr, "dptrain checkpoint export: %s: %s\n", dpt_status_str(st), msg);
+    return 1;
+  }
+  return 0;
+}
+
 static int cmd_export(const char *path, const char *out) {
   char file[4096];
   skipped sk = {json_array()};
@@ -236,6 +263,8 @@ enum { INFO = 1, EXPORT = 2 };
 
 typedef struct ckpt_opts {
   const char *path, *out; /* PATH, --weights */
+  const char *format;     /* --format: NULL or "safetensors", or "hf" */
+  const char *vocab;      /* --vocab (--format hf) */
   int json;
 } ckpt_opts;
 
@@ -243,7 +272,19 @@ typedef struct ckpt_opts {
 
 static const dpt_opt ckpt_options[] = {
     {"--json", NULL, "the checkpoint's metadata as one JSON object", .cmds = INFO, FLAG(json, 1)},
-    {"--weights", "OUT", "the safetensors file to write; required", .cmds = EXPORT, STRING(out)},
+    {"--weights", "OUT",
+     "the safetensors file to write (--format hf: the directory);\n"
+     "required",
+     .cmds = EXPORT, STRING(out)},
+    {"--format", "F",
+     "safetensors (default: dptrain's names) or hf: a Hugging Face\n"
+     "BertForMaskedLM directory of a BERT (docs/hf.md); PATH may\n"
+     "then also be a weights file (train --save-weights)",
+     .cmds = EXPORT, STRING(format)},
+    {"--vocab", "FILE",
+     "--format hf: the vocabulary (default: beside a weights file,\n"
+     "W.vocab.txt or W.vocab.json)",
+     .cmds = EXPORT, STRING(vocab)},
 };
 
 static const dpt_opt_cmd info_cmd = {
@@ -261,9 +302,10 @@ static const dpt_opt_cmd info_cmd = {
 static const dpt_opt_cmd export_cmd = {
     "dptrain checkpoint export",
     "usage: dptrain checkpoint export PATH --weights OUT\n"
+    "       dptrain checkpoint export PATH --format hf --weights DIR [--vocab FILE]\n"
     "\n"
     "Writes the model's weights of a checkpoint (PATH as for info; no optimizer state) for\n"
-    "dptrain eval, predict and PyTorch.\n",
+    "dptrain eval, predict and PyTorch; with --format hf, a BERT as a Hugging Face directory.\n",
     ckpt_options,
     sizeof ckpt_options / sizeof ckpt_options[0],
     EXPORT,
@@ -300,7 +342,12 @@ int dpt_cmd_checkpoint(int argc, char **argv) {
   if (rc != DPT_OPT_KEEP_GOING) return rc;
   if (!o.path || (cmd == &export_cmd && !o.out))
     return dpt_opt_usage_error(cmd, "%s is required", o.path ? "--weights" : "PATH");
-  return cmd == &info_cmd ? cmd_info(o.path, o.json) : cmd_export(o.path, o.out);
+  const int hf = o.format && !strcmp(o.format, "hf");
+  if (o.format && !hf && strcmp(o.format, "safetensors"))
+    return dpt_opt_usage_error(cmd, "--format %s: safetensors or hf", o.format);
+  if (o.vocab && !hf) return dpt_opt_usage_error(cmd, "--vocab is for --format hf");
+  if (cmd == &info_cmd) return cmd_info(o.path, o.json);
+  return hf ? cmd_export_hf(o.path, o.out, o.vocab) : cmd_export(o.path, o.out);
 }
 
 /* ---- run: restart a job after failures ------------------------------------------------------ */

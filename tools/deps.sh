@@ -16,6 +16,7 @@ packages=(
   slurm-wlm                                     # a one-node Slurm: srun --mpi=pmix, sbatch requeue (tests)
   zlib1g-dev                                    # gzip IDX files
   libjansson-dev                                # JSON: model files, safetensors headers
+  libutf8proc-dev                               # Unicode for the WordPiece tokenizer
   libturbojpeg0-dev libspng-dev                 # JPEG and PNG: dptrain data images
   dataset-fashion-mnist                         # the real data set
   fortunes                                      # English text for MLM pretraining (dptrain tokenize)

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "bench/bench.h"
 #include "bench/text_setup.h"
@@ -121,11 +122,14 @@ static const dpt_opt options[] = {
     {.help = "bert weights (masked-language model; docs/text.md):", .cmds = EVAL},
     {"--text", "PATH",
      "the text whose validation sequences are scored; repeatable\n"
-     "(default " DPT_TEXT_DEFAULT_DIR ")",
+     "(default " DPT_TEXT_DEFAULT_DIR "); FILE.jsonl: JSON lines",
      .cmds = EVAL, CUSTOM(parse_text), .multi = 1},
+    {"--text-field", "NAME", "the string field of .jsonl lines (default text)", .cmds = EVAL,
+     STRING(text.text_field)},
     {"--vocab", "FILE",
      "the vocabulary (default: beside the weights, W.vocab.json\n"
-     "for W.safetensors); checked against the weights' metadata",
+     "or W.vocab.txt for W.safetensors); checked against the\n"
+     "weights' metadata",
      .cmds = EVAL, STRING(text.vocab)},
     {"--seq-len", "N", "tokens per sequence (default: the model's)", .cmds = EVAL,
      SIZE(text.seq_len, 3)},
@@ -191,9 +195,12 @@ static const dpt_opt_cmd eval_cmd = {
 
 static const dpt_opt_cmd predict_cmd = {
     "dptrain predict",
-    "usage: dptrain predict --weights FILE --data DIR [--top K] [--output FILE]\n\n"
+    "usage: dptrain predict --weights FILE --data DIR [--top K] [--output FILE]\n"
+    "       dptrain predict --weights BERT.safetensors --data IDS.safetensors --output "
+    "OUT.safetensors\n\n"
     "Class probabilities (softmax of the logits) for each input, or the K likeliest\n"
-    "classes; one row per input, in the data's order.\n",
+    "classes; one row per input, in the data's order. For a BERT: the logits [N, seq_len,\n"
+    "vocab] of the int32 ids \"inputs\" (or \"val_inputs\") [N, seq_len] of IDS.\n",
     options,
     NUM_OPTIONS,
     PREDICT,
@@ -476,9 +483,9 @@ static int meta_u64(const dpt_safetensors *wf, const char *key, int base, uint64
 /* The vocabulary against the weights: the size the model predicts and, when the file names
  * them, the training run's vocabulary size and fingerprint. */
 static dpt_status check_vocab(const opts *o, const dpt_safetensors *wf, const dpt_model_spec *s,
-                              const dpt_bpe *bpe) {
-  const size_t v = dpt_bpe_vocab_size(bpe);
-  const uint64_t fp = dpt_bpe_fingerprint(bpe);
+                              const dpt_tokenizer *tok) {
+  const size_t v = dpt_tokenizer_vocab_size(tok);
+  const uint64_t fp = dpt_tokenizer_fingerprint(tok);
   uint64_t want_v = 0, want_fp = 0;
   const int has_v = meta_u64(wf, DPT_META_VOCAB_SIZE, 10, &want_v) == 0;
   const int has_fp = meta_u64(wf, DPT_META_VOCAB_FP, 16, &want_fp) == 0;
@@ -533,7 +540,13 @@ static dpt_status eval_text(opts *o, const dpt_model_spec *spec) {
   }
   o->text.seq_len = s.seq_len;
   if (!o->text.vocab) {
-    if (dpt_text_vocab_path(o->weights, vocab, sizeof vocab) != 0) {
+    /* W.vocab.json (BPE), else W.vocab.txt (WordPiece) when only that one exists. */
+    const int too_long = dpt_text_vocab_path(o->weights, 0, vocab, sizeof vocab) != 0;
+    char txt[4200];
+    if (!too_long && access(vocab, F_OK) != 0 &&
+        dpt_text_vocab_path(o->weights, 1, txt, sizeof txt) == 0 && access(txt, F_OK) == 0)
+      snprintf(vocab, sizeof vocab, "%s", txt);
+    if (too_long) {
       dpt_safetensors_close(wf);
       return own_error(DPT_ERR_INVALID_ARG, "--weights: the path is too long");
     }
@@ -542,7 +555,7 @@ static dpt_status eval_text(opts *o, const dpt_model_spec *spec) {
   char msg[2048];
   dpt_status st = dpt_text_run_load(&o->text, &tr, msg, sizeof msg);
   if (st != DPT_OK) own_error(st, "%s", msg);
-  if (st == DPT_OK) st = check_vocab(o, wf, spec, tr.bpe);
+  if (st == DPT_OK) st = check_vocab(o, wf, spec, tr.tok);
   if (st == DPT_OK && !tr.valid) {
     char text[1024];
     dpt_text_options_describe(&o->text, text, sizeof text);
@@ -591,6 +604,65 @@ static dpt_status eval_text(opts *o, const dpt_model_spec *spec) {
   dpt_backend_destroy(be);
   dpt_text_run_free(&tr);
   dpt_safetensors_close(wf);
+  return st;
+}
+
+/* ---- predict with a BERT: logits of given token ids ------------------------------------ */
+
+/* The token ids to predict on: int32 tensor "inputs" (or "val_inputs", as dptrain tokenize
+ * --export writes) [N, seq_len] of o->data, into *ids (malloc'd) and *n. */
+static dpt_status read_token_ids(const opts *o, size_t L, int32_t **ids, size_t *n) {
+  dpt_safetensors *f = NULL;
+  TRY(dpt_safetensors_open(o->data, &f));
+  dpt_st_info info;
+  const char *name = dpt_safetensors_find(f, "inputs", &info) == DPT_OK ? "inputs" : "val_inputs";
+  dpt_status st = dpt_safetensors_find(f, name, &info);
+  if (st != DPT_OK || strcmp(info.dtype, "I32") != 0 || info.ndim != 2 ||
+      info.shape[1] != (int64_t)L)
+    st = own_error(DPT_ERR_BAD_FORMAT,
+                   "%s: a token model predicts on an int32 tensor \"inputs\" (or \"val_inputs\") "
+                   "of [N, %zu]",
+                   o->data, L);
+  *n = st == DPT_OK ? info.count / L : 0;
+  *ids = st == DPT_OK ? malloc((info.count ? info.count : 1) * sizeof **ids) : NULL;
+  if (st == DPT_OK && !*ids) st = own_error(DPT_ERR_OUT_OF_MEMORY, "out of memory");
+  if (st == DPT_OK && info.count) memcpy(*ids, info.data, info.count * sizeof **ids);
+  dpt_safetensors_close(f);
+  return st;
+}
+
+/* The logits [N, seq_len, vocab] of a BERT on given ids, to --output (safetensors). */
+static dpt_status predict_text(const opts *o, const dpt_model_spec *spec) {
+  if (!o->output || !o->data || o->top)
+    return own_error(DPT_ERR_INVALID_ARG,
+                     "%s is a masked-language model: predict takes --data IDS.safetensors "
+                     "and --output LOGITS.safetensors (no --top)",
+                     o->weights);
+  const size_t L = spec->seq_len, V = spec->num_classes;
+  int32_t *ids = NULL;
+  size_t n = 0;
+  TRY(read_token_ids(o, L, &ids, &n));
+  dpt_backend *be = NULL;
+  dpt_model *model = NULL;
+  const size_t count = n * L * V; /* n * L ids are in memory; V is checked below */
+  const int fits = V == 0 || n * L <= ((size_t)-1) / sizeof(float) / V;
+  float *logits = fits ? malloc((count > 0 ? count : 1) * sizeof *logits) : NULL;
+  dpt_status st = logits ? DPT_OK : own_error(DPT_ERR_OUT_OF_MEMORY, "out of memory for logits");
+  const size_t batch = o->batch < n ? o->batch : (n ? n : 1);
+  if (st == DPT_OK) st = dpt_backend_create(pick_backend(o->backend), 0, &be);
+  if (st == DPT_OK) st = dpt_model_create(be, spec, batch, &model);
+  if (st == DPT_OK) st = dpt_model_load(model, o->weights);
+  /* The ids go into the float slots bit for bit, as dpt_model_predict reads a token model. */
+  if (st == DPT_OK && n) st = dpt_model_predict(model, (const float *)ids, n, logits);
+  const dpt_st_tensor t = {
+      .name = "logits", .data = logits, .ndim = 3, .shape = {(int64_t)n, (int64_t)L, (int64_t)V}};
+  static const char *const meta[] = {"producer", "dptrain predict", NULL};
+  if (st == DPT_OK) st = dpt_safetensors_write(o->output, &t, 1, meta);
+  if (st == DPT_OK) printf("wrote %s: logits [%zu, %zu, %zu]\n", o->output, n, L, V);
+  free(ids);
+  free(logits);
+  dpt_model_destroy(model);
+  dpt_backend_destroy(be);
   return st;
 }
 
@@ -936,13 +1008,14 @@ static int command(int cmd, int argc, char **argv) {
                    "interaction shards are scored with dptrain train --model dlrm's weights",
                    o.weights, DPT_MODEL_METADATA_KEY);
   else if (token_model && cmd == PREDICT)
-    st = own_error(DPT_ERR_INVALID_ARG,
-                   "%s is a masked-language model: dptrain eval scores it on text", o.weights);
+    st = predict_text(&o, spec);
   else if (token_model)
     st = eval_text(&o, spec);
-  else if (o.text.num_paths || o.text.vocab || o.text.seq_len || o.val_every_set)
+  else if (o.text.num_paths || o.text.text_field || o.text.vocab || o.text.seq_len ||
+           o.val_every_set)
     st = own_error(DPT_ERR_INVALID_ARG,
-                   "--text, --vocab, --seq-len and --val-every are for bert weights; %s holds "
+                   "--text, --text-field, --vocab, --seq-len and --val-every are for bert "
+                   "weights; %s holds "
                    "a classifier",
                    o.weights);
   free(spec);

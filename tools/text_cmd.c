@@ -24,7 +24,7 @@ typedef struct opts {
   size_t num_data;
   size_t vocab_size, seq_len, val_every;
   uint64_t seed;
-  const char *out, *vocab, *encode, *export;
+  const char *out, *vocab, *encode, *export, *text_field;
 } opts;
 
 #define TRY(call)                                                                                  \
@@ -51,12 +51,16 @@ static int add_data(void *p, const char *v) {
 static const dpt_opt options[] = {
     {"--data", "PATH",
      "a text file, or a directory's files (repeatable, at most 256;\n"
-     "default " DPT_TEXT_DEFAULT_DIR ")",
+     "default " DPT_TEXT_DEFAULT_DIR "); FILE.jsonl: JSON lines",
      CUSTOM(add_data), .multi = 1},
+    {"--text-field", "NAME", "the string field of .jsonl lines (default text)", STRING(text_field)},
     {"--vocab-size", "N", "tokens in the vocabulary, 260 to 2^20 (default 4096)",
      SIZE_IN(vocab_size, DPT_TOKEN_FIRST_MERGE, DPT_BPE_MAX_VOCAB)},
     {"--out", "FILE", "write the learned vocabulary here (JSON)", STRING(out)},
-    {"--vocab", "FILE", "use this vocabulary instead of learning one", STRING(vocab)},
+    {"--vocab", "FILE",
+     "use this vocabulary instead of learning one: BPE (JSON)\n"
+     "or WordPiece (one token per line, as BERT's vocab.txt)",
+     STRING(vocab)},
     {"--encode", "TEXT", "also print TEXT's token ids and pieces", STRING(encode)},
     {"--seq-len", "N", "tokens per sequence, with [CLS] and [SEP] (default 128)", SIZE(seq_len, 3)},
     {"--val-every", "N", "every Nth document validates; 0: none (default 20)", SIZE(val_every, 0)},
@@ -99,17 +103,20 @@ static int parse_options(opts *o, int argc, char **argv) {
   return -1;
 }
 
+/* Token id's bytes, from either tokenizer (ids from an encoding are in the vocabulary). */
+static void token_bytes(const dpt_tokenizer *tok, int32_t id, const uint8_t **b, size_t *n) {
+  const dpt_wordpiece *wp = dpt_tokenizer_wordpiece(tok);
+  if (wp)
+    (void)dpt_wordpiece_token(wp, id, (const char **)b, n);
+  else
+    (void)dpt_bpe_token_bytes(dpt_tokenizer_bpe(tok), id, b, n);
+}
+
 /* TEXT's ids on one line, then its pieces, each quoted with C escapes. */
-static dpt_status show_encoding(dpt_bpe *bpe, const char *text) {
-  const size_t len = strlen(text);
-  int32_t *ids = malloc((len ? len : 1) * sizeof *ids);
-  if (!ids) return DPT_ERR_OUT_OF_MEMORY;
+static dpt_status show_encoding(dpt_tokenizer *tok, const char *text) {
+  const int32_t *ids;
   size_t n = 0;
-  const dpt_status st = dpt_bpe_encode(bpe, text, len, ids, &n);
-  if (st != DPT_OK) {
-    free(ids);
-    return st;
-  }
+  TRY(dpt_tokenizer_encode(tok, text, strlen(text), &ids, &n));
   printf("ids:");
   for (size_t i = 0; i < n; i++)
     printf(" %d", (int)ids[i]);
@@ -117,14 +124,13 @@ static dpt_status show_encoding(dpt_bpe *bpe, const char *text) {
   for (size_t i = 0; i < n; i++) {
     const uint8_t *b;
     size_t bl;
-    (void)dpt_bpe_token_bytes(bpe, ids[i], &b, &bl); /* ids from encode are in the vocabulary */
+    token_bytes(tok, ids[i], &b, &bl);
     printf(" \"");
     for (size_t k = 0; k < bl; k++)
       printf(b[k] == '"' || b[k] == '\\' ? "\\%c" : isprint(b[k]) ? "%c" : "\\x%02x", b[k]);
     printf("\"");
   }
   printf("\n");
-  free(ids);
   return DPT_OK;
 }
 
@@ -198,31 +204,44 @@ done:
 }
 
 /* The vocabulary learned from the corpus and saved (--out). */
-static dpt_status learn_vocabulary(const opts *o, const dpt_text_corpus *c, dpt_bpe **bpe) {
+static dpt_status learn_vocabulary(const opts *o, const dpt_text_corpus *c, dpt_tokenizer **tok) {
   const double t0 = now();
-  TRY(dpt_bpe_train(c, o->vocab_size, bpe));
+  dpt_bpe *bpe = NULL;
+  TRY(dpt_bpe_train(c, o->vocab_size, &bpe));
+  TRY(dpt_tokenizer_from_bpe(bpe, tok));
   const double secs = now() - t0;
-  TRY(dpt_bpe_save(*bpe, o->out));
+  TRY(dpt_bpe_save(bpe, o->out));
   printf("vocabulary: %zu tokens (%zu merges) learned in %.2f s, saved to %s\n",
-         dpt_bpe_vocab_size(*bpe), dpt_bpe_vocab_size(*bpe) - DPT_TOKEN_FIRST_MERGE, secs, o->out);
-  if (dpt_bpe_vocab_size(*bpe) < o->vocab_size)
+         dpt_bpe_vocab_size(bpe), dpt_bpe_vocab_size(bpe) - DPT_TOKEN_FIRST_MERGE, secs, o->out);
+  if (dpt_bpe_vocab_size(bpe) < o->vocab_size)
     printf("note: no pair occurs twice past %zu tokens; the vocabulary is smaller than asked\n",
-           dpt_bpe_vocab_size(*bpe));
+           dpt_bpe_vocab_size(bpe));
   return DPT_OK;
 }
 
-static dpt_status run(const opts *o, dpt_text_corpus **c, dpt_bpe **bpe, dpt_text_sequences **s) {
-  if (o->vocab) TRY(dpt_bpe_load(o->vocab, bpe)); /* a bad file fails before the corpus is read */
-  TRY(dpt_text_corpus_load(o->data, o->num_data, c));
+/* What a vocabulary read with --vocab is. */
+static void describe_vocabulary(const opts *o, const dpt_tokenizer *tok) {
+  const size_t v = dpt_tokenizer_vocab_size(tok);
+  const dpt_wordpiece *wp = dpt_tokenizer_wordpiece(tok);
+  if (wp)
+    printf("vocabulary: %zu tokens (WordPiece, %s) from %s\n", v,
+           dpt_wordpiece_lowercase(wp) ? "uncased" : "cased", o->vocab);
+  else
+    printf("vocabulary: %zu tokens (%zu merges) from %s\n", v, v - DPT_TOKEN_FIRST_MERGE, o->vocab);
+}
+
+static dpt_status run(const opts *o, dpt_text_corpus **c, dpt_tokenizer **tok,
+                      dpt_text_sequences **s) {
+  if (o->vocab) TRY(dpt_tokenizer_load(o->vocab, tok)); /* a bad file fails before the corpus */
+  TRY(dpt_text_corpus_load_field(o->data, o->num_data, o->text_field, c));
   printf("corpus: %zu files, %zu documents, %zu bytes\n", dpt_text_corpus_files(*c),
          dpt_text_corpus_documents(*c), dpt_text_corpus_bytes(*c));
   if (o->vocab)
-    printf("vocabulary: %zu tokens (%zu merges) from %s\n", dpt_bpe_vocab_size(*bpe),
-           dpt_bpe_vocab_size(*bpe) - DPT_TOKEN_FIRST_MERGE, o->vocab);
+    describe_vocabulary(o, *tok);
   else
-    TRY(learn_vocabulary(o, *c, bpe));
+    TRY(learn_vocabulary(o, *c, tok));
   const double t0 = now();
-  TRY(dpt_text_sequences_build(*c, *bpe, o->seq_len, o->val_every, s));
+  TRY(dpt_text_sequences_build_with(*c, *tok, o->seq_len, o->val_every, s));
   const double secs = now() - t0;
   const size_t tokens = dpt_text_sequences_tokens(*s, DPT_TEXT_TRAIN) +
                         dpt_text_sequences_tokens(*s, DPT_TEXT_VALIDATION);
@@ -235,7 +254,7 @@ static dpt_status run(const opts *o, dpt_text_corpus **c, dpt_bpe **bpe, dpt_tex
     printf("document d validates when d %% %zu = %zu)\n", o->val_every, o->val_every - 1);
   else
     printf("no validation)\n");
-  if (o->encode) TRY(show_encoding(*bpe, o->encode));
+  if (o->encode) TRY(show_encoding(*tok, o->encode));
   if (o->export) TRY(export_sequences(o, *s));
   return DPT_OK;
 }
@@ -246,13 +265,13 @@ int dpt_cmd_tokenize(int argc, char **argv) {
   if (rc >= 0) return rc;
   if (o.num_data == 0) o.data[o.num_data++] = DPT_TEXT_DEFAULT_DIR;
   dpt_text_corpus *c = NULL;
-  dpt_bpe *bpe = NULL;
+  dpt_tokenizer *tok = NULL;
   dpt_text_sequences *s = NULL;
-  const dpt_status st = run(&o, &c, &bpe, &s);
+  const dpt_status st = run(&o, &c, &tok, &s);
   if (st != DPT_OK && !reported)
     fprintf(stderr, "dptrain tokenize: %s: %s\n", dpt_status_str(st), dpt_last_error());
   dpt_text_sequences_destroy(s);
-  dpt_bpe_destroy(bpe);
+  dpt_tokenizer_destroy(tok);
   dpt_text_corpus_destroy(c);
   return st == DPT_OK ? 0 : 1;
 }

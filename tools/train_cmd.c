@@ -332,9 +332,14 @@ static const dpt_opt options[] = {
     {.help = "bert (--model bert):"},
     {"--text", "PATH",
      "a text file or a directory's files; repeatable\n"
-     "(default " DPT_TEXT_DEFAULT_DIR ")",
+     "(default " DPT_TEXT_DEFAULT_DIR "); FILE.jsonl: JSON lines",
      CUSTOM(parse_text), .multi = 1},
-    {"--vocab", "FILE", "use this vocabulary (dptrain tokenize --out)", STRING(text.vocab)},
+    {"--text-field", "NAME", "the string field of .jsonl lines (default text)",
+     STRING(text.text_field)},
+    {"--vocab", "FILE",
+     "use this vocabulary: dptrain tokenize --out's BPE (JSON) or\n"
+     "a WordPiece vocab.txt (one token per line, as BERT's)",
+     STRING(text.vocab)},
     {"--vocab-size", "N", "learn a vocabulary of N tokens from the text (default 4096)",
      SIZE(text.vocab_size, DPT_TOKEN_FIRST_MERGE)},
     {"--seq-len", "N", "tokens per sequence, [CLS] and [SEP] included (default 128)",
@@ -350,7 +355,10 @@ static const dpt_opt options[] = {
     {"--dropout", "X", "hidden dropout (default 0.1)", FLOAT(bo.dropout)},
     {"--attn-dropout", "X", "attention-probability dropout (default 0.1)", FLOAT(bo.attn_dropout)},
     {.help = "weights:"},
-    {"--init-weights", "FILE", "start from these weights (safetensors, PyTorch names)",
+    {"--init-weights", "PATH",
+     "start from these weights (safetensors, PyTorch names), or\n"
+     "a Hugging Face BERT directory (config.json, model.safetensors;\n"
+     "docs/hf.md)",
      STRING(init_weights)},
     {"--save-weights", "FILE",
      "write the final weights (safetensors); bert: the vocabulary\n"
@@ -856,14 +864,51 @@ static int dlrm_options(cli *c) {
   return KEEP_GOING;
 }
 
+static int is_dir(const char *path) {
+  struct stat sb;
+  return path && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* --init-weights DIR (a Hugging Face BERT directory): the encoder's sizes from its config.json
+ * where not given (given ones must agree), its vocab.txt unless --vocab says otherwise. */
+static int hf_options(cli *c) {
+  dpt_bert_options h = c->bo;
+  if (dpt_hf_bert_read_config(c->init_weights, &h) != DPT_OK)
+    return usage_error("--init-weights: %s", dpt_last_error());
+  static const struct {
+    const char *opt;
+    size_t offset;
+  } sizes[] = {{"--layers", offsetof(dpt_bert_options, layers)},
+               {"--hidden-size", offsetof(dpt_bert_options, hidden)},
+               {"--heads", offsetof(dpt_bert_options, heads)},
+               {"--ffn", offsetof(dpt_bert_options, ffn)},
+               {"--max-positions", offsetof(dpt_bert_options, max_positions)}};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i) {
+    size_t *mine = (size_t *)((char *)&c->bo + sizes[i].offset);
+    const size_t theirs = *(const size_t *)((const char *)&h + sizes[i].offset);
+    if (given(c, sizes[i].opt) && *mine != theirs)
+      return usage_error("%s %zu, but %s/config.json says %zu", sizes[i].opt, *mine,
+                         c->init_weights, theirs);
+    *mine = theirs;
+  }
+  c->bo.ln_eps = h.ln_eps;
+  static char vocab[4200];
+  static const char *const names[] = {"vocab.txt", "dptrain_bpe.json"};
+  for (size_t i = 0; !c->text.vocab && !given(c, "--vocab-size") && i < 2; ++i) {
+    snprintf(vocab, sizeof vocab, "%s/%s", c->init_weights, names[i]);
+    if (access(vocab, R_OK) == 0) c->text.vocab = vocab;
+  }
+  return KEEP_GOING;
+}
+
 /* --model bert: BERT's recipe for whatever was not given (docs/training.md), and the option
  * checks that need no text. KEEP_GOING or the exit code 2. */
 static int bert_options(cli *c) {
   if (!c->bert) {
-    static const char *const text_only[] = {"--text",    "--vocab",         "--vocab-size",
-                                            "--seq-len", "--max-positions", "--val-every",
-                                            "--layers",  "--hidden-size",   "--heads",
-                                            "--ffn",     "--dropout",       "--attn-dropout"};
+    static const char *const text_only[] = {
+        "--text",          "--text-field", "--vocab",       "--vocab-size",  "--seq-len",
+        "--max-positions", "--val-every",  "--layers",      "--hidden-size", "--heads",
+        "--ffn",           "--dropout",    "--attn-dropout"};
     for (size_t i = 0; i < sizeof text_only / sizeof text_only[0]; ++i)
       if (given(c, text_only[i])) return usage_error("%s is for --model bert", text_only[i]);
     return KEEP_GOING;
@@ -878,6 +923,10 @@ static int bert_options(cli *c) {
   if (given(c, "--vocab") && given(c, "--vocab-size"))
     return usage_error("--vocab and --vocab-size exclude each other (a vocabulary is read or "
                        "learned)");
+  if (is_dir(c->init_weights)) {
+    const int rc = hf_options(c);
+    if (rc != KEEP_GOING) return rc;
+  }
   c->bo.seq_len = c->text.seq_len;
   if (c->bo.max_positions && c->text.seq_len > c->bo.max_positions)
     return usage_error("--seq-len %zu is beyond the position table (--max-positions %zu)",
@@ -1103,7 +1152,7 @@ static dpt_status build_dlrm(cli *c) {
 /* The model's shape, from the options and the data: its channels, size and classes. */
 static dpt_status build_model(cli *c, const dpt_dataset *train) {
   if (c->bert) {
-    c->bo.vocab = dpt_bpe_vocab_size(c->tr.bpe);
+    c->bo.vocab = dpt_tokenizer_vocab_size(c->tr.tok);
     return dpt_model_spec_bert(&c->cfg.model, &c->bo);
   }
   return dpt_model_choice_spec(&c->mc, dpt_dataset_channels(train), dpt_dataset_rows(train),
@@ -1206,7 +1255,11 @@ static dpt_status prepare_weights(cli *c, weights *w, char *other, size_t cap) {
   size_t np = w->host_model ? dpt_model_state_size(w->host_model) : 0;
   if (st == DPT_OK && c->init_weights) {
     w->init = malloc(np * sizeof(float));
-    if (w->init) {
+    if (w->init && c->bert && is_dir(c->init_weights)) { /* a Hugging Face directory */
+      dpt_bert_options o;
+      st = dpt_bert_options_from_spec(&c->cfg.model, &o);
+      if (st == DPT_OK) st = dpt_hf_bert_load(w->host_model, &o, c->init_weights, w->init);
+    } else if (w->init) {
       st = dpt_model_load_params(w->host_model, c->init_weights, w->init);
     } else {
       snprintf(other, cap, "cannot allocate %zu parameters", np);
@@ -1248,12 +1301,13 @@ static dpt_status save_weights(const cli *c, const weights *w, char *other, size
   if (c->bert) {
     /* The vocabulary beside the weights, and what identifies it in their metadata. */
     char vocab[4200], size[32], fp[32], val[32], seed[32];
-    if (dpt_text_vocab_path(c->save_weights, vocab, sizeof vocab) != 0) {
+    const int wordpiece = dpt_tokenizer_wordpiece(c->tr.tok) != NULL;
+    if (dpt_text_vocab_path(c->save_weights, wordpiece, vocab, sizeof vocab) != 0) {
       snprintf(other, cap, "--save-weights: the path is too long");
       return DPT_ERR_INVALID_ARG;
     }
-    snprintf(size, sizeof size, "%zu", dpt_bpe_vocab_size(c->tr.bpe));
-    snprintf(fp, sizeof fp, "%016llx", (unsigned long long)dpt_bpe_fingerprint(c->tr.bpe));
+    snprintf(size, sizeof size, "%zu", dpt_tokenizer_vocab_size(c->tr.tok));
+    snprintf(fp, sizeof fp, "%016llx", (unsigned long long)dpt_tokenizer_fingerprint(c->tr.tok));
     snprintf(val, sizeof val, "%zu", c->text.val_every);
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->text.mask_seed);
     const char *const extra[] = {DPT_META_VOCAB_SIZE,
@@ -1265,7 +1319,7 @@ static dpt_status save_weights(const cli *c, const weights *w, char *other, size
                                  DPT_META_MASK_SEED,
                                  seed,
                                  NULL};
-    const dpt_status st = dpt_bpe_save(c->tr.bpe, vocab);
+    const dpt_status st = dpt_text_vocab_save(c->tr.tok, vocab);
     if (st != DPT_OK) return st;
     return dpt_model_save_params_meta(w->host_model, w->final_params, c->save_weights, extra);
   }
@@ -1294,7 +1348,7 @@ static void announce(const cli *c, dpt_comm *comm) {
     const dpt_text_run *t = &c->tr;
     printf("text: %s: %zu files, %zu documents, %zu bytes; vocabulary %zu tokens (%s)\n", text,
            dpt_text_corpus_files(t->corpus), dpt_text_corpus_documents(t->corpus),
-           dpt_text_corpus_bytes(t->corpus), dpt_bpe_vocab_size(t->bpe),
+           dpt_text_corpus_bytes(t->corpus), dpt_tokenizer_vocab_size(t->tok),
            c->text.vocab ? c->text.vocab : "learned from the text");
     printf("sequences of %zu tokens: %zu training, %zu validation (document d validates when "
            "d %% %zu = %zu)\n",

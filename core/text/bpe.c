@@ -1,11 +1,12 @@
 /* The byte-level BPE tokenizer: the pre-tokenizer, the vocabulary built from merges, encoding
  * (merges by rank, per word, with a cache of words seen) and decoding. Training is in
- * bpe_train.c, the vocabulary file in bpe_json.c. */
+ * bpe_train.c, the vocabulary file in bpe_json.c; the vocabulary's fingerprint. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
 #include "core/text/bpe_impl.h"
+#include "dptrain/fingerprint.h"
 
 /* ASCII letters and digits, and every byte of a multibyte UTF-8 sequence (or stray high byte). */
 static int word_byte(uint8_t b) {
@@ -256,4 +257,29 @@ dpt_status dpt_bpe_decode(const dpt_bpe *bpe, const int32_t *ids, size_t count, 
     k += bpe->tok_len[ids[i]];
   }
   return DPT_OK;
+}
+
+/* ---- the vocabulary's fingerprint ---------------------------------------------------------- */
+
+uint64_t dpt_bpe_fingerprint(const dpt_bpe *bpe) {
+  if (!bpe) return 0;
+  const size_t vocab = dpt_bpe_vocab_size(bpe);
+  const size_t merges = vocab > DPT_TOKEN_FIRST_MERGE ? vocab - DPT_TOKEN_FIRST_MERGE : 0;
+  int32_t *m = malloc((2 * merges + 1) * sizeof *m);
+  if (!m) return 0;
+  m[0] = (int32_t)vocab;
+  for (size_t r = 0; r < merges; r++)
+    (void)dpt_bpe_merge(bpe, r, &m[1 + 2 * r], &m[2 + 2 * r]);
+  /* Little-endian bytes of the words, so the value is the same on every host. */
+  uint8_t *bytes = (uint8_t *)m;
+  for (size_t i = 0; i < 2 * merges + 1; i++) {
+    const uint32_t v = (uint32_t)m[i];
+    bytes[4 * i] = (uint8_t)v;
+    bytes[4 * i + 1] = (uint8_t)(v >> 8);
+    bytes[4 * i + 2] = (uint8_t)(v >> 16);
+    bytes[4 * i + 3] = (uint8_t)(v >> 24);
+  }
+  const uint64_t fp = dpt_fingerprint(m, (2 * merges + 1) * sizeof *m);
+  free(m);
+  return fp;
 }

@@ -15,6 +15,8 @@
 #include "base/error.h"
 #include "base/size.h"
 #include "base/rng.h"
+#include "core/text/text_jsonl.h"
+#include "core/text/tokenizer_impl.h"
 #include "dptrain/text.h"
 
 struct dpt_text_corpus {
@@ -208,7 +210,23 @@ static dpt_status split_documents(dpt_text_corpus *c, size_t start, size_t end) 
   return add_document(c, doc, end);
 }
 
-static dpt_status load_files(dpt_text_corpus *c, const char *const *paths, size_t count) {
+/* A JSON-lines file: each line's string `field` one document, appended to the text. */
+static dpt_status read_jsonl(dpt_text_corpus *c, const char *path, const char *field) {
+  dpt_jsonl_docs d;
+  DPT_TRY(dpt_jsonl_read(path, field, &d));
+  dpt_status st = reserve_text(c, d.bytes);
+  for (size_t i = 0; st == DPT_OK && i < d.count; i++) {
+    const size_t start = c->len;
+    if (d.len[i]) memcpy(c->text + start, d.text + d.off[i], d.len[i]);
+    c->len += d.len[i];
+    st = add_document(c, start, c->len);
+  }
+  dpt_jsonl_free(&d);
+  return st;
+}
+
+static dpt_status load_files(dpt_text_corpus *c, const char *const *paths, size_t count,
+                             const char *field) {
   file_list fl = {0};
   dpt_status st = DPT_OK;
   for (size_t i = 0; st == DPT_OK && i < count; i++)
@@ -225,6 +243,10 @@ static dpt_status load_files(dpt_text_corpus *c, const char *const *paths, size_
     c->file_names[i] = fl.paths[i]; /* taken over from the list */
     fl.paths[i] = NULL;
     c->files = i + 1;
+    if (dpt_jsonl_name(c->file_names[i])) {
+      st = read_jsonl(c, c->file_names[i], field);
+      continue;
+    }
     st = read_file(c, c->file_names[i]);
     if (st == DPT_OK) st = split_documents(c, start, c->len);
   }
@@ -233,13 +255,20 @@ static dpt_status load_files(dpt_text_corpus *c, const char *const *paths, size_
 }
 
 dpt_status dpt_text_corpus_load(const char *const *paths, size_t count, dpt_text_corpus **out) {
+  return dpt_text_corpus_load_field(paths, count, NULL, out);
+}
+
+dpt_status dpt_text_corpus_load_field(const char *const *paths, size_t count,
+                                      const char *text_field, dpt_text_corpus **out) {
   if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "text corpus: out is NULL");
   *out = NULL;
   if (!paths || count == 0)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "text corpus: no files or directories given");
+  if (text_field && !*text_field)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "text corpus: the JSON lines' field name is empty");
   dpt_text_corpus *c = calloc(1, sizeof *c);
   if (!c) return oom("the corpus");
-  const dpt_status st = load_files(c, paths, count);
+  const dpt_status st = load_files(c, paths, count, text_field ? text_field : "text");
   if (st != DPT_OK) {
     dpt_text_corpus_destroy(c);
     return st;
@@ -329,7 +358,8 @@ dpt_status dpt_text_corpus_check_utf8(const dpt_text_corpus *c) {
 
 struct dpt_text_sequences {
   size_t seq_len, vocab;
-  int32_t *ids[2]; /* per split: [count, seq_len] */
+  dpt_text_specials sp; /* the tokenizer's special ids */
+  int32_t *ids[2];      /* per split: [count, seq_len] */
   size_t count[2], tokens[2];
 };
 
@@ -337,29 +367,53 @@ static dpt_text_split split_of(size_t doc, size_t val_every) {
   return val_every && doc % val_every == val_every - 1 ? DPT_TEXT_VALIDATION : DPT_TEXT_TRAIN;
 }
 
+/* Appends ids[0, n) and then `sep` to the stream s[*len] of capacity *cap. */
+static dpt_status stream_append(int32_t **s, size_t *len, size_t *cap, const int32_t *ids, size_t n,
+                                int32_t sep) {
+  size_t need;
+  if (!dpt_add_ok(*len, n + 1, &need)) return oom("a token stream");
+  if (need > *cap) {
+    size_t c = *cap ? *cap : 4096;
+    while (c < need)
+      c = c > ((size_t)-1) / 2 / sizeof **s ? need : 2 * c;
+    int32_t *p = c <= ((size_t)-1) / sizeof *p ? realloc(*s, c * sizeof *p) : NULL;
+    if (!p) return oom("a token stream");
+    *s = p;
+    *cap = c;
+  }
+  if (n) memcpy(*s + *len, ids, n * sizeof *ids);
+  (*s)[*len + n] = sep;
+  *len = need;
+  return DPT_OK;
+}
+
 /* A split's token stream: each of its documents encoded, then [SEP]; *len tokens. */
-static dpt_status split_stream(const dpt_text_corpus *c, dpt_bpe *bpe, size_t val_every,
+static dpt_status split_stream(const dpt_text_corpus *c, dpt_tokenizer *tok, size_t val_every,
                                dpt_text_split split, int32_t **out, size_t *len) {
-  size_t cap = 1;
-  for (size_t d = 0; d < c->docs; d++)
-    if (split_of(d, val_every) == split) cap += c->doc_len[d] + 1; /* no overflow: in memory */
-  int32_t *s = malloc(cap * sizeof *s);
-  if (!s) return oom("a token stream");
-  size_t n = 0;
-  for (size_t d = 0; d < c->docs; d++) {
+  dpt_text_specials sp;
+  dpt_tokenizer_specials(tok, &sp);
+  int32_t *s = NULL;
+  size_t n = 0, cap = 0;
+  dpt_status st = DPT_OK;
+  for (size_t d = 0; st == DPT_OK && d < c->docs; d++) {
     if (split_of(d, val_every) != split) continue;
+    const int32_t *ids;
     size_t got;
-    const dpt_status st = dpt_bpe_encode(bpe, c->text + c->doc_off[d], c->doc_len[d], s + n, &got);
-    if (st != DPT_OK) {
-      free(s);
-      return st;
-    }
-    n += got;
-    s[n++] = DPT_TOKEN_SEP;
+    st = dpt_tokenizer_encode(tok, c->text + c->doc_off[d], c->doc_len[d], &ids, &got);
+    if (st == DPT_OK) st = stream_append(&s, &n, &cap, ids, got, sp.sep);
+  }
+  if (st != DPT_OK) {
+    free(s);
+    return st;
   }
   *out = s;
   *len = n;
   return DPT_OK;
+}
+
+/* Whether id is one of the four specials MLM never predicts. */
+static int is_special(const dpt_text_specials *sp, int32_t id) {
+  return id == sp->pad || id == sp->cls || id == sp->sep || id == sp->mask;
 }
 
 /* The stream cut into [CLS] piece [SEP] sequences, pieces of seq_len - 2, the last padded. */
@@ -375,27 +429,27 @@ static dpt_status cut_sequences(dpt_text_sequences *s, dpt_text_split split, con
   for (size_t q = 0; q < count; q++) {
     int32_t *seq = ids + q * s->seq_len;
     const size_t n = len - q * piece < piece ? len - q * piece : piece;
-    seq[0] = DPT_TOKEN_CLS;
+    seq[0] = s->sp.cls;
     memcpy(seq + 1, stream + q * piece, n * sizeof *seq);
-    seq[n + 1] = DPT_TOKEN_SEP;
+    seq[n + 1] = s->sp.sep;
     for (size_t i = n + 2; i < s->seq_len; i++)
-      seq[i] = DPT_TOKEN_PAD;
+      seq[i] = s->sp.pad;
   }
   size_t text = 0;
   for (size_t i = 0; i < len; i++)
-    text += stream[i] >= DPT_TOKEN_BYTE0;
+    text += !is_special(&s->sp, stream[i]);
   s->ids[split] = ids;
   s->count[split] = count;
   s->tokens[split] = text;
   return DPT_OK;
 }
 
-static dpt_status build_splits(dpt_text_sequences *s, const dpt_text_corpus *c, dpt_bpe *bpe,
+static dpt_status build_splits(dpt_text_sequences *s, const dpt_text_corpus *c, dpt_tokenizer *tok,
                                size_t val_every) {
   for (int k = 0; k < 2; k++) {
     int32_t *stream = NULL;
     size_t len = 0;
-    DPT_TRY(split_stream(c, bpe, val_every, (dpt_text_split)k, &stream, &len));
+    DPT_TRY(split_stream(c, tok, val_every, (dpt_text_split)k, &stream, &len));
     const dpt_status st = cut_sequences(s, (dpt_text_split)k, stream, len);
     free(stream);
     DPT_TRY(st);
@@ -405,11 +459,24 @@ static dpt_status build_splits(dpt_text_sequences *s, const dpt_text_corpus *c, 
 
 dpt_status dpt_text_sequences_build(const dpt_text_corpus *corpus, dpt_bpe *bpe, size_t seq_len,
                                     size_t val_every, dpt_text_sequences **out) {
+  if (!bpe) {
+    if (out) *out = NULL;
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "text sequences: bpe is NULL");
+  }
+  dpt_tokenizer tok = {.bpe = bpe};
+  const dpt_status st = dpt_text_sequences_build_with(corpus, &tok, seq_len, val_every, out);
+  free(tok.buf);
+  return st;
+}
+
+dpt_status dpt_text_sequences_build_with(const dpt_text_corpus *corpus, dpt_tokenizer *tok,
+                                         size_t seq_len, size_t val_every,
+                                         dpt_text_sequences **out) {
   if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "text sequences: out is NULL");
   *out = NULL;
-  if (!corpus || !bpe)
+  if (!corpus || !tok)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "text sequences: %s is NULL",
-                         !corpus ? "corpus" : "bpe");
+                         !corpus ? "corpus" : "tokenizer");
   if (seq_len < 3 || seq_len > INT32_MAX)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "text sequences: sequence length %zu must be at least 3 ([CLS], a token, "
@@ -418,8 +485,9 @@ dpt_status dpt_text_sequences_build(const dpt_text_corpus *corpus, dpt_bpe *bpe,
   dpt_text_sequences *s = calloc(1, sizeof *s);
   if (!s) return oom("the sequences");
   s->seq_len = seq_len;
-  s->vocab = dpt_bpe_vocab_size(bpe);
-  const dpt_status st = build_splits(s, corpus, bpe, val_every);
+  s->vocab = dpt_tokenizer_vocab_size(tok);
+  dpt_tokenizer_specials(tok, &s->sp);
+  const dpt_status st = build_splits(s, corpus, tok, val_every);
   if (st != DPT_OK) {
     dpt_text_sequences_destroy(s);
     return st;
@@ -455,6 +523,10 @@ size_t dpt_text_sequences_vocab(const dpt_text_sequences *s) {
   return s ? s->vocab : 0;
 }
 
+void dpt_text_sequences_specials(const dpt_text_sequences *s, dpt_text_specials *sp) {
+  if (sp) *sp = s ? s->sp : dpt_bpe_specials();
+}
+
 const int32_t *dpt_text_sequence(const dpt_text_sequences *s, dpt_text_split split, size_t i) {
   if (!s || !split_ok(split) || i >= s->count[split]) return NULL;
   return s->ids[split] + i * s->seq_len;
@@ -463,6 +535,20 @@ const int32_t *dpt_text_sequence(const dpt_text_sequences *s, dpt_text_split spl
 /* ---- masking --------------------------------------------------------------------------------- */
 
 #define MLM_DOMAIN 0x6d6c6d2d6d61736bull /* "mlm-mask": these streams apart from others */
+
+static dpt_status check_specials(const dpt_text_specials *sp, size_t vocab) {
+  const int32_t v[4] = {sp->pad, sp->cls, sp->sep, sp->mask};
+  for (int i = 0; i < 4; i++) {
+    if (v[i] < 0 || (size_t)v[i] >= vocab)
+      return dpt_set_error(DPT_ERR_INVALID_ARG,
+                           "mlm_mask: special id %" PRId32 " is outside the vocabulary [0, %zu)",
+                           v[i], vocab);
+    for (int k = 0; k < i; k++)
+      if (v[k] == v[i])
+        return dpt_set_error(DPT_ERR_INVALID_ARG, "mlm_mask: special id %" PRId32 " repeats", v[i]);
+  }
+  return DPT_OK;
+}
 
 static dpt_status check_mask(const int32_t *ids, size_t len, size_t vocab, const int32_t *inputs,
                              const int32_t *labels) {
@@ -486,12 +572,35 @@ static dpt_status check_mask(const int32_t *ids, size_t len, size_t vocab, const
 
 dpt_status dpt_mlm_mask(uint64_t seed, uint64_t epoch, uint64_t seq_index, const int32_t *ids,
                         size_t len, size_t vocab_size, int32_t *inputs, int32_t *labels) {
+  const dpt_text_specials sp = dpt_bpe_specials();
+  return dpt_mlm_mask_specials(seed, epoch, seq_index, ids, len, vocab_size, &sp, inputs, labels);
+}
+
+/* The r-th id (r < vocab - 4) of the vocabulary less its four specials. */
+static int32_t nth_plain(const dpt_text_specials *sp, uint64_t r) {
+  int32_t v[4] = {sp->pad, sp->cls, sp->sep, sp->mask};
+  for (int i = 1; i < 4; i++) /* ascending */
+    for (int k = i; k > 0 && v[k - 1] > v[k]; k--) {
+      const int32_t t = v[k];
+      v[k] = v[k - 1];
+      v[k - 1] = t;
+    }
+  for (int i = 0; i < 4; i++)
+    r += r >= (uint64_t)v[i];
+  return (int32_t)r;
+}
+
+dpt_status dpt_mlm_mask_specials(uint64_t seed, uint64_t epoch, uint64_t seq_index,
+                                 const int32_t *ids, size_t len, size_t vocab_size,
+                                 const dpt_text_specials *sp, int32_t *inputs, int32_t *labels) {
+  if (!sp) return dpt_set_error(DPT_ERR_INVALID_ARG, "mlm_mask: specials is NULL");
   DPT_TRY(check_mask(ids, len, vocab_size, inputs, labels));
+  DPT_TRY(check_specials(sp, vocab_size));
   for (size_t p = 0; p < len; p++) {
     const int32_t id = ids[p];
     inputs[p] = id;
     labels[p] = DPT_MLM_IGNORE;
-    if (id < DPT_TOKEN_BYTE0) continue; /* [PAD], [CLS], [SEP], [MASK] are never chosen */
+    if (is_special(sp, id)) continue; /* [PAD], [CLS], [SEP], [MASK] are never chosen */
     const uint64_t key[3] = {epoch, seq_index, (uint64_t)p};
     dpt_rng rng;
     dpt_rng_seed_key(&rng, seed, MLM_DOMAIN, key, 3);
@@ -499,9 +608,9 @@ dpt_status dpt_mlm_mask(uint64_t seed, uint64_t epoch, uint64_t seq_index, const
     labels[p] = id;
     const double u = dpt_rng_uniform(&rng);
     if (u < 0.8)
-      inputs[p] = DPT_TOKEN_MASK;
+      inputs[p] = sp->mask;
     else if (u < 0.9)
-      inputs[p] = (int32_t)(DPT_TOKEN_BYTE0 + dpt_rng_below(&rng, vocab_size - DPT_TOKEN_BYTE0));
+      inputs[p] = nth_plain(sp, dpt_rng_below(&rng, vocab_size - DPT_TOKEN_BYTE0));
   }
   return DPT_OK;
 }
@@ -525,8 +634,9 @@ dpt_status dpt_text_sequences_gather(const dpt_text_sequences *s, dpt_text_split
                            " is out of range (the %s split has %zu sequences)",
                            i, indices[i], split ? "validation" : "training", s->count[split]);
   for (size_t i = 0; i < count; i++)
-    DPT_TRY(dpt_mlm_mask(seed, epoch, indices[i], s->ids[split] + indices[i] * s->seq_len,
-                         s->seq_len, s->vocab, inputs + i * s->seq_len, labels + i * s->seq_len));
+    DPT_TRY(dpt_mlm_mask_specials(seed, epoch, indices[i], s->ids[split] + indices[i] * s->seq_len,
+                                  s->seq_len, s->vocab, &s->sp, inputs + i * s->seq_len,
+                                  labels + i * s->seq_len));
   return DPT_OK;
 }
 

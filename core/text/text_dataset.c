@@ -1,5 +1,5 @@
 /* Text as a dataset for masked-language-model training: a split of token sequences, masked as
- * it is gathered; the unigram baseline; the vocabulary's fingerprint. */
+ * it is gathered; the unigram baseline. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -71,11 +71,13 @@ dpt_status dpt_dataset_text_gather(const dpt_dataset *ds, const uint64_t *indice
   const uint64_t e = ds->split == DPT_TEXT_VALIDATION ? 0 : epoch;
   int32_t *buf = malloc(2 * len * sizeof *buf);
   if (!buf) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "dataset_gather: out of memory");
+  dpt_text_specials sp;
+  dpt_text_sequences_specials(ds->text, &sp);
   dpt_status st = DPT_OK;
   for (size_t i = 0; i < count && st == DPT_OK; i++) {
     const int32_t *seq = dpt_text_sequence(ds->text, ds->split, (size_t)indices[i]);
-    st = dpt_mlm_mask(ds->mask_seed, e, indices[i], seq, len, (size_t)ds->num_classes, buf,
-                      buf + len);
+    st = dpt_mlm_mask_specials(ds->mask_seed, e, indices[i], seq, len, (size_t)ds->num_classes, &sp,
+                               buf, buf + len);
     if (st != DPT_OK) break;
     /* The ids go into the float slots bit for bit (4 bytes each), as a token model reads x. */
     if (x) memcpy(x + i * len, buf, len * sizeof *buf);
@@ -101,12 +103,15 @@ dpt_status dpt_text_unigram_baseline(const dpt_text_sequences *seqs, uint64_t ma
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "unigram baseline: out of memory");
   }
   /* Frequencies of the training text's tokens (no [PAD], [CLS], [SEP], [MASK]). */
+  dpt_text_specials sp;
+  dpt_text_sequences_specials(seqs, &sp);
   uint64_t total = 0;
   const size_t ntrain = dpt_text_sequences_count(seqs, DPT_TEXT_TRAIN);
   for (size_t i = 0; i < ntrain; i++) {
     const int32_t *seq = dpt_text_sequence(seqs, DPT_TEXT_TRAIN, i);
     for (size_t p = 0; p < len; p++)
-      if (seq[p] >= DPT_TOKEN_BYTE0 && (size_t)seq[p] < vocab) {
+      if (seq[p] != sp.pad && seq[p] != sp.cls && seq[p] != sp.sep && seq[p] != sp.mask &&
+          seq[p] >= 0 && (size_t)seq[p] < vocab) {
         freq[seq[p]]++;
         total++;
       }
@@ -119,7 +124,7 @@ dpt_status dpt_text_unigram_baseline(const dpt_text_sequences *seqs, uint64_t ma
   const size_t nval = dpt_text_sequences_count(seqs, DPT_TEXT_VALIDATION);
   for (size_t i = 0; i < nval && st == DPT_OK; i++) {
     const int32_t *seq = dpt_text_sequence(seqs, DPT_TEXT_VALIDATION, i);
-    st = dpt_mlm_mask(mask_seed, 0, i, seq, len, vocab, buf, buf + len);
+    st = dpt_mlm_mask_specials(mask_seed, 0, i, seq, len, vocab, &sp, buf, buf + len);
     for (size_t p = 0; st == DPT_OK && p < len; p++) {
       const int32_t t = buf[len + p];
       if (t == DPT_MLM_IGNORE) continue;
@@ -135,29 +140,4 @@ dpt_status dpt_text_unigram_baseline(const dpt_text_sequences *seqs, uint64_t ma
   if (perplexity) *perplexity = exp(l);
   if (targets) *targets = n;
   return DPT_OK;
-}
-
-/* ---- the vocabulary's fingerprint ---------------------------------------------------------- */
-
-uint64_t dpt_bpe_fingerprint(const dpt_bpe *bpe) {
-  if (!bpe) return 0;
-  const size_t vocab = dpt_bpe_vocab_size(bpe);
-  const size_t merges = vocab > DPT_TOKEN_FIRST_MERGE ? vocab - DPT_TOKEN_FIRST_MERGE : 0;
-  int32_t *m = malloc((2 * merges + 1) * sizeof *m);
-  if (!m) return 0;
-  m[0] = (int32_t)vocab;
-  for (size_t r = 0; r < merges; r++)
-    (void)dpt_bpe_merge(bpe, r, &m[1 + 2 * r], &m[2 + 2 * r]);
-  /* Little-endian bytes of the words, so the value is the same on every host. */
-  uint8_t *bytes = (uint8_t *)m;
-  for (size_t i = 0; i < 2 * merges + 1; i++) {
-    const uint32_t v = (uint32_t)m[i];
-    bytes[4 * i] = (uint8_t)v;
-    bytes[4 * i + 1] = (uint8_t)(v >> 8);
-    bytes[4 * i + 2] = (uint8_t)(v >> 16);
-    bytes[4 * i + 3] = (uint8_t)(v >> 24);
-  }
-  const uint64_t fp = dpt_fingerprint(m, (2 * merges + 1) * sizeof *m);
-  free(m);
-  return fp;
 }

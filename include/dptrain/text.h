@@ -1,7 +1,8 @@
-/* dptrain: text for masked-language-model pretraining: a byte-level BPE tokenizer, text corpora,
- * fixed-length token sequences with a train/validation split, and BERT's masking.
+/* dptrain: text for masked-language-model pretraining: a byte-level BPE tokenizer and BERT's
+ * WordPiece tokenizer, text corpora (plain or JSON lines), fixed-length token sequences with a
+ * train/validation split, and BERT's masking.
  *
- * Token ids (a fixed layout; docs/text.md):
+ * BPE token ids (a fixed layout; docs/text.md; a WordPiece vocabulary names its own):
  *   0 [PAD], 1 [CLS], 2 [SEP], 3 [MASK]           the special tokens
  *   4 + b for each byte b in 0..255                 byte fallback: every input encodes
  *   260 + r for merge r (r = 0, 1, ...)             in the order training learned them
@@ -57,6 +58,13 @@ typedef struct dpt_text_corpus dpt_text_corpus;
  * files), DPT_ERR_OUT_OF_MEMORY. *out is NULL on failure; free with dpt_text_corpus_destroy. */
 DPT_API dpt_status dpt_text_corpus_load(const char *const *paths, size_t count,
                                         dpt_text_corpus **out);
+
+/* dpt_text_corpus_load, where a file whose name ends in ".jsonl" (given, or found in a
+ * directory) holds JSON lines: each line that is not blank is a JSON object, and its member
+ * text_field (NULL: "text"), a string, is one document (no "%" cuts). A line that is not JSON,
+ * not an object, or lacks the field as a string is DPT_ERR_BAD_FORMAT naming file:line. */
+DPT_API dpt_status dpt_text_corpus_load_field(const char *const *paths, size_t count,
+                                              const char *text_field, dpt_text_corpus **out);
 
 /* A corpus of one text held in memory (copied), split into documents as a file is. */
 DPT_API dpt_status dpt_text_corpus_from_memory(const void *text, size_t len, dpt_text_corpus **out);
@@ -141,6 +149,88 @@ DPT_API uint64_t dpt_bpe_fingerprint(const dpt_bpe *bpe);
  * merge repeated, a vocab_size that does not match the merges). */
 DPT_API dpt_status dpt_bpe_load(const char *path, dpt_bpe **out);
 
+/* ---- WordPiece (BERT's tokenizer) --------------------------------------------------------- */
+
+#define DPT_WORDPIECE_MAX_CHARS 100 /* a longer word (in code points) is [UNK] */
+
+/* The ids of the special tokens of a vocabulary. BPE: [PAD] 0, [CLS] 1, [SEP] 2, [MASK] 3 and
+ * no [UNK] (-1); WordPiece: found by name ([PAD] must be 0). */
+typedef struct dpt_text_specials {
+  int32_t pad, unk, cls, sep, mask;
+} dpt_text_specials;
+
+typedef struct dpt_wordpiece dpt_wordpiece;
+
+/* Reads a WordPiece vocabulary: one token per line ("\n" or "\r\n"), token t on line t + 1,
+ * as BERT's vocab.txt. It must hold [PAD] (at id 0: the model masks keys holding id 0),
+ * [UNK], [CLS], [SEP] and [MASK]. The vocabulary is uncased (text lowercased and accents
+ * stripped before the pieces) unless a token outside "[...]" holds an upper- or titlecase
+ * letter. DPT_ERR_IO (cannot read) or DPT_ERR_BAD_FORMAT naming the file and the line (an
+ * empty, repeated or non-UTF-8 token, a special token missing). */
+DPT_API dpt_status dpt_wordpiece_load(const char *path, dpt_wordpiece **out);
+
+/* The same from `count` tokens in memory (id = index); origin names them in messages. */
+DPT_API dpt_status dpt_wordpiece_from_tokens(const char *const *tokens, size_t count,
+                                             const char *origin, dpt_wordpiece **out);
+
+/* Frees a tokenizer; NULL does nothing. */
+DPT_API void dpt_wordpiece_destroy(dpt_wordpiece *wp);
+
+/* Tokens; 1 for an uncased vocabulary; the special ids; a 64-bit fingerprint of the tokens in
+ * order. 0 (nothing) for NULL. */
+DPT_API size_t dpt_wordpiece_vocab_size(const dpt_wordpiece *wp);
+DPT_API int dpt_wordpiece_lowercase(const dpt_wordpiece *wp);
+DPT_API void dpt_wordpiece_specials(const dpt_wordpiece *wp, dpt_text_specials *sp);
+DPT_API uint64_t dpt_wordpiece_fingerprint(const dpt_wordpiece *wp);
+
+/* The id of a token, -1 when it is not in the vocabulary. */
+DPT_API int32_t dpt_wordpiece_id(const dpt_wordpiece *wp, const char *token);
+
+/* Token id's bytes (borrowed, not NUL-terminated). DPT_ERR_INVALID_ARG outside the vocabulary. */
+DPT_API dpt_status dpt_wordpiece_token(const dpt_wordpiece *wp, int32_t id, const char **bytes,
+                                       size_t *len);
+
+/* Writes the vocabulary, one token per line (through "<path>.tmp", renamed). */
+DPT_API dpt_status dpt_wordpiece_save(const dpt_wordpiece *wp, const char *path);
+
+/* Encodes len bytes of text with BERT's rules (docs/text.md): the basic tokenizer (drop NUL,
+ * U+FFFD, invalid UTF-8 and C* characters but whitespace; whitespace splits words; CJK
+ * ideographs stand alone; uncased: lowercase, NFD, nonspacing marks dropped; punctuation
+ * stands alone), then per word the longest vocabulary token from its start, then the longest
+ * "##" token from where that ended, and so on; a word of more than DPT_WORDPIECE_MAX_CHARS
+ * characters, or one a position of which no token matches, is [UNK]. *ids (borrowed from the
+ * tokenizer, valid until its next encoding) gets *count ids. One thread at a time. */
+DPT_API dpt_status dpt_wordpiece_encode(dpt_wordpiece *wp, const void *text, size_t len,
+                                        const int32_t **ids, size_t *count);
+
+/* ---- either tokenizer ----------------------------------------------------------------------- */
+
+typedef struct dpt_tokenizer dpt_tokenizer;
+
+/* Reads a vocabulary file and picks the tokenizer by its format: JSON (the first byte that is
+ * not blank is "{") is dptrain's BPE (dpt_bpe_load), anything else a WordPiece vocabulary
+ * (dpt_wordpiece_load). Errors as theirs. */
+DPT_API dpt_status dpt_tokenizer_load(const char *path, dpt_tokenizer **out);
+
+/* A tokenizer over bpe, which it takes over (freed with it, and on failure). */
+DPT_API dpt_status dpt_tokenizer_from_bpe(dpt_bpe *bpe, dpt_tokenizer **out);
+
+/* Frees a tokenizer and what it holds; NULL does nothing. */
+DPT_API void dpt_tokenizer_destroy(dpt_tokenizer *tok);
+
+/* The BPE or the WordPiece tokenizer inside (NULL when it is the other kind, or tok is NULL). */
+DPT_API dpt_bpe *dpt_tokenizer_bpe(const dpt_tokenizer *tok);
+DPT_API dpt_wordpiece *dpt_tokenizer_wordpiece(const dpt_tokenizer *tok);
+
+/* Tokens; special ids; fingerprint (dpt_bpe_fingerprint or dpt_wordpiece_fingerprint). */
+DPT_API size_t dpt_tokenizer_vocab_size(const dpt_tokenizer *tok);
+DPT_API void dpt_tokenizer_specials(const dpt_tokenizer *tok, dpt_text_specials *sp);
+DPT_API uint64_t dpt_tokenizer_fingerprint(const dpt_tokenizer *tok);
+
+/* Encodes len bytes: *ids (borrowed, valid until the next encoding) gets *count ids. */
+DPT_API dpt_status dpt_tokenizer_encode(dpt_tokenizer *tok, const void *text, size_t len,
+                                        const int32_t **ids, size_t *count);
+
 /* ---- sequences and masking ------------------------------------------------------------------- */
 
 typedef enum dpt_text_split { DPT_TEXT_TRAIN = 0, DPT_TEXT_VALIDATION = 1 } dpt_text_split;
@@ -154,6 +244,14 @@ typedef struct dpt_text_sequences dpt_text_sequences;
 DPT_API dpt_status dpt_text_sequences_build(const dpt_text_corpus *corpus, dpt_bpe *bpe,
                                             size_t seq_len, size_t val_every,
                                             dpt_text_sequences **out);
+
+/* dpt_text_sequences_build with either tokenizer: [CLS], [SEP] and [PAD] are its special ids. */
+DPT_API dpt_status dpt_text_sequences_build_with(const dpt_text_corpus *corpus, dpt_tokenizer *tok,
+                                                 size_t seq_len, size_t val_every,
+                                                 dpt_text_sequences **out);
+
+/* The special ids the sequences were built with (BPE's when s is NULL). */
+DPT_API void dpt_text_sequences_specials(const dpt_text_sequences *s, dpt_text_specials *sp);
 
 /* Frees sequences; NULL does nothing. */
 DPT_API void dpt_text_sequences_destroy(dpt_text_sequences *s);
@@ -180,6 +278,15 @@ DPT_API const int32_t *dpt_text_sequence(const dpt_text_sequences *s, dpt_text_s
 DPT_API dpt_status dpt_mlm_mask(uint64_t seed, uint64_t epoch, uint64_t seq_index,
                                 const int32_t *ids, size_t len, size_t vocab_size, int32_t *inputs,
                                 int32_t *labels);
+
+/* dpt_mlm_mask for any vocabulary: the positions holding sp's [PAD], [CLS], [SEP] or [MASK]
+ * are never chosen, a chosen position's input is sp->mask (0.8), a token drawn uniformly from
+ * the vocabulary less those four (0.1), or its own id. With BPE's specials it is dpt_mlm_mask
+ * draw for draw. Errors also for special ids outside the vocabulary or not distinct. */
+DPT_API dpt_status dpt_mlm_mask_specials(uint64_t seed, uint64_t epoch, uint64_t seq_index,
+                                         const int32_t *ids, size_t len, size_t vocab_size,
+                                         const dpt_text_specials *sp, int32_t *inputs,
+                                         int32_t *labels);
 
 /* The sequences indices[0..count) of a split, masked with dpt_mlm_mask keyed by (seed, epoch,
  * the sequence's index in its split), into inputs and labels ([count, seq_len] each). Every

@@ -476,6 +476,55 @@ START_TEST(corpus_files_and_dirs) {
 }
 END_TEST
 
+START_TEST(corpus_jsonl) {
+  /* One document per line's "text" (escapes decoded), blank lines skipped, other members
+   * ignored, no "%" cuts; a .jsonl file in a directory is read the same way. */
+  ck_assert_int_eq(mkdir(tpath("j"), 0700), 0);
+  write_text(tpath("j/a.jsonl"), "{\"text\": \"caf\\u00e9\\n%\\nbar\", \"id\": 1}\n\n"
+                                 "  \n{\"id\": 2, \"text\": \"two\"}\n{\"text\": \"\"}");
+  write_text(tpath("j/b.txt"), "plain\n%\nagain\n");
+  const char *paths[] = {tpath("j")};
+  dpt_text_corpus *c = NULL;
+  TU_OK(dpt_text_corpus_load(paths, 1, &c));
+  ck_assert_uint_eq(dpt_text_corpus_documents(c), 4);
+  expect_document(c, 0, "caf\xc3\xa9\n%\nbar");
+  expect_document(c, 1, "two");
+  expect_document(c, 2, "plain\n");
+  expect_document(c, 3, "again\n");
+  TU_OK(dpt_text_corpus_check_utf8(c));
+  dpt_text_corpus_destroy(c);
+  /* Another field by name. */
+  write_text(tpath("f.jsonl"), "{\"body\": \"x y\", \"text\": 3}\n");
+  const char *f[] = {tpath("f.jsonl")};
+  TU_OK(dpt_text_corpus_load_field(f, 1, "body", &c));
+  ck_assert_uint_eq(dpt_text_corpus_documents(c), 1);
+  expect_document(c, 0, "x y");
+  dpt_text_corpus_destroy(c);
+  /* Bad lines: an error naming file:line. */
+  static const struct {
+    const char *text, *field, *line, *why;
+  } bad[] = {
+      {"{\"text\": \"ok\"}\n{\"text\": \"cut", "text", ":2:", "not JSON"},
+      {"[1, 2]\n", "text", ":1:", "not a JSON object"},
+      {"\n{\"txt\": \"a\"}\n", "text", ":2:", "no \"text\" field"},
+      {"{\"text\": 7}\n", "text", ":1:", "not a string"},
+      {"{\"text\": \"a\", \"text\": \"b\"}\n", "text", ":1:", "duplicate"},
+      {"{\"text\": \"a\\u0000b\"}\n", "text", ":1:", "not JSON"},
+      {"{\"text\": \"\xff\"}\n", "text", ":1:", "not JSON"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    write_text(tpath("bad.jsonl"), bad[i].text);
+    const char *b[] = {tpath("bad.jsonl")};
+    c = (dpt_text_corpus *)1;
+    EXPECT_FAIL(dpt_text_corpus_load_field(b, 1, bad[i].field, &c), DPT_ERR_BAD_FORMAT,
+                tpath("bad.jsonl"), bad[i].line, bad[i].why);
+    ck_assert_ptr_null(c);
+  }
+  EXPECT_FAIL(dpt_text_corpus_load_field(f, 1, "", &c), DPT_ERR_INVALID_ARG, "field name", NULL,
+              NULL);
+}
+END_TEST
+
 /* ---- sequences ------------------------------------------------------------------------------- */
 
 /* A corpus of n numbered documents "doc <i> ..." of varying length. */
@@ -938,6 +987,7 @@ int main(void) {
   tcase_add_test(tc, save_load_round_trip);
   tcase_add_test(tc, load_bad_files);
   tcase_add_test(tc, corpus_files_and_dirs);
+  tcase_add_test(tc, corpus_jsonl);
   suite_add_tcase(s, tc);
   tc = tcase_create("sequences");
   tcase_add_test(tc, corpus_documents);
