@@ -17,6 +17,7 @@ packages=(
   dataset-fashion-mnist                         # the real data set
   fortunes                                      # English text for MLM pretraining (dptrain tokenize)
   python3-protobuf                              # reads TensorBoard event files back (tests)
+  clang libclang-rt-14-dev                      # libFuzzer and the sanitizers (tools/fuzz.sh)
 )
 
 missing=()
