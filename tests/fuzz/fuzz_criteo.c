@@ -12,21 +12,21 @@
 
 #define SHARDS 2
 
-static char dir[256];
+static char work_dir[256]; /* the output directory, "" until made */
 
 static void remove_dir(void) {
-  rmdir(dir);
+  rmdir(work_dir);
 }
 
 /* The output directory, made on the first call and removed at exit. */
 static const char *out_dir(void) {
-  if (!dir[0]) {
+  if (!work_dir[0]) {
     const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/dpt-fuzz-criteo-XXXXXX", base ? base : "/tmp");
-    dpt_fuzz_check(mkdtemp(dir) != NULL, "cannot make the output directory");
+    snprintf(work_dir, sizeof work_dir, "%s/dpt-fuzz-criteo-XXXXXX", base ? base : "/tmp");
+    dpt_fuzz_check(mkdtemp(work_dir) != NULL, "cannot make the output directory");
     atexit(remove_dir);
   }
-  return dir;
+  return work_dir;
 }
 
 static void remove_shards(const char *dir) {
