@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Writes the fuzz targets' seed corpus (tests/fuzz/corpus/<target>/): small valid inputs named
 ok-* (the replay test requires them accepted) and hostile ones named bad-* (required rejected).
-Usage: python3 tests/fuzz/seeds.py [CORPUS_DIR]. Inputs libFuzzer found (crashes fixed since)
-are kept beside them under their own names and not written here."""
+Usage: python3 tests/fuzz/seeds.py [CORPUS_DIR]. The inputs long libFuzzer runs kept (named by
+their SHA-1) lie beside them and are not written here (docs/fuzzing.md)."""
 import gzip
 import json
 import os
