@@ -63,11 +63,12 @@ typedef enum dpt_env_kind {
   X(PMI_SIZE, LAUNCHER, "", "set: launched as an MPI job")                                         \
   X(SLURM_STEP_NUM_TASKS, LAUNCHER, "", "checked against the world size (srun)")                   \
   X(OMPI_COMM_WORLD_LOCAL_SIZE, LAUNCHER, "",                                                      \
-    "ranks on this node (Open MPI), compared with its cores")                                      \
-  X(MPI_LOCALNRANKS, LAUNCHER, "", "ranks on this node (MPICH)")                                   \
-  X(OMPI_COMM_WORLD_LOCAL_RANK, LAUNCHER, "", "this rank on its node: the device it takes")        \
-  X(MPI_LOCALRANKID, LAUNCHER, "", "this rank on its node (MPICH)")                                \
-  X(SLURM_LOCALID, LAUNCHER, "", "this rank on its node (Slurm)")                                  \
+    "ranks on this node (Open MPI), where MPI_COMM_TYPE_SHARED cannot say")                        \
+  X(MPI_LOCALNRANKS, LAUNCHER, "", "ranks on this node (MPICH), the same fallback")                \
+  X(OMPI_COMM_WORLD_LOCAL_RANK, LAUNCHER, "",                                                      \
+    "this rank on its node (Open MPI), where MPI_COMM_TYPE_SHARED cannot say")                     \
+  X(MPI_LOCALRANKID, LAUNCHER, "", "this rank on its node (MPICH), the same fallback")             \
+  X(SLURM_LOCALID, LAUNCHER, "", "this rank on its node (Slurm), the same fallback")               \
   X(TMPDIR, LAUNCHER, "/tmp", "where tests write their scratch files")
 
 /* One entry of the table. */

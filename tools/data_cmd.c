@@ -1,8 +1,10 @@
 /* `dptrain data`: interaction data for recommendation models (docs/recommendation.md).
- *   convert  Criteo-layout text to shards
+ *   convert  Criteo-layout text (plain or gzip) to shards
+ *   npy      NumPy arrays (TorchRec's Criteo preprocessing) to shards
  *   synth    synthetic interactions with planted factors, and the planted model's AUC
  *   debian   the Debian package dependency graph as link prediction
  *   info     what shards hold (and a few records)
+ *   images   an image folder to a tensor data set (tools/data_images.c)
  * Each failure is one line on stderr and exit 1; usage errors exit 2. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, getline, strdup */
 #include <errno.h>
@@ -81,6 +83,24 @@ static int make_dir(const char *dir) {
   return 0;
 }
 
+/* A comma list of table sizes, each 2..2^31, at most max of them, into sizes: how many, or 0
+ * for a bad list. */
+static size_t parse_table_sizes(const char *tables, uint64_t *sizes, size_t max) {
+  size_t count = 0;
+  char *list = strdup(tables), *save = NULL;
+  for (char *tok = list ? strtok_r(list, ",", &save) : NULL; tok;
+       tok = strtok_r(NULL, ",", &save)) {
+    uint64_t s;
+    if (count == max || parse_u64(tok, 2, DPT_SHARD_MAX_TABLE, &s)) {
+      count = 0;
+      break;
+    }
+    sizes[count++] = s;
+  }
+  free(list);
+  return count;
+}
+
 /* ---- convert ------------------------------------------------------------------------------- */
 
 typedef struct convert_opts {
@@ -117,7 +137,9 @@ static int parse_conv_shards(void *p, const char *v) {
 #define OPT_TARGET convert_opts
 
 static const dpt_opt convert_options[] = {
-    {"--input", "FILE", "a text file; '-' or none: stdin (repeatable, at most 256)",
+    {"--input", "FILE",
+     "a text file, plain or gzip-compressed (day_0.gz); '-' or none:\n"
+     "stdin (repeatable, at most 256)",
      CUSTOM(add_input)},
     {"--out", "DIR", "the output directory (created if missing)", STRING(out)},
     {"--dense", "N", "dense features per line (default 13)", CUSTOM(parse_conv_dense)},
@@ -163,18 +185,7 @@ static int cmd_convert(int argc, char **argv) {
   /* The table sizes: one for all, or one per sparse feature. */
   uint64_t *sizes = malloc(num_sparse * sizeof *sizes);
   if (!sizes) return fail(DPT_ERR_OUT_OF_MEMORY);
-  size_t count = 0;
-  char *list = strdup(tables), *save = NULL;
-  for (char *tok = list ? strtok_r(list, ",", &save) : NULL; tok;
-       tok = strtok_r(NULL, ",", &save)) {
-    uint64_t s;
-    if (count == num_sparse || parse_u64(tok, 2, DPT_SHARD_MAX_TABLE, &s)) {
-      count = 0;
-      break;
-    }
-    sizes[count++] = s;
-  }
-  free(list);
+  size_t count = parse_table_sizes(tables, sizes, (size_t)num_sparse);
   if (count == 1)
     for (; count < num_sparse; count++)
       sizes[count] = sizes[0];
@@ -200,6 +211,87 @@ static int cmd_convert(int argc, char **argv) {
          "into %" PRIu64 " shard%s %s/%s-*.bin in %.2f s (%.0f records/s)\n",
          records, num_dense, num_sparse, num_inputs, num_inputs == 1 ? "" : "s", shards,
          shards == 1 ? "" : "s", out, prefix, secs, secs > 0 ? (double)records / secs : 0.0);
+  return 0;
+}
+
+/* ---- npy ----------------------------------------------------------------------------------- */
+
+typedef struct npy_opts {
+  const char *dense, *sparse, *labels, *out, *prefix, *tables;
+  uint64_t shards;
+} npy_opts;
+
+static int parse_npy_shards(void *p, const char *v) {
+  return parse_u64(v, 1, 512, &((npy_opts *)p)->shards);
+}
+
+static int parse_npy_prefix(void *p, const char *v) {
+  ((npy_opts *)p)->prefix = v;
+  return !*v || strchr(v, '/') != NULL ? -1 : 0;
+}
+
+#define OPT_TARGET npy_opts
+
+static const dpt_opt npy_options[] = {
+    {"--dense", "FILE", "dense features, [N, D] float32 (TorchRec: day_N_dense.npy)",
+     STRING(dense)},
+    {"--sparse", "FILE", "categorical ids, [N, S] integers (day_N_sparse.npy)", STRING(sparse)},
+    {"--labels", "FILE", "labels 0 or 1, [N] or [N, 1] (day_N_labels.npy)", STRING(labels)},
+    {"--out", "DIR", "the output directory (created if missing)", STRING(out)},
+    {"--table-size", "S",
+     "ids per table: one size for all, or a comma list of S sizes\n"
+     "(default 1000000); id v becomes v mod S (never negative)",
+     STRING(tables)},
+    {"--shards", "K", "shard files (default 1, at most 512)", CUSTOM(parse_npy_shards)},
+    {"--prefix", "NAME", "shard file names (default shard)", CUSTOM(parse_npy_prefix)},
+};
+
+#undef OPT_TARGET
+
+static const dpt_opt_cmd npy_cmd = {
+    "dptrain data npy",
+    "usage: dptrain data npy [--dense FILE] --sparse FILE --labels FILE --out DIR [options]\n"
+    "\n"
+    "Converts NumPy arrays, as TorchRec's Criteo preprocessing writes them, to interaction\n"
+    "shards DIR/PREFIX-00000.bin ... (docs/recommendation.md). Dense values are taken as they\n"
+    "are; row n goes to shard n mod K (round-robin).\n",
+    npy_options,
+    sizeof npy_options / sizeof npy_options[0],
+    0,
+};
+
+const dpt_opt_cmd *dpt_data_npy_options(void) {
+  return &npy_cmd;
+}
+
+static int cmd_npy(int argc, char **argv) {
+  cmd_name = "dptrain data npy";
+  npy_opts no = {.prefix = "shard", .tables = "1000000", .shards = 1};
+  const int rc = dpt_opt_parse(&npy_cmd, &no, argc, argv, NULL, NULL);
+  if (rc != DPT_OPT_KEEP_GOING) return rc;
+  if (!no.sparse || !no.labels || !no.out)
+    return dpt_opt_usage_error(&npy_cmd, "--sparse, --labels and --out are needed");
+  uint64_t sizes[DPT_SHARD_MAX_SPARSE];
+  const size_t count = parse_table_sizes(no.tables, sizes, DPT_SHARD_MAX_SPARSE);
+  if (count == 0)
+    return dpt_opt_usage_error(&npy_cmd, "--table-size '%s': sizes each 2..2^31", no.tables);
+  const dpt_npy_options o = {.dense = no.dense,
+                             .sparse = no.sparse,
+                             .labels = no.labels,
+                             .table_sizes = sizes,
+                             .num_tables = count,
+                             .num_shards = (size_t)no.shards,
+                             .out_dir = no.out,
+                             .prefix = no.prefix};
+  uint64_t records = 0;
+  const double t0 = now();
+  const dpt_status st = dpt_npy_convert(&o, &records);
+  const double secs = now() - t0;
+  if (st != DPT_OK) return fail(st);
+  printf("converted %" PRIu64 " rows into %" PRIu64 " shard%s %s/%s-*.bin in %.2f s "
+         "(%.0f records/s)\n",
+         records, no.shards, no.shards == 1 ? "" : "s", no.out, no.prefix, secs,
+         secs > 0 ? (double)records / secs : 0.0);
   return 0;
 }
 
@@ -251,6 +343,32 @@ static int take_pattern(void *p, const char *arg) {
   return 0;
 }
 
+/* Each shard and the ranks that read it: shard s is rank s mod world's, or with fewer shards
+ * than ranks, the ranks whose record ranges it holds. */
+static void print_shard_ranks(const dpt_interactions *d, uint64_t world) {
+  const size_t shards = dpt_interactions_num_shards(d);
+  uint64_t start = 0, rank_end = dpt_interactions_rank_records(d, 0);
+  int q = 0;
+  for (size_t s = 0; s < shards; s++) {
+    const uint64_t n = dpt_interactions_shard_records(d, s);
+    printf("shard %zu: %s, %" PRIu64 " records, ", s, dpt_interactions_shard_path(d, s), n);
+    if (shards >= world) {
+      printf("rank %zu\n", s % (size_t)world);
+      continue;
+    }
+    while (rank_end <= start && q + 1 < (int)world) /* the rank holding record `start` */
+      rank_end += dpt_interactions_rank_records(d, ++q);
+    const int first = q;
+    while (rank_end < start + n && q + 1 < (int)world)
+      rank_end += dpt_interactions_rank_records(d, ++q);
+    if (first == q)
+      printf("rank %d\n", q);
+    else
+      printf("ranks %d-%d\n", first, q);
+    start += n;
+  }
+}
+
 static int cmd_info(int argc, char **argv) {
   cmd_name = "dptrain data info";
   info_opts io = {.world = 1};
@@ -271,9 +389,7 @@ static int cmd_info(int argc, char **argv) {
   for (uint32_t j = 0; j < ns; j++)
     printf("%s%" PRIu64, j ? "," : " ", dpt_interactions_table_sizes(d)[j]);
   printf("\n");
-  for (size_t s = 0; s < dpt_interactions_num_shards(d); s++)
-    printf("shard %zu: %s, %" PRIu64 " records, rank %zu\n", s, dpt_interactions_shard_path(d, s),
-           dpt_interactions_shard_records(d, s), s % (size_t)world);
+  print_shard_ranks(d, world);
   const size_t n = dpt_interactions_local_records(d);
   uint64_t pos = 0;
   for (size_t i = 0; i < n; i++)
@@ -469,12 +585,14 @@ static int cmd_synth(int argc, char **argv) {
 /* ---- the command --------------------------------------------------------------------------- */
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: dptrain data convert|synth|debian|info [options]\n"
+  fprintf(f, "usage: dptrain data convert|npy|synth|debian|info|images [options]\n"
              "\n"
-             "  convert   Criteo-layout text to interaction shards\n"
+             "  convert   Criteo-layout text (plain or gzip) to interaction shards\n"
+             "  npy       NumPy arrays (TorchRec's Criteo preprocessing) to interaction shards\n"
              "  synth     synthetic clicks from planted factors, with the planted model's AUC\n"
              "  debian    the Debian package dependency graph as link prediction shards\n"
              "  info      what shards hold, which rank reads which, a few records\n"
+             "  images    an image folder (a class per subfolder) to a tensor data set\n"
              "(each takes --help; docs/recommendation.md)\n");
 }
 
@@ -484,8 +602,10 @@ int dpt_cmd_data(int argc, char **argv) {
     return argc < 2 ? 2 : 0;
   }
   if (!strcmp(argv[1], "convert")) return cmd_convert(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "npy")) return cmd_npy(argc - 1, argv + 1);
   if (!strcmp(argv[1], "synth")) return cmd_synth(argc - 1, argv + 1);
   if (!strcmp(argv[1], "debian")) return dpt_cmd_data_debian(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "images")) return dpt_cmd_data_images(argc - 1, argv + 1);
   if (!strcmp(argv[1], "info")) return cmd_info(argc - 1, argv + 1);
   fprintf(stderr, "dptrain data: unknown subcommand '%s'\n", argv[1]);
   usage(stderr);

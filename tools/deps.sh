@@ -12,12 +12,16 @@ packages=(
   libvulkan-dev glslc spirv-tools mesa-vulkan-drivers vulkan-validationlayers  # Vulkan + lavapipe
   libopenmpi-dev openmpi-bin openssh-client     # MPI transport (mpirun looks for ssh even on one node)
   oclgrind                                      # OpenCL kernel checker (tests)
+  slurm-wlm                                     # a one-node Slurm: srun --mpi=pmix, sbatch requeue (tests)
   zlib1g-dev                                    # gzip IDX files
   libjansson-dev                                # JSON: model files, safetensors headers
+  libturbojpeg0-dev libspng-dev                 # JPEG and PNG: dptrain data images
   dataset-fashion-mnist                         # the real data set
   fortunes                                      # English text for MLM pretraining (dptrain tokenize)
   python3-protobuf                              # reads TensorBoard event files back (tests)
   clang libclang-rt-14-dev                      # libFuzzer and the sanitizers (tools/fuzz.sh)
+  dpkg-dev file lintian                         # Debian packages: cpack -G DEB, dpkg-shlibdeps
+  abigail-tools                                 # ABI check against the stored baseline (abidiff)
 )
 
 missing=()

@@ -20,7 +20,8 @@ static void usage(FILE *f) {
              "  checkpoint export  a checkpoint's model weights, for eval, predict and PyTorch\n"
              "  run                a command restarted after failures (dptrain run --help)\n"
              "  tokenize           learn a BPE vocabulary from text (dptrain tokenize --help)\n"
-             "  data               recommendation data: convert Criteo text, synth, debian, info\n"
+             "  data               recommendation data: convert Criteo text, synth, debian, info;\n"
+             "                     images: an image folder to a tensor data set\n"
              "  report             one HTML file of a run's --log-dir: charts and settings\n"
              "  devices            list every backend and device found, one per line\n"
              "  bench gemm         gemm GFLOP/s per backend and size (dptrain bench gemm --help)\n"
@@ -114,8 +115,10 @@ static int reference(void) {
       dpt_run_options,
       dpt_tokenize_options,
       dpt_data_convert_options,
+      dpt_data_npy_options,
       dpt_data_synth_options,
       dpt_data_debian_options,
+      dpt_data_images_options,
       dpt_data_info_options,
       dpt_report_options,
   };

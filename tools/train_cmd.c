@@ -122,6 +122,15 @@ static int parse_interaction(void *p, const char *v) {
   return 0;
 }
 
+static int parse_table_lr(void *p, const char *v) {
+  char *end;
+  errno = 0;
+  const double lr = strtod(v, &end);
+  if (end == v || *end || errno || !(lr > 0 && lr < 1e30)) return -1;
+  ((cli *)p)->cfg.table_lr = lr;
+  return 0;
+}
+
 static int parse_table_optimizer(void *p, const char *v) {
   cli *c = p;
   if (!strcmp(v, "sgd"))
@@ -307,9 +316,14 @@ static const dpt_opt options[] = {
      "(docs/recommendation.md, \"Sparse table gradients\")",
      FLAG(cfg.exchange.sparse_tables, 1)},
     {"--table-optimizer", "NAME",
-     "with --sparse-tables: the tables' update, sgd (default)\n"
-     "or rowwise-adagrad (DLRM's), both at --lr and its schedule",
+     "with --sparse-tables: the tables' update, rowwise-adagrad\n"
+     "(DLRM's; the default) or sgd, both at --table-lr",
      CUSTOM(parse_table_optimizer)},
+    {"--table-lr", "LR",
+     "with --sparse-tables: the tables' learning rate, scaled by\n"
+     "--lr's schedule (default: sgd " DPT_TABLE_SGD_LR_TEXT
+     ", rowwise-adagrad " DPT_TABLE_ADAGRAD_LR_TEXT ")",
+     CUSTOM(parse_table_lr)},
     {"--sparse-dense-above", "F",
      "with --sparse-tables: a table's step all-reduces its dense\n"
      "gradient when the rows would send more than F x its bytes\n"
@@ -782,8 +796,9 @@ static void set_defaults(cli *c) {
 }
 
 /* --model dlrm: the recipe for whatever was not given (AdamW lr 1e-3 without weight decay, or
- * SGD lr 0.1 without momentum when --optimizer sgd; constant, global
- * batch 2048), and the options that do not apply to shards refused. KEEP_GOING or 2. */
+ * SGD lr 0.1 without momentum when --optimizer sgd; constant, global batch 2048; with
+ * --sparse-tables, row-wise Adagrad for the tables), and the options that do not apply to shards
+ * refused. KEEP_GOING or 2. */
 static int dlrm_options(cli *c) {
   static const char *const dlrm_only[] = {"--val-data",
                                           "--embedding-dim",
@@ -793,6 +808,7 @@ static int dlrm_options(cli *c) {
                                           "--sparse-tables",
                                           "--sparse-dense-above",
                                           "--table-optimizer",
+                                          "--table-lr",
                                           "--node-shards"};
   if (c->dlrm && c->cfg.devices.split == DPT_SPLIT_PROPORTIONAL)
     return usage_error("--split proportional does not apply to --model dlrm: each rank's slice "
@@ -814,6 +830,10 @@ static int dlrm_options(cli *c) {
   c->cfg.exchange.sparse_dense_above = c->sparse_above;
   if (given(c, "--table-optimizer") && !c->cfg.exchange.sparse_tables)
     return usage_error("--table-optimizer needs --sparse-tables");
+  if (given(c, "--table-lr") && !c->cfg.exchange.sparse_tables)
+    return usage_error("--table-lr needs --sparse-tables");
+  if (c->cfg.exchange.sparse_tables && !given(c, "--table-optimizer"))
+    c->cfg.exchange.table_optimizer = DPT_TABLE_ROWWISE_ADAGRAD;
   if (!given(c, "--data"))
     return usage_error("--model dlrm needs --data 'DIR/train-*.bin' (interaction shards)");
   if (!given(c, "--optimizer")) {

@@ -28,6 +28,7 @@ static dpt_status comm_init(dpt_comm *c, const dpt_transport *tp, void *impl, in
   c->impl = impl;
   c->rank = rank;
   c->size = size;
+  c->local_rank = rank; /* the MPI transport sets its node's */
   c->tag_ub = tag_ub;
   c->seq = 0;
   c->uid = 0;
@@ -104,6 +105,10 @@ int dpt_comm_rank(const dpt_comm *c) {
 
 int dpt_comm_size(const dpt_comm *c) {
   return c ? c->size : 0;
+}
+
+int dpt_comm_local_rank(const dpt_comm *c) {
+  return c ? c->local_rank : -1;
 }
 
 const char *dpt_comm_transport(const dpt_comm *c) {

@@ -17,6 +17,9 @@ struct dpt_comm {
   const dpt_transport *tp;
   void *impl; /* transport state (owner: the transport) */
   int rank, size;
+  /* This member's place among the members on its machine: MPI's shared-memory group
+   * (MPI_COMM_TYPE_SHARED) for the MPI transport, the rank for threads (one process). */
+  int local_rank;
   int tag_ub; /* largest usable tag */
   /* Largest message that takes the transport's cheap path (MPI: eager, copied through at
    * once); the hello round cuts longer messages into pieces of this size. */

@@ -468,16 +468,43 @@ static dpt_status mpi_ensure_init(double timeout_s) {
   return DPT_OK;
 }
 
+/* This rank's place among its node's ranks and their count, as the launcher's environment says
+ * (Open MPI, MPICH, Slurm), for when MPI cannot say: else the rank alone on its node. */
+static void launcher_local(int rank, int local[2]) {
+  static const char *const vars[][2] = {
+      {"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+      {"MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+      {"SLURM_LOCALID", NULL}};
+  local[0] = rank;
+  local[1] = 1;
+  for (size_t i = 0; i < sizeof vars / sizeof *vars; ++i) {
+    const char *v = dpt_env_get(vars[i][0]);
+    const char *n = vars[i][1] ? dpt_env_get(vars[i][1]) : NULL;
+    if (!v || !*v) continue;
+    local[0] = atoi(v);
+    local[1] = n && atoi(n) > local[0] ? atoi(n) : local[0] + 1;
+    return;
+  }
+}
+
 /* Each rank's node, as the lowest rank of `comm` on it: leader[0 .. size) (collective, the
- * same array on every rank). MPI_COMM_TYPE_SHARED says which ranks share this node (a rank
- * where that fails counts as a node of its own). `fake` > 0 (DPT_COMM_FAKE_NODES, tests):
- * every `fake` consecutive ranks of one node are a node of their own. */
-static dpt_status find_leaders(MPI_Comm comm, int rank, int size, int fake, int *leader) {
+ * same array on every rank), and local[0], local[1]: this rank's place among the ranks of its
+ * node and their count. MPI_COMM_TYPE_SHARED says which ranks share this node (a rank where
+ * that fails counts as a node of its own, its place taken from the launcher's environment).
+ * `fake` > 0 (DPT_COMM_FAKE_NODES, tests): every `fake` consecutive ranks of one node are a
+ * node of their own in leader[]; local[] stays the real node's (the devices and cores are). */
+static dpt_status find_leaders(MPI_Comm comm, int rank, int size, int fake, int *leader,
+                               int local[2]) {
   MPI_Comm node;
   int mine = rank;
+  launcher_local(rank, local);
   if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
-    int low = rank;
+    int low = rank, place = 0, count = 0;
     if (MPI_Allreduce(&rank, &low, 1, MPI_INT, MPI_MIN, node) == MPI_SUCCESS) mine = low;
+    if (MPI_Comm_rank(node, &place) == MPI_SUCCESS && MPI_Comm_size(node, &count) == MPI_SUCCESS) {
+      local[0] = place;
+      local[1] = count;
+    }
     MPI_Comm_free(&node);
   }
   int rc = MPI_Allgather(&mine, 1, MPI_INT, leader, 1, MPI_INT, comm);
@@ -666,7 +693,11 @@ static dpt_status agree_setup(dpt_comm *c, mpi_state *s, int ok, dpt_shm_copy co
   dpt_status st = rc == MPI_SUCCESS ? DPT_OK : mpi_fail(rc, "MPI_Bcast", -1);
   c->uid = su.uid;
   /* Collective: every rank asks, whatever its environment says. */
-  if (st == DPT_OK) st = find_leaders(s->comm, c->rank, c->size, fake, leader);
+  int on_node[2] = {c->rank, 1}; /* this rank's place on its machine, the ranks there */
+  if (st == DPT_OK) st = find_leaders(s->comm, c->rank, c->size, fake, leader, on_node);
+  c->local_rank = on_node[0];
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  s->oversubscribed = cores > 0 && on_node[1] > cores;
   if (st == DPT_OK) st = number_nodes(c, leader);
   if (st != DPT_OK) {
     free(leader);
@@ -804,11 +835,6 @@ dpt_status dpt_transport_mpi_create(const void *mpi_comm, const dpt_comm_setup *
     st = mpi_fail(rc, call, -1);
     goto fail;
   }
-  /* Open MPI and MPICH export the node-local rank count to each process. */
-  const char *local = dpt_env_get("OMPI_COMM_WORLD_LOCAL_SIZE");
-  if (!local) local = dpt_env_get("MPI_LOCALNRANKS");
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  s->oversubscribed = local && cores > 0 && atol(local) > cores;
   st = up->init(c, &mpi_transport, s, rank, size, flag && tag_ub ? *tag_ub : 32767);
   const char *copy_env = dpt_env_get("DPT_COMM_SHM_COPY");
   dpt_shm_copy copy = DPT_SHM_COPY_AUTO;

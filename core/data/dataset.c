@@ -112,6 +112,7 @@ dpt_status dpt_dataset_from_memory(const uint8_t *pixels, const int32_t *labels,
 void dpt_dataset_destroy(dpt_dataset *ds) {
   if (!ds) return;
   free(ds->storage);
+  dpt_safetensors_close(ds->file);
   free(ds->labels);
   free(ds);
 }

@@ -7,13 +7,16 @@
 #include <stdint.h>
 
 #include "dptrain/data.h"
+#include "dptrain/safetensors.h"
 #include "dptrain/text.h"
 
 struct dpt_dataset {
   void *storage;         /* owned allocation that holds the samples (may hold more around them) */
-  const uint8_t *pixels; /* [count, channels, rows, cols] uint8 row-major inside storage, or NULL
-                            when the samples are floats */
-  const float *values;   /* [count, channels, rows, cols] float32 inside storage, or NULL */
+  dpt_safetensors *file; /* or the open file whose read-only mapping holds them (storage NULL);
+                            closed with the dataset */
+  const uint8_t *pixels; /* [count, channels, rows, cols] uint8 row-major inside storage or file,
+                            or NULL when the samples are floats */
+  const float *values;   /* [count, channels, rows, cols] float32 inside storage or file, or NULL */
   int32_t *labels;       /* [count] owned, each in [0, num_classes) */
   size_t count;
   size_t channels;

@@ -1,6 +1,7 @@
 /* Tensor datasets in safetensors files: x [N, C, H, W] or [N, F] (uint8 or float32) and y [N]
  * (int32 or int64), as numpy's or PyTorch's safetensors writes them (format in
- * include/dptrain/data.h). */
+ * include/dptrain/data.h). The samples stay in the file's read-only mapping where the host can
+ * read them as they lie; the labels are narrowed to int32 (4 bytes a sample, copied). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -81,33 +82,77 @@ static dpt_status st_labels(const dpt_safetensors *st, const char *path, size_t 
   return DPT_OK;
 }
 
-/* x's samples copied out of the file into *storage (malloc'd): uint8 as they are, float32
- * converted to the host's floats and checked finite. */
+/* Whether float32 tensor bytes at p can be read in place as the host's floats. */
+static int st_f32_in_place(const void *p) {
+  const uint32_t one = 1;
+  unsigned char first;
+  memcpy(&first, &one, 1);
+  return first == 1 && (uintptr_t)p % _Alignof(float) == 0;
+}
+
+/* Checks the float32 samples v[count] (dim values each) are finite. */
+static dpt_status st_check_finite(const char *path, const float *v, size_t count, size_t dim) {
+  for (size_t i = 0; i < count; i++)
+    if (!isfinite(v[i]))
+      return dpt_set_error(DPT_ERR_BAD_FORMAT,
+                           "%s: tensor 'x': sample %zu holds a non-finite value (%g at element "
+                           "%zu of the sample)",
+                           path, i / dim, (double)v[i], i % dim);
+  return DPT_OK;
+}
+
+/* x's samples: uint8, and float32 when the host reads the file's floats as they lie (little-
+ * endian, aligned), stay in the file's read-only mapping (*samples points into it, *storage
+ * NULL); other float32 is converted into *storage (malloc'd, also *samples). Floats are checked
+ * finite. */
 static dpt_status st_samples(const dpt_safetensors *st, const char *path, const dpt_st_info *x,
-                             size_t dim, void **storage) {
-  const int u8 = strcmp(x->dtype, "U8") == 0;
-  void *buf = malloc(x->nbytes ? x->nbytes : 1);
-  if (!buf)
+                             size_t dim, void **storage, const void **samples) {
+  *storage = NULL;
+  *samples = x->data;
+  if (strcmp(x->dtype, "U8") == 0) return DPT_OK;
+  if (st_f32_in_place(x->data)) return st_check_finite(path, x->data, x->count, dim);
+  float *v = malloc(x->nbytes ? x->nbytes : 1);
+  if (!v)
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of memory for tensor 'x' (%zu bytes)",
                          path, x->nbytes);
-  dpt_status s = DPT_OK;
-  if (u8) {
-    memcpy(buf, x->data, x->nbytes);
-  } else {
-    float *v = buf;
-    s = dpt_safetensors_read_f32(st, "x", v, x->count);
-    for (size_t i = 0; s == DPT_OK && i < x->count; i++)
-      if (!isfinite(v[i]))
-        s = dpt_set_error(DPT_ERR_BAD_FORMAT,
-                          "%s: tensor 'x': sample %zu holds a non-finite value (%g at element "
-                          "%zu of the sample)",
-                          path, i / dim, (double)v[i], i % dim);
-  }
+  dpt_status s = dpt_safetensors_read_f32(st, "x", v, x->count);
+  if (s == DPT_OK) s = st_check_finite(path, v, x->count, dim);
   if (s != DPT_OK) {
-    free(buf);
+    free(v);
     return s;
   }
-  *storage = buf;
+  *storage = v;
+  *samples = v;
+  return DPT_OK;
+}
+
+/* The data set of file st (its x and y checked), holding the file open while its samples lie
+ * in the mapping; st is closed when it fails or is no longer needed. */
+static dpt_status st_dataset(dpt_safetensors *st, const char *path, int num_classes,
+                             dpt_dataset **out) {
+  dpt_st_info x;
+  size_t dims[4];
+  int32_t *labels = NULL;
+  void *storage = NULL;
+  const void *samples = NULL;
+  dpt_status s = dpt_safetensors_find(st, "x", &x);
+  if (s == DPT_OK) s = st_x_shape(path, &x, dims);
+  const size_t dim = s == DPT_OK ? dims[1] * dims[2] * dims[3] : 0;
+  if (s == DPT_OK) s = st_labels(st, path, dims[0], &num_classes, &labels);
+  if (s == DPT_OK) s = st_samples(st, path, &x, dim, &storage, &samples);
+  if (s != DPT_OK) {
+    free(labels);
+    dpt_safetensors_close(st);
+    return s;
+  }
+  const int u8 = strcmp(x.dtype, "U8") == 0;
+  s = dpt_dataset_adopt_shaped(storage, u8 ? samples : NULL, u8 ? NULL : samples, labels, dims[0],
+                               dims[1], dims[2], dims[3], num_classes, out);
+  if (s != DPT_OK || storage) {
+    dpt_safetensors_close(st);
+    return s;
+  }
+  (*out)->file = st;
   return DPT_OK;
 }
 
@@ -121,21 +166,5 @@ dpt_status dpt_dataset_load_safetensors(const char *path, int num_classes, dpt_d
                          num_classes);
   dpt_safetensors *st = NULL;
   DPT_TRY(dpt_safetensors_open(path, &st));
-  dpt_st_info x;
-  size_t dims[4];
-  int32_t *labels = NULL;
-  void *storage = NULL;
-  dpt_status s = dpt_safetensors_find(st, "x", &x);
-  if (s == DPT_OK) s = st_x_shape(path, &x, dims);
-  const size_t dim = s == DPT_OK ? dims[1] * dims[2] * dims[3] : 0;
-  if (s == DPT_OK) s = st_labels(st, path, dims[0], &num_classes, &labels);
-  if (s == DPT_OK) s = st_samples(st, path, &x, dim, &storage);
-  const int u8 = s == DPT_OK && strcmp(x.dtype, "U8") == 0;
-  dpt_safetensors_close(st);
-  if (s != DPT_OK) {
-    free(labels);
-    return s;
-  }
-  return dpt_dataset_adopt_shaped(storage, u8 ? storage : NULL, u8 ? NULL : storage, labels,
-                                  dims[0], dims[1], dims[2], dims[3], num_classes, out);
+  return st_dataset(st, path, num_classes, out);
 }

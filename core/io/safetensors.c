@@ -1,10 +1,11 @@
 /* safetensors reader and writer (format in include/dptrain/safetensors.h).
  *
- * The reader loads the whole file, checks the header bytes are UTF-8 (to name the first bad
- * byte), parses the JSON with jansson (duplicate keys refused), then checks the schema (a
- * top-level object of tensor entries and an optional "__metadata__" object of strings) and
- * validates everything a tensor claims before any pointer into the data is handed out. The writer
- * builds the header in memory, pads it with spaces to a multiple of 8 bytes, and writes
+ * The reader maps the file read-only (read whole where it cannot be mapped), so processes that
+ * open one file share its pages in the page cache; it checks the header bytes are UTF-8 (to name
+ * the first bad byte), parses the JSON with jansson (duplicate keys refused), then checks the
+ * schema (a top-level object of tensor entries and an optional "__metadata__" object of strings)
+ * and validates everything a tensor claims before any pointer into the data is handed out. The
+ * writer builds the header in memory, pads it with spaces to a multiple of 8 bytes, and writes
  * "<path>.tmp", flushed to the disk, then renames it over the destination.
  */
 #if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
@@ -23,6 +24,8 @@
 #include <io.h>
 #include <windows.h>
 #else
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #endif
 
@@ -122,8 +125,9 @@ typedef struct st_entry {
 
 struct dpt_safetensors {
   char *path;                /* owned copy, for messages */
-  unsigned char *file;       /* owned, [file_size] bytes: the whole file */
+  unsigned char *file;       /* owned, [file_size] bytes: the whole file, read-only */
   size_t file_size;          /* bytes */
+  int mapped;                /* file is a mapping (munmap), else malloc'd (free) */
   const unsigned char *data; /* the data section, inside file */
   size_t data_size;          /* bytes */
   st_entry *entries;         /* owned, [count] in header order */
@@ -450,12 +454,47 @@ void dpt_safetensors_close(dpt_safetensors *st) {
   free(st->entries);
   free(st->by_name);
   free(st->meta);
-  free(st->file);
+#if !defined(_WIN32)
+  if (st->mapped)
+    munmap(st->file, st->file_size);
+  else
+#endif
+    free(st->file);
   free(st->path);
   free(st);
 }
 
-/* Reads the whole file into st->file. */
+/* Reads the whole file into st->file (malloc'd) from the stream f, st->file_size bytes. */
+static dpt_status st_read_stream(dpt_safetensors *st, FILE *f) {
+  st->file = malloc(st->file_size ? st->file_size : 1);
+  if (!st->file)
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu bytes", st->path,
+                         st->file_size);
+  if (fread(st->file, 1, st->file_size, f) != st->file_size)
+    return dpt_set_error(DPT_ERR_IO, "%s: read failed: %s", st->path,
+                         ferror(f) ? strerror(errno) : "file shrank while reading");
+  return DPT_OK;
+}
+
+/* Maps the file read-only into st->file (shared with the page cache; nothing is copied until a
+ * page is touched); 0 when it cannot be mapped (an empty file, a system without mmap), and the
+ * caller reads it instead. */
+static int st_map_file(dpt_safetensors *st, FILE *f) {
+#if defined(_WIN32)
+  (void)st;
+  (void)f;
+  return 0;
+#else
+  if (st->file_size == 0) return 0;
+  void *p = mmap(NULL, st->file_size, PROT_READ, MAP_PRIVATE, fileno(f), 0);
+  if (p == MAP_FAILED) return 0;
+  st->file = p;
+  st->mapped = 1;
+  return 1;
+#endif
+}
+
+/* The whole file as st->file: mapped where possible, else read. */
 static dpt_status st_read_file(dpt_safetensors *st) {
   FILE *f = fopen(st->path, "rb");
   if (!f) return dpt_set_error(DPT_ERR_IO, "%s: cannot open: %s", st->path, strerror(errno));
@@ -472,13 +511,7 @@ static dpt_status st_read_file(dpt_safetensors *st) {
     s = dpt_set_error(DPT_ERR_IO, "%s: cannot seek: %s", st->path, strerror(errno));
   } else {
     st->file_size = (size_t)size;
-    st->file = malloc(st->file_size ? st->file_size : 1);
-    if (!st->file)
-      s = dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu bytes", st->path,
-                        st->file_size);
-    else if (fread(st->file, 1, st->file_size, f) != st->file_size)
-      s = dpt_set_error(DPT_ERR_IO, "%s: read failed: %s", st->path,
-                        ferror(f) ? strerror(errno) : "file shrank while reading");
+    if (!st_map_file(st, f)) s = st_read_stream(st, f);
   }
   fclose(f);
   return s;

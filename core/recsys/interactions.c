@@ -136,6 +136,8 @@ struct dpt_interactions {
   uint64_t layout;        /* of the first header's layout fields */
   uint64_t *rank_records; /* [world]: records each rank holds */
   size_t part, parts;     /* this rank loads shards part, part + parts, ... of those it sees */
+  int ranged;             /* fewer files than parts: a range of records instead */
+  size_t first_shard;     /* ranged: the first file the range touches */
   size_t local_shards, n; /* this rank's shards and records */
   float *dense;           /* [n, num_dense] */
   int32_t *sparse;        /* [n, num_sparse] */
@@ -165,8 +167,10 @@ static int cmp_str(const void *a, const void *b) {
   return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* Reads shard s's payload into the local arrays from record `at` on. */
-static dpt_status load_shard(dpt_interactions *d, size_t s, size_t at) {
+/* Reads shard s's payload (every record is checked, for the CRC) and keeps its records
+ * [first, first + count) in the local arrays from record `at` on. */
+static dpt_status load_shard(dpt_interactions *d, size_t s, size_t at, uint64_t first,
+                             uint64_t count) {
   const char *path = d->paths[s];
   FILE *f;
   long long size;
@@ -192,16 +196,18 @@ static dpt_status load_shard(dpt_interactions *d, size_t s, size_t at) {
     for (size_t k = 0; k < m; k++, r++) {
       if (*bad) continue;
       const unsigned char *p = buf + k * rb;
-      const size_t i = at + (size_t)r;
+      const int keep = r >= first && r - first < count;
+      const size_t i = keep ? at + (size_t)(r - first) : 0;
       if (p[0] > 1) {
         snprintf(bad, sizeof bad, "record %llu: label byte %u is not 0 or 1", (unsigned long long)r,
                  (unsigned)p[0]);
         continue;
       }
-      d->labels[i] = p[0];
+      if (keep) d->labels[i] = p[0];
       p++;
-      for (uint32_t j = 0; j < d->num_dense; j++, p += 4)
+      for (uint32_t j = 0; j < d->num_dense && keep; j++, p += 4)
         d->dense[i * d->num_dense + j] = get_f32(p);
+      if (!keep) p += 4 * (size_t)d->num_dense;
       for (uint32_t j = 0; j < d->num_sparse && !*bad; j++, p += 4) {
         const uint32_t id = get_u32(p);
         if (id >= d->table_sizes[j])
@@ -209,7 +215,7 @@ static dpt_status load_shard(dpt_interactions *d, size_t s, size_t at) {
                    "record %llu: sparse feature %u has id %lu outside its table of %llu",
                    (unsigned long long)r, (unsigned)j, (unsigned long)id,
                    (unsigned long long)d->table_sizes[j]);
-        d->sparse[i * d->num_sparse + j] = (int32_t)id;
+        if (keep) d->sparse[i * d->num_sparse + j] = (int32_t)id;
       }
     }
   }
@@ -285,16 +291,15 @@ static dpt_status scan_shards(const char *pattern, dpt_interactions *d) {
   return DPT_OK;
 }
 
-/* Loads shards part, part + parts, part + 2 parts, ... of those scanned. */
-static dpt_status load_part(const char *pattern, dpt_interactions *d, size_t part, size_t parts) {
-  d->part = part;
-  d->parts = parts;
-  for (size_t s = part; s < d->num_shards; s += parts) {
-    d->local_shards++;
-    if (d->shard_count[s] > SIZE_MAX / 64 - d->n)
-      return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: too many records", pattern);
-    d->n += (size_t)d->shard_count[s];
-  }
+/* Part `part` of `parts` of the records of every shard in shard order, when there are fewer
+ * shards than parts: the first (total mod parts) parts hold one record more. */
+static void record_range(uint64_t total, size_t part, size_t parts, uint64_t *lo, uint64_t *n) {
+  const uint64_t q = total / parts, rem = total % parts;
+  *lo = part * q + (part < rem ? part : rem);
+  *n = q + (part < rem);
+}
+
+static dpt_status alloc_local(const char *pattern, dpt_interactions *d) {
   const size_t n1 = d->n ? d->n : 1;
   d->labels = malloc(n1);
   d->dense = malloc(n1 * (d->num_dense ? d->num_dense : 1) * sizeof *d->dense);
@@ -302,9 +307,53 @@ static dpt_status load_part(const char *pattern, dpt_interactions *d, size_t par
   if (!d->labels || !d->dense || !d->sparse)
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: %zu records for rank %d", pattern, d->n,
                          d->rank);
+  return DPT_OK;
+}
+
+/* Loads this part's range of records (fewer shards than parts): the shards it touches are read
+ * whole, for their CRCs, and only the range is kept. */
+static dpt_status load_range(const char *pattern, dpt_interactions *d, size_t part, size_t parts) {
+  uint64_t lo, n;
+  record_range(d->total, part, parts, &lo, &n);
+  if (n == 0)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: %llu record%s for %zu ranks: every rank needs at least one record",
+                         pattern, (unsigned long long)d->total, d->total == 1 ? "" : "s", parts);
+  if (n > SIZE_MAX / 64)
+    return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: too many records", pattern);
+  d->ranged = 1;
+  d->n = (size_t)n;
+  DPT_TRY(alloc_local(pattern, d));
+  uint64_t start = 0;
+  size_t at = 0;
+  for (size_t s = 0; s < d->num_shards; start += d->shard_count[s], s++) {
+    const uint64_t end = start + d->shard_count[s];
+    if (end <= lo || start >= lo + n) continue;
+    const uint64_t first = lo > start ? lo - start : 0;
+    const uint64_t count = (end < lo + n ? end : lo + n) - start - first;
+    if (d->local_shards++ == 0) d->first_shard = s;
+    DPT_TRY(load_shard(d, s, at, first, count));
+    at += (size_t)count;
+  }
+  return DPT_OK;
+}
+
+/* Loads shards part, part + parts, part + 2 parts, ... of those scanned; with fewer shards than
+ * parts, a range of records instead (record_range). */
+static dpt_status load_part(const char *pattern, dpt_interactions *d, size_t part, size_t parts) {
+  d->part = part;
+  d->parts = parts;
+  if (d->num_shards < parts) return load_range(pattern, d, part, parts);
+  for (size_t s = part; s < d->num_shards; s += parts) {
+    d->local_shards++;
+    if (d->shard_count[s] > SIZE_MAX / 64 - d->n)
+      return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: too many records", pattern);
+    d->n += (size_t)d->shard_count[s];
+  }
+  DPT_TRY(alloc_local(pattern, d));
   size_t at = 0;
   for (size_t s = part; s < d->num_shards; s += parts) {
-    DPT_TRY(load_shard(d, s, at));
+    DPT_TRY(load_shard(d, s, at, 0, d->shard_count[s]));
     at += (size_t)d->shard_count[s];
   }
   return DPT_OK;
@@ -312,14 +361,16 @@ static dpt_status load_part(const char *pattern, dpt_interactions *d, size_t par
 
 static dpt_status open_all(const char *pattern, int rank, int world, dpt_interactions *d) {
   DPT_TRY(scan_shards(pattern, d));
-  if (d->num_shards < (size_t)world)
-    return dpt_set_error(DPT_ERR_INVALID_ARG,
-                         "%s: %zu shard file%s for %d ranks: every rank needs at least one shard",
-                         pattern, d->num_shards, d->num_shards == 1 ? "" : "s", world);
   d->rank_records = calloc((size_t)world, sizeof *d->rank_records);
   if (!d->rank_records) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: %d ranks", pattern, world);
-  for (size_t s = 0; s < d->num_shards; s++)
-    d->rank_records[s % (size_t)world] += d->shard_count[s];
+  if (d->num_shards < (size_t)world) {
+    uint64_t lo;
+    for (int q = 0; q < world; q++)
+      record_range(d->total, (size_t)q, (size_t)world, &lo, &d->rank_records[q]);
+  } else {
+    for (size_t s = 0; s < d->num_shards; s++)
+      d->rank_records[s % (size_t)world] += d->shard_count[s];
+  }
   return load_part(pattern, d, (size_t)rank, (size_t)world);
 }
 
@@ -402,30 +453,18 @@ static void share_shards(const node_seen *seen, int world, int rank, size_t *par
     }
 }
 
-/* Every group of ranks that see the same shard files needs at least one file per rank, else a
- * rank would hold no records. */
-static dpt_status check_enough_shards(const char *pattern, const node_seen *seen, int world) {
-  for (int q = 0; q < world; ++q) {
-    size_t members = 0;
-    for (int p = 0; p < world; ++p)
-      members += seen[p].seen == seen[q].seen;
-    if (seen[q].shards < members)
-      return dpt_set_error(DPT_ERR_INVALID_ARG,
-                           "%s: rank %d and %zu other rank%s see the same %llu shard file%s: "
-                           "every rank needs at least one shard",
-                           pattern, q, members - 1, members == 2 ? "" : "s",
-                           (unsigned long long)seen[q].shards, seen[q].shards == 1 ? "" : "s");
-  }
-  return DPT_OK;
-}
-
 /* The fingerprint of the shards this rank loaded (when st says it did), chained from the layout's
  * over each shard's count and payload CRC: the data set's fingerprint chains these. */
 static uint64_t part_fingerprint(const dpt_interactions *d, size_t part, size_t parts,
                                  dpt_status st) {
   uint64_t own = d->layout;
-  for (size_t s = part; st == DPT_OK && s < d->num_shards; s += parts) {
+  const size_t step = d->ranged ? 1 : parts;
+  for (size_t s = d->ranged ? 0 : part; st == DPT_OK && s < d->num_shards; s += step) {
     const uint64_t fw[3] = {own, d->shard_count[s], d->shard_crc[s]};
+    own = dpt_fingerprint(fw, sizeof fw);
+  }
+  if (d->ranged) { /* the same files on every rank of the group: the range tells them apart */
+    const uint64_t fw[3] = {own, part, parts};
     own = dpt_fingerprint(fw, sizeof fw);
   }
   return own;
@@ -462,7 +501,6 @@ static dpt_status open_node(const char *pattern, dpt_comm *comm, dpt_interaction
   if ((st = check_seen(pattern, seen, world, st)) != DPT_OK) goto done;
   size_t part = 0, parts = 0;
   share_shards(seen, world, rank, &part, &parts);
-  if ((st = check_enough_shards(pattern, seen, world)) != DPT_OK) goto done;
   st = load_part(pattern, d, part, parts);
   node_held hm = {(int32_t)st, 0, d->n, part_fingerprint(d, part, parts, st)};
   cst = dpt_allgather_host(comm, &hm, sizeof hm, held);
@@ -526,7 +564,8 @@ uint64_t dpt_interactions_shard_records(const dpt_interactions *d, size_t s) {
 }
 
 size_t dpt_interactions_local_shard(const dpt_interactions *d, size_t i) {
-  return d ? d->part + i * d->parts : 0;
+  if (!d) return 0;
+  return d->ranged ? d->first_shard + i : d->part + i * d->parts;
 }
 
 uint64_t dpt_interactions_rank_records(const dpt_interactions *d, int rank) {

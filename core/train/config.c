@@ -15,7 +15,8 @@
 #include "dptrain/train.h"
 
 /* Each released layout's sizeof(dpt_train_config), oldest first: the sizes a caller may pass. */
-static const size_t known_sizes[] = {offsetof(dpt_train_config, log_dir), /* before log_dir */
+static const size_t known_sizes[] = {offsetof(dpt_train_config, log_dir),  /* before log_dir */
+                                     offsetof(dpt_train_config, table_lr), /* before table_lr */
                                      sizeof(dpt_train_config)};
 
 static int known_size(size_t size) {
@@ -203,6 +204,11 @@ static dpt_status check_exchange(const dpt_train_config *cfg) {
                          "%s: table_optimizer %d is not 0 (sgd) or 1 "
                          "(row-wise adagrad)",
                          fn, cfg->exchange.table_optimizer);
+  if (!(cfg->table_lr >= 0 && cfg->table_lr < 1e30))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: table_lr %g must be >= 0 (0: the default)", fn,
+                         cfg->table_lr);
+  if (cfg->table_lr != 0 && !cfg->exchange.sparse_tables)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: table_lr needs sparse_tables", fn);
   if (cfg->exchange.table_optimizer != DPT_TABLE_SGD && !cfg->exchange.sparse_tables)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
                          "%s: table_optimizer (row-wise adagrad) needs sparse_tables", fn);

@@ -27,7 +27,6 @@
 #include "core/train/train_runlog.h"
 #include "core/train/train_split.h"
 #include "dptrain/train.h"
-#include "base/env.h"
 
 /* The report of an epoch, after its closing drift check and evaluation. */
 static dpt_status report_epoch(replica *r, replica_state *s, int64_t epoch, double epoch_start,
@@ -233,18 +232,6 @@ static void *replica_thread(void *arg) {
   return NULL;
 }
 
-/* This process's index among the ranks of its node, from the launcher's environment (Open MPI,
- * MPICH, Slurm), else the global rank: picks the device when cfg->devices.device is -1. */
-static int local_rank(int rank) {
-  static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
-                                     "SLURM_LOCALID"};
-  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; ++i) {
-    const char *v = dpt_env_get(vars[i]);
-    if (v && *v) return atoi(v);
-  }
-  return rank;
-}
-
 /* This rank as one replica of an MPI job. */
 static dpt_status train_as_rank(const dpt_train_config *cfg, dpt_comm *comm,
                                 dpt_train_report *final) {
@@ -255,7 +242,7 @@ static dpt_status train_as_rank(const dpt_train_config *cfg, dpt_comm *comm,
   r.index = dpt_comm_rank(comm);
   r.count = dpt_comm_size(comm);
   r.ranks = r.count;
-  r.local_index = local_rank(r.index);
+  r.local_index = dpt_comm_local_rank(comm); /* MPI_COMM_TYPE_SHARED: the device */
   r.over_mpi = 1;
   replica_state s;
   memset(&s, 0, sizeof s);

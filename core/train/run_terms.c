@@ -57,6 +57,7 @@ typedef enum term_kind { TERM_INT, TERM_FLOAT, TERM_HASH } term_kind;
   X(SPARSE_DENSE_ABOVE, "the sparse exchange's threshold (sparse_dense_above)", TERM_FLOAT)        \
   X(TABLE_OPTIMIZER, "the tables' optimizer (table_optimizer: 0 sgd, 1 row-wise adagrad)",         \
     TERM_INT)                                                                                      \
+  X(TABLE_LR, "the tables' learning rate (table_lr)", TERM_FLOAT)                                  \
   X(ACCUMULATE, "the micro-batches per slice (accumulate)", TERM_INT)                              \
   X(BUCKET_BYTES, "the gradient buckets' size (bucket_bytes)", TERM_INT)                           \
   X(GRAD_DTYPE,                                                                                    \
@@ -211,6 +212,7 @@ void dpt_run_terms(const dpt_train_config *cfg, uint64_t *w) {
   w[TERM_SPARSE_TABLES] = int_word(cfg->exchange.sparse_tables);
   w[TERM_SPARSE_DENSE_ABOVE] = float_word(cfg->exchange.sparse_dense_above);
   w[TERM_TABLE_OPTIMIZER] = int_word(cfg->exchange.table_optimizer);
+  w[TERM_TABLE_LR] = float_word(dpt_train_table_lr(cfg));
   w[TERM_BUCKET_BYTES] = int_word((int64_t)cfg->exchange.bucket_bytes);
   /* f32 0, f16 1 (2 with error feedback), bf16 3 (4): the f16 words predate bf16. */
   const int64_t dtype_word =
@@ -382,4 +384,11 @@ dpt_status dpt_run_terms_check_resume(const char *saved_json, const char *origin
     st = check_field(t, obj, origin, now[t], log, user);
   json_decref(obj);
   return st;
+}
+
+double dpt_train_table_lr(const dpt_train_config *cfg) {
+  if (!cfg->exchange.sparse_tables) return 0;
+  if (cfg->table_lr > 0) return cfg->table_lr;
+  return cfg->exchange.table_optimizer == DPT_TABLE_ROWWISE_ADAGRAD ? DPT_TABLE_ADAGRAD_LR
+                                                                    : DPT_TABLE_SGD_LR;
 }

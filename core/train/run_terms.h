@@ -7,7 +7,7 @@
 #include "dptrain/train.h"
 
 /* Words per replica: one per field of the run's terms. */
-#define DPT_RUN_TERM_COUNT 44
+#define DPT_RUN_TERM_COUNT 45
 
 /* This replica's terms: words[DPT_RUN_TERM_COUNT] from the configuration and the data sets'
  * sizes and fingerprints. */
@@ -30,5 +30,9 @@ typedef void (*dpt_run_terms_log_fn)(const char *line, void *user);
  * length, checks, non-finite policy, test set), which are reported through log (may be NULL). */
 dpt_status dpt_run_terms_check_resume(const char *saved_json, const char *origin,
                                       const uint64_t *now, dpt_run_terms_log_fn log, void *user);
+
+/* The tables' learning rate at the schedule's start: table_lr, or the table optimizer's default;
+ * 0 without sparse_tables. */
+double dpt_train_table_lr(const dpt_train_config *cfg);
 
 #endif

@@ -1,10 +1,10 @@
 /* The trainer's sparse table gradients (dpt_train_config.sparse_tables): the embedding_bag
  * tables' gradients travel as (row id, row) through dpt_sparse_allreduce_tables (one exchange
  * for every table), the rest of the
- * flat gradient through the all-reduce range by range; the tables' touched rows take plain
- * SGD on every replica, the rest the configured optimizer. The model adds the tables' gradients
- * into ranges kept zero (dpt_model_set_sparse_table_grads): a step reads and clears the rows it
- * touched, so no step costs a whole table. */
+ * flat gradient through the all-reduce range by range; the tables' touched rows take the table
+ * optimizer at the tables' rate on every replica, the rest the configured optimizer. The model adds
+ * the tables' gradients into ranges kept zero (dpt_model_set_sparse_table_grads): a step reads and
+ * clears the rows it touched, so no step costs a whole table. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +16,7 @@
 #include "core/train/exchange.h"
 #include "core/train/optimizer.h"
 #include "core/train/replica.h"
+#include "core/train/run_terms.h"
 #include "core/train/train_sparse.h"
 #include "dptrain/sparse.h"
 
@@ -30,7 +31,8 @@ struct train_sparse {
     float *acc; /* row-wise Adagrad: one accumulator per row [rows], alike on every replica */
     char name[DPT_LAYER_NAME_MAX + 16]; /* the weight tensor's */
   } * tables;
-  dpt_range *dense; /* the flat buffer minus the tables, increasing */
+  double lr0, base_lr; /* the tables' rate (dpt_train_table_lr) and optim.lr, at the start */
+  dpt_range *dense;    /* the flat buffer minus the tables, increasing */
   size_t num_dense;
   int32_t *ids;   /* this step's touched ids, table t's from t * ids_cap [num_tables * ids_cap] */
   uint64_t *seen; /* a bit per row of the largest table, zero between calls (touched_ids) */
@@ -174,6 +176,8 @@ dpt_status dpt_train_sparse_setup(replica *r, replica_state *s) {
   train_sparse *p = calloc(1, sizeof *p);
   if (!p) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
   s->sparse = p;
+  p->lr0 = dpt_train_table_lr(cfg);
+  p->base_lr = cfg->optim.lr;
   const dpt_model_spec *spec = &cfg->model;
   p->tables = calloc(spec->num_layers ? spec->num_layers : 1, sizeof *p->tables);
   if (!p->tables) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
@@ -478,7 +482,9 @@ static dpt_status step_dense_adagrad(replica_state *s, const struct sparse_table
 
 dpt_status dpt_train_sparse_step(replica_state *s) {
   train_sparse *p = s->sparse;
-  const float lr = dpt_optimizer_lr(s->opt);
+  /* The tables' rate follows the schedule (and any rollback factor) of the dense one. */
+  const double now = dpt_optimizer_lr(s->opt);
+  const float lr = (float)(p->base_lr > 0 ? p->lr0 * (now / p->base_lr) : p->lr0);
   DPT_TRY(dpt_optimizer_step_ranges(s->opt, p->dense, p->num_dense, 0.0, NULL));
   for (size_t i = 0; i < p->num_tables; ++i) {
     const struct sparse_table *t = &p->tables[i];

@@ -80,6 +80,11 @@ DPT_API dpt_status dpt_comm_abort(dpt_comm *comm, int code);
 /* This member's rank, 0 .. size - 1, and the number of members. */
 DPT_API int dpt_comm_rank(const dpt_comm *comm);
 DPT_API int dpt_comm_size(const dpt_comm *comm);
+/* This member's place among the members on its machine, 0 .. (members there) - 1: the device it
+ * takes. MPI: its rank in MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) (the launcher's
+ * environment only where that fails; DPT_COMM_FAKE_NODES does not change it); threads: its
+ * rank. -1 for NULL. */
+DPT_API int dpt_comm_local_rank(const dpt_comm *comm);
 /* "mpi" or "threads". */
 DPT_API const char *dpt_comm_transport(const dpt_comm *comm);
 

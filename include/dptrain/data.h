@@ -72,7 +72,12 @@ DPT_API dpt_status dpt_dataset_from_memory(const uint8_t *pixels, const int32_t 
  *      must be finite);
  *   y: int32 or int64, shape [N], each label in [0, num_classes).
  * num_classes 0 infers it as the largest label + 1; otherwise every label must be below it.
- * Other tensors in the file are ignored.
+ * Other tensors in the file are ignored. The file is mapped read-only, not copied: the samples
+ * (uint8, and float32 on a little-endian host when x starts 4-byte aligned in the file, as
+ * writers that pad the header to 8 bytes place a first tensor) are read from the mapping, so
+ * ranks on one node share one copy in the page cache; other float32 is converted into memory of
+ * its own, and the labels always are (int32).
+ * The file must not be truncated while the dataset lives.
  * Errors, one message naming the file and the tensor: DPT_ERR_BAD_FORMAT (anything the
  * safetensors reader refuses; x or y missing, of another dtype or rank; a zero dimension; x and
  * y of different lengths; a non-finite x value, with its sample; the first label that is

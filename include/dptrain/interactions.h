@@ -24,9 +24,13 @@
  * Shards and ranks: a pattern (a glob(3) pattern such as "DIR/shard-*.bin") names the shard
  * files; they are sorted bytewise by path and numbered 0 .. S-1. Rank r of R takes shards
  * r, r + R, r + 2R, ... (shard s belongs to rank s mod R), so every shard is read by exactly
- * one rank. S < R (a rank without a shard) and a pattern matching nothing are errors naming
- * the pattern. Every rank reads every shard's header (cheap: 40 + 8 * num_sparse bytes) but
- * only its own shards' records.
+ * one rank. With fewer files than ranks (S < R, e.g. one validation file) the files are split
+ * by records instead: the records of every shard in shard order, T of them, are cut into R
+ * contiguous ranges, rank r taking floor(T / R) records, one more when r < T mod R, so every
+ * record is read (and scored) by exactly one rank; each rank reads the files its range touches
+ * whole, to check their CRCs, and keeps its range. T < R (a rank without a record) and a
+ * pattern matching nothing are errors naming the pattern. Every rank reads every shard's
+ * header (cheap: 40 + 8 * num_sparse bytes) but only its own shards' records.
  *
  * The epoch over unequal shards (no communication, every rank agrees):
  *   total   = the sum of every shard's num_records (from the headers)
@@ -81,21 +85,22 @@ struct dpt_comm; /* dptrain/comm.h */
 /* Expands the pattern, reads every shard's header (all must agree on num_dense, num_sparse and
  * the table sizes), and loads the records of rank `rank`'s shards (of `world` ranks, see the
  * top of this header) into memory, each CRC and record checked. Local record i counts through
- * the rank's shards in shard order. Errors: DPT_ERR_INVALID_ARG (no match or fewer shards
- * than ranks, naming the pattern; bad rank/world), DPT_ERR_IO, DPT_ERR_BAD_FORMAT (naming the
- * file), DPT_ERR_OUT_OF_MEMORY. *out is NULL on failure. */
+ * the rank's shards (or its record range) in shard order. Errors: DPT_ERR_INVALID_ARG (no match
+ * or fewer records than ranks, naming the pattern; bad rank/world), DPT_ERR_IO, DPT_ERR_BAD_FORMAT
+ * (naming the file), DPT_ERR_OUT_OF_MEMORY. *out is NULL on failure. */
 DPT_API dpt_status dpt_interactions_open(const char *pattern, int rank, int world,
                                          dpt_interactions **out);
 
 /* Node-local shards: each rank sees only its own node's shard files (the pattern is expanded
  * on each rank; docs/recommendation.md, "Shards on each node"). Collective over comm: ranks
  * that see the same files (the same headers: counts and CRCs) share them, the k-th such rank
- * taking the k-th, (k + n)-th, ... of them (n ranks share); the epoch's total is the sum over
- * ranks, and the fingerprint covers every rank's shards in rank order. The rank and world are
- * comm's. A rank that cannot read or load its shards makes every rank fail (its own message
- * there, the others naming it); so do layouts that differ and fewer files than ranks sharing
- * them. dpt_interactions_num_shards, _shard_path and _shard_records then describe the files
- * this rank sees, and dpt_interactions_local_shard indexes among them. */
+ * taking the k-th, (k + n)-th, ... of them (n ranks share; with fewer files than sharing
+ * ranks, the k-th of n record ranges as above); the epoch's total is the sum over ranks, and
+ * the fingerprint covers every rank's shards in rank order. The rank and world are comm's. A
+ * rank that cannot read or load its shards makes every rank fail (its own message there, the
+ * others naming it); so do layouts that differ. dpt_interactions_num_shards, _shard_path and
+ * _shard_records then describe the files this rank sees, and dpt_interactions_local_shard indexes
+ * among them. */
 DPT_API dpt_status dpt_interactions_open_node(const char *pattern, struct dpt_comm *comm,
                                               dpt_interactions **out);
 
@@ -113,8 +118,9 @@ DPT_API size_t dpt_interactions_local_shards(const dpt_interactions *d);
 /* The path of shard s (0 <= s < num_shards; NULL otherwise) and its record count. */
 DPT_API const char *dpt_interactions_shard_path(const dpt_interactions *d, size_t s);
 DPT_API uint64_t dpt_interactions_shard_records(const dpt_interactions *d, size_t s);
-/* The index of this rank's local shard i (rank + i * world; dpt_interactions_open_node: among
- * the files this rank sees). */
+/* The index of this rank's local shard i (rank + i * world; with fewer files than ranks, the
+ * i-th file its record range touches; dpt_interactions_open_node: among the files this rank
+ * sees). */
 DPT_API size_t dpt_interactions_local_shard(const dpt_interactions *d, size_t i);
 
 /* The rank and world the reader was opened with (-1 and 0 for NULL). */

@@ -68,19 +68,21 @@ typedef struct dpt_st_info {
   size_t nbytes;                  /* count * elem_size */
 } dpt_st_info;
 
-/* Reads the whole file at `path` into memory and validates it: the header length against the
- * file size, the JSON (parsed with jansson, strict RFC 8259, duplicate keys refused; the
- * message gives the line, column and byte of the first error), every tensor's dtype, shape and
- * offsets
- * (inside the data, matching shape * dtype size, no overlap, no hole, covering the whole data
- * section), duplicate names, "__metadata__" holding strings only. Unknown fields inside a
- * tensor's entry are ignored, as the reference reader does.
- * Errors: DPT_ERR_IO (cannot open or read), DPT_ERR_BAD_FORMAT (each message names the file and,
- * where there is one, the tensor), DPT_ERR_OUT_OF_MEMORY, DPT_ERR_INVALID_ARG (NULL argument).
- * On success *out is a handle the caller frees with dpt_safetensors_close(); else NULL. */
+/* Maps the file at `path` read-only (on POSIX systems; read into memory elsewhere or where it
+ * cannot be mapped), so processes that open the same file share its pages, and validates it:
+ * the header length against the file size, the JSON (parsed with jansson, strict RFC 8259,
+ * duplicate keys refused; the message gives the line, column and byte of the first error), every
+ * tensor's dtype, shape and offsets (inside the data, matching shape * dtype size, no overlap, no
+ * hole, covering the whole data section), duplicate names, "__metadata__" holding strings only.
+ * Unknown fields inside a tensor's entry are ignored, as the reference reader does. Errors:
+ * DPT_ERR_IO (cannot open or read), DPT_ERR_BAD_FORMAT (each message names the file and, where
+ * there is one, the tensor), DPT_ERR_OUT_OF_MEMORY, DPT_ERR_INVALID_ARG (NULL argument). On success
+ * *out is a handle the caller frees with dpt_safetensors_close(); else NULL. */
 DPT_API dpt_status dpt_safetensors_open(const char *path, dpt_safetensors **out);
 
-/* Frees the handle and the file's memory; NULL does nothing. */
+/* Frees the handle and unmaps (or frees) the file's memory; NULL does nothing. A mapped file
+ * must not be truncated while it is open (its pages past the new end would fault): dptrain's
+ * writers replace files by renaming a new one over them, which leaves open mappings intact. */
 DPT_API void dpt_safetensors_close(dpt_safetensors *st);
 
 /* Number of tensors in the file (0 for NULL). */

@@ -145,6 +145,12 @@ typedef enum dpt_table_optimizer {
   DPT_TABLE_ROWWISE_ADAGRAD = 1
 } dpt_table_optimizer;
 #define DPT_TABLE_ADAGRAD_EPS 1e-8f
+/* The tables' default learning rates (dpt_train_config.table_lr 0), measured in
+ * docs/recommendation.md, "Sparse table gradients". */
+#define DPT_TABLE_SGD_LR          10.0
+#define DPT_TABLE_SGD_LR_TEXT     "10"
+#define DPT_TABLE_ADAGRAD_LR      0.1
+#define DPT_TABLE_ADAGRAD_LR_TEXT "0.1"
 
 /* Where the replicas run, and how a global batch is cut among them. */
 typedef struct dpt_train_devices {
@@ -264,23 +270,23 @@ typedef struct dpt_train_exchange {
    * table's gradient is left out of the dense exchange: every replica collects the rows its
    * slice touched (the ids of its records), and dpt_sparse_allreduce sums them over the
    * replicas; every replica then applies the table optimizer (table_optimizer: plain SGD by
-   * default) at the step's learning rate (the optimizer's schedule and factor; no momentum,
-   * no weight decay) to those rows of its own full copy of the tables, so replicas stay
+   * default) at the tables' rate (table_lr, scaled by the optimizer's schedule and factor; no
+   * momentum, no weight decay) to those rows of its own full copy of the tables, so replicas stay
    * identical. The model adds the tables' gradients into ranges kept zero
    * (dpt_model_set_sparse_table_grads): a step costs the rows it touches, not the tables. The rest
    * of the parameters are all-reduced range by range and stepped by the configured optimizer
    * (dpt_optimizer_step_ranges): the full optimizer step, whatever full_optimizer_step says.
-   * With SGD without momentum and weight decay the run equals the dense one within float
-   * rounding. Refused with clipping (clip_norm > 0: the norm would need the tables' rows)
-   * and with skip_allreduce.
-   * Per step and table, when the rows would send more than sparse_dense_above x the bytes of
-   * the table's dense ring all-reduce (dpt_sparse_exchange_set_dense_above), the table's
-   * gradient is all-reduced whole instead and the whole table takes the same SGD step. */
+   * With SGD without momentum and weight decay, and table_lr equal to optim.lr, the run equals
+   * the dense one within float rounding. Refused with clipping (clip_norm > 0: the norm would need
+   * the tables' rows) and with skip_allreduce. Per step and table, when the rows would send more
+   * than sparse_dense_above x the bytes of the table's dense ring all-reduce
+   * (dpt_sparse_exchange_set_dense_above), the table's gradient is all-reduced whole instead and
+   * the whole table takes the same SGD step. */
   int sparse_tables;
   double sparse_dense_above; /* >= 0; 0 means DPT_SPARSE_DENSE_ABOVE (dptrain/sparse.h) */
   /* With sparse_tables: the tables' update. DPT_TABLE_SGD (default): plain SGD as above.
    * DPT_TABLE_ROWWISE_ADAGRAD: DLRM's row-wise Adagrad (dpt_sparse_adagrad_rows, eps
-   * DPT_TABLE_ADAGRAD_EPS) at the step's learning rate, one accumulator per row kept alike on
+   * DPT_TABLE_ADAGRAD_EPS) at the tables' rate, one accumulator per row kept alike on
    * every replica and saved in checkpoints ("optimizer.row_sum.<table>"); a row no replica
    * touched is left as it is. */
   int table_optimizer;
@@ -371,6 +377,11 @@ typedef struct dpt_train_config {
    * unless this run resumes from a checkpoint: its lines are then appended and a new event file
    * started. See docs/training.md, "Logs". */
   const char *log_dir;
+  /* With exchange.sparse_tables: the tables' learning rate, scaled by the schedule as optim.lr
+   * is (warm-up, decay, rollbacks); 0: the table optimizer's default, DPT_TABLE_SGD_LR or
+   * DPT_TABLE_ADAGRAD_LR. Embedding rows want a far larger rate than the dense layers' AdamW
+   * (docs/recommendation.md, "Sparse table gradients"). */
+  double table_lr;
 } dpt_train_config;
 
 /* Fills the first `size` bytes of *cfg with the defaults and sets cfg->size = size: CPU backend,

@@ -857,6 +857,15 @@ START_TEST(nodes_and_paths) {
   for (int r = 0; r < world_size && !o.err[0] && k > 0 && !want_env; ++r)
     if (node[r] != r / k)
       snprintf(o.err, sizeof o.err, "DPT_COMM_FAKE_NODES=%d: rank %d on node %d", k, r, node[r]);
+  /* The place on the machine, from MPI's shared-memory group: mpiexec's own count where it
+   * exports one, else (real nodes) the ranks below this one on its node. */
+  const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  int below = 0;
+  for (int r = 0; r < world_rank; ++r)
+    below += node[r] == node[world_rank];
+  const int want_local = lr ? atoi(lr) : k > 0 ? -1 : below;
+  if (!o.err[0] && want_local >= 0 && dpt_comm_local_rank(c) != want_local)
+    snprintf(o.err, sizeof o.err, "local rank %d, expected %d", dpt_comm_local_rank(c), want_local);
   if (o.err[0]) o.rc = -1;
   o.hash[o.nhash++] = comm_case_hash(node, (size_t)world_size * sizeof *node);
   dpt_comm_paths before, after;

@@ -1099,6 +1099,8 @@ START_TEST(options_and_environment) {
   dpt_comm_paths paths;
   ck_assert_int_eq(dpt_comm_nodes(c), 1);
   ck_assert_int_eq(dpt_comm_nodes(NULL), 0);
+  ck_assert_int_eq(dpt_comm_local_rank(c), 0); /* member 0 of this process's group */
+  ck_assert_int_eq(dpt_comm_local_rank(NULL), -1);
   ck_assert_int_eq(dpt_comm_get_paths(c, &paths), DPT_OK);
   ck_assert(paths.nodes == 1 && !paths.shm && !paths.shm_bytes && !paths.p2p_bytes);
   ck_assert_int_eq(dpt_comm_get_paths(NULL, &paths), DPT_ERR_INVALID_ARG);

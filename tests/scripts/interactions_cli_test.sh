@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # dptrain data as a user meets it: convert's one-line errors naming file:line (exit non-zero,
 # no shard left), a converted file read back with `data info --dump`, a pattern matching nothing
-# and fewer shards than ranks, synth's determinism and planted AUC, and `data debian` on a
+# and fewer shards than ranks (record ranges), gzip text and NumPy arrays converted, synth's determinism and planted AUC, and `data debian` on a
 # hand-written package list.
 # Usage: interactions_cli_test.sh <dptrain> <scratch dir>
 set -uo pipefail
@@ -54,13 +54,80 @@ $(cat info.txt)"
 "$dptrain" data info 'conv/shard-*.bin' --world 2 --rank 1 >info.txt 2>&1 &&
   grep -q "^rank 1 of 2: 1 shards, 1 records" info.txt || fail "rank 1 of 2: $(cat info.txt)"
 
-# 3. Patterns: nothing matched, fewer shards than ranks.
+# 3. Patterns: nothing matched; fewer shards than ranks.
 "$dptrain" data info 'conv/none-*.bin' 2>err.txt
 [ $? -eq 1 ] && grep -q "conv/none-\*.bin: no shard file matches the pattern" err.txt ||
   fail "no match: $(cat err.txt)"
-"$dptrain" data info 'conv/shard-*.bin' --world 3 --rank 0 2>err.txt
-[ $? -eq 1 ] && grep -q "conv/shard-\*.bin: 2 shard files for 3 ranks" err.txt ||
+# Fewer files than ranks: record ranges (3 records, 3 ranks: one each); fewer records: refused.
+"$dptrain" data info 'conv/shard-*.bin' --world 3 --rank 2 --dump 1 >info.txt 2>err.txt ||
   fail "fewer shards than ranks: $(cat err.txt)"
+want=$'shards: 2, records: 3, 2 dense, 2 sparse, table sizes: 2,2
+shard 0: conv/shard-00000.bin, 2 records, ranks 0-1
+shard 1: conv/shard-00001.bin, 1 records, rank 2
+rank 2 of 3: 1 shards, 1 records, 0.0000 positive
+0 0 0 | 0 1'
+[ "$(cat info.txt)" = "$want" ] || fail "record ranges: got
+$(cat info.txt)"
+"$dptrain" data info 'conv/shard-*.bin' --world 4 --rank 3 2>err.txt
+[ $? -eq 1 ] && grep -q "conv/shard-\*.bin: 3 records for 4 ranks" err.txt ||
+  fail "fewer records than ranks: $(cat err.txt)"
+
+# 3b. gzip input (Criteo's day_N.gz) gives the same shards as the plain text; a truncated
+# .gz is an error naming the file, with no shard left behind.
+printf '1\t3\t\ta\t\n0\t0\t-5\t\tzz\n1\t7\t1\tq\tq\n' | gzip -c >day.gz
+"$dptrain" data convert --input day.gz --out convgz --dense 2 --sparse 2 --table-size 2 \
+  --shards 2 >/dev/null 2>err.txt || fail "convert .gz: $(cat err.txt)"
+for f in shard-00000.bin shard-00001.bin; do
+  cmp -s "conv/$f" "convgz/$f" || fail "gzip input: $f differs from the plain text's"
+done
+seq 1 3000 | awk '{ printf "%d\t%d\t%d\tv%d\tw%d\n", $1 % 2, $1, $1 * 7, $1, $1 % 13 }' |
+  gzip -c | head -c 4000 >cut.gz
+"$dptrain" data convert --input cut.gz --out convcut --dense 2 --sparse 2 --table-size 9 \
+  >/dev/null 2>err.txt
+[ $? -eq 1 ] && [ "$(wc -l <err.txt)" -eq 1 ] && grep -q "cut.gz: read failed" err.txt ||
+  fail "truncated .gz: $(cat err.txt)"
+[ -z "$(ls convcut 2>/dev/null)" ] || fail "truncated .gz left files: $(ls convcut)"
+
+# 3c. NumPy arrays as TorchRec writes them: the records of 2 above as float32/int32 arrays
+# give the same shard bytes; ids are taken mod the table size, never negative.
+/usr/bin/python3 - <<'PY' || fail "writing .npy files"
+import math, struct
+def npy(path, descr, shape, fmt, values):
+    h = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, shape)
+    h += " " * (63 - (10 + len(h)) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode())
+        f.write(struct.pack("<%d%s" % (len(values), fmt), *values))
+d = [math.log1p(3), 0, 0, 0, math.log1p(7), math.log1p(1)]
+npy("d.npy", "<f4", "(3, 2)", "f", d)
+npy("s.npy", "<i4", "(3, 2)", "i", [1, 0, 0, 1, 1, 1])
+npy("l.npy", "<i4", "(3, 1)", "i", [1, 0, 1])
+npy("neg.npy", "<i4", "(3, 2)", "i", [-1, 7, -12, 0, 2147483647, -2147483648])
+npy("l3.npy", "<i4", "(3,)", "i", [1, 2, 0])
+npy("f.npy", "<f4", "(3, 2)", "f", [0.5] * 6)
+PY
+"$dptrain" data npy --dense d.npy --sparse s.npy --labels l.npy --out convnpy --table-size 2 \
+  --shards 2 >out.txt 2>err.txt || fail "data npy: $(cat err.txt)"
+grep -q "^converted 3 rows into 2 shards convnpy/shard-\*.bin" out.txt || fail "npy: $(cat out.txt)"
+for f in shard-00000.bin shard-00001.bin; do
+  cmp -s "conv/$f" "convnpy/$f" || fail ".npy input: $f differs from the text's"
+done
+"$dptrain" data npy --sparse neg.npy --labels l.npy --out negnpy --table-size 5 >/dev/null \
+  2>err.txt || fail "data npy (no dense): $(cat err.txt)"
+"$dptrain" data info 'negnpy/shard-*.bin' --dump 3 >info.txt 2>&1
+[ "$(grep '|' info.txt | tr '\n' ';')" = "1 | 4 2;0 | 3 0;1 | 2 2;" ] ||
+  fail "npy ids mod 5: $(cat info.txt)"
+"$dptrain" data npy --sparse s.npy --labels l3.npy --out bad 2>err.txt
+[ $? -eq 1 ] && grep -q "l3.npy: row 1: label 2 is not 0 or 1" err.txt ||
+  fail "npy bad label: $(cat err.txt)"
+"$dptrain" data npy --sparse f.npy --labels l.npy --out bad 2>err.txt
+[ $? -eq 1 ] && grep -q "f.npy: ids and labels must be integers" err.txt ||
+  fail "npy float ids: $(cat err.txt)"
+head -c 140 s.npy >short.npy
+"$dptrain" data npy --sparse short.npy --labels l.npy --out bad 2>err.txt
+[ $? -eq 1 ] && grep -q "short.npy: 140 bytes, the header's shape \[3, 2\] needs 152" err.txt ||
+  fail "npy truncated: $(cat err.txt)"
+[ -z "$(ls bad 2>/dev/null)" ] || fail "npy errors left files: $(ls bad)"
 
 # 4. A truncated shard: one line naming the file.
 cp conv/shard-00000.bin trunc-0.bin && truncate -s -2 trunc-0.bin

@@ -1,12 +1,14 @@
 /* Criteo's text layout to interaction shards: the categorical hash, DLRM's dense transform, and
  * the converter (tools/prep/shards.h). */
-#define _POSIX_C_SOURCE 200809L /* getline */
+#define _POSIX_C_SOURCE 200809L /* dup */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
 
 #include "base/error.h"
 #include "tools/prep/shards.h"
@@ -95,17 +97,47 @@ static dpt_status convert_line(conv *c, char *line, const char *name, unsigned l
   return DPT_OK;
 }
 
+/* Reads the next line of f into *line (grown as needed, newline kept): its length, 0 at the
+ * end, -1 on a read error. */
+static long long read_line(gzFile f, char **line, size_t *cap) {
+  size_t len = 0;
+  for (;;) {
+    if (*cap - len < 2) {
+      const size_t ncap = *cap ? 2 * *cap : 4096;
+      char *p = realloc(*line, ncap);
+      if (!p) return -1;
+      *line = p;
+      *cap = ncap;
+    }
+    /* gzgets stops after a newline or when the buffer is full; NULs inside are kept, so the
+     * length comes from the bytes read, not strlen, where a line holds one. */
+    const z_off_t before = gztell(f);
+    if (!gzgets(f, *line + len, (int)(*cap - len > INT32_MAX ? INT32_MAX : *cap - len))) {
+      int err = Z_OK;
+      gzerror(f, &err);
+      return err == Z_OK ? (long long)len : -1; /* Z_BUF_ERROR: a truncated gzip stream */
+    }
+    len += (size_t)(gztell(f) - before);
+    if ((*line)[len - 1] == '\n' || gzeof(f)) return (long long)len;
+  }
+}
+
 static dpt_status convert_file(conv *c, const char *path) {
   const int is_stdin = !strcmp(path, "-");
   const char *name = is_stdin ? "<stdin>" : path;
-  FILE *f = is_stdin ? stdin : fopen(path, "rb");
-  if (!f) return dpt_set_error(DPT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  /* zlib reads gzip (Criteo's day_N.gz) and, transparently, plain text. */
+  errno = 0;
+  gzFile f = is_stdin ? gzdopen(dup(STDIN_FILENO), "rb") : gzopen(path, "rb");
+  if (!f)
+    return dpt_set_error(DPT_ERR_IO, "%s: cannot open: %s", path,
+                         errno ? strerror(errno) : "out of memory");
+  gzbuffer(f, 1 << 17);
   char *line = NULL;
   size_t cap = 0;
-  ssize_t len;
+  long long len;
   unsigned long long lineno = 0;
   dpt_status st = DPT_OK;
-  while ((len = getline(&line, &cap, f)) >= 0) {
+  while ((len = read_line(f, &line, &cap)) > 0) {
     lineno++;
     while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
       line[--len] = 0;
@@ -116,10 +148,14 @@ static dpt_status convert_file(conv *c, const char *path) {
     st = convert_line(c, line, name, lineno);
     if (st != DPT_OK) break;
   }
-  if (st == DPT_OK && ferror(f))
-    st = dpt_set_error(DPT_ERR_IO, "%s: read failed after line %llu", name, lineno);
+  if (st == DPT_OK && len < 0) {
+    int err = Z_OK;
+    const char *msg = gzerror(f, &err);
+    st = dpt_set_error(DPT_ERR_IO, "%s: read failed after line %llu: %s", name, lineno,
+                       err == Z_ERRNO ? strerror(errno) : msg);
+  }
   free(line);
-  if (!is_stdin) fclose(f);
+  gzclose(f);
   return st;
 }
 

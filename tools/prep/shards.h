@@ -54,7 +54,8 @@ typedef struct dpt_criteo_options {
   const char *prefix;          /* file names: out_dir/prefix-00000.bin, ... ("shard" if NULL) */
 } dpt_criteo_options;
 
-/* Converts Criteo-layout text files ("-" is stdin) to shards: each line is
+/* Converts Criteo-layout text files ("-" is stdin; gzip-compressed ones, such as day_0.gz, are
+ * read as they are) to shards: each line is
  *   label \t dense_1 .. dense_num_dense \t sparse_1 .. sparse_num_sparse
  * (tab-separated, label 0 or 1, dense fields integers or empty, sparse fields any bytes or
  * empty). Lines go round-robin to the shards: the n-th line read (0-based, over all inputs in
@@ -64,6 +65,28 @@ typedef struct dpt_criteo_options {
  * lines converted. */
 dpt_status dpt_criteo_convert(const char *const *inputs, size_t num_inputs,
                               const dpt_criteo_options *o, uint64_t *records);
+
+/* ---- NumPy arrays --------------------------------------------------------------------------- */
+
+typedef struct dpt_npy_options {
+  const char *dense;           /* .npy [N, num_dense] float (or integer); NULL: no dense features */
+  const char *sparse;          /* .npy [N, num_sparse] integer ids */
+  const char *labels;          /* .npy [N] or [N, 1], each 0 or 1 */
+  const uint64_t *table_sizes; /* [num_tables]: one size for every table, or one per column */
+  size_t num_tables;
+  size_t num_shards;   /* output shard files (1..512) */
+  const char *out_dir; /* created if missing (one level) */
+  const char *prefix;  /* file names: out_dir/prefix-00000.bin, ... ("shard" if NULL) */
+} dpt_npy_options;
+
+/* Converts NumPy arrays, as TorchRec's Criteo preprocessing writes them (day_N_dense.npy
+ * float32, day_N_sparse.npy int32, day_N_labels.npy int32 [N, 1]), to shards: dense values as
+ * they are (already transformed), id v of column j as v mod table_sizes[j] (Python's modulo:
+ * never negative), row n to shard n mod num_shards. Little-endian C-order arrays of bool,
+ * integers or floats, .npy versions 1 to 3. Arrays that disagree (rows, a float id, a label
+ * other than 0/1, a size that does not match the header's shape) are DPT_ERR_BAD_FORMAT naming
+ * the file (and row), and no shard is left behind. *records (may be NULL): rows converted. */
+dpt_status dpt_npy_convert(const dpt_npy_options *o, uint64_t *records);
 
 /* ---- synthetic interactions with planted factors -------------------------------------------- */
 

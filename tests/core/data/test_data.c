@@ -532,6 +532,48 @@ START_TEST(st_float_features) {
 }
 END_TEST
 
+/* The samples are read from the file's mapping: a dataset keeps the bytes it was loaded with
+ * when the file is replaced (renamed over), and float32 that lies unaligned in the file
+ * (converted into memory instead) gathers and fingerprints as aligned float32 does. */
+START_TEST(st_mapped) {
+  make_st_px();
+  const int64_t xs[4] = {SN, SC, SH, SW};
+  const char *path = write_ds("x", "U8", 4, xs, st_px, "y", "I64", SN, st_y64);
+  dpt_dataset *ds = NULL;
+  TU_OK(dpt_dataset_load_safetensors(path, 0, &ds));
+  uint8_t other[SN * SD];
+  memset(other, 0, sizeof other);
+  write_ds("x", "U8", 4, xs, other, "y", "I64", SN, st_y64);
+  const uint64_t idx[SN] = {0, 1, 2, 3, 4};
+  float x[SN * SD];
+  TU_OK(dpt_dataset_gather(ds, idx, SN, x, NULL));
+  for (int j = 0; j < SN * SD; j++)
+    ck_assert_float_eq(x[j], (float)st_px[j] / 255.0f);
+  dpt_dataset_destroy(ds);
+
+  float v[4 * 6];
+  for (int i = 0; i < 24; i++)
+    v[i] = (float)i * 0.25f - 2.0f;
+  const int32_t lab[4] = {1, 0, 1, 0};
+  const int64_t fs[2] = {4, 6};
+  write_ds("x", "F32", 2, fs, v, "y", "I32", 4, lab);
+  TU_OK(dpt_dataset_load_safetensors(path, 0, &ds));
+  const uint64_t aligned_fp = dpt_dataset_fingerprint(ds);
+  dpt_dataset_destroy(ds);
+  const uint8_t pad[3] = {1, 2, 3}; /* 3 bytes first: x starts 3 bytes past an 8-byte boundary */
+  const dpt_st_tensor t[3] = {{.name = "a", .ndim = 1, .shape = {3}, .dtype = "U8", .bytes = pad},
+                              {.name = "x", .data = v, .ndim = 2, .shape = {4, 6}},
+                              {.name = "y", .ndim = 1, .shape = {4}, .dtype = "I32", .bytes = lab}};
+  TU_OK(dpt_safetensors_write(path, t, 3, NULL));
+  TU_OK(dpt_dataset_load_safetensors(path, 0, &ds));
+  float got[24];
+  TU_OK(dpt_dataset_gather(ds, idx, 4, got, NULL));
+  ck_assert_mem_eq(got, v, sizeof v);
+  ck_assert_uint_eq(dpt_dataset_fingerprint(ds), aligned_fp);
+  dpt_dataset_destroy(ds);
+}
+END_TEST
+
 /* Loading path fails with BAD_FORMAT naming the file and the needles; *out comes back NULL. */
 static void expect_bad_ds(const char *path, int num_classes, const char *n1, const char *n2) {
   dpt_dataset *ds = (dpt_dataset *)&ds;
@@ -757,6 +799,7 @@ int main(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, st_uint8_nchw);
   tcase_add_test(tc, st_float_features);
+  tcase_add_test(tc, st_mapped);
   tcase_add_test(tc, st_bad_inputs);
   tcase_add_test(tc, transform_identity);
   tcase_add_test(tc, transform_normalize);

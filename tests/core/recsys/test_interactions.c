@@ -1,8 +1,9 @@
 /* Interaction data: shard round trips, the assignment of shards to 2, 3 and 4 ranks (every
  * shard exactly once), the fixed-length epoch, truncated and corrupt shards refused naming the
- * file, a pattern matching nothing and fewer shards than ranks, Criteo text converted and read
- * back (the hash and the dense transform by hand), the synthetic set's determinism and planted
- * AUC, and the metrics against closed-form cases (alone and gathered over thread ranks). */
+ * file, a pattern matching nothing, fewer files than ranks split by record ranges, Criteo text
+ * converted and read back (the hash and the dense transform by hand), the synthetic set's
+ * determinism and planted AUC, and the metrics against closed-form cases (alone and gathered over
+ * thread ranks). */
 #define _XOPEN_SOURCE 700 /* mkdtemp, nftw, truncate */
 
 #include <check.h>
@@ -173,6 +174,45 @@ START_TEST(shard_assignment) {
 }
 END_TEST
 
+/* Fewer files than ranks: contiguous record ranges over the files in order, every record read
+ * by exactly one rank, the first (total mod world) ranks one record more. */
+START_TEST(record_ranges) {
+  write_shard("g-0.bin", 0, 5);
+  write_shard("g-1.bin", 1, 3);
+  for (int world = 3; world <= 8; world++) {
+    int seen[8] = {0};
+    uint64_t sum = 0;
+    for (int rank = 0; rank < world; rank++) {
+      dpt_interactions *d = NULL;
+      TU_OK(dpt_interactions_open(tpath("g-*.bin"), rank, world, &d));
+      const size_t n = dpt_interactions_local_records(d);
+      ck_assert_uint_eq(n, 8 / world + (rank < 8 % world));
+      ck_assert_uint_eq(dpt_interactions_rank_records(d, rank), n);
+      ck_assert_uint_eq(dpt_interactions_total_records(d), 8);
+      for (size_t i = 0; i < n; i++) { /* global record g: file g / 5, record dense[1] */
+        const float *x = dpt_interactions_dense(d, i);
+        const int g = (int)x[0] * 5 + (int)x[1];
+        ck_assert_int_eq(g, (int)(sum + i));
+        seen[g]++;
+        ck_assert_float_eq(dpt_interactions_label(d, i), (float)(((int)x[1] + (int)x[0]) % 2));
+      }
+      const size_t s0 = dpt_interactions_local_shard(d, 0);
+      ck_assert_uint_eq(s0, sum >= 5 ? 1 : 0);
+      ck_assert_uint_eq(dpt_interactions_local_shards(d), sum < 5 && sum + n > 5 ? 2 : 1);
+      sum += n;
+      dpt_interactions_destroy(d);
+    }
+    for (int g = 0; g < 8; g++)
+      ck_assert_msg(seen[g] == 1, "world %d: record %d read %d times", world, g, seen[g]);
+  }
+  /* a corrupt record outside a rank's range still fails that rank: the whole file is checked */
+  flip_byte(tpath("g-1.bin"), file_size(tpath("g-1.bin")) - 1);
+  dpt_interactions *d = NULL;
+  EXPECT_FAIL(dpt_interactions_open(tpath("g-*.bin"), 2, 4, &d), DPT_ERR_BAD_FORMAT,
+              tpath("g-1.bin"), "CRC32", NULL);
+}
+END_TEST
+
 /* The epoch: every rank runs floor(total / B) steps of its dpt_batch_split share, indices into
  * its own records, the same for the same (seed, epoch), another order for another epoch; a rank
  * with few records wraps around. */
@@ -265,8 +305,8 @@ START_TEST(patterns_refused) {
   ck_assert_ptr_null(d);
   write_shard("f-0.bin", 0, 2);
   write_shard("f-1.bin", 1, 2);
-  EXPECT_FAIL(dpt_interactions_open(tpath("f-*.bin"), 2, 3, &d), DPT_ERR_INVALID_ARG,
-              tpath("f-*.bin"), "2 shard files for 3 ranks", NULL);
+  EXPECT_FAIL(dpt_interactions_open(tpath("f-*.bin"), 4, 5, &d), DPT_ERR_INVALID_ARG,
+              tpath("f-*.bin"), "4 records for 5 ranks", NULL);
   EXPECT_FAIL(dpt_interactions_open(tpath("f-*.bin"), 3, 3, &d), DPT_ERR_INVALID_ARG, "rank 3",
               NULL, NULL);
   TU_OK(dpt_interactions_open(tpath("f-*.bin"), 1, 2, &d));
@@ -677,12 +717,26 @@ START_TEST(node_shards) {
     ck_assert_msg(args[k].st == DPT_OK, "rank %d: %s", k, args[k].msg);
   ck_assert_uint_eq(args[0].total, 1 + 2 + 3 + 3);
   remove(tpath("a/part-09.bin"));
-  run_node_ranks(args, all_a); /* ...and with 3 files, every rank stops naming the crowd */
+  run_node_ranks(args, all_a); /* ...and with 3 files (6 records), 4 record ranges of them */
+  const uint64_t range[4] = {2, 2, 1, 1};
+  const size_t lo_id[4] = {0, 1, 2, 2}, hi_id[4] = {1, 2, 2, 2};
   for (int k = 0; k < 4; k++) {
-    ck_assert_int_eq(args[k].st, DPT_ERR_INVALID_ARG);
-    ck_assert_msg(strstr(args[k].msg, "rank 0 and 3 other ranks see the same 3 shard files"), "%s",
-                  args[k].msg);
+    ck_assert_msg(args[k].st == DPT_OK, "rank %d: %s", k, args[k].msg);
+    ck_assert_uint_eq(args[k].total, 6);
+    ck_assert_uint_eq(args[k].local, range[k]);
+    ck_assert_uint_eq(args[k].first_id[0], lo_id[k]);
+    ck_assert_uint_eq(args[k].first_id[1], hi_id[k]);
+    ck_assert_uint_eq(args[k].fingerprint, args[0].fingerprint);
   }
+  /* one record for four ranks: every rank stops, the empty ones saying why */
+  char p0[512];
+  snprintf(p0, sizeof p0, "%s", tpath("a/part-00.bin"));
+  const char *const one[4] = {p0, p0, p0, p0};
+  run_node_ranks(args, one);
+  for (int k = 0; k < 4; k++)
+    ck_assert_int_eq(args[k].st, DPT_ERR_INVALID_ARG);
+  ck_assert_msg(strstr(args[1].msg, "1 record for 4 ranks"), "%s", args[1].msg);
+  ck_assert_msg(strstr(args[0].msg, "rank 1 could not load its shards"), "%s", args[0].msg);
 }
 END_TEST
 
@@ -696,6 +750,7 @@ static Suite *suite(void) {
   tcase_add_test(shards, fixed_length_epoch);
   tcase_add_test(shards, truncated_and_corrupt_refused);
   tcase_add_test(shards, patterns_refused);
+  tcase_add_test(shards, record_ranges);
   tcase_add_test(shards, node_shards);
   suite_add_tcase(s, shards);
   TCase *criteo = tcase_create("criteo");

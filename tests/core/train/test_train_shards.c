@@ -375,6 +375,7 @@ START_TEST(sparse_tables_equal_dense) {
     cfg.final_params = dense;
     TU_OK(dpt_train(&cfg, NULL, NULL));
     cfg.exchange.sparse_tables = 1;
+    cfg.table_lr = cfg.optim.lr; /* the dense run's rate, to compare */
     cfg.final_params = sparse;
     dpt_train_report fin;
     /* the default choice (dense here: the rows are a third of the table), always dense,
@@ -460,6 +461,7 @@ START_TEST(rowwise_adagrad_tables) {
     ck_assert(worst_diff(probe, want, sgd, "emb_l.") > 1e-3);
     config(&cfg, R, tr, NULL);
     cfg.exchange.sparse_tables = 1;
+    cfg.table_lr = cfg.optim.lr; /* the hand-built run's rate */
     cfg.exchange.table_optimizer = DPT_TABLE_ROWWISE_ADAGRAD;
     cfg.final_params = got;
     static const double above[2] = {1e30, 1e-12}; /* always sparse, always dense */
@@ -491,6 +493,19 @@ START_TEST(rowwise_adagrad_tables) {
       cfg.exchange.table_optimizer = DPT_TABLE_ROWWISE_ADAGRAD;
       cfg.exchange.sparse_tables = 0;
       EXPECT_FAIL(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG, "needs sparse_tables", NULL,
+                  NULL);
+      cfg.exchange.table_optimizer = DPT_TABLE_SGD; /* table_lr is still set */
+      EXPECT_FAIL(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG, "table_lr needs sparse_tables",
+                  NULL, NULL);
+      cfg.exchange.sparse_tables = 1;
+      cfg.table_lr = -1;
+      EXPECT_FAIL(dpt_train(&cfg, NULL, NULL), DPT_ERR_INVALID_ARG, "table_lr -1 must be >= 0",
+                  NULL, NULL);
+      cfg.table_lr = cfg.optim.lr * 2; /* another rate: refused on resume, named */
+      cfg.exchange.table_optimizer = DPT_TABLE_ROWWISE_ADAGRAD;
+      cfg.checkpoints.checkpoint_dir = tpath("ckpt");
+      cfg.checkpoints.resume = 1;
+      EXPECT_FAIL(dpt_train(&cfg, NULL, NULL), DPT_ERR_MISMATCH, "the tables' learning rate", NULL,
                   NULL);
     }
     for (int i = 0; i < R; ++i)
