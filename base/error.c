@@ -39,11 +39,40 @@ void dpt_clear_error(void) {
   tls_message[0] = '\0';
 }
 
+/* A message stays one line whatever it quotes (a tensor name read from a file may hold a
+ * newline): control characters become escapes, \n \r \t or \xNN, cut at the buffer's end. */
+static void escape_controls(char *msg) {
+  size_t n = 0;
+  while (msg[n] && (unsigned char)msg[n] >= 0x20 && msg[n] != 0x7f)
+    n++;
+  if (!msg[n]) return;
+  char out[DPT_ERROR_MAX];
+  size_t o = 0;
+  for (size_t i = 0; msg[i]; i++) {
+    const unsigned char c = (unsigned char)msg[i];
+    char esc[8] = {(char)c, 0};
+    if (c < 0x20 || c == 0x7f)
+      snprintf(esc, sizeof esc,
+               c == '\n'   ? "\\n"
+               : c == '\r' ? "\\r"
+               : c == '\t' ? "\\t"
+                           : "\\x%02x",
+               c);
+    const size_t len = strlen(esc);
+    if (o + len >= sizeof out) break;
+    memcpy(out + o, esc, len);
+    o += len;
+  }
+  out[o] = '\0';
+  memcpy(msg, out, o + 1);
+}
+
 dpt_status dpt_set_error(dpt_status status, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(tls_message, sizeof tls_message, fmt, ap);
   va_end(ap);
+  escape_controls(tls_message);
   return status;
 }
 
@@ -63,5 +92,6 @@ dpt_status dpt_error_context(dpt_status status, const char *fmt, ...) {
   memmove(tls_message + plen, tls_message, old_len);
   memcpy(tls_message, prefix, plen);
   tls_message[plen + old_len] = '\0';
+  escape_controls(tls_message);
   return status;
 }

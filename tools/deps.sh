@@ -21,6 +21,7 @@ packages=(
   dataset-fashion-mnist                         # the real data set
   fortunes                                      # English text for MLM pretraining (dptrain tokenize)
   python3-protobuf                              # reads TensorBoard event files back (tests)
+  clang libclang-rt-14-dev                      # libFuzzer and the sanitizers (tools/fuzz.sh)
   dpkg-dev file lintian                         # Debian packages: cpack -G DEB, dpkg-shlibdeps
   abigail-tools                                 # ABI check against the stored baseline (abidiff)
   python3-dev python3-cffi python3-numpy        # the Python module (python/)

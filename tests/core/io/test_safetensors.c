@@ -545,6 +545,10 @@ START_TEST(malformed_tensors) {
   expect_bad("{}", 8, "no tensors, but 8 bytes", NULL);
   /* Duplicate names. */
   expect_bad("{" T_A "," T_A "}", 8, "duplicate object key near '\"a\"'", NULL);
+  /* A name with control characters is quoted escaped: the message stays one line. */
+  expect_bad("{\"a\\nb\\u001b\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8,
+             "tensor 'a\\nb\\x1b'", "needs 12");
+  ck_assert_ptr_null(strchr(dpt_last_error(), '\n'));
 }
 END_TEST
 
