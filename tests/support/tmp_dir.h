@@ -8,6 +8,7 @@
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static char tmp_dir[256];
 
@@ -35,6 +36,14 @@ static inline const char *tpath(const char *name) {
   char *p = buf[next++ % 4];
   snprintf(p, 512, "%s/%s", tmp_dir, name);
   return p;
+}
+
+/* Writes text (no terminating NUL) to path, replacing it. */
+static inline void tu_write_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "wb");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_uint_eq(fwrite(text, 1, strlen(text), f), strlen(text));
+  ck_assert_int_eq(fclose(f), 0);
 }
 
 #endif

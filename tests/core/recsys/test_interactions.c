@@ -46,13 +46,6 @@ static void write_shard(const char *name, int s, int n) {
   TU_OK(dpt_shard_writer_close(w));
 }
 
-static void write_text(const char *path, const char *text) {
-  FILE *f = fopen(path, "wb");
-  ck_assert_ptr_nonnull(f);
-  ck_assert_uint_eq(fwrite(text, 1, strlen(text), f), strlen(text));
-  ck_assert_int_eq(fclose(f), 0);
-}
-
 static long file_size(const char *path) {
   struct stat sb;
   ck_assert_int_eq(stat(path, &sb), 0);
@@ -285,7 +278,7 @@ START_TEST(truncated_and_corrupt_refused) {
   fclose(f);
   EXPECT_FAIL(dpt_interactions_open(p, 0, 1, &d), DPT_ERR_BAD_FORMAT, p, "2 stray bytes", NULL);
   /* not a shard */
-  write_text(p, "label\tI1\n1\t2\n and some more text to fill a header");
+  tu_write_text(p, "label\tI1\n1\t2\n and some more text to fill a header");
   EXPECT_FAIL(dpt_interactions_open(p, 0, 1, &d), DPT_ERR_BAD_FORMAT, p, "magic", NULL);
   /* shards that disagree on the layout */
   write_shard("t-0.bin", 0, 10);
@@ -333,9 +326,9 @@ END_TEST
 
 /* Three lines, two shards (round-robin): lines 0 and 2 in shard 0, line 1 in shard 1. */
 START_TEST(criteo_round_trip) {
-  write_text(tpath("day.tsv"), "1\t3\t\t-1\t68fd1e64\t\t05db9164\n"
-                               "0\t0\t10\t2\t\tc1\t\r\n"
-                               "1\t\t\t1e3\tff\tff\tff\n");
+  tu_write_text(tpath("day.tsv"), "1\t3\t\t-1\t68fd1e64\t\t05db9164\n"
+                                  "0\t0\t10\t2\t\tc1\t\r\n"
+                                  "1\t\t\t1e3\tff\tff\tff\n");
   const uint64_t sizes[3] = {100, 2, 1u << 20};
   const dpt_criteo_options o = {.num_dense = 3,
                                 .num_sparse = 3,
@@ -391,7 +384,7 @@ START_TEST(criteo_bad_lines) {
       {"0\t1\tnan\ta\tb\n", ":1: dense feature 2: 'nan' is not a number"},
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-    write_text(in[0], cases[k].text);
+    tu_write_text(in[0], cases[k].text);
     char want[600];
     snprintf(want, sizeof want, "%s%s", in[0], cases[k].want);
     EXPECT_FAIL(dpt_criteo_convert(in, 1, &o, NULL), DPT_ERR_BAD_FORMAT, want, NULL, NULL);

@@ -32,13 +32,6 @@ static void teardown(void) {
   tu_tmp_remove();
 }
 
-static void write_text(const char *path, const char *text) {
-  FILE *f = fopen(path, "wb");
-  ck_assert_ptr_nonnull(f);
-  ck_assert_uint_eq(fwrite(text, 1, strlen(text), f), strlen(text));
-  ck_assert_int_eq(fclose(f), 0);
-}
-
 static dpt_text_corpus *corpus_of(const char *text) {
   dpt_text_corpus *c = NULL;
   TU_OK(dpt_text_corpus_from_memory(text, strlen(text), &c));
@@ -406,7 +399,7 @@ START_TEST(load_bad_files) {
       {HEAD("260") "\"merges\": [], \"merges\": []}", "not JSON: duplicate object key"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    write_text(tpath("bad.json"), cases[i].text);
+    tu_write_text(tpath("bad.json"), cases[i].text);
     dpt_bpe *b = (dpt_bpe *)1;
     EXPECT_FAIL(dpt_bpe_load(tpath("bad.json"), &b), DPT_ERR_BAD_FORMAT, tpath("bad.json"),
                 cases[i].needle, NULL);
@@ -447,14 +440,14 @@ END_TEST
 
 START_TEST(corpus_files_and_dirs) {
   ck_assert_int_eq(mkdir(tpath("d"), 0700), 0);
-  write_text(tpath("d/b"), "bee\n%\nbuzz\n");
-  write_text(tpath("d/a"), "ant\n");
-  write_text(tpath("d/a.dat"), "\x01\x02index");
-  write_text(tpath("d/.hidden"), "no\n");
+  tu_write_text(tpath("d/b"), "bee\n%\nbuzz\n");
+  tu_write_text(tpath("d/a"), "ant\n");
+  tu_write_text(tpath("d/a.dat"), "\x01\x02index");
+  tu_write_text(tpath("d/.hidden"), "no\n");
   ck_assert_int_eq(symlink("a", tpath("d/a.u8")), 0); /* the same file: read once */
   ck_assert_int_eq(mkdir(tpath("d/sub"), 0700), 0);
-  write_text(tpath("d/sub/c"), "not read\n");
-  write_text(tpath("file"), "last");
+  tu_write_text(tpath("d/sub/c"), "not read\n");
+  tu_write_text(tpath("file"), "last");
   const char *paths[] = {tpath("d"), tpath("file"), tpath("d/b")};
   dpt_text_corpus *c = NULL;
   TU_OK(dpt_text_corpus_load(paths, 3, &c));
@@ -480,9 +473,9 @@ START_TEST(corpus_jsonl) {
   /* One document per line's "text" (escapes decoded), blank lines skipped, other members
    * ignored, no "%" cuts; a .jsonl file in a directory is read the same way. */
   ck_assert_int_eq(mkdir(tpath("j"), 0700), 0);
-  write_text(tpath("j/a.jsonl"), "{\"text\": \"caf\\u00e9\\n%\\nbar\", \"id\": 1}\n\n"
-                                 "  \n{\"id\": 2, \"text\": \"two\"}\n{\"text\": \"\"}");
-  write_text(tpath("j/b.txt"), "plain\n%\nagain\n");
+  tu_write_text(tpath("j/a.jsonl"), "{\"text\": \"caf\\u00e9\\n%\\nbar\", \"id\": 1}\n\n"
+                                    "  \n{\"id\": 2, \"text\": \"two\"}\n{\"text\": \"\"}");
+  tu_write_text(tpath("j/b.txt"), "plain\n%\nagain\n");
   const char *paths[] = {tpath("j")};
   dpt_text_corpus *c = NULL;
   TU_OK(dpt_text_corpus_load(paths, 1, &c));
@@ -494,7 +487,7 @@ START_TEST(corpus_jsonl) {
   TU_OK(dpt_text_corpus_check_utf8(c));
   dpt_text_corpus_destroy(c);
   /* Another field by name. */
-  write_text(tpath("f.jsonl"), "{\"body\": \"x y\", \"text\": 3}\n");
+  tu_write_text(tpath("f.jsonl"), "{\"body\": \"x y\", \"text\": 3}\n");
   const char *f[] = {tpath("f.jsonl")};
   TU_OK(dpt_text_corpus_load_field(f, 1, "body", &c));
   ck_assert_uint_eq(dpt_text_corpus_documents(c), 1);
@@ -513,7 +506,7 @@ START_TEST(corpus_jsonl) {
       {"{\"text\": \"\xff\"}\n", "text", ":1:", "not JSON"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    write_text(tpath("bad.jsonl"), bad[i].text);
+    tu_write_text(tpath("bad.jsonl"), bad[i].text);
     const char *b[] = {tpath("bad.jsonl")};
     c = (dpt_text_corpus *)1;
     EXPECT_FAIL(dpt_text_corpus_load_field(b, 1, bad[i].field, &c), DPT_ERR_BAD_FORMAT,
@@ -916,8 +909,8 @@ START_TEST(bpe_fingerprint_and_utf8) {
   ck_assert_uint_eq(off, 1);
   ck_assert_int_eq(dpt_utf8_valid("\xed\xa0\x80", 3, &off), 0); /* a surrogate */
   ck_assert_uint_eq(off, 0);
-  write_text(tpath("good.txt"), "caf\xc3\xa9\n%\nmore\n");
-  write_text(tpath("bad.txt"), "fine line\nthen \xe9t\xe9\n");
+  tu_write_text(tpath("good.txt"), "caf\xc3\xa9\n%\nmore\n");
+  tu_write_text(tpath("bad.txt"), "fine line\nthen \xe9t\xe9\n");
   const char *paths[] = {tpath("good.txt"), tpath("bad.txt")};
   dpt_text_corpus *k = NULL;
   TU_OK(dpt_text_corpus_load(paths, 1, &k));

@@ -119,17 +119,11 @@ static void teardown(void) {
   tu_tmp_remove();
 }
 
-static void write_text(const char *path, const char *text) {
-  FILE *f = fopen(path, "wb");
-  ck_assert_ptr_nonnull(f);
-  ck_assert_uint_eq(fwrite(text, 1, strlen(text), f), strlen(text));
-  ck_assert_int_eq(fclose(f), 0);
-}
-
 START_TEST(vocabulary_file) {
   /* Read, with "\r\n" too; the specials by name; saved and read back to the same fingerprint;
    * chosen by format. */
-  write_text(tpath("vocab.txt"), "[PAD]\r\n[unused0]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\n##s\n");
+  tu_write_text(tpath("vocab.txt"),
+                "[PAD]\r\n[unused0]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\n##s\n");
   dpt_wordpiece *wp = NULL;
   TU_OK(dpt_wordpiece_load(tpath("vocab.txt"), &wp));
   ck_assert_uint_eq(dpt_wordpiece_vocab_size(wp), 8);
@@ -165,7 +159,7 @@ START_TEST(vocabulary_file) {
       {"", "no tokens", NULL},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    write_text(tpath("bad.txt"), bad[i].text);
+    tu_write_text(tpath("bad.txt"), bad[i].text);
     wp = (dpt_wordpiece *)1;
     EXPECT_FAIL(dpt_wordpiece_load(tpath("bad.txt"), &wp), DPT_ERR_BAD_FORMAT, tpath("bad.txt"),
                 bad[i].n1, bad[i].n2);
@@ -174,7 +168,7 @@ START_TEST(vocabulary_file) {
   EXPECT_FAIL(dpt_tokenizer_load(tpath("missing.txt"), &tok), DPT_ERR_IO, "missing.txt",
               "cannot open", NULL);
   /* A JSON file goes to the BPE reader (and fails there as BPE). */
-  write_text(tpath("v.json"), "  {\"format\": \"other\"}");
+  tu_write_text(tpath("v.json"), "  {\"format\": \"other\"}");
   EXPECT_FAIL(dpt_tokenizer_load(tpath("v.json"), &tok), DPT_ERR_BAD_FORMAT, "v.json", NULL, NULL);
 }
 END_TEST
