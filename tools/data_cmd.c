@@ -101,13 +101,29 @@ static size_t parse_table_sizes(const char *tables, uint64_t *sizes, size_t max)
   return count;
 }
 
+/* The output options of the converters (convert, npy), the first member of their option
+ * structs so that one parser serves both. */
+typedef struct shard_out {
+  const char *out, *prefix, *tables;
+  uint64_t shards;
+} shard_out;
+
+static int parse_prefix(void *p, const char *v) {
+  ((shard_out *)p)->prefix = v;
+  return !*v || strchr(v, '/') != NULL ? -1 : 0;
+}
+
+static int parse_out_shards(void *p, const char *v) {
+  return parse_u64(v, 1, 512, &((shard_out *)p)->shards);
+}
+
 /* ---- convert ------------------------------------------------------------------------------- */
 
 typedef struct convert_opts {
+  shard_out so; /* first */
   const char *inputs[MAX_INPUTS];
   size_t num_inputs;
-  const char *out, *prefix, *tables;
-  uint64_t num_dense, num_sparse, shards;
+  uint64_t num_dense, num_sparse;
 } convert_opts;
 
 static int add_input(void *p, const char *v) {
@@ -115,11 +131,6 @@ static int add_input(void *p, const char *v) {
   if (o->num_inputs == MAX_INPUTS) return -1;
   o->inputs[o->num_inputs++] = v;
   return 0;
-}
-
-static int parse_prefix(void *p, const char *v) {
-  ((convert_opts *)p)->prefix = v;
-  return !*v || strchr(v, '/') != NULL ? -1 : 0;
 }
 
 static int parse_conv_dense(void *p, const char *v) {
@@ -130,10 +141,6 @@ static int parse_conv_sparse(void *p, const char *v) {
   return parse_u64(v, 1, DPT_SHARD_MAX_SPARSE, &((convert_opts *)p)->num_sparse);
 }
 
-static int parse_conv_shards(void *p, const char *v) {
-  return parse_u64(v, 1, 512, &((convert_opts *)p)->shards);
-}
-
 #define OPT_TARGET convert_opts
 
 static const dpt_opt convert_options[] = {
@@ -141,15 +148,15 @@ static const dpt_opt convert_options[] = {
      "a text file, plain or gzip-compressed (day_0.gz); '-' or none:\n"
      "stdin (repeatable, at most 256)",
      CUSTOM(add_input), .multi = 1},
-    {"--out", "DIR", "the output directory (created if missing)", STRING(out)},
+    {"--out", "DIR", "the output directory (created if missing)", STRING(so.out)},
     {"--dense", "N", "dense features per line (default 13)", CUSTOM(parse_conv_dense)},
     {"--sparse", "N", "categorical features per line (default 26)", CUSTOM(parse_conv_sparse)},
     {"--table-size", "S",
      "ids per table: one size for all, or a comma list of --sparse sizes\n"
      "(default 1000000); a value's id is 1 + FNV-1a-64(bytes) mod (S-1),\n"
      "id 0 an empty field",
-     STRING(tables)},
-    {"--shards", "K", "shard files (default 1, at most 512)", CUSTOM(parse_conv_shards)},
+     STRING(so.tables)},
+    {"--shards", "K", "shard files (default 1, at most 512)", CUSTOM(parse_out_shards)},
     {"--prefix", "NAME", "shard file names (default shard)", CUSTOM(parse_prefix)},
 };
 
@@ -173,13 +180,15 @@ const dpt_opt_cmd *dpt_data_convert_options(void) {
 
 static int cmd_convert(int argc, char **argv) {
   cmd_name = "dptrain data convert";
-  convert_opts co = {
-      .prefix = "shard", .tables = "1000000", .num_dense = 13, .num_sparse = 26, .shards = 1};
+  convert_opts co = {.so = {.prefix = "shard", .tables = "1000000", .shards = 1},
+                     .num_dense = 13,
+                     .num_sparse = 26};
   const int rc = dpt_opt_parse(&convert_cmd, &co, argc, argv, NULL, NULL);
   if (rc != DPT_OPT_KEEP_GOING) return rc;
-  const char **inputs = co.inputs, *out = co.out, *prefix = co.prefix, *tables = co.tables;
+  const char **inputs = co.inputs, *out = co.so.out, *prefix = co.so.prefix;
+  const char *tables = co.so.tables;
   size_t num_inputs = co.num_inputs;
-  const uint64_t num_dense = co.num_dense, num_sparse = co.num_sparse, shards = co.shards;
+  const uint64_t num_dense = co.num_dense, num_sparse = co.num_sparse, shards = co.so.shards;
   if (!out) return dpt_opt_usage_error(&convert_cmd, "--out DIR is needed");
   if (num_inputs == 0) inputs[num_inputs++] = "-";
   /* The table sizes: one for all, or one per sparse feature. */
@@ -217,18 +226,9 @@ static int cmd_convert(int argc, char **argv) {
 /* ---- npy ----------------------------------------------------------------------------------- */
 
 typedef struct npy_opts {
-  const char *dense, *sparse, *labels, *out, *prefix, *tables;
-  uint64_t shards;
+  shard_out so; /* first */
+  const char *dense, *sparse, *labels;
 } npy_opts;
-
-static int parse_npy_shards(void *p, const char *v) {
-  return parse_u64(v, 1, 512, &((npy_opts *)p)->shards);
-}
-
-static int parse_npy_prefix(void *p, const char *v) {
-  ((npy_opts *)p)->prefix = v;
-  return !*v || strchr(v, '/') != NULL ? -1 : 0;
-}
 
 #define OPT_TARGET npy_opts
 
@@ -237,13 +237,13 @@ static const dpt_opt npy_options[] = {
      STRING(dense)},
     {"--sparse", "FILE", "categorical ids, [N, S] integers (day_N_sparse.npy)", STRING(sparse)},
     {"--labels", "FILE", "labels 0 or 1, [N] or [N, 1] (day_N_labels.npy)", STRING(labels)},
-    {"--out", "DIR", "the output directory (created if missing)", STRING(out)},
+    {"--out", "DIR", "the output directory (created if missing)", STRING(so.out)},
     {"--table-size", "S",
      "ids per table: one size for all, or a comma list of S sizes\n"
      "(default 1000000); id v becomes v mod S (never negative)",
-     STRING(tables)},
-    {"--shards", "K", "shard files (default 1, at most 512)", CUSTOM(parse_npy_shards)},
-    {"--prefix", "NAME", "shard file names (default shard)", CUSTOM(parse_npy_prefix)},
+     STRING(so.tables)},
+    {"--shards", "K", "shard files (default 1, at most 512)", CUSTOM(parse_out_shards)},
+    {"--prefix", "NAME", "shard file names (default shard)", CUSTOM(parse_prefix)},
 };
 
 #undef OPT_TARGET
@@ -266,23 +266,24 @@ const dpt_opt_cmd *dpt_data_npy_options(void) {
 
 static int cmd_npy(int argc, char **argv) {
   cmd_name = "dptrain data npy";
-  npy_opts no = {.prefix = "shard", .tables = "1000000", .shards = 1};
+  npy_opts no = {.so = {.prefix = "shard", .tables = "1000000", .shards = 1}};
+  const shard_out *so = &no.so;
   const int rc = dpt_opt_parse(&npy_cmd, &no, argc, argv, NULL, NULL);
   if (rc != DPT_OPT_KEEP_GOING) return rc;
-  if (!no.sparse || !no.labels || !no.out)
+  if (!no.sparse || !no.labels || !so->out)
     return dpt_opt_usage_error(&npy_cmd, "--sparse, --labels and --out are needed");
   uint64_t sizes[DPT_SHARD_MAX_SPARSE];
-  const size_t count = parse_table_sizes(no.tables, sizes, DPT_SHARD_MAX_SPARSE);
+  const size_t count = parse_table_sizes(so->tables, sizes, DPT_SHARD_MAX_SPARSE);
   if (count == 0)
-    return dpt_opt_usage_error(&npy_cmd, "--table-size '%s': sizes each 2..2^31", no.tables);
+    return dpt_opt_usage_error(&npy_cmd, "--table-size '%s': sizes each 2..2^31", so->tables);
   const dpt_npy_options o = {.dense = no.dense,
                              .sparse = no.sparse,
                              .labels = no.labels,
                              .table_sizes = sizes,
                              .num_tables = count,
-                             .num_shards = (size_t)no.shards,
-                             .out_dir = no.out,
-                             .prefix = no.prefix};
+                             .num_shards = (size_t)so->shards,
+                             .out_dir = so->out,
+                             .prefix = so->prefix};
   uint64_t records = 0;
   const double t0 = now();
   const dpt_status st = dpt_npy_convert(&o, &records);
@@ -290,7 +291,7 @@ static int cmd_npy(int argc, char **argv) {
   if (st != DPT_OK) return fail(st);
   printf("converted %" PRIu64 " rows into %" PRIu64 " shard%s %s/%s-*.bin in %.2f s "
          "(%.0f records/s)\n",
-         records, no.shards, no.shards == 1 ? "" : "s", no.out, no.prefix, secs,
+         records, so->shards, so->shards == 1 ? "" : "s", so->out, so->prefix, secs,
          secs > 0 ? (double)records / secs : 0.0);
   return 0;
 }
