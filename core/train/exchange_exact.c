@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/env.h"
 #include "base/error.h"
 #include "core/train/exchange.h"
 #include "core/train/exchange_exact.h"
@@ -42,6 +43,7 @@ struct train_exact {
   float *out;        /* [W] */
   dpt_buffer *start; /* the buffers at the step's start; NULL without buffers */
   double loss_total;
+  int mutate; /* DPT_TEST_EXACT_MUTATE: 1 order, 2 exponent; 0 */
 };
 
 /* Slots from the model's tensors when they tile [0, np) in order, else fixed chunks; then the
@@ -99,6 +101,8 @@ dpt_status dpt_train_exact_setup(const replica *r, replica_state *s) {
   e->nb = dpt_model_num_buffer_floats(s->model);
   e->W = e->np + e->nb;
   e->cap = (s->max_slice + e->G - 1) / e->G;
+  const char *m = dpt_env_get("DPT_TEST_EXACT_MUTATE");
+  e->mutate = !m ? 0 : !strcmp(m, "order") ? 1 : !strcmp(m, "exponent") ? 2 : 0;
   DPT_TRY(build_slots(e, s->model));
   return alloc_exact(e, r->count, e->nb > 0, s->be);
 }
@@ -187,6 +191,7 @@ static dpt_status agree_exponents(replica *r, train_exact *e) {
     e->mine[k] = exponent_of(e->maxbits[k] >= 0x7f800000u ? INFINITY : (double)m);
   }
   e->mine[e->nslots] = exponent_of(e->loss_max);
+  if (e->mutate == 2) return DPT_OK;
   DPT_TRY(dpt_allgather_host(r->comm, e->mine, n * sizeof *e->mine, e->exps));
   for (size_t k = 0; k < n; ++k)
     for (int i = 0; i < r->count; ++i)
@@ -206,8 +211,18 @@ static double slot_scale(const train_exact *e, int16_t E) {
   return ldexp(1.0, sh);
 }
 
+/* DPT_TEST_EXACT_MUTATE=order: the groups added in float, in this replica's order, into the
+ * first. */
+static void float_sum_first(train_exact *e) {
+  for (size_t j = 1; j < e->groups; ++j)
+    for (size_t i = 0; i < e->W; ++i)
+      e->vals[i] += e->vals[j * e->W + i];
+  e->groups = e->groups > 0;
+}
+
 /* This replica's groups, each value rounded to the slot's fixed point, summed in e->sum. */
 static void sum_groups(train_exact *e) {
+  if (e->mutate == 1) float_sum_first(e);
   memset(e->sum, 0, (e->W + 1) * sizeof *e->sum);
   for (size_t k = 0; k < e->nslots; ++k) {
     const double scale = slot_scale(e, e->mine[k]);
