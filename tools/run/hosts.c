@@ -3,6 +3,7 @@
  * "HOST [slots=N] [max_slots=N] ..."; '#' starts a comment; only slots= is read. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <limits.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,8 +88,14 @@ static int read_line(const char *path, int no, char *line, kept *k, int *slots) 
             host, why);
     return 0;
   }
+  if (*slots > INT_MAX - n) {
+    fprintf(stderr, "dptrain run: %s:%d: more than %d slots in all\n", path, no, INT_MAX);
+    return -1;
+  }
   *slots += n;
-  return keep_line(k, copy);
+  if (keep_line(k, copy) == 0) return 0;
+  fprintf(stderr, "dptrain run: out of memory\n");
+  return -1;
 }
 
 int dpt_hosts_refresh(const char *path, const char *out, int *slots) {
