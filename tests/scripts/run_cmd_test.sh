@@ -5,7 +5,7 @@
 # attempts without progress with a line per attempt (the trainer's failure record named); a host
 # file that loses a line between attempts shrinks {ranks} from 2 to 1 and drops a host that does
 # not resolve; --min-ranks above the slots is refused, and stops the restarts when the file
-# shrinks below it.
+# shrinks below it; a checkpoint disk that is full is named, and stops the restarts.
 # Usage: run_cmd_test.sh <dptrain> <scratch dir> <mpiexec>
 set -uo pipefail
 dptrain=$1 scratch=$2 mpiexec=$3
@@ -96,6 +96,24 @@ rc=$?
 [ $rc -eq 3 ] && [ "$(grep -c '^dptrain run: attempt' "$scratch/min.err")" = 1 ] &&
   grep -q "^dptrain run: giving up: the host file $hosts lists 1 slot, fewer than --min-ranks 2$" "$scratch/min.err" ||
   fail "min-ranks during the run: exit $rc: $(cat "$scratch/min.err")"
+
+# 6. A full disk (a 96 KiB tmpfs in a mount namespace of our own: two checkpoints fit, the third
+# does not): each attempt's line names ENOSPC from the record, and the restarts stop. Skipped
+# where user namespaces or tmpfs mounts are not allowed.
+dir="$scratch/full"
+mkdir -p "$dir"
+if unshare -rm sh -c 'mount -t tmpfs -o size=96k tmpfs "$0"' "$dir" 2>/dev/null; then
+  unshare -rm sh -c 'mount -t tmpfs -o size=96k tmpfs "$0" && exec "$@"' "$dir" "${run[@]}" -- \
+    "$dptrain" "${args[@]}" --checkpoint-dir "$dir/ck" --resume >"$dir.out" 2>"$dir.err"
+  rc=$?
+  [ $rc -eq 1 ] && [ "$(grep -c '^dptrain run: attempt' "$dir.err")" = 3 ] &&
+    [ "$(line '^dptrain run: attempt [123]: exited with status 1, rank 0: I/O error: checkpoint at step 12: .*No space left on device (the checkpoint disk is full), resumed at step [08], +[08] steps' "$dir.err")" = 3 ] &&
+    grep -q '^dptrain run: giving up: attempts 2 and 3 ended without a checkpoint newer than step 8' "$dir.err" ||
+    fail "full disk: exit $rc: $(grep 'dptrain run' "$dir.err")"
+  [ $failures -gt 0 ] || echo "ok: full disk: $(grep -m1 'attempt 2' "$dir.err")"
+else
+  echo "full disk: skipped (no user namespace with a tmpfs mount here)"
+fi
 
 [ $failures -eq 0 ] && echo "run_cmd: all passed"
 exit $((failures > 0))
