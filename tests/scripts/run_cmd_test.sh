@@ -4,8 +4,8 @@
 # dies at the same step every time, and one that fails the same way every time, stop after two
 # attempts without progress with a line per attempt (the trainer's failure record named); a host
 # file that loses a line between attempts shrinks {ranks} from 2 to 1 and drops a host that does
-# not resolve; --min-ranks above the slots is refused, and stops the restarts when the file
-# shrinks below it; a checkpoint disk that is full is named, and stops the restarts.
+# not resolve, and grows back with it; --min-ranks above the slots is refused, and stops the
+# restarts when the file shrinks below it; a full checkpoint disk is named, and stops them too.
 # Usage: run_cmd_test.sh <dptrain> <scratch dir> <mpiexec>
 set -uo pipefail
 dptrain=$1 scratch=$2 mpiexec=$3
@@ -96,6 +96,17 @@ rc=$?
 [ $rc -eq 3 ] && [ "$(grep -c '^dptrain run: attempt' "$scratch/min.err")" = 1 ] &&
   grep -q "^dptrain run: giving up: the host file $hosts lists 1 slot, fewer than --min-ranks 2$" "$scratch/min.err" ||
   fail "min-ranks during the run: exit $rc: $(cat "$scratch/min.err")"
+
+# The file growing back between attempts grows {ranks} back: 2, then 1, then 2 again.
+printf 'localhost slots=1\n127.0.0.1 slots=1\n' >"$hosts"
+rm -f "$hosts.seen"
+job='echo "$1" >>"$0.seen"; case $(wc -l <"$0.seen") in 1) sed -i "/^127/d" "$0"; exit 1 ;;
+  2) echo "127.0.0.1 slots=1" >>"$0"; exit 1 ;; esac'
+"${run[@]}" --hostfile "$hosts" -- sh -c "$job" "$hosts" '{ranks}' 2>"$scratch/grow.err"
+rc=$?
+[ $rc -eq 0 ] && [ "$(tr '\n' ' ' <"$hosts.seen")" = "2 1 2 " ] &&
+  grep -q '^dptrain run: attempt 2 (1 rank): exited with status 1; restart 2 of 3$' "$scratch/grow.err" ||
+  fail "grow back: exit $rc, ranks '$(cat "$hosts.seen" 2>/dev/null)': $(cat "$scratch/grow.err")"
 
 # 6. A full disk (a 96 KiB tmpfs in a mount namespace of our own: two checkpoints fit, the third
 # does not): each attempt's line names ENOSPC from the record, and the restarts stop. Skipped
