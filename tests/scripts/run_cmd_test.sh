@@ -90,6 +90,7 @@ echo "ok: shrink: attempts on $(tr '\n' ' ' <"$hosts.ranks")ranks"
 # during the run stops the restarts with the job's status.
 printf 'localhost slots=1\n127.0.0.1 slots=1\n' >"$hosts"
 refused "min-ranks above the slots" "--min-ranks 3 is above the 2 slots of $hosts" run --hostfile "$hosts" --min-ranks 3 -- true
+refused "min-ranks without a host file" "--min-ranks needs --hostfile" run --min-ranks 2 -- true
 refused "placeholders without a host file" "{ranks} and {hostfile} need --hostfile" run -- echo '{ranks}'
 "${run[@]}" --hostfile "$hosts" --min-ranks 2 -- sh -c 'sed -i "/^127/d" "$0"; exit 3' "$hosts" 2>"$scratch/min.err"
 rc=$?

@@ -21,7 +21,7 @@ typedef struct run_opts {
   double delay_s;       /* --restart-delay */
   const char *ckpt_dir; /* --checkpoint-dir (NULL: the command's) */
   const char *hostfile; /* --hostfile */
-  long min_ranks;       /* --min-ranks */
+  long min_ranks;       /* --min-ranks; 0: not given (1) */
 } run_opts;
 
 /* A number in [lo, hi] from all of v; 0, or -1 for a bad value. */
@@ -225,19 +225,32 @@ static int after_attempt(run_state *rs, long k, int status, int64_t from) {
   return GO_ON;
 }
 
+/* Whether the host file has fewer slots than --min-ranks (default 1); then the line said. */
+static int too_few_slots(const run_state *rs, int at_start) {
+  const run_opts *o = rs->o;
+  const long min = o->min_ranks > 0 ? o->min_ranks : 1;
+  if (!o->hostfile || rs->ranks >= min) return 0;
+  const char *s = rs->ranks == 1 ? "" : "s";
+  if (at_start && o->min_ranks)
+    fprintf(stderr, "dptrain run: --min-ranks %ld is above the %d slot%s of %s\n", min, rs->ranks,
+            s, o->hostfile);
+  else if (at_start)
+    fprintf(stderr, "dptrain run: the host file %s lists no host that resolves\n", o->hostfile);
+  else
+    fprintf(stderr,
+            "dptrain run: giving up: the host file %s lists %d slot%s, fewer than --min-ranks "
+            "%ld\n",
+            o->hostfile, rs->ranks, s, min);
+  return 1;
+}
+
 static int run_loop(run_state *rs) {
   for (long k = 1;; ++k) {
     if (k > 1) {
       dpt_job_delay(rs->o->delay_s);
       if (dpt_job_signal()) return rs->code;
       if (refresh_hosts(rs)) return rs->code;
-      if (rs->ranks < rs->o->min_ranks && rs->o->hostfile) {
-        fprintf(stderr,
-                "dptrain run: giving up: the host file %s lists %d slot%s, fewer than "
-                "--min-ranks %ld\n",
-                rs->o->hostfile, rs->ranks, rs->ranks == 1 ? "" : "s", rs->o->min_ranks);
-        return rs->code;
-      }
+      if (too_few_slots(rs, 0)) return rs->code;
     }
     const int64_t from = rs->dir ? dpt_run_newest_step(rs->dir) : 0;
     if (rs->dir) dpt_run_clear_failure(rs->dir);
@@ -254,16 +267,14 @@ static int check_start(run_state *rs) {
   const run_opts *o = rs->o;
   if (has_placeholder(rs) && !o->hostfile)
     return dpt_opt_usage_error(&run_cmd, "{ranks} and {hostfile} need --hostfile");
+  if (o->min_ranks && !o->hostfile)
+    return dpt_opt_usage_error(&run_cmd, "--min-ranks needs --hostfile");
   if (o->hostfile) {
     const char *tmp = dpt_env_get("TMPDIR");
     snprintf(rs->hosts, sizeof rs->hosts, "%s/dptrain-run-%ld.hosts", tmp && *tmp ? tmp : "/tmp",
              (long)getpid());
     if (refresh_hosts(rs)) return 1;
-    if (rs->ranks < o->min_ranks) {
-      fprintf(stderr, "dptrain run: --min-ranks %ld is above the %d slot%s of %s\n", o->min_ranks,
-              rs->ranks, rs->ranks == 1 ? "" : "s", o->hostfile);
-      return 2;
-    }
+    if (too_few_slots(rs, 1)) return 2;
   }
   int resumes = 0;
   for (int i = 0; i < rs->ncmd; ++i)
@@ -277,7 +288,7 @@ static int check_start(run_state *rs) {
 }
 
 int dpt_cmd_run(int argc, char **argv) {
-  run_opts o = {.max = 3, .delay_s = 1.0, .min_ranks = 1};
+  run_opts o = {.max = 3, .delay_s = 1.0};
   int cmd = 0;
   const int rc = dpt_opt_parse_until(&run_cmd, &o, argc, argv, &cmd);
   if (rc != DPT_OPT_KEEP_GOING) return rc;
