@@ -53,6 +53,10 @@ typedef enum dpt_env_kind {
     "1: the CPU-driver ops without gemm_tex.spv and the other texture shaders")                    \
   X(DPT_VULKAN_TEST_MAX_RANGE, TEST, "",                                                           \
     "bytes (>= 1024): pretend maxStorageBufferRange is this, to split small dispatches")           \
+  X(DPT_FAULT_EXIT_AT_STEP, TEST, "",                                                              \
+    "N: rank 0 ends its process with status 137 after step N, before its checkpoint")              \
+  X(DPT_FAULT_ONCE_FILE, TEST, "",                                                                 \
+    "FILE: DPT_FAULT_EXIT_AT_STEP only when FILE does not exist, which it then creates")           \
   X(DPT_TEST_SLOW_REPLICA, TEST, "", "I:F: replica I's forward and backward take F times as long") \
   X(DPT_TEST_NODES, TEST, "", "the node count the comm_mpi test expects")                          \
   X(DPT_TEST_EXACT_MUTATE, TEST, "",                                                               \

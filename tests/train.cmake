@@ -70,4 +70,12 @@ if(DPT_WITH_MPI AND DPT_BUILD_TOOLS)
                    "${MPIEXEC_EXECUTABLE} --oversubscribe")
   set_tests_properties(resume_cli PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "cli;mpi;train"
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  # dptrain run: a rank failing once, at the same step every time, with a recorded cause; a
+  # host file that shrinks; --min-ranks.
+  add_test(NAME run_cmd
+           COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/scripts/run_cmd_test.sh" $<TARGET_FILE:dptrain_cli>
+                   "${CMAKE_CURRENT_BINARY_DIR}/run-cmd-scratch"
+                   "${MPIEXEC_EXECUTABLE} --oversubscribe")
+  set_tests_properties(run_cmd PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77 LABELS "cli;mpi;train"
+                       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endif()

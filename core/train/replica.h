@@ -49,6 +49,7 @@ typedef struct replica {
   int over_mpi;    /* 1: comm is an MPI communicator (one replica per rank) */
   dpt_status status;
   char error[1024]; /* message of a failure on this replica's thread */
+  int64_t step;     /* the steps done when the replica's run ended */
   dpt_train_report final;
 } replica;
 

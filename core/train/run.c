@@ -24,6 +24,7 @@
 #include "core/train/step.h"
 #include "core/train/train_buckets.h"
 #include "core/train/train_checkpoint.h"
+#include "core/train/train_failure.h"
 #include "core/train/train_runlog.h"
 #include "core/train/train_split.h"
 #include "dptrain/train.h"
@@ -120,6 +121,7 @@ static dpt_status train_epoch(replica *r, replica_state *s, int *stop) {
     runlog_mark m;
     dpt_train_runlog_mark(s, &m);
     DPT_TRY(dpt_train_step(r, s, epoch, s->at.batch, &s->at.loss, &s->at.samples, &o));
+    dpt_train_fault_point(r, s);
     dpt_train_runlog_step(r, s, epoch, &m, &o);
     ++s->at.batch;
     DPT_TRY(after_step(r, s, &o));
@@ -229,6 +231,7 @@ static void *replica_thread(void *arg) {
   memset(&s, 0, sizeof s);
   r->status = replica_run(r, &s);
   if (r->status != DPT_OK) snprintf(r->error, sizeof r->error, "%s", dpt_last_error());
+  r->step = s.t.step;
   dpt_train_state_free(&s);
   return NULL;
 }
@@ -250,6 +253,7 @@ static dpt_status train_as_rank(const dpt_train_config *cfg, dpt_comm *comm,
   dpt_status st = replica_run(&r, &s);
   char msg[1024];
   snprintf(msg, sizeof msg, "%s", dpt_last_error());
+  dpt_train_failure_record(cfg, r.index, 0, s.t.step, st, msg);
   dpt_train_state_free(&s);
   if (st != DPT_OK) return dpt_set_error(st, "%s", msg);
   if (final) *final = r.final;
@@ -294,8 +298,11 @@ static dpt_status train_as_threads(const dpt_train_config *cfg, dpt_train_report
   for (int i = 0; i < started; ++i)
     pthread_join(threads[i], NULL);
   const int worst = st == DPT_OK ? worst_replica(reps, started) : -1;
-  if (worst >= 0)
+  if (worst >= 0) {
+    dpt_train_failure_record(cfg, 0, worst, reps[worst].step, reps[worst].status,
+                             reps[worst].error);
     st = dpt_set_error(reps[worst].status, "replica %d: %s", worst, reps[worst].error);
+  }
   if (st == DPT_OK && final) *final = reps[0].final;
   for (int i = 0; reps && i < R; ++i)
     dpt_comm_destroy(reps[i].comm);

@@ -504,6 +504,10 @@ void dpt_train_ckpt_poll(const replica *r, replica_state *s) {
     dpt_train_keep_failure(s, join_writer(r, s->ck));
 }
 
+void dpt_train_ckpt_settle(const replica *r, replica_state *s) {
+  if (r->index == 0 && s->ck) dpt_train_keep_failure(s, join_writer(r, s->ck));
+}
+
 const char *dpt_train_ckpt_path(const replica_state *s) {
   return s->ck && s->ck->path[0] ? s->ck->path : NULL;
 }

@@ -21,6 +21,8 @@ dpt_status dpt_train_ckpt_rollback(replica *r, replica_state *s);
 /* Replica 0: a writer that is done is joined (its line logged; a failure kept for the next
  * exchange). No collective: called after every step. */
 void dpt_train_ckpt_poll(const replica *r, replica_state *s);
+/* Replica 0: waits for a writer in flight (its outcome kept for the next exchange). */
+void dpt_train_ckpt_settle(const replica *r, replica_state *s);
 /* The newest checkpoint's path, on replica 0 (NULL: none, or another replica). */
 const char *dpt_train_ckpt_path(const replica_state *s);
 /* 1 when the run has a checkpoint to roll back to (the same on every replica). */

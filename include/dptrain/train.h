@@ -297,7 +297,12 @@ typedef struct dpt_train_exchange {
 } dpt_train_exchange;
 
 /* Checkpoints (dptrain/checkpoint.h), written by replica 0 of rank 0 into its checkpoint_dir
- * from a copy in host memory, on a thread of their own. */
+ * from a copy in host memory, on a thread of their own. A run that ends in a failure also
+ * writes DPT_TRAIN_FAILURE_FILE there, atomically: one JSON object {"status", "cause" (the
+ * message), "rank", "replica", "step" (the last one done), "time" (UTC, ISO 8601),
+ * "disk_full" (the failure was ENOSPC)}, from the rank where it happened (rank 0 for the
+ * failures every rank shares); `dptrain run` reads it. */
+#define DPT_TRAIN_FAILURE_FILE "failure.json"
 typedef struct dpt_train_checkpoints {
   const char *checkpoint_dir; /* NULL: no checkpoints */
   int64_t checkpoint_every;   /* > 0: a checkpoint after every this many steps */

@@ -629,12 +629,12 @@ cnt="$scratch/count"
 job='n=$(cat "$0" 2>/dev/null || echo 0); echo $((n + 1)) >"$0"; [ $n -ge 2 ] || exit ${1:-1}'
 runjob() { rm -f "$cnt"; "$dptrain" run --max-restarts 2 --restart-delay 0 -- sh -c "$job" "$cnt" "$@" 2>"$scratch/err"; }
 runjob 1 --resume; rc=$?
-[ $rc -eq 0 ] && [ "$(cat "$cnt")" = 3 ] && [ "$(grep -c '^dptrain run: the job exited with status 1; restart [12] of 2$' "$scratch/err")" = 2 ] &&
+[ $rc -eq 0 ] && [ "$(cat "$cnt")" = 3 ] && [ "$(grep -c '^dptrain run: attempt [12]: exited with status 1; restart [12] of 2$' "$scratch/err")" = 2 ] &&
   ! grep -q "no --resume" "$scratch/err" || fail "run, fails twice: rc $rc, $(cat "$scratch/err")"
 job='n=$(cat "$0" 2>/dev/null || echo 0); echo $((n + 1)) >"$0"; exit $1'
 runjob 3; rc=$?
 [ $rc -eq 3 ] && [ "$(cat "$cnt")" = 3 ] && grep -q "^dptrain run: warning: the command has no --resume" "$scratch/err" &&
-  grep -q "^dptrain run: the job exited with status 3; giving up after 2 restarts$" "$scratch/err" ||
+  grep -q "^dptrain run: attempt 3: exited with status 3; giving up after 2 restarts$" "$scratch/err" ||
   fail "run, always fails: rc $rc, $(cat "$scratch/err")"
 runjob 2 --resume; rc=$?
 [ $rc -eq 2 ] && [ "$(cat "$cnt")" = 1 ] && grep -q "(a usage error); not restarting" "$scratch/err" ||
