@@ -5,8 +5,10 @@
  * The values are cut into slots: each parameter tensor, chunks of the buffers, the loss. A
  * slot's scale is agreed by every replica: the largest binary exponent E of its values over
  * all groups of the batch (an all-gather of each replica's; the maximum is exact), so that
- * |v| < 2^E. With the batch's groups at most 2^H, each value becomes round(v * 2^(62-H-E)), at
- * most 2^(62-H) in magnitude, and any sum of the batch's groups fits in an int64. The sum
+ * |v| < 2^E. With the batch's groups at most 2^H, each value becomes round(v * 2^(50-H-E)), at
+ * most 2^(50-H) in magnitude, so any sum of the batch's groups stays below 2^50: exact in a
+ * double as well as an int64, which lets the rounding and the local sums run as double
+ * arithmetic that vectorizes (the 1.5 * 2^52 trick below). The exchange is in int64. The sum
  * goes back to float once (buffers: divided by the groups, the running statistics' mean). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -40,6 +42,7 @@ struct train_exact {
   int16_t *mine,
       *exps;         /* [nslots + 1], [replicas, nslots + 1]: exponents, this replica's and all */
   int64_t *sum;      /* [W + 1] */
+  double *acc;       /* [W + 1]: the local sums before they become e->sum */
   float *out;        /* [W] */
   dpt_buffer *start; /* the buffers at the step's start; NULL without buffers */
   double loss_total;
@@ -81,8 +84,9 @@ static dpt_status alloc_exact(train_exact *e, int replicas, int buffers, dpt_bac
   e->mine = malloc(n * sizeof *e->mine);
   e->exps = malloc((size_t)replicas * n * sizeof *e->exps);
   e->sum = malloc((e->W + 1) * sizeof *e->sum);
+  e->acc = malloc((e->W + 1) * sizeof *e->acc);
   e->out = malloc(e->W * sizeof *e->out + 1);
-  if (!e->vals || !e->loss || !e->maxbits || !e->mine || !e->exps || !e->sum || !e->out)
+  if (!e->vals || !e->loss || !e->maxbits || !e->mine || !e->exps || !e->sum || !e->acc || !e->out)
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY,
                          "deterministic: out of host memory for %zu groups of %zu values", e->cap,
                          e->W);
@@ -118,6 +122,7 @@ void dpt_train_exact_free(replica_state *s) {
   free(e->mine);
   free(e->exps);
   free(e->sum);
+  free(e->acc);
   free(e->out);
   free(e);
   s->exact = NULL;
@@ -143,19 +148,113 @@ dpt_status dpt_train_exact_rewind(replica_state *s) {
   return dpt_buffer_copy(dpt_model_buffers(s->model), 0, e->start, 0, e->nb * sizeof(float));
 }
 
+/* x + 1.5 * 2^52 holds round(x) (to nearest, ties to even) in its low mantissa bits for
+ * |x| < 2^51: subtracting it again gives round(x) as a double, subtracting its bits gives it as
+ * an integer. Plain double and integer arithmetic, which vectorizes where llrint does not. */
+#define ROUNDER 6755399441055744.0
+
+static inline double round_exact(double x) {
+  return (x + ROUNDER) - ROUNDER;
+}
+
+static inline int64_t to_i64(double x) { /* x integer-valued, |x| < 2^51 */
+  uint64_t u, r;
+  const double y = x + ROUNDER, m = ROUNDER;
+  memcpy(&u, &y, sizeof u);
+  memcpy(&r, &m, sizeof r);
+  return (int64_t)(u - r);
+}
+
+static inline double from_i64(int64_t q) { /* |q| < 2^51 */
+  const double m = ROUNDER;
+  uint64_t r;
+  memcpy(&r, &m, sizeof r);
+  r += (uint64_t)q;
+  double y;
+  memcpy(&y, &r, sizeof y);
+  return y - ROUNDER;
+}
+
+#if defined(__GNUC__)
+/* 4 lanes at a time through the compiler's vector extensions: gcc -O2 keeps these loops scalar.
+ * Each lane does the scalar code's operations, so the results are the same bits. */
+typedef uint32_t v4u __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+typedef float v4f __attribute__((vector_size(16)));
+typedef double v4d __attribute__((vector_size(32)));
+typedef int64_t v4l __attribute__((vector_size(32)));
+#define EXACT_V4 4
+#endif
+
+/* The largest |v[i]| of n values as bits, from m. */
+static uint32_t max_bits(const float *v, size_t n, uint32_t m) {
+  size_t i = 0;
+#if defined(EXACT_V4)
+  v4u vm = {m, m, m, m};
+  for (; i + EXACT_V4 <= n; i += EXACT_V4) {
+    v4u u;
+    memcpy(&u, v + i, sizeof u);
+    u &= 0x7fffffffu;
+    const v4u more = (v4u)((v4i)u > (v4i)vm); /* both below 2^31: a signed compare is exact */
+    vm = (u & more) | (vm & ~more);
+  }
+  for (int k = 0; k < EXACT_V4; ++k)
+    m = vm[k] > m ? vm[k] : m;
+#endif
+  for (; i < n; ++i) {
+    uint32_t u;
+    memcpy(&u, v + i, sizeof u);
+    u &= 0x7fffffffu;
+    m = u > m ? u : m;
+  }
+  return m;
+}
+
+/* a[i] += round(v[i] * scale), exactly (see ROUNDER). */
+static void add_rounded(double *a, const float *v, size_t n, double scale) {
+  size_t i = 0;
+#if defined(EXACT_V4)
+  const v4d r = {ROUNDER, ROUNDER, ROUNDER, ROUNDER}, sc = {scale, scale, scale, scale};
+  for (; i + EXACT_V4 <= n; i += EXACT_V4) {
+    v4f f;
+    v4d acc;
+    memcpy(&f, v + i, sizeof f);
+    memcpy(&acc, a + i, sizeof acc);
+    const v4d x = __builtin_convertvector(f, v4d) * sc;
+    acc += (x + r) - r;
+    memcpy(a + i, &acc, sizeof acc);
+  }
+#endif
+  for (; i < n; ++i)
+    a[i] += round_exact((double)v[i] * scale);
+}
+
+/* q[i] = a[i] as int64 (integer-valued, below 2^51). */
+static void to_i64_n(int64_t *q, const double *a, size_t n) {
+  size_t i = 0;
+#if defined(EXACT_V4)
+  const v4d r = {ROUNDER, ROUNDER, ROUNDER, ROUNDER};
+  v4l rb;
+  memcpy(&rb, &r, sizeof rb);
+  for (; i + EXACT_V4 <= n; i += EXACT_V4) {
+    v4d x;
+    memcpy(&x, a + i, sizeof x);
+    x += r;
+    v4l b;
+    memcpy(&b, &x, sizeof b);
+    b -= rb;
+    memcpy(q + i, &b, sizeof b);
+  }
+#endif
+  for (; i < n; ++i)
+    q[i] = to_i64(a[i]);
+}
+
 /* The largest |v| of each slot so far, as bits: for non-negative floats the integer order is
  * the float order, an infinity or NaN above every finite value (one integer pass). */
 static void scan_slots(train_exact *e, const float *v) {
-  for (size_t k = 0; k < e->nslots; ++k) {
-    uint32_t m = e->maxbits[k];
-    for (size_t i = e->off[k]; i < e->off[k + 1]; ++i) {
-      uint32_t u;
-      memcpy(&u, v + i, sizeof u);
-      u &= 0x7fffffffu;
-      m = u > m ? u : m;
-    }
-    e->maxbits[k] = m;
-  }
+  for (size_t k = 0; k < e->nslots; ++k)
+    e->maxbits[k] = max_bits(v + e->off[k], e->off[k + 1] - e->off[k], e->maxbits[k]);
 }
 
 dpt_status dpt_train_exact_keep(replica_state *s, double loss) {
@@ -199,14 +298,14 @@ static dpt_status agree_exponents(replica *r, train_exact *e) {
   return DPT_OK;
 }
 
-/* 2^(62 - H - E): a value of the slot times it is below 2^(62-H); 0 for an all-zero or
+/* 2^(50 - H - E): a value of the slot times it is below 2^(50-H); 0 for an all-zero or
  * non-finite slot (the latter's result is made NaN). */
 static double slot_scale(const train_exact *e, int16_t E) {
   if (E == EXP_ZERO || E == EXP_BAD) return 0;
   int H = 0;
   while (((size_t)1 << H) < e->batch_groups)
     ++H;
-  int sh = 62 - H - E;
+  int sh = 50 - H - E;
   sh = sh > 1000 ? 1000 : sh;
   return ldexp(1.0, sh);
 }
@@ -220,24 +319,24 @@ static void float_sum_first(train_exact *e) {
   e->groups = e->groups > 0;
 }
 
-/* This replica's groups, each value rounded to the slot's fixed point, summed in e->sum. */
+/* This replica's groups, each value rounded to the slot's fixed point and summed (exactly, in
+ * doubles: every partial sum is an integer below 2^50), into e->sum as int64. */
 static void sum_groups(train_exact *e) {
   if (e->mutate == 1) float_sum_first(e);
-  memset(e->sum, 0, (e->W + 1) * sizeof *e->sum);
+  double *acc = e->acc;
+  memset(acc, 0, (e->W + 1) * sizeof *acc);
   for (size_t k = 0; k < e->nslots; ++k) {
     const double scale = slot_scale(e, e->mine[k]);
     if (scale == 0) continue;
-    int64_t *acc = e->sum + e->off[k];
+    double *a = acc + e->off[k];
     const size_t n = e->off[k + 1] - e->off[k];
-    for (size_t j = 0; j < e->groups; ++j) {
-      const float *v = e->vals + j * e->W + e->off[k];
-      for (size_t i = 0; i < n; ++i)
-        acc[i] += llrint((double)v[i] * scale);
-    }
+    for (size_t j = 0; j < e->groups; ++j)
+      add_rounded(a, e->vals + j * e->W + e->off[k], n, scale);
   }
   const double scale = slot_scale(e, e->mine[e->nslots]);
   for (size_t j = 0; j < e->groups; ++j)
-    e->sum[e->W] += llrint(e->loss[j] * scale);
+    acc[e->W] += round_exact(e->loss[j] * scale);
+  to_i64_n(e->sum, acc, e->W + 1);
 }
 
 /* The sums back to float: gradients as they are, buffers as the groups' mean. */
@@ -247,13 +346,13 @@ static void unscale(train_exact *e) {
     const double inv = scale != 0 ? 1.0 / scale : 0, groups = (double)e->batch_groups;
     const int buffer = e->off[k] >= e->np;
     for (size_t i = e->off[k]; i < e->off[k + 1]; ++i) {
-      const double v = (double)e->sum[i] * inv;
+      const double v = from_i64(e->sum[i]) * inv;
       e->out[i] = e->mine[k] == EXP_BAD ? NAN : (float)(buffer ? v / groups : v);
     }
   }
   const double scale = slot_scale(e, e->mine[e->nslots]);
   e->loss_total = e->mine[e->nslots] == EXP_BAD ? NAN
-                  : scale != 0                  ? (double)e->sum[e->W] / scale
+                  : scale != 0                  ? from_i64(e->sum[e->W]) / scale
                                                 : 0;
 }
 
