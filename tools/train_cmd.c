@@ -137,6 +137,8 @@ static int parse_table_optimizer(void *p, const char *v) {
     c->cfg.exchange.table_optimizer = DPT_TABLE_SGD;
   else if (!strcmp(v, "rowwise-adagrad"))
     c->cfg.exchange.table_optimizer = DPT_TABLE_ROWWISE_ADAGRAD;
+  else if (!strcmp(v, "rowwise-adam"))
+    c->cfg.exchange.table_optimizer = DPT_TABLE_ROWWISE_ADAM;
   else
     return -1;
   return 0;
@@ -315,14 +317,15 @@ static const dpt_opt options[] = {
      "rows updated by --table-optimizer; the rest by --optimizer\n"
      "(docs/recommendation.md, \"Sparse table gradients\")",
      FLAG(cfg.exchange.sparse_tables, 1)},
-    {"--table-optimizer", "NAME",
-     "with --sparse-tables: the tables' update, rowwise-adagrad\n"
-     "(DLRM's; the default) or sgd, both at --table-lr",
+    {"--table-optimizer", "sgd|rowwise-adagrad|rowwise-adam",
+     "with --sparse-tables: the tables' update, at --table-lr:\n"
+     "rowwise-adagrad (DLRM's; the default), rowwise-adam (a\n"
+     "moment per element, one per row) or sgd",
      CUSTOM(parse_table_optimizer)},
     {"--table-lr", "LR",
      "with --sparse-tables: the tables' learning rate, scaled by\n"
      "--lr's schedule (default: sgd " DPT_TABLE_SGD_LR_TEXT
-     ", rowwise-adagrad " DPT_TABLE_ADAGRAD_LR_TEXT ")",
+     ", rowwise-adagrad " DPT_TABLE_ADAGRAD_LR_TEXT ",\nrowwise-adam " DPT_TABLE_ADAM_LR_TEXT ")",
      CUSTOM(parse_table_lr)},
     {"--sparse-dense-above", "F",
      "with --sparse-tables: a table's step all-reduces its dense\n"

@@ -32,7 +32,8 @@ refused "--sparse-dense-above without --sparse-tables" "needs --sparse-tables" "
   --sparse-dense-above 0.1
 refused "--table-optimizer without --sparse-tables" "--table-optimizer needs --sparse-tables" \
   "${base[@]}" --table-optimizer rowwise-adagrad
-refused "bad --table-optimizer" "bad value 'adam' for --table-optimizer" "${base[@]}" \
+refused "bad --table-optimizer" \
+  "bad value 'adam' for --table-optimizer (sgd|rowwise-adagrad|rowwise-adam)" "${base[@]}" \
   --sparse-tables --table-optimizer adam
 refused "bad --interaction" "bad value 'sum' for --interaction" "${base[@]}" --interaction sum
 refused "--grad-dtype with --sparse-tables" "does not combine with sparse_tables" "${base[@]}" \
@@ -190,7 +191,7 @@ ahash=$("$dptrain" "${sparse[@]}" --replicas 2 --table-optimizer rowwise-adagrad
   2>"$dir/err" | grep '"final": true' | grep -o '"param_hash": "[0-9a-f]*"')
 [ -n "$ahash" ] && [ "$ahash" = "${shash:-}" ] ||
   fail "default table optimizer: '${shash:-}', rowwise-adagrad at 0.1: '$ahash'"
-for opt in "--table-optimizer sgd" "--table-lr 0.05"; do
+for opt in "--table-optimizer sgd" "--table-optimizer rowwise-adam" "--table-lr 0.05"; do
   # shellcheck disable=SC2086
   out=$("$dptrain" "${sparse[@]}" --replicas 2 $opt 2>"$dir/err")
   rc=$?
