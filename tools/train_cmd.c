@@ -319,8 +319,8 @@ static const dpt_opt options[] = {
      FLAG(cfg.exchange.sparse_tables, 1)},
     {"--table-optimizer", "sgd|rowwise-adagrad|rowwise-adam",
      "with --sparse-tables: the tables' update, at --table-lr:\n"
-     "rowwise-adagrad (DLRM's; the default), rowwise-adam (a\n"
-     "moment per element, one per row) or sgd",
+     "rowwise-adam (the default; a first moment per element, a\n"
+     "second per row), rowwise-adagrad (DLRM's) or sgd",
      CUSTOM(parse_table_optimizer)},
     {"--table-lr", "LR",
      "with --sparse-tables: the tables' learning rate, scaled by\n"
@@ -844,7 +844,7 @@ static int dlrm_options(cli *c) {
   if (given(c, "--table-lr") && !c->cfg.exchange.sparse_tables)
     return usage_error("--table-lr needs --sparse-tables");
   if (c->cfg.exchange.sparse_tables && !given(c, "--table-optimizer"))
-    c->cfg.exchange.table_optimizer = DPT_TABLE_ROWWISE_ADAGRAD;
+    c->cfg.exchange.table_optimizer = DPT_TABLE_ROWWISE_ADAM;
   if (!given(c, "--data"))
     return usage_error("--model dlrm needs --data 'DIR/train-*.bin' (interaction shards)");
   if (!given(c, "--optimizer")) {

@@ -155,8 +155,8 @@ typedef enum dpt_table_optimizer {
 #define DPT_TABLE_SGD_LR_TEXT     "10"
 #define DPT_TABLE_ADAGRAD_LR      0.1
 #define DPT_TABLE_ADAGRAD_LR_TEXT "0.1"
-#define DPT_TABLE_ADAM_LR         0.01
-#define DPT_TABLE_ADAM_LR_TEXT    "0.01"
+#define DPT_TABLE_ADAM_LR         0.001
+#define DPT_TABLE_ADAM_LR_TEXT    "0.001"
 
 /* Where the replicas run, and how a global batch is cut among them. */
 typedef struct dpt_train_devices {
