@@ -155,8 +155,8 @@ typedef enum dpt_table_optimizer {
 #define DPT_TABLE_SGD_LR_TEXT     "10"
 #define DPT_TABLE_ADAGRAD_LR      0.1
 #define DPT_TABLE_ADAGRAD_LR_TEXT "0.1"
-#define DPT_TABLE_ADAM_LR         0.001
-#define DPT_TABLE_ADAM_LR_TEXT    "0.001"
+#define DPT_TABLE_ADAM_LR         0.003
+#define DPT_TABLE_ADAM_LR_TEXT    "0.003"
 
 /* Where the replicas run, and how a global batch is cut among them. */
 typedef struct dpt_train_devices {
@@ -388,9 +388,9 @@ typedef struct dpt_train_config {
    * started. See docs/training.md, "Logs". */
   const char *log_dir;
   /* With exchange.sparse_tables: the tables' learning rate, scaled by the schedule as optim.lr
-   * is (warm-up, decay, rollbacks); 0: the table optimizer's default, DPT_TABLE_SGD_LR or
-   * DPT_TABLE_ADAGRAD_LR. Embedding rows want a far larger rate than the dense layers' AdamW
-   * (docs/recommendation.md, "Sparse table gradients"). */
+   * is (warm-up, decay, rollbacks); 0: the table optimizer's default, DPT_TABLE_SGD_LR,
+   * DPT_TABLE_ADAGRAD_LR or DPT_TABLE_ADAM_LR. Under SGD embedding rows want a far larger rate
+   * than the dense layers' AdamW (docs/recommendation.md, "Sparse table gradients"). */
   double table_lr;
   /* The caller's own settings as the text of a JSON object (dptrain train's options, as its
    * --print-config prints them), or NULL: settings.json keeps the object as "options", and

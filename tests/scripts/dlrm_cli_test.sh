@@ -185,13 +185,13 @@ else
   fi
 fi
 
-# The tables' default is row-wise Adam at --table-lr 0.001: naming both gives the same
+# The tables' default is row-wise Adam at --table-lr 0.003: naming both gives the same
 # parameters; the other table optimizers and another --table-lr give others, and the loss falls.
-ahash=$("$dptrain" "${sparse[@]}" --replicas 2 --table-optimizer rowwise-adam --table-lr 0.001 \
+ahash=$("$dptrain" "${sparse[@]}" --replicas 2 --table-optimizer rowwise-adam --table-lr 0.003 \
   2>"$dir/err" | grep '"final": true' | grep -o '"param_hash": "[0-9a-f]*"')
 [ -n "$ahash" ] && [ "$ahash" = "${shash:-}" ] ||
-  fail "default table optimizer: '${shash:-}', rowwise-adam at 0.001: '$ahash'"
-for opt in "--table-optimizer sgd" "--table-optimizer rowwise-adagrad" "--table-lr 0.003"; do
+  fail "default table optimizer: '${shash:-}', rowwise-adam at 0.003: '$ahash'"
+for opt in "--table-optimizer sgd" "--table-optimizer rowwise-adagrad" "--table-lr 0.001"; do
   # shellcheck disable=SC2086
   out=$("$dptrain" "${sparse[@]}" --replicas 2 $opt 2>"$dir/err")
   rc=$?
