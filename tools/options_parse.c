@@ -319,11 +319,10 @@ static int apply_cli(parse *p, void *target, unsigned char *given) {
   for (size_t i = 0; i < p->nset; ++i) {
     const setting *s = &p->set[i];
     if (!s->from_cli) continue;
-    if (dpt_opt_set(s->o, target, s->v) != 0) { /* a placeholder "a|b|c" is named */
-      const int list = s->o->value && strchr(s->o->value, '|');
+    if (dpt_opt_set(s->o, target, s->v) != 0)
       return dpt_opt_usage_error(p->cmd, "bad value '%s' for %s%s%s%s", s->v, s->o->name,
-                                 list ? " (" : "", list ? s->o->value : "", list ? ")" : "");
-    }
+                                 s->o->choices ? " (" : "", s->o->choices ? s->o->choices : "",
+                                 s->o->choices ? ")" : "");
     if (given) given[s->o - p->cmd->opts] = 1;
   }
   return 0;

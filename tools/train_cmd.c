@@ -317,11 +317,11 @@ static const dpt_opt options[] = {
      "rows updated by --table-optimizer; the rest by --optimizer\n"
      "(docs/recommendation.md, \"Sparse table gradients\")",
      FLAG(cfg.exchange.sparse_tables, 1)},
-    {"--table-optimizer", "sgd|rowwise-adagrad|rowwise-adam",
+    {"--table-optimizer", "NAME",
      "with --sparse-tables: the tables' update, at --table-lr:\n"
      "rowwise-adam (the default; a first moment per element, a\n"
      "second per row), rowwise-adagrad (DLRM's) or sgd",
-     CUSTOM(parse_table_optimizer)},
+     CUSTOM(parse_table_optimizer), .choices = "rowwise-adam, rowwise-adagrad or sgd"},
     {"--table-lr", "LR",
      "with --sparse-tables: the tables' learning rate, scaled by\n"
      "--lr's schedule (default: sgd " DPT_TABLE_SGD_LR_TEXT

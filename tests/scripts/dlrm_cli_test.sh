@@ -33,7 +33,7 @@ refused "--sparse-dense-above without --sparse-tables" "needs --sparse-tables" "
 refused "--table-optimizer without --sparse-tables" "--table-optimizer needs --sparse-tables" \
   "${base[@]}" --table-optimizer rowwise-adagrad
 refused "bad --table-optimizer" \
-  "bad value 'adam' for --table-optimizer (sgd|rowwise-adagrad|rowwise-adam)" "${base[@]}" \
+  "bad value 'adam' for --table-optimizer (rowwise-adam, rowwise-adagrad or sgd)" "${base[@]}" \
   --sparse-tables --table-optimizer adam
 refused "bad --interaction" "bad value 'sum' for --interaction" "${base[@]}" --interaction sum
 refused "--grad-dtype with --sparse-tables" "does not combine with sparse_tables" "${base[@]}" \
