@@ -451,6 +451,43 @@ START_TEST(sparse_tables_equal_dense) {
 }
 END_TEST
 
+/* cfg set for R replicas on tr with the table optimizer `kind` at the hand-built run's rate:
+ * the sparse and the dense exchange each end within 1e-5 of want (the parameters into got). */
+static void run_tables_like(dpt_train_config *cfg, const dpt_model *probe, int R,
+                            dpt_interactions **tr, int kind, const float *want, float *got) {
+  config(cfg, R, tr, NULL);
+  cfg->exchange.sparse_tables = 1;
+  cfg->table_lr = cfg->optim.lr;
+  cfg->exchange.table_optimizer = kind;
+  cfg->final_params = got;
+  static const double above[2] = {1e30, 1e-12}; /* always sparse, always dense */
+  for (int a = 0; a < 2; ++a) {
+    cfg->exchange.sparse_dense_above = above[a];
+    TU_OK(dpt_train(cfg, NULL, NULL));
+    const double d = worst_diff(probe, want, got, "");
+    ck_assert_msg(d <= 1e-5, "R=%d, table optimizer %d, dense above %g: %g from the hand-built run",
+                  R, kind, above[a], d);
+  }
+}
+
+/* cfg's run uninterrupted (into want), then stopped after step 5 (a checkpoint in "ckpt") and
+ * resumed (into got): the same np floats, bit for bit. cfg keeps the checkpoint settings. */
+static void stop_and_resume(dpt_train_config *cfg, float *want, float *got, size_t np) {
+  cfg->exchange.sparse_dense_above = 0;
+  cfg->final_params = want;
+  TU_OK(dpt_train(cfg, NULL, NULL));
+  cfg->checkpoints.checkpoint_dir = tpath("ckpt");
+  cfg->checkpoints.checkpoint_every = 5;
+  cfg->schedule.max_steps = 5;
+  cfg->final_params = NULL;
+  TU_OK(dpt_train(cfg, NULL, NULL));
+  cfg->schedule.max_steps = 0;
+  cfg->checkpoints.resume = 1;
+  cfg->final_params = got;
+  TU_OK(dpt_train(cfg, NULL, NULL));
+  ck_assert_int_eq(memcmp(want, got, np * sizeof(float)), 0);
+}
+
 /* Row-wise Adagrad on the tables: with 1, 2 and 3 replicas, the dense or the sparse exchange,
  * the run equals the hand-built model stepped with Adagrad on the tables within 1e-5 (and not
  * the SGD run); a run stopped at a checkpoint and resumed ends bit for bit as the uninterrupted
@@ -473,32 +510,9 @@ START_TEST(rowwise_adagrad_tables) {
     hand_built_with(R, tr, want, touched, DPT_TABLE_ROWWISE_ADAGRAD);
     hand_built_with(R, tr, sgd, touched, 0);
     ck_assert(worst_diff(probe, want, sgd, "emb_l.") > 1e-3);
-    config(&cfg, R, tr, NULL);
-    cfg.exchange.sparse_tables = 1;
-    cfg.table_lr = cfg.optim.lr; /* the hand-built run's rate */
-    cfg.exchange.table_optimizer = DPT_TABLE_ROWWISE_ADAGRAD;
-    cfg.final_params = got;
-    static const double above[2] = {1e30, 1e-12}; /* always sparse, always dense */
-    for (int a = 0; a < 2; ++a) {
-      cfg.exchange.sparse_dense_above = above[a];
-      TU_OK(dpt_train(&cfg, NULL, NULL));
-      const double d = worst_diff(probe, want, got, "");
-      ck_assert_msg(d <= 1e-5, "R=%d, dense above %g: %g from the hand-built run", R, above[a], d);
-    }
-    if (R == 2) { /* stopped after step 5 (a checkpoint), then resumed */
-      cfg.exchange.sparse_dense_above = 0;
-      cfg.final_params = want;
-      TU_OK(dpt_train(&cfg, NULL, NULL));
-      cfg.checkpoints.checkpoint_dir = tpath("ckpt");
-      cfg.checkpoints.checkpoint_every = 5;
-      cfg.schedule.max_steps = 5;
-      cfg.final_params = NULL;
-      TU_OK(dpt_train(&cfg, NULL, NULL));
-      cfg.schedule.max_steps = 0;
-      cfg.checkpoints.resume = 1;
-      cfg.final_params = got;
-      TU_OK(dpt_train(&cfg, NULL, NULL));
-      ck_assert_int_eq(memcmp(want, got, np * sizeof(float)), 0);
+    run_tables_like(&cfg, probe, R, tr, DPT_TABLE_ROWWISE_ADAGRAD, want, got);
+    if (R == 2) {
+      stop_and_resume(&cfg, want, got, np);
       cfg.exchange.table_optimizer = DPT_TABLE_SGD;
       EXPECT_FAIL(dpt_train(&cfg, NULL, NULL), DPT_ERR_MISMATCH, "the tables' optimizer", NULL,
                   NULL);
@@ -589,34 +603,10 @@ START_TEST(rowwise_adam_tables) {
     ck_assert(worst_diff(probe, want, other, "emb_l.") > 1e-3);
     hand_built_with(R, tr, other, touched, 0);
     ck_assert(worst_diff(probe, want, other, "emb_l.") > 1e-3);
-    config(&cfg, R, tr, NULL);
-    cfg.exchange.sparse_tables = 1;
-    cfg.table_lr = cfg.optim.lr; /* the hand-built run's rate */
-    cfg.exchange.table_optimizer = DPT_TABLE_ROWWISE_ADAM;
-    cfg.final_params = got;
-    static const double above[2] = {1e30, 1e-12}; /* always sparse, always dense */
-    for (int a = 0; a < 2; ++a) {
-      cfg.exchange.sparse_dense_above = above[a];
-      TU_OK(dpt_train(&cfg, NULL, NULL));
-      const double d = worst_diff(probe, want, got, "");
-      ck_assert_msg(d <= 1e-5, "R=%d, dense above %g: %g from the hand-built run", R, above[a], d);
-    }
-    if (R == 2) { /* stopped after step 5 (a checkpoint), then resumed */
-      cfg.exchange.sparse_dense_above = 0;
-      cfg.final_params = want;
-      TU_OK(dpt_train(&cfg, NULL, NULL));
-      cfg.checkpoints.checkpoint_dir = tpath("ckpt");
-      cfg.checkpoints.checkpoint_every = 5;
-      cfg.schedule.max_steps = 5;
-      cfg.final_params = NULL;
-      TU_OK(dpt_train(&cfg, NULL, NULL));
+    run_tables_like(&cfg, probe, R, tr, DPT_TABLE_ROWWISE_ADAM, want, got);
+    if (R == 2) {
+      stop_and_resume(&cfg, want, got, np);
       check_adam_state(cfg.checkpoints.checkpoint_dir, ROWS, (size_t)t0.shape[1]);
-      cfg.schedule.max_steps = 0;
-      cfg.checkpoints.resume = 1;
-      cfg.checkpoints.checkpoint_every = 0;
-      cfg.final_params = got;
-      TU_OK(dpt_train(&cfg, NULL, NULL));
-      ck_assert_int_eq(memcmp(want, got, np * sizeof(float)), 0);
       cfg.exchange.table_optimizer = DPT_TABLE_ROWWISE_ADAGRAD;
       EXPECT_FAIL(dpt_train(&cfg, NULL, NULL), DPT_ERR_MISMATCH, "the tables' optimizer", NULL,
                   NULL);
