@@ -33,6 +33,7 @@ typedef struct dpt_opt {
   int (*parse)(void *target, const char *v); /* CUSTOM: 0, or -1 for a bad value */
   unsigned cmds; /* the commands of a shared table that take it (their `mask`); 0: all */
   int multi;     /* repeatable: each use adds a value (a JSON array in --config, one per item) */
+  const char *choices; /* the accepted values ("a, b or c"), named when a value is bad; or NULL */
 } dpt_opt;
 
 /* A command: its name, its text before the options, and its rows of a table. */

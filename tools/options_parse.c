@@ -320,7 +320,9 @@ static int apply_cli(parse *p, void *target, unsigned char *given) {
     const setting *s = &p->set[i];
     if (!s->from_cli) continue;
     if (dpt_opt_set(s->o, target, s->v) != 0)
-      return dpt_opt_usage_error(p->cmd, "bad value '%s' for %s", s->v, s->o->name);
+      return dpt_opt_usage_error(p->cmd, "bad value '%s' for %s%s%s%s", s->v, s->o->name,
+                                 s->o->choices ? " (" : "", s->o->choices ? s->o->choices : "",
+                                 s->o->choices ? ")" : "");
     if (given) given[s->o - p->cmd->opts] = 1;
   }
   return 0;

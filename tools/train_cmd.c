@@ -137,6 +137,8 @@ static int parse_table_optimizer(void *p, const char *v) {
     c->cfg.exchange.table_optimizer = DPT_TABLE_SGD;
   else if (!strcmp(v, "rowwise-adagrad"))
     c->cfg.exchange.table_optimizer = DPT_TABLE_ROWWISE_ADAGRAD;
+  else if (!strcmp(v, "rowwise-adam"))
+    c->cfg.exchange.table_optimizer = DPT_TABLE_ROWWISE_ADAM;
   else
     return -1;
   return 0;
@@ -316,13 +318,14 @@ static const dpt_opt options[] = {
      "(docs/recommendation.md, \"Sparse table gradients\")",
      FLAG(cfg.exchange.sparse_tables, 1)},
     {"--table-optimizer", "NAME",
-     "with --sparse-tables: the tables' update, rowwise-adagrad\n"
-     "(DLRM's; the default) or sgd, both at --table-lr",
-     CUSTOM(parse_table_optimizer)},
+     "with --sparse-tables: the tables' update, at --table-lr:\n"
+     "rowwise-adam (the default; a first moment per element, a\n"
+     "second per row), rowwise-adagrad (DLRM's) or sgd",
+     CUSTOM(parse_table_optimizer), .choices = "rowwise-adam, rowwise-adagrad or sgd"},
     {"--table-lr", "LR",
      "with --sparse-tables: the tables' learning rate, scaled by\n"
      "--lr's schedule (default: sgd " DPT_TABLE_SGD_LR_TEXT
-     ", rowwise-adagrad " DPT_TABLE_ADAGRAD_LR_TEXT ")",
+     ", rowwise-adagrad " DPT_TABLE_ADAGRAD_LR_TEXT ",\nrowwise-adam " DPT_TABLE_ADAM_LR_TEXT ")",
      CUSTOM(parse_table_lr)},
     {"--sparse-dense-above", "F",
      "with --sparse-tables: a table's step all-reduces its dense\n"
@@ -852,7 +855,7 @@ static int dlrm_options(cli *c) {
   if (given(c, "--table-lr") && !c->cfg.exchange.sparse_tables)
     return usage_error("--table-lr needs --sparse-tables");
   if (c->cfg.exchange.sparse_tables && !given(c, "--table-optimizer"))
-    c->cfg.exchange.table_optimizer = DPT_TABLE_ROWWISE_ADAGRAD;
+    c->cfg.exchange.table_optimizer = DPT_TABLE_ROWWISE_ADAM;
   if (!given(c, "--data"))
     return usage_error("--model dlrm needs --data 'DIR/train-*.bin' (interaction shards)");
   if (!given(c, "--optimizer")) {

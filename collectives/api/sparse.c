@@ -335,3 +335,43 @@ dpt_status dpt_sparse_adagrad_rows(float *table, float *acc, size_t rows, size_t
   }
   return DPT_OK;
 }
+
+/* p's settings are those of a step: a rate >= 0, decays in [0, 1), eps > 0, step >= 1. */
+static dpt_status check_adam(const char *fn, const dpt_sparse_adam_params *p) {
+  if (!p) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: params is NULL", fn);
+  if (!(p->lr >= 0) || !(p->beta1 >= 0 && p->beta1 < 1) || !(p->beta2 >= 0 && p->beta2 < 1) ||
+      !(p->eps > 0) || p->step < 1)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: lr %g, beta1 %g, beta2 %g, eps %g, step %lld: want lr >= 0, betas "
+                         "in [0, 1), eps > 0, step >= 1",
+                         fn, (double)p->lr, (double)p->beta1, (double)p->beta2, (double)p->eps,
+                         (long long)p->step);
+  return DPT_OK;
+}
+
+dpt_status dpt_sparse_adam_rows(float *table, float *m, float *v, size_t rows, size_t dim,
+                                const int32_t *ids, const float *grad, size_t k,
+                                const dpt_sparse_adam_params *p) {
+  const char *fn = "dpt_sparse_adam_rows";
+  dpt_status st = check_rows(fn, table, rows, dim, ids, grad, k);
+  if (st == DPT_OK) st = check_adam(fn, p);
+  if (st != DPT_OK) return st;
+  if (!m || !v) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: m or v is NULL", fn);
+  const double b1 = p->beta1, b2 = p->beta2;
+  const double c1 = 1.0 - pow(b1, (double)p->step), c2 = 1.0 - pow(b2, (double)p->step);
+  for (size_t i = 0; i < k; ++i) {
+    float *w = table + (size_t)ids[i] * dim, *mi = m + (size_t)ids[i] * dim;
+    const float *g = grad + i * dim;
+    double sq = 0.0;
+    for (size_t j = 0; j < dim; ++j)
+      sq += (double)g[j] * g[j];
+    float *vi = v + ids[i];
+    *vi = (float)(b2 * (double)*vi + (1.0 - b2) * sq / (double)dim);
+    const double scale = (double)p->lr / (sqrt((double)*vi / c2) + (double)p->eps);
+    for (size_t j = 0; j < dim; ++j) {
+      mi[j] = (float)(b1 * (double)mi[j] + (1.0 - b1) * (double)g[j]);
+      w[j] = (float)((double)w[j] - scale * (double)mi[j] / c1);
+    }
+  }
+  return DPT_OK;
+}

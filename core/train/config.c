@@ -196,19 +196,14 @@ static dpt_status check_replicas(const dpt_train_config *cfg, dpt_comm *comm, in
   return DPT_OK;
 }
 
-/* The gradient exchange's settings and what they combine with. */
-static dpt_status check_exchange(const dpt_train_config *cfg) {
-  const char *fn = "dpt_train";
-  if (cfg->exchange.sparse_tables && !cfg->data.local_train)
-    return dpt_set_error(DPT_ERR_INVALID_ARG,
-                         "%s: sparse_tables needs per-replica records (local_train)", fn);
-  if (cfg->exchange.sparse_tables && !(cfg->exchange.sparse_dense_above >= 0))
-    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: sparse_dense_above must be >= 0", fn);
+/* The sparse tables' optimizer and rate: known, and only with sparse_tables. */
+static dpt_status check_tables(const dpt_train_config *cfg, const char *fn) {
   if (cfg->exchange.table_optimizer != DPT_TABLE_SGD &&
-      cfg->exchange.table_optimizer != DPT_TABLE_ROWWISE_ADAGRAD)
+      cfg->exchange.table_optimizer != DPT_TABLE_ROWWISE_ADAGRAD &&
+      cfg->exchange.table_optimizer != DPT_TABLE_ROWWISE_ADAM)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
-                         "%s: table_optimizer %d is not 0 (sgd) or 1 "
-                         "(row-wise adagrad)",
+                         "%s: table_optimizer %d is not 0 (sgd), 1 (row-wise adagrad) or 2 "
+                         "(row-wise adam)",
                          fn, cfg->exchange.table_optimizer);
   if (!(cfg->table_lr >= 0 && cfg->table_lr < 1e30))
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: table_lr %g must be >= 0 (0: the default)", fn,
@@ -217,7 +212,20 @@ static dpt_status check_exchange(const dpt_train_config *cfg) {
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: table_lr needs sparse_tables", fn);
   if (cfg->exchange.table_optimizer != DPT_TABLE_SGD && !cfg->exchange.sparse_tables)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
-                         "%s: table_optimizer (row-wise adagrad) needs sparse_tables", fn);
+                         "%s: table_optimizer %d (row-wise) needs sparse_tables", fn,
+                         cfg->exchange.table_optimizer);
+  return DPT_OK;
+}
+
+/* The gradient exchange's settings and what they combine with. */
+static dpt_status check_exchange(const dpt_train_config *cfg) {
+  const char *fn = "dpt_train";
+  if (cfg->exchange.sparse_tables && !cfg->data.local_train)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: sparse_tables needs per-replica records (local_train)", fn);
+  if (cfg->exchange.sparse_tables && !(cfg->exchange.sparse_dense_above >= 0))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: sparse_dense_above must be >= 0", fn);
+  DPT_TRY(check_tables(cfg, fn));
   if (cfg->exchange.grad_dtype != DPT_COMM_F32 && cfg->exchange.grad_dtype != DPT_COMM_F16 &&
       cfg->exchange.grad_dtype != DPT_COMM_BF16)
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: grad_dtype %d is not F32, F16 or BF16", fn,

@@ -55,7 +55,8 @@ typedef enum term_kind { TERM_INT, TERM_FLOAT, TERM_HASH } term_kind;
   X(AUGMENT, "the augmentation (transform.crop_pad, hflip, seed)", TERM_HASH)                      \
   X(SPARSE_TABLES, "sparse table gradients (sparse_tables)", TERM_INT)                             \
   X(SPARSE_DENSE_ABOVE, "the sparse exchange's threshold (sparse_dense_above)", TERM_FLOAT)        \
-  X(TABLE_OPTIMIZER, "the tables' optimizer (table_optimizer: 0 sgd, 1 row-wise adagrad)",         \
+  X(TABLE_OPTIMIZER,                                                                               \
+    "the tables' optimizer (table_optimizer: 0 sgd, 1 row-wise adagrad, 2 row-wise adam)",         \
     TERM_INT)                                                                                      \
   X(TABLE_LR, "the tables' learning rate (table_lr)", TERM_FLOAT)                                  \
   X(ACCUMULATE, "the micro-batches per slice (accumulate)", TERM_INT)                              \
@@ -391,8 +392,14 @@ dpt_status dpt_run_terms_check_resume(const char *saved_json, const char *origin
 double dpt_train_table_lr(const dpt_train_config *cfg) {
   if (!cfg->exchange.sparse_tables) return 0;
   if (cfg->table_lr > 0) return cfg->table_lr;
-  return cfg->exchange.table_optimizer == DPT_TABLE_ROWWISE_ADAGRAD ? DPT_TABLE_ADAGRAD_LR
-                                                                    : DPT_TABLE_SGD_LR;
+  switch (cfg->exchange.table_optimizer) {
+  case DPT_TABLE_ROWWISE_ADAGRAD:
+    return DPT_TABLE_ADAGRAD_LR;
+  case DPT_TABLE_ROWWISE_ADAM:
+    return DPT_TABLE_ADAM_LR;
+  default:
+    return DPT_TABLE_SGD_LR;
+  }
 }
 
 size_t dpt_train_group_size(const dpt_train_config *cfg) {

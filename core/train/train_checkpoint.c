@@ -43,10 +43,11 @@ struct train_ckpt {
   dpt_st_tensor *tensors;           /* the state's entries, then the optimizer's */
   int64_t *counters;
   char **opt_names; /* "optimizer.<slot>.<tensor>", [slots * tensors] */
-  /* every replica: row-wise Adagrad's accumulators of the sparse tables, one block per table */
-  float *row_sum;    /* [sum of the tables' rows]: copied for a save, read for a resume */
+  /* every replica: the sparse tables' optimizer state (dpt_train_sparse_state), block after block
+   */
+  float *row_state;  /* [sum of the blocks' floats]: copied for a save, read for a resume */
   size_t row_floats; /* that sum */
-  char **row_names;  /* "optimizer.row_sum.<table>", [dpt_train_sparse_num_acc] */
+  char **row_names;  /* "optimizer.<kind>.<table>", [dpt_train_sparse_num_state] */
   size_t ntensors;
   char *model_json, *terms_json, *mean, *std;
   const char *meta[MAX_META];
@@ -108,7 +109,7 @@ static dpt_status make_metadata(const replica *r, struct train_ckpt *ck) {
 static dpt_status make_tensors(const replica_state *s, struct train_ckpt *ck) {
   const size_t entries = dpt_model_state_tensors(s->model, NULL, NULL, NULL);
   const size_t nt = dpt_model_num_tensors(s->model), nopt = (size_t)ck->slots * nt;
-  const size_t nrow = dpt_train_sparse_num_acc(s);
+  const size_t nrow = dpt_train_sparse_num_state(s);
   ck->ntensors = entries + nopt + nrow;
   ck->tensors = calloc(ck->ntensors, sizeof *ck->tensors);
   ck->counters = calloc(entries, sizeof *ck->counters);
@@ -118,19 +119,19 @@ static dpt_status make_tensors(const replica_state *s, struct train_ckpt *ck) {
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "checkpoints: out of host memory");
   size_t at = 0;
   for (size_t i = 0; i < nrow; ++i) {
-    const char *table = NULL;
-    size_t rows = 0;
-    dpt_train_sparse_acc(s, i, &table, &rows);
-    const size_t len = strlen(table) + 32;
+    dpt_train_row_state rs;
+    dpt_train_sparse_state(s, i, &rs);
+    const size_t len = strlen(rs.kind) + strlen(rs.table) + 32;
     char *name = ck->row_names[i] = malloc(len);
     if (!name) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "checkpoints: out of host memory");
-    snprintf(name, len, "optimizer.row_sum.%s", table);
+    snprintf(name, len, "optimizer.%s.%s", rs.kind, rs.table);
     dpt_st_tensor *x = &ck->tensors[entries + nopt + i];
     x->name = name;
-    x->data = ck->row_sum + at;
-    x->ndim = 1;
-    x->shape[0] = (int64_t)rows;
-    at += rows;
+    x->data = ck->row_state + at;
+    x->ndim = rs.cols > 1 ? 2 : 1;
+    x->shape[0] = (int64_t)rs.rows;
+    x->shape[1] = (int64_t)rs.cols;
+    at += rs.rows * rs.cols;
   }
   for (int k = 0; k < ck->slots; ++k)
     for (size_t t = 0; t < nt; ++t) {
@@ -225,13 +226,12 @@ dpt_status dpt_train_ckpt_setup(replica *r, replica_state *s) {
   for (int k = 0; k < ck->slots; ++k)
     if (!(ck->opt[k] = calloc(np ? np : 1, sizeof(float))))
       return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "checkpoints: out of host memory");
-  for (size_t i = 0; i < dpt_train_sparse_num_acc(s); ++i) {
-    const char *table = NULL;
-    size_t rows = 0;
-    dpt_train_sparse_acc(s, i, &table, &rows);
-    ck->row_floats += rows;
+  for (size_t i = 0; i < dpt_train_sparse_num_state(s); ++i) {
+    dpt_train_row_state rs;
+    dpt_train_sparse_state(s, i, &rs);
+    ck->row_floats += rs.rows * rs.cols;
   }
-  if (ck->row_floats && !(ck->row_sum = calloc(ck->row_floats, sizeof(float))))
+  if (ck->row_floats && !(ck->row_state = calloc(ck->row_floats, sizeof(float))))
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "checkpoints: out of host memory");
   if (r->index != 0) return DPT_OK;
   DPT_TRY(check_dir(r->cfg, &ck->lock_fd));
@@ -249,19 +249,19 @@ dpt_status dpt_train_ckpt_setup(replica *r, replica_state *s) {
 
 /* ---- sharing what replica 0 read ---------------------------------------------------------- */
 
-/* Row-wise Adagrad's accumulators between the trainer's tables and ck->row_sum: to_ck 1 copies
- * the tables' into ck (for a save), 0 the other way (a resume or a rollback). */
-static void copy_row_sums(const replica_state *s, struct train_ckpt *ck, int to_ck) {
+/* The sparse tables' optimizer state between the trainer's tables and ck->row_state: to_ck 1
+ * copies the tables' into ck (for a save), 0 the other way (a resume or a rollback). */
+static void copy_row_state(const replica_state *s, struct train_ckpt *ck, int to_ck) {
   size_t at = 0;
-  for (size_t i = 0; i < dpt_train_sparse_num_acc(s); ++i) {
-    const char *table = NULL;
-    size_t rows = 0;
-    float *acc = dpt_train_sparse_acc(s, i, &table, &rows);
+  for (size_t i = 0; i < dpt_train_sparse_num_state(s); ++i) {
+    dpt_train_row_state rs;
+    float *data = dpt_train_sparse_state(s, i, &rs);
+    const size_t n = rs.rows * rs.cols;
     if (to_ck)
-      memcpy(ck->row_sum + at, acc, rows * sizeof(float));
+      memcpy(ck->row_state + at, data, n * sizeof(float));
     else
-      memcpy(acc, ck->row_sum + at, rows * sizeof(float));
-    at += rows;
+      memcpy(data, ck->row_state + at, n * sizeof(float));
+    at += n;
   }
 }
 
@@ -294,10 +294,10 @@ static dpt_status share_loaded(replica *r, replica_state *s, dpt_checkpoint_prog
       dpt_train_keep_failure(s, dpt_optimizer_set_state(s->opt, k, ck->opt[k]));
   }
   if (ck->row_floats) {
-    dpt_status st = dpt_broadcast_host(r->comm, ck->row_sum, ck->row_floats * sizeof(float), 0);
+    dpt_status st = dpt_broadcast_host(r->comm, ck->row_state, ck->row_floats * sizeof(float), 0);
     if (dpt_train_out_of_step(st)) return dpt_train_stop_after(s, st);
     dpt_train_keep_failure(s, st);
-    copy_row_sums(s, ck, 0);
+    copy_row_state(s, ck, 0);
   }
   dpt_train_keep_failure(s, dpt_optimizer_set_steps(s->opt, p->optimizer_steps));
   ck->taken = 1;
@@ -378,7 +378,7 @@ static dpt_status gather_optimizer(replica *r, replica_state *s) {
       dpt_train_keep_failure(s, dpt_optimizer_get_state(s->opt, k, ck->opt[k]));
     }
   }
-  if (r->index == 0) copy_row_sums(s, ck, 1); /* alike on every replica */
+  if (r->index == 0) copy_row_state(s, ck, 1); /* alike on every replica */
   return DPT_OK;
 }
 
@@ -526,10 +526,10 @@ void dpt_train_ckpt_free(replica_state *s) {
   for (size_t i = 0; ck->opt_names && i < (size_t)ck->slots * dpt_model_num_tensors(s->model); ++i)
     free(ck->opt_names[i]);
   free(ck->opt_names);
-  for (size_t i = 0; ck->row_names && i < dpt_train_sparse_num_acc(s); ++i)
+  for (size_t i = 0; ck->row_names && i < dpt_train_sparse_num_state(s); ++i)
     free(ck->row_names[i]);
   free(ck->row_names);
-  free(ck->row_sum);
+  free(ck->row_state);
   free(ck->state);
   free(ck->tensors);
   free(ck->counters);

@@ -26,9 +26,10 @@ struct train_sparse {
     size_t offset, rows, dim; /* the weight in the flat parameter (and gradient) buffer */
     size_t slot, bag;         /* the record's id slots */
     dpt_sparse_exchange *x;
-    int dense;  /* this step: the dense all-reduce was chosen */
-    int dirty;  /* the gradient range may hold more than zeros: cleared whole before backward */
-    float *acc; /* row-wise Adagrad: one accumulator per row [rows], alike on every replica */
+    int dense;    /* this step: the dense all-reduce was chosen */
+    int dirty;    /* the gradient range may hold more than zeros: cleared whole before backward */
+    float *acc;   /* row-wise Adagrad: one accumulator per row [rows], alike on every replica */
+    float *m, *v; /* row-wise Adam: first moments [rows * dim], second moments [rows], alike */
     char name[DPT_LAYER_NAME_MAX + 16]; /* the weight tensor's */
   } * tables;
   double lr0, base_lr; /* the tables' rate (dpt_train_table_lr) and optim.lr, at the start */
@@ -62,6 +63,8 @@ void dpt_train_sparse_free(replica_state *s) {
   for (size_t t = 0; t < p->num_tables; ++t) {
     dpt_sparse_exchange_destroy(p->tables[t].x);
     free(p->tables[t].acc);
+    free(p->tables[t].m);
+    free(p->tables[t].v);
   }
   free(p->tables);
   free(p->dense);
@@ -97,7 +100,7 @@ static dpt_status find_table_tensor(const dpt_model *model, const dpt_layer_spec
 }
 
 /* Appends the table of embedding_bag layer l, whose weight tensor ti is named want: its range of
- * the flat buffer, its id slots, its row-wise Adagrad accumulator and its exchange. */
+ * the flat buffer, its id slots, its table optimizer's state and its exchange. */
 static dpt_status add_table(train_sparse *p, const dpt_train_config *cfg, const dpt_layer_spec *l,
                             const dpt_tensor_info *ti, const char *want) {
   struct sparse_table *t = &p->tables[p->num_tables++];
@@ -110,8 +113,11 @@ static dpt_status add_table(train_sparse *p, const dpt_train_config *cfg, const 
     return dpt_set_error(DPT_ERR_INVALID_ARG, "sparse tables: %s holds %zu floats, not %zu x %zu",
                          want, ti->count, t->rows, t->dim);
   snprintf(t->name, sizeof t->name, "%s", want);
-  if (cfg->exchange.table_optimizer == DPT_TABLE_ROWWISE_ADAGRAD &&
-      !(t->acc = calloc(t->rows ? t->rows : 1, sizeof *t->acc)))
+  const int opt = cfg->exchange.table_optimizer;
+  const size_t n = t->rows ? t->rows : 1;
+  if ((opt == DPT_TABLE_ROWWISE_ADAGRAD && !(t->acc = calloc(n, sizeof *t->acc))) ||
+      (opt == DPT_TABLE_ROWWISE_ADAM &&
+       (!(t->m = calloc(n * t->dim, sizeof *t->m)) || !(t->v = calloc(n, sizeof *t->v)))))
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "sparse tables: out of host memory");
   DPT_TRY(dpt_sparse_exchange_create(&t->x));
   DPT_TRY(dpt_sparse_exchange_set_dense_above(t->x, cfg->exchange.sparse_dense_above > 0
@@ -403,23 +409,33 @@ dpt_status dpt_train_sparse_count_nonfinite(replica_state *s, int64_t *out) {
   return DPT_OK;
 }
 
+/* The table optimizer on k rows of table t: w holds `rows` rows of it from row `first` on (the
+ * whole table, or one row), ids index w, g their summed gradients; ap the step's rate and count. */
+static dpt_status apply_rows(const struct sparse_table *t, float *w, size_t first, size_t rows,
+                             const int32_t *ids, const float *g, size_t k,
+                             const dpt_sparse_adam_params *ap) {
+  if (t->acc)
+    return dpt_sparse_adagrad_rows(w, t->acc + first, rows, t->dim, ids, g, k, ap->lr,
+                                   DPT_TABLE_ADAGRAD_EPS);
+  if (t->m)
+    return dpt_sparse_adam_rows(w, t->m + first * t->dim, t->v + first, rows, t->dim, ids, g, k,
+                                ap);
+  return dpt_sparse_sgd_rows(w, rows, t->dim, ids, g, k, ap->lr);
+}
+
 /* The table optimizer on n rows of table t in host memory (w: the rows, ids: theirs, g: their
  * summed gradients). */
 static dpt_status update_rows(const struct sparse_table *t, float *w, const int32_t *ids,
-                              const float *g, size_t n, float lr) {
+                              const float *g, size_t n, const dpt_sparse_adam_params *ap) {
   const int32_t zero = 0;
-  for (size_t j = 0; j < n; ++j) {
-    float *row = w + j * t->dim;
-    const float *gj = g + j * t->dim;
-    DPT_TRY(t->acc ? dpt_sparse_adagrad_rows(row, t->acc + ids[j], 1, t->dim, &zero, gj, 1, lr,
-                                             DPT_TABLE_ADAGRAD_EPS)
-                   : dpt_sparse_sgd_rows(row, 1, t->dim, &zero, gj, 1, lr));
-  }
+  for (size_t j = 0; j < n; ++j)
+    DPT_TRY(apply_rows(t, w + j * t->dim, (size_t)ids[j], 1, &zero, g + j * t->dim, 1, ap));
   return DPT_OK;
 }
 
 /* The exchanged rows of table t: one download and upload per run of consecutive ids. */
-static dpt_status step_rows(replica_state *s, const struct sparse_table *t, float lr) {
+static dpt_status step_rows(replica_state *s, const struct sparse_table *t,
+                            const dpt_sparse_adam_params *ap) {
   train_sparse *p = s->sparse;
   const int32_t *ids = NULL;
   const float *g = NULL;
@@ -428,9 +444,7 @@ static dpt_status step_rows(replica_state *s, const struct sparse_table *t, floa
   float *table = NULL;
   DPT_TRY(map_table(params, t, &table));
   if (table) { /* every row in place, in one call */
-    const dpt_status st = t->acc ? dpt_sparse_adagrad_rows(table, t->acc, t->rows, t->dim, ids, g,
-                                                           n, lr, DPT_TABLE_ADAGRAD_EPS)
-                                 : dpt_sparse_sgd_rows(table, t->rows, t->dim, ids, g, n, lr);
+    const dpt_status st = apply_rows(t, table, 0, t->rows, ids, g, n, ap);
     const dpt_status su = dpt_buffer_unmap_host(params, table);
     return st != DPT_OK ? st : su;
   }
@@ -440,16 +454,17 @@ static dpt_status step_rows(replica_state *s, const struct sparse_table *t, floa
     const size_t bytes = m * t->dim * sizeof(float);
     DPT_TRY(rows_room(p, m * t->dim));
     DPT_TRY(dpt_buffer_download(params, at, p->rows, bytes));
-    DPT_TRY(update_rows(t, p->rows, ids + i, g + i * t->dim, m, lr));
+    DPT_TRY(update_rows(t, p->rows, ids + i, g + i * t->dim, m, ap));
     DPT_TRY(dpt_buffer_upload(params, at, p->rows, bytes));
   }
   return DPT_OK;
 }
 
-/* Row-wise Adagrad after the dense exchange of table t: the rows whose summed gradient is not
- * all zero (the rows some replica touched, or fewer: a zero row would not move), read in
- * blocks of rows. */
-static dpt_status step_dense_adagrad(replica_state *s, const struct sparse_table *t, float lr) {
+/* Row-wise Adagrad or Adam after the dense exchange of table t: the rows whose summed gradient is
+ * not all zero (the rows some replica touched, or fewer: a row whose gradients cancel exactly
+ * keeps its values and moments), read in blocks of rows. */
+static dpt_status step_dense_rowwise(replica_state *s, const struct sparse_table *t,
+                                     const dpt_sparse_adam_params *ap) {
   train_sparse *p = s->sparse;
   enum { BLOCK = 1024 };
   DPT_TRY(rows_room(p, 2 * BLOCK * t->dim));
@@ -473,7 +488,7 @@ static dpt_status step_dense_adagrad(replica_state *s, const struct sparse_table
     for (size_t i = 0; i < k; ++i) {
       const size_t row = (t->offset + (size_t)ids[i] * t->dim) * sizeof(float);
       DPT_TRY(dpt_buffer_download(params, row, w, t->dim * sizeof(float)));
-      DPT_TRY(update_rows(t, w, ids + i, g + i * t->dim, 1, lr));
+      DPT_TRY(update_rows(t, w, ids + i, g + i * t->dim, 1, ap));
       DPT_TRY(dpt_buffer_upload(params, row, w, t->dim * sizeof(float)));
     }
   }
@@ -486,36 +501,58 @@ dpt_status dpt_train_sparse_step(replica_state *s) {
   const double now = dpt_optimizer_lr(s->opt);
   const float lr = (float)(p->base_lr > 0 ? p->lr0 * (now / p->base_lr) : p->lr0);
   DPT_TRY(dpt_optimizer_step_ranges(s->opt, p->dense, p->num_dense, 0.0, NULL));
+  /* Adam's bias correction counts the steps taken, this one included, as the dense one does. */
+  const dpt_sparse_adam_params ap = {lr, DPT_TABLE_ADAM_BETA1, DPT_TABLE_ADAM_BETA2,
+                                     DPT_TABLE_ADAM_EPS, dpt_optimizer_steps(s->opt)};
   for (size_t i = 0; i < p->num_tables; ++i) {
     const struct sparse_table *t = &p->tables[i];
-    if (t->dense && t->acc) {
-      DPT_TRY(step_dense_adagrad(s, t, lr));
+    if (t->dense && (t->acc || t->m)) {
+      DPT_TRY(step_dense_rowwise(s, t, &ap));
     } else if (t->dense) { /* the whole table: rows nobody touched have a zero gradient */
       DPT_TRY(dpt_axpy(s->be, t->rows * t->dim, -lr, dpt_model_grads(s->model), t->offset,
                        dpt_model_params(s->model), t->offset));
     } else {
-      DPT_TRY(step_rows(s, t, lr));
+      DPT_TRY(step_rows(s, t, &ap));
     }
   }
   return DPT_OK;
 }
 
-size_t dpt_train_sparse_num_acc(const replica_state *s) {
-  const train_sparse *p = s->sparse;
+/* Table t's blocks of optimizer state: Adagrad's accumulators, or Adam's two moments. */
+static size_t table_state(const struct sparse_table *t, float **data, const char **kind,
+                          size_t *cols) {
   size_t n = 0;
-  for (size_t i = 0; p && i < p->num_tables; ++i)
-    n += p->tables[i].acc != NULL;
+  if (t->acc) data[n] = t->acc, kind[n] = "row_sum", cols[n++] = 1;
+  if (t->m) data[n] = t->m, kind[n] = "row_m", cols[n++] = t->dim;
+  if (t->v) data[n] = t->v, kind[n] = "row_v", cols[n++] = 1;
   return n;
 }
 
-float *dpt_train_sparse_acc(const replica_state *s, size_t i, const char **name, size_t *rows) {
+size_t dpt_train_sparse_num_state(const replica_state *s) {
+  const train_sparse *p = s->sparse;
+  size_t n = 0;
+  for (size_t i = 0; p && i < p->num_tables; ++i) {
+    float *data[3];
+    const char *kind[3];
+    size_t cols[3];
+    n += table_state(&p->tables[i], data, kind, cols);
+  }
+  return n;
+}
+
+float *dpt_train_sparse_state(const replica_state *s, size_t i, dpt_train_row_state *out) {
   const train_sparse *p = s->sparse;
   for (size_t t = 0; p && t < p->num_tables; ++t) {
-    if (!p->tables[t].acc) continue;
-    if (i-- > 0) continue;
-    *name = p->tables[t].name;
-    *rows = p->tables[t].rows;
-    return p->tables[t].acc;
+    float *data[3];
+    const char *kind[3];
+    size_t cols[3];
+    const size_t n = table_state(&p->tables[t], data, kind, cols);
+    if (i >= n) {
+      i -= n;
+      continue;
+    }
+    *out = (dpt_train_row_state){kind[i], p->tables[t].name, p->tables[t].rows, cols[i]};
+    return data[i];
   }
   return NULL;
 }

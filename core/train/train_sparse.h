@@ -24,10 +24,17 @@ dpt_status dpt_train_sparse_count_nonfinite(replica_state *s, int64_t *out);
 /* The update: the optimizer on the dense ranges, the table optimizer (SGD or row-wise Adagrad
  * at the optimizer's rate) on the tables' exchanged rows. */
 dpt_status dpt_train_sparse_step(replica_state *s);
-/* Row-wise Adagrad's accumulators, for checkpoints: how many tables have them, and the i-th
- * one's [rows] floats with its weight tensor's name (NULL past the end). */
-size_t dpt_train_sparse_num_acc(const replica_state *s);
-float *dpt_train_sparse_acc(const replica_state *s, size_t i, const char **name, size_t *rows);
+/* A block of the table optimizer's state: kind "row_sum" (row-wise Adagrad's accumulators),
+ * "row_m" or "row_v" (row-wise Adam's moments), of the table whose weight tensor is `table`,
+ * [rows, cols] floats (cols 1: one per row). Saved as "optimizer.<kind>.<table>". */
+typedef struct dpt_train_row_state {
+  const char *kind, *table;
+  size_t rows, cols;
+} dpt_train_row_state;
+/* For checkpoints: how many blocks the tables hold, and the i-th one's floats and description
+ * (NULL past the end). Alike on every replica. */
+size_t dpt_train_sparse_num_state(const replica_state *s);
+float *dpt_train_sparse_state(const replica_state *s, size_t i, dpt_train_row_state *out);
 
 /* The exchange kind of sparse tables (exchange.h). */
 extern const train_exchange dpt_train_exchange_sparse;

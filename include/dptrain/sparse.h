@@ -14,9 +14,10 @@
  *                          all-reduce's rows within float rounding (the dense ring may add in
  *                          another order); a row nobody touched is absent (its sum is zero).
  *   dpt_sparse_sgd_rows,   the update of only the given rows of a table in host memory:
- *   dpt_sparse_adagrad_rows   SGD (w -= lr g), or DLRM's row-wise Adagrad (one accumulator
- *                          per row: acc += mean over the row of g^2; w -= lr g / (sqrt(acc) +
- *                          eps)), the rows the exchange produced.
+ *   dpt_sparse_adagrad_rows,  SGD (w -= lr g), DLRM's row-wise Adagrad (one accumulator
+ *   dpt_sparse_adam_rows   per row: acc += mean over the row of g^2; w -= lr g / (sqrt(acc) +
+ *                          eps)) or row-wise Adam (a first moment per element, a second
+ *                          moment per row), the rows the exchange produced.
  *
  * Ids are int32 (as the records hold them), in [0, rows). Bytes: each replica sends
  * 32 + max_k (4 + 4 dim) bytes to each other replica (max_k: the largest count of any
@@ -106,6 +107,23 @@ DPT_API dpt_status dpt_sparse_sgd_rows(float *table, size_t rows, size_t dim, co
 DPT_API dpt_status dpt_sparse_adagrad_rows(float *table, float *acc, size_t rows, size_t dim,
                                            const int32_t *ids, const float *grad, size_t k,
                                            float lr, float eps);
+
+/* dpt_sparse_adam_rows' settings: the rate, the moments' decays (each in [0, 1)), eps, and
+ * step, the 1-based count of steps taken, one for every row (FBGEMM's `iter`). */
+typedef struct dpt_sparse_adam_params {
+  float lr, beta1, beta2, eps;
+  int64_t step;
+} dpt_sparse_adam_params;
+
+/* Row-wise Adam (FBGEMM's PARTIAL_ROWWISE_ADAM): m[rows * dim] one first moment per element,
+ * v[rows] one second moment per row (both start at 0). For ids[i]:
+ *   v[id]    = beta2 v[id] + (1 - beta2) sum_j grad[i][j]^2 / dim
+ *   m[id][j] = beta1 m[id][j] + (1 - beta1) grad[i][j]
+ *   table[id][j] -= lr (m[id][j] / (1 - beta1^step)) / (sqrt(v[id] / (1 - beta2^step)) + eps)
+ * Rows not named keep their values and moments. Computed in double, stored as float. */
+DPT_API dpt_status dpt_sparse_adam_rows(float *table, float *m, float *v, size_t rows, size_t dim,
+                                        const int32_t *ids, const float *grad, size_t k,
+                                        const dpt_sparse_adam_params *p);
 
 #ifdef __cplusplus
 }

@@ -142,15 +142,21 @@ typedef void (*dpt_train_split_fn)(int64_t step, const size_t *shares,
  * (dpt_train_config.exchange.table_optimizer). */
 typedef enum dpt_table_optimizer {
   DPT_TABLE_SGD = 0,
-  DPT_TABLE_ROWWISE_ADAGRAD = 1
+  DPT_TABLE_ROWWISE_ADAGRAD = 1,
+  DPT_TABLE_ROWWISE_ADAM = 2
 } dpt_table_optimizer;
 #define DPT_TABLE_ADAGRAD_EPS 1e-8f
+#define DPT_TABLE_ADAM_BETA1  0.9f
+#define DPT_TABLE_ADAM_BETA2  0.999f
+#define DPT_TABLE_ADAM_EPS    1e-8f
 /* The tables' default learning rates (dpt_train_config.table_lr 0), measured in
  * docs/recommendation.md, "Sparse table gradients". */
 #define DPT_TABLE_SGD_LR          10.0
 #define DPT_TABLE_SGD_LR_TEXT     "10"
 #define DPT_TABLE_ADAGRAD_LR      0.1
 #define DPT_TABLE_ADAGRAD_LR_TEXT "0.1"
+#define DPT_TABLE_ADAM_LR         0.003
+#define DPT_TABLE_ADAM_LR_TEXT    "0.003"
 
 /* Where the replicas run, and how a global batch is cut among them. */
 typedef struct dpt_train_devices {
@@ -288,7 +294,11 @@ typedef struct dpt_train_exchange {
    * DPT_TABLE_ROWWISE_ADAGRAD: DLRM's row-wise Adagrad (dpt_sparse_adagrad_rows, eps
    * DPT_TABLE_ADAGRAD_EPS) at the tables' rate, one accumulator per row kept alike on
    * every replica and saved in checkpoints ("optimizer.row_sum.<table>"); a row no replica
-   * touched is left as it is. */
+   * touched is left as it is. DPT_TABLE_ROWWISE_ADAM: row-wise Adam (dpt_sparse_adam_rows,
+   * DPT_TABLE_ADAM_BETA1, _BETA2, _EPS), a first moment per element and a second moment per row,
+   * bias-corrected by the optimizer's step count, kept alike on every replica and saved in
+   * checkpoints ("optimizer.row_m.<table>", "optimizer.row_v.<table>"); a row no replica touched
+   * keeps its values and moments. */
   int table_optimizer;
   int sync_bn; /* 1: batch norm statistics over the whole global batch (every
                   replica must then hold a sample in every step); 0: each replica
@@ -383,9 +393,9 @@ typedef struct dpt_train_config {
    * started. See docs/training.md, "Logs". */
   const char *log_dir;
   /* With exchange.sparse_tables: the tables' learning rate, scaled by the schedule as optim.lr
-   * is (warm-up, decay, rollbacks); 0: the table optimizer's default, DPT_TABLE_SGD_LR or
-   * DPT_TABLE_ADAGRAD_LR. Embedding rows want a far larger rate than the dense layers' AdamW
-   * (docs/recommendation.md, "Sparse table gradients"). */
+   * is (warm-up, decay, rollbacks); 0: the table optimizer's default, DPT_TABLE_SGD_LR,
+   * DPT_TABLE_ADAGRAD_LR or DPT_TABLE_ADAM_LR. Under SGD embedding rows want a far larger rate
+   * than the dense layers' AdamW (docs/recommendation.md, "Sparse table gradients"). */
   double table_lr;
   /* The caller's own settings as the text of a JSON object (dptrain train's options, as its
    * --print-config prints them), or NULL: settings.json keeps the object as "options", and

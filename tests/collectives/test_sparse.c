@@ -381,6 +381,68 @@ START_TEST(adagrad_rows_by_hand) {
 }
 END_TEST
 
+/* Row-wise Adam on a table of 3 rows of 2, two steps, by hand: row 2 both steps, row 0 the
+ * second; row 1 never (its values and moments stay). */
+START_TEST(adam_rows_by_hand) {
+  float t[3 * 2] = {1, 1, 1, 1, 1, 1};
+  float m[3 * 2] = {0}, v[3] = {0};
+  dpt_sparse_adam_params p = {0.5f, 0.9f, 0.999f, 1e-8f, 1};
+  const double b1 = 0.9f, b2 = 0.999f; /* the float settings, widened as the update does */
+  const int32_t ids[1] = {2};
+  const float g[2] = {3, 4}; /* mean square 12.5 */
+  TU_OK(dpt_sparse_adam_rows(t, m, v, 3, 2, ids, g, 1, &p));
+  /* m = (1 - b1) g, v = (1 - b2) 12.5; corrected: g and 12.5, so w -= 0.5 g / sqrt(12.5) */
+  ck_assert_float_eq_tol(m[4], (float)((1 - b1) * 3), 1e-7f);
+  ck_assert_float_eq_tol(m[5], (float)((1 - b1) * 4), 1e-7f);
+  ck_assert_float_eq_tol(v[2], (float)((1 - b2) * 12.5), 1e-9f);
+  const double s1 = 0.5 / (sqrt(12.5) + 1e-8);
+  ck_assert_float_eq_tol(t[4], (float)(1 - s1 * 3), 1e-6f);
+  ck_assert_float_eq_tol(t[5], (float)(1 - s1 * 4), 1e-6f);
+  ck_assert_float_eq_tol(t[4], 0.5757359f, 1e-6f);
+  ck_assert_float_eq_tol(t[5], 0.4343146f, 1e-6f);
+  /* step 2: rows 0 and 2; ids in any order */
+  p.step = 2;
+  const int32_t ids2[2] = {2, 0};
+  const float g2[4] = {1, -1, 2, 0}; /* row 2: mean square 1; row 0: 2 */
+  TU_OK(dpt_sparse_adam_rows(t, m, v, 3, 2, ids2, g2, 2, &p));
+  const double c1 = 1 - b1 * b1, c2 = 1 - b2 * b2;
+  const double m20 = b1 * (double)(float)((1 - b1) * 3) + (1 - b1) * 1;  /* 0.37 */
+  const double m21 = b1 * (double)(float)((1 - b1) * 4) + (1 - b1) * -1; /* 0.26 */
+  const double v2 = b2 * (double)(float)((1 - b2) * 12.5) + (1 - b2) * 1;
+  ck_assert_float_eq_tol(m[4], (float)m20, 1e-7f);
+  ck_assert_float_eq_tol(m[5], (float)m21, 1e-7f);
+  ck_assert_float_eq_tol(m[4], 0.37f, 1e-6f);
+  ck_assert_float_eq_tol(m[5], 0.26f, 1e-6f);
+  ck_assert_float_eq_tol(v[2], (float)v2, 1e-9f);
+  const double s2 = 0.5 / (sqrt((double)(float)v2 / c2) + 1e-8) / c1;
+  ck_assert_float_eq_tol(t[4], (float)(1 - s1 * 3 - s2 * (double)(float)m20), 1e-6f);
+  ck_assert_float_eq_tol(t[5], (float)(1 - s1 * 4 - s2 * (double)(float)m21), 1e-6f);
+  /* row 0 on its first update, at step 2: m = ((1 - b1) 2, 0), v = (1 - b2) 2 */
+  const double m00 = (1 - b1) * 2, v0 = (1 - b2) * 2;
+  ck_assert_float_eq_tol(m[0], (float)m00, 1e-7f);
+  ck_assert_float_eq(m[1], 0.0f);
+  ck_assert_float_eq_tol(v[0], (float)v0, 1e-9f);
+  const double s0 = 0.5 / (sqrt((double)(float)v0 / c2) + 1e-8) / c1;
+  ck_assert_float_eq_tol(t[0], (float)(1 - s0 * (double)(float)m00), 1e-6f);
+  ck_assert_float_eq(t[1], 1.0f);
+  /* row 1: untouched */
+  ck_assert_float_eq(t[2], 1.0f);
+  ck_assert_float_eq(t[3], 1.0f);
+  ck_assert_float_eq(m[2], 0.0f);
+  ck_assert_float_eq(m[3], 0.0f);
+  ck_assert_float_eq(v[1], 0.0f);
+  EXPECT_FAIL(dpt_sparse_adam_rows(t, NULL, v, 3, 2, ids, g, 1, &p), DPT_ERR_INVALID_ARG,
+              "m or v is NULL", NULL, NULL);
+  p.step = 0;
+  EXPECT_FAIL(dpt_sparse_adam_rows(t, m, v, 3, 2, ids, g, 1, &p), DPT_ERR_INVALID_ARG, "step >= 1",
+              NULL, NULL);
+  p.step = 1;
+  p.beta2 = 1.0f;
+  EXPECT_FAIL(dpt_sparse_adam_rows(t, m, v, 3, 2, ids, g, 1, &p), DPT_ERR_INVALID_ARG, "beta2 1",
+              NULL, NULL);
+}
+END_TEST
+
 static Suite *sparse_suite(void) {
   Suite *s = suite_create("sparse");
   TCase *tc = tcase_create("exchange");
@@ -395,6 +457,7 @@ static Suite *sparse_suite(void) {
   TCase *up = tcase_create("updates");
   tcase_add_test(up, sgd_rows_by_hand);
   tcase_add_test(up, adagrad_rows_by_hand);
+  tcase_add_test(up, adam_rows_by_hand);
   suite_add_tcase(s, up);
   return s;
 }

@@ -32,7 +32,8 @@ refused "--sparse-dense-above without --sparse-tables" "needs --sparse-tables" "
   --sparse-dense-above 0.1
 refused "--table-optimizer without --sparse-tables" "--table-optimizer needs --sparse-tables" \
   "${base[@]}" --table-optimizer rowwise-adagrad
-refused "bad --table-optimizer" "bad value 'adam' for --table-optimizer" "${base[@]}" \
+refused "bad --table-optimizer" \
+  "bad value 'adam' for --table-optimizer (rowwise-adam, rowwise-adagrad or sgd)" "${base[@]}" \
   --sparse-tables --table-optimizer adam
 refused "bad --interaction" "bad value 'sum' for --interaction" "${base[@]}" --interaction sum
 refused "--grad-dtype with --sparse-tables" "does not combine with sparse_tables" "${base[@]}" \
@@ -184,13 +185,13 @@ else
   fi
 fi
 
-# The tables' default is row-wise Adagrad at --table-lr 0.1: naming both gives the same
-# parameters; --table-optimizer sgd and another --table-lr give others, and the loss falls.
-ahash=$("$dptrain" "${sparse[@]}" --replicas 2 --table-optimizer rowwise-adagrad --table-lr 0.1 \
+# The tables' default is row-wise Adam at --table-lr 0.003: naming both gives the same
+# parameters; the other table optimizers and another --table-lr give others, and the loss falls.
+ahash=$("$dptrain" "${sparse[@]}" --replicas 2 --table-optimizer rowwise-adam --table-lr 0.003 \
   2>"$dir/err" | grep '"final": true' | grep -o '"param_hash": "[0-9a-f]*"')
 [ -n "$ahash" ] && [ "$ahash" = "${shash:-}" ] ||
-  fail "default table optimizer: '${shash:-}', rowwise-adagrad at 0.1: '$ahash'"
-for opt in "--table-optimizer sgd" "--table-lr 0.05"; do
+  fail "default table optimizer: '${shash:-}', rowwise-adam at 0.003: '$ahash'"
+for opt in "--table-optimizer sgd" "--table-optimizer rowwise-adagrad" "--table-lr 0.001"; do
   # shellcheck disable=SC2086
   out=$("$dptrain" "${sparse[@]}" --replicas 2 $opt 2>"$dir/err")
   rc=$?

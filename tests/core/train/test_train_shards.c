@@ -136,12 +136,16 @@ static void put_records(const dpt_interactions *d, const uint64_t *idx, size_t n
   }
 }
 
-/* Row-wise Adagrad on the hand-built model's tables (emb_l.*), in host memory: `before` holds
- * the parameters before the step, `after` those the optimizer (SGD) gave; the tables' ranges of
- * `after` are replaced by Adagrad's update of `before` with the gradient g (rows with a zero
- * gradient do not move). acc: one accumulator per row of every table, in tensor order. */
-static void hand_adagrad(const dpt_model *m, const float *before, const float *g, float *after,
-                         float *acc, float lr) {
+/* Row-wise Adagrad (kind DPT_TABLE_ROWWISE_ADAGRAD) or Adam on the hand-built model's tables
+ * (emb_l.*), in host memory: `before` holds the parameters before the step, `after` those the
+ * optimizer (SGD) gave; the tables' ranges of `after` are replaced by the update of `before`
+ * with the gradient g (rows with a zero gradient are not touched). acc: Adagrad's accumulator or
+ * Adam's second moment, one per row of every table, in tensor order; mom: Adam's first moments,
+ * laid out as the parameters; step: the 1-based step. */
+static void hand_tables(const dpt_model *m, const float *before, const float *g, float *after,
+                        float *acc, float *mom, float lr, int kind, int64_t step) {
+  const dpt_sparse_adam_params ap = {lr, DPT_TABLE_ADAM_BETA1, DPT_TABLE_ADAM_BETA2,
+                                     DPT_TABLE_ADAM_EPS, step};
   size_t at = 0;
   for (size_t t = 0; t < dpt_model_num_tensors(m); ++t) {
     dpt_tensor_info ti;
@@ -151,17 +155,26 @@ static void hand_adagrad(const dpt_model *m, const float *before, const float *g
     memcpy(after + ti.offset, before + ti.offset, ti.count * sizeof(float));
     for (size_t r = 0; r < rows; ++r) {
       const int32_t id = (int32_t)r;
-      TU_OK(dpt_sparse_adagrad_rows(after + ti.offset, acc + at, rows, dim, &id,
-                                    g + ti.offset + r * dim, 1, lr, DPT_TABLE_ADAGRAD_EPS));
+      const float *gr = g + ti.offset + r * dim;
+      size_t nz = 0;
+      for (size_t j = 0; j < dim; ++j)
+        nz += gr[j] != 0.0f;
+      if (nz == 0) continue;
+      if (kind == DPT_TABLE_ROWWISE_ADAGRAD)
+        TU_OK(dpt_sparse_adagrad_rows(after + ti.offset, acc + at, rows, dim, &id, gr, 1, lr,
+                                      DPT_TABLE_ADAGRAD_EPS));
+      else
+        TU_OK(dpt_sparse_adam_rows(after + ti.offset, mom + ti.offset, acc + at, rows, dim, &id, gr,
+                                   1, &ap));
     }
     at += rows;
   }
 }
 
 /* One model on the CPU stepped on the global batches the R replicas' slices make together:
- * SGD, or with `adagrad` row-wise Adagrad on the tables. */
+ * SGD, or with `tables` (a dpt_table_optimizer) row-wise Adagrad or Adam on the tables. */
 static void hand_built_with(int R, dpt_interactions **tr, float *params, size_t *touched,
-                            int adagrad) {
+                            int tables) {
   dpt_backend *be = tu_cpu();
   dpt_model_spec spec;
   dlrm_spec(&spec, 0);
@@ -181,6 +194,7 @@ static void hand_built_with(int R, dpt_interactions **tr, float *params, size_t 
   const size_t np = dpt_model_num_params(m);
   float *before = malloc(np * sizeof(float)), *after = malloc(np * sizeof(float));
   float *g = malloc(np * sizeof(float)), *acc = calloc(TABLES * ROWS, sizeof(float));
+  float *mom = calloc(np, sizeof(float));
   const uint64_t steps = dpt_interactions_steps(tr[0], BATCH);
   for (uint64_t e = 0; e < EPOCHS; ++e)
     for (uint64_t k = 0; k < steps; ++k) {
@@ -200,19 +214,19 @@ static void hand_built_with(int R, dpt_interactions **tr, float *params, size_t 
       TU_OK(dpt_buffer_upload(x, 0, hx, sizeof hx));
       TU_OK(dpt_buffer_upload(y, 0, hy, sizeof hy));
       TU_OK(dpt_model_train_step(m, x, y, BATCH, 1.0f / BATCH, NULL, NULL));
-      if (adagrad) {
+      if (tables) {
         TU_OK(dpt_model_get_params(m, before));
         TU_OK(dpt_buffer_download(dpt_model_grads(m), 0, g, np * sizeof(float)));
       }
       TU_OK(dpt_optimizer_step(opt, NULL));
-      if (adagrad) {
+      if (tables) {
         TU_OK(dpt_model_get_params(m, after));
-        hand_adagrad(m, before, g, after, acc, oc.lr);
+        hand_tables(m, before, g, after, acc, mom, oc.lr, tables, (int64_t)(e * steps + k + 1));
         TU_OK(dpt_model_set_params(m, after));
       }
     }
   TU_OK(dpt_model_get_state(m, params));
-  free(before), free(after), free(g), free(acc);
+  free(before), free(after), free(g), free(acc), free(mom);
   dpt_buffer_free(x);
   dpt_buffer_free(y);
   dpt_optimizer_destroy(opt);
@@ -437,6 +451,43 @@ START_TEST(sparse_tables_equal_dense) {
 }
 END_TEST
 
+/* cfg set for R replicas on tr with the table optimizer `kind` at the hand-built run's rate:
+ * the sparse and the dense exchange each end within 1e-5 of want (the parameters into got). */
+static void run_tables_like(dpt_train_config *cfg, const dpt_model *probe, int R,
+                            dpt_interactions **tr, int kind, const float *want, float *got) {
+  config(cfg, R, tr, NULL);
+  cfg->exchange.sparse_tables = 1;
+  cfg->table_lr = cfg->optim.lr;
+  cfg->exchange.table_optimizer = kind;
+  cfg->final_params = got;
+  static const double above[2] = {1e30, 1e-12}; /* always sparse, always dense */
+  for (int a = 0; a < 2; ++a) {
+    cfg->exchange.sparse_dense_above = above[a];
+    TU_OK(dpt_train(cfg, NULL, NULL));
+    const double d = worst_diff(probe, want, got, "");
+    ck_assert_msg(d <= 1e-5, "R=%d, table optimizer %d, dense above %g: %g from the hand-built run",
+                  R, kind, above[a], d);
+  }
+}
+
+/* cfg's run uninterrupted (into want), then stopped after step 5 (a checkpoint in "ckpt") and
+ * resumed (into got): the same np floats, bit for bit. cfg keeps the checkpoint settings. */
+static void stop_and_resume(dpt_train_config *cfg, float *want, float *got, size_t np) {
+  cfg->exchange.sparse_dense_above = 0;
+  cfg->final_params = want;
+  TU_OK(dpt_train(cfg, NULL, NULL));
+  cfg->checkpoints.checkpoint_dir = tpath("ckpt");
+  cfg->checkpoints.checkpoint_every = 5;
+  cfg->schedule.max_steps = 5;
+  cfg->final_params = NULL;
+  TU_OK(dpt_train(cfg, NULL, NULL));
+  cfg->schedule.max_steps = 0;
+  cfg->checkpoints.resume = 1;
+  cfg->final_params = got;
+  TU_OK(dpt_train(cfg, NULL, NULL));
+  ck_assert_int_eq(memcmp(want, got, np * sizeof(float)), 0);
+}
+
 /* Row-wise Adagrad on the tables: with 1, 2 and 3 replicas, the dense or the sparse exchange,
  * the run equals the hand-built model stepped with Adagrad on the tables within 1e-5 (and not
  * the SGD run); a run stopped at a checkpoint and resumed ends bit for bit as the uninterrupted
@@ -456,35 +507,12 @@ START_TEST(rowwise_adagrad_tables) {
     dpt_interactions *tr[MAXR] = {NULL};
     open_readers("train", R, tr);
     size_t touched[MAXR] = {0};
-    hand_built_with(R, tr, want, touched, 1);
+    hand_built_with(R, tr, want, touched, DPT_TABLE_ROWWISE_ADAGRAD);
     hand_built_with(R, tr, sgd, touched, 0);
     ck_assert(worst_diff(probe, want, sgd, "emb_l.") > 1e-3);
-    config(&cfg, R, tr, NULL);
-    cfg.exchange.sparse_tables = 1;
-    cfg.table_lr = cfg.optim.lr; /* the hand-built run's rate */
-    cfg.exchange.table_optimizer = DPT_TABLE_ROWWISE_ADAGRAD;
-    cfg.final_params = got;
-    static const double above[2] = {1e30, 1e-12}; /* always sparse, always dense */
-    for (int a = 0; a < 2; ++a) {
-      cfg.exchange.sparse_dense_above = above[a];
-      TU_OK(dpt_train(&cfg, NULL, NULL));
-      const double d = worst_diff(probe, want, got, "");
-      ck_assert_msg(d <= 1e-5, "R=%d, dense above %g: %g from the hand-built run", R, above[a], d);
-    }
-    if (R == 2) { /* stopped after step 5 (a checkpoint), then resumed */
-      cfg.exchange.sparse_dense_above = 0;
-      cfg.final_params = want;
-      TU_OK(dpt_train(&cfg, NULL, NULL));
-      cfg.checkpoints.checkpoint_dir = tpath("ckpt");
-      cfg.checkpoints.checkpoint_every = 5;
-      cfg.schedule.max_steps = 5;
-      cfg.final_params = NULL;
-      TU_OK(dpt_train(&cfg, NULL, NULL));
-      cfg.schedule.max_steps = 0;
-      cfg.checkpoints.resume = 1;
-      cfg.final_params = got;
-      TU_OK(dpt_train(&cfg, NULL, NULL));
-      ck_assert_int_eq(memcmp(want, got, np * sizeof(float)), 0);
+    run_tables_like(&cfg, probe, R, tr, DPT_TABLE_ROWWISE_ADAGRAD, want, got);
+    if (R == 2) {
+      stop_and_resume(&cfg, want, got, np);
       cfg.exchange.table_optimizer = DPT_TABLE_SGD;
       EXPECT_FAIL(dpt_train(&cfg, NULL, NULL), DPT_ERR_MISMATCH, "the tables' optimizer", NULL,
                   NULL);
@@ -516,6 +544,95 @@ START_TEST(rowwise_adagrad_tables) {
   free(want);
   free(got);
   free(sgd);
+}
+END_TEST
+
+/* The row-wise Adam state of table emb_l.0 in the newest checkpoint of dir: row_m [rows, dim],
+ * row_v [rows] with a row moved, no Adagrad accumulator. */
+static void check_adam_state(const char *dir, size_t rows, size_t dim) {
+  char path[4096];
+  int found = 0;
+  TU_OK(dpt_checkpoint_find_latest(dir, NULL, NULL, path, sizeof path, &found, NULL));
+  ck_assert_int_eq(found, 1);
+  dpt_safetensors *st = NULL;
+  TU_OK(dpt_safetensors_open(path, &st));
+  dpt_st_info m, v, a;
+  TU_OK(dpt_safetensors_find(st, "optimizer.row_m.emb_l.0.weight", &m));
+  TU_OK(dpt_safetensors_find(st, "optimizer.row_v.emb_l.0.weight", &v));
+  ck_assert_int_eq(m.ndim, 2);
+  ck_assert_int_eq((int)m.shape[0], (int)rows);
+  ck_assert_int_eq((int)m.shape[1], (int)dim);
+  ck_assert_int_eq(v.ndim, 1);
+  ck_assert_int_eq((int)v.shape[0], (int)rows);
+  ck_assert_int_ne(dpt_safetensors_find(st, "optimizer.row_sum.emb_l.0.weight", &a), DPT_OK);
+  float *hv = malloc(rows * sizeof(float));
+  TU_OK(dpt_safetensors_read_f32(st, v.name, hv, rows));
+  size_t moved = 0;
+  for (size_t r = 0; r < rows; ++r)
+    moved += hv[r] > 0;
+  ck_assert_uint_gt(moved, 0);
+  free(hv);
+  dpt_safetensors_close(st);
+}
+
+/* Row-wise Adam on the tables: with 1, 2 and 3 replicas, the dense or the sparse exchange, the
+ * run equals the hand-built model stepped with row-wise Adam on the tables within 1e-5 (and
+ * neither Adagrad's nor SGD's run); with 2 replicas a run stopped at a checkpoint (its moments
+ * saved as optimizer.row_m / row_v) and resumed ends bit for bit as the uninterrupted one, the
+ * checkpoint resumes with 1 replica, and another table optimizer on resume is refused. */
+START_TEST(rowwise_adam_tables) {
+  write_shards("train", train_sizes, 5, 0);
+  dpt_train_config cfg;
+  dpt_model *probe = NULL;
+  dpt_backend *be = tu_cpu();
+  config(&cfg, 1, NULL, NULL);
+  TU_OK(dpt_model_create(be, &cfg.model, 1, &probe));
+  dpt_tensor_info t0 = {0};
+  for (size_t t = 0; t < dpt_model_num_tensors(probe); ++t)
+    if (dpt_model_tensor(probe, t, &t0) == DPT_OK && !strcmp(t0.name, "emb_l.0.weight")) break;
+  ck_assert_str_eq(t0.name, "emb_l.0.weight");
+  const size_t np = dpt_model_state_size(probe);
+  float *want = malloc(np * sizeof(float)), *got = malloc(np * sizeof(float));
+  float *other = malloc(np * sizeof(float));
+  for (int R = 1; R <= MAXR; ++R) {
+    dpt_interactions *tr[MAXR] = {NULL};
+    open_readers("train", R, tr);
+    size_t touched[MAXR] = {0};
+    hand_built_with(R, tr, want, touched, DPT_TABLE_ROWWISE_ADAM);
+    hand_built_with(R, tr, other, touched, DPT_TABLE_ROWWISE_ADAGRAD);
+    ck_assert(worst_diff(probe, want, other, "emb_l.") > 1e-3);
+    hand_built_with(R, tr, other, touched, 0);
+    ck_assert(worst_diff(probe, want, other, "emb_l.") > 1e-3);
+    run_tables_like(&cfg, probe, R, tr, DPT_TABLE_ROWWISE_ADAM, want, got);
+    if (R == 2) {
+      stop_and_resume(&cfg, want, got, np);
+      check_adam_state(cfg.checkpoints.checkpoint_dir, ROWS, (size_t)t0.shape[1]);
+      cfg.exchange.table_optimizer = DPT_TABLE_ROWWISE_ADAGRAD;
+      EXPECT_FAIL(dpt_train(&cfg, NULL, NULL), DPT_ERR_MISMATCH, "the tables' optimizer", NULL,
+                  NULL);
+      cfg.exchange.table_optimizer = DPT_TABLE_ROWWISE_ADAM;
+      dpt_interactions *one[1] = {NULL}; /* the same checkpoint on 1 replica */
+      open_readers("train", 1, one);
+      config(&cfg, 1, one, NULL);
+      cfg.exchange.sparse_tables = 1;
+      cfg.table_lr = cfg.optim.lr;
+      cfg.exchange.table_optimizer = DPT_TABLE_ROWWISE_ADAM;
+      cfg.checkpoints.checkpoint_dir = tpath("ckpt");
+      cfg.checkpoints.resume = 1;
+      dpt_train_report fin;
+      TU_OK(dpt_train(&cfg, NULL, &fin));
+      ck_assert_int_eq((int)fin.steps, EPOCHS * 7);
+      dpt_interactions_destroy(one[0]);
+      config(&cfg, R, tr, NULL);
+    }
+    for (int i = 0; i < R; ++i)
+      dpt_interactions_destroy(tr[i]);
+  }
+  dpt_model_destroy(probe);
+  dpt_backend_destroy(be);
+  free(want);
+  free(got);
+  free(other);
 }
 END_TEST
 
@@ -633,6 +750,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, bad_readers_refused);
   tcase_add_test(tc, sparse_tables_equal_dense);
   tcase_add_test(tc, rowwise_adagrad_tables);
+  tcase_add_test(tc, rowwise_adam_tables);
   suite_add_tcase(s, tc);
   return s;
 }
