@@ -131,3 +131,13 @@ if(DPT_BUILD_TOOLS AND DPT_WITH_MPI)
   set_tests_properties(netfault PROPERTIES TIMEOUT 200 SKIP_RETURN_CODE 77 LABELS "mpi;cluster"
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endif()
+
+# tools/chaos.sh, short: 3 seeded faults (SIGKILL, SIGSTOP, a full checkpoint disk) into a job
+# dptrain run restarts: all survived, no hang, no corrupt resume, the uninterrupted parameters.
+if(DPT_BUILD_TOOLS AND DPT_WITH_MPI)
+  add_test(NAME chaos
+           COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/scripts/chaos_test.sh" $<TARGET_FILE:dptrain_cli>
+                   "${CMAKE_CURRENT_BINARY_DIR}/chaos-scratch")
+  set_tests_properties(chaos PROPERTIES TIMEOUT 200 SKIP_RETURN_CODE 77 LABELS "cli;mpi;train"
+                       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+endif()

@@ -7,8 +7,8 @@
 #
 # The job: `dptrain run -- mpirun -np 2 dptrain train ... --checkpoint-dir D
 # --checkpoint-every 1 --resume` on a small MLP, on this machine or (--cluster, root) on 2
-# nodes of tools/cluster.sh. Each fault (kind, rank, moment drawn from --seed) lands 0.2 to 2 s
-# after the job trains (again), on a random rank (--steps: enough to outlast the faults):
+# nodes of tools/cluster.sh. Each fault (kind, rank, moment drawn from --seed) lands 20 to 400
+# steps after the job trains (again), on a random rank (--steps: 1500 a fault by default):
 #   kill  SIGKILL of the rank; the job ends, `dptrain run` restarts it
 #   stop  SIGSTOP of the rank; the other's deadline (DPT_COMM_TIMEOUT=T) ends the job
 #   disk  the checkpoint directory's file system (a tmpfs the tool mounts, root) filled up; the
@@ -44,8 +44,10 @@ done
 [[ $faults =~ ^[0-9]+$ ]] && [ "$faults" -le 10000 ] || die "--faults must be 0..10000, not '$faults'"
 [[ $seed =~ ^[0-9]+$ ]] || die "--seed must be a non-negative integer, not '$seed'"
 [[ $deadline =~ ^[0-9]+$ ]] && [ "$deadline" -ge 1 ] || die "--deadline must be whole seconds >= 1"
-[ -z "$steps" ] || [[ $steps =~ ^[0-9]+$ ]] && [ "${steps:-100}" -ge 100 ] ||
-  die "--steps must be at least 100"
+if [ -n "$steps" ]; then
+  [[ $steps =~ ^[0-9]+$ ]] && [ "$steps" -ge $((1000 * faults)) ] && [ "$steps" -ge 100 ] ||
+    die "--steps must be at least 100 and 1000 a fault ($((1000 * faults)))"
+fi
 for k in ${kinds//,/ }; do
   case $k in kill | stop | disk) ;; *) die "--kinds: unknown kind '$k' (kill, stop, disk)" ;; esac
 done
@@ -132,28 +134,17 @@ alive() { # PIDS...: whether one of them still runs (not gone, not a zombie)
 
 # 1. The plan: each fault's kind, rank and moment, drawn from the seed.
 RANDOM=$seed
-kind_of=() rank_of=() pause_of=() pause_sum=0
+kind_of=() rank_of=() gap_of=()
 for ((i = 1; i <= faults; ++i)); do
   kind_of[i]=${kind_list[RANDOM % ${#kind_list[@]}]} rank_of[i]=$((RANDOM % 2))
-  pause_of[i]=$((200 + RANDOM % 1800)) pause_sum=$((pause_sum + pause_of[i]))
+  gap_of[i]=$((20 + RANDOM % 381))
 done
 side="$([ $cluster_mode = 1 ] && echo "2 nodes x 1 rank" || echo "2 ranks on this machine")"
-# 2. Steps enough to outlast the faults: from the rate of a 500-step run (the same file system;
-# from its first step logged to its end), the pauses plus 1 s a fault, and a fifth more.
+# 2. Steps: 1500 a fault, more than its gap and the steps the job runs on before the fault lands.
+[ -n "$steps" ] || steps=$((1000 + 1500 * faults))
 ckbase=$(dirname "$ck")
-if [ -z "$steps" ]; then
-  "${launch[@]}" "$dptrain" "${train[@]}" --max-steps 500 --checkpoint-dir "$ckbase/cal-ckpt" \
-    --log-dir "$dir/cal-log" >"$dir/cal.json" 2>"$dir/cal.err" &
-  cal=$!
-  while kill -0 $cal 2>/dev/null && [ "$(lines "$dir/cal-log/steps.jsonl")" -eq 0 ]; do sleep 0.01; done
-  t1=$(now) first=$(lines "$dir/cal-log/steps.jsonl")
-  wait $cal || { echo "chaos.sh: the calibration run failed:" >&2; tail -3 "$dir/cal.err" >&2; exit 1; }
-  rate=$(awk -v n=$((500 - first)) -v t="$(since "$t1")" 'BEGIN { printf "%.0f", (t > 0 ? n / t : 1000) }')
-  steps=$(awk -v r="$rate" -v p="$pause_sum" -v n="$faults" 'BEGIN { printf "%.0f", 500 + 1.2 * r * (p / 1000 + n) }')
-  rm -rf "$ckbase/cal-ckpt"
-fi
 train+=(--max-steps "$steps")
-echo "chaos: $faults faults (${kinds}), seed $seed, $steps steps${rate:+ (${rate} steps/s)}," \
+echo "chaos: $faults faults (${kinds}), seed $seed, $steps steps," \
   "deadline $deadline s, $side"
 
 # 3. The uninterrupted run.
@@ -169,9 +160,9 @@ echo "uninterrupted: $steps steps in $(since "$t0") s, param_hash $ref"
 "$dptrain" run --max-restarts $((3 * faults + 3)) --restart-delay 0.5 -- "${launch[@]}" "$dptrain" \
   "${train[@]}" --checkpoint-dir "$ck" --log-dir "$dir/log" >"$dir/job.json" 2>"$dir/job.err" &
 job=$!
-injected=0 survived=0 hangs=0 passed_over=0 failed_restarts=0 lost_all="" recover_all=""
+base="" injected=0 survived=0 hangs=0 passed_over=0 failed_restarts=0 lost_all="" recover_all=""
 for ((i = 1; i <= faults; ++i)); do
-  kind=${kind_of[i]} rank=${rank_of[i]} pause=${pause_of[i]}
+  kind=${kind_of[i]} rank=${rank_of[i]}
   # The ranks' pids once the job trains (found ahead: a search at the fault would delay it).
   declare -A pid_of=()
   while kill -0 $job 2>/dev/null && [ ${#pid_of[@]} -lt 2 ]; do
@@ -179,8 +170,10 @@ for ((i = 1; i <= faults; ++i)); do
     [ -z "$(last_step)" ] || while read -r p r; do pid_of[$r]=$p; done < <(rank_pids)
     [ ${#pid_of[@]} -ge 2 ] || sleep 0.05
   done
-  # Then the moment: PAUSE ms later.
-  sleep "$((pause / 1000)).$(printf %03d $((pause % 1000)))"
+  # Then the moment: GAP steps after it trained (again).
+  [ -n "$base" ] || base=$(last_step)
+  target=$((base + gap_of[i])) base=""
+  while kill -0 $job 2>/dev/null && [ "$(last_step)" -lt $target ] 2>/dev/null; do sleep 0.01; done
   kill -0 $job 2>/dev/null || { echo "fault $i: the job ended before it"; break; }
   pids=("${pid_of[@]}")
   if ! alive "${pid_of[$rank]}"; then
@@ -215,7 +208,7 @@ for ((i = 1; i <= faults; ++i)); do
     sleep 0.05
   done
   if [ "$(lines "$log")" -gt "$at_end" ]; then
-    back=$(since "$t_fault")
+    back=$(since "$t_fault") base=$(last_step)
     survived=$((survived + 1))
     recover_all="$recover_all $back"
   else
