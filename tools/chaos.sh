@@ -91,7 +91,8 @@ fi
 [ -n "$kinds" ] || die "no fault kind left to inject"
 read -r -a kind_list <<<"${kinds//,/ }"
 
-launch=(${mpirun_cmd:-mpirun --oversubscribe} -np 2 -x OPENBLAS_NUM_THREADS -x DPT_COMM_TIMEOUT)
+read -r -a launch <<<"${mpirun_cmd:-mpirun --oversubscribe}"
+launch+=(-np 2 -x OPENBLAS_NUM_THREADS -x DPT_COMM_TIMEOUT)
 if [ $cluster_mode = 1 ]; then
   [ "$(id -u)" -eq 0 ] || die "--cluster needs root (network namespaces)"
   export DPT_CLUSTER_PREFIX=${DPT_CLUSTER_PREFIX:-dptc-}
@@ -114,7 +115,7 @@ now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
 final_hash() { grep '"final": true' "$1" | tail -1 | grep -o '"param_hash": "[0-9a-f]*"' | cut -d'"' -f4; }
 log=$dir/log/steps.jsonl
-lines() { cat "$1" 2>/dev/null | wc -l; }
+lines() { { wc -l <"$1"; } 2>/dev/null || echo 0; }
 last_step() { tail -n 1 "$log" 2>/dev/null | sed -n 's/^{"step":\([0-9]*\),.*/\1/p'; }
 # The pids of the job's ranks: dptrain processes of this checkpoint directory with an MPI rank.
 rank_pids() {

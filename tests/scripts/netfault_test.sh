@@ -47,7 +47,7 @@ rank_pids() {
   for ns in ${p}n1 ${p}n2; do ip netns pids "$ns"; done | xargs -r ps -o pid=,comm= -p 2>/dev/null |
     awk '$2 == "dptrain" { print $1 }'
 }
-lines() { cat "$1" 2>/dev/null | wc -l; }
+lines() { { wc -l <"$1"; } 2>/dev/null || echo 0; }
 final_hash() { grep '"final": true' "$1" | grep -o '"param_hash": "[0-9a-f]*"' | cut -d'"' -f4; }
 # train NAME HIDDEN STEPS: 2 ranks, one per node; NAME.json, NAME.err, log directory NAME/.
 train() {
