@@ -14,8 +14,8 @@
 #   disk  the checkpoint directory's file system (a tmpfs the tool mounts, root) filled up; the
 #         next checkpoint fails and ends the job; the space is freed once it has ended
 # It reports each fault and: faults injected, survived (trained again), hangs (a rank alive past
-# T + 2 s after the fault), corrupt resumes (a restart that passed over a checkpoint or failed
-# before a step), steps lost (the last step logged before the job ended minus the step resumed
+# T + 2 s after the fault), corrupt resumes (a restart that passed over a checkpoint or could not
+# read one), restarts that failed before a step (and why), steps lost (the last step logged before the job ended minus the step resumed
 # at), seconds from the fault to a new step (p50, p99), and whether the final param_hash is the
 # uninterrupted run's (the same world size and placement). Exit 0 when every fault was
 # survived with no hang, no corrupt resume and the same param_hash; 1 otherwise; 2 usage.
@@ -91,15 +91,16 @@ fi
 [ -n "$kinds" ] || die "no fault kind left to inject"
 read -r -a kind_list <<<"${kinds//,/ }"
 
+# The jobs run niced, so that their busy ranks do not starve the watch kept on them here.
 read -r -a launch <<<"${mpirun_cmd:-mpirun --oversubscribe}"
-launch+=(-np 2 -x OPENBLAS_NUM_THREADS -x DPT_COMM_TIMEOUT)
+launch=(nice -n 5 "${launch[@]}" -np 2 -x OPENBLAS_NUM_THREADS -x DPT_COMM_TIMEOUT)
 if [ $cluster_mode = 1 ]; then
   [ "$(id -u)" -eq 0 ] || die "--cluster needs root (network namespaces)"
   export DPT_CLUSTER_PREFIX=${DPT_CLUSTER_PREFIX:-dptc-}
   export DPT_CLUSTER_SUBNET=${DPT_CLUSTER_SUBNET:-10.237.0} DPT_CLUSTER_STATE=$dir/cluster
   "$cluster" up 2 >"$dir/cluster.log" 2>&1 || { cat "$dir/cluster.log" >&2; exit 1; }
   cluster_up=1
-  launch=("$cluster" run -np 2 --map-by node -x OPENBLAS_NUM_THREADS -x DPT_COMM_TIMEOUT --)
+  launch=(nice -n 5 "$cluster" run -np 2 --map-by node -x OPENBLAS_NUM_THREADS -x DPT_COMM_TIMEOUT --)
 fi
 
 # Data: 320 random 8x8 images, labels 0..9 (10 steps an epoch at the global batch 32).
@@ -161,7 +162,7 @@ echo "uninterrupted: $steps steps in $(since "$t0") s, param_hash $ref"
 "$dptrain" run --max-restarts $((3 * faults + 3)) --restart-delay 0.5 -- "${launch[@]}" "$dptrain" \
   "${train[@]}" --checkpoint-dir "$ck" --log-dir "$dir/log" >"$dir/job.json" 2>"$dir/job.err" &
 job=$!
-base="" injected=0 survived=0 hangs=0 passed_over=0 failed_restarts=0 lost_all="" recover_all=""
+base="" injected=0 survived=0 hangs=0 passed_over=0 bad_loads=0 failed_restarts=0 failed_starts=0 lost_all="" recover_all=""
 for ((i = 1; i <= faults; ++i)); do
   kind=${kind_of[i]} rank=${rank_of[i]}
   # The ranks' pids once the job trains (found ahead: a search at the fault would delay it).
@@ -178,7 +179,13 @@ for ((i = 1; i <= faults; ++i)); do
   kill -0 $job 2>/dev/null || { echo "fault $i: the job ended before it"; break; }
   pids=("${pid_of[@]}")
   if ! alive "${pid_of[$rank]}"; then
-    echo "fault $i: rank $rank (pid ${pid_of[$rank]}) is not running; skipped"
+    # the job failed by itself meanwhile (a start-up past the deadline): this fault once it trains
+    echo "fault $i: rank $rank (pid ${pid_of[$rank]}) ended before the fault; waiting for the restart"
+    while kill -0 $job 2>/dev/null && alive "${pids[@]}"; do sleep 0.05; done
+    at_end=$(lines "$log")
+    while kill -0 $job 2>/dev/null && [ "$(lines "$log")" -le "$at_end" ]; do sleep 0.05; done
+    unset pid_of
+    i=$((i - 1))
     continue
   fi
   err_at=$(lines "$dir/job.err")
@@ -218,9 +225,11 @@ for ((i = 1; i <= faults; ++i)); do
   new=$(tail -n +$((err_at + 1)) "$dir/job.err")
   resumed=$(grep -o "resumed from [^ ]*: step [0-9]*" <<<"$new" | tail -1 | sed 's/.* //')
   po=$(grep -c "passing over checkpoint" <<<"$new")
+  bad=$(grep -cE "^dptrain: (rank [0-9]+: )?bad file format" <<<"$new")
   restarts=$(grep -c "dptrain run: the job .*; restart" <<<"$new")
-  passed_over=$((passed_over + po))
+  passed_over=$((passed_over + po)) bad_loads=$((bad_loads + bad))
   [ "$restarts" -le 1 ] || failed_restarts=$((failed_restarts + restarts - 1))
+  failed_starts=$((failed_starts + $(grep -c "MPI_Init_thread did not return" <<<"$new")))
   lost=$((${ended_step:-0} - ${resumed:-0}))
   [ "$back" = never ] || lost_all="$lost_all $lost"
   echo "fault $i: $kind rank $rank at step ${at_step:-0}:" \
@@ -242,7 +251,7 @@ pct() { # P VALUES...: the nearest-rank percentile
 }
 read -r -a rec <<<"$recover_all"
 read -r -a lst <<<"$lost_all"
-corrupt=$((passed_over + failed_restarts))
+corrupt=$((passed_over + bad_loads))
 lost_mean=$(printf '%s\n' "${lst[@]}" | awk 'NF { s += $1; n++ } END { if (n) printf "%.1f", s / n; else print "-" }')
 lost_max=$(printf '%s\n' "${lst[@]}" | sort -n | tail -1)
 same=no
@@ -250,7 +259,8 @@ same=no
 echo "faults injected: $injected of $faults"
 echo "survived (trained again): $survived"
 echo "hangs (a rank alive past the deadline + 2 s): $hangs"
-echo "corrupt resumes: $corrupt (checkpoints passed over: $passed_over, restarts failing before a step: $failed_restarts)"
+echo "corrupt resumes: $corrupt (checkpoints passed over: $passed_over, failed to load: $bad_loads)"
+echo "restarts failing before a step: $failed_restarts (ranks' MPI start-up past the deadline: $failed_starts)"
 echo "steps lost per fault: mean $lost_mean, max ${lost_max:--}"
 echo "fault to training again: p50 $(pct 50 "${rec[@]}") s, p99 $(pct 99 "${rec[@]}") s"
 echo "job: exit $rc after $(since "$t_wait") s more; final param_hash ${final:-none}," \

@@ -156,11 +156,15 @@ else
     ip netns exec "${p}n$n" tc qdisc del dev eth0 root
   done
   loss=$(awk -v s=$sent -v d=$dropped 'BEGIN { if (s + d) printf "%.1f", 100 * d / (s + d) }')
-  p50=$(grep -o '"seconds":[0-9.e-]*' "$dir/shaped/steps.jsonl" | cut -d: -f2 | sort -g |
-    awk '{ a[NR] = $1 } END { printf "%.0f", 1000 * a[int((NR + 1) / 2)] }')
+  p50() { # LOG: the median step in ms
+    grep -o '"seconds":[0-9.e-]*' "$1" | cut -d: -f2 | sort -g |
+      awk '{ a[NR] = $1 } END { printf "%.1f", 1000 * a[int((NR + 1) / 2)] }'
+  }
   shaped=$(final_hash "$dir/shaped.json")
   if [ -n "$ref" ] && [ "$shaped" = "$ref" ] && awk -v l="$loss" 'BEGIN { exit !(l >= 1) }'; then
-    echo "ok: tbf: $dropped of $((sent + dropped)) packets dropped ($loss %), steps p50 $p50 ms, 100 steps in $took s, param_hash $shaped as unshaped"
+    echo "ok: tbf: $dropped of $((sent + dropped)) packets dropped ($loss %), step p50" \
+      "$(p50 "$dir/shaped/steps.jsonl") ms (unshaped $(p50 "$dir/small/steps.jsonl") ms)," \
+      "100 steps in $took s, param_hash $shaped as unshaped"
   else
     fail "tbf: param_hash '$shaped' against '$ref', $dropped of $((sent + dropped)) packets dropped"
   fi
