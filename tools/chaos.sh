@@ -67,8 +67,10 @@ dir=$(cd "$dir" && pwd)
 # What an earlier soak in DIR left (its checkpoints would be resumed).
 rm -rf "${dir:?}"/{cal-log,ref-log,log,data,ckpt,ref-ckpt,cal-ckpt,*.json,*.err}
 cluster=$src/tools/cluster.sh
-mounted=0 cluster_up=0
+mounted=0 cluster_up=0 job=""
 cleanup() {
+  # a soak cut short: `dptrain run` passes SIGTERM on to the job and does not restart it
+  [ -z "$job" ] || ! kill -0 "$job" 2>/dev/null || { kill -TERM "$job"; wait "$job"; }
   [ $mounted = 0 ] || umount "$dir/disk" 2>/dev/null || umount -l "$dir/disk"
   [ $cluster_up = 0 ] || "$cluster" down
   [ $own_dir = 0 ] || rm -rf "$dir"
