@@ -5,7 +5,7 @@
 # param_hash; (c) a token bucket (tc tbf; this kernel has no netem) with a small queue on both
 # nodes drops packets and queues the rest, under the default deadline: no stall, the same
 # param_hash, and drops counted by the qdisc.
-# Skipped (77) without root, network namespaces, unshare or Open MPI; (c) alone without tc.
+# Skipped (77) without root, network namespaces, unshare or Open MPI; (c) alone without tc's tbf.
 # Usage: netfault_test.sh <dptrain> <scratch dir>
 # DPT_NETFAULT_TEST_PREFIX / DPT_NETFAULT_TEST_SUBNET (default dptf- / 10.236.0) rename the
 # test's cluster.
@@ -138,6 +138,9 @@ fi
 # packets and retransmits. Default deadline.
 if ! command -v tc >/dev/null; then
   echo "SKIP (c): no tc"
+elif ! ip netns exec "${p}n1" tc qdisc add dev lo root tbf rate 1mbit burst 3000 limit 4800 ||
+  ! ip netns exec "${p}n1" tc qdisc del dev lo root; then
+  echo "SKIP (c): this kernel has no tbf qdisc"
 else
   train small 32 100 || fail "unshaped run: $(tail -2 "$dir/small.err")"
   ref=$(final_hash "$dir/small.json")
