@@ -64,7 +64,9 @@ wait_steps() {
 # (a) A cut link under 4 ranks (2 per node, --map-by node: even ranks on n1, odd on n2), with
 # DPT_COMM_TIMEOUT=3: every rank gone within 3 + 2 s, each naming the rank it waited for, and on
 # each node a rank naming one across the cut. mpirun waits for the unreachable node's daemon
-# (Open MPI's channel, not ours), so the test ends it.
+# (Open MPI's channel, not ours), so the test ends it. Open MPI's default kill grace
+# (odls_base_sigkill_timeout, 1 s) lets every rank reach its own timeout and say why; at 0 the
+# launcher's SIGKILL ends the cut in about 3.1 s but silences some ranks.
 DPT_COMM_TIMEOUT=3 timeout 60 "$cluster" run -np 4 --map-by node -x DPT_COMM_TIMEOUT \
   -x OPENBLAS_NUM_THREADS -- sh -c 'exec "$@" 2>"$0/cut-$OMPI_COMM_WORLD_RANK.err"' "$dir" \
   "$dptrain" train --backend cpu --data "$dir/data" --hidden 1024 --global-batch 40 \
