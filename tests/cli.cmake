@@ -134,3 +134,24 @@ if(DPT_BUILD_TOOLS AND DPT_WITH_MPI)
   set_tests_properties(cluster PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "mpi;cluster"
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endif()
+
+# Network faults on that cluster: a cut link ends every rank within the deadline naming a rank
+# across it; a 1 s flap and a lossy token bucket (tc tbf) leave the parameters as unfaulted.
+# Alone (RUN_SERIAL), as chaos below: both time an end against the deadline + 2 s.
+if(DPT_BUILD_TOOLS AND DPT_WITH_MPI)
+  add_test(NAME netfault
+           COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/scripts/netfault_test.sh" $<TARGET_FILE:dptrain_cli>
+                   "${CMAKE_CURRENT_BINARY_DIR}/netfault-scratch")
+  set_tests_properties(netfault PROPERTIES TIMEOUT 200 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE LABELS "mpi;cluster"
+                       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+endif()
+
+# tools/chaos.sh, short: 3 seeded faults (SIGKILL, SIGSTOP, a full checkpoint disk) into a job
+# dptrain run restarts: all survived, no hang, no corrupt resume, the uninterrupted parameters.
+if(DPT_BUILD_TOOLS AND DPT_WITH_MPI)
+  add_test(NAME chaos
+           COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/scripts/chaos_test.sh" $<TARGET_FILE:dptrain_cli>
+                   "${CMAKE_CURRENT_BINARY_DIR}/chaos-scratch")
+  set_tests_properties(chaos PROPERTIES TIMEOUT 200 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE LABELS "cli;mpi;train"
+                       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+endif()

@@ -14,6 +14,7 @@ packages=(
   libopenmpi-dev openmpi-bin openssh-client     # MPI transport (mpirun looks for ssh even on one node)
   oclgrind                                      # OpenCL kernel checker (tests)
   slurm-wlm                                     # a one-node Slurm: srun --mpi=pmix, sbatch requeue (tests)
+  iproute2 procps                               # network namespaces and tc, pgrep (cluster.sh, chaos.sh)
   zlib1g-dev                                    # gzip IDX files
   libjansson-dev                                # JSON: model files, safetensors headers
   libutf8proc-dev                               # Unicode for the WordPiece tokenizer
