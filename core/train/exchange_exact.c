@@ -42,7 +42,6 @@ struct train_exact {
   int16_t *mine,
       *exps;         /* [nslots + 1], [replicas, nslots + 1]: exponents, this replica's and all */
   int64_t *sum;      /* [W + 1] */
-  double *acc;       /* [W + 1]: the local sums before they become e->sum */
   float *out;        /* [W] */
   dpt_buffer *start; /* the buffers at the step's start; NULL without buffers */
   double loss_total;
@@ -84,9 +83,8 @@ static dpt_status alloc_exact(train_exact *e, int replicas, int buffers, dpt_bac
   e->mine = malloc(n * sizeof *e->mine);
   e->exps = malloc((size_t)replicas * n * sizeof *e->exps);
   e->sum = malloc((e->W + 1) * sizeof *e->sum);
-  e->acc = malloc((e->W + 1) * sizeof *e->acc);
   e->out = malloc(e->W * sizeof *e->out + 1);
-  if (!e->vals || !e->loss || !e->maxbits || !e->mine || !e->exps || !e->sum || !e->acc || !e->out)
+  if (!e->vals || !e->loss || !e->maxbits || !e->mine || !e->exps || !e->sum || !e->out)
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY,
                          "deterministic: out of host memory for %zu groups of %zu values", e->cap,
                          e->W);
@@ -122,7 +120,6 @@ void dpt_train_exact_free(replica_state *s) {
   free(e->mine);
   free(e->exps);
   free(e->sum);
-  free(e->acc);
   free(e->out);
   free(e);
   s->exact = NULL;
@@ -185,9 +182,16 @@ typedef double v4d __attribute__((vector_size(32)));
 typedef int64_t v4l __attribute__((vector_size(32)));
 #define EXACT_V4 4
 #endif
+/* x86-64: an AVX2 copy of the loops besides the baseline one, picked at load time; the lanes'
+ * operations are the same, so are the bits. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define EXACT_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define EXACT_CLONES
+#endif
 
 /* The largest |v[i]| of n values as bits, from m. */
-static uint32_t max_bits(const float *v, size_t n, uint32_t m) {
+EXACT_CLONES static uint32_t max_bits(const float *v, size_t n, uint32_t m) {
   size_t i = 0;
 #if defined(EXACT_V4)
   v4u vm = {m, m, m, m};
@@ -211,7 +215,7 @@ static uint32_t max_bits(const float *v, size_t n, uint32_t m) {
 }
 
 /* a[i] += round(v[i] * scale), exactly (see ROUNDER). */
-static void add_rounded(double *a, const float *v, size_t n, double scale) {
+EXACT_CLONES static void add_rounded(double *a, const float *v, size_t n, double scale) {
   size_t i = 0;
 #if defined(EXACT_V4)
   const v4d r = {ROUNDER, ROUNDER, ROUNDER, ROUNDER}, sc = {scale, scale, scale, scale};
@@ -230,7 +234,7 @@ static void add_rounded(double *a, const float *v, size_t n, double scale) {
 }
 
 /* q[i] = a[i] as int64 (integer-valued, below 2^51). */
-static void to_i64_n(int64_t *q, const double *a, size_t n) {
+EXACT_CLONES static void to_i64_n(int64_t *q, const double *a, size_t n) {
   size_t i = 0;
 #if defined(EXACT_V4)
   const v4d r = {ROUNDER, ROUNDER, ROUNDER, ROUNDER};
@@ -320,23 +324,27 @@ static void float_sum_first(train_exact *e) {
 }
 
 /* This replica's groups, each value rounded to the slot's fixed point and summed (exactly, in
- * doubles: every partial sum is an integer below 2^50), into e->sum as int64. */
+ * doubles: every partial sum is an integer below 2^50), into e->sum as int64; block by block,
+ * so the sums stay in cache while every group's block is added. */
 static void sum_groups(train_exact *e) {
   if (e->mutate == 1) float_sum_first(e);
-  double *acc = e->acc;
-  memset(acc, 0, (e->W + 1) * sizeof *acc);
+  enum { BLOCK = 2048 }; /* values summed over every group while their sums stay in cache */
+  double acc[BLOCK];
   for (size_t k = 0; k < e->nslots; ++k) {
     const double scale = slot_scale(e, e->mine[k]);
-    if (scale == 0) continue;
-    double *a = acc + e->off[k];
-    const size_t n = e->off[k + 1] - e->off[k];
-    for (size_t j = 0; j < e->groups; ++j)
-      add_rounded(a, e->vals + j * e->W + e->off[k], n, scale);
+    for (size_t b = e->off[k]; b < e->off[k + 1]; b += BLOCK) {
+      const size_t n = e->off[k + 1] - b < BLOCK ? e->off[k + 1] - b : BLOCK;
+      memset(acc, 0, n * sizeof *acc);
+      for (size_t j = 0; j < e->groups && scale != 0; ++j)
+        add_rounded(acc, e->vals + j * e->W + b, n, scale);
+      to_i64_n(e->sum + b, acc, n);
+    }
   }
   const double scale = slot_scale(e, e->mine[e->nslots]);
+  double loss = 0;
   for (size_t j = 0; j < e->groups; ++j)
-    acc[e->W] += round_exact(e->loss[j] * scale);
-  to_i64_n(e->sum, acc, e->W + 1);
+    loss += round_exact(e->loss[j] * scale);
+  e->sum[e->W] = to_i64(loss);
 }
 
 /* The sums back to float: gradients as they are, buffers as the groups' mean. */

@@ -109,12 +109,12 @@ static dpt_status by_groups(replica *r, replica_state *s, int64_t epoch, size_t 
 static dpt_status forward_backward(replica *r, replica_state *s, int64_t epoch, size_t k,
                                    size_t bstart, size_t bcount, step_stats *mine) {
   size_t start, count;
-  dpt_status st = dpt_train_split_slice(r, s, bcount, &start, &count);
+  /* deterministic: no group kept yet, whatever happens below */
+  dpt_status st = s->exact ? dpt_train_exact_begin(s, bcount) : DPT_OK;
+  if (st == DPT_OK) st = dpt_train_split_slice(r, s, bcount, &start, &count);
   if (st != DPT_OK) return st;
   mine->samples = (int64_t)count;
   s->slice = 0;
-  if (st == DPT_OK && s->exact) st = dpt_train_exact_begin(s, bcount);
-  if (st != DPT_OK) return st;
   if (s->pending != DPT_OK) return s->pending; /* failed since the last exchange */
   if (count == 0)                              /* contributes nothing to the sum */
     return dpt_buffer_fill_f32(dpt_model_grads(s->model), 0, dpt_model_num_params(s->model), 0.0f);
