@@ -49,7 +49,7 @@ if(DPT_BUILD_TOOLS)
              COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/scripts/deterministic_test.sh"
                      $<TARGET_FILE:dptrain_cli> ${_b} "${_dpt_cli_mpi}")
     set_tests_properties(deterministic_${_b} PROPERTIES TIMEOUT 400 SKIP_RETURN_CODE 77
-                         LABELS "cli;mpi;train"
+                         LABELS "cli;mpi;train;${_b}"
                          ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
   endforeach()
 endif()
