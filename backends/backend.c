@@ -95,13 +95,21 @@ static dpt_status get_vtable(const char *fn, dpt_backend_kind kind,
   return DPT_OK;
 }
 
+/* Replicas in one process create their backends at once, and a driver's first enumeration is
+ * not always safe from two threads (PoCL reads a device's strings while another thread is still
+ * detecting the topology): enumeration and creation are serialized. */
+static pthread_mutex_t enumerate_lock = PTHREAD_MUTEX_INITIALIZER;
+
 dpt_status dpt_device_count(dpt_backend_kind kind, int *count) {
   const dpt_backend_vtable *vt = NULL;
   if (!count) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_device_count: count is NULL");
   *count = 0;
   dpt_status st = get_vtable("dpt_device_count", kind, &vt);
   if (st != DPT_OK) return st;
-  return vt->device_count(count);
+  pthread_mutex_lock(&enumerate_lock);
+  st = vt->device_count(count);
+  pthread_mutex_unlock(&enumerate_lock);
+  return st;
 }
 
 static dpt_status check_device_index(const char *fn, const dpt_backend_vtable *vt, int index) {
@@ -121,10 +129,12 @@ dpt_status dpt_device_get_info(dpt_backend_kind kind, int index, dpt_device_info
   const dpt_backend_vtable *vt = NULL;
   if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_device_get_info: out is NULL");
   dpt_status st = get_vtable("dpt_device_get_info", kind, &vt);
-  if (st == DPT_OK) st = check_device_index("dpt_device_get_info", vt, index);
   if (st != DPT_OK) return st;
+  pthread_mutex_lock(&enumerate_lock);
+  st = check_device_index("dpt_device_get_info", vt, index);
   memset(out, 0, sizeof *out);
-  st = vt->device_info(index, out);
+  if (st == DPT_OK) st = vt->device_info(index, out);
+  pthread_mutex_unlock(&enumerate_lock);
   out->backend = kind;
   out->index = index;
   return st;
@@ -132,10 +142,19 @@ dpt_status dpt_device_get_info(dpt_backend_kind kind, int index, dpt_device_info
 
 /* ---- backend lifetime -------------------------------------------------------------------- */
 
+static dpt_status create_locked(dpt_backend_kind kind, int device, dpt_backend **out);
+
 dpt_status dpt_backend_create(dpt_backend_kind kind, int device, dpt_backend **out) {
-  const dpt_backend_vtable *vt = NULL;
   if (!out) return dpt_set_error(DPT_ERR_INVALID_ARG, "dpt_backend_create: out is NULL");
   *out = NULL;
+  pthread_mutex_lock(&enumerate_lock);
+  const dpt_status st = create_locked(kind, device, out);
+  pthread_mutex_unlock(&enumerate_lock);
+  return st;
+}
+
+static dpt_status create_locked(dpt_backend_kind kind, int device, dpt_backend **out) {
+  const dpt_backend_vtable *vt = NULL;
   dpt_status st = get_vtable("dpt_backend_create", kind, &vt);
   if (st == DPT_OK) st = check_device_index("dpt_backend_create", vt, device);
   if (st != DPT_OK) return st;
@@ -194,6 +213,15 @@ dpt_status dpt_backend_synchronize(dpt_backend *be) {
   dpt_status st = check_backend("dpt_backend_synchronize", be);
   if (st != DPT_OK) return st;
   return be->vt->synchronize ? DPT_BE_CALL(be, be->vt->synchronize(be)) : DPT_OK;
+}
+
+dpt_status dpt_backend_set_deterministic(dpt_backend *be) {
+  dpt_status st = check_backend("dpt_backend_set_deterministic", be);
+  if (st != DPT_OK || !be->vt->set_deterministic) return st;
+  pthread_mutex_lock(&enumerate_lock); /* no other backend is being created meanwhile */
+  st = DPT_BE_CALL(be, be->vt->set_deterministic(be));
+  pthread_mutex_unlock(&enumerate_lock);
+  return st;
 }
 
 /* ---- memory ------------------------------------------------------------------------------ */

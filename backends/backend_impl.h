@@ -365,6 +365,9 @@ typedef struct dpt_backend_vtable {
   dpt_status (*create)(dpt_backend *be, int device);
   void (*destroy)(dpt_backend *be);
   dpt_status (*synchronize)(dpt_backend *be); /* optional */
+  /* Optional: results that do not depend on thread counts from now on (a backend without it
+   * is deterministic per shape already). */
+  dpt_status (*set_deterministic)(dpt_backend *be);
 
   /* buf->size is set; alloc sets buf->handle. free is never called with a NULL handle. */
   dpt_status (*buffer_alloc)(dpt_backend *be, dpt_buffer *buf);

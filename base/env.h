@@ -59,6 +59,9 @@ typedef enum dpt_env_kind {
     "FILE: DPT_FAULT_EXIT_AT_STEP only when FILE does not exist, which it then creates")           \
   X(DPT_TEST_SLOW_REPLICA, TEST, "", "I:F: replica I's forward and backward take F times as long") \
   X(DPT_TEST_NODES, TEST, "", "the node count the comm_mpi test expects")                          \
+  X(DPT_TEST_EXACT_MUTATE, TEST, "",                                                               \
+    "order: --deterministic sums a replica's groups in float first; exponent: each replica "       \
+    "scales by its own exponents (both break the promise, for the test that must see it)")         \
   X(OMPI_COMM_WORLD_RANK, LAUNCHER, "", "this rank (Open MPI), before MPI starts")                 \
   X(PMIX_RANK, LAUNCHER, "", "this rank (PMIx); set: launched as an MPI job")                      \
   X(PMI_RANK, LAUNCHER, "", "this rank (MPICH)")                                                   \

@@ -56,6 +56,8 @@ static void usage(FILE *f) {
           "                 bucket's update once its exchange is done and with the update\n"
           "                 after the last bucket: step time and exposed communication\n"
           "                 next to one exchange after backward (default: none)\n"
+          "  --deterministic  also 1 and R replicas with --deterministic (the default group\n"
+          "                 size): their cost next to the default runs\n"
           "  --json         one JSON object instead of the table\n");
 }
 
@@ -82,6 +84,7 @@ typedef struct variant {
   const char *ckpt_dir; /* checkpoints into this directory (NULL: none) */
   size_t bucket_bytes;  /* gradient buckets (0: one exchange after backward) */
   int whole_update;     /* with buckets: the update after the last one (bucket_whole_update) */
+  int det;              /* deterministic */
   dpt_comm *comm;       /* MPI mode: this rank's communicator, NULL when it sits this one out */
   int mpi;              /* MPI mode */
   double *sps;          /* samples/s of each repeat */
@@ -122,6 +125,7 @@ static int run_once(dpt_train_config cfg, variant *v, int rep) {
     cfg.checkpoints.checkpoint_dir = v->ckpt_dir;
     cfg.exchange.bucket_bytes = v->bucket_bytes;
     cfg.exchange.bucket_whole_update = v->whole_update;
+    cfg.deterministic = v->det;
     cfg.checkpoints.keep_checkpoints = 1;
     if (v->ckpt_dir)
       dpt_bench_remove_dir(v->ckpt_dir); /* a run refuses another run's checkpoints */
@@ -151,7 +155,7 @@ static double ms_per_step(double seconds, const dpt_train_report *r) {
 
 int dpt_bench_train(int argc, char **argv) {
   const char *dir = "/usr/share/datasets/fashion-mnist", *backend = "cpu", *model = "mlp";
-  int replicas = 2, repeat = 5, json = 0;
+  int replicas = 2, repeat = 5, json = 0, det = 0;
   size_t depth = 20, batch = 0, seq_len = 128;
   long steps = 100;
   double bucket_mb = 0;
@@ -172,6 +176,8 @@ int dpt_bench_train(int argc, char **argv) {
       return 0;
     } else if (!strcmp(a, "--json")) {
       json = 1;
+    } else if (!strcmp(a, "--deterministic")) {
+      det = 1;
     } else if (v && !strcmp(a, "--backend")) {
       backend = argv[++i];
     } else if (v && !strcmp(a, "--model")) {
@@ -303,15 +309,17 @@ int dpt_bench_train(int argc, char **argv) {
   snprintf(ckpt_dir, sizeof ckpt_dir, "/tmp/dptrain-bench-ckpt-%ld", (long)getpid());
   const size_t bucket_bytes = bucket_mb < 0 ? DPT_BUCKET_AUTO : (size_t)(bucket_mb * 1048576.0);
   const int ckpt = cfg.checkpoints.checkpoint_every > 0, buckets = bucket_bytes > 0;
-  const int NV = 7;
-  variant v[7] = {{1, 1, 0, NULL, 0, 0, solo, mpi, NULL, {0}, 0, 0, 0},
-                  {1, 0, 0, NULL, 0, 0, solo, mpi, NULL, {0}, 0, 0, 0},
-                  {replicas, 0, 0, NULL, 0, 0, world, mpi, NULL, {0}, 0, 0, 0},
-                  {replicas, 0, 1, NULL, 0, 0, world, mpi, NULL, {0}, 0, 0, 0},
-                  {replicas, 0, 0, ckpt_dir, 0, 0, world, mpi, NULL, {0}, 0, 0, 0},
-                  {replicas, 0, 0, NULL, bucket_bytes, 0, world, mpi, NULL, {0}, 0, 0, 0},
-                  {replicas, 0, 0, NULL, bucket_bytes, 1, world, mpi, NULL, {0}, 0, 0, 0}};
-  const int on[7] = {1, 1, 1, 1, ckpt, buckets, buckets};
+  enum { NV = 9 };
+  variant v[NV] = {{1, 1, 0, NULL, 0, 0, 0, solo, mpi, NULL, {0}, 0, 0, 0},
+                   {1, 0, 0, NULL, 0, 0, 0, solo, mpi, NULL, {0}, 0, 0, 0},
+                   {replicas, 0, 0, NULL, 0, 0, 0, world, mpi, NULL, {0}, 0, 0, 0},
+                   {replicas, 0, 1, NULL, 0, 0, 0, world, mpi, NULL, {0}, 0, 0, 0},
+                   {replicas, 0, 0, ckpt_dir, 0, 0, 0, world, mpi, NULL, {0}, 0, 0, 0},
+                   {replicas, 0, 0, NULL, bucket_bytes, 0, 0, world, mpi, NULL, {0}, 0, 0, 0},
+                   {replicas, 0, 0, NULL, bucket_bytes, 1, 0, world, mpi, NULL, {0}, 0, 0, 0},
+                   {1, 0, 0, NULL, 0, 0, 1, solo, mpi, NULL, {0}, 0, 0, 0},
+                   {replicas, 0, 0, NULL, 0, 0, 1, world, mpi, NULL, {0}, 0, 0, 0}};
+  const int on[NV] = {1, 1, 1, 1, ckpt, buckets, buckets, det, det};
   for (int k = 0; k < NV; ++k)
     if (!(v[k].sps = calloc((size_t)repeat, sizeof(double)))) rc = 1;
   for (int r = 0; r < repeat && !rc; ++r)
@@ -321,7 +329,7 @@ int dpt_bench_train(int argc, char **argv) {
     dpt_text_run_free(&text); /* ds is the text's */
   else
     dpt_dataset_destroy(ds);
-  double sps[7] = {0};
+  double sps[NV] = {0};
   for (int k = 0; k < NV; ++k) {
     if (!rc && on[k]) sps[k] = dpt_bench_median(v[k].sps, repeat);
     free(v[k].sps);
@@ -369,6 +377,11 @@ int dpt_bench_train(int argc, char **argv) {
              "\"checkpoint_cost\": %.4f, \"checkpoint_pause_ms\": %.2f",
              (long long)cfg.checkpoints.checkpoint_every, sps[4], many / sps[4] - 1.0,
              v[4].r.checkpoints ? 1e3 * v[4].r.checkpoint_seconds / (double)v[4].r.checkpoints : 0);
+    if (det)
+      printf(", \"deterministic_one_replica_samples_per_sec\": %.1f, "
+             "\"deterministic_replicas_samples_per_sec\": %.1f, \"deterministic_cost_one\": %.4f, "
+             "\"deterministic_cost_replicas\": %.4f",
+             sps[7], sps[8], one / sps[7] - 1.0, many / sps[8] - 1.0);
     printf("}\n");
   } else {
     printf("%s, global batch %zu, %ld steps, %s backend, %s (median of %d)\n", title, batch, steps,
@@ -427,6 +440,11 @@ int dpt_bench_train(int argc, char **argv) {
              100.0 * (many / sps[4] - 1.0),
              v[4].r.checkpoints ? 1e3 * v[4].r.checkpoint_seconds / (double)v[4].r.checkpoints : 0,
              (long long)v[4].r.checkpoints);
+    if (det)
+      printf("--deterministic: 1 replica %.0f samples/s (%+.1f%% time), %d replicas %.0f "
+             "samples/s (%+.1f%% time against the sharded step; exchange %.2f ms per step)\n",
+             sps[7], 100.0 * (one / sps[7] - 1.0), replicas, sps[8], 100.0 * (many / sps[8] - 1.0),
+             ms_per_step(v[8].r.exchange_seconds, &v[8].r));
   }
   return 0;
 }

@@ -41,6 +41,19 @@ if(DPT_BUILD_TOOLS)
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endif()
 
+# --deterministic: the same param_hash on any number of replicas, ranks, exchanges, and across a
+# resume at another world size (tests/scripts/deterministic_test.sh), per backend.
+if(DPT_BUILD_TOOLS)
+  foreach(_b cpu opencl vulkan)
+    add_test(NAME deterministic_${_b}
+             COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/scripts/deterministic_test.sh"
+                     $<TARGET_FILE:dptrain_cli> ${_b} "${_dpt_cli_mpi}")
+    set_tests_properties(deterministic_${_b} PROPERTIES TIMEOUT 400 SKIP_RETURN_CODE 77
+                         LABELS "cli;mpi;train;${_b}"
+                         ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  endforeach()
+endif()
+
 # A ResNet's weights and buffers read by PyTorch (tools/pytorch_reference.py, strict
 # load_state_dict) give dptrain's logits; skipped without /usr/bin/python3's torch.
 if(DPT_BUILD_TOOLS)

@@ -473,6 +473,17 @@ static const dpt_opt options[] = {
      "each replica updates 1/R of the parameters, all-gather;\n"
      "the same update with less work)",
      FLAG(cfg.exchange.full_optimizer_step, 1)},
+    {"--deterministic", NULL,
+     "the same parameters, bit for bit, on any number of\n"
+     "replicas: slices of whole groups, each group's gradient\n"
+     "alone (batch norm over the group), summed exactly in\n"
+     "64-bit fixed point (docs/training.md)",
+     FLAG(cfg.deterministic, 1)},
+    {"--group-size", "G",
+     "with --deterministic: samples per group, dividing the\n"
+     "global batch (default: the largest divisor up to 32\n"
+     "that leaves 8 groups or more)",
+     SIZE(cfg.group_size, 1)},
     {.help = "checkpoints:"},
     {"--checkpoint-dir", "DIR", "write checkpoints into DIR (rank 0's file system)",
      STRING(cfg.checkpoints.checkpoint_dir)},

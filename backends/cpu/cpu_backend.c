@@ -134,6 +134,13 @@ static dpt_status dpt_cpu_synchronize(dpt_backend *be) {
   return DPT_OK;
 }
 
+/* The CPU backend's own ops run on the caller's thread, and oneDNN's on one thread
+ * (cpu_conv.c): only OpenBLAS's threaded gemm sums in an order that depends on its threads. */
+static dpt_status dpt_cpu_set_deterministic(dpt_backend *be) {
+  if (((dpt_cpu_ctx *)be->ctx)->gemm == DPT_CPU_GEMM_OPENBLAS) dpt_cpu_openblas_one_thread();
+  return DPT_OK;
+}
+
 static dpt_status dpt_cpu_buffer_alloc(dpt_backend *be, dpt_buffer *buf) {
   (void)be;
   /* aligned_alloc wants a multiple of the alignment. */
@@ -200,6 +207,7 @@ const dpt_backend_vtable dpt_cpu_vtable = {.kind = DPT_BACKEND_CPU,
                                            .create = dpt_cpu_create,
                                            .destroy = dpt_cpu_destroy,
                                            .synchronize = dpt_cpu_synchronize,
+                                           .set_deterministic = dpt_cpu_set_deterministic,
                                            .buffer_alloc = dpt_cpu_buffer_alloc,
                                            .buffer_free = dpt_cpu_buffer_free,
                                            .upload = dpt_cpu_upload,

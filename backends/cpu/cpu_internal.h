@@ -62,6 +62,8 @@ dpt_status dpt_cpu_gemm_select(dpt_cpu_gemm_impl *out, int *requested);
  * why[why_len] (NUL-terminated, for the driver string). Thread-safe. */
 int dpt_cpu_openblas_admit(char *why, size_t why_len);
 void dpt_cpu_openblas_leave(void);
+/* OpenBLAS on one thread, process-wide: its threaded gemm's sums depend on the thread count. */
+void dpt_cpu_openblas_one_thread(void);
 
 /* How many CPU backends may use OpenBLAS at once: its buffer slots less those of its worker
  * threads and one for the rest of the process; 0 in a build without OpenBLAS. */

@@ -130,6 +130,12 @@ void dpt_cpu_openblas_leave(void) {
   pthread_mutex_unlock(&openblas_lock);
 }
 
+void dpt_cpu_openblas_one_thread(void) {
+  pthread_mutex_lock(&openblas_lock);
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+  pthread_mutex_unlock(&openblas_lock);
+}
+
 #else
 
 int dpt_cpu_openblas_limit(void) {
@@ -142,5 +148,7 @@ int dpt_cpu_openblas_admit(char *why, size_t why_len) {
 }
 
 void dpt_cpu_openblas_leave(void) {}
+
+void dpt_cpu_openblas_one_thread(void) {}
 
 #endif

@@ -29,11 +29,12 @@ int dpt_comm_data_tag(const dpt_comm *c, uint64_t seq) {
 }
 
 int dpt_dtype_ok(dpt_comm_dtype dtype) {
-  return dtype == DPT_COMM_F32 || dtype == DPT_COMM_F16 || dtype == DPT_COMM_BF16;
+  return dtype == DPT_COMM_F32 || dtype == DPT_COMM_F16 || dtype == DPT_COMM_BF16 ||
+         dtype == DPT_COMM_I64;
 }
 
 size_t dpt_dtype_size(dpt_comm_dtype dtype) {
-  return dtype == DPT_COMM_F16 || dtype == DPT_COMM_BF16 ? 2 : 4;
+  return dtype == DPT_COMM_F16 || dtype == DPT_COMM_BF16 ? 2 : dtype == DPT_COMM_I64 ? 8 : 4;
 }
 
 const char *dpt_dtype_name(dpt_comm_dtype dtype) {
@@ -44,6 +45,8 @@ const char *dpt_dtype_name(dpt_comm_dtype dtype) {
     return "float16";
   case DPT_COMM_BF16:
     return "bfloat16";
+  case DPT_COMM_I64:
+    return "int64";
   }
   return "?";
 }

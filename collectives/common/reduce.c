@@ -1,5 +1,6 @@
 /* The sums the collectives apply to received data: float32, binary16 and bfloat16 (both
- * summed in float32, rounded to the 16-bit type after every addition). Every rank applies the same
+ * summed in float32, rounded to the 16-bit type after every addition), and int64 (modulo 2^64,
+ * through unsigned arithmetic: exact in any order). Every rank applies the same
  * additions in the same order, so results are bit-identical; a + b == b + a exactly in IEEE
  * arithmetic, which lets a rank add a partner's vector to its own in either order. */
 #include <string.h>
@@ -81,8 +82,15 @@ static void sum_bf16(uint16_t *dst, const uint16_t *a, const uint16_t *b, size_t
     dst[i] = dpt_bfloat_from_f32(dpt_bfloat_to_f32(a[i]) + dpt_bfloat_to_f32(b[i]));
 }
 
+static void sum_i64(int64_t *dst, const int64_t *a, const int64_t *b, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    dst[i] = (int64_t)((uint64_t)a[i] + (uint64_t)b[i]);
+}
+
 void dpt_sum_to(void *dst, const void *a, const void *b, size_t n, dpt_comm_dtype dtype) {
-  if (dtype == DPT_COMM_F16)
+  if (dtype == DPT_COMM_I64)
+    sum_i64(dst, a, b, n);
+  else if (dtype == DPT_COMM_F16)
     sum_f16(dst, a, b, n);
   else if (dtype == DPT_COMM_BF16)
     sum_bf16(dst, a, b, n);

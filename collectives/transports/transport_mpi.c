@@ -255,7 +255,9 @@ static dpt_status allreduce_on(dpt_comm *c, MPI_Comm comm, void *data, size_t co
                                dpt_comm_dtype dtype, int arrived, double deadline) {
   mpi_state *s = c->impl;
   const size_t es = dpt_dtype_size(dtype);
-  MPI_Datatype type = dtype == DPT_COMM_F32 ? MPI_FLOAT : MPI_UINT16_T;
+  MPI_Datatype type = dtype == DPT_COMM_F32   ? MPI_FLOAT
+                      : dtype == DPT_COMM_I64 ? MPI_INT64_T
+                                              : MPI_UINT16_T;
   MPI_Op op = dtype == DPT_COMM_F16 ? s->f16_sum : dtype == DPT_COMM_BF16 ? s->bf16_sum : MPI_SUM;
   for (size_t done = 0; done < count;) {
     size_t n = count - done < (size_t)INT_MAX ? count - done : (size_t)INT_MAX;

@@ -14,13 +14,15 @@
 
 #include "base/error.h"
 #include "core/train/config.h"
+#include "core/train/run_terms.h"
 #include "dptrain/train.h"
 
 /* Each released layout's sizeof(dpt_train_config), oldest first: the sizes a caller may pass. */
 static const size_t known_sizes[] = {
-    offsetof(dpt_train_config, log_dir),      /* before log_dir */
-    offsetof(dpt_train_config, table_lr),     /* before table_lr */
-    offsetof(dpt_train_config, options_json), /* before options_json */
+    offsetof(dpt_train_config, log_dir),       /* before log_dir */
+    offsetof(dpt_train_config, table_lr),      /* before table_lr */
+    offsetof(dpt_train_config, options_json),  /* before options_json */
+    offsetof(dpt_train_config, deterministic), /* before deterministic */
     sizeof(dpt_train_config)};
 
 static int known_size(size_t size) {
@@ -310,6 +312,33 @@ static dpt_status check_options_json(const dpt_train_config *cfg) {
   return DPT_OK;
 }
 
+/* What a deterministic run needs: whole groups, and no setting whose sums it cannot make exact. */
+static dpt_status check_deterministic(const dpt_train_config *cfg) {
+  const char *fn = "dpt_train", *why = NULL;
+  if (!cfg->deterministic) {
+    if (cfg->group_size)
+      return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: group_size needs deterministic", fn);
+    return DPT_OK;
+  }
+  const size_t B = cfg->schedule.global_batch, G = dpt_train_group_size(cfg);
+  if (B % G)
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: deterministic: the group size %zu does not divide the global batch "
+                         "%zu; every replica's slice must be whole groups",
+                         fn, G, B);
+  if (cfg->exchange.sync_bn)
+    why = "sync_bn sums the batch statistics in float across replicas; under deterministic each "
+          "group normalizes over its own samples (ghost batch norm)";
+  else if (cfg->exchange.sparse_tables || cfg->data.local_train)
+    why = "per-replica records make each world size train on different batches";
+  else if (cfg->exchange.grad_dtype != DPT_COMM_F32)
+    why = "a 16-bit exchange rounds the sums; the exact exchange sends 64-bit fixed point";
+  else if (cfg->exchange.skip_allreduce)
+    why = "skip_allreduce exchanges nothing";
+  if (why) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: deterministic: %s", fn, why);
+  return DPT_OK;
+}
+
 dpt_status dpt_train_check_config(const dpt_train_config *cfg, dpt_comm *comm) {
   const char *fn = "dpt_train";
   if (!cfg) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: config is NULL", fn);
@@ -326,5 +355,6 @@ dpt_status dpt_train_check_config(const dpt_train_config *cfg, dpt_comm *comm) {
   }
   DPT_TRY(check_checkpoints(cfg));
   DPT_TRY(check_options_json(cfg));
+  DPT_TRY(check_deterministic(cfg));
   return dpt_optim_config_check(&cfg->optim);
 }

@@ -14,6 +14,7 @@
 /* X(kind): the table dpt_train_exchange_<kind>, defined in the kind's file. */
 #define DPT_EXCHANGE_KINDS(X)                                                                      \
   X(none)            /* no exchange (skip_allreduce) */                                            \
+  X(exact)           /* deterministic: groups summed in fixed point */                             \
   X(sparse)          /* sparse tables: touched rows */                                             \
   X(buckets_sharded) /* buckets, then each shard updated */                                        \
   X(buckets_full)    /* buckets, float32 or 16-bit */                                              \

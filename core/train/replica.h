@@ -89,6 +89,7 @@ typedef struct train_sparse train_sparse;     /* sparse_tables (train_sparse.c) 
 typedef struct train_buckets train_buckets;   /* bucket_bytes (train_buckets.c) */
 typedef struct train_split train_split;       /* the batch split's shares (train_split.c) */
 typedef struct train_exchange train_exchange; /* the step's exchange kind (exchange.c) */
+typedef struct train_exact train_exact;       /* deterministic: the groups (exchange_exact.c) */
 
 typedef struct replica_state {
   dpt_backend *be;
@@ -136,7 +137,8 @@ typedef struct replica_state {
   struct train_ckpt *ck;      /* checkpoints (train_checkpoint.c); NULL without checkpoint_dir */
   train_cursor at;            /* where the next step starts */
   struct dpt_run_log *runlog; /* cfg->log_dir, on replica 0 (train_runlog.c); NULL otherwise */
-  double grad_norm; /* the full step's gradient norm when its optimizer clipped, else NaN */
+  double grad_norm;   /* the full step's gradient norm when its optimizer clipped, else NaN */
+  train_exact *exact; /* deterministic: the step's groups and their exact sum; NULL otherwise */
 } replica_state;
 
 /* Keeps this replica's first local failure (with its message) for the next exchange. */

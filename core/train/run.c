@@ -152,7 +152,8 @@ static dpt_status start_run(replica *r, replica_state *s) {
   DPT_TRY(dpt_train_broadcast_params(r, s));
   DPT_TRY(dpt_train_ckpt_share_resumed(r, s));
   if (s->trace) DPT_TRY(dpt_trace_align(r->comm, s->trace));
-  if (cfg->exchange.bucket_bytes == DPT_BUCKET_AUTO && s->mode != STEP_LOCAL && !s->sparse) {
+  if (cfg->exchange.bucket_bytes == DPT_BUCKET_AUTO && s->mode != STEP_LOCAL && !s->sparse &&
+      !s->exact) {
     size_t bytes = 0;
     char table[512] = "";
     DPT_TRY(dpt_train_buckets_measure(r, s->gh ? cfg->exchange.grad_dtype : DPT_COMM_F32, &bytes,

@@ -68,7 +68,8 @@ typedef enum term_kind { TERM_INT, TERM_FLOAT, TERM_HASH } term_kind;
   X(SPLIT, "the batch split (split, split_every: 0 even, else the proportional split's period)",   \
     TERM_INT)                                                                                      \
   X(BUCKET_WHOLE_UPDATE, "the update after the last gradient bucket (bucket_whole_update)",        \
-    TERM_INT)
+    TERM_INT)                                                                                      \
+  X(GROUPS, "the deterministic groups' size (deterministic, group_size; 0: off)", TERM_INT)
 
 enum {
 #define DPT_TERM_ENUM_(e, name, kind) TERM_##e,
@@ -225,6 +226,7 @@ void dpt_run_terms(const dpt_train_config *cfg, uint64_t *w) {
   w[TERM_ACCUMULATE] =
       int_word(cfg->schedule.accumulate > 1 ? (int64_t)cfg->schedule.accumulate : 0);
   w[TERM_BUCKET_WHOLE_UPDATE] = int_word(cfg->exchange.bucket_whole_update);
+  w[TERM_GROUPS] = int_word(cfg->deterministic ? (int64_t)dpt_train_group_size(cfg) : 0);
   transform_words(&cfg->data.transform, w);
 }
 
@@ -334,13 +336,13 @@ static int json_word(int t, const json_t *v, uint64_t *w) {
 
 /* Fields a resumed run may change: the rate, the batch split, the micro-batches, the gradient
  * buckets (size and update order), the run's length (and the cosine length that follows it),
- * the checks, the non-finite policy, the test set. */
+ * the checks, the non-finite policy, the test set, the deterministic groups. */
 static int may_change(int t) {
   return t == TERM_LR || t == TERM_SPARSE_DENSE_ABOVE || t == TERM_ACCUMULATE || t == TERM_SPLIT ||
          t == TERM_BUCKET_BYTES || t == TERM_BUCKET_WHOLE_UPDATE || t == TERM_EPOCHS ||
          t == TERM_MAX_STEPS || t == TERM_TOTAL_STEPS || t == TERM_CHECK_EVERY ||
          t == TERM_MAX_SKIPPED || t == TERM_NONFINITE || t == TERM_TEST_SAMPLES ||
-         t == TERM_TEST_DATA;
+         t == TERM_TEST_DATA || t == TERM_GROUPS;
 }
 
 /* One field of the resume check: equal, changed and allowed (logged), or refused. */
@@ -398,4 +400,13 @@ double dpt_train_table_lr(const dpt_train_config *cfg) {
   default:
     return DPT_TABLE_SGD_LR;
   }
+}
+
+size_t dpt_train_group_size(const dpt_train_config *cfg) {
+  if (cfg->group_size) return cfg->group_size;
+  const size_t B = cfg->schedule.global_batch;
+  size_t g = 1;
+  for (size_t d = 1; d <= 32 && d * 8 <= B; ++d)
+    if (B % d == 0) g = d;
+  return g;
 }

@@ -7,7 +7,7 @@
 #include "dptrain/train.h"
 
 /* Words per replica: one per field of the run's terms. */
-#define DPT_RUN_TERM_COUNT 45
+#define DPT_RUN_TERM_COUNT 46
 
 /* This replica's terms: words[DPT_RUN_TERM_COUNT] from the configuration and the data sets'
  * sizes and fingerprints. */
@@ -34,5 +34,7 @@ dpt_status dpt_run_terms_check_resume(const char *saved_json, const char *origin
 /* The tables' learning rate at the schedule's start: table_lr, or the table optimizer's default;
  * 0 without sparse_tables. */
 double dpt_train_table_lr(const dpt_train_config *cfg);
+/* deterministic: samples per group (group_size, or its default from the global batch). */
+size_t dpt_train_group_size(const dpt_train_config *cfg);
 
 #endif

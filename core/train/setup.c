@@ -12,6 +12,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "core/train/exchange_exact.h"
 #include "core/train/optimizer.h"
 #include "core/train/setup.h"
 #include "core/train/train_buckets.h"
@@ -23,6 +24,7 @@
 
 static step_mode step_mode_of(const dpt_train_config *cfg, int replicas) {
   if (cfg->exchange.skip_allreduce) return STEP_LOCAL;
+  if (cfg->deterministic) return STEP_FULL;          /* the exact sum is whole on every replica */
   if (cfg->exchange.sparse_tables) return STEP_FULL; /* the dense ranges all-reduced, see train.h */
   if (cfg->exchange.grad_dtype != DPT_COMM_F32) return STEP_FULL; /* shards are cut for float32 */
   /* Every element is updated by one replica from the same sum the ring all-reduce gives, so
@@ -39,6 +41,7 @@ void dpt_train_state_free(replica_state *s) {
   dpt_train_runlog_free(s);
   dpt_train_sparse_free(s);
   dpt_train_split_free(s);
+  dpt_train_exact_free(s);
   dpt_buffer_free(s->x);
   dpt_buffer_free(s->acc);
   dpt_buffer_free(s->gh);
@@ -206,9 +209,14 @@ static dpt_status create_backend_and_model(replica *r, replica_state *s) {
   if (s->max_slice > batch) s->max_slice = batch;
   const size_t K = cfg->schedule.accumulate > 1 ? cfg->schedule.accumulate : 1;
   s->max_micro = (s->max_slice + K - 1) / K;
+  if (cfg->deterministic) { /* slices of whole groups (train_split.c), one group at a time */
+    const size_t G = dpt_train_group_size(cfg);
+    s->max_slice = s->max_slice + G < batch ? s->max_slice + G : batch;
+    s->max_micro = G < s->max_slice ? G : s->max_slice;
+  }
   DPT_TRY(dpt_model_create(s->be, &cfg->model, s->max_micro, &s->model));
   const size_t np = dpt_model_num_params(s->model);
-  if (K > 1) DPT_TRY(dpt_buffer_alloc(s->be, np * sizeof(float), &s->acc));
+  if (K > 1 && !cfg->deterministic) DPT_TRY(dpt_buffer_alloc(s->be, np * sizeof(float), &s->acc));
   if (cfg->exchange.grad_dtype != DPT_COMM_F32 && r->count > 1 && !cfg->exchange.skip_allreduce) {
     DPT_TRY(dpt_buffer_alloc(s->be, np * sizeof(uint16_t), &s->gh));
     if (cfg->exchange.grad_error_feedback) {
@@ -303,7 +311,8 @@ dpt_status dpt_train_replica_setup(replica *r, replica_state *s) {
   DPT_TRY(alloc_batch(r, s));
   DPT_TRY(dpt_train_sparse_setup(r, s));
   DPT_TRY(create_optimizer(r, s));
-  if (r->cfg->exchange.bucket_bytes != DPT_BUCKET_AUTO)
+  DPT_TRY(dpt_train_exact_setup(r, s));
+  if (r->cfg->exchange.bucket_bytes != DPT_BUCKET_AUTO && !s->exact)
     DPT_TRY(dpt_train_buckets_setup(r, s, r->cfg->exchange.bucket_bytes));
   if (r->cfg->trace && r->index == 0) DPT_TRY(check_trace_path(r->cfg->trace));
   if (r->cfg->trace) {

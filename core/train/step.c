@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "core/train/batch.h"
 #include "core/train/exchange.h"
+#include "core/train/exchange_exact.h"
 #include "core/train/optimizer.h"
 #include "core/train/step.h"
 #include "core/train/train_buckets.h"
@@ -84,12 +85,33 @@ static dpt_status micro_batch(replica *r, replica_state *s, int64_t epoch, size_
   return st;
 }
 
+/* deterministic: the slice as its groups, each run alone from the step's batch-norm buffers and
+ * kept apart for the exact exchange (exchange_exact.c). */
+static dpt_status by_groups(replica *r, replica_state *s, int64_t epoch, size_t bstart,
+                            size_t start, size_t count, float scale, step_stats *mine) {
+  const size_t G = dpt_train_exact_group(s);
+  dpt_status st = DPT_OK;
+  for (size_t ms = 0; ms < count && st == DPT_OK; ms += G) {
+    const size_t mc = count - ms < G ? count - ms : G;
+    step_stats one;
+    memset(&one, 0, sizeof one);
+    st = dpt_train_exact_rewind(s);
+    if (st == DPT_OK) st = micro_batch(r, s, epoch, bstart, start, ms, mc, scale, &one);
+    mine->targets += one.targets;
+    mine->correct += one.correct;
+    if (st == DPT_OK) st = dpt_train_exact_keep(s, one.loss_sum);
+  }
+  return st;
+}
+
 /* Loads this replica's slice of the global batch at `bstart` (bcount samples) and runs forward
  * and backward. Returns the local outcome, which the step's exchange announces. */
 static dpt_status forward_backward(replica *r, replica_state *s, int64_t epoch, size_t k,
                                    size_t bstart, size_t bcount, step_stats *mine) {
   size_t start, count;
-  dpt_status st = dpt_train_split_slice(r, s, bcount, &start, &count);
+  /* deterministic: no group kept yet, whatever happens below */
+  dpt_status st = s->exact ? dpt_train_exact_begin(s, bcount) : DPT_OK;
+  if (st == DPT_OK) st = dpt_train_split_slice(r, s, bcount, &start, &count);
   if (st != DPT_OK) return st;
   mine->samples = (int64_t)count;
   s->slice = 0;
@@ -109,6 +131,8 @@ static dpt_status forward_backward(replica *r, replica_state *s, int64_t epoch, 
    * target has no loss and gets a zero gradient. */
   const float scale = targets > 0 ? 1.0f / (float)targets : 0.0f;
   if (st == DPT_OK && s->sparse) st = dpt_train_sparse_prepare(s);
+  if (s->exact)
+    return st == DPT_OK ? by_groups(r, s, epoch, bstart, start, count, scale, mine) : st;
   /* The slice as micro-batches (one without accumulate), their gradients summed. */
   const size_t K = s->acc ? r->cfg->schedule.accumulate : 1;
   int summed = 0; /* micro-batches whose gradient acc holds */
@@ -274,7 +298,8 @@ static dpt_status keep_buffers(replica_state *s, int restore) {
  * stay identical. With sync-bn they are identical already. */
 static dpt_status share_buffers(replica *r, replica_state *s) {
   const size_t nb = dpt_model_num_buffer_floats(s->model);
-  if (nb == 0 || r->cfg->exchange.sync_bn || s->mode == STEP_LOCAL || r->count == 1) return DPT_OK;
+  if (nb == 0 || r->cfg->exchange.sync_bn || s->mode == STEP_LOCAL || r->count == 1 || s->exact)
+    return DPT_OK; /* sync-bn and the exact exchange leave them identical */
   dpt_status st =
       dpt_broadcast_buffer(r->comm, dpt_model_buffers(s->model), 0, nb * sizeof(float), 0);
   if (dpt_train_out_of_step(st)) return st;
@@ -357,6 +382,8 @@ dpt_status dpt_train_step(replica *r, replica_state *s, int64_t epoch, size_t k,
   s->t.compute += mine.compute;
   st = reduce_gradients(r, s, st, &mine);
   if (dpt_train_out_of_step(st)) return st;
+  /* The exact loss on replica 0 alone: adding the others' zeros leaves it exact. */
+  if (s->exact) mine.loss_sum = r->index == 0 ? dpt_train_exact_loss(s) : 0.0;
   char what[64];
   snprintf(what, sizeof what, "step %lld", (long long)s->t.step + 1);
   step_requests(r, s, &mine); /* as late as can be: a request during this step ends it */

@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "base/error.h"
+#include "core/train/exchange_exact.h"
 #include "core/train/replica.h"
 #include "core/train/train_split.h"
 #include "dptrain/data.h"
@@ -125,8 +126,9 @@ const size_t *dpt_train_split_shares(const replica_state *s) {
 /* The slice of a batch of bcount samples: the shares themselves for a full batch; for a kept
  * last, shorter one, one sample each and the rest in proportion to (share - 1), whole samples
  * by largest remainder (lower replica first on ties), so no slice exceeds its share. */
-dpt_status dpt_train_split_slice(const replica *r, const replica_state *s, size_t bcount,
-                                 size_t *start, size_t *count) {
+/* The replicas' slices by samples (even, or proportional to the shares). */
+static dpt_status split_samples(const replica *r, const replica_state *s, size_t bcount,
+                                size_t *start, size_t *count) {
   const train_split *p = s->split;
   const int R = r->count;
   if (!p || !p->proportional || bcount < (size_t)R)
@@ -156,6 +158,25 @@ dpt_status dpt_train_split_slice(const replica *r, const replica_state *s, size_
   for (int i = 0; i < r->index; ++i)
     *start += n[i];
   *count = n[r->index];
+  return DPT_OK;
+}
+
+/* x to the nearest multiple of G (halves up), at most bcount. */
+static size_t to_group(size_t x, size_t G, size_t bcount) {
+  const size_t g = (x + G / 2) / G * G;
+  return g < bcount ? g : bcount;
+}
+
+dpt_status dpt_train_split_slice(const replica *r, const replica_state *s, size_t bcount,
+                                 size_t *start, size_t *count) {
+  DPT_TRY(split_samples(r, s, bcount, start, count));
+  const size_t G = dpt_train_exact_group(s);
+  if (G <= 1) return DPT_OK;
+  /* deterministic: each boundary moved to a group's, the same on both replicas beside it */
+  const size_t a = to_group(*start, G, bcount);
+  const size_t b = r->index == r->count - 1 ? bcount : to_group(*start + *count, G, bcount);
+  *start = a;
+  *count = b - a;
   return DPT_OK;
 }
 

@@ -48,6 +48,11 @@ typedef struct dpt_range {
 
 /* Waits until all work submitted to the backend has finished. */
 DPT_API dpt_status dpt_backend_synchronize(dpt_backend *backend);
+/* From now on, results that depend only on the shapes and values, not on thread counts: the CPU
+ * backend runs OpenBLAS on one thread (process-wide: every CPU backend of the process); the
+ * OpenCL and Vulkan backends reduce without atomics already. dptrain's deterministic training
+ * calls it. */
+DPT_API dpt_status dpt_backend_set_deterministic(dpt_backend *backend);
 
 /* ---- memory ------------------------------------------------------------------------------ */
 

@@ -20,11 +20,14 @@ typedef struct dpt_comm_group dpt_comm_group;
 
 /* Element types of reductions. F16 is IEEE binary16 and BF16 bfloat16 (a float32's top 16
  * bits), both stored as uint16_t; their sums are computed in float32 and rounded to the
- * 16-bit type after every addition. The values travel in hello headers: never renumber. */
+ * 16-bit type after every addition. I64 is int64_t, summed modulo 2^64: exact and associative,
+ * so its sums are the same bits in any order (fixed-point gradients). The values travel in
+ * hello headers: never renumber. */
 typedef enum dpt_comm_dtype {
   DPT_COMM_F32 = 0,
   DPT_COMM_F16 = 1,
-  DPT_COMM_BF16 = 2
+  DPT_COMM_BF16 = 2,
+  DPT_COMM_I64 = 3
 } dpt_comm_dtype;
 
 /* ---- creation ------------------------------------------------------------------------------ */

@@ -401,6 +401,16 @@ typedef struct dpt_train_config {
    * --print-config prints them), or NULL: settings.json keeps the object as "options", and
    * every checkpoint the text as its metadata "dptrain.options". */
   const char *options_json;
+  /* 1: the parameters after every step are the same bits whatever the number of replicas and
+   * however they are made (docs/training.md, "The same bits on any number of replicas"): each
+   * replica's slice is a whole number of groups of group_size samples, each group's gradient
+   * computed alone (its batch norm over the group), and the groups' gradients and losses summed
+   * exactly in 64-bit fixed point. Refused with sync_bn, sparse_tables, a 16-bit grad_dtype,
+   * per-replica records and skip_allreduce. */
+  int deterministic;
+  /* With deterministic: samples per group; it must divide global_batch. 0: the largest divisor
+   * of global_batch not above 32 that leaves at least 8 groups (1 below 8 samples). */
+  size_t group_size;
 } dpt_train_config;
 
 /* Fills the first `size` bytes of *cfg with the defaults and sets cfg->size = size: CPU backend,

@@ -2,8 +2,9 @@
 # tools/cluster.sh: a cluster of 2 nodes (network namespaces) on this machine. A failed `up`
 # leaves nothing behind, a second `up` is refused; 2 nodes x 2 ranks are 2 nodes to MPI (two
 # hostnames, 2 local ranks each); `dptrain train` on them ends with the param_hash of 4 ranks on
-# one node; comm_mpi's nodes case there: each rank sees 2 nodes, its node peer through shared
-# memory, the other node through MPI, sums right; a failing run leaves no process in the nodes;
+# one node, and with --deterministic with the param_hash of one replica; comm_mpi's nodes case
+# there: each rank sees 2 nodes, its node peer through shared memory, the other node through
+# MPI, sums right; a failing run leaves no process in the nodes;
 # a cut link between the nodes ends every rank within the deadline + 2 s; `down` removes every
 # namespace.
 # Skipped (77) without root, network namespaces, unshare or Open MPI.
@@ -105,6 +106,20 @@ if awk -v d="${diff_flat%% *}" 'BEGIN { exit !(d != "none" && d + 0 <= 1e-5) }';
   echo "ok: the cluster's weights within 1e-5 of one node's flat ring: largest difference $diff_flat"
 else
   fail "the cluster's weights against one node's flat ring: largest difference $diff_flat"
+fi
+
+# 4a. --deterministic: 2 nodes x 2 ranks end on the bits of one replica (docs/training.md).
+det=("${args[@]}" --deterministic --group-size 4)
+timeout 200 "$cluster" run -x OPENBLAS_NUM_THREADS -- "$dptrain" "${det[@]}" \
+  >"$dir/det-cluster.json" 2>"$dir/det-cluster.err" ||
+  fail "--deterministic on the cluster: $(tail -3 "$dir/det-cluster.err")"
+"$dptrain" "${det[@]}" >"$dir/det-one.json" 2>"$dir/det-one.err" ||
+  fail "--deterministic, 1 replica: $(tail -3 "$dir/det-one.err")"
+on_cluster=$(final_hash "$dir/det-cluster.json") on_one=$(final_hash "$dir/det-one.json")
+if [ -n "$on_cluster" ] && [ "$on_cluster" = "$on_one" ]; then
+  echo "ok: --deterministic param_hash $on_cluster on 2 nodes x 2 ranks and on 1 replica"
+else
+  fail "--deterministic param_hash '$on_cluster' on the cluster, '$on_one' on 1 replica"
 fi
 
 # 4b. --model dlrm with each node's own shard files (--node-shards): node n1 holds shards 0
