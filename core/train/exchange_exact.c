@@ -35,6 +35,7 @@ struct train_exact {
   size_t *off;         /* [nslots + 1]: the slots' starts in a group's values */
   size_t cap, groups;  /* groups the host has room for; kept this step */
   size_t batch_groups; /* groups in this step's global batch */
+  int top;             /* 50 - H: 2^H >= batch_groups, so a batch's sum stays below 2^50 */
   float *vals;         /* [cap, W] */
   double *loss;        /* [cap] */
   uint32_t *maxbits;   /* [nslots]: the largest |value|'s bits so far (ordered as the values) */
@@ -79,11 +80,11 @@ static dpt_status alloc_exact(train_exact *e, int replicas, int buffers, dpt_bac
   const size_t n = e->nslots + 1;
   e->vals = malloc(e->cap * e->W * sizeof *e->vals);
   e->loss = malloc(e->cap * sizeof *e->loss);
-  e->maxbits = malloc(e->nslots * sizeof *e->maxbits + 1);
+  e->maxbits = malloc(e->nslots * sizeof *e->maxbits);
   e->mine = malloc(n * sizeof *e->mine);
   e->exps = malloc((size_t)replicas * n * sizeof *e->exps);
   e->sum = malloc((e->W + 1) * sizeof *e->sum);
-  e->out = malloc(e->W * sizeof *e->out + 1);
+  e->out = malloc(e->W * sizeof *e->out);
   if (!e->vals || !e->loss || !e->maxbits || !e->mine || !e->exps || !e->sum || !e->out)
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY,
                          "deterministic: out of host memory for %zu groups of %zu values", e->cap,
@@ -133,6 +134,10 @@ dpt_status dpt_train_exact_begin(replica_state *s, size_t bcount) {
   train_exact *e = s->exact;
   e->groups = 0;
   e->batch_groups = (bcount + e->G - 1) / e->G;
+  int H = 0;
+  while (((size_t)1 << H) < e->batch_groups)
+    ++H;
+  e->top = 50 - H;
   e->loss_max = 0;
   memset(e->maxbits, 0, e->nslots * sizeof *e->maxbits);
   if (!e->start) return DPT_OK;
@@ -306,11 +311,7 @@ static dpt_status agree_exponents(replica *r, train_exact *e) {
  * non-finite slot (the latter's result is made NaN). */
 static double slot_scale(const train_exact *e, int16_t E) {
   if (E == EXP_ZERO || E == EXP_BAD) return 0;
-  int H = 0;
-  while (((size_t)1 << H) < e->batch_groups)
-    ++H;
-  int sh = 50 - H - E;
-  sh = sh > 1000 ? 1000 : sh;
+  const int sh = e->top - E < 1000 ? e->top - E : 1000;
   return ldexp(1.0, sh);
 }
 

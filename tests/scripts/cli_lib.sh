@@ -1,5 +1,6 @@
 # Shared by the CLI script tests that source it: `fail` counts a failure, `refused` checks a
-# refusal, `make_idx` writes a small IDX data set. The sourcing script sets $dptrain and
+# refusal, `make_idx` writes a small IDX data set, `final_hash` reads a run's param_hash,
+# `max_diff` compares two weight files. The sourcing script sets $dptrain and
 # failures=0, and exits non-zero when failures > 0.
 
 fail() {
@@ -35,4 +36,21 @@ make_idx() {
   mkdir -p "$dir"
   { be32 2051; be32 "$n"; be32 "$side"; be32 "$side"; head -c $((n * side * side)) /dev/urandom; } >"$dir/$split-images-idx3-ubyte"
   { be32 2049; be32 "$n"; for ((i = 0; i < n; ++i)); do printf "\\x0$((i % 10))"; done; } >"$dir/$split-labels-idx1-ubyte"
+}
+
+# final_hash FILE: the param_hash of the "final" JSON lines in FILE (every rank's), distinct
+# values space-separated: one value when the ranks agree.
+final_hash() {
+  grep '"final": true' "$1" | grep -o '"param_hash": "[0-9a-f]*"' | sort -u |
+    sed 's/.*"\([0-9a-f]*\)"$/\1/' | tr '\n' ' ' | sed 's/ $//'
+}
+
+# max_diff A B: the largest difference between two weight files of one model (the same
+# header), as floats: "D over N", or "none".
+max_diff() {
+  local h
+  h=$(od -A n -t u8 -N 8 "$1" | tr -d ' ')
+  paste <(od -A n -v -t f4 -w4 -j $((8 + h)) "$1") <(od -A n -v -t f4 -w4 -j $((8 + h)) "$2") |
+    awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; n++ }
+         END { if (n == 0) print "none"; else printf "%.3g over %d\n", m, n }'
 }

@@ -15,6 +15,8 @@ set -uo pipefail
 dptrain=$1 dir=$2 mpiexec=${3:-mpiexec --oversubscribe} comm_mpi=${4:-}
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cluster=$src/tools/cluster.sh
+# shellcheck source=cli_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
 # The test's own names and state, apart from a cluster a user may have up.
 p=${DPT_CLUSTER_TEST_PREFIX:-dptt-}
 export DPT_CLUSTER_PREFIX=$p DPT_CLUSTER_SUBNET=${DPT_CLUSTER_TEST_SUBNET:-10.232.0}
@@ -34,7 +36,6 @@ unshare --uts true 2>/dev/null || { echo "SKIP: no UTS namespaces here"; exit 77
 "$cluster" down
 rm -rf "$dir" && mkdir -p "$dir" || exit 1
 failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 ours() { ip netns list | awk '{print $1}' | grep "^$p" | sort | tr '\n' ' '; }
 trap '"$cluster" down' EXIT
 
@@ -66,7 +67,6 @@ echo "$loc"
 [ "$(grep -c 'local_size 2$' <<<"$loc")" -eq 4 ] || fail "expected 4 ranks with 2 local: $loc"
 
 # 4. dptrain train, 2 nodes x 2 ranks against 4 ranks on one node: the same parameters.
-be32() { printf "\\x$(printf %02x $(($1 >> 24 & 255)))\\x$(printf %02x $(($1 >> 16 & 255)))\\x$(printf %02x $(($1 >> 8 & 255)))\\x$(printf %02x $(($1 & 255)))"; }
 n=400
 mkdir -p "$dir/data"
 { be32 2051; be32 $n; be32 8; be32 8; head -c $((n * 64)) /dev/urandom; } >"$dir/data/train-images-idx3-ubyte"
@@ -74,10 +74,6 @@ mkdir -p "$dir/data"
   >"$dir/data/train-labels-idx1-ubyte"
 args=(train --backend cpu --data "$dir/data" --hidden 32 --global-batch 40 --epochs 1
   --max-steps 6 --seed 5 --json --quiet)
-final_hash() {
-  grep '"final": true' "$1" | grep -o '"param_hash": "[0-9a-f]*"' | sort -u |
-    sed 's/.*"\([0-9a-f]*\)"$/\1/' | tr '\n' ' ' | sed 's/ $//'
-}
 timeout 200 "$cluster" run -x OPENBLAS_NUM_THREADS -- "$dptrain" "${args[@]}" \
   --save-weights "$dir/cluster.st" >"$dir/cluster.json" 2>"$dir/cluster.err" ||
   fail "train on the cluster: $(tail -3 "$dir/cluster.err")"
@@ -93,14 +89,6 @@ if [ -n "$on_cluster" ] && [ "$on_cluster" = "$on_one" ] && [[ $on_one != *" "* 
 else
   fail "param_hash '$on_cluster' on the cluster, '$on_one' on one node as 2 x 2"
 fi
-# The largest difference between two weight files of one model (the same header), as floats.
-max_diff() {
-  local h
-  h=$(od -A n -t u8 -N 8 "$1" | tr -d ' ')
-  paste <(od -A n -v -t f4 -w4 -j $((8 + h)) "$1") <(od -A n -v -t f4 -w4 -j $((8 + h)) "$2") |
-    awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; n++ }
-         END { if (n == 0) print "none"; else printf "%.3g over %d\n", m, n }'
-}
 diff_flat=$(max_diff "$dir/cluster.st" "$dir/flat.st")
 if awk -v d="${diff_flat%% *}" 'BEGIN { exit !(d != "none" && d + 0 <= 1e-5) }'; then
   echo "ok: the cluster's weights within 1e-5 of one node's flat ring: largest difference $diff_flat"

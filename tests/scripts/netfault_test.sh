@@ -48,7 +48,6 @@ rank_pids() {
     awk '$2 == "dptrain" { print $1 }'
 }
 lines() { { wc -l <"$1"; } 2>/dev/null || echo 0; }
-final_hash() { grep '"final": true' "$1" | grep -o '"param_hash": "[0-9a-f]*"' | cut -d'"' -f4; }
 # train NAME HIDDEN STEPS: 2 ranks, one per node; NAME.json, NAME.err, log directory NAME/.
 train() {
   rm -rf "${dir:?}/$1"
