@@ -11,8 +11,9 @@
 # steps after the job trains (again), on a random rank (--steps: 1500 a fault by default):
 #   kill  SIGKILL of the rank; the job ends, `dptrain run` restarts it
 #   stop  SIGSTOP of the rank; the other's deadline (DPT_COMM_TIMEOUT=T) ends the job
-#   disk  the checkpoint directory's file system (a tmpfs the tool mounts, root) filled up; the
-#         next checkpoint fails and ends the job; the space is freed once it has ended
+#   disk  the checkpoint directory's file system (a tmpfs the tool mounts, root) filled up and
+#         kept full (space a pruned checkpoint frees is taken at once), so a checkpoint fails
+#         and ends the job; the space is freed once it has ended
 # It reports each fault and: faults injected, survived (trained again), hangs (a rank alive past
 # T + 2 s after the fault), corrupt resumes (a restart that passed over a checkpoint or could not
 # read one), restarts that failed before a step (and why), steps lost (the last step logged before the job ended minus the step resumed
@@ -67,8 +68,9 @@ dir=$(cd "$dir" && pwd)
 # What an earlier soak in DIR left (its checkpoints would be resumed).
 rm -rf "${dir:?}"/{cal-log,ref-log,log,data,ckpt,ref-ckpt,cal-ckpt,*.json,*.err}
 cluster=$src/tools/cluster.sh
-mounted=0 cluster_up=0 job=""
+mounted=0 cluster_up=0 job="" hog=""
 cleanup() {
+  [ -z "$hog" ] || { kill "$hog" 2>/dev/null; wait "$hog" 2>/dev/null; }
   # a soak cut short: `dptrain run` passes SIGTERM on to the job and does not restart it
   [ -z "$job" ] || ! kill -0 "$job" 2>/dev/null || { kill -TERM "$job"; wait "$job"; }
   [ $mounted = 0 ] || umount "$dir/disk" 2>/dev/null || umount -l "$dir/disk"
@@ -196,7 +198,13 @@ for ((i = 1; i <= faults; ++i)); do
   case $kind in
     kill) kill -KILL "${pid_of[$rank]}" ;;
     stop) kill -STOP "${pid_of[$rank]}" ;;
-    disk) dd if=/dev/zero of="$dir/disk/filler" bs=64k status=none 2>/dev/null ;;
+    disk)
+      # kept full: a fill once can land between a checkpoint's rename and the old one's prune,
+      # whose freed space the next checkpoint then fits in, again and again
+      dd if=/dev/zero of="$dir/disk/filler" bs=64k status=none 2>/dev/null
+      while :; do cat /dev/zero >>"$dir/disk/filler" 2>/dev/null; done &
+      hog=$!
+      ;;
   esac
   injected=$((injected + 1))
   # The job ends: every rank gone within the deadline + 2 s, or a hang (then ended here).
@@ -209,6 +217,7 @@ for ((i = 1; i <= faults; ++i)); do
     hangs=$((hangs + 1)) hang=" HANG"
     kill -KILL "${pids[@]}" 2>/dev/null
   fi
+  [ -z "$hog" ] || { kill "$hog" 2>/dev/null; wait "$hog" 2>/dev/null; hog=""; }
   rm -f "$dir/disk/filler"
   ended_step=$(last_step)
   at_end=$(lines "$log")
