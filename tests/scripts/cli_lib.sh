@@ -46,11 +46,13 @@ final_hash() {
 }
 
 # max_diff A B: the largest difference between two weight files of one model (the same
-# tensors; their headers' metadata may differ in length), as floats: "D over N", or "none".
+# tensors; their headers' metadata may differ in length), as floats: "D over N", or "none"
+# (a file missing or empty, or the two of different lengths).
 max_diff() {
   local ha hb
+  [ -s "$1" ] && [ -s "$2" ] || { echo none; return; }
   ha=$(od -A n -t u8 -N 8 "$1" | tr -d ' ') hb=$(od -A n -t u8 -N 8 "$2" | tr -d ' ')
   paste <(od -A n -v -t f4 -w4 -j $((8 + ha)) "$1") <(od -A n -v -t f4 -w4 -j $((8 + hb)) "$2") |
-    awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; n++ }
-         END { if (n == 0) print "none"; else printf "%.3g over %d\n", m, n }'
+    awk 'NF != 2 { bad = 1 } { d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; n++ }
+         END { if (n == 0 || bad) print "none"; else printf "%.3g over %d\n", m, n }'
 }
