@@ -139,6 +139,8 @@ static int parse_table_optimizer(void *p, const char *v) {
     c->cfg.exchange.table_optimizer = DPT_TABLE_ROWWISE_ADAGRAD;
   else if (!strcmp(v, "rowwise-adam"))
     c->cfg.exchange.table_optimizer = DPT_TABLE_ROWWISE_ADAM;
+  else if (!strcmp(v, "adam"))
+    c->cfg.exchange.table_optimizer = DPT_TABLE_ADAM;
   else
     return -1;
   return 0;
@@ -319,13 +321,16 @@ static const dpt_opt options[] = {
      FLAG(cfg.exchange.sparse_tables, 1)},
     {"--table-optimizer", "NAME",
      "with --sparse-tables: the tables' update, at --table-lr:\n"
-     "rowwise-adam (the default; a first moment per element, a\n"
-     "second per row), rowwise-adagrad (DLRM's) or sgd",
-     CUSTOM(parse_table_optimizer), .choices = "rowwise-adam, rowwise-adagrad or sgd"},
+     "adam (the default; per element, a row's missed steps made\n"
+     "up when it is next touched: the dense exchange's Adam),\n"
+     "rowwise-adam (a first moment per element, a second per row),\n"
+     "rowwise-adagrad (DLRM's) or sgd",
+     CUSTOM(parse_table_optimizer), .choices = "adam, rowwise-adam, rowwise-adagrad or sgd"},
     {"--table-lr", "LR",
      "with --sparse-tables: the tables' learning rate, scaled by\n"
-     "--lr's schedule (default: sgd " DPT_TABLE_SGD_LR_TEXT
-     ", rowwise-adagrad " DPT_TABLE_ADAGRAD_LR_TEXT ",\nrowwise-adam " DPT_TABLE_ADAM_LR_TEXT ")",
+     "--lr's schedule (default: adam " DPT_TABLE_ADAM_CATCHUP_LR_TEXT
+     ", rowwise-adam " DPT_TABLE_ADAM_LR_TEXT ",\nrowwise-adagrad " DPT_TABLE_ADAGRAD_LR_TEXT
+     ", sgd " DPT_TABLE_SGD_LR_TEXT ")",
      CUSTOM(parse_table_lr)},
     {"--sparse-dense-above", "F",
      "with --sparse-tables: a table's step all-reduces its dense\n"
@@ -855,7 +860,7 @@ static int dlrm_options(cli *c) {
   if (given(c, "--table-lr") && !c->cfg.exchange.sparse_tables)
     return usage_error("--table-lr needs --sparse-tables");
   if (c->cfg.exchange.sparse_tables && !given(c, "--table-optimizer"))
-    c->cfg.exchange.table_optimizer = DPT_TABLE_ROWWISE_ADAM;
+    c->cfg.exchange.table_optimizer = DPT_TABLE_ADAM;
   if (!given(c, "--data"))
     return usage_error("--model dlrm needs --data 'DIR/train-*.bin' (interaction shards)");
   if (!given(c, "--optimizer")) {

@@ -375,3 +375,57 @@ dpt_status dpt_sparse_adam_rows(float *table, float *m, float *v, size_t rows, s
   }
   return DPT_OK;
 }
+
+/* The missed steps' factor T of dpt_sparse_adam_catchup_rows for steps s+1 .. s+n: the first
+ * terms one by one, the rest as a geometric tail at the last one's bias correction. */
+static double catchup_factor(double b1, double b2, int64_t s, int64_t n) {
+  const double r = b1 / sqrt(b2);
+  double p1 = pow(b1, (double)(s + 1)), p2 = pow(b2, (double)(s + 1)), ri = r, t = 0.0, u = 0.0;
+  const int64_t exact = n < DPT_SPARSE_ADAM_EXACT_TERMS ? n : DPT_SPARSE_ADAM_EXACT_TERMS;
+  for (int64_t i = 1; i <= exact; ++i) {
+    u = sqrt(1.0 - p2) / (1.0 - p1);
+    t += u * ri;
+    p1 *= b1, p2 *= b2, ri *= r;
+  }
+  if (n > exact) /* ri = r^(exact + 1) */
+    t +=
+        u * ri * (r == 1.0 ? (double)(n - exact) : (1.0 - pow(r, (double)(n - exact))) / (1.0 - r));
+  return t;
+}
+
+dpt_status dpt_sparse_adam_catchup_rows(float *table, float *m, float *v, float *last, size_t rows,
+                                        size_t dim, const int32_t *ids, const float *grad, size_t k,
+                                        const dpt_sparse_adam_params *p) {
+  const char *fn = "dpt_sparse_adam_catchup_rows";
+  dpt_status st = check_rows(fn, table, rows, dim, ids, grad, k);
+  if (st == DPT_OK) st = check_adam(fn, p);
+  if (st != DPT_OK) return st;
+  if (!m || !v || !last) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: m, v or last is NULL", fn);
+  if (p->step > (int64_t)1 << 24)
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: step %lld is past 2^24, which last[] holds", fn,
+                         (long long)p->step);
+  const double b1 = p->beta1, b2 = p->beta2, lr = p->lr, eps = p->eps;
+  const double c1 = 1.0 - pow(b1, (double)p->step), c2 = 1.0 - pow(b2, (double)p->step);
+  for (size_t i = 0; i < k; ++i) {
+    const size_t at = (size_t)ids[i] * dim;
+    float *w = table + at, *mi = m + at, *vi = v + at;
+    const float *g = grad + i * dim;
+    const int64_t s = (int64_t)last[ids[i]], n = p->step - 1 - s;
+    if (s > 0 && n > 0) { /* before its first step a row's moments are zero: nothing missed */
+      const double t = lr * catchup_factor(b1, b2, s, n);
+      const double d1 = pow(b1, (double)n), d2 = pow(b2, (double)n);
+      for (size_t j = 0; j < dim; ++j) {
+        w[j] = (float)((double)w[j] - t * (double)mi[j] / (sqrt((double)vi[j]) + eps));
+        mi[j] = (float)(d1 * (double)mi[j]);
+        vi[j] = (float)(d2 * (double)vi[j]);
+      }
+    }
+    for (size_t j = 0; j < dim; ++j) {
+      mi[j] = (float)(b1 * (double)mi[j] + (1.0 - b1) * (double)g[j]);
+      vi[j] = (float)(b2 * (double)vi[j] + (1.0 - b2) * (double)g[j] * (double)g[j]);
+      w[j] = (float)((double)w[j] - lr * ((double)mi[j] / c1) / (sqrt((double)vi[j] / c2) + eps));
+    }
+    last[ids[i]] = (float)p->step;
+  }
+  return DPT_OK;
+}

@@ -198,12 +198,11 @@ static dpt_status check_replicas(const dpt_train_config *cfg, dpt_comm *comm, in
 
 /* The sparse tables' optimizer and rate: known, and only with sparse_tables. */
 static dpt_status check_tables(const dpt_train_config *cfg, const char *fn) {
-  if (cfg->exchange.table_optimizer != DPT_TABLE_SGD &&
-      cfg->exchange.table_optimizer != DPT_TABLE_ROWWISE_ADAGRAD &&
-      cfg->exchange.table_optimizer != DPT_TABLE_ROWWISE_ADAM)
+  if (cfg->exchange.table_optimizer < DPT_TABLE_SGD ||
+      cfg->exchange.table_optimizer > DPT_TABLE_ADAM)
     return dpt_set_error(DPT_ERR_INVALID_ARG,
-                         "%s: table_optimizer %d is not 0 (sgd), 1 (row-wise adagrad) or 2 "
-                         "(row-wise adam)",
+                         "%s: table_optimizer %d is not 0 (sgd), 1 (row-wise adagrad), 2 "
+                         "(row-wise adam) or 3 (adam)",
                          fn, cfg->exchange.table_optimizer);
   if (!(cfg->table_lr >= 0 && cfg->table_lr < 1e30))
     return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: table_lr %g must be >= 0 (0: the default)", fn,

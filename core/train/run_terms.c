@@ -397,6 +397,8 @@ double dpt_train_table_lr(const dpt_train_config *cfg) {
     return DPT_TABLE_ADAGRAD_LR;
   case DPT_TABLE_ROWWISE_ADAM:
     return DPT_TABLE_ADAM_LR;
+  case DPT_TABLE_ADAM:
+    return DPT_TABLE_ADAM_CATCHUP_LR;
   default:
     return DPT_TABLE_SGD_LR;
   }

@@ -29,7 +29,8 @@ struct train_sparse {
     int dense;    /* this step: the dense all-reduce was chosen */
     int dirty;    /* the gradient range may hold more than zeros: cleared whole before backward */
     float *acc;   /* row-wise Adagrad: one accumulator per row [rows], alike on every replica */
-    float *m, *v; /* row-wise Adam: first moments [rows * dim], second moments [rows], alike */
+    float *m, *v; /* Adam: first moments [rows * dim], second [rows] (row-wise) or [rows * dim] */
+    float *last;  /* Adam with catch-up: the step each row was brought up to [rows]; alike */
     char name[DPT_LAYER_NAME_MAX + 16]; /* the weight tensor's */
   } * tables;
   double lr0, base_lr; /* the tables' rate (dpt_train_table_lr) and optim.lr, at the start */
@@ -65,6 +66,7 @@ void dpt_train_sparse_free(replica_state *s) {
     free(p->tables[t].acc);
     free(p->tables[t].m);
     free(p->tables[t].v);
+    free(p->tables[t].last);
   }
   free(p->tables);
   free(p->dense);
@@ -115,9 +117,12 @@ static dpt_status add_table(train_sparse *p, const dpt_train_config *cfg, const 
   snprintf(t->name, sizeof t->name, "%s", want);
   const int opt = cfg->exchange.table_optimizer;
   const size_t n = t->rows ? t->rows : 1;
+  const size_t nv = opt == DPT_TABLE_ADAM ? n * t->dim : n;
+  const int adam = opt == DPT_TABLE_ROWWISE_ADAM || opt == DPT_TABLE_ADAM;
   if ((opt == DPT_TABLE_ROWWISE_ADAGRAD && !(t->acc = calloc(n, sizeof *t->acc))) ||
-      (opt == DPT_TABLE_ROWWISE_ADAM &&
-       (!(t->m = calloc(n * t->dim, sizeof *t->m)) || !(t->v = calloc(n, sizeof *t->v)))))
+      (adam &&
+       (!(t->m = calloc(n * t->dim, sizeof *t->m)) || !(t->v = calloc(nv, sizeof *t->v)))) ||
+      (opt == DPT_TABLE_ADAM && !(t->last = calloc(n, sizeof *t->last))))
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "sparse tables: out of host memory");
   DPT_TRY(dpt_sparse_exchange_create(&t->x));
   DPT_TRY(dpt_sparse_exchange_set_dense_above(t->x, cfg->exchange.sparse_dense_above > 0
@@ -417,6 +422,9 @@ static dpt_status apply_rows(const struct sparse_table *t, float *w, size_t firs
   if (t->acc)
     return dpt_sparse_adagrad_rows(w, t->acc + first, rows, t->dim, ids, g, k, ap->lr,
                                    DPT_TABLE_ADAGRAD_EPS);
+  if (t->last)
+    return dpt_sparse_adam_catchup_rows(w, t->m + first * t->dim, t->v + first * t->dim,
+                                        t->last + first, rows, t->dim, ids, g, k, ap);
   if (t->m)
     return dpt_sparse_adam_rows(w, t->m + first * t->dim, t->v + first, rows, t->dim, ids, g, k,
                                 ap);
@@ -518,13 +526,15 @@ dpt_status dpt_train_sparse_step(replica_state *s) {
   return DPT_OK;
 }
 
-/* Table t's blocks of optimizer state: Adagrad's accumulators, or Adam's two moments. */
+/* Table t's blocks of optimizer state: Adagrad's accumulators, or Adam's two moments (and with
+ * catch-up each row's last step). */
 static size_t table_state(const struct sparse_table *t, float **data, const char **kind,
                           size_t *cols) {
   size_t n = 0;
   if (t->acc) data[n] = t->acc, kind[n] = "row_sum", cols[n++] = 1;
   if (t->m) data[n] = t->m, kind[n] = "row_m", cols[n++] = t->dim;
-  if (t->v) data[n] = t->v, kind[n] = "row_v", cols[n++] = 1;
+  if (t->v) data[n] = t->v, kind[n] = "row_v", cols[n++] = t->last ? t->dim : 1;
+  if (t->last) data[n] = t->last, kind[n] = "row_last", cols[n++] = 1;
   return n;
 }
 
@@ -532,9 +542,9 @@ size_t dpt_train_sparse_num_state(const replica_state *s) {
   const train_sparse *p = s->sparse;
   size_t n = 0;
   for (size_t i = 0; p && i < p->num_tables; ++i) {
-    float *data[3];
-    const char *kind[3];
-    size_t cols[3];
+    float *data[4];
+    const char *kind[4];
+    size_t cols[4];
     n += table_state(&p->tables[i], data, kind, cols);
   }
   return n;
@@ -543,9 +553,9 @@ size_t dpt_train_sparse_num_state(const replica_state *s) {
 float *dpt_train_sparse_state(const replica_state *s, size_t i, dpt_train_row_state *out) {
   const train_sparse *p = s->sparse;
   for (size_t t = 0; p && t < p->num_tables; ++t) {
-    float *data[3];
-    const char *kind[3];
-    size_t cols[3];
+    float *data[4];
+    const char *kind[4];
+    size_t cols[4];
     const size_t n = table_state(&p->tables[t], data, kind, cols);
     if (i >= n) {
       i -= n;

@@ -18,6 +18,8 @@
  *   dpt_sparse_adam_rows   per row: acc += mean over the row of g^2; w -= lr g / (sqrt(acc) +
  *                          eps)) or row-wise Adam (a first moment per element, a second
  *                          moment per row), the rows the exchange produced.
+ *   dpt_sparse_adam_catchup_rows  Adam per element, a row's missed steps made up when it is
+ *                          next touched: the dense exchange's Adam, lazily.
  *
  * Ids are int32 (as the records hold them), in [0, rows). Bytes: each replica sends
  * 32 + max_k (4 + 4 dim) bytes to each other replica (max_k: the largest count of any
@@ -124,6 +126,24 @@ typedef struct dpt_sparse_adam_params {
 DPT_API dpt_status dpt_sparse_adam_rows(float *table, float *m, float *v, size_t rows, size_t dim,
                                         const int32_t *ids, const float *grad, size_t k,
                                         const dpt_sparse_adam_params *p);
+
+/* Adam per element on the rows given, with the steps a row sat out made up when it is next given:
+ * the dense Adam's update of a whole table whose other rows have a zero gradient, applied lazily.
+ * m[rows * dim] and v[rows * dim] the moments, last[rows] the step each row was brought up to
+ * (all 0 at the start; floats, exact to 2^24 steps, beyond which a step is refused). For
+ * ids[i] (s = last[id], n = step - 1 - s > 0 steps missed): the moments decay by beta1^n and
+ * beta2^n, and the missed steps' updates, at p's rate, in closed form:
+ *   table[id][j] -= lr T m[id][j] / (sqrt(v[id][j]) + eps)   (the moments of step s)
+ *   T = sum_{q=s+1}^{s+n} sqrt(1 - beta2^q) / (1 - beta1^q) (beta1 / sqrt(beta2))^(q-s)
+ * (T's terms past DPT_SPARSE_ADAM_EXACT_TERMS take the bias correction of the last exact one;
+ * with eps small against sqrt(v) the sum equals the steps one by one); then Adam's step on
+ * grad[i] as dpt_sparse_adam_rows takes it per element, and last[id] = step. A row never given
+ * again keeps its pending updates. Computed in double, stored as float. */
+#define DPT_SPARSE_ADAM_EXACT_TERMS 64
+DPT_API dpt_status dpt_sparse_adam_catchup_rows(float *table, float *m, float *v, float *last,
+                                                size_t rows, size_t dim, const int32_t *ids,
+                                                const float *grad, size_t k,
+                                                const dpt_sparse_adam_params *p);
 
 #ifdef __cplusplus
 }

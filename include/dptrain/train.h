@@ -143,7 +143,8 @@ typedef void (*dpt_train_split_fn)(int64_t step, const size_t *shares,
 typedef enum dpt_table_optimizer {
   DPT_TABLE_SGD = 0,
   DPT_TABLE_ROWWISE_ADAGRAD = 1,
-  DPT_TABLE_ROWWISE_ADAM = 2
+  DPT_TABLE_ROWWISE_ADAM = 2,
+  DPT_TABLE_ADAM = 3
 } dpt_table_optimizer;
 #define DPT_TABLE_ADAGRAD_EPS 1e-8f
 #define DPT_TABLE_ADAM_BETA1  0.9f
@@ -151,12 +152,14 @@ typedef enum dpt_table_optimizer {
 #define DPT_TABLE_ADAM_EPS    1e-8f
 /* The tables' default learning rates (dpt_train_config.table_lr 0), measured in
  * docs/recommendation.md, "Sparse table gradients". */
-#define DPT_TABLE_SGD_LR          10.0
-#define DPT_TABLE_SGD_LR_TEXT     "10"
-#define DPT_TABLE_ADAGRAD_LR      0.1
-#define DPT_TABLE_ADAGRAD_LR_TEXT "0.1"
-#define DPT_TABLE_ADAM_LR         0.003
-#define DPT_TABLE_ADAM_LR_TEXT    "0.003"
+#define DPT_TABLE_SGD_LR               10.0
+#define DPT_TABLE_SGD_LR_TEXT          "10"
+#define DPT_TABLE_ADAGRAD_LR           0.1
+#define DPT_TABLE_ADAGRAD_LR_TEXT      "0.1"
+#define DPT_TABLE_ADAM_LR              0.003
+#define DPT_TABLE_ADAM_LR_TEXT         "0.003"
+#define DPT_TABLE_ADAM_CATCHUP_LR      0.001
+#define DPT_TABLE_ADAM_CATCHUP_LR_TEXT "0.001"
 
 /* Where the replicas run, and how a global batch is cut among them. */
 typedef struct dpt_train_devices {
@@ -298,7 +301,11 @@ typedef struct dpt_train_exchange {
    * DPT_TABLE_ADAM_BETA1, _BETA2, _EPS), a first moment per element and a second moment per row,
    * bias-corrected by the optimizer's step count, kept alike on every replica and saved in
    * checkpoints ("optimizer.row_m.<table>", "optimizer.row_v.<table>"); a row no replica touched
-   * keeps its values and moments. */
+   * keeps its values and moments. DPT_TABLE_ADAM: Adam per element with the steps a row sat
+   * out made up when it is next touched (dpt_sparse_adam_catchup_rows, the same constants):
+   * the dense exchange's Adam on the tables, lazily; its moments [rows x dim] and each row's
+   * last step saved as "optimizer.row_m/row_v/row_last.<table>". No weight decay on the tables
+   * under any of them. */
   int table_optimizer;
   int sync_bn; /* 1: batch norm statistics over the whole global batch (every
                   replica must then hold a sample in every step); 0: each replica
@@ -394,8 +401,9 @@ typedef struct dpt_train_config {
   const char *log_dir;
   /* With exchange.sparse_tables: the tables' learning rate, scaled by the schedule as optim.lr
    * is (warm-up, decay, rollbacks); 0: the table optimizer's default, DPT_TABLE_SGD_LR,
-   * DPT_TABLE_ADAGRAD_LR or DPT_TABLE_ADAM_LR. Under SGD embedding rows want a far larger rate
-   * than the dense layers' AdamW (docs/recommendation.md, "Sparse table gradients"). */
+   * DPT_TABLE_ADAGRAD_LR, DPT_TABLE_ADAM_LR or DPT_TABLE_ADAM_CATCHUP_LR. Under SGD embedding rows
+   * want a far larger rate than the dense layers' AdamW (docs/recommendation.md, "Sparse table
+   * gradients"). */
   double table_lr;
   /* The caller's own settings as the text of a JSON object (dptrain train's options, as its
    * --print-config prints them), or NULL: settings.json keeps the object as "options", and

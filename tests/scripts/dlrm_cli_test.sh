@@ -33,8 +33,8 @@ refused "--sparse-dense-above without --sparse-tables" "needs --sparse-tables" "
 refused "--table-optimizer without --sparse-tables" "--table-optimizer needs --sparse-tables" \
   "${base[@]}" --table-optimizer rowwise-adagrad
 refused "bad --table-optimizer" \
-  "bad value 'adam' for --table-optimizer (rowwise-adam, rowwise-adagrad or sgd)" "${base[@]}" \
-  --sparse-tables --table-optimizer adam
+  "bad value 'adamw' for --table-optimizer (adam, rowwise-adam, rowwise-adagrad or sgd)" \
+  "${base[@]}" --sparse-tables --table-optimizer adamw
 refused "bad --interaction" "bad value 'sum' for --interaction" "${base[@]}" --interaction sum
 refused "--grad-dtype with --sparse-tables" "does not combine with sparse_tables" "${base[@]}" \
   --replicas 2 --sparse-tables --grad-dtype bf16
@@ -185,13 +185,14 @@ else
   fi
 fi
 
-# The tables' default is row-wise Adam at --table-lr 0.003: naming both gives the same
+# The tables' default is Adam with catch-up at --table-lr 0.001: naming both gives the same
 # parameters; the other table optimizers and another --table-lr give others, and the loss falls.
-ahash=$("$dptrain" "${sparse[@]}" --replicas 2 --table-optimizer rowwise-adam --table-lr 0.003 \
+ahash=$("$dptrain" "${sparse[@]}" --replicas 2 --table-optimizer adam --table-lr 0.001 \
   2>"$dir/err" | grep '"final": true' | grep -o '"param_hash": "[0-9a-f]*"')
 [ -n "$ahash" ] && [ "$ahash" = "${shash:-}" ] ||
-  fail "default table optimizer: '${shash:-}', rowwise-adam at 0.003: '$ahash'"
-for opt in "--table-optimizer sgd" "--table-optimizer rowwise-adagrad" "--table-lr 0.001"; do
+  fail "default table optimizer: '${shash:-}', adam at 0.001: '$ahash'"
+for opt in "--table-optimizer sgd" "--table-optimizer rowwise-adagrad" \
+  "--table-optimizer rowwise-adam" "--table-lr 0.003"; do
   # shellcheck disable=SC2086
   out=$("$dptrain" "${sparse[@]}" --replicas 2 $opt 2>"$dir/err")
   rc=$?
