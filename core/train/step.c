@@ -380,6 +380,8 @@ dpt_status dpt_train_step(replica *r, replica_state *s, int64_t epoch, size_t k,
   dpt_train_split_slow_down(s, dpt_now() - t0);
   out->compute = mine.compute = dpt_now() - t0;
   s->t.compute += mine.compute;
+  /* Buckets that update in parts do so during the exchange: the state moves from here. */
+  s->unsettled = s->exchange->stepped && s->exchange->stepped(s);
   st = reduce_gradients(r, s, st, &mine);
   if (dpt_train_out_of_step(st)) return st;
   /* The exact loss on replica 0 alone: adding the others' zeros leaves it exact. */
@@ -392,6 +394,7 @@ dpt_status dpt_train_step(replica *r, replica_state *s, int64_t epoch, size_t k,
   dpt_train_split_after_step(r, s);
   out->stop = sum.stop;
   out->ckpt_due = sum.ckpt_due > 0;
+  s->unsettled = 1; /* counters and state move until the step ends (train_epoch) */
   ++s->t.step;
   int bad = 0;
   double sumsq = 0;
@@ -408,6 +411,7 @@ dpt_status dpt_train_step(replica *r, replica_state *s, int64_t epoch, size_t k,
   s->t.trained_samples += sum.samples;
   if (out->rollback) return DPT_OK; /* the checkpoint's state replaces everything */
   DPT_TRY(share_buffers(r, s));
+  s->unsettled = 0, s->cursor_behind = 1; /* the step's state is whole: the drift check may fail */
   DPT_TRY(check_after_step(r, s, out));
   if (out->rollback) return DPT_OK;
   if (r->index == 0 && cfg->callbacks.on_progress)
