@@ -67,17 +67,20 @@ typedef struct cli {
 static volatile sig_atomic_t stop_signal;
 
 /* SIGINT, SIGTERM, SIGUSR1: every replica finishes its step, a checkpoint is written, and the
- * run ends; a second SIGINT ends the process at once. */
-static void on_stop_signal(int sig) {
+ * run ends; a second SIGINT ends the process at once. SIGTERM from the parent under MPI is the
+ * launcher ending the job (SIGKILL follows): a collective quiet since then is left at once. */
+static void on_stop_signal(int sig, siginfo_t *info, void *ctx) {
+  (void)ctx;
   if (sig == SIGINT && stop_signal) _exit(130);
   if (!stop_signal) stop_signal = sig;
+  if (sig == SIGTERM && info && info->si_pid == getppid()) dpt_comm_note_teardown();
 }
 
 static void install_stop_handlers(void) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_stop_signal;
-  sa.sa_flags = SA_RESTART;
+  sa.sa_sigaction = on_stop_signal;
+  sa.sa_flags = SA_RESTART | SA_SIGINFO;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
