@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A survivor's checkpoint: 2 ranks train with the full step and a checkpoint only every 100000
-# steps; one rank is SIGKILLed (or SIGSTOPped: the other's deadline ends the job) mid-run. The
+# steps; one rank is SIGKILLed (or SIGSTOPped: the other's deadline ends the job; or SIGKILLed
+# without shared-memory channels: mpirun's SIGTERM ends the survivor's wait) mid-run. The
 # surviving rank writes the last completed step itself: one file, no temporary left, at most one
 # step behind the last step logged, valid (dptrain checkpoint info), and `--resume` from it ends
 # on the uninterrupted run's param_hash. Every rank is gone within the deadline + 2 s. With the
@@ -9,7 +10,7 @@
 set -uo pipefail
 dptrain=$1 scratch=$2 mpiexec=$3
 [ -n "$mpiexec" ] || { echo "SKIP: no mpiexec"; exit 77; }
-$mpiexec --version 2>/dev/null | grep -q "Open MPI" || { echo "SKIP: not Open MPI"; exit 77; }
+$mpiexec --version 2>/dev/null | grep -Eqi "open ?mpi|openrte" || { echo "SKIP: not Open MPI"; exit 77; }
 rm -rf "$scratch" && mkdir -p "$scratch" || exit 1
 export OPENBLAS_NUM_THREADS=1 DPT_COMM_TIMEOUT=2
 [ "$(id -u)" -ne 0 ] || export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -22,7 +23,10 @@ make_idx "$data" train 320
 steps=4000
 args=(train --backend cpu --data "$data" --hidden 64 --global-batch 32 --epochs 100000
   --max-steps $steps --seed 5 --quiet --json --checkpoint-every 100000)
-job() { $mpiexec -np 2 -x OPENBLAS_NUM_THREADS -x DPT_COMM_TIMEOUT "$dptrain" "${args[@]}" "$@"; }
+export DPT_COMM_SHM=${DPT_COMM_SHM:-1}
+job() {
+  $mpiexec -np 2 -x OPENBLAS_NUM_THREADS -x DPT_COMM_TIMEOUT -x DPT_COMM_SHM "$dptrain" "${args[@]}" "$@"
+}
 now() { date +%s.%N; }
 
 job --full-step >"$scratch/ref.json" 2>"$scratch/ref.err" ||
@@ -63,10 +67,13 @@ faulted() {
   took=$(awk -v a="$t" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }')
 }
 
-# survived NAME SIGNAL RANK: the checks of a fault the other rank survives.
+# survived NAME SIGNAL RANK [WHY]: the checks of a fault the other rank survives; WHY: a text its
+# failure line holds.
 survived() {
-  local name=$1 d=$scratch/$1
-  faulted "$@" --full-step || return
+  local name=$1 d=$scratch/$1 why=${4:-}
+  faulted "$1" "$2" "$3" --full-step || return
+  [ -z "$why" ] || grep -q "$why" "$d/err" ||
+    fail "$name: no line saying '$why': $(grep -v '^-' "$d/err" | head -5)"
   [ $rc -ne 0 ] || fail "$name: exit 0 after the fault"
   awk -v t="$took" -v d="$DPT_COMM_TIMEOUT" 'BEGIN { exit !(t <= d + 2) }' ||
     fail "$name: the job ended $took s after the fault, past the deadline + 2 s"
@@ -96,6 +103,9 @@ survived() {
 survived kill1 KILL 1
 survived kill0 KILL 0
 survived stop0 STOP 0
+# Over MPI's point-to-point (no shared-memory channels) the survivor learns nothing of the death:
+# mpirun's SIGTERM ends its wait (the launcher's teardown, dpt_comm_note_teardown).
+DPT_COMM_SHM=0 survived p2p KILL 1 "the launcher is ending the job (SIGTERM)"
 
 # The sharded step: the survivor has 1/R of the optimizer state, writes nothing and says so.
 faulted sharded KILL 1 && { [ $rc -ne 0 ] || fail "sharded: exit 0 after the fault"; }
