@@ -173,6 +173,7 @@ static dpt_status reduce_gradients(replica *r, replica_state *s, dpt_status loca
                                    step_stats *mine) {
   dpt_train_keep_failure(s, local);
   const train_exchange *x = s->exchange;
+  s->unsettled = x->stepped && x->stepped(s); /* buckets updating in parts: the state moves */
   dpt_status st = DPT_OK;
   if (x->reduce) {
     const double t0 = dpt_now();
@@ -380,8 +381,6 @@ dpt_status dpt_train_step(replica *r, replica_state *s, int64_t epoch, size_t k,
   dpt_train_split_slow_down(s, dpt_now() - t0);
   out->compute = mine.compute = dpt_now() - t0;
   s->t.compute += mine.compute;
-  /* Buckets that update in parts do so during the exchange: the state moves from here. */
-  s->unsettled = s->exchange->stepped && s->exchange->stepped(s);
   st = reduce_gradients(r, s, st, &mine);
   if (dpt_train_out_of_step(st)) return st;
   /* The exact loss on replica 0 alone: adding the others' zeros leaves it exact. */
