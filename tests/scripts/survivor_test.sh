@@ -12,7 +12,8 @@ dptrain=$1 scratch=$2 mpiexec=$3
 [ -n "$mpiexec" ] || { echo "SKIP: no mpiexec"; exit 77; }
 $mpiexec --version 2>/dev/null | grep -Eqi "open ?mpi|openrte" || { echo "SKIP: not Open MPI"; exit 77; }
 rm -rf "$scratch" && mkdir -p "$scratch" || exit 1
-export OPENBLAS_NUM_THREADS=1 DPT_COMM_TIMEOUT=2
+# 5 s: a sanitizer build takes seconds in MPI_Init, which the deadline also bounds
+export OPENBLAS_NUM_THREADS=1 DPT_COMM_TIMEOUT=5
 [ "$(id -u)" -ne 0 ] || export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 failures=0
 # shellcheck source=cli_lib.sh
