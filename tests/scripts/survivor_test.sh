@@ -2,10 +2,11 @@
 # A survivor's checkpoint: 2 ranks train with the full step and a checkpoint only every 100000
 # steps; one rank is SIGKILLed (or SIGSTOPped: the other's deadline ends the job; or SIGKILLed
 # without shared-memory channels: mpirun's SIGTERM ends the survivor's wait) mid-run. The
-# surviving rank writes the last completed step itself: one file, no temporary left, at most one
-# step behind the last step logged, valid (dptrain checkpoint info), and `--resume` from it ends
-# on the uninterrupted run's param_hash. Every rank is gone within the deadline + 2 s. With the
-# sharded step the survivor writes nothing and says why.
+# surviving rank writes the last completed step itself (with 3 ranks, both survivors race to it):
+# one file, no temporary left, at most one step behind the last step logged, valid (dptrain
+# checkpoint info), and `--resume` from it ends on the uninterrupted run's param_hash. Every rank
+# is gone within the deadline + 2 s. With the sharded step the survivor writes nothing and says
+# why.
 # Usage: survivor_test.sh <dptrain> <scratch dir> <mpiexec>
 set -uo pipefail
 dptrain=$1 scratch=$2 mpiexec=$3
@@ -26,7 +27,8 @@ args=(train --backend cpu --data "$data" --hidden 64 --global-batch 32 --epochs 
   --max-steps $steps --seed 5 --quiet --json --checkpoint-every 100000)
 export DPT_COMM_SHM=${DPT_COMM_SHM:-1}
 job() {
-  $mpiexec -np 2 -x OPENBLAS_NUM_THREADS -x DPT_COMM_TIMEOUT -x DPT_COMM_SHM "$dptrain" "${args[@]}" "$@"
+  $mpiexec -np "${NP:-2}" -x OPENBLAS_NUM_THREADS -x DPT_COMM_TIMEOUT -x DPT_COMM_SHM "$dptrain" \
+    "${args[@]}" "$@"
 }
 now() { date +%s.%N; }
 
@@ -107,6 +109,17 @@ survived stop0 STOP 0
 # Over MPI's point-to-point (no shared-memory channels) the survivor learns nothing of the death:
 # mpirun's SIGTERM ends its wait (the launcher's teardown, dpt_comm_note_teardown).
 DPT_COMM_SHM=0 survived p2p KILL 1 "the launcher is ending the job (SIGTERM)"
+
+# 3 ranks, rank 2 killed: both survivors write the same step (or find it written), one valid file.
+d=$scratch/three
+if NP=3 faulted three KILL 2 --full-step; then
+  n=$(grep -c "rank [01]: \(checkpoint of the last completed step written\|the checkpoint of the last completed step exists\): " "$d/err")
+  files=$(compgen -G "$d/ck/ckpt-*.safetensors" | wc -l)
+  [ "$n" -eq 2 ] && [ "$files" -eq 1 ] && ! compgen -G "$d/ck/.ckpt-*" >/dev/null ||
+    fail "three: $n survivors' lines (2 expected), $files files (1 expected): $(grep -v '^-' "$d/err" | head -4)"
+  "$dptrain" checkpoint info "$d/ck" >"$d/info" 2>&1 || fail "three: not valid: $(tail -1 "$d/info")"
+  echo "ok: three: $(grep -c 'written: ' "$d/err") written, $files file"
+fi
 
 # The sharded step: the survivor has 1/R of the optimizer state, writes nothing and says so.
 faulted sharded KILL 1 && { [ $rc -ne 0 ] || fail "sharded: exit 0 after the fault"; }
