@@ -66,17 +66,18 @@ static void survivor_log(const replica *r, const char *fmt, ...) {
 }
 
 /* Why this rank cannot write the last completed step's state; NULL when it can. */
-static const char *cannot_write(const replica *r, const replica_state *s) {
-  if (s->mode != STEP_FULL)
+static const char *cannot_write(const replica_state *s) {
+  if (s->mode == STEP_SHARDED)
     return "the sharded step keeps 1/R of the optimizer state on each rank (--full-step keeps "
            "it whole)";
+  if (s->mode != STEP_FULL) return "without an exchange the replicas differ";
   if (s->unsettled) return "the failure came inside a step's update: the state is no step's";
   /* A failed exchange is kept as pending too; any other failure is this rank's own. */
   if (s->pending != DPT_OK && s->pending != DPT_ERR_TIMEOUT && s->pending != DPT_ERR_COMM)
     return "this rank had failed itself";
-  if (dpt_model_num_buffer_floats(s->model) > 0 && !s->kept_buffers)
-    return "the step in flight moved the model's running statistics";
-  (void)r;
+  /* Batch norm's running statistics move in a step's forward pass, before its exchange. */
+  if (dpt_model_num_buffer_floats(s->model) > 0)
+    return "the model's running statistics may have moved with the step in flight";
   return NULL;
 }
 
@@ -85,19 +86,14 @@ void dpt_train_survive(const replica *r, replica_state *s, dpt_status st) {
       s->t.step == 0)
     return;
   const double t0 = dpt_now();
-  const char *why = cannot_write(r, s);
+  const char *why = cannot_write(s);
   if (why) {
     survivor_log(r, "no checkpoint of step %lld from this rank: %s", (long long)s->t.step, why);
     return;
   }
-  /* Buffers kept at the step's start (skip_nonfinite) are those of the last completed step. */
-  dpt_status e = DPT_OK;
-  if (s->kept_buffers)
-    e = dpt_buffer_copy(dpt_model_buffers(s->model), 0, s->kept_buffers, 0,
-                        dpt_model_num_buffer_floats(s->model) * sizeof(float));
   char path[4096];
   int wrote = 0;
-  if (e == DPT_OK) e = dpt_train_ckpt_write_own(r, s, path, sizeof path, &wrote);
+  const dpt_status e = dpt_train_ckpt_write_own(r, s, path, sizeof path, &wrote);
   if (e != DPT_OK)
     survivor_log(r, "no checkpoint of step %lld from this rank: %s", (long long)s->t.step,
                  dpt_last_error());
