@@ -6,16 +6,6 @@
 static inline void dpt_cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
-/* The launcher is ending the job (dpt_comm_note_teardown, from a signal handler): a wait that
- * has been quiet for DPT_TEARDOWN_QUIET_SECONDS since then gives up, so that a rank waiting on
- * a peer that is gone across a network (no error comes) leaves before the launcher's SIGKILL;
- * a peer that is only late gets that long to arrive. */
-#define DPT_TEARDOWN_QUIET_SECONDS 0.25
-  /* Async-signal-safe. */
-  void dpt_teardown_note(void);
-  /* 1 once noted and quiet since `since` (dpt_now()'s clock) and since the note for that long. */
-  int dpt_teardown_due(double since);
-
 #endif
 }
 
