@@ -24,7 +24,7 @@ data=$scratch/data
 make_idx "$data" train 320
 steps=4000
 args=(train --backend cpu --data "$data" --hidden 64 --global-batch 32 --epochs 100000
-  --max-steps $steps --seed 5 --quiet --json --checkpoint-every 100000)
+  --max-steps "$steps" --seed 5 --quiet --json --checkpoint-every 100000)
 export DPT_COMM_SHM=${DPT_COMM_SHM:-1}
 job() {
   $mpiexec -np "${NP:-2}" -x OPENBLAS_NUM_THREADS -x DPT_COMM_TIMEOUT -x DPT_COMM_SHM "$dptrain" \
@@ -63,7 +63,8 @@ faulted() {
     i=$((i + 1))
   done
   [ -n "$pid" ] || { fail "$name: the job did not train (or ended first)"; wait $m; return 1; }
-  local t=$(now)
+  local t
+  t=$(now)
   kill -"$sig" "$pid"
   wait $m
   rc=$?
