@@ -155,3 +155,14 @@ if(DPT_BUILD_TOOLS AND DPT_WITH_MPI)
   set_tests_properties(chaos PROPERTIES TIMEOUT 200 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE LABELS "cli;mpi;train"
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endif()
+
+# A survivor's checkpoint: with the full step and sparse checkpoints, a rank SIGKILLed or
+# SIGSTOPped mid-run costs at most one step: the other rank writes the last completed step, and
+# --resume ends on the uninterrupted run's param_hash; the sharded step writes nothing and says why.
+if(DPT_BUILD_TOOLS AND DPT_WITH_MPI)
+  add_test(NAME survivor
+           COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/scripts/survivor_test.sh" $<TARGET_FILE:dptrain_cli>
+                   "${CMAKE_CURRENT_BINARY_DIR}/survivor-scratch" "${_dpt_cli_mpi}")
+  set_tests_properties(survivor PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE LABELS "cli;mpi;train"
+                       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+endif()

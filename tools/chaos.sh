@@ -3,11 +3,13 @@
 # from its checkpoints, and what came of them (docs/collectives.md, "Faults and recovery").
 #
 #   tools/chaos.sh [--faults N] [--seed S] [--cluster] [--kinds kill,stop,disk] [--deadline T]
-#                  [--steps M] [--dir DIR] [--dptrain PATH] [--mpirun "CMD"]
+#                  [--steps M] [--checkpoint-every K [--full-step]] [--dir DIR] [--dptrain PATH]
+#                  [--mpirun "CMD"]
 #
 # The job: `dptrain run -- mpirun -np 2 dptrain train ... --checkpoint-dir D
-# --checkpoint-every 1 --resume` on a small MLP, on this machine or (--cluster, root) on 2
-# nodes of tools/cluster.sh. Each fault (kind, rank, moment drawn from --seed) lands 20 to 400
+# --checkpoint-every K --resume` (K: 1 by default) on a small MLP, on this machine or (--cluster,
+# root) on 2 nodes of tools/cluster.sh. --full-step trains with the full step, whose surviving
+# rank writes the last completed step when the job fails: a sparse K then still loses little. Each fault (kind, rank, moment drawn from --seed) lands 20 to 400
 # steps after the job trains (again), on a random rank (--steps: 1500 a fault by default):
 #   kill  SIGKILL of the rank; the job ends, `dptrain run` restarts it
 #   stop  SIGSTOP of the rank; the other's deadline (DPT_COMM_TIMEOUT=T) ends the job
@@ -23,9 +25,10 @@
 set -uo pipefail
 
 faults=3 seed=1 cluster_mode=0 kinds=kill,stop,disk deadline=3 steps="" dir="" mpirun_cmd=""
+every=1 full_step=()
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 dptrain=""
-usage() { sed -n '5,6p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '5,7p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 die() { echo "chaos.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -35,6 +38,8 @@ while [ $# -gt 0 ]; do
     --kinds) kinds=${2:-}; shift 2 || usage ;;
     --deadline) deadline=${2:-}; shift 2 || usage ;;
     --steps) steps=${2:-}; shift 2 || usage ;;
+    --checkpoint-every) every=${2:-}; shift 2 || usage ;;
+    --full-step) full_step=(--full-step); shift ;;
     --dir) dir=${2:-}; shift 2 || usage ;;
     --dptrain) dptrain=${2:-}; shift 2 || usage ;;
     --mpirun) mpirun_cmd=${2:-}; shift 2 || usage ;;
@@ -45,6 +50,8 @@ done
 [[ $faults =~ ^[0-9]+$ ]] && [ "$faults" -le 10000 ] || die "--faults must be 0..10000, not '$faults'"
 [[ $seed =~ ^[0-9]+$ ]] || die "--seed must be a non-negative integer, not '$seed'"
 [[ $deadline =~ ^[0-9]+$ ]] && [ "$deadline" -ge 1 ] || die "--deadline must be whole seconds >= 1"
+[[ $every =~ ^[0-9]+$ ]] && [ "$every" -ge 1 ] && [ "$every" -le 1000000 ] ||
+  die "--checkpoint-every must be 1..1000000, not '$every'"
 if [ -n "$steps" ]; then
   [[ $steps =~ ^[0-9]+$ ]] && [ "$steps" -ge $((1000 * faults)) ] && [ "$steps" -ge 100 ] ||
     die "--steps must be at least 100 and 1000 a fault ($((1000 * faults)))"
@@ -114,7 +121,7 @@ mkdir -p "$dir/data"
 { be32 2049; be32 320; for ((i = 0; i < 320; ++i)); do printf "\\x0$((i % 10))"; done; } \
   >"$dir/data/train-labels-idx1-ubyte"
 train=(train --backend cpu --data "$dir/data" --hidden 64 --global-batch 32 --epochs 100000
-  --seed 5 --json --quiet --checkpoint-every 1 --resume)
+  --seed 5 --json --quiet --checkpoint-every "$every" "${full_step[@]}" --resume)
 
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
@@ -151,7 +158,8 @@ side="$([ $cluster_mode = 1 ] && echo "2 nodes x 1 rank" || echo "2 ranks on thi
 ckbase=$(dirname "$ck")
 train+=(--max-steps "$steps")
 echo "chaos: $faults faults (${kinds}), seed $seed, $steps steps," \
-  "deadline $deadline s, $side"
+  "deadline $deadline s, $side, a checkpoint every $every step(s)" \
+  "$([ ${#full_step[@]} = 0 ] && echo "(sharded step)" || echo "(full step)")"
 
 # 3. The uninterrupted run.
 t0=$(now)

@@ -66,18 +66,42 @@ typedef struct cli {
 /* The first stop request (signal) received, for cfg.stop_request. */
 static volatile sig_atomic_t stop_signal;
 
+/* Open MPI's launcher when it is this process's parent (mpirun, or orted on another node), else
+ * 0: its SIGTERM ends the job, and SIGKILL follows odls_base_sigkill_timeout (1 s) later. */
+static pid_t launcher_pid;
+
+static pid_t open_mpi_parent(void) {
+  char path[64], name[32] = "";
+  const pid_t parent = getppid();
+  snprintf(path, sizeof path, "/proc/%ld/comm", (long)parent);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  const int ok = fgets(name, sizeof name, f) != NULL;
+  fclose(f);
+  name[strcspn(name, "\n")] = '\0';
+  const char *launchers[] = {"mpirun", "mpiexec", "orterun", "orted", "prterun", "prted"};
+  for (size_t i = 0; ok && i < sizeof launchers / sizeof launchers[0]; ++i)
+    if (!strcmp(name, launchers[i])) return parent;
+  return 0;
+}
+
 /* SIGINT, SIGTERM, SIGUSR1: every replica finishes its step, a checkpoint is written, and the
- * run ends; a second SIGINT ends the process at once. */
-static void on_stop_signal(int sig) {
+ * run ends; a second SIGINT ends the process at once. SIGTERM from Open MPI's launcher ends the
+ * job: a collective quiet since then is left, so that a survivor can write its checkpoint. */
+static void on_stop_signal(int sig, siginfo_t *info, void *ctx) {
+  (void)ctx;
   if (sig == SIGINT && stop_signal) _exit(130);
   if (!stop_signal) stop_signal = sig;
+  if (sig == SIGTERM && info && launcher_pid > 0 && info->si_pid == launcher_pid)
+    dpt_comm_note_teardown();
 }
 
 static void install_stop_handlers(void) {
+  launcher_pid = open_mpi_parent();
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_stop_signal;
-  sa.sa_flags = SA_RESTART;
+  sa.sa_sigaction = on_stop_signal;
+  sa.sa_flags = SA_RESTART | SA_SIGINFO;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);

@@ -12,6 +12,7 @@
 #include "base/size.h"
 #include "collectives/engine/coll.h"
 #include "collectives/common/comm_struct.h"
+#include "collectives/transports/backoff.h"
 #include "collectives/transports/transport.h"
 #include "collectives/api/request.h"
 #include "collectives/common/comm_util.h"
@@ -97,6 +98,10 @@ dpt_status dpt_comm_abort(dpt_comm *c, int code) {
                          "threads of this process: return from them)",
                          c->tp->name);
   return c->tp->abort(c, code);
+}
+
+void dpt_comm_note_teardown(void) {
+  dpt_teardown_note();
 }
 
 int dpt_comm_rank(const dpt_comm *c) {

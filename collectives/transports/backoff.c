@@ -2,6 +2,7 @@
  * spell, then sleeping, longer each time up to a limit (backoff.h). */
 #define _POSIX_C_SOURCE 200809L
 #include <sched.h>
+#include <stdatomic.h>
 #include <time.h>
 
 #include "collectives/transports/backoff.h"
@@ -38,4 +39,19 @@ int dpt_backoff_pause(dpt_backoff *b, double deadline) {
   nanosleep(&ts, NULL);
   b->nap = 2 * b->nap < DPT_NAP_MAX_SECONDS ? 2 * b->nap : DPT_NAP_MAX_SECONDS;
   return 0;
+}
+
+static atomic_llong g_teardown_ns; /* when the launcher's note came, ns of dpt_now(); 0: none */
+
+void dpt_teardown_note(void) {
+  const long long ns = (long long)(dpt_now() * 1e9); /* clock_gettime: async-signal-safe */
+  long long none = 0;
+  atomic_compare_exchange_strong(&g_teardown_ns, &none, ns > 0 ? ns : 1); /* the first note */
+}
+
+int dpt_teardown_due(double since) {
+  const long long ns = atomic_load(&g_teardown_ns);
+  if (ns == 0) return 0;
+  const double noted = (double)ns * 1e-9, from = noted > since ? noted : since;
+  return dpt_now() - from >= DPT_TEARDOWN_QUIET_SECONDS;
 }

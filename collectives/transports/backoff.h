@@ -30,4 +30,14 @@ void dpt_backoff_start(dpt_backoff *b, double since, int yield);
  * spin window, then sleeps, never past `deadline`. 1 once the deadline has passed. */
 int dpt_backoff_pause(dpt_backoff *b, double deadline);
 
+/* The launcher is ending the job (dpt_comm_note_teardown, from a signal handler): a wait that
+ * has been quiet for DPT_TEARDOWN_QUIET_SECONDS since then gives up, so that a rank waiting on
+ * a peer that is gone across a network (no error comes) leaves before the launcher's SIGKILL;
+ * a peer that is only late gets that long to arrive. */
+#define DPT_TEARDOWN_QUIET_SECONDS 0.25
+/* Async-signal-safe. */
+void dpt_teardown_note(void);
+/* 1 once noted and quiet since `since` (dpt_now()'s clock) and since the note for that long. */
+int dpt_teardown_due(double since);
+
 #endif

@@ -540,6 +540,7 @@ dpt_status dpt_shm_poll(dpt_shm *s, dpt_req **reqs, int n, int block, double dea
     /* Sleeping (the peer is late by more than the spin): a peer that died would otherwise be
      * waited for until the deadline. */
     if (b.nap > 0) DPT_TRY(dpt_shm_watch_check(s, reqs, n));
+    if (b.nap > 0) DPT_TRY(dpt_req_teardown_check(reqs, n, since));
     if (dpt_backoff_pause(&b, deadline)) return DPT_OK;
   }
 }

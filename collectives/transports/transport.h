@@ -111,6 +111,10 @@ typedef struct dpt_transport {
  * r->reduce (transports with recv_reduce). */
 void dpt_req_deliver(dpt_req *r, size_t at, const void *src, size_t bytes);
 
+/* In a blocking poll's sleep: DPT_ERR_COMM naming the rank waited for once the launcher is ending
+ * the job and the wait has been quiet since `since` (dpt_teardown_due); else DPT_OK. */
+dpt_status dpt_req_teardown_check(dpt_req **reqs, int n, double since);
+
 /* What a transport's create call needs from the layer above, handed down by the public create
  * calls (api/comm.c) so that no transport calls up: the communicator's common part set up (impl
  * the transport's state, tag_ub the largest usable tag; the options from the environment), and

@@ -195,6 +195,7 @@ static dpt_status mpi_poll(dpt_comm *c, dpt_req **reqs, int n, int block, double
     if (st != DPT_OK || *ndone > 0 || !block) return st;
     /* Sleeping: a node peer that died is named instead of waited for until the deadline. */
     if (s->shm && b.nap > 0) DPT_TRY(dpt_shm_watch_check(s->shm, reqs, n));
+    if (b.nap > 0) DPT_TRY(dpt_req_teardown_check(reqs, n, since));
     if (dpt_backoff_pause(&b, deadline)) return DPT_OK;
   }
 }

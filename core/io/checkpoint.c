@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -390,14 +391,24 @@ static dpt_status sync_dir(const char *dir) {
   return DPT_OK;
 }
 
+/* Whether the temporary file `name` belongs to a live writer of this machine: the process its
+ * name carries still runs (another rank of the job writing the same step at the same time). */
+static int writer_alive(const char *name) {
+  const char *at = strstr(name, CKPT_TMP_MARK);
+  char *end = NULL;
+  const long pid = at ? strtol(at + strlen(CKPT_TMP_MARK), &end, 10) : 0;
+  if (pid <= 0 || !end || *end != '.' || pid == (long)getpid()) return 0;
+  return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+}
+
 /* Removes the temporary files a killed writer left in dir (before writing, so they give their
- * space back to the new file). */
+ * space back to the new file); a live writer's stays. */
 static void remove_temporaries(const char *dir) {
   DIR *d = opendir(dir);
   if (!d) return; /* listing fails again, with its reason, in prune */
   char path[4096];
   for (struct dirent *e; (e = readdir(d)) != NULL;) {
-    if (!is_temporary(e->d_name)) continue;
+    if (!is_temporary(e->d_name) || writer_alive(e->d_name)) continue;
     snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
     remove(path); /* best effort: a file that stays costs only space */
   }

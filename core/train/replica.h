@@ -139,6 +139,10 @@ typedef struct replica_state {
   struct dpt_run_log *runlog; /* cfg->log_dir, on replica 0 (train_runlog.c); NULL otherwise */
   double grad_norm;   /* the full step's gradient norm when its optimizer clipped, else NaN */
   train_exact *exact; /* deterministic: the step's groups and their exact sum; NULL otherwise */
+  /* The state is no completed step's: from a step's agreement (or its update in parts during
+   * the exchange) to its end, and during a rollback (a failure then writes no checkpoint). */
+  int unsettled;
+  int cursor_behind; /* the step in flight is complete but for s->at, which its caller advances */
 } replica_state;
 
 /* Keeps this replica's first local failure (with its message) for the next exchange. */

@@ -124,6 +124,7 @@ static dpt_status train_epoch(replica *r, replica_state *s, int *stop) {
     dpt_train_fault_point(r, s);
     dpt_train_runlog_step(r, s, epoch, &m, &o);
     ++s->at.batch;
+    s->unsettled = s->cursor_behind = 0; /* step s->t.step is complete */
     DPT_TRY(after_step(r, s, &o));
     *stop = cfg->schedule.max_steps > 0 && s->t.step >= cfg->schedule.max_steps;
   }
@@ -254,6 +255,7 @@ static dpt_status train_as_rank(const dpt_train_config *cfg, dpt_comm *comm,
   char msg[1024];
   snprintf(msg, sizeof msg, "%s", dpt_last_error());
   dpt_train_failure_record(cfg, r.index, 0, s.t.step, st, msg);
+  dpt_train_survive(&r, &s, st);
   dpt_train_state_free(&s);
   if (st != DPT_OK) return dpt_set_error(st, "%s", msg);
   if (final) *final = r.final;

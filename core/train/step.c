@@ -173,6 +173,7 @@ static dpt_status reduce_gradients(replica *r, replica_state *s, dpt_status loca
                                    step_stats *mine) {
   dpt_train_keep_failure(s, local);
   const train_exchange *x = s->exchange;
+  s->unsettled = x->stepped && x->stepped(s); /* buckets updating in parts: the state moves */
   dpt_status st = DPT_OK;
   if (x->reduce) {
     const double t0 = dpt_now();
@@ -392,6 +393,7 @@ dpt_status dpt_train_step(replica *r, replica_state *s, int64_t epoch, size_t k,
   dpt_train_split_after_step(r, s);
   out->stop = sum.stop;
   out->ckpt_due = sum.ckpt_due > 0;
+  s->unsettled = 1; /* counters and state move until the step ends (train_epoch) */
   ++s->t.step;
   int bad = 0;
   double sumsq = 0;
@@ -408,6 +410,7 @@ dpt_status dpt_train_step(replica *r, replica_state *s, int64_t epoch, size_t k,
   s->t.trained_samples += sum.samples;
   if (out->rollback) return DPT_OK; /* the checkpoint's state replaces everything */
   DPT_TRY(share_buffers(r, s));
+  s->unsettled = 0, s->cursor_behind = 1; /* the step's state is whole: the drift check may fail */
   DPT_TRY(check_after_step(r, s, out));
   if (out->rollback) return DPT_OK;
   if (r->index == 0 && cfg->callbacks.on_progress)

@@ -233,12 +233,15 @@ dpt_status dpt_train_ckpt_setup(replica *r, replica_state *s) {
   }
   if (ck->row_floats && !(ck->row_state = calloc(ck->row_floats, sizeof(float))))
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "checkpoints: out of host memory");
-  if (r->index != 0) return DPT_OK;
-  DPT_TRY(check_dir(r->cfg, &ck->lock_fd));
+  /* Under MPI with the full step every rank holds the whole state and may write it when the
+   * job fails (dpt_train_ckpt_write_own): it gets the writer's copy and list too. */
+  if (r->index != 0 && !(r->over_mpi && s->mode == STEP_FULL)) return DPT_OK;
+  if (r->index == 0) DPT_TRY(check_dir(r->cfg, &ck->lock_fd));
   ck->state = malloc(dpt_model_state_size(s->model) * sizeof(float));
   if (!ck->state) return dpt_set_error(DPT_ERR_OUT_OF_MEMORY, "checkpoints: out of host memory");
   DPT_TRY(make_metadata(r, ck));
   DPT_TRY(make_tensors(s, ck));
+  if (r->index != 0) return DPT_OK;
   int found = 0;
   if (r->cfg->checkpoints.resume) DPT_TRY(read_newest(r, s, 1, &found));
   if (r->cfg->checkpoints.resume && !found)
@@ -389,7 +392,7 @@ static void fill_progress(const replica *r, const replica_state *s) {
   p->step = s->t.step;
   p->optimizer_steps = dpt_optimizer_steps(s->opt);
   p->epoch = s->at.epoch;
-  p->batch = (int64_t)s->at.batch;
+  p->batch = (int64_t)s->at.batch + s->cursor_behind; /* a survivor's write after a step */
   p->skipped_steps = s->t.skipped;
   p->skipped_in_a_row = s->t.skipped_in_a_row;
   p->rollbacks = s->t.rollbacks;
@@ -445,6 +448,32 @@ dpt_status dpt_train_ckpt_save(replica *r, replica_state *s, int wait) {
   return dpt_comm_agree_ready(r->comm, s->pending, s->pending_msg, "replica", NULL);
 }
 
+/* ---- a rank's own write, when the job fails ------------------------------------------------ */
+
+dpt_status dpt_train_ckpt_write_own(const replica *r, replica_state *s, char *path, size_t cap,
+                                    int *wrote) {
+  struct train_ckpt *ck = s->ck;
+  *wrote = 0;
+  if (!ck || !ck->state) return dpt_set_error(DPT_ERR_UNSUPPORTED, "no checkpoint copy here");
+  if (r->index == 0) (void)join_writer(r, ck); /* its outcome is its own line */
+  dpt_ckpt_path(ck->dir, s->t.step, path, cap);
+  if (access(path, F_OK) == 0) return DPT_OK; /* written already (by the run, or another rank) */
+  for (int k = 0; k < ck->slots; ++k)
+    DPT_TRY(dpt_optimizer_get_state(s->opt, k, ck->opt[k]));
+  copy_row_state(s, ck, 1);
+  DPT_TRY(dpt_model_get_state(s->model, ck->state));
+  const size_t n = dpt_model_state_size(s->model);
+  for (size_t i = 0; i < n; ++i)
+    if (!isfinite(ck->state[i]))
+      return dpt_set_error(DPT_ERR_NONFINITE, "the model state is not finite");
+  dpt_model_state_tensors(s->model, ck->state, ck->tensors, ck->counters);
+  fill_progress(r, s);
+  DPT_TRY(dpt_ckpt_write(ck->dir, &ck->progress, ck->tensors, ck->ntensors, ck->meta, ck->keep,
+                         path, cap));
+  *wrote = 1;
+  return DPT_OK;
+}
+
 /* ---- rollback ----------------------------------------------------------------------------- */
 
 /* Replica 0's state (read from the checkpoint) to every replica's parameters and buffers. */
@@ -464,6 +493,7 @@ static dpt_status share_state(replica *r, replica_state *s) {
 dpt_status dpt_train_ckpt_rollback(replica *r, replica_state *s) {
   const dpt_train_config *cfg = r->cfg;
   const int64_t diverged = s->t.step;
+  s->unsettled = 1; /* the checkpoint's state replaces this one, in several collectives */
   if (s->t.rollbacks >= cfg->checks.max_rollbacks)
     return dpt_set_error(DPT_ERR_NONFINITE,
                          "non-finite values at step %lld after %lld rollbacks (max_rollbacks): "
@@ -488,6 +518,7 @@ dpt_status dpt_train_ckpt_rollback(replica *r, replica_state *s) {
   s->t.step = p.step;
   s->t.skipped_in_a_row = 0;
   ++s->t.rollbacks;
+  s->unsettled = 0;
   dpt_train_log(r,
                 "non-finite values at step %lld: rolled back to %s (step %lld), going on with "
                 "batch %zu of epoch %lld; learning rate factor %g (rollback %lld of at most %d)",

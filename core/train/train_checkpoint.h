@@ -15,6 +15,12 @@ dpt_status dpt_train_ckpt_share_resumed(replica *r, replica_state *s);
  * is taken already. Every replica joins (the sharded optimizer state is gathered); replica 0
  * copies to host memory and a thread writes the file. wait: 1 to wait for the file. */
 dpt_status dpt_train_ckpt_save(replica *r, replica_state *s, int wait);
+/* This replica's own state, as it stands, written as the checkpoint of step s->t.step with no
+ * collective and no thread (a rank whose job failed; the full step under MPI only: every other
+ * replica has no copy). Nothing when that step's file exists (*wrote 0); else *wrote 1 and
+ * path receives the file. */
+dpt_status dpt_train_ckpt_write_own(const replica *r, replica_state *s, char *path, size_t cap,
+                                    int *wrote);
 /* Reloads the newest checkpoint on every replica after a non-finite step (see
  * DPT_NONFINITE_ROLLBACK); the data cursor s->at goes on past the step that diverged. */
 dpt_status dpt_train_ckpt_rollback(replica *r, replica_state *s);

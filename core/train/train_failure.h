@@ -1,5 +1,5 @@
-/* Internal: the record a failed run leaves in its checkpoint directory, and the injected
- * failure of the tests (train_failure.c). */
+/* Internal: the record a failed run leaves in its checkpoint directory, a survivor's checkpoint,
+ * and the injected failure of the tests (train_failure.c). */
 #ifndef DPTRAIN_CORE_TRAIN_TRAIN_FAILURE_H
 #define DPTRAIN_CORE_TRAIN_TRAIN_FAILURE_H
 
@@ -12,6 +12,13 @@
  * cannot be written is left out. */
 void dpt_train_failure_record(const dpt_train_config *cfg, int rank, int replica, int64_t step,
                               dpt_status st, const char *msg);
+
+/* After the exchange failure st (DPT_ERR_TIMEOUT: a peer past the deadline; DPT_ERR_COMM: a
+ * peer gone) ended this rank's run: with the full step under MPI the rank holds the whole state
+ * of the last completed step and writes it as a checkpoint before it exits, with no collective,
+ * unless the failure landed inside a step's update (the state is no step's) or the file exists
+ * already. Otherwise one line says why not. Nothing for other failures. */
+void dpt_train_survive(const replica *r, replica_state *s, dpt_status st);
 
 /* DPT_FAULT_EXIT_AT_STEP (base/env.h): after that step, before its checkpoint, replica 0 waits
  * for the checkpoint being written and ends the process with status 137, as a killed rank

@@ -80,6 +80,13 @@ DPT_API void dpt_comm_destroy(dpt_comm *comm);
  * NULL (nothing is done). */
 DPT_API dpt_status dpt_comm_abort(dpt_comm *comm, int code);
 
+/* Notes that the launcher is ending the job (Open MPI's SIGTERM before its SIGKILL,
+ * odls_base_sigkill_timeout later): from then on a wait of an MPI collective that has seen no
+ * message for 0.25 s fails with DPT_ERR_COMM, so that a rank waiting on a peer that is gone
+ * without an error (across a network) can still leave in order, e.g. write a checkpoint.
+ * Async-signal-safe: meant for a SIGTERM handler. */
+DPT_API void dpt_comm_note_teardown(void);
+
 /* This member's rank, 0 .. size - 1, and the number of members. */
 DPT_API int dpt_comm_rank(const dpt_comm *comm);
 DPT_API int dpt_comm_size(const dpt_comm *comm);
