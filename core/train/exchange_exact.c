@@ -25,6 +25,7 @@
 enum {
   EXP_ZERO = -32768,     /* the slot is all zeros */
   EXP_BAD = 32767,       /* the slot holds an infinity or a NaN */
+  BLOCK = 16384,         /* values summed over every group while their sums stay in cache */
   BUFFER_CHUNK = 64,     /* buffer floats per slot (running statistics have no tensor list here) */
   FALLBACK_CHUNK = 1024, /* parameter floats per slot when the tensors do not tile the buffer */
 };
@@ -44,6 +45,7 @@ struct train_exact {
   int16_t *mine,
       *exps;         /* [nslots + 1], [replicas, nslots + 1]: exponents, this replica's and all */
   int64_t *sum;      /* [W + 1] */
+  double *acc;       /* [BLOCK]: sum_groups' running sums */
   float *out;        /* [W] */
   dpt_buffer *start; /* the buffers at the step's start; NULL without buffers */
   double loss_total;
@@ -86,7 +88,8 @@ static dpt_status alloc_exact(train_exact *e, int replicas, int buffers, dpt_bac
   e->exps = malloc((size_t)replicas * n * sizeof *e->exps);
   e->sum = malloc((e->W + 1) * sizeof *e->sum);
   e->out = malloc(e->W * sizeof *e->out);
-  if (!e->vals || !e->loss || !e->maxbits || !e->mine || !e->exps || !e->sum || !e->out)
+  e->acc = malloc(BLOCK * sizeof *e->acc);
+  if (!e->vals || !e->loss || !e->maxbits || !e->mine || !e->exps || !e->sum || !e->out || !e->acc)
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY,
                          "deterministic: out of host memory for %zu groups of %zu values", e->cap,
                          e->W);
@@ -123,6 +126,7 @@ void dpt_train_exact_free(replica_state *s) {
   free(e->exps);
   free(e->sum);
   free(e->out);
+  free(e->acc);
   free(e);
   s->exact = NULL;
 }
@@ -367,8 +371,7 @@ static void float_sum_first(train_exact *e) {
  * so the sums stay in cache while every group's block is added. */
 static void sum_groups(train_exact *e) {
   if (e->mutate == 1) float_sum_first(e);
-  enum { BLOCK = 2048 }; /* values summed over every group while their sums stay in cache */
-  double acc[BLOCK];
+  double *acc = e->acc;
   for (size_t k = 0; k < e->nslots; ++k) {
     const double scale = slot_scale(e, e->mine[k]);
     for (size_t b = e->off[k]; b < e->off[k + 1]; b += BLOCK) {
