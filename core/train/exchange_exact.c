@@ -259,6 +259,7 @@ EXACT_CLONES static void add_rounded(double *a, const float *v, size_t n, double
   for (; i + EXACT_LANES <= n; i += EXACT_LANES) {
     vf f;
     vd acc;
+    if (i + 1024 < n) __builtin_prefetch(v + i + 1024); /* 4 KiB ahead: the blocks are in memory */
     memcpy(&f, v + i, sizeof f);
     memcpy(&acc, a + i, sizeof acc);
     const vd x = __builtin_convertvector(f, vd) * sc;
