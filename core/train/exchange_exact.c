@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/backend_impl.h" /* dpt_buffer_map_host */
 #include "base/clock.h"
 #include "base/env.h"
 #include "base/error.h"
@@ -24,6 +25,7 @@
 enum {
   EXP_ZERO = -32768,     /* the slot is all zeros */
   EXP_BAD = 32767,       /* the slot holds an infinity or a NaN */
+  BLOCK = 16384,         /* values summed over every group while their sums stay in cache */
   BUFFER_CHUNK = 64,     /* buffer floats per slot (running statistics have no tensor list here) */
   FALLBACK_CHUNK = 1024, /* parameter floats per slot when the tensors do not tile the buffer */
 };
@@ -43,6 +45,7 @@ struct train_exact {
   int16_t *mine,
       *exps;         /* [nslots + 1], [replicas, nslots + 1]: exponents, this replica's and all */
   int64_t *sum;      /* [W + 1] */
+  double *acc;       /* [BLOCK]: sum_groups' running sums */
   float *out;        /* [W] */
   dpt_buffer *start; /* the buffers at the step's start; NULL without buffers */
   double loss_total;
@@ -85,7 +88,8 @@ static dpt_status alloc_exact(train_exact *e, int replicas, int buffers, dpt_bac
   e->exps = malloc((size_t)replicas * n * sizeof *e->exps);
   e->sum = malloc((e->W + 1) * sizeof *e->sum);
   e->out = malloc(e->W * sizeof *e->out);
-  if (!e->vals || !e->loss || !e->maxbits || !e->mine || !e->exps || !e->sum || !e->out)
+  e->acc = malloc(BLOCK * sizeof *e->acc);
+  if (!e->vals || !e->loss || !e->maxbits || !e->mine || !e->exps || !e->sum || !e->out || !e->acc)
     return dpt_set_error(DPT_ERR_OUT_OF_MEMORY,
                          "deterministic: out of host memory for %zu groups of %zu values", e->cap,
                          e->W);
@@ -122,6 +126,7 @@ void dpt_train_exact_free(replica_state *s) {
   free(e->exps);
   free(e->sum);
   free(e->out);
+  free(e->acc);
   free(e);
   s->exact = NULL;
 }
@@ -178,19 +183,19 @@ static inline double from_i64(int64_t q) { /* |q| < 2^51 */
 }
 
 #if defined(__GNUC__)
-/* 4 lanes at a time through the compiler's vector extensions: gcc -O2 keeps these loops scalar.
+/* 8 lanes at a time through the compiler's vector extensions: gcc -O2 keeps these loops scalar.
  * Each lane does the scalar code's operations, so the results are the same bits. */
-typedef uint32_t v4u __attribute__((vector_size(16)));
-typedef int32_t v4i __attribute__((vector_size(16)));
-typedef float v4f __attribute__((vector_size(16)));
-typedef double v4d __attribute__((vector_size(32)));
-typedef int64_t v4l __attribute__((vector_size(32)));
-#define EXACT_V4 4
+typedef uint32_t vu __attribute__((vector_size(32)));
+typedef int32_t vi __attribute__((vector_size(32)));
+typedef float vf __attribute__((vector_size(32)));
+typedef double vd __attribute__((vector_size(64)));
+typedef int64_t vl __attribute__((vector_size(64)));
+#define EXACT_LANES 8
 #endif
-/* x86-64: an AVX2 copy of the loops besides the baseline one, picked at load time; the lanes'
- * operations are the same, so are the bits. */
+/* x86-64: AVX-512 and AVX2 copies of the loops besides the baseline one, picked at load time;
+ * the lanes' operations are the same, so are the bits. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define EXACT_CLONES __attribute__((target_clones("avx2", "default")))
+#define EXACT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define EXACT_CLONES
 #endif
@@ -198,16 +203,16 @@ typedef int64_t v4l __attribute__((vector_size(32)));
 /* The largest |v[i]| of n values as bits, from m. */
 EXACT_CLONES static uint32_t max_bits(const float *v, size_t n, uint32_t m) {
   size_t i = 0;
-#if defined(EXACT_V4)
-  v4u vm = {m, m, m, m};
-  for (; i + EXACT_V4 <= n; i += EXACT_V4) {
-    v4u u;
+#if defined(EXACT_LANES)
+  vu vm = (vu){0} + m;
+  for (; i + EXACT_LANES <= n; i += EXACT_LANES) {
+    vu u;
     memcpy(&u, v + i, sizeof u);
     u &= 0x7fffffffu;
-    const v4u more = (v4u)((v4i)u > (v4i)vm); /* both below 2^31: a signed compare is exact */
+    const vu more = (vu)((vi)u > (vi)vm); /* both below 2^31: a signed compare is exact */
     vm = (u & more) | (vm & ~more);
   }
-  for (int k = 0; k < EXACT_V4; ++k)
+  for (int k = 0; k < EXACT_LANES; ++k)
     m = vm[k] > m ? vm[k] : m;
 #endif
   for (; i < n; ++i) {
@@ -219,17 +224,45 @@ EXACT_CLONES static uint32_t max_bits(const float *v, size_t n, uint32_t m) {
   return m;
 }
 
+/* d[i] = v[i], and the largest |v[i]| as bits, from m: the copy and the scan in one pass. */
+EXACT_CLONES static uint32_t copy_max(float *restrict d, const float *restrict v, size_t n,
+                                      uint32_t m) {
+  size_t i = 0;
+#if defined(EXACT_LANES)
+  vu vm = (vu){0} + m;
+  for (; i + EXACT_LANES <= n; i += EXACT_LANES) {
+    vu u;
+    memcpy(&u, v + i, sizeof u);
+    memcpy(d + i, &u, sizeof u);
+    u &= 0x7fffffffu;
+    const vu more = (vu)((vi)u > (vi)vm);
+    vm = (u & more) | (vm & ~more);
+  }
+  for (int k = 0; k < EXACT_LANES; ++k)
+    m = vm[k] > m ? vm[k] : m;
+#endif
+  for (; i < n; ++i) {
+    uint32_t u;
+    memcpy(&u, v + i, sizeof u);
+    memcpy(d + i, &u, sizeof u);
+    u &= 0x7fffffffu;
+    m = u > m ? u : m;
+  }
+  return m;
+}
+
 /* a[i] += round(v[i] * scale), exactly (see ROUNDER). */
 EXACT_CLONES static void add_rounded(double *a, const float *v, size_t n, double scale) {
   size_t i = 0;
-#if defined(EXACT_V4)
-  const v4d r = {ROUNDER, ROUNDER, ROUNDER, ROUNDER}, sc = {scale, scale, scale, scale};
-  for (; i + EXACT_V4 <= n; i += EXACT_V4) {
-    v4f f;
-    v4d acc;
+#if defined(EXACT_LANES)
+  const vd r = (vd){0} + ROUNDER, sc = (vd){0} + scale;
+  for (; i + EXACT_LANES <= n; i += EXACT_LANES) {
+    vf f;
+    vd acc;
+    if (i + 1024 < n) __builtin_prefetch(v + i + 1024); /* 4 KiB ahead: the blocks are in memory */
     memcpy(&f, v + i, sizeof f);
     memcpy(&acc, a + i, sizeof acc);
-    const v4d x = __builtin_convertvector(f, v4d) * sc;
+    const vd x = __builtin_convertvector(f, vd) * sc;
     acc += (x + r) - r;
     memcpy(a + i, &acc, sizeof acc);
   }
@@ -241,15 +274,15 @@ EXACT_CLONES static void add_rounded(double *a, const float *v, size_t n, double
 /* q[i] = a[i] as int64 (integer-valued, below 2^51). */
 EXACT_CLONES static void to_i64_n(int64_t *q, const double *a, size_t n) {
   size_t i = 0;
-#if defined(EXACT_V4)
-  const v4d r = {ROUNDER, ROUNDER, ROUNDER, ROUNDER};
-  v4l rb;
+#if defined(EXACT_LANES)
+  const vd r = (vd){0} + ROUNDER;
+  vl rb;
   memcpy(&rb, &r, sizeof rb);
-  for (; i + EXACT_V4 <= n; i += EXACT_V4) {
-    v4d x;
+  for (; i + EXACT_LANES <= n; i += EXACT_LANES) {
+    vd x;
     memcpy(&x, a + i, sizeof x);
     x += r;
-    v4l b;
+    vl b;
     memcpy(&b, &x, sizeof b);
     b -= rb;
     memcpy(q + i, &b, sizeof b);
@@ -259,11 +292,23 @@ EXACT_CLONES static void to_i64_n(int64_t *q, const double *a, size_t n) {
     q[i] = to_i64(a[i]);
 }
 
-/* The largest |v| of each slot so far, as bits: for non-negative floats the integer order is
- * the float order, an infinity or NaN above every finite value (one integer pass). */
-static void scan_slots(train_exact *e, const float *v) {
-  for (size_t k = 0; k < e->nslots; ++k)
-    e->maxbits[k] = max_bits(v + e->off[k], e->off[k + 1] - e->off[k], e->maxbits[k]);
+/* Values [at, at + n) of a group from the floats [0, n) of buf into v + at, and the largest |v| of
+ * each slot so far as bits (for non-negative floats the integer order is the float order, an
+ * infinity or NaN above every finite value): copied and scanned in one pass where the backend
+ * maps its memory, else downloaded and then scanned. */
+static dpt_status keep_part(train_exact *e, dpt_buffer *buf, size_t at, size_t n, float *v) {
+  void *p = NULL;
+  DPT_TRY(dpt_buffer_map_host(buf, 0, n * sizeof(float), &p));
+  if (!p) DPT_TRY(dpt_buffer_download(buf, 0, v + at, n * sizeof(float)));
+  const float *src = p;
+  for (size_t k = 0; k < e->nslots; ++k) {
+    const size_t lo = e->off[k] > at ? e->off[k] : at;
+    const size_t hi = e->off[k + 1] < at + n ? e->off[k + 1] : at + n;
+    if (lo >= hi) continue;
+    e->maxbits[k] = p ? copy_max(v + lo, src + (lo - at), hi - lo, e->maxbits[k])
+                      : max_bits(v + lo, hi - lo, e->maxbits[k]);
+  }
+  return dpt_buffer_unmap_host(buf, p);
 }
 
 dpt_status dpt_train_exact_keep(replica_state *s, double loss) {
@@ -272,10 +317,8 @@ dpt_status dpt_train_exact_keep(replica_state *s, double loss) {
     return dpt_set_error(DPT_ERR_INVALID_ARG, "deterministic: more than %zu groups in a slice",
                          e->cap);
   float *v = e->vals + e->groups * e->W;
-  DPT_TRY(dpt_buffer_download(dpt_model_grads(s->model), 0, v, e->np * sizeof(float)));
-  if (e->nb)
-    DPT_TRY(dpt_buffer_download(dpt_model_buffers(s->model), 0, v + e->np, e->nb * sizeof(float)));
-  scan_slots(e, v);
+  DPT_TRY(keep_part(e, dpt_model_grads(s->model), 0, e->np, v));
+  if (e->nb) DPT_TRY(keep_part(e, dpt_model_buffers(s->model), e->np, e->nb, v));
   e->loss[e->groups++] = loss;
   const double a = fabs(loss);
   if (!(a <= e->loss_max) && !isnan(e->loss_max)) e->loss_max = a; /* a NaN stays */
@@ -329,8 +372,7 @@ static void float_sum_first(train_exact *e) {
  * so the sums stay in cache while every group's block is added. */
 static void sum_groups(train_exact *e) {
   if (e->mutate == 1) float_sum_first(e);
-  enum { BLOCK = 2048 }; /* values summed over every group while their sums stay in cache */
-  double acc[BLOCK];
+  double *acc = e->acc;
   for (size_t k = 0; k < e->nslots; ++k) {
     const double scale = slot_scale(e, e->mine[k]);
     for (size_t b = e->off[k]; b < e->off[k + 1]; b += BLOCK) {
@@ -348,21 +390,58 @@ static void sum_groups(train_exact *e) {
   e->sum[e->W] = to_i64(loss);
 }
 
-/* The sums back to float: gradients as they are, buffers as the groups' mean. */
-static void unscale(train_exact *e) {
-  for (size_t k = 0; k < e->nslots; ++k) {
-    const double scale = slot_scale(e, e->mine[k]);
-    const double inv = scale != 0 ? 1.0 / scale : 0, groups = (double)e->batch_groups;
-    const int buffer = e->off[k] >= e->np;
-    for (size_t i = e->off[k]; i < e->off[k + 1]; ++i) {
-      const double v = from_i64(e->sum[i]) * inv;
-      e->out[i] = e->mine[k] == EXP_BAD ? NAN : (float)(buffer ? v / groups : v);
-    }
+/* d[i] = (float)(q[i] as a double * inv / div) (div 1: no division), lane by lane as the scalar
+ * code does it, so the same bits. */
+EXACT_CLONES static void from_i64_n(float *d, const int64_t *q, size_t n, double inv, double div) {
+  size_t i = 0;
+#if defined(EXACT_LANES)
+  const vd r = (vd){0} + ROUNDER, vinv = (vd){0} + inv, vdiv = (vd){0} + div;
+  vl rb;
+  memcpy(&rb, &r, sizeof rb);
+  for (; i + EXACT_LANES <= n; i += EXACT_LANES) {
+    vl b;
+    memcpy(&b, q + i, sizeof b);
+    b += rb;
+    vd x;
+    memcpy(&x, &b, sizeof x);
+    x = (x - r) * vinv;
+    if (div != 1) x /= vdiv;
+    const vf f = __builtin_convertvector(x, vf);
+    memcpy(d + i, &f, sizeof f);
   }
-  const double scale = slot_scale(e, e->mine[e->nslots]);
-  e->loss_total = e->mine[e->nslots] == EXP_BAD ? NAN
-                  : scale != 0                  ? from_i64(e->sum[e->W]) / scale
-                                                : 0;
+#endif
+  for (; i < n; ++i) {
+    const double v = from_i64(q[i]) * inv;
+    d[i] = (float)(div != 1 ? v / div : v);
+  }
+}
+
+/* The sums of values [at, at + n) back to float into d: gradients as they are, buffers as the
+ * groups' mean. */
+static void unscale(const train_exact *e, size_t at, size_t n, float *d) {
+  for (size_t k = 0; k < e->nslots; ++k) {
+    const size_t lo = e->off[k] > at ? e->off[k] : at;
+    const size_t hi = e->off[k + 1] < at + n ? e->off[k + 1] : at + n;
+    if (lo >= hi) continue;
+    const double scale = slot_scale(e, e->mine[k]);
+    const double inv = scale != 0 ? 1.0 / scale : 0;
+    const double div = e->off[k] >= e->np ? (double)e->batch_groups : 1;
+    if (e->mine[k] == EXP_BAD)
+      for (size_t i = lo; i < hi; ++i)
+        d[i - at] = NAN;
+    else
+      from_i64_n(d + (lo - at), e->sum + lo, hi - lo, inv, div);
+  }
+}
+
+/* The sums of values [at, at + n) into the floats [0, n) of buf: written in place where the
+ * backend maps its memory, else through e->out and an upload. */
+static dpt_status put_part(train_exact *e, dpt_buffer *buf, size_t at, size_t n) {
+  void *p = NULL;
+  DPT_TRY(dpt_buffer_map_host(buf, 0, n * sizeof(float), &p));
+  unscale(e, at, n, p ? (float *)p : e->out + at);
+  if (p) return dpt_buffer_unmap_host(buf, p);
+  return dpt_buffer_upload(buf, 0, e->out + at, n * sizeof(float));
 }
 
 static dpt_status exact_reduce(replica *r, replica_state *s, exchange_times *t) {
@@ -374,11 +453,13 @@ static dpt_status exact_reduce(replica *r, replica_state *s, exchange_times *t) 
     st = dpt_allreduce_host(r->comm, e->sum, e->W + 1, DPT_COMM_I64);
   }
   if (st == DPT_OK) {
-    unscale(e);
-    st = dpt_buffer_upload(dpt_model_grads(s->model), 0, e->out, e->np * sizeof(float));
+    const double scale = slot_scale(e, e->mine[e->nslots]);
+    e->loss_total = e->mine[e->nslots] == EXP_BAD ? NAN
+                    : scale != 0                  ? from_i64(e->sum[e->W]) / scale
+                                                  : 0;
+    st = put_part(e, dpt_model_grads(s->model), 0, e->np);
   }
-  if (st == DPT_OK && e->nb)
-    st = dpt_buffer_upload(dpt_model_buffers(s->model), 0, e->out + e->np, e->nb * sizeof(float));
+  if (st == DPT_OK && e->nb) st = put_part(e, dpt_model_buffers(s->model), e->np, e->nb);
   dpt_train_exchange_one_piece(s, t, t0, "exact all-reduce");
   return st;
 }
