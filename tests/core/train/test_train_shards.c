@@ -580,6 +580,22 @@ static void check_adam_state(const char *dir, size_t rows, size_t dim) {
   dpt_safetensors_close(st);
 }
 
+/* The checkpoint in "ckpt" resumed with 1 replica and table optimizer kind: it runs to the end. */
+static void resume_on_one(dpt_train_config *cfg, int kind) {
+  dpt_interactions *one[1] = {NULL};
+  open_readers("train", 1, one);
+  config(cfg, 1, one, NULL);
+  cfg->exchange.sparse_tables = 1;
+  cfg->table_lr = cfg->optim.lr;
+  cfg->exchange.table_optimizer = kind;
+  cfg->checkpoints.checkpoint_dir = tpath("ckpt");
+  cfg->checkpoints.resume = 1;
+  dpt_train_report fin;
+  TU_OK(dpt_train(cfg, NULL, &fin));
+  ck_assert_int_eq((int)fin.steps, EPOCHS * 7);
+  dpt_interactions_destroy(one[0]);
+}
+
 /* Row-wise Adam on the tables: with 1, 2 and 3 replicas, the dense or the sparse exchange, the
  * run equals the hand-built model stepped with row-wise Adam on the tables within 1e-5 (and
  * neither Adagrad's nor SGD's run); with 2 replicas a run stopped at a checkpoint (its moments
@@ -615,19 +631,7 @@ START_TEST(rowwise_adam_tables) {
       cfg.exchange.table_optimizer = DPT_TABLE_ROWWISE_ADAGRAD;
       EXPECT_FAIL(dpt_train(&cfg, NULL, NULL), DPT_ERR_MISMATCH, "the tables' optimizer", NULL,
                   NULL);
-      cfg.exchange.table_optimizer = DPT_TABLE_ROWWISE_ADAM;
-      dpt_interactions *one[1] = {NULL}; /* the same checkpoint on 1 replica */
-      open_readers("train", 1, one);
-      config(&cfg, 1, one, NULL);
-      cfg.exchange.sparse_tables = 1;
-      cfg.table_lr = cfg.optim.lr;
-      cfg.exchange.table_optimizer = DPT_TABLE_ROWWISE_ADAM;
-      cfg.checkpoints.checkpoint_dir = tpath("ckpt");
-      cfg.checkpoints.resume = 1;
-      dpt_train_report fin;
-      TU_OK(dpt_train(&cfg, NULL, &fin));
-      ck_assert_int_eq((int)fin.steps, EPOCHS * 7);
-      dpt_interactions_destroy(one[0]);
+      resume_on_one(&cfg, DPT_TABLE_ROWWISE_ADAM);
       config(&cfg, R, tr, NULL);
     }
     for (int i = 0; i < R; ++i)
@@ -686,18 +690,7 @@ START_TEST(adam_catchup_tables) {
         newest = hl[r] > newest ? hl[r] : newest;
       ck_assert_float_eq(newest, (float)(EPOCHS * 7)); /* the resumed run's, at its end */
       dpt_safetensors_close(st);
-      dpt_interactions *one[1] = {NULL}; /* the same checkpoint on 1 replica */
-      open_readers("train", 1, one);
-      config(&cfg, 1, one, NULL);
-      cfg.exchange.sparse_tables = 1;
-      cfg.table_lr = cfg.optim.lr;
-      cfg.exchange.table_optimizer = DPT_TABLE_ADAM;
-      cfg.checkpoints.checkpoint_dir = tpath("ckpt");
-      cfg.checkpoints.resume = 1;
-      dpt_train_report fin;
-      TU_OK(dpt_train(&cfg, NULL, &fin));
-      ck_assert_int_eq((int)fin.steps, EPOCHS * 7);
-      dpt_interactions_destroy(one[0]);
+      resume_on_one(&cfg, DPT_TABLE_ADAM);
       config(&cfg, R, tr, NULL);
     }
     for (int i = 0; i < R; ++i)
