@@ -1,7 +1,7 @@
 /* The CPU backend's vectorized layer ops: a linear layer's bias with GELU (fused), forward and
- * backward, in one pass over the activations, in float with branch-free exp and erfc; and the
- * dropout mask. The loops vectorize (AVX2 where the machine has it, the same results either
- * way: no contraction, no libm). */
+ * backward, in one pass over the activations, in float with branch-free exp and erfc; the
+ * dropout mask; attention's softmax with its dropout (fused). The loops vectorize (AVX2 where the
+ * machine has it, the same results either way: no contraction, no libm). */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>

@@ -1,9 +1,10 @@
 /* The layer ops of the opencl backend: batch normalization (with a fused ReLU), average pooling,
  * dropout, layer normalization, GELU (alone and with a linear layer's bias), attention's softmax
- * and the softmax's backward, embedding bags, column gathers and binary cross-entropy
- * (include/dptrain/backend.h states what each computes; the kernels are in kernels/layers.cl,
- * the softmaxes' and bce_logits in kernels/softmax.cl, embedding bags and column gathers in
- * kernels/embed.cl). gemm_batched is in ocl_gemm.c with the other CLBlast calls. */
+ * and the softmax's backward (alone and fused with dropout), embedding bags, column gathers and
+ * binary cross-entropy (include/dptrain/backend.h states what each computes; the kernels are in
+ * kernels/layers.cl with the fused attention probabilities', the softmaxes' and bce_logits in
+ * kernels/softmax.cl, embedding bags and column gathers in kernels/embed.cl). gemm_batched is in
+ * ocl_gemm.c with the other CLBlast calls. */
 #include <stdlib.h>
 
 #include "backends/opencl/ocl_internal.h"

@@ -1,11 +1,11 @@
 /* The layer ops of the vulkan backend: batch normalization, average pooling, dropout, layer
  * normalization, GELU (alone and with a linear layer's bias), attention's softmax and the softmax's
- * backward, embedding bags, column gathers and binary cross-entropy (include/dptrain/backend.h
- * states what each computes; gemm_batched lives with gemm in vk_ops.c). Each binds its tensors as
- * windows and records its dispatches like the ops of vk_ops.c; a tensor larger than one window or a
- * size beyond 32 bits is DPT_ERR_UNSUPPORTED, except where an op splits its work over several
- * dispatches (dropout, GELU, the softmaxes, column gathers, binary cross-entropy, embedding bags:
- * their samples and the rows of their table). */
+ * backward (alone and fused with dropout), embedding bags, column gathers and binary cross-entropy
+ * (include/dptrain/backend.h states what each computes; gemm_batched lives with gemm in vk_ops.c).
+ * Each binds its tensors as windows and records its dispatches like the ops of vk_ops.c; a tensor
+ * larger than one window or a size beyond 32 bits is DPT_ERR_UNSUPPORTED, except where an op splits
+ * its work over several dispatches (dropout, GELU, the softmaxes, column gathers, binary
+ * cross-entropy, embedding bags: their samples and the rows of their table). */
 #include <string.h>
 
 #include "backends/vulkan/vk_internal.h"

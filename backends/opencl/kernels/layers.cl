@@ -1,6 +1,6 @@
 /* The layer ops beyond convolution: the batch sum of a summed batched gemm, batch
- * normalization, average pooling, dropout, layer normalization and GELU (alone and with a linear
- * layer's bias). Same conventions as every kernel (common.cl); no atomics: each work-item owns
+ * normalization, average pooling, dropout, layer normalization, GELU (alone and with a linear
+ * layer's bias) and attention's softmax with its dropout. Same conventions as every kernel (common.cl); no atomics: each work-item owns
  * the elements it writes, each work-group the channels it reduces. */
 
 /* c [m, n] (leading dimension ldc) = beta * c + s_0 + s_1 + ... + s_{batch-1}, where s_i [m, n]
