@@ -2,7 +2,7 @@
  * dropout, layer normalization, GELU (alone and with a linear layer's bias), attention's softmax
  * and the softmax's backward (alone and fused with dropout), embedding bags, column gathers and
  * binary cross-entropy (include/dptrain/backend.h states what each computes; the kernels are in
- * kernels/layers.cl with the fused attention probabilities', the softmaxes' and bce_logits in
+ * kernels/layers.cl (the fused attention probabilities' too), the softmaxes' and bce_logits in
  * kernels/softmax.cl, embedding bags and column gathers in kernels/embed.cl). gemm_batched is in
  * ocl_gemm.c with the other CLBlast calls. */
 #include <stdlib.h>
