@@ -314,6 +314,25 @@ typedef struct dpt_softmax_bwd_args {
   dpt_ref y, dy, dx;
 } dpt_softmax_bwd_args;
 
+/* attn_probs_fwd, one head a call (g.heads == 1): probs in place as attn_softmax (scores and
+ * probs the same ref) and, with has_drop, dropped as dropout of its rows [n, q * k] with the
+ * head's key. */
+typedef struct dpt_attn_probs_fwd_args {
+  dpt_attn_softmax_args sm;
+  int has_drop;
+  uint32_t key, threshold, first_row;
+  float drop_scale;
+  dpt_ref dropped;
+} dpt_attn_probs_fwd_args;
+
+/* attn_probs_bwd: y, dropped (has_drop), dy -> dx over [rows, cols]. */
+typedef struct dpt_attn_probs_bwd_args {
+  size_t rows, cols;
+  int has_drop;
+  float drop_scale;
+  dpt_ref y, dropped, dy, dx;
+} dpt_attn_probs_bwd_args;
+
 /* embed_bag (table, idx -> out) and embed_bag_bwd (dout, idx -> dtable). */
 typedef struct dpt_embed_bag_args {
   size_t n, bag, vocab, dim, idx_stride;

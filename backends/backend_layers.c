@@ -670,6 +670,113 @@ dpt_status dpt_softmax_bwd(dpt_backend *be, size_t rows, size_t cols, const dpt_
   return DPT_BE_CALL(be, be->vt->softmax_bwd(be, &args));
 }
 
+/* ---- attention's probabilities, fused ------------------------------------------------------ */
+
+/* The fused forward's checks: geometry, scale, dropout, tensors and their overlaps. */
+static dpt_status attn_probs_check(dpt_op_check *c, const dpt_attn_geom *g, float scale,
+                                   const dpt_buffer *ids, size_t ids_off,
+                                   const dpt_dropout_params *drop, const dpt_buffer *probs,
+                                   size_t probs_off, const dpt_buffer *dropped, size_t dropped_off,
+                                   size_t *n) {
+  if (!g) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: geometry is NULL", c->fn);
+  if (!isfinite(scale))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: scale %g is not finite", c->fn, (double)scale);
+  if (drop && !(drop->p >= 0.0f && drop->p < 1.0f))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: p %g is not in [0, 1)", c->fn, (double)drop->p);
+  size_t rows = 0, qk = 0, nid = 0;
+  DPT_TRY(dpt_op_elems2(c, "probs", g->heads, g->n, &rows));
+  DPT_TRY(dpt_op_elems2(c, "probs", rows, g->q, &rows));
+  DPT_TRY(dpt_op_elems2(c, "probs", rows, g->k, n));
+  DPT_TRY(dpt_op_elems2(c, "ids", g->n, g->k, &nid));
+  DPT_TRY(dpt_op_elems2(c, "probs", g->q, g->k, &qk));
+  if (*n > 0 && g->k == 0) return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: rows of 0 keys", c->fn);
+  if (drop && (qk > UINT32_MAX || g->n > (size_t)UINT32_MAX - drop->first_row))
+    return dpt_set_error(DPT_ERR_INVALID_ARG,
+                         "%s: %zu samples from row %u or %zu columns exceed "
+                         "32-bit indices",
+                         c->fn, g->n, (unsigned)drop->first_row, qk);
+  DPT_TRY(dpt_op_tensor(c, "probs", probs, probs_off, *n, F32));
+  if (ids) {
+    DPT_TRY(dpt_op_tensor(c, "ids", ids, ids_off, nid, I32));
+    DPT_TRY(dpt_op_alias(c, "probs", probs, probs_off, *n, F32, "ids", ids, ids_off, nid, I32, 0));
+  }
+  if (!drop || drop->p == 0.0f) return DPT_OK;
+  DPT_TRY(dpt_op_tensor(c, "dropped", dropped, dropped_off, *n, F32));
+  DPT_TRY(dpt_op_alias(c, "dropped", dropped, dropped_off, *n, F32, "probs", probs, probs_off, *n,
+                       F32, 0));
+  if (ids)
+    DPT_TRY(dpt_op_alias(c, "dropped", dropped, dropped_off, *n, F32, "ids", ids, ids_off, nid, I32,
+                         0));
+  return DPT_OK;
+}
+
+dpt_status dpt_attn_probs_fwd(dpt_backend *be, const dpt_attn_geom *g, float scale,
+                              const dpt_buffer *ids, size_t ids_off, int32_t pad_id,
+                              const dpt_dropout_params *drop, dpt_buffer *probs, size_t probs_off,
+                              dpt_buffer *dropped, size_t dropped_off) {
+  dpt_op_check ck;
+  size_t n = 0;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_attn_probs_fwd", be, be && be->vt->attn_probs_fwd));
+  DPT_TRY(attn_probs_check(&ck, g, scale, ids, ids_off, drop, probs, probs_off, dropped,
+                           dropped_off, &n));
+  if (n == 0) return DPT_OK;
+  const int has_drop = drop && drop->p > 0.0f;
+  const size_t per_head = g->n * g->q * g->k;
+  dpt_attn_probs_fwd_args a = {.sm = {.g = {g->n, 1, g->q, g->k},
+                                      .scale = scale,
+                                      .has_ids = ids != NULL,
+                                      .pad_id = pad_id,
+                                      .ids = ids ? dpt_op_ref(ids, ids_off) : dpt_op_ref(probs, 0)},
+                               .has_drop = has_drop};
+  if (has_drop) {
+    a.threshold = dropout_threshold(drop->p);
+    a.first_row = drop->first_row;
+    a.drop_scale = (float)(1.0 / (1.0 - (double)drop->p));
+  }
+  for (size_t h = 0; h < g->heads; ++h) { /* one call per head: each head has its own key */
+    a.sm.scores = a.sm.probs = dpt_op_ref(probs, probs_off + h * per_head);
+    a.dropped = has_drop ? dpt_op_ref(dropped, dropped_off + h * per_head) : a.sm.probs;
+    if (has_drop) {
+      dpt_dropout_params hp = *drop;
+      hp.seed ^= (uint64_t)(h + 1) * DPT_ATTN_HEAD_SEED_MIX;
+      a.key = dropout_key(&hp);
+    }
+    DPT_TRY(DPT_BE_CALL(be, be->vt->attn_probs_fwd(be, &a)));
+  }
+  return DPT_OK;
+}
+
+dpt_status dpt_attn_probs_bwd(dpt_backend *be, size_t rows, size_t cols, const dpt_buffer *y,
+                              size_t y_off, const dpt_buffer *dropped, size_t dropped_off, float p,
+                              const dpt_buffer *dy, size_t dy_off, dpt_buffer *dx, size_t dx_off) {
+  dpt_op_check ck;
+  size_t n = 0;
+  DPT_TRY(dpt_op_begin(&ck, "dpt_attn_probs_bwd", be, be && be->vt->attn_probs_bwd));
+  if (dropped && !(p >= 0.0f && p < 1.0f))
+    return dpt_set_error(DPT_ERR_INVALID_ARG, "%s: p %g is not in [0, 1)", ck.fn, (double)p);
+  DPT_TRY(dpt_op_elems2(&ck, "y", rows, cols, &n));
+  DPT_TRY(dpt_op_tensor(&ck, "y", y, y_off, n, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "dy", dy, dy_off, n, F32));
+  DPT_TRY(dpt_op_tensor(&ck, "dx", dx, dx_off, n, F32));
+  DPT_TRY(dpt_op_alias(&ck, "dx", dx, dx_off, n, F32, "y", y, y_off, n, F32, 0));
+  DPT_TRY(dpt_op_alias(&ck, "dx", dx, dx_off, n, F32, "dy", dy, dy_off, n, F32, 1));
+  if (dropped) {
+    DPT_TRY(dpt_op_tensor(&ck, "dropped", dropped, dropped_off, n, F32));
+    DPT_TRY(
+        dpt_op_alias(&ck, "dx", dx, dx_off, n, F32, "dropped", dropped, dropped_off, n, F32, 0));
+  }
+  if (n == 0) return DPT_OK;
+  dpt_attn_probs_bwd_args a = {rows,
+                               cols,
+                               dropped != NULL,
+                               dropped ? (float)(1.0 / (1.0 - (double)p)) : 1.0f,
+                               dpt_op_ref(y, y_off),
+                               dropped ? dpt_op_ref(dropped, dropped_off) : dpt_op_ref(y, y_off),
+                               dpt_op_ref(dy, dy_off),
+                               dpt_op_ref(dx, dx_off)};
+  return DPT_BE_CALL(be, be->vt->attn_probs_bwd(be, &a));
+}
+
 /* ---- embedding bags, column gathers, binary cross-entropy ---------------------------------- */
 
 /* The ids of n bags of `bag` slots, `stride` apart: (n - 1) * stride + bag int32 values. */

@@ -1,7 +1,7 @@
 /* The CPU backend's vectorized layer ops: a linear layer's bias with GELU (fused), forward and
- * backward, in one pass over the activations, in float with branch-free exp and erfc; and the
- * dropout mask. The loops vectorize (AVX2 where the machine has it, the same results either
- * way: no contraction, no libm). */
+ * backward, in one pass over the activations, in float with branch-free exp and erfc; the
+ * dropout mask; attention's softmax with its dropout (fused). The loops vectorize (AVX2 where the
+ * machine has it, the same results either way: no contraction, no libm). */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -163,5 +163,87 @@ dpt_status dpt_cpu_dropout(dpt_backend *be, const dpt_dropout_args *a) {
   for (size_t r = 0; r < a->rows; ++r)
     dropout_row(a->cols, dpt_mix32(a->key ^ (uint32_t)(a->first_row + r)), a->threshold, a->scale,
                 x + r * a->cols, y + r * a->cols);
+  return DPT_OK;
+}
+
+/* ---- attention's probabilities: softmax, key mask and dropout in one pass per row ----------- */
+
+/* y[t] = e^(scale * y[t] - mx) for unmasked keys (key NULL: all), 0 for masked ones. */
+CPU_FUSED_CLONES
+static void attn_exp_row(size_t k, float scale, float mx, const int32_t *key, int32_t pad_id,
+                         float *y) {
+  if (key)
+    for (size_t t = 0; t < k; ++t) {
+      const float e = fexp(scale * y[t] - mx);
+      y[t] = key[t] != pad_id ? e : 0.0f;
+    }
+  else
+    for (size_t t = 0; t < k; ++t)
+      y[t] = fexp(scale * y[t] - mx);
+}
+
+/* y *= inv, and with yd the row's dropout: yd = keep(hr, c0 + t) ? y * ds : 0. */
+CPU_FUSED_CLONES
+static void attn_norm_drop_row(size_t k, float inv, const dpt_attn_probs_fwd_args *a, uint32_t hr,
+                               uint32_t c0, float *restrict y, float *restrict yd) {
+  for (size_t t = 0; t < k; ++t)
+    y[t] *= inv;
+  if (!yd) return;
+  for (size_t t = 0; t < k; ++t) {
+    const uint32_t h = dpt_mix32(hr ^ (c0 + (uint32_t)t));
+    yd[t] = (h >> 8) >= a->threshold ? y[t] * a->drop_scale : 0.0f;
+  }
+}
+
+/* One head (a->sm.g.heads == 1): row r is query r % q of sample r / q. The maximum and the exps
+ * in float, the sum in double. */
+dpt_status dpt_cpu_attn_probs_fwd(dpt_backend *be, const dpt_attn_probs_fwd_args *a) {
+  (void)be;
+  const dpt_attn_geom g = a->sm.g;
+  float *p = dpt_cpu_f32(a->sm.probs), *pd = a->has_drop ? dpt_cpu_f32(a->dropped) : NULL;
+  const int32_t *ids = a->sm.has_ids ? dpt_cpu_i32(a->sm.ids) : NULL;
+  for (size_t r = 0; r < g.n * g.q; ++r) {
+    const size_t i = r / g.q, j = r % g.q;
+    const int32_t *key = ids ? ids + i * g.k : NULL;
+    float *y = p + r * g.k, mx = -INFINITY;
+    for (size_t t = 0; t < g.k; ++t) {
+      const float v = a->sm.scale * y[t];
+      if ((!key || key[t] != a->sm.pad_id) && v > mx) mx = v;
+    }
+    attn_exp_row(g.k, a->sm.scale, mx, key, a->sm.pad_id, y);
+    double sum = 0.0;
+    for (size_t t = 0; t < g.k; ++t)
+      sum += y[t];
+    const uint32_t hr = dpt_mix32(a->key ^ (a->first_row + (uint32_t)i));
+    attn_norm_drop_row(g.k, sum > 0.0 ? (float)(1.0 / sum) : 0.0f, a, hr, (uint32_t)(j * g.k), y,
+                       pd ? pd + r * g.k : NULL);
+  }
+  return DPT_OK;
+}
+
+/* dx = y * (g - dot), g the gradient through the dropout (dropped != 0 marks a kept value). */
+CPU_FUSED_CLONES
+static void attn_probs_bwd_row(size_t cols, const dpt_attn_probs_bwd_args *a, const float *y,
+                               const float *yd, const float *dy, float *dx) {
+  double dot = 0.0;
+  for (size_t c = 0; c < cols; ++c) {
+    const float g = !yd ? dy[c] : yd[c] != 0.0f ? dy[c] * a->drop_scale : 0.0f;
+    dot += (double)y[c] * g;
+  }
+  for (size_t c = 0; c < cols; ++c) {
+    const float g = !yd ? dy[c] : yd[c] != 0.0f ? dy[c] * a->drop_scale : 0.0f;
+    dx[c] = (float)((double)y[c] * ((double)g - dot));
+  }
+}
+
+dpt_status dpt_cpu_attn_probs_bwd(dpt_backend *be, const dpt_attn_probs_bwd_args *a) {
+  (void)be;
+  const float *y = dpt_cpu_f32(a->y), *yd = a->has_drop ? dpt_cpu_f32(a->dropped) : NULL;
+  const float *dy = dpt_cpu_f32(a->dy);
+  float *dx = dpt_cpu_f32(a->dx);
+  for (size_t r = 0; r < a->rows; ++r) {
+    const size_t o = r * a->cols;
+    attn_probs_bwd_row(a->cols, a, y + o, yd ? yd + o : NULL, dy + o, dx + o);
+  }
   return DPT_OK;
 }

@@ -63,7 +63,9 @@
   X(embed_bag_bwd)                                                                                 \
   X(gather_cols)                                                                                   \
   X(scatter_cols_add)                                                                              \
-  X(bce_logits)
+  X(bce_logits)                                                                                    \
+  X(attn_probs_fwd)                                                                                \
+  X(attn_probs_bwd)
 
 typedef enum dpt_ocl_kernel {
 #define DPT_OCL_KERNEL_ENUM_(name) DPT_OCL_K_##name,
@@ -76,7 +78,8 @@ typedef enum dpt_ocl_kernel {
 #define DPT_OCL_KERNEL_NEEDS_POW2(k)                                                               \
   ((k) == DPT_OCL_K_reduce_sum || (k) == DPT_OCL_K_count_nonfinite ||                              \
    (k) == DPT_OCL_K_softmax_xent || (k) == DPT_OCL_K_bn_stats || (k) == DPT_OCL_K_bn_bwd_reduce || \
-   (k) == DPT_OCL_K_attn_softmax || (k) == DPT_OCL_K_softmax_bwd)
+   (k) == DPT_OCL_K_attn_softmax || (k) == DPT_OCL_K_softmax_bwd ||                                \
+   (k) == DPT_OCL_K_attn_probs_fwd || (k) == DPT_OCL_K_attn_probs_bwd)
 
 /* The device limits the launch code sizes work from, read once at create. */
 typedef struct dpt_ocl_limits {

@@ -1,9 +1,10 @@
 /* The layer ops of the opencl backend: batch normalization (with a fused ReLU), average pooling,
  * dropout, layer normalization, GELU (alone and with a linear layer's bias), attention's softmax
- * and the softmax's backward, embedding bags, column gathers and binary cross-entropy
- * (include/dptrain/backend.h states what each computes; the kernels are in kernels/layers.cl,
- * the softmaxes' and bce_logits in kernels/softmax.cl, embedding bags and column gathers in
- * kernels/embed.cl). gemm_batched is in ocl_gemm.c with the other CLBlast calls. */
+ * and the softmax's backward (alone and fused with dropout), embedding bags, column gathers and
+ * binary cross-entropy (include/dptrain/backend.h states what each computes; the kernels are in
+ * kernels/layers.cl (the fused attention probabilities' too), the softmaxes' and bce_logits in
+ * kernels/softmax.cl, embedding bags and column gathers in kernels/embed.cl). gemm_batched is in
+ * ocl_gemm.c with the other CLBlast calls. */
 #include <stdlib.h>
 
 #include "backends/opencl/ocl_internal.h"
@@ -199,6 +200,44 @@ dpt_status dpt_ocl_softmax_bwd(dpt_backend *be, const dpt_softmax_bwd_args *a) {
 }
 
 /* ---- embedding bags, column gathers, binary cross-entropy ---------------------------------- */
+
+/* ---- attention's probabilities, fused: one work-group per row (kernels/layers.cl) ----------- */
+
+dpt_status dpt_ocl_attn_probs_fwd(dpt_backend *be, const dpt_attn_probs_fwd_args *a) {
+  dpt_ocl_ctx *c = dpt_ocl_ctx_of(be);
+  dpt_ocl_args l;
+  DPT_TRY(dpt_ocl_begin(&l, c, DPT_OCL_K_attn_probs_fwd));
+  dpt_ocl_arg_u64(&l, a->sm.g.q);
+  dpt_ocl_arg_u64(&l, a->sm.g.k);
+  dpt_ocl_arg_f32(&l, a->sm.scale);
+  dpt_ocl_arg_i32(&l, a->sm.has_ids);
+  dpt_ocl_arg_i32(&l, a->sm.pad_id);
+  dpt_ocl_arg_ref(&l, a->sm.ids);
+  dpt_ocl_arg_ref(&l, a->sm.probs);
+  dpt_ocl_arg_i32(&l, a->has_drop);
+  dpt_ocl_arg_u32(&l, a->key);
+  dpt_ocl_arg_u32(&l, a->threshold);
+  dpt_ocl_arg_u32(&l, a->first_row);
+  dpt_ocl_arg_f32(&l, a->drop_scale);
+  dpt_ocl_arg_ref(&l, a->dropped);
+  dpt_ocl_arg_local(&l, c->local_size[DPT_OCL_K_attn_probs_fwd] * dpt_ocl_acc_bytes(&c->lim));
+  return dpt_ocl_launch_groups(&l, a->sm.g.n * a->sm.g.q);
+}
+
+dpt_status dpt_ocl_attn_probs_bwd(dpt_backend *be, const dpt_attn_probs_bwd_args *a) {
+  dpt_ocl_ctx *c = dpt_ocl_ctx_of(be);
+  dpt_ocl_args l;
+  DPT_TRY(dpt_ocl_begin(&l, c, DPT_OCL_K_attn_probs_bwd));
+  dpt_ocl_arg_u64(&l, a->cols);
+  dpt_ocl_arg_i32(&l, a->has_drop);
+  dpt_ocl_arg_f32(&l, a->drop_scale);
+  dpt_ocl_arg_ref(&l, a->y);
+  dpt_ocl_arg_ref(&l, a->dropped);
+  dpt_ocl_arg_ref(&l, a->dy);
+  dpt_ocl_arg_ref(&l, a->dx);
+  dpt_ocl_arg_local(&l, c->local_size[DPT_OCL_K_attn_probs_bwd] * dpt_ocl_acc_bytes(&c->lim));
+  return dpt_ocl_launch_groups(&l, a->rows);
+}
 
 /* kernels/embed.cl: one work-item per output element. */
 dpt_status dpt_ocl_embed_bag(dpt_backend *be, const dpt_embed_bag_args *a) {

@@ -52,6 +52,8 @@ static size_t local_bytes_per_item(const dpt_ocl_ctx *c, dpt_ocl_kernel k) {
   case DPT_OCL_K_bn_stats:
   case DPT_OCL_K_attn_softmax:
   case DPT_OCL_K_softmax_bwd:
+  case DPT_OCL_K_attn_probs_fwd:
+  case DPT_OCL_K_attn_probs_bwd:
     return acc;
   case DPT_OCL_K_bn_bwd_reduce:
     return 2 * acc;

@@ -225,7 +225,9 @@ enum {
   X(IM2COL_TEX, "im2col_tex.spv", 2, 0, 0, 0, 0)                                                   \
   X(COL2IM_TEX, "col2im_tex.spv", 2, 0, 0, 0, 0)                                                   \
   X(MAXPOOL_FWD_TEX, "maxpool_fwd_tex.spv", 3, 0, 0, 0, 0)                                         \
-  X(MAXPOOL_BWD_TEX, "maxpool_bwd_tex.spv", 3, 0, 0, 0, 0)
+  X(MAXPOOL_BWD_TEX, "maxpool_bwd_tex.spv", 3, 0, 0, 0, 0)                                         \
+  X(ATTN_PROBS_FWD, "attn_probs_fwd.spv", 3, 0, 0, 0, 0)                                           \
+  X(ATTN_PROBS_BWD, "attn_probs_bwd.spv", 4, 0, 0, 0, 0)
 
 typedef enum dpt_vk_pipe {
 #define DPT_VK_PIPE_ENUM_(id, file, nbind, s0, s1, s2, s3) DPT_VK_PIPE_##id,

@@ -1,11 +1,11 @@
 /* The layer ops of the vulkan backend: batch normalization, average pooling, dropout, layer
  * normalization, GELU (alone and with a linear layer's bias), attention's softmax and the softmax's
- * backward, embedding bags, column gathers and binary cross-entropy (include/dptrain/backend.h
- * states what each computes; gemm_batched lives with gemm in vk_ops.c). Each binds its tensors as
- * windows and records its dispatches like the ops of vk_ops.c; a tensor larger than one window or a
- * size beyond 32 bits is DPT_ERR_UNSUPPORTED, except where an op splits its work over several
- * dispatches (dropout, GELU, the softmaxes, column gathers, binary cross-entropy, embedding bags:
- * their samples and the rows of their table). */
+ * backward (alone and fused with dropout), embedding bags, column gathers and binary cross-entropy
+ * (include/dptrain/backend.h states what each computes; gemm_batched lives with gemm in vk_ops.c).
+ * Each binds its tensors as windows and records its dispatches like the ops of vk_ops.c; a tensor
+ * larger than one window or a size beyond 32 bits is DPT_ERR_UNSUPPORTED, except where an op splits
+ * its work over several dispatches (dropout, GELU, the softmaxes, column gathers, binary
+ * cross-entropy, embedding bags: their samples and the rows of their table). */
 #include <string.h>
 
 #include "backends/vulkan/vk_internal.h"
@@ -457,6 +457,78 @@ static dpt_status vk_softmax_bwd(dpt_vk_ctx *ctx, const dpt_softmax_bwd_args *a)
 dpt_status dpt_vk_softmax_bwd(dpt_backend *be, const dpt_softmax_bwd_args *a) {
   DPT_TRY(dpt_vk_enter(be));
   return dpt_vk_leave(be, vk_softmax_bwd(dpt_vk_ctx_of(be), a));
+}
+
+/* ---- attention's probabilities, fused: as the softmaxes, a workgroup per row --------------- */
+
+static dpt_status vk_attn_probs_fwd(dpt_vk_ctx *ctx, const dpt_attn_probs_fwd_args *a) {
+  const dpt_attn_geom *g = &a->sm.g;
+  const size_t rows = g->n * g->q; /* one head */
+  DPT_TRY(vk_row_len(g->k, 3, "attn_probs_fwd"));
+  const size_t chunk = vk_row_chunk(ctx, g->k);
+  if (g->n * g->k > UINT32_MAX || rows > UINT32_MAX - chunk || g->q * g->k > UINT32_MAX)
+    return vk_too_large("attn_probs_fwd");
+  for (size_t r = 0; r < rows;) {
+    size_t nr = rows - r < chunk ? rows - r : chunk;
+    dpt_vk_win w[3];
+    /* Without ids (or dropout), one element of probs stands in for the unread binding. */
+    DPT_TRY(a->sm.has_ids
+                ? dpt_vk_window(ctx, vk_al(&a->sm.ids), a->sm.ids.off, g->n * g->k, 4, &w[0])
+                : dpt_vk_window(ctx, vk_al(&a->sm.probs), a->sm.probs.off, 1, 4, &w[0]));
+    DPT_TRY(
+        dpt_vk_window(ctx, vk_al(&a->sm.probs), a->sm.probs.off + r * g->k, nr * g->k, 4, &w[1]));
+    DPT_TRY(a->has_drop ? dpt_vk_window(ctx, vk_al(&a->dropped), a->dropped.off + r * g->k,
+                                        nr * g->k, 4, &w[2])
+                        : dpt_vk_window(ctx, vk_al(&a->sm.probs), a->sm.probs.off, 1, 4, &w[2]));
+    uint32_t push[15] = {(uint32_t)nr,
+                         (uint32_t)g->q,
+                         (uint32_t)g->k,
+                         (uint32_t)r,
+                         w[0].elem,
+                         w[1].elem,
+                         w[2].elem,
+                         a->sm.has_ids ? 1u : 0u,
+                         (uint32_t)a->sm.pad_id,
+                         vk_f2u(a->sm.scale),
+                         a->has_drop ? 1u : 0u,
+                         a->key,
+                         a->threshold,
+                         a->first_row,
+                         vk_f2u(a->drop_scale)};
+    DPT_TRY(dpt_vk_dispatch(ctx, DPT_VK_PIPE_ATTN_PROBS_FWD, w, 3, push, sizeof push, nr));
+    r += nr;
+  }
+  return DPT_OK;
+}
+
+dpt_status dpt_vk_attn_probs_fwd(dpt_backend *be, const dpt_attn_probs_fwd_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  return dpt_vk_leave(be, vk_attn_probs_fwd(dpt_vk_ctx_of(be), a));
+}
+
+static dpt_status vk_attn_probs_bwd(dpt_vk_ctx *ctx, const dpt_attn_probs_bwd_args *a) {
+  const size_t cols = a->cols;
+  DPT_TRY(vk_row_len(cols, 2, "attn_probs_bwd"));
+  const size_t chunk = vk_row_chunk(ctx, cols);
+  if (chunk * cols > dpt_vk_chunk_elems(ctx, 4)) return vk_too_large("attn_probs_bwd");
+  for (size_t r = 0; r < a->rows;) {
+    size_t nr = a->rows - r < chunk ? a->rows - r : chunk;
+    const dpt_ref t[4] = {a->y, a->dropped, a->dy, a->dx};
+    dpt_vk_win w[4];
+    for (int i = 0; i < 4; ++i)
+      DPT_TRY(dpt_vk_window(ctx, vk_al(&t[i]), t[i].off + r * cols, nr * cols, 4, &w[i]));
+    uint32_t push[8] = {
+        (uint32_t)nr,          (uint32_t)cols,       w[0].elem, w[1].elem, w[2].elem, w[3].elem,
+        a->has_drop ? 1u : 0u, vk_f2u(a->drop_scale)};
+    DPT_TRY(dpt_vk_dispatch(ctx, DPT_VK_PIPE_ATTN_PROBS_BWD, w, 4, push, sizeof push, nr));
+    r += nr;
+  }
+  return DPT_OK;
+}
+
+dpt_status dpt_vk_attn_probs_bwd(dpt_backend *be, const dpt_attn_probs_bwd_args *a) {
+  DPT_TRY(dpt_vk_enter(be));
+  return dpt_vk_leave(be, vk_attn_probs_bwd(dpt_vk_ctx_of(be), a));
 }
 
 /* ---- embedding bags ------------------------------------------------------------------------ */

@@ -2,7 +2,8 @@
  * a model file never mentions. A batch norm or a residual add whose output only a ReLU reads
  * runs the ReLU itself (the bn_relu ops, add_relu); the ReLU then owns no memory and does no
  * work (its output is its input's). A linear with a bias whose output only a GELU reads leaves
- * its bias to the GELU, which runs both in one pass (bias_gelu_fwd, bias_gelu_bwd). DPT_FUSE=0
+ * its bias to the GELU, which runs both in one pass (bias_gelu_fwd, bias_gelu_bwd). An attention
+ * runs its softmax, key mask and dropout as one op (attn_probs_fwd, attn_probs_bwd). DPT_FUSE=0
  * runs every layer alone. */
 #include <stdint.h>
 #include <string.h>
@@ -60,6 +61,11 @@ void dpt_model_plan_fusions(dpt_model *m) {
       R->absorbed = 1;
     }
   }
+  for (size_t i = 0; i < m->num_layers; ++i)
+    if (m->layers[i].spec.kind == DPT_LAYER_ATTENTION &&
+        dpt_backend_supports(m->be, DPT_OP_ATTN_PROBS_FWD) &&
+        dpt_backend_supports(m->be, DPT_OP_ATTN_PROBS_BWD))
+      m->layers[i].fuse = DPT_FUSE_ATTN_PROBS;
   for (size_t i = 0; i + 1 < m->num_layers; ++i)
     if (linear_then_gelu(m, i)) {
       m->layers[i].fuse = DPT_FUSE_BIAS_TO_NEXT;

@@ -19,8 +19,14 @@ typedef struct dpt_sample_shape {
 } dpt_sample_shape;
 
 /* dpt_node.fuse (core/model/fuse.c): a linear whose bias the GELU after it adds
- * (dpt_bias_gelu_fwd, and the bias gradient in dpt_bias_gelu_bwd), and that GELU. */
-enum { DPT_FUSE_NONE = 0, DPT_FUSE_BIAS_TO_NEXT = 1, DPT_FUSE_BIAS_GELU = 2 };
+ * (dpt_bias_gelu_fwd, and the bias gradient in dpt_bias_gelu_bwd), and that GELU; an attention
+ * whose softmax and dropout run as one op (dpt_attn_probs_fwd, dpt_attn_probs_bwd). */
+enum {
+  DPT_FUSE_NONE = 0,
+  DPT_FUSE_BIAS_TO_NEXT = 1,
+  DPT_FUSE_BIAS_GELU = 2,
+  DPT_FUSE_ATTN_PROBS = 3
+};
 
 typedef struct dpt_node {
   dpt_layer_spec spec;

@@ -130,7 +130,9 @@ DPT_API dpt_status dpt_buffer_fill_f32(dpt_buffer *dst, size_t offset, size_t co
   X(CONV2D_BWD_DATA, conv2d_bwd_data)                                                              \
   X(CONV2D_BWD_WEIGHTS, conv2d_bwd_weights)                                                        \
   X(BIAS_GELU_FWD, bias_gelu_fwd)                                                                  \
-  X(BIAS_GELU_BWD, bias_gelu_bwd)
+  X(BIAS_GELU_BWD, bias_gelu_bwd)                                                                  \
+  X(ATTN_PROBS_FWD, attn_probs_fwd)                                                                \
+  X(ATTN_PROBS_BWD, attn_probs_bwd)
 
 typedef enum dpt_op {
 #define DPT_OP_ENUM_(NAME, name) DPT_OP_##NAME,
@@ -516,6 +518,28 @@ DPT_API dpt_status dpt_attn_softmax(dpt_backend *be, const dpt_attn_geom *g, flo
 DPT_API dpt_status dpt_softmax_bwd(dpt_backend *be, size_t rows, size_t cols, const dpt_buffer *y,
                                    size_t y_off, const dpt_buffer *dy, size_t dy_off,
                                    dpt_buffer *dx, size_t dx_off);
+
+/* Attention's probabilities in one pass per row: the masked softmax of dpt_attn_softmax over
+ * probs [heads, n, q, k] in place (scores in, probabilities out) and, with drop not NULL and
+ * drop->p > 0, dropped = their dropout: head h's mask is dpt_dropout_keep of drop with seed ^
+ * (h + 1) * DPT_ATTN_HEAD_SEED_MIX, row first_row + i (sample i) and column j * k + t (query j,
+ * key t); otherwise dropped is not written (may be NULL). dropped overlaps no other tensor.
+ * Agrees with dpt_attn_softmax then dpt_dropout per head within float rounding (the CPU backend
+ * in float); the mask is exactly dropout's. q * k must fit in 32 bits. */
+#define DPT_ATTN_HEAD_SEED_MIX 0xbf58476d1ce4e5b9ULL
+DPT_API dpt_status dpt_attn_probs_fwd(dpt_backend *be, const dpt_attn_geom *g, float scale,
+                                      const dpt_buffer *ids, size_t ids_off, int32_t pad_id,
+                                      const dpt_dropout_params *drop, dpt_buffer *probs,
+                                      size_t probs_off, dpt_buffer *dropped, size_t dropped_off);
+/* Its backward over rows [rows, cols] of the forward's probs y and dropped (NULL: no dropout):
+ * g = dropped != 0 ? dy * scale : 0 with scale = 1 / (1 - p) (g = dy without dropped), then
+ * dx = y * (g - sum_c y * g) as dpt_softmax_bwd. A kept probability is never 0 after scaling,
+ * so this is dropout's backward then dpt_softmax_bwd, except that where y is 0 the sign of a
+ * zero may differ. dx may equal dy; neither overlaps y or dropped. */
+DPT_API dpt_status dpt_attn_probs_bwd(dpt_backend *be, size_t rows, size_t cols,
+                                      const dpt_buffer *y, size_t y_off, const dpt_buffer *dropped,
+                                      size_t dropped_off, float p, const dpt_buffer *dy,
+                                      size_t dy_off, dpt_buffer *dx, size_t dx_off);
 
 /* Embedding bags (PyTorch's nn.EmbeddingBag): sample i's ids are the int32 values
  * idx[i * idx_stride + s] for s < bag, read from an arbitrary record layout (a model input

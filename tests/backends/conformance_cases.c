@@ -1692,6 +1692,111 @@ static void gen_softmax_bwd(conf_list *l) {
     }
 }
 
+/* ---- attention's probabilities, fused: the mask exact, the values as the softmax's ----------- */
+
+typedef struct attn_probs_p {
+  attn_p a; /* first: init_attn_ids reads it */
+  dpt_dropout_params d;
+  int drop; /* 0: no dropout (dropped not passed) */
+} attn_probs_p;
+
+static dpt_status run_attn_probs_fwd(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                     const size_t *off, double *scalars) {
+  const attn_probs_p *p = CONF_PARAMS(c, attn_probs_p);
+  (void)scalars;
+  int s = p->a.ids ? 1 : 0; /* probs, then dropped */
+  return dpt_attn_probs_fwd(be, &p->a.g, p->a.scale, p->a.ids ? buf[0] : NULL,
+                            p->a.ids ? off[0] : 0, p->a.pad, p->drop ? &p->d : NULL, buf[s], off[s],
+                            p->drop ? buf[s + 1] : NULL, p->drop ? off[s + 1] : 0);
+}
+
+static void add_attn_probs(conf_list *l, size_t n, size_t heads, size_t q, size_t k, float scale,
+                           int ids, int full, float drop, uint32_t first_row) {
+  conf_case *c =
+      conf_new_case(l, "n=%zu heads=%zu q=%zu k=%zu scale=%g%s%s p=%g first_row=%u", n, heads, q, k,
+                    (double)scale, ids ? " ids" : " no mask", full ? " (a sample all padding)" : "",
+                    (double)drop, (unsigned)first_row);
+  attn_probs_p p = {
+      {{n, heads, q, k}, scale, ids, 0, full, 1}, {drop, 0x5eedULL + n, 3, first_row}, drop > 0.0f};
+  CONF_SET_PARAMS(c, p);
+  if (ids) {
+    conf_add_tensor(c, "ids", CONF_I32, CONF_IN, n, k)->init = CONF_INIT_CUSTOM;
+    c->init = init_attn_ids;
+  }
+  size_t rows = heads * n * q;
+  conf_tensor *sc = conf_add_tensor(c, "probs", CONF_F32, CONF_INOUT, rows, k);
+  sc->lo = -8.0;
+  sc->hi = 8.0;
+  sc->tol = 1e-5;
+  if (p.drop) conf_add_tensor(c, "dropped", CONF_F32, CONF_OUT, rows, k)->tol = 1e-5;
+  c->run = run_attn_probs_fwd;
+}
+
+static void gen_attn_probs_fwd(conf_list *l) {
+  add_attn_probs(l, 1, 1, 1, 1, 1.0f, 1, 1, 0.5f, 0); /* the one key masked: 0 */
+  add_attn_probs(l, 3, 2, 5, 37, 0.125f, 1, 2, 0.1f, 7);
+  add_attn_probs(l, 3, 2, 5, 37, 0.125f, 0, 0, 0.0f, 0);
+  add_attn_probs(l, 2, 4, 32, 128, 0.125f, 1, 0, 0.1f, 1000); /* a BERT layer's shape, smaller */
+  add_attn_probs(l, 2, 3, 1, 300, 1.0f, 1, 0, 0.9f, 0);
+  add_attn_probs(l, 5, 1, 7, 33, 1.0f, 0, 0, 0.5f, 4000000000U);
+  add_attn_probs(l, 0, 2, 5, 7, 1.0f, 1, 0, 0.5f, 0); /* empty */
+}
+
+typedef struct attn_probs_bwd_p {
+  size_t rows, cols;
+  float p;     /* 0: no dropout (dropped not passed) */
+  int inplace; /* dx over dy */
+} attn_probs_bwd_p;
+
+/* y: rows of a softmax; dropped: 0 at a fraction p of the places, else y / (1 - p) (only its
+ * zeros matter). */
+static void init_attn_probs_bwd(const conf_case *c, int t, void *elems, conf_rng *rng) {
+  const attn_probs_bwd_p *p = CONF_PARAMS(c, attn_probs_bwd_p);
+  float *v = elems;
+  for (size_t r = 0; r < p->rows; r++) {
+    double e[512], sum = 0.0;
+    for (size_t j = 0; j < p->cols; j++)
+      sum += e[j] = exp(6.0 * conf_rng_unit(rng) - 3.0);
+    for (size_t j = 0; j < p->cols; j++) {
+      const float y = (float)(e[j] / sum);
+      v[r * p->cols + j] = t == 0 ? y : conf_rng_unit(rng) < p->p ? 0.0f : y / (1.0f - p->p);
+    }
+  }
+}
+
+static dpt_status run_attn_probs_bwd(dpt_backend *be, const conf_case *c, dpt_buffer *const *buf,
+                                     const size_t *off, double *scalars) {
+  const attn_probs_bwd_p *p = CONF_PARAMS(c, attn_probs_bwd_p);
+  (void)scalars;
+  const int d = p->p > 0.0f ? 1 : 0, g = 1 + d, o = p->inplace ? g : g + 1;
+  return dpt_attn_probs_bwd(be, p->rows, p->cols, buf[0], off[0], d ? buf[1] : NULL, d ? off[1] : 0,
+                            p->p, buf[g], off[g], buf[o], off[o]);
+}
+
+static void gen_attn_probs_bwd(conf_list *l) {
+  static const struct {
+    size_t rows, cols;
+    float p;
+  } shapes[] = {{1, 1, 0.5f},     {7, 3, 0.1f},   {30, 37, 0.0f},
+                {256, 128, 0.1f}, {3, 512, 0.9f}, {0, 5, 0.5f}};
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+    for (int inplace = 0; inplace < 2; inplace++) {
+      attn_probs_bwd_p p = {shapes[i].rows, shapes[i].cols, shapes[i].p, inplace};
+      conf_case *c = conf_new_case(l, "rows=%zu cols=%zu p=%g%s", p.rows, p.cols, (double)p.p,
+                                   inplace ? " in-place (dx == dy)" : "");
+      CONF_SET_PARAMS(c, p);
+      conf_add_tensor(c, "y", CONF_F32, CONF_IN, p.rows, p.cols)->init = CONF_INIT_CUSTOM;
+      if (p.p > 0.0f)
+        conf_add_tensor(c, "dropped", CONF_F32, CONF_IN, p.rows, p.cols)->init = CONF_INIT_CUSTOM;
+      c->init = init_attn_probs_bwd;
+      conf_tensor *dy =
+          conf_add_tensor(c, "dy", CONF_F32, inplace ? CONF_INOUT : CONF_IN, p.rows, p.cols);
+      conf_tensor *dx = inplace ? dy : conf_add_tensor(c, "dx", CONF_F32, CONF_OUT, p.rows, p.cols);
+      dx->tol = 1e-5;
+      c->run = run_attn_probs_bwd;
+    }
+}
+
 /* ---- embedding bags ------------------------------------------------------------------------ */
 
 typedef struct bag_p {
@@ -2052,5 +2157,7 @@ const conf_generator conf_generators[] = {
     {DPT_OP_BCE_LOGITS, gen_bce_logits},
     {DPT_OP_BIAS_GELU_FWD, gen_bias_gelu_fwd},
     {DPT_OP_BIAS_GELU_BWD, gen_bias_gelu_bwd},
+    {DPT_OP_ATTN_PROBS_FWD, gen_attn_probs_fwd},
+    {DPT_OP_ATTN_PROBS_BWD, gen_attn_probs_bwd},
 };
 const size_t conf_generator_count = sizeof conf_generators / sizeof conf_generators[0];

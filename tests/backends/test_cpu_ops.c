@@ -1676,6 +1676,104 @@ START_TEST(softmax_bwd_vs_fd) {
 }
 END_TEST
 
+/* attn_probs_fwd / attn_probs_bwd against attn_softmax, dropout per head (seed ^ (h + 1) *
+ * DPT_ATTN_HEAD_SEED_MIX) and softmax_bwd: the same mask, the probabilities within 1e-5 (float
+ * exp), the backward the same values; and the scores' gradient (scale * dx) against finite
+ * differences of L = sum(dropped(scores) * W), with padding keys. */
+enum { AP_N = 2, AP_H = 2, AP_Q = 3, AP_K = 7, AP_E = AP_N * AP_H * AP_Q * AP_K };
+typedef struct attn_probs_ctx {
+  dpt_buffer *src, *x, *ids; /* scores (perturbed by the differences), their working copy, ids */
+  dpt_dropout_params d;
+  weighted w; /* over dropped */
+} attn_probs_ctx;
+
+static const dpt_attn_geom ap_geom = {AP_N, AP_H, AP_Q, AP_K};
+
+static double attn_probs_loss(void *p) {
+  attn_probs_ctx *c = p;
+  TU_OK(dpt_buffer_copy(c->x, 0, c->src, 0, AP_E * 4));
+  TU_OK(dpt_attn_probs_fwd(be, &ap_geom, 0.5f, c->ids, 0, -1, &c->d, c->x, 0, c->w.out, 0));
+  return weighted_sum(&c->w);
+}
+
+/* The unfused composition: probs y, dropped yd and the backward dx of dy. */
+static void attn_probs_unfused(attn_probs_ctx *c, const float *x, const float *dy, float *y,
+                               float *yd, float *dx) {
+  dpt_buffer *bx = tu_f32(be, x, AP_E), *bd = tu_f32_fill(be, AP_E, NAN),
+             *bg = tu_f32(be, dy, AP_E);
+  TU_OK(dpt_attn_softmax(be, &ap_geom, 0.5f, c->ids, 0, -1, bx, 0, bx, 0));
+  for (size_t h = 0; h < AP_H; h++) {
+    dpt_dropout_params hp = c->d;
+    hp.seed ^= (uint64_t)(h + 1) * DPT_ATTN_HEAD_SEED_MIX;
+    const size_t o = h * AP_N * AP_Q * AP_K;
+    TU_OK(dpt_dropout(be, AP_N, AP_Q * AP_K, &hp, bx, o, bd, o));
+    TU_OK(dpt_dropout(be, AP_N, AP_Q * AP_K, &hp, bg, o, bg, o));
+  }
+  TU_OK(dpt_softmax_bwd(be, AP_H * AP_N * AP_Q, AP_K, bx, 0, bg, 0, bg, 0));
+  tu_get(bx, 0, y, AP_E);
+  tu_get(bd, 0, yd, AP_E);
+  tu_get(bg, 0, dx, AP_E);
+  dpt_buffer_free(bx);
+  dpt_buffer_free(bd);
+  dpt_buffer_free(bg);
+}
+
+START_TEST(attn_probs_vs_unfused_and_fd) {
+  const int32_t ids[AP_N * AP_K] = {4, -1, 9, 9, 3, 2, -1, 1, 2, 3, 4, 5, -1, -1};
+  float x[AP_E], w[AP_E], y[AP_E], yd[AP_E], dx[AP_E], out[AP_E];
+  float fy[AP_E], fyd[AP_E], fdx[AP_E];
+  tu_rng r = {91};
+  tu_fill(&r, x, AP_E, -3, 3);
+  tu_fill(&r, w, AP_E, -1, 1);
+  attn_probs_ctx c = {tu_f32(be, x, AP_E),
+                      tu_f32_fill(be, AP_E, NAN),
+                      tu_i32(be, ids, AP_N * AP_K),
+                      {0.3f, 17, 4, 5},
+                      {tu_f32_fill(be, AP_E, NAN), w, AP_E, out}};
+  attn_probs_unfused(&c, x, w, y, yd, dx);
+  attn_probs_loss(&c);
+  tu_get(c.x, 0, fy, AP_E);
+  tu_get(c.w.out, 0, fyd, AP_E);
+  expect_close("probs", fy, y, AP_E, 1e-5);
+  expect_close("dropped", fyd, yd, AP_E, 1e-5);
+  int kept = 0;
+  for (int i = 0; i < AP_E; i++) {
+    ck_assert_msg((fyd[i] == 0.0f) == (yd[i] == 0.0f), "dropped[%d]: %g, unfused %g", i,
+                  (double)fyd[i], (double)yd[i]);
+    kept += fyd[i] != 0.0f;
+  }
+  ck_assert_int_gt(kept, AP_E / 4); /* some kept, some dropped or masked */
+  ck_assert_int_lt(kept, AP_E);
+  /* backward on the unfused probabilities: the same values as dropout then softmax_bwd */
+  dpt_buffer *by = tu_f32(be, y, AP_E), *byd = tu_f32(be, yd, AP_E), *bg = tu_f32(be, w, AP_E);
+  TU_OK(dpt_attn_probs_bwd(be, AP_H * AP_N * AP_Q, AP_K, by, 0, byd, 0, 0.3f, bg, 0, bg, 0));
+  tu_get(bg, 0, fdx, AP_E);
+  for (int i = 0; i < AP_E; i++)
+    ck_assert_msg(fdx[i] == dx[i], "dx[%d] = %.9g, unfused %.9g", i, (double)fdx[i], (double)dx[i]);
+  /* the scores' gradient: the forward's scale times dx of the fused probabilities */
+  TU_OK(dpt_buffer_upload(by, 0, fy, AP_E * 4));
+  TU_OK(dpt_buffer_upload(byd, 0, fyd, AP_E * 4));
+  TU_OK(dpt_buffer_upload(bg, 0, w, AP_E * 4));
+  TU_OK(dpt_attn_probs_bwd(be, AP_H * AP_N * AP_Q, AP_K, by, 0, byd, 0, 0.3f, bg, 0, bg, 0));
+  tu_get(bg, 0, fdx, AP_E);
+  for (int i = 0; i < AP_E; i++)
+    fdx[i] *= 0.5f;
+  expect_fd("attn_probs dscores", c.src, x, fdx, AP_E, 1e-2f, 2e-3, attn_probs_loss, &c);
+  /* without dropout: dropped is not written and the backward is softmax_bwd's */
+  TU_OK(dpt_buffer_fill_f32(c.w.out, 0, AP_E, 7.0f));
+  TU_OK(dpt_buffer_copy(c.x, 0, c.src, 0, AP_E * 4));
+  TU_OK(dpt_attn_probs_fwd(be, &ap_geom, 0.5f, c.ids, 0, -1, NULL, c.x, 0, c.w.out, 0));
+  tu_get(c.w.out, 0, fyd, AP_E);
+  tu_get(c.x, 0, y, AP_E);
+  ck_assert_mem_eq(y, fy, sizeof y);
+  for (int i = 0; i < AP_E; i++)
+    ck_assert(fyd[i] == 7.0f);
+  dpt_buffer *all[] = {c.src, c.x, c.ids, c.w.out, by, byd, bg};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    dpt_buffer_free(all[i]);
+}
+END_TEST
+
 /* avgpool_bwd is the adjoint of avgpool_fwd (<fwd(x), dy> == <x, bwd(dy)>) on overlapping,
  * strided (with uncovered edges) and global windows; and the gradient of sum(fwd(x) * W)
  * against finite differences (linear: a large step). */
@@ -2029,6 +2127,7 @@ static Suite *cpu_ops_suite(void) {
   tcase_add_test(grad, gelu_values_and_grads_vs_fd);
   tcase_add_test(grad, bias_gelu_vs_unfused_and_fd);
   tcase_add_test(grad, softmax_bwd_vs_fd);
+  tcase_add_test(grad, attn_probs_vs_unfused_and_fd);
   tcase_add_test(grad, avgpool_bwd_is_adjoint_and_fd);
   tcase_add_test(grad, dropout_adjoint_and_fraction);
   tcase_add_test(grad, dropout_split_and_in_place);

@@ -1,6 +1,6 @@
 /* The layer ops beyond convolution: the batch sum of a summed batched gemm, batch
- * normalization, average pooling, dropout, layer normalization and GELU (alone and with a linear
- * layer's bias). Same conventions as every kernel (common.cl); no atomics: each work-item owns
+ * normalization, average pooling, dropout, layer normalization, GELU (alone and with a linear
+ * layer's bias) and attention's softmax with its dropout. Same conventions as every kernel (common.cl); no atomics: each work-item owns
  * the elements it writes, each work-group the channels it reduces. */
 
 /* c [m, n] (leading dimension ldc) = beta * c + s_0 + s_1 + ... + s_{batch-1}, where s_i [m, n]
@@ -368,4 +368,63 @@ __kernel void bias_gelu_bwd(ulong cols, ulong rows, ulong approx, float beta,
   }
   acc_t old = beta == 0.0f ? 0 : (acc_t)beta * db[db_off + c];
   db[db_off + c] = (float)(old + acc);
+}
+
+/* ---- attention's probabilities, fused (one work-group per row, reducing in local memory) ----- */
+
+/* One head: probs[r] = softmax as attn_softmax (in place: the scores in, row r = query r % q of
+ * sample i = r / q) and, with has_drop, dropped[r, t] = keep ? probs * drop_scale : 0 with keep
+ * the dropout mask of row first_row + i, column (r % q) * k + t. */
+__kernel void attn_probs_fwd(ulong q, ulong k, float scale, int has_ids, int pad_id,
+                             __global const int *ids, ulong ids_off, __global float *probs,
+                             ulong probs_off, int has_drop, uint key, uint threshold,
+                             uint first_row, float drop_scale, __global float *dropped,
+                             ulong dropped_off, __local acc_t *lred) {
+  ulong r = get_group_id(0), lid = get_local_id(0), nl = get_local_size(0), i = r / q;
+  __global float *y = probs + probs_off + r * k, *yd = dropped + dropped_off + r * k;
+  __global const int *kid = ids + ids_off + i * k;
+
+  acc_t mx = -INFINITY;
+  for (ulong t = lid; t < k; t += nl)
+    if (!has_ids || kid[t] != pad_id) mx = fmax(mx, (acc_t)scale * (acc_t)y[t]);
+  mx = dpt_group_reduce(mx, 0, lred);
+
+  acc_t sum = 0;
+  for (ulong t = lid; t < k; t += nl)
+    if (!has_ids || kid[t] != pad_id) sum += exp((acc_t)scale * (acc_t)y[t] - mx);
+  sum = dpt_group_reduce(sum, 1, lred);
+
+  acc_t inv = sum > 0 ? 1 / sum : 0;
+  uint hr = dpt_mix32(key ^ (first_row + (uint)i)), c0 = (uint)((r % q) * k);
+  for (ulong t = lid; t < k; t += nl) {
+    acc_t e = (!has_ids || kid[t] != pad_id) ? exp((acc_t)scale * (acc_t)y[t] - mx) : 0;
+    float p = (float)(e * inv);
+    y[t] = p; /* each work-item reads and writes only its own columns */
+    if (has_drop) {
+      uint h = dpt_mix32(hr ^ (c0 + (uint)t));
+      yd[t] = (h >> 8) >= threshold ? p * drop_scale : 0.0f;
+    }
+  }
+}
+
+/* dx[r] = y * (g - sum_c y * g), g = dropped != 0 ? dy * drop_scale : 0 (has_drop), else dy;
+ * dx may be dy. */
+__kernel void attn_probs_bwd(ulong cols, int has_drop, float drop_scale, __global const float *y,
+                             ulong y_off, __global const float *dropped, ulong dropped_off,
+                             __global const float *dy, ulong dy_off, __global float *dx,
+                             ulong dx_off, __local acc_t *lred) {
+  ulong r = get_group_id(0), lid = get_local_id(0), nl = get_local_size(0);
+  __global const float *yr = y + y_off + r * cols, *dr = dropped + dropped_off + r * cols;
+  __global const float *dyr = dy + dy_off + r * cols;
+  __global float *dxr = dx + dx_off + r * cols;
+  acc_t dot = 0;
+  for (ulong c = lid; c < cols; c += nl) {
+    float g = !has_drop ? dyr[c] : dr[c] != 0.0f ? dyr[c] * drop_scale : 0.0f;
+    dot += (acc_t)yr[c] * (acc_t)g;
+  }
+  dot = dpt_group_reduce(dot, 1, lred);
+  for (ulong c = lid; c < cols; c += nl) {
+    float g = !has_drop ? dyr[c] : dr[c] != 0.0f ? dyr[c] * drop_scale : 0.0f;
+    dxr[c] = (float)((acc_t)yr[c] * ((acc_t)g - dot));
+  }
 }

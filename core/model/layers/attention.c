@@ -68,8 +68,31 @@ static attn_dims attn_dims_of(const dpt_node *L, size_t b) {
  * the samples (their place in the global batch), columns the head's S x S values. */
 static dpt_dropout_params attn_dropout(const dpt_model *m, const dpt_node *L, size_t h) {
   dpt_dropout_params p = dpt_layer_dropout_params(m, L);
-  p.seed ^= (uint64_t)(h + 1) * 0xbf58476d1ce4e5b9ULL;
+  p.seed ^= (uint64_t)(h + 1) * DPT_ATTN_HEAD_SEED_MIX;
   return p;
+}
+
+/* The probabilities from the scores in place (softmax over the unmasked keys) and, training
+ * with p > 0, their dropout into probs_drop; *p receives the ones the product with V reads. */
+static dpt_status attn_probs_forward(dpt_model *m, const dpt_node *L, const dpt_buffer *x, size_t b,
+                                     const dpt_buffer **p) {
+  const attn_dims d = attn_dims_of(L, b);
+  const size_t SS = d.S * d.S;
+  const float scale = (float)(1.0 / sqrt((double)d.D));
+  const int dropped = m->training && L->spec.p > 0.0f;
+  dpt_attn_geom g = {b, d.H, d.S, d.S};
+  *p = dropped ? L->probs_drop : L->probs;
+  if (L->fuse == DPT_FUSE_ATTN_PROBS) {
+    dpt_dropout_params dp = dpt_layer_dropout_params(m, L);
+    return dpt_attn_probs_fwd(m->be, &g, scale, x, 0, 0, dropped ? &dp : NULL, L->probs, 0,
+                              L->probs_drop, 0);
+  }
+  DPT_TRY(dpt_attn_softmax(m->be, &g, scale, x, 0, 0, L->probs, 0, L->probs, 0));
+  for (size_t h = 0; dropped && h < d.H; ++h) {
+    dpt_dropout_params dp = attn_dropout(m, L, h);
+    DPT_TRY(dpt_dropout(m->be, b, SS, &dp, L->probs, h * b * SS, L->probs_drop, h * b * SS));
+  }
+  return DPT_OK;
 }
 
 static dpt_status attention_forward(dpt_model *m, const dpt_node *L, const dpt_buffer *in,
@@ -88,17 +111,8 @@ static dpt_status attention_forward(dpt_model *m, const dpt_node *L, const dpt_b
     DPT_TRY(dpt_gemm_batched(be, &sc, 0, 1, S, S, d.D, 1.0f, L->aux, h * d.D, F3, L->aux,
                              F + h * d.D, F3, 0.0f, L->probs, h * b * SS, S));
   }
-  dpt_attn_geom g = {b, d.H, S, S};
-  DPT_TRY(dpt_attn_softmax(be, &g, (float)(1.0 / sqrt((double)d.D)), x, 0, 0, L->probs, 0, L->probs,
-                           0));
-  const dpt_buffer *p = L->probs;
-  if (m->training && L->spec.p > 0.0f) {
-    for (size_t h = 0; h < d.H; ++h) {
-      dpt_dropout_params dp = attn_dropout(m, L, h);
-      DPT_TRY(dpt_dropout(be, b, SS, &dp, L->probs, h * b * SS, L->probs_drop, h * b * SS));
-    }
-    p = L->probs_drop;
-  }
+  const dpt_buffer *p = NULL;
+  DPT_TRY(attn_probs_forward(m, L, x, b, &p));
   /* ctx_h,i[S, D] = p_h,i[S, S] v_h,i[S, D], into the head's columns of ctx [rows, F] */
   for (size_t h = 0; h < d.H; ++h) {
     dpt_gemm_batch cb = {b, SS, S * F3, S * F};
@@ -118,7 +132,7 @@ static dpt_status attention_backward(dpt_model *m, const dpt_node *L, const dpt_
   const size_t S = d.S, F = d.F, F3 = 3 * F, SS = S * S, rows = b * S;
   const dpt_tensor_info *Wi = &m->tensors[L->w_index], *Wo = &m->tensors[L->w2_index];
   const float scale = (float)(1.0 / sqrt((double)d.D));
-  const int dropped = m->training && L->spec.p > 0.0f;
+  const int dropped = m->training && L->spec.p > 0.0f, fused = L->fuse == DPT_FUSE_ATTN_PROBS;
   const dpt_buffer *p = dropped ? L->probs_drop : L->probs;
   /* dW_out = dy^T ctx;  db_out = column sums of dy;  dctx = dy W_out */
   DPT_TRY(dpt_gemm(be, 1, 0, F, F, rows, 1.0f, L->dout, 0, F, L->ctx, 0, F, 0.0f, m->grads,
@@ -133,13 +147,18 @@ static dpt_status attention_backward(dpt_model *m, const dpt_node *L, const dpt_
                              2 * F + h * d.D, F3, 0.0f, m->dprobs, h * b * SS, S));
     DPT_TRY(dpt_gemm_batched(be, &dvb, 1, 0, S, d.D, S, 1.0f, p, h * b * SS, S, m->dctx, h * d.D, F,
                              0.0f, m->dqkv, 2 * F + h * d.D, F3));
-    if (dropped) {
+    if (dropped && !fused) {
       dpt_dropout_params dp = attn_dropout(m, L, h);
       DPT_TRY(dpt_dropout(be, b, SS, &dp, m->dprobs, h * b * SS, m->dprobs, h * b * SS));
     }
   }
-  /* ds = softmax backward (in place); dq = scale ds k;  dk = scale ds^T q */
-  DPT_TRY(dpt_softmax_bwd(be, d.H * rows, S, L->probs, 0, m->dprobs, 0, m->dprobs, 0));
+  /* ds = softmax backward (in place, through the dropout when fused); dq = scale ds k;
+   * dk = scale ds^T q */
+  if (fused)
+    DPT_TRY(dpt_attn_probs_bwd(be, d.H * rows, S, L->probs, 0, dropped ? L->probs_drop : NULL, 0,
+                               L->spec.p, m->dprobs, 0, m->dprobs, 0));
+  else
+    DPT_TRY(dpt_softmax_bwd(be, d.H * rows, S, L->probs, 0, m->dprobs, 0, m->dprobs, 0));
   for (size_t h = 0; h < d.H; ++h) {
     dpt_gemm_batch qb = {b, SS, S * F3, S * F3};
     DPT_TRY(dpt_gemm_batched(be, &qb, 0, 0, S, d.D, S, scale, m->dprobs, h * b * SS, S, L->aux,
