@@ -45,9 +45,10 @@ worst=$(grep -o '([0-9]* lost)' "$dir/soak.out" | tr -dc '0-9\n' | sort -n | tai
 
 # Sparse checkpoints (every 100 steps) with the full step: the survivor of a SIGKILL writes the
 # last completed step, so a fault costs at most one. Open MPI's default 1 s between SIGTERM and
-# SIGKILL is the survivor's time to write.
+# SIGKILL is the survivor's time to write. 12000 steps: this small job trains thousands of
+# steps a second, and a fault lands well after its planned step while the ranks are found.
 "$chaos" --faults 2 --seed 7 --kinds kill --checkpoint-every 100 --full-step --deadline 3 \
-  --dptrain "$dptrain" --dir "$dir/sparse" >"$dir/sparse.out" 2>&1
+  --steps 12000 --dptrain "$dptrain" --dir "$dir/sparse" >"$dir/sparse.out" 2>&1
 rc=$?
 cat "$dir/sparse.out"
 summary=$(grep '^chaos: injected=' "$dir/sparse.out")
